@@ -1,0 +1,3 @@
+//! rsccl: GPU collective communication in Rust.
+pub mod msccl;
+pub mod topology;

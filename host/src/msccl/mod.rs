@@ -1,0 +1,2 @@
+//! MSCCLang compiler and MSCCL-IR.
+pub mod cli;

@@ -1,0 +1,2 @@
+//! Topology: NCCL topology XML → graph → paths → channel search.
+pub mod cli;

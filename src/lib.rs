@@ -1,0 +1,1 @@
+//! Workspace-level test and benchmark support (no public API).
