@@ -1,0 +1,2 @@
+//! Benchmark placeholder; replaced by the owning module.
+fn main() {}
