@@ -1,0 +1,304 @@
+//! Host emulator of the GPU execution model.
+//!
+//! A [`launch`] runs a kernel body over a grid of blocks × threads, one OS thread per GPU thread,
+//! all blocks at once (device algorithms wait on each other across blocks and across launches,
+//! so blocks must make progress concurrently, as resident blocks do on a GPU). Each block has 16
+//! named barriers that release after exactly the given number of arrivals, one rendezvous per warp
+//! for votes and shuffles, and its own zeroed dynamic shared memory.
+//!
+//! A thread that traps (or panics) aborts the launch: every other thread of it unwinds at its
+//! next barrier, warp collective or spin hint, so a failing kernel ends instead of hanging.
+pub mod ops;
+mod sync;
+
+use super::Dim3;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use sync::{NamedBarrier, WarpRendezvous};
+
+/// Most threads in one block, as on every CUDA GPU since sm_20.
+pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
+/// Most dynamic shared memory per block the emulator offers (the H100's opt-in maximum).
+pub const MAX_DYNAMIC_SMEM: u32 = 227 * 1024;
+
+/// Grid, block and shared-memory shape of one launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDims {
+    /// Blocks in the grid.
+    pub grid: Dim3,
+    /// Threads per block.
+    pub block: Dim3,
+    /// Dynamic shared memory per block, bytes.
+    pub smem_bytes: u32,
+}
+
+/// Why an emulated launch failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EmuError {
+    /// The launch shape is not one a GPU accepts.
+    InvalidLaunch(String),
+    /// A thread trapped or panicked; the first such thread and its message.
+    Trapped {
+        /// Block index (x) of the thread.
+        block: u32,
+        /// Thread index (x) within the block.
+        thread: u32,
+        /// What it reported.
+        message: String,
+    },
+    /// The OS refused to start another thread.
+    Spawn(String),
+}
+
+impl std::fmt::Display for EmuError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EmuError::InvalidLaunch(m) => write!(f, "invalid launch: {m}"),
+            EmuError::Trapped {
+                block,
+                thread,
+                message,
+            } => {
+                write!(
+                    f,
+                    "kernel trapped in block {block} thread {thread}: {message}"
+                )
+            }
+            EmuError::Spawn(m) => write!(f, "could not start emulated thread: {m}"),
+        }
+    }
+}
+impl std::error::Error for EmuError {}
+
+impl LaunchDims {
+    /// Checks the shape against the limits a GPU enforces.
+    ///
+    /// ```
+    /// use rsccl_device::arch::{Dim3, emu::LaunchDims};
+    /// let ok = LaunchDims { grid: Dim3::x(2), block: Dim3::x(256), smem_bytes: 0 };
+    /// assert!(ok.validate().is_ok());
+    /// let bad = LaunchDims { block: Dim3::x(2048), ..ok };
+    /// assert!(bad.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), EmuError> {
+        let threads = self.block.volume();
+        if threads == 0 || self.grid.volume() == 0 {
+            return Err(EmuError::InvalidLaunch(format!(
+                "zero-sized launch: grid {:?}, block {:?}",
+                self.grid, self.block
+            )));
+        }
+        if threads > MAX_THREADS_PER_BLOCK as u64 {
+            return Err(EmuError::InvalidLaunch(format!(
+                "{threads} threads per block exceeds the limit of {MAX_THREADS_PER_BLOCK}"
+            )));
+        }
+        if self.smem_bytes > MAX_DYNAMIC_SMEM {
+            return Err(EmuError::InvalidLaunch(format!(
+                "{} bytes of dynamic shared memory exceeds the limit of {MAX_DYNAMIC_SMEM}",
+                self.smem_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// How long a barrier or warp collective may wait before the emulator declares a deadlock.
+/// `RSCCL_EMU_DEADLOCK_MS` overrides it (default 120 s).
+fn deadlock_timeout() -> Duration {
+    let ms = std::env::var("RSCCL_EMU_DEADLOCK_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120_000);
+    Duration::from_millis(ms)
+}
+
+/// State shared by every thread of one launch.
+pub(crate) struct LaunchShared {
+    pub(crate) aborted: AtomicBool,
+    first_error: Mutex<Option<EmuError>>,
+    pub(crate) deadlock_after: Duration,
+}
+
+/// State shared by the threads of one block.
+pub(crate) struct BlockShared {
+    pub(crate) barriers: Vec<NamedBarrier>,
+    pub(crate) warps: Vec<WarpRendezvous>,
+    /// u128 storage keeps the base 16-byte aligned, as `.extern .shared .align 16` is.
+    pub(crate) smem: Box<[std::cell::UnsafeCell<u128>]>,
+    pub(crate) smem_bytes: u32,
+}
+
+// SAFETY: shared memory is accessed through raw pointers by the block's threads, exactly as on
+// a GPU; synchronisation is the kernel's job (barriers), the same contract as CUDA's.
+unsafe impl Sync for BlockShared {}
+
+/// What one emulated thread knows about itself.
+pub(crate) struct ThreadCtx {
+    pub(crate) thread: Dim3,
+    pub(crate) block: Dim3,
+    pub(crate) block_dim: Dim3,
+    pub(crate) grid_dim: Dim3,
+    pub(crate) shared: Arc<BlockShared>,
+    pub(crate) launch: Arc<LaunchShared>,
+}
+
+thread_local! {
+    static CTX: Cell<*const ThreadCtx> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Unwinding payload of threads that stop because another thread aborted the launch.
+pub(crate) struct Aborted;
+
+/// The calling thread's context.
+pub(crate) fn ctx() -> &'static ThreadCtx {
+    let p = CTX.with(|c| c.get());
+    assert!(
+        !p.is_null(),
+        "rsccl_device::arch called outside an emulated kernel launch"
+    );
+    // SAFETY: set by `run_thread` for the thread's lifetime and cleared before the ThreadCtx
+    // it points to is dropped; only this thread reads it.
+    unsafe { &*p }
+}
+
+impl ThreadCtx {
+    /// Unwinds quietly if another thread of the launch has failed.
+    pub(crate) fn check_abort(&self) {
+        if self.launch.aborted.load(Ordering::Relaxed) {
+            std::panic::resume_unwind(Box::new(Aborted));
+        }
+    }
+    /// Ends this thread with an error that fails the launch.
+    pub(crate) fn fail(&self, message: String) -> ! {
+        std::panic::panic_any(message)
+    }
+    pub(crate) fn linear_tid(&self) -> u32 {
+        self.thread.x + self.block_dim.x * (self.thread.y + self.block_dim.y * self.thread.z)
+    }
+}
+
+fn stack_size() -> usize {
+    std::env::var("RSCCL_EMU_STACK_KB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(512)
+        * 1024
+}
+
+fn index_of(linear: u64, dim: Dim3) -> Dim3 {
+    let x = (linear % dim.x as u64) as u32;
+    let y = ((linear / dim.x as u64) % dim.y as u64) as u32;
+    let z = (linear / (dim.x as u64 * dim.y as u64)) as u32;
+    Dim3 { x, y, z }
+}
+
+/// Runs `body` once per thread of the grid, all threads concurrently, and waits for all of them.
+///
+/// ```
+/// use rsccl_device::arch::{self, Dim3, emu};
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// let count = AtomicU32::new(0);
+/// let dims = emu::LaunchDims { grid: Dim3::x(2), block: Dim3::x(64), smem_bytes: 0 };
+/// emu::launch(dims, &|| {
+///     arch::sync_threads();
+///     count.fetch_add(1, Ordering::Relaxed);
+/// })
+/// .unwrap();
+/// assert_eq!(count.load(Ordering::Relaxed), 128);
+/// ```
+pub fn launch(dims: LaunchDims, body: &(dyn Fn() + Sync)) -> Result<(), EmuError> {
+    dims.validate()?;
+    let launch = Arc::new(LaunchShared {
+        aborted: AtomicBool::new(false),
+        first_error: Mutex::new(None),
+        deadlock_after: deadlock_timeout(),
+    });
+    let nthreads = dims.block.volume() as u32;
+    let nwarps = nthreads.div_ceil(super::WARP_SIZE);
+    let stack = stack_size();
+    std::thread::scope(|scope| {
+        for b in 0..dims.grid.volume() {
+            let shared = Arc::new(BlockShared {
+                barriers: (0..super::MAX_BARRIERS)
+                    .map(|_| NamedBarrier::default())
+                    .collect(),
+                warps: (0..nwarps)
+                    .map(|w| WarpRendezvous::new(nthreads.saturating_sub(w * 32).min(32)))
+                    .collect(),
+                smem: (0..(dims.smem_bytes as usize).div_ceil(16))
+                    .map(|_| std::cell::UnsafeCell::new(0))
+                    .collect(),
+                smem_bytes: dims.smem_bytes,
+            });
+            for t in 0..nthreads as u64 {
+                let ctx = ThreadCtx {
+                    thread: index_of(t, dims.block),
+                    block: index_of(b, dims.grid),
+                    block_dim: dims.block,
+                    grid_dim: dims.grid,
+                    shared: shared.clone(),
+                    launch: launch.clone(),
+                };
+                let spawned = std::thread::Builder::new()
+                    .name(format!("emu-b{b}-t{t}"))
+                    .stack_size(stack)
+                    .spawn_scoped(scope, move || run_thread(ctx, body));
+                if let Err(e) = spawned {
+                    record_error(&launch, EmuError::Spawn(e.to_string()));
+                    return;
+                }
+            }
+        }
+    });
+    let err = launch
+        .first_error
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    match err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn record_error(launch: &LaunchShared, e: EmuError) {
+    let mut first = launch.first_error.lock().unwrap_or_else(|p| p.into_inner());
+    if first.is_none() {
+        *first = Some(e);
+    }
+    launch.aborted.store(true, Ordering::SeqCst);
+}
+
+fn run_thread(ctx: ThreadCtx, body: &(dyn Fn() + Sync)) {
+    CTX.with(|c| c.set(&ctx as *const ThreadCtx));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+    CTX.with(|c| c.set(std::ptr::null()));
+    if let Err(payload) = result {
+        if payload.downcast_ref::<Aborted>().is_some() {
+            return;
+        }
+        let message = if let Some(s) = payload.downcast_ref::<String>() {
+            s.clone()
+        } else if let Some(s) = payload.downcast_ref::<&str>() {
+            (*s).to_string()
+        } else {
+            "panic".to_string()
+        };
+        record_error(
+            &ctx.launch,
+            EmuError::Trapped {
+                block: ctx.block.x,
+                thread: ctx.thread.x,
+                message,
+            },
+        );
+    }
+}
+
+/// Deadline helper for the blocking primitives.
+pub(crate) fn deadline(ctx: &ThreadCtx) -> Instant {
+    Instant::now() + ctx.launch.deadlock_after
+}

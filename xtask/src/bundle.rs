@@ -1,0 +1,130 @@
+//! `gpu-bundle`: PTX plus release-built GPU test and bench binaries and a `run.sh`, in one folder
+//! that runs on an x86-64 Linux machine with a CUDA driver and no Rust toolchain.
+use crate::ptx;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const LIMIT_BYTES: u64 = 64 * 1024 * 1024;
+
+const RUN_SH: &str = r#"#!/usr/bin/env bash
+# Runs the rsccl GPU tests and benchmarks in this folder; the last line is `N passed, N failed`.
+set -u
+cd "$(dirname "$(readlink -f "$0")")"
+passed=0; failed=0
+for t in tests/*; do
+  echo "=== $t"
+  out=$("./$t" 2>&1); rc=$?
+  echo "$out"
+  line=$(echo "$out" | grep -E '^gpu-tests: [0-9]+ passed, [0-9]+ failed' | tail -n 1)
+  if [ -n "$line" ]; then
+    p=$(echo "$line" | sed -E 's/^gpu-tests: ([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    passed=$((passed + p)); failed=$((failed + f))
+  else
+    failed=$((failed + 1))
+  fi
+  [ $rc -ne 0 ] && [ -z "$line" ] && echo "$t exited with $rc"
+done
+if [ "${RSCCL_SKIP_BENCH:-0}" != 1 ]; then
+  for b in bench/*; do
+    echo "=== $b"
+    if "./$b"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  done
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
+"#;
+
+/// Builds the bundle into `out` (default `dist/gpu-bundle`).
+pub fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
+    let root = crate::workspace_root();
+    let out = out.unwrap_or_else(|| root.join("dist/gpu-bundle"));
+    let _ = std::fs::remove_dir_all(&out);
+    for sub in ["tests", "bench", "ptx"] {
+        std::fs::create_dir_all(out.join(sub))
+            .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    }
+    let opts = ptx::Options {
+        archs: ptx::Arch::ALL.to_vec(),
+        out: Some(out.join("ptx")),
+        check: false,
+    };
+    ptx::build_ptx(&opts)?;
+    let tests = cargo_executables(&root, &["test", "--release", "--no-run", "--test", "gpu"])?;
+    let benches = cargo_executables(&root, &["bench", "--no-run", "--bench", "gpu_bench"])?;
+    copy_stripped(&tests, &out.join("tests"), "gpu-tests")?;
+    copy_stripped(&benches, &out.join("bench"), "gpu-bench")?;
+    let run = out.join("run.sh");
+    std::fs::write(&run, RUN_SH).map_err(|e| e.to_string())?;
+    let _ = Command::new("chmod").arg("+x").arg(&run).status();
+    let size = dir_size(&out);
+    if size > LIMIT_BYTES {
+        return Err(format!("bundle is {size} bytes, over the 64 MiB limit"));
+    }
+    println!(
+        "gpu bundle: {} ({:.1} MiB); run it with `bash {}/run.sh`",
+        out.display(),
+        size as f64 / 1048576.0,
+        out.display()
+    );
+    Ok(())
+}
+
+/// Runs a cargo build with JSON messages and returns the executables it produced.
+fn cargo_executables(root: &Path, args: &[&str]) -> Result<Vec<PathBuf>, String> {
+    let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(root)
+        .args(args)
+        .args([
+            "-p",
+            "rsccl-suite",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("`cargo {}` failed", args.join(" ")));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let exes: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|l| l.split("\"executable\":\"").nth(1))
+        .filter_map(|rest| rest.split('"').next())
+        .map(PathBuf::from)
+        .collect();
+    if exes.is_empty() {
+        return Err(format!("`cargo {}` produced no executable", args.join(" ")));
+    }
+    Ok(exes)
+}
+
+fn copy_stripped(exes: &[PathBuf], dir: &Path, name: &str) -> Result<(), String> {
+    for (i, exe) in exes.iter().enumerate() {
+        let dst = if exes.len() == 1 {
+            dir.join(name)
+        } else {
+            dir.join(format!("{name}-{i}"))
+        };
+        std::fs::copy(exe, &dst).map_err(|e| format!("cannot copy {}: {e}", exe.display()))?;
+        // Debug info is most of a test binary's size; strip keeps the bundle far under 64 MiB.
+        let _ = Command::new("strip").arg(&dst).status();
+    }
+    Ok(())
+}
+
+fn dir_size(p: &Path) -> u64 {
+    std::fs::read_dir(p)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| {
+                    let m = e.metadata().ok();
+                    match m {
+                        Some(m) if m.is_dir() => dir_size(&e.path()),
+                        Some(m) => m.len(),
+                        None => 0,
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
