@@ -1,1 +1,3 @@
-//! Workspace-level test and benchmark support (no public API).
+//! Support for the workspace-level tests and benchmarks: checks written once against
+//! `&dyn Backend`, run on the CPU emulator by `tests/` and on a GPU by the GPU bundle.
+pub mod checks;

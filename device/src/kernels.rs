@@ -51,7 +51,7 @@ kernel_table!(COPY_KERNELS {
 
 /// Every kernel table of the crate.
 #[cfg(not(target_arch = "nvptx64"))]
-pub static TABLES: &[&[KernelEntry]] = &[COPY_KERNELS];
+pub static TABLES: &[&[KernelEntry]] = &[COPY_KERNELS, crate::selftest::SELFTEST_KERNELS];
 
 /// Finds a kernel by its exported name.
 ///
@@ -61,8 +61,5 @@ pub static TABLES: &[&[KernelEntry]] = &[COPY_KERNELS];
 /// ```
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn find(name: &str) -> Option<&'static KernelEntry> {
-    TABLES
-        .iter()
-        .flat_map(|t| t.iter())
-        .find(|k| k.name == name)
+    TABLES.iter().flat_map(|t| t.iter()).find(|k| k.name == name)
 }

@@ -23,6 +23,7 @@ pub mod arch;
 pub mod copy;
 pub mod kernels;
 pub mod ptr;
+pub mod selftest;
 
 pub use ptr::DevPtr;
 

@@ -43,11 +43,7 @@ pub fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
         std::fs::create_dir_all(out.join(sub))
             .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     }
-    let opts = ptx::Options {
-        archs: ptx::Arch::ALL.to_vec(),
-        out: Some(out.join("ptx")),
-        check: false,
-    };
+    let opts = ptx::Options { archs: ptx::Arch::ALL.to_vec(), out: Some(out.join("ptx")), check: false };
     ptx::build_ptx(&opts)?;
     let tests = cargo_executables(&root, &["test", "--release", "--no-run", "--test", "gpu"])?;
     let benches = cargo_executables(&root, &["bench", "--no-run", "--bench", "gpu_bench"])?;
@@ -74,11 +70,7 @@ fn cargo_executables(root: &Path, args: &[&str]) -> Result<Vec<PathBuf>, String>
     let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(root)
         .args(args)
-        .args([
-            "-p",
-            "rsccl-suite",
-            "--message-format=json-render-diagnostics",
-        ])
+        .args(["-p", "rsccl-suite", "--message-format=json-render-diagnostics"])
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
@@ -100,11 +92,7 @@ fn cargo_executables(root: &Path, args: &[&str]) -> Result<Vec<PathBuf>, String>
 
 fn copy_stripped(exes: &[PathBuf], dir: &Path, name: &str) -> Result<(), String> {
     for (i, exe) in exes.iter().enumerate() {
-        let dst = if exes.len() == 1 {
-            dir.join(name)
-        } else {
-            dir.join(format!("{name}-{i}"))
-        };
+        let dst = if exes.len() == 1 { dir.join(name) } else { dir.join(format!("{name}-{i}")) };
         std::fs::copy(exe, &dst).map_err(|e| format!("cannot copy {}: {e}", exe.display()))?;
         // Debug info is most of a test binary's size; strip keeps the bundle far under 64 MiB.
         let _ = Command::new("strip").arg(&dst).status();

@@ -20,9 +20,7 @@ const USAGE: &str = "usage:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("build-ptx") => {
-            parse_build_ptx(&args[1..]).and_then(|o| ptx::build_ptx(&o).map(|_| ()))
-        }
+        Some("build-ptx") => parse_build_ptx(&args[1..]).and_then(|o| ptx::build_ptx(&o).map(|_| ())),
         Some("gpu-bundle") => parse_out(&args[1..]).and_then(bundle::gpu_bundle),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
@@ -42,9 +40,7 @@ fn main() -> ExitCode {
 /// The workspace root (the parent of this crate's manifest directory).
 pub fn workspace_root() -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    here.parent()
-        .expect("xtask lives one level below the workspace root")
-        .to_path_buf()
+    here.parent().expect("xtask lives one level below the workspace root").to_path_buf()
 }
 
 fn parse_build_ptx(args: &[String]) -> Result<ptx::Options, String> {
@@ -53,9 +49,7 @@ fn parse_build_ptx(args: &[String]) -> Result<ptx::Options, String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--arch" => {
-                let v = it
-                    .next()
-                    .ok_or("--arch needs a value: sm_90, sm_80 or all")?;
+                let v = it.next().ok_or("--arch needs a value: sm_90, sm_80 or all")?;
                 opts.archs = match v.as_str() {
                     "all" => ptx::Arch::ALL.to_vec(),
                     other => vec![ptx::Arch::parse(other)?],

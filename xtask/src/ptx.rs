@@ -56,11 +56,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            archs: vec![Arch::Sm90],
-            out: None,
-            check: false,
-        }
+        Options { archs: vec![Arch::Sm90], out: None, check: false }
     }
 }
 
@@ -73,9 +69,7 @@ struct EntryInfo {
 
 /// Where the host crate embeds the PTX for `arch`.
 pub fn embedded_path(arch: Arch) -> PathBuf {
-    crate::workspace_root()
-        .join("host/ptx")
-        .join(format!("rsccl_{}.ptx", arch.name()))
+    crate::workspace_root().join("host/ptx").join(format!("rsccl_{}.ptx", arch.name()))
 }
 
 /// Builds every requested arch; returns the PTX paths written to the output directory.
@@ -91,12 +85,7 @@ pub fn build_ptx(opts: &Options) -> Result<Vec<PathBuf>, String> {
         let ptx_path = out.join(format!("rsccl_{}.ptx", arch.name()));
         compile(arch, &root, &ptx_path)?;
         let entries = assemble(&ptxas, arch, &ptx_path, &out)?;
-        println!(
-            "{} ({} bytes): {}",
-            arch.name(),
-            file_len(&ptx_path),
-            ptx_path.display()
-        );
+        println!("{} ({} bytes): {}", arch.name(), file_len(&ptx_path), ptx_path.display());
         println!("  {:<48} {:>5} {:>10}", "entry", "regs", "smem B");
         for e in &entries {
             println!("  {:<48} {:>5} {:>10}", e.name, e.registers, e.smem_bytes);
@@ -129,43 +118,33 @@ fn file_len(p: &Path) -> u64 {
 }
 
 fn compile(arch: Arch, root: &Path, ptx_path: &Path) -> Result<(), String> {
-    // Cargo does not track the --emit=asm file; remove it so a stale one is never reported.
-    let _ = std::fs::remove_file(ptx_path);
     let target_dir = root.join("target").join(format!("ptx-{}", arch.name()));
-    let status = toolchain::nightly("cargo")
-        .current_dir(root)
-        .env(
-            "CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS",
-            arch.rustflags(),
-        )
-        .args([
-            "rustc",
-            "--quiet",
-            "--profile",
-            "ptx",
-            "-p",
-            "rsccl-device",
-            "--crate-type",
-            "staticlib",
-        ])
-        .args([
-            "--target",
-            "nvptx64-nvidia-cuda",
-            "-Zbuild-std=core",
-            "--target-dir",
-        ])
-        .arg(&target_dir)
-        .arg("--")
-        .arg(format!("--emit=asm={}", ptx_path.display()))
-        .arg("-Awarnings")
-        .status()
-        .map_err(|e| format!("cannot run cargo +nightly: {e}"))?;
-    if !status.success() || !ptx_path.exists() {
-        return Err(format!(
-            "compiling the device crate for {} failed",
-            arch.name()
-        ));
+    // Cargo does not track the --emit=asm file: when the crate is fresh it writes nothing. So
+    // the file lives at a fixed path beside the build it came from (the path is part of the
+    // build's fingerprint) and is copied out; if it went missing, force one rebuild.
+    let emitted = target_dir.join(format!("rsccl_{}.ptx", arch.name()));
+    let run = || {
+        toolchain::nightly("cargo")
+            .current_dir(root)
+            .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS", arch.rustflags())
+            .args(["rustc", "--quiet", "--profile", "ptx", "-p", "rsccl-device", "--crate-type", "staticlib"])
+            .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core", "--target-dir"])
+            .arg(&target_dir)
+            .arg("--")
+            .arg(format!("--emit=asm={}", emitted.display()))
+            .arg("-Awarnings")
+            .status()
+            .map_err(|e| format!("cannot run cargo +nightly: {e}"))
+    };
+    let mut ok = run()?.success();
+    if ok && !emitted.exists() {
+        let _ = std::fs::remove_dir_all(target_dir.join("nvptx64-nvidia-cuda/ptx/.fingerprint"));
+        ok = run()?.success();
     }
+    if !ok || !emitted.exists() {
+        return Err(format!("compiling the device crate for {} failed", arch.name()));
+    }
+    std::fs::copy(&emitted, ptx_path).map_err(|e| format!("cannot write {}: {e}", ptx_path.display()))?;
     Ok(())
 }
 
@@ -179,8 +158,7 @@ fn assemble(ptxas: &Path, arch: Arch, ptx: &Path, out: &Path) -> Result<Vec<Entr
         .arg(&cubin)
         .output()
         .map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
-    let log = String::from_utf8_lossy(&output.stderr).to_string()
-        + &String::from_utf8_lossy(&output.stdout);
+    let log = String::from_utf8_lossy(&output.stderr).to_string() + &String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
         return Err(format!("ptxas rejected {}:\n{log}", ptx.display()));
     }
@@ -193,17 +171,9 @@ fn parse_ptxas_log(log: &str) -> Vec<EntryInfo> {
     for line in log.lines() {
         if let Some(rest) = line.split("Compiling entry function '").nth(1) {
             let name = rest.split('\'').next().unwrap_or("").to_string();
-            entries.push(EntryInfo {
-                name,
-                registers: 0,
-                smem_bytes: 0,
-            });
+            entries.push(EntryInfo { name, registers: 0, smem_bytes: 0 });
         } else if let (Some(e), Some(rest)) = (entries.last_mut(), line.split("Used ").nth(1)) {
-            e.registers = rest
-                .split_whitespace()
-                .next()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0);
+            e.registers = rest.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
             for part in rest.split(',') {
                 let part = part.trim();
                 if let Some(n) = part.strip_suffix(" bytes smem") {

@@ -36,19 +36,11 @@ pub fn ensure_nightly() -> Result<(), String> {
         format!("cannot run rustup ({e}); install rustup from https://rustup.rs, then run `{fix}`")
     })?;
     if !out.status.success() {
-        return Err(format!(
-            "no nightly toolchain (needed for the nvptx64 backend); run `{fix}`"
-        ));
+        return Err(format!("no nightly toolchain (needed for the nvptx64 backend); run `{fix}`"));
     }
-    let sysroot = nightly("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .map_err(|e| e.to_string())?;
+    let sysroot = nightly("rustc").args(["--print", "sysroot"]).output().map_err(|e| e.to_string())?;
     let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
-    if sysroot
-        .join("lib/rustlib/src/rust/library/core/Cargo.toml")
-        .exists()
-    {
+    if sysroot.join("lib/rustlib/src/rust/library/core/Cargo.toml").exists() {
         return Ok(());
     }
     eprintln!("xtask: adding rust-src to the nightly toolchain");
@@ -60,7 +52,8 @@ pub fn ensure_nightly() -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err("could not add rust-src; run `rustup component add rust-src --toolchain nightly` (needs network)".into())
+        Err("could not add rust-src; run `rustup component add rust-src --toolchain nightly` (needs network)"
+            .into())
     }
 }
 
@@ -78,22 +71,14 @@ fn cache_dir() -> PathBuf {
 }
 
 fn works(ptxas: &Path) -> bool {
-    Command::new(ptxas)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+    Command::new(ptxas).arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
 }
 
 /// A working `ptxas`: `$PTXAS`, then PATH, then our cache, else fetched from PyPI into the cache.
 pub fn ensure_ptxas() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("PTXAS") {
         let p = PathBuf::from(p);
-        return if works(&p) {
-            Ok(p)
-        } else {
-            Err(format!("$PTXAS={} does not run", p.display()))
-        };
+        return if works(&p) { Ok(p) } else { Err(format!("$PTXAS={} does not run", p.display())) };
     }
     if works(Path::new("ptxas")) {
         return Ok(PathBuf::from("ptxas"));
@@ -129,9 +114,7 @@ pub fn ensure_ptxas() -> Result<PathBuf, String> {
         .status()
         .map_err(|e| format!("cannot run python3 ({e}); {fix}"))?;
     if !status.success() {
-        return Err(format!(
-            "pip could not download the wheel (no network?); {fix}"
-        ));
+        return Err(format!("pip could not download the wheel (no network?); {fix}"));
     }
     let script = format!(
         "import glob,zipfile,os,sys\nw=glob.glob(os.path.join(sys.argv[1],'*.whl'))[0]\nz=zipfile.ZipFile(w)\nopen(sys.argv[2],'wb').write(z.read('{NVCC_WHEEL_PTXAS}'))\nos.chmod(sys.argv[2],0o755)\n"

@@ -33,11 +33,7 @@ unsafe extern "C" {
 pub fn thread_idx() -> Dim3 {
     // SAFETY: reading special registers has no preconditions.
     unsafe {
-        Dim3 {
-            x: nv::_thread_idx_x() as u32,
-            y: nv::_thread_idx_y() as u32,
-            z: nv::_thread_idx_z() as u32,
-        }
+        Dim3 { x: nv::_thread_idx_x() as u32, y: nv::_thread_idx_y() as u32, z: nv::_thread_idx_z() as u32 }
     }
 }
 /// `blockIdx`.
@@ -45,11 +41,7 @@ pub fn thread_idx() -> Dim3 {
 pub fn block_idx() -> Dim3 {
     // SAFETY: reading special registers has no preconditions.
     unsafe {
-        Dim3 {
-            x: nv::_block_idx_x() as u32,
-            y: nv::_block_idx_y() as u32,
-            z: nv::_block_idx_z() as u32,
-        }
+        Dim3 { x: nv::_block_idx_x() as u32, y: nv::_block_idx_y() as u32, z: nv::_block_idx_z() as u32 }
     }
 }
 /// `blockDim`.
@@ -57,24 +49,14 @@ pub fn block_idx() -> Dim3 {
 pub fn block_dim() -> Dim3 {
     // SAFETY: reading special registers has no preconditions.
     unsafe {
-        Dim3 {
-            x: nv::_block_dim_x() as u32,
-            y: nv::_block_dim_y() as u32,
-            z: nv::_block_dim_z() as u32,
-        }
+        Dim3 { x: nv::_block_dim_x() as u32, y: nv::_block_dim_y() as u32, z: nv::_block_dim_z() as u32 }
     }
 }
 /// `gridDim`.
 #[inline(always)]
 pub fn grid_dim() -> Dim3 {
     // SAFETY: reading special registers has no preconditions.
-    unsafe {
-        Dim3 {
-            x: nv::_grid_dim_x() as u32,
-            y: nv::_grid_dim_y() as u32,
-            z: nv::_grid_dim_z() as u32,
-        }
-    }
+    unsafe { Dim3 { x: nv::_grid_dim_x() as u32, y: nv::_grid_dim_y() as u32, z: nv::_grid_dim_z() as u32 } }
 }
 
 /// `bar.sync id, n`: wait until `n` threads (a multiple of 32) have arrived at barrier `id`.
@@ -166,30 +148,10 @@ macro_rules! st_global {
         }
     };
 }
-ld_volatile!(
-    ld_volatile_u8,
-    u8,
-    "ld.volatile.global.u8 {0}, [{1}];",
-    reg16
-);
-ld_volatile!(
-    ld_volatile_u16,
-    u16,
-    "ld.volatile.global.u16 {0}, [{1}];",
-    reg16
-);
-ld_volatile!(
-    ld_volatile_u32,
-    u32,
-    "ld.volatile.global.u32 {0}, [{1}];",
-    reg32
-);
-ld_volatile!(
-    ld_volatile_u64,
-    u64,
-    "ld.volatile.global.u64 {0}, [{1}];",
-    reg64
-);
+ld_volatile!(ld_volatile_u8, u8, "ld.volatile.global.u8 {0}, [{1}];", reg16);
+ld_volatile!(ld_volatile_u16, u16, "ld.volatile.global.u16 {0}, [{1}];", reg16);
+ld_volatile!(ld_volatile_u32, u32, "ld.volatile.global.u32 {0}, [{1}];", reg32);
+ld_volatile!(ld_volatile_u64, u64, "ld.volatile.global.u64 {0}, [{1}];", reg64);
 st_global!(st_global_u8, u8, "st.global.u8 [{0}], {1};", reg16);
 st_global!(st_global_u16, u16, "st.global.u16 [{0}], {1};", reg16);
 st_global!(st_global_u32, u32, "st.global.u32 [{0}], {1};", reg32);
@@ -228,9 +190,7 @@ pub unsafe fn st_global_u128(p: *mut [u64; 2], v: [u64; 2]) {
 pub unsafe fn ld_acquire_sys_u64(p: *const u64) -> u64 {
     let v: u64;
     // SAFETY: the caller guarantees p.
-    unsafe {
-        asm!("ld.acquire.sys.global.u64 {0}, [{1}];", out(reg64) v, in(reg64) p, options(nostack))
-    };
+    unsafe { asm!("ld.acquire.sys.global.u64 {0}, [{1}];", out(reg64) v, in(reg64) p, options(nostack)) };
     v
 }
 /// `ld.relaxed.sys.global.u64`.
@@ -241,9 +201,7 @@ pub unsafe fn ld_acquire_sys_u64(p: *const u64) -> u64 {
 pub unsafe fn ld_relaxed_sys_u64(p: *const u64) -> u64 {
     let v: u64;
     // SAFETY: the caller guarantees p.
-    unsafe {
-        asm!("ld.relaxed.sys.global.u64 {0}, [{1}];", out(reg64) v, in(reg64) p, options(nostack))
-    };
+    unsafe { asm!("ld.relaxed.sys.global.u64 {0}, [{1}];", out(reg64) v, in(reg64) p, options(nostack)) };
     v
 }
 /// `st.relaxed.sys.global.u64`.
@@ -253,9 +211,7 @@ pub unsafe fn ld_relaxed_sys_u64(p: *const u64) -> u64 {
 #[inline(always)]
 pub unsafe fn st_relaxed_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees p.
-    unsafe {
-        asm!("st.relaxed.sys.global.u64 [{0}], {1};", in(reg64) p, in(reg64) v, options(nostack))
-    };
+    unsafe { asm!("st.relaxed.sys.global.u64 [{0}], {1};", in(reg64) p, in(reg64) v, options(nostack)) };
 }
 /// `st.release.sys.global.u64`: earlier accesses are performed before this store.
 ///
@@ -264,9 +220,7 @@ pub unsafe fn st_relaxed_sys_u64(p: *mut u64, v: u64) {
 #[inline(always)]
 pub unsafe fn st_release_sys_u64(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees p.
-    unsafe {
-        asm!("st.release.sys.global.u64 [{0}], {1};", in(reg64) p, in(reg64) v, options(nostack))
-    };
+    unsafe { asm!("st.release.sys.global.u64 [{0}], {1};", in(reg64) p, in(reg64) v, options(nostack)) };
 }
 /// `fence.acq_rel.sys`.
 #[inline(always)]

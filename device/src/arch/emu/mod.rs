@@ -56,15 +56,8 @@ impl std::fmt::Display for EmuError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             EmuError::InvalidLaunch(m) => write!(f, "invalid launch: {m}"),
-            EmuError::Trapped {
-                block,
-                thread,
-                message,
-            } => {
-                write!(
-                    f,
-                    "kernel trapped in block {block} thread {thread}: {message}"
-                )
+            EmuError::Trapped { block, thread, message } => {
+                write!(f, "kernel trapped in block {block} thread {thread}: {message}")
             }
             EmuError::Spawn(m) => write!(f, "could not start emulated thread: {m}"),
         }
@@ -108,10 +101,7 @@ impl LaunchDims {
 /// How long a barrier or warp collective may wait before the emulator declares a deadlock.
 /// `RSCCL_EMU_DEADLOCK_MS` overrides it (default 120 s).
 fn deadlock_timeout() -> Duration {
-    let ms = std::env::var("RSCCL_EMU_DEADLOCK_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(120_000);
+    let ms = std::env::var("RSCCL_EMU_DEADLOCK_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(120_000);
     Duration::from_millis(ms)
 }
 
@@ -155,10 +145,7 @@ pub(crate) struct Aborted;
 /// The calling thread's context.
 pub(crate) fn ctx() -> &'static ThreadCtx {
     let p = CTX.with(|c| c.get());
-    assert!(
-        !p.is_null(),
-        "rsccl_device::arch called outside an emulated kernel launch"
-    );
+    assert!(!p.is_null(), "rsccl_device::arch called outside an emulated kernel launch");
     // SAFETY: set by `run_thread` for the thread's lifetime and cleared before the ThreadCtx
     // it points to is dropped; only this thread reads it.
     unsafe { &*p }
@@ -181,11 +168,7 @@ impl ThreadCtx {
 }
 
 fn stack_size() -> usize {
-    std::env::var("RSCCL_EMU_STACK_KB")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(512)
-        * 1024
+    std::env::var("RSCCL_EMU_STACK_KB").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(512) * 1024
 }
 
 fn index_of(linear: u64, dim: Dim3) -> Dim3 {
@@ -210,11 +193,21 @@ fn index_of(linear: u64, dim: Dim3) -> Dim3 {
 /// assert_eq!(count.load(Ordering::Relaxed), 128);
 /// ```
 pub fn launch(dims: LaunchDims, body: &(dyn Fn() + Sync)) -> Result<(), EmuError> {
+    launch_with_deadlock_timeout(dims, deadlock_timeout(), body)
+}
+
+/// [`launch`] with an explicit bound on how long any barrier or warp collective may wait
+/// before the launch fails as deadlocked.
+pub fn launch_with_deadlock_timeout(
+    dims: LaunchDims,
+    deadlock_after: Duration,
+    body: &(dyn Fn() + Sync),
+) -> Result<(), EmuError> {
     dims.validate()?;
     let launch = Arc::new(LaunchShared {
         aborted: AtomicBool::new(false),
         first_error: Mutex::new(None),
-        deadlock_after: deadlock_timeout(),
+        deadlock_after,
     });
     let nthreads = dims.block.volume() as u32;
     let nwarps = nthreads.div_ceil(super::WARP_SIZE);
@@ -222,9 +215,7 @@ pub fn launch(dims: LaunchDims, body: &(dyn Fn() + Sync)) -> Result<(), EmuError
     std::thread::scope(|scope| {
         for b in 0..dims.grid.volume() {
             let shared = Arc::new(BlockShared {
-                barriers: (0..super::MAX_BARRIERS)
-                    .map(|_| NamedBarrier::default())
-                    .collect(),
+                barriers: (0..super::MAX_BARRIERS).map(|_| NamedBarrier::default()).collect(),
                 warps: (0..nwarps)
                     .map(|w| WarpRendezvous::new(nthreads.saturating_sub(w * 32).min(32)))
                     .collect(),
@@ -253,11 +244,7 @@ pub fn launch(dims: LaunchDims, body: &(dyn Fn() + Sync)) -> Result<(), EmuError
             }
         }
     });
-    let err = launch
-        .first_error
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
+    let err = launch.first_error.lock().unwrap_or_else(|e| e.into_inner()).take();
     match err {
         Some(e) => Err(e),
         None => Ok(()),
@@ -287,14 +274,7 @@ fn run_thread(ctx: ThreadCtx, body: &(dyn Fn() + Sync)) {
         } else {
             "panic".to_string()
         };
-        record_error(
-            &ctx.launch,
-            EmuError::Trapped {
-                block: ctx.block.x,
-                thread: ctx.thread.x,
-                message,
-            },
-        );
+        record_error(&ctx.launch, EmuError::Trapped { block: ctx.block.x, thread: ctx.thread.x, message });
     }
 }
 

@@ -27,9 +27,7 @@ pub fn grid_dim() -> Dim3 {
 
 fn barrier_index(id: u32) -> usize {
     if id >= super::super::MAX_BARRIERS {
-        ctx().fail(format!(
-            "bar.sync/arrive: barrier id {id} is out of range 0..16"
-        ));
+        ctx().fail(format!("bar.sync/arrive: barrier id {id} is out of range 0..16"));
     }
     id as usize
 }
@@ -49,10 +47,7 @@ fn warp_exchange(mask: u32, v: u64) -> ([u64; 32], u32) {
     let c = ctx();
     let tid = c.linear_tid();
     let lane = tid % 32;
-    (
-        c.shared.warps[(tid / 32) as usize].exchange(c, lane, mask, v),
-        lane,
-    )
+    (c.shared.warps[(tid / 32) as usize].exchange(c, lane, mask, v), lane)
 }
 
 /// `__syncwarp(mask)`.
@@ -70,9 +65,7 @@ pub fn vote_any(mask: u32, pred: bool) -> bool {
 /// `vote.sync.ballot.b32`.
 pub fn ballot(mask: u32, pred: bool) -> u32 {
     let (vals, _) = warp_exchange(mask, pred as u64);
-    (0..32)
-        .filter(|&l| mask & (1 << l) != 0 && vals[l] != 0)
-        .fold(0, |b, l| b | (1 << l))
+    (0..32).filter(|&l| mask & (1 << l) != 0 && vals[l] != 0).fold(0, |b, l| b | (1 << l))
 }
 /// `shfl.sync.idx.b32`: the value of lane `src`.
 pub fn shfl_idx(mask: u32, v: u32, src: u32) -> u32 {
@@ -198,12 +191,7 @@ pub unsafe fn atomic_add_acq_rel_sys_u64(p: *mut u64, v: u64) -> u64 {
 /// `p` is valid, 8-byte-aligned (emulated) device memory.
 pub unsafe fn atomic_cas_acq_rel_sys_u64(p: *mut u64, expected: u64, new: u64) -> u64 {
     // SAFETY: forwarded contract.
-    match unsafe { atomic_u64(p) }.compare_exchange(
-        expected,
-        new,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
+    match unsafe { atomic_u64(p) }.compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire) {
         Ok(v) | Err(v) => v,
     }
 }

@@ -21,28 +21,19 @@ fn wait_until<'a, T>(
 ) -> MutexGuard<'a, T> {
     let deadline: Instant = super::deadline(ctx);
     while !done(&guard) {
-        let (g, _) = cv
-            .wait_timeout(guard, SLICE)
-            .unwrap_or_else(|p| p.into_inner());
+        let (g, _) = cv.wait_timeout(guard, SLICE).unwrap_or_else(|p| p.into_inner());
         guard = g;
         if done(&guard) {
             break;
         }
-        if ctx
-            .launch
-            .aborted
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
+        if ctx.launch.aborted.load(std::sync::atomic::Ordering::Relaxed) {
             drop(guard);
             std::panic::resume_unwind(Box::new(super::Aborted));
         }
         if Instant::now() > deadline {
             let msg = what(&guard);
             drop(guard);
-            ctx.fail(format!(
-                "deadlock: {msg} did not complete within {:?}",
-                ctx.launch.deadlock_after
-            ));
+            ctx.fail(format!("deadlock: {msg} did not complete within {:?}", ctx.launch.deadlock_after));
         }
     }
     guard
@@ -95,9 +86,7 @@ impl NamedBarrier {
                 ctx.block.x, ctx.thread.x, s.arrived
             )
         };
-        drop(wait_until(ctx, &self.cv, st, &what, |s| {
-            s.generation != generation
-        }));
+        drop(wait_until(ctx, &self.cv, st, &what, |s| s.generation != generation));
     }
 
     pub(crate) fn arrive(&self, ctx: &ThreadCtx, id: u32, n: u32) {
@@ -124,12 +113,7 @@ pub(crate) struct WarpRendezvous {
 impl WarpRendezvous {
     pub(crate) fn new(lanes: u32) -> Self {
         WarpRendezvous {
-            state: Mutex::new(WarpState {
-                values: [0; 32],
-                arrived: 0,
-                readers_left: 0,
-                generation: 0,
-            }),
+            state: Mutex::new(WarpState { values: [0; 32], arrived: 0, readers_left: 0, generation: 0 }),
             cv: Condvar::new(),
             lanes,
         }
@@ -137,15 +121,9 @@ impl WarpRendezvous {
 
     /// Exchanges `value` among the lanes of `mask`; returns every lane's value.
     pub(crate) fn exchange(&self, ctx: &ThreadCtx, lane: u32, mask: u32, value: u64) -> [u64; 32] {
-        let existing = if self.lanes == 32 {
-            u32::MAX
-        } else {
-            (1u32 << self.lanes) - 1
-        };
+        let existing = if self.lanes == 32 { u32::MAX } else { (1u32 << self.lanes) - 1 };
         if mask & (1 << lane) == 0 {
-            ctx.fail(format!(
-                "warp collective: lane {lane} is not in its own mask {mask:#010x}"
-            ));
+            ctx.fail(format!("warp collective: lane {lane} is not in its own mask {mask:#010x}"));
         }
         if mask & !existing != 0 {
             ctx.fail(format!(

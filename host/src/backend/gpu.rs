@@ -1,0 +1,249 @@
+//! The GPU backend: the CUDA driver, loaded at run time through cudarc, so the crate builds and
+//! its tests run on machines with no CUDA. Raw driver calls are confined to this file; the rest
+//! of the crate sees the safe [`Backend`] API.
+use super::{validate_launch, Backend, BackendKind, DeviceBuffer, LaunchConfig};
+use crate::error::{Error, Result};
+use cudarc::driver::{result, sys, CudaContext, DriverError};
+use rsccl_device::DevPtr;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex};
+
+fn driver(call: &'static str) -> impl Fn(DriverError) -> Error {
+    move |e| Error::Driver { call, message: format!("{e:?}") }
+}
+
+/// Whether a CUDA driver library can be loaded here. cudarc panics on its first call when it
+/// cannot load one, so we probe with the same candidate names before touching it.
+pub fn driver_present() -> bool {
+    let mut names = cudarc::get_lib_name_candidates("cuda");
+    names.push("libcuda.so.1".to_string());
+    names.iter().any(|n| {
+        // SAFETY: loading the CUDA driver runs its initialisers, which are designed to run in
+        // any process that links it; the handle is dropped at once.
+        unsafe { libloading::Library::new(n) }.is_ok()
+    })
+}
+
+struct Shared {
+    ctx: Arc<CudaContext>,
+    module: sys::CUmodule,
+    functions: Mutex<HashMap<String, (sys::CUfunction, u32)>>,
+    max_smem_optin: u32,
+    name: String,
+    cc: (i32, i32),
+}
+
+// SAFETY: CUDA driver handles may be used from any thread once the context is bound, which every
+// call here does first.
+unsafe impl Send for Shared {}
+// SAFETY: as above; the function cache is behind a mutex.
+unsafe impl Sync for Shared {}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the module was loaded in this context and no buffer or launch outlives us
+            // (buffers hold an Arc to Shared).
+            let _ = unsafe { result::module::unload(self.module) };
+        }
+    }
+}
+
+/// Device memory from `cuMemAlloc`, freed with the context bound.
+struct GpuMemory {
+    ptr: sys::CUdeviceptr,
+    shared: Arc<Shared>,
+}
+
+impl Drop for GpuMemory {
+    fn drop(&mut self) {
+        if self.ptr != 0 && self.shared.ctx.bind_to_thread().is_ok() {
+            // SAFETY: ptr came from malloc_sync in this context and is freed once.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// A CUDA GPU with rsccl's PTX module loaded; launches go to the device's legacy default stream.
+pub struct GpuBackend {
+    shared: Arc<Shared>,
+}
+
+impl GpuBackend {
+    /// Opens device `ordinal` and loads the PTX module for its architecture.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        if !driver_present() {
+            return Err(Error::NoGpu("the CUDA driver library (libcuda.so) could not be loaded".into()));
+        }
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| Error::NoGpu(format!("no CUDA device {ordinal}: {e:?}")))?;
+        let attr = |a| ctx.attribute(a).map_err(driver("cuDeviceGetAttribute"));
+        use sys::CUdevice_attribute as A;
+        let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let max_smem_optin = attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
+        let name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
+        let ptx = load_ptx_text(major, minor)?;
+        let image = CString::new(ptx).map_err(|_| Error::Driver {
+            call: "cuModuleLoadData",
+            message: "PTX contains a NUL byte".into(),
+        })?;
+        ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        // SAFETY: image is a NUL-terminated PTX string that outlives the call.
+        let module = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
+            .map_err(driver("cuModuleLoadData"))?;
+        Ok(GpuBackend {
+            shared: Arc::new(Shared {
+                ctx,
+                module,
+                functions: Mutex::new(HashMap::new()),
+                max_smem_optin,
+                name,
+                cc: (major, minor),
+            }),
+        })
+    }
+
+    /// Compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.shared.cc
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.shared.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))
+    }
+
+    /// The kernel handle and the dynamic shared memory it is currently allowed.
+    fn function(&self, kernel: &str) -> Result<(sys::CUfunction, u32)> {
+        let mut cache = self.shared.functions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&f) = cache.get(kernel) {
+            return Ok(f);
+        }
+        let cname = CString::new(kernel).map_err(|_| Error::UnknownKernel(kernel.to_string()))?;
+        // SAFETY: the module is loaded and alive (owned by Shared).
+        let f = unsafe { result::module::get_function(self.shared.module, cname) }.map_err(|e| {
+            if e.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+                Error::UnknownKernel(kernel.to_string())
+            } else {
+                driver("cuModuleGetFunction")(e)
+            }
+        })?;
+        cache.insert(kernel.to_string(), (f, 48 * 1024));
+        Ok((f, 48 * 1024))
+    }
+}
+
+/// The PTX text: the embedded module for this arch, or `$RSCCL_PTX_DIR/rsccl_sm_XX.ptx`.
+fn load_ptx_text(major: i32, minor: i32) -> Result<String> {
+    let embedded =
+        crate::ptx::for_compute_capability(major, minor).ok_or(Error::UnsupportedArch { major, minor })?;
+    match std::env::var_os("RSCCL_PTX_DIR") {
+        None => Ok(embedded.to_string()),
+        Some(dir) => {
+            let arch = if major >= 9 { "sm_90" } else { "sm_80" };
+            let path = std::path::Path::new(&dir).join(format!("rsccl_{arch}.ptx"));
+            std::fs::read_to_string(&path)
+                .map_err(|e| Error::Driver { call: "read PTX", message: format!("{}: {e}", path.display()) })
+        }
+    }
+}
+
+impl Backend for GpuBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Gpu
+    }
+
+    fn describe(&self) -> String {
+        format!("{} (sm_{}{})", self.shared.name, self.shared.cc.0, self.shared.cc.1)
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
+        self.bind()?;
+        if bytes == 0 {
+            return Ok(DeviceBuffer::new(DevPtr::NULL, 0, Box::new(())));
+        }
+        // SAFETY: a plain allocation; freed by GpuMemory's Drop.
+        let ptr = unsafe { result::malloc_sync(bytes) }.map_err(driver("cuMemAlloc"))?;
+        let mem = GpuMemory { ptr, shared: self.shared.clone() };
+        // SAFETY: ptr is a fresh allocation of `bytes`.
+        unsafe { result::memset_d8_sync(ptr, 0, bytes) }.map_err(driver("cuMemsetD8"))?;
+        Ok(DeviceBuffer::new(DevPtr(ptr), bytes, Box::new(mem)))
+    }
+
+    fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<()> {
+        dst.check_range("copy_in", offset, src.len())?;
+        self.synchronize()?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: the destination range is inside the allocation (checked).
+        unsafe { result::memcpy_htod_sync(dst.ptr().0 + offset as u64, src) }.map_err(driver("cuMemcpyHtoD"))
+    }
+
+    fn copy_out(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
+        src.check_range("copy_out", offset, dst.len())?;
+        self.synchronize()?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: the source range is inside the allocation (checked).
+        unsafe { result::memcpy_dtoh_sync(dst, src.ptr().0 + offset as u64) }.map_err(driver("cuMemcpyDtoH"))
+    }
+
+    fn copy_device(&self, dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize) -> Result<()> {
+        dst.check_range("copy_device destination", 0, bytes)?;
+        src.check_range("copy_device source", 0, bytes)?;
+        self.bind()?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges are inside live allocations (checked).
+        unsafe { result::memcpy_dtod_sync(dst.ptr().0, src.ptr().0, bytes) }.map_err(driver("cuMemcpyDtoD"))
+    }
+
+    fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()> {
+        self.bind()?;
+        let (f, allowed) = self.function(kernel)?;
+        validate_launch(kernel, &cfg, args, None, self.shared.max_smem_optin)?;
+        if cfg.smem_bytes > allowed {
+            // SAFETY: f is a live function of our module; the value is within the opt-in limit.
+            unsafe {
+                result::function::set_function_attribute(
+                    f,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    cfg.smem_bytes as i32,
+                )
+            }
+            .map_err(driver("cuFuncSetAttribute"))?;
+            let mut cache = self.shared.functions.lock().unwrap_or_else(|p| p.into_inner());
+            cache.insert(kernel.to_string(), (f, cfg.smem_bytes));
+        }
+        // The driver copies kernel parameters at launch; an 8-aligned copy satisfies the
+        // `.param .align 8` struct every rsccl kernel takes.
+        let mut storage = vec![0u64; args.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut storage)[..args.len()].copy_from_slice(args);
+        let mut params = [storage.as_mut_ptr() as *mut c_void];
+        // SAFETY: f belongs to the bound context; params points to one argument of the kernel's
+        // declared size (the kernel table's contract); the null stream is always valid.
+        unsafe {
+            result::launch_kernel(
+                f,
+                (cfg.grid.x, cfg.grid.y, cfg.grid.z),
+                (cfg.block.x, cfg.block.y, cfg.block.z),
+                cfg.smem_bytes,
+                std::ptr::null_mut(),
+                &mut params,
+            )
+        }
+        .map_err(|e| Error::InvalidLaunch { kernel: kernel.to_string(), reason: format!("{e:?}") })
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: synchronises the bound context.
+        unsafe { sys::cuCtxSynchronize() }
+            .result()
+            .map_err(|e| Error::KernelFailed { kernel: "(last launch)".into(), detail: format!("{e:?}") })
+    }
+}

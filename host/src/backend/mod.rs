@@ -1,0 +1,199 @@
+//! Backends: where kernels run. One trait, two implementations — the GPU through the CUDA
+//! driver (loaded at run time, so this crate builds and runs where there is no CUDA) and the CPU
+//! through the device crate's emulator, running the very same kernel bodies.
+//!
+//! ```
+//! use rsccl::backend::{self, Backend, LaunchConfig};
+//! use rsccl_device::copy::CopyArgs;
+//! let be = backend::cpu();
+//! let src = be.alloc(64).unwrap();
+//! let dst = be.alloc(64).unwrap();
+//! be.copy_in(&src, 0, &[7u8; 64]).unwrap();
+//! let args = CopyArgs { dst: dst.ptr(), src: src.ptr(), bytes: 64 };
+//! be.launch("rsccl_copy", LaunchConfig::linear(1, 32), &args).unwrap();
+//! let mut out = [0u8; 64];
+//! be.copy_out(&dst, 0, &mut out).unwrap();
+//! assert_eq!(out, [7u8; 64]);
+//! ```
+mod cpu;
+mod gpu;
+
+pub use cpu::CpuBackend;
+pub use gpu::GpuBackend;
+
+use crate::error::{Error, Result};
+use rsccl_device::arch::Dim3;
+use rsccl_device::DevPtr;
+use std::any::Any;
+use std::sync::Arc;
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks in the grid.
+    pub grid: Dim3,
+    /// Threads per block.
+    pub block: Dim3,
+    /// Dynamic shared memory per block, bytes.
+    pub smem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A one-dimensional grid of `blocks` × `threads`, no shared memory.
+    pub const fn linear(blocks: u32, threads: u32) -> Self {
+        LaunchConfig { grid: Dim3::x(blocks), block: Dim3::x(threads), smem_bytes: 0 }
+    }
+    /// The same launch with `bytes` of dynamic shared memory per block.
+    pub const fn with_smem(self, bytes: u32) -> Self {
+        LaunchConfig { smem_bytes: bytes, ..self }
+    }
+}
+
+/// Which implementation a backend is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    /// A CUDA GPU.
+    Gpu,
+    /// The CPU emulator.
+    Cpu,
+}
+
+/// Device memory owned by a backend; freed when dropped.
+pub struct DeviceBuffer {
+    ptr: DevPtr,
+    len: usize,
+    _owner: Box<dyn Any + Send + Sync>,
+}
+
+impl DeviceBuffer {
+    pub(crate) fn new(ptr: DevPtr, len: usize, owner: Box<dyn Any + Send + Sync>) -> Self {
+        DeviceBuffer { ptr, len, _owner: owner }
+    }
+    /// Device address of the first byte (16-byte aligned on both backends).
+    pub fn ptr(&self) -> DevPtr {
+        self.ptr
+    }
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the buffer has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Checks that `offset..offset + bytes` lies inside the buffer.
+    pub(crate) fn check_range(&self, what: &str, offset: usize, bytes: usize) -> Result<()> {
+        match offset.checked_add(bytes) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::OutOfRange { what: what.to_string(), offset, bytes, len: self.len }),
+        }
+    }
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer({:#x}, {} bytes)", self.ptr.0, self.len)
+    }
+}
+
+/// Where kernels run: allocate, copy in and out, launch by name, synchronize.
+///
+/// Launches are asynchronous and run in order (one stream); copies wait for earlier launches.
+pub trait Backend: Send + Sync {
+    /// GPU or CPU.
+    fn kind(&self) -> BackendKind;
+    /// A one-line description (device name, compute capability).
+    fn describe(&self) -> String;
+    /// Allocates `bytes` of zeroed device memory.
+    fn alloc(&self, bytes: usize) -> Result<DeviceBuffer>;
+    /// Copies `src` into `dst` at byte `offset`.
+    fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<()>;
+    /// Copies bytes from `src` at `offset` into `dst`.
+    fn copy_out(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<()>;
+    /// Copies `bytes` bytes between device buffers (the driver's copy engine on a GPU); the
+    /// baseline that bandwidth benchmarks are reported against.
+    fn copy_device(&self, dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize) -> Result<()>;
+    /// Launches `kernel` with its argument struct given as bytes.
+    fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()>;
+    /// Waits for every launch so far; reports the first failure.
+    fn synchronize(&self) -> Result<()>;
+}
+
+impl dyn Backend + '_ {
+    /// Launches `kernel` with its `#[repr(C)]` argument struct.
+    pub fn launch<A: bytemuck::Pod>(&self, kernel: &str, cfg: LaunchConfig, args: &A) -> Result<()> {
+        self.launch_raw(kernel, cfg, bytemuck::bytes_of(args))
+    }
+}
+
+/// Which backend [`default_backend`] picks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preference {
+    /// The GPU when one is present, else the CPU.
+    Auto,
+    /// The GPU or an error.
+    Gpu,
+    /// The CPU emulator.
+    Cpu,
+}
+
+impl Preference {
+    /// From `RSCCL_BACKEND` (`gpu`, `cpu`, `auto`; unset means auto).
+    pub fn from_env() -> Self {
+        match std::env::var("RSCCL_BACKEND").as_deref() {
+            Ok("gpu") => Preference::Gpu,
+            Ok("cpu") => Preference::Cpu,
+            _ => Preference::Auto,
+        }
+    }
+}
+
+/// The CPU backend.
+pub fn cpu() -> Arc<dyn Backend> {
+    Arc::new(CpuBackend::new())
+}
+
+/// The GPU backend on device 0, or why there is none.
+pub fn gpu() -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(GpuBackend::new(0)?))
+}
+
+/// Picks a backend at run time: `pref` (see [`Preference::from_env`]), defaulting to the GPU
+/// when a CUDA driver and device are present.
+pub fn default_backend(pref: Preference) -> Result<Arc<dyn Backend>> {
+    match pref {
+        Preference::Cpu => Ok(cpu()),
+        Preference::Gpu => gpu(),
+        Preference::Auto => gpu().or_else(|_| Ok(cpu())),
+    }
+}
+
+/// Checks the launch shape and argument size common to both backends.
+pub(crate) fn validate_launch(
+    kernel: &str,
+    cfg: &LaunchConfig,
+    args: &[u8],
+    expected_args: Option<usize>,
+    max_smem: u32,
+) -> Result<()> {
+    let invalid = |reason: String| Error::InvalidLaunch { kernel: kernel.to_string(), reason };
+    let threads = cfg.block.volume();
+    if threads == 0 || cfg.grid.volume() == 0 {
+        return Err(invalid(format!("zero-sized launch: grid {:?}, block {:?}", cfg.grid, cfg.block)));
+    }
+    if threads > 1024 {
+        return Err(invalid(format!("{threads} threads per block exceeds the limit of 1024")));
+    }
+    if cfg.smem_bytes > max_smem {
+        return Err(invalid(format!(
+            "{} bytes of dynamic shared memory exceeds this device's limit of {max_smem}",
+            cfg.smem_bytes
+        )));
+    }
+    if let Some(n) = expected_args {
+        if n != args.len() {
+            return Err(invalid(format!("argument struct is {} bytes, the kernel takes {n}", args.len())));
+        }
+    }
+    Ok(())
+}

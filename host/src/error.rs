@@ -1,0 +1,75 @@
+//! The host crate's error type: one line a user can act on, naming what is wrong.
+
+/// Errors from rsccl's host API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// No CUDA driver could be loaded (the GPU backend is unavailable here).
+    NoGpu(String),
+    /// A CUDA driver call failed.
+    Driver {
+        /// The driver call.
+        call: &'static str,
+        /// The driver's message.
+        message: String,
+    },
+    /// The GPU's architecture has no PTX module in this build.
+    UnsupportedArch {
+        /// Compute capability major.
+        major: i32,
+        /// Compute capability minor.
+        minor: i32,
+    },
+    /// No kernel of this name exists.
+    UnknownKernel(String),
+    /// The launch shape or arguments are not acceptable.
+    InvalidLaunch {
+        /// Kernel name.
+        kernel: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The kernel failed while running (trap, fault, deadlock detected by the emulator).
+    KernelFailed {
+        /// Kernel name.
+        kernel: String,
+        /// What the backend reported.
+        detail: String,
+    },
+    /// A copy or argument touches bytes outside a buffer.
+    OutOfRange {
+        /// What was being done.
+        what: String,
+        /// First byte offset touched.
+        offset: usize,
+        /// Bytes touched.
+        bytes: usize,
+        /// Size of the buffer.
+        len: usize,
+    },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::NoGpu(why) => write!(f, "no GPU backend: {why}"),
+            Error::Driver { call, message } => write!(f, "CUDA driver call {call} failed: {message}"),
+            Error::UnsupportedArch { major, minor } => {
+                write!(
+                    f,
+                    "GPU compute capability {major}.{minor} is not supported (rsccl needs sm_80 or newer)"
+                )
+            }
+            Error::UnknownKernel(name) => write!(f, "unknown kernel `{name}`"),
+            Error::InvalidLaunch { kernel, reason } => write!(f, "invalid launch of `{kernel}`: {reason}"),
+            Error::KernelFailed { kernel, detail } => write!(f, "kernel `{kernel}` failed: {detail}"),
+            Error::OutOfRange { what, offset, bytes, len } => {
+                write!(f, "{what}: bytes {offset}..{} are outside the buffer of {len} bytes", offset + bytes)
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Result with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;

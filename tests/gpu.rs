@@ -1,0 +1,94 @@
+//! GPU checks, run by the GPU bundle on a machine with CUDA (and by `cargo test`, where they say
+//! plainly that they did not run when there is no GPU). Each check runs the same code as the
+//! CPU emulator tests, and copy results are compared byte for byte between the two backends.
+//!
+//! Output ends with `gpu-tests: N passed, N failed, N skipped`, which the bundle's run.sh sums.
+use rsccl::backend::{self, Backend};
+use rsccl_suite::checks::{self, CheckResult};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+type Check = (&'static str, Box<dyn Fn(&dyn Backend) -> CheckResult>);
+
+fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
+    let mut v: Vec<Check> = vec![
+        (
+            "named_barrier_subset",
+            Box::new(|b| (1..=8).step_by(3).try_for_each(|s| checks::named_barrier_subset(b, 256, s))),
+        ),
+        ("bar_arrive_producer_consumer", Box::new(|b| checks::bar_arrive_producer_consumer(b, 64))),
+        ("warp_collectives", Box::new(|b| checks::warp_collectives(b, 4, 256, 5))),
+        ("release_acquire_handoff", Box::new(|b| checks::release_acquire_handoff(b, 1 << 16, 256))),
+        ("smem_isolation", Box::new(|b| checks::smem_isolation(b, 16, 256, 12 * 1024))),
+        ("atomics", Box::new(|b| checks::atomics(b, 64, 256))),
+        ("timer", Box::new(checks::timer)),
+        ("bad_launches_are_rejected", Box::new(checks::bad_launches_are_rejected)),
+        (
+            "copy_matches_reference",
+            Box::new(|b| {
+                for (len, s, d) in [
+                    (0, 0, 0),
+                    (1, 0, 0),
+                    (4097, 0, 0),
+                    (1 << 20, 0, 0),
+                    (100_003, 3, 0),
+                    (65_536, 8, 8),
+                    (77_777, 1, 7),
+                ] {
+                    checks::copy_matches_reference(b, len, s, d, 8, 256)?;
+                }
+                Ok(())
+            }),
+        ),
+    ];
+    v.push((
+        "copy_identical_on_cpu_and_gpu",
+        Box::new(move |gpu| {
+            for (len, s, d) in [(12_345, 0, 0), (200_001, 5, 2), (1 << 18, 16, 16)] {
+                let g = checks::copy_bytes(gpu, len, s, d, 4, 128)?;
+                let c = checks::copy_bytes(&*cpu, len, s, d, 4, 128)?;
+                if g != c {
+                    return Err(format!("copy of {len} bytes differs between GPU and CPU backends"));
+                }
+            }
+            Ok(())
+        }),
+    ));
+    // Last: a trap leaves a CUDA context unusable, so nothing may run after it.
+    v.push(("trap_reports_error", Box::new(checks::trap_reports_error)));
+    v
+}
+
+fn main() -> ExitCode {
+    let cpu = backend::cpu();
+    let all = cases(cpu);
+    let gpu = match backend::gpu() {
+        Ok(g) => g,
+        Err(e) => {
+            println!("gpu-tests: SKIPPED, did not run: {e}");
+            println!("gpu-tests: 0 passed, 0 failed, {} skipped", all.len());
+            return ExitCode::SUCCESS;
+        }
+    };
+    println!("gpu-tests: running on {}", gpu.describe());
+    let (mut passed, mut failed) = (0, 0);
+    for (name, check) in &all {
+        let start = std::time::Instant::now();
+        match check(&*gpu) {
+            Ok(()) => {
+                passed += 1;
+                println!("  ok    {name} ({:.2?})", start.elapsed());
+            }
+            Err(e) => {
+                failed += 1;
+                println!("  FAIL  {name}: {e}");
+            }
+        }
+    }
+    println!("gpu-tests: {passed} passed, {failed} failed, 0 skipped");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
