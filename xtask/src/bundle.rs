@@ -10,26 +10,41 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs the rsccl GPU tests and benchmarks in this folder; the last line is `N passed, N failed`.
 set -u
 cd "$(dirname "$(readlink -f "$0")")"
-passed=0; failed=0
+# cudarc loads `libcuda.so`; driver-only installs may have just `libcuda.so.1`.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so '; then
+  so1=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 /{print $NF; exit}')
+  if [ -n "$so1" ]; then
+    mkdir -p .lib && ln -sf "$so1" .lib/libcuda.so
+    export LD_LIBRARY_PATH="$PWD/.lib:${LD_LIBRARY_PATH:-}"
+  fi
+fi
+export RSCCL_PTX_DIR="${RSCCL_PTX_DIR:-$PWD/ptx}"
+passed=0; failed=0; skipped=0
 for t in tests/*; do
   echo "=== $t"
   out=$("./$t" 2>&1); rc=$?
   echo "$out"
   line=$(echo "$out" | grep -E '^gpu-tests: [0-9]+ passed, [0-9]+ failed' | tail -n 1)
   if [ -n "$line" ]; then
-    p=$(echo "$line" | sed -E 's/^gpu-tests: ([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    passed=$((passed + p)); failed=$((failed + f))
+    p=$(echo "$line" | sed -E 's/^gpu-tests: ([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    s=$(echo "$line" | sed -E 's/.* ([0-9]+) skipped.*/\1/')
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
   else
-    failed=$((failed + 1))
+    echo "$t exited with $rc without a summary line"; failed=$((failed + 1))
   fi
-  [ $rc -ne 0 ] && [ -z "$line" ] && echo "$t exited with $rc"
 done
 if [ "${RSCCL_SKIP_BENCH:-0}" != 1 ]; then
   for b in bench/*; do
     echo "=== $b"
-    if "./$b"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+    out=$("./$b" 2>&1); rc=$?
+    echo "$out"
+    if echo "$out" | grep -q 'SKIPPED'; then skipped=$((skipped + 1))
+    elif [ $rc -eq 0 ]; then passed=$((passed + 1))
+    else failed=$((failed + 1)); fi
   done
 fi
+[ "$skipped" -gt 0 ] && echo "note: $skipped checks SKIPPED (did not run: no usable GPU)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
 "#;

@@ -125,4 +125,8 @@ impl Backend for CpuBackend {
     fn synchronize(&self) -> Result<()> {
         join(self.take_last())
     }
+
+    fn fork_stream(&self) -> Result<std::sync::Arc<dyn Backend>> {
+        Ok(std::sync::Arc::new(CpuBackend::new()))
+    }
 }

@@ -65,9 +65,31 @@ impl Drop for GpuMemory {
     }
 }
 
-/// A CUDA GPU with rsccl's PTX module loaded; launches go to the device's legacy default stream.
+/// A stream created by [`GpuBackend::fork_stream`], destroyed with its handle.
+struct Stream {
+    raw: sys::CUstream,
+    shared: Arc<Shared>,
+}
+
+// SAFETY: a CUstream may be used from any thread with its context bound.
+unsafe impl Send for Stream {}
+// SAFETY: as above; the driver serialises use of a stream.
+unsafe impl Sync for Stream {}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.shared.ctx.bind_to_thread().is_ok() {
+            // SAFETY: created by us, destroyed once; pending work completes first (driver rule).
+            let _ = unsafe { sys::cuStreamDestroy_v2(self.raw) };
+        }
+    }
+}
+
+/// A CUDA GPU with rsccl's PTX module loaded, and one stream: the legacy default stream, or a
+/// non-blocking stream of its own for handles made by [`Backend::fork_stream`].
 pub struct GpuBackend {
     shared: Arc<Shared>,
+    stream: Option<Stream>,
 }
 
 impl GpuBackend {
@@ -102,12 +124,17 @@ impl GpuBackend {
                 name,
                 cc: (major, minor),
             }),
+            stream: None,
         })
     }
 
     /// Compute capability (major, minor).
     pub fn compute_capability(&self) -> (i32, i32) {
         self.shared.cc
+    }
+
+    fn raw_stream(&self) -> sys::CUstream {
+        self.stream.as_ref().map_or(std::ptr::null_mut(), |s| s.raw)
     }
 
     fn bind(&self) -> Result<()> {
@@ -232,7 +259,7 @@ impl Backend for GpuBackend {
                 (cfg.grid.x, cfg.grid.y, cfg.grid.z),
                 (cfg.block.x, cfg.block.y, cfg.block.z),
                 cfg.smem_bytes,
-                std::ptr::null_mut(),
+                self.raw_stream(),
                 &mut params,
             )
         }
@@ -241,9 +268,19 @@ impl Backend for GpuBackend {
 
     fn synchronize(&self) -> Result<()> {
         self.bind()?;
-        // SAFETY: synchronises the bound context.
-        unsafe { sys::cuCtxSynchronize() }
+        // SAFETY: our stream (or the legacy default stream) in the bound context.
+        unsafe { sys::cuStreamSynchronize(self.raw_stream()) }
             .result()
             .map_err(|e| Error::KernelFailed { kernel: "(last launch)".into(), detail: format!("{e:?}") })
+    }
+
+    fn fork_stream(&self) -> Result<Arc<dyn Backend>> {
+        self.bind()?;
+        let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(driver("cuStreamCreate"))?;
+        Ok(Arc::new(GpuBackend {
+            shared: self.shared.clone(),
+            stream: Some(Stream { raw, shared: self.shared.clone() }),
+        }))
     }
 }

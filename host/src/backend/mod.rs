@@ -117,6 +117,9 @@ pub trait Backend: Send + Sync {
     fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()>;
     /// Waits for every launch so far; reports the first failure.
     fn synchronize(&self) -> Result<()>;
+    /// A handle to the same device and memory with its own stream, so launches on it run
+    /// concurrently with this one's (one per emulated rank or per channel group).
+    fn fork_stream(&self) -> Result<Arc<dyn Backend>>;
 }
 
 impl dyn Backend + '_ {
