@@ -20,6 +20,8 @@
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 
 pub mod arch;
+pub mod coll;
+pub mod prims;
 pub mod copy;
 pub mod kernels;
 pub mod ptr;

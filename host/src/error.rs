@@ -35,6 +35,20 @@ pub enum Error {
         /// What the backend reported.
         detail: String,
     },
+    /// A configuration or call argument is not acceptable.
+    InvalidConfig(String),
+    /// A collective failed on some ranks' channels (timeouts, aborts).
+    Collective {
+        /// Every channel that gave up, first the ones that waited for a peer.
+        failures: Vec<crate::comm::RankFailure>,
+    },
+    /// An error on one rank.
+    Rank {
+        /// The rank.
+        rank: usize,
+        /// Its error.
+        source: Box<Error>,
+    },
     /// A copy or argument touches bytes outside a buffer.
     OutOfRange {
         /// What was being done.
@@ -62,6 +76,18 @@ impl std::fmt::Display for Error {
             Error::UnknownKernel(name) => write!(f, "unknown kernel `{name}`"),
             Error::InvalidLaunch { kernel, reason } => write!(f, "invalid launch of `{kernel}`: {reason}"),
             Error::KernelFailed { kernel, detail } => write!(f, "kernel `{kernel}` failed: {detail}"),
+            Error::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
+            Error::Collective { failures } => {
+                write!(f, "collective failed: ")?;
+                for (i, x) in failures.iter().enumerate().take(4) {
+                    write!(f, "{}{x}", if i > 0 { "; " } else { "" })?;
+                }
+                if failures.len() > 4 {
+                    write!(f, "; and {} more", failures.len() - 4)?;
+                }
+                Ok(())
+            }
+            Error::Rank { rank, source } => write!(f, "rank {rank}: {source}"),
             Error::OutOfRange { what, offset, bytes, len } => {
                 write!(f, "{what}: bytes {offset}..{} are outside the buffer of {len} bytes", offset + bytes)
             }

@@ -7,6 +7,7 @@
 //! - [`msccl`]: the MSCCLang compiler and MSCCL-IR.
 pub mod backend;
 pub mod channels;
+pub mod comm;
 pub mod error;
 pub mod msccl;
 pub mod ptx;

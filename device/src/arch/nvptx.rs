@@ -71,6 +71,21 @@ pub fn bar_arrive(id: u32, n: u32) {
     // SAFETY: as bar_sync.
     unsafe { nvvm_bar_arrive(id, n) }
 }
+/// `bar.red.or.pred id, n`: a barrier that also returns whether any arriving thread's `pred`
+/// was true (NCCL's `barrier_red_or`, used to decide whether a fence is needed).
+#[inline(always)]
+pub fn bar_red_or(id: u32, n: u32, pred: bool) -> bool {
+    let out: u32;
+    // SAFETY: a barrier with a reduction; predicates live inside the asm block.
+    unsafe {
+        asm!(
+            "{{ .reg .pred %p_in, %p_out; setp.ne.u32 %p_in, {2}, 0; bar.red.or.pred %p_out, {0}, {1}, %p_in; selp.u32 {3}, 1, 0, %p_out; }}",
+            in(reg32) id, in(reg32) n, in(reg32) pred as u32, out(reg32) out,
+            options(nostack)
+        )
+    };
+    out != 0
+}
 /// `__syncwarp(mask)`.
 #[inline(always)]
 pub fn sync_warp(mask: u32) {

@@ -65,6 +65,25 @@ impl Drop for GpuMemory {
     }
 }
 
+/// Pinned host memory from `cuMemHostAlloc`, freed with the context bound.
+struct PinnedMemory {
+    host: *mut c_void,
+    shared: Arc<Shared>,
+}
+// SAFETY: the pointer is only freed here; accesses go through HostMapped's word methods.
+unsafe impl Send for PinnedMemory {}
+// SAFETY: as above.
+unsafe impl Sync for PinnedMemory {}
+
+impl Drop for PinnedMemory {
+    fn drop(&mut self) {
+        if self.shared.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by malloc_host in this context, freed once.
+            let _ = unsafe { result::free_host(self.host) };
+        }
+    }
+}
+
 /// A stream created by [`GpuBackend::fork_stream`], destroyed with its handle.
 struct Stream {
     raw: sys::CUstream,
@@ -196,6 +215,22 @@ impl Backend for GpuBackend {
         // SAFETY: ptr is a fresh allocation of `bytes`.
         unsafe { result::memset_d8_sync(ptr, 0, bytes) }.map_err(driver("cuMemsetD8"))?;
         Ok(DeviceBuffer::new(DevPtr(ptr), bytes, Box::new(mem)))
+    }
+
+    fn alloc_mapped(&self, bytes: usize) -> Result<super::HostMapped> {
+        self.bind()?;
+        // CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP
+        // SAFETY: a plain pinned allocation; freed by PinnedMemory's Drop.
+        let host = unsafe { result::malloc_host(bytes.max(8), 0x1 | 0x2) }.map_err(driver("cuMemHostAlloc"))?;
+        let mem = PinnedMemory { host, shared: self.shared.clone() };
+        // SAFETY: host points to at least bytes.max(8) fresh bytes.
+        unsafe { std::ptr::write_bytes(host as *mut u8, 0, bytes.max(8)) };
+        let mut dev: sys::CUdeviceptr = 0;
+        // SAFETY: host was allocated with DEVICEMAP in this context.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0) }
+            .result()
+            .map_err(driver("cuMemHostGetDevicePointer"))?;
+        Ok(super::HostMapped::new(DevPtr(dev), host as *mut u8, bytes, Box::new(mem)))
     }
 
     fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<()> {

@@ -96,6 +96,40 @@ impl std::fmt::Debug for DeviceBuffer {
     }
 }
 
+/// Host memory the device can read and write while kernels run (pinned and mapped on a GPU):
+/// for flags the host sets mid-kernel, such as the abort word.
+pub struct HostMapped {
+    dev: DevPtr,
+    host: *mut u8,
+    len: usize,
+    _owner: Box<dyn Any + Send + Sync>,
+}
+
+// SAFETY: the host pointer is only used through volatile/atomic word accesses below.
+unsafe impl Send for HostMapped {}
+// SAFETY: as above.
+unsafe impl Sync for HostMapped {}
+
+impl HostMapped {
+    pub(crate) fn new(dev: DevPtr, host: *mut u8, len: usize, owner: Box<dyn Any + Send + Sync>) -> Self {
+        HostMapped { dev, host, len, _owner: owner }
+    }
+    /// The device address of the first byte.
+    pub fn ptr(&self) -> DevPtr {
+        self.dev
+    }
+    /// Stores a u32 at `offset` (4-aligned), visible to running kernels.
+    pub fn store_u32(&self, offset: usize, v: u32) -> Result<()> {
+        if offset % 4 != 0 || offset + 4 > self.len {
+            return Err(Error::OutOfRange { what: "HostMapped::store_u32".into(), offset, bytes: 4, len: self.len });
+        }
+        // SAFETY: in bounds and aligned (checked); the memory lives as long as self.
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.host.add(offset) as *mut u32) }
+            .store(v, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
 /// Where kernels run: allocate, copy in and out, launch by name, synchronize.
 ///
 /// Launches are asynchronous and run in order (one stream); copies wait for earlier launches.
@@ -106,6 +140,8 @@ pub trait Backend: Send + Sync {
     fn describe(&self) -> String;
     /// Allocates `bytes` of zeroed device memory.
     fn alloc(&self, bytes: usize) -> Result<DeviceBuffer>;
+    /// Allocates `bytes` of zeroed host memory mapped into the device's address space.
+    fn alloc_mapped(&self, bytes: usize) -> Result<HostMapped>;
     /// Copies `src` into `dst` at byte `offset`.
     fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<()>;
     /// Copies bytes from `src` at `offset` into `dst`.

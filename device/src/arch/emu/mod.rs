@@ -278,6 +278,37 @@ fn run_thread(ctx: ThreadCtx, body: &(dyn Fn() + Sync)) {
     }
 }
 
+static JITTER_US: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Makes spin-wait hints sleep up to `max_us` µs at random (1 in 8 spins; 0 turns it off), so
+/// tests can inject random delays into every peer. Process-wide.
+pub fn set_jitter_us(max_us: u32) {
+    JITTER_US.store(max_us, Ordering::Relaxed);
+}
+
+pub(crate) fn jitter_sleep() -> Option<Duration> {
+    let max = JITTER_US.load(Ordering::Relaxed);
+    if max == 0 {
+        return None;
+    }
+    thread_local!(static RNG: Cell<u64> = Cell::new(0x9E37_79B9_7F4A_7C15 ^ (ctx_seed())));
+    let r = RNG.with(|c| {
+        // xorshift64*: cheap, per thread, good enough to vary timings.
+        let mut x = c.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        c.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    });
+    (r % 8 == 0).then(|| Duration::from_micros((r >> 8) % max as u64 + 1))
+}
+
+fn ctx_seed() -> u64 {
+    let p = CTX.with(|c| c.get()) as u64;
+    p.rotate_left(17) | 1
+}
+
 /// Deadline helper for the blocking primitives.
 pub(crate) fn deadline(ctx: &ThreadCtx) -> Instant {
     Instant::now() + ctx.launch.deadlock_after

@@ -43,6 +43,12 @@ pub fn bar_arrive(id: u32, n: u32) {
     c.shared.barriers[barrier_index(id)].arrive(c, id, n);
 }
 
+/// `bar.red.or.pred id, n`: a barrier that returns whether any arriving thread's `pred` was true.
+pub fn bar_red_or(id: u32, n: u32, pred: bool) -> bool {
+    let c = ctx();
+    c.shared.barriers[barrier_index(id)].sync_red_or(c, id, n, pred)
+}
+
 fn warp_exchange(mask: u32, v: u64) -> ([u64; 32], u32) {
     let c = ctx();
     let tid = c.linear_tid();
@@ -215,10 +221,14 @@ pub fn nanosleep(ns: u32) {
     }
 }
 /// One iteration's pause in a spin-wait loop: yields the OS thread so the producer it waits
-/// for can run, and unwinds if another thread aborted the launch.
+/// for can run, and unwinds if another thread aborted the launch. With jitter set
+/// ([`super::set_jitter_us`]) it sometimes sleeps a random while instead, to shake out races.
 pub fn spin_hint() {
     ctx().check_abort();
-    std::thread::yield_now();
+    match super::jitter_sleep() {
+        Some(d) => std::thread::sleep(d),
+        None => std::thread::yield_now(),
+    }
 }
 /// `%globaltimer`: nanoseconds since the first call in this process.
 pub fn globaltimer() -> u64 {

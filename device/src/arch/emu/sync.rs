@@ -44,6 +44,11 @@ struct BarState {
     arrived: u32,
     expected: u32,
     generation: u64,
+    /// OR of the predicates of this round's arrivals (`bar.red.or`).
+    red_or: bool,
+    /// The OR of the last completed round; stable until the next round completes, which needs
+    /// every waiter of this round to arrive again first.
+    last_red_or: bool,
 }
 
 /// `bar.sync id, n` / `bar.arrive id, n`: releases when exactly `n` threads have arrived, then
@@ -56,7 +61,7 @@ pub(crate) struct NamedBarrier {
 
 impl NamedBarrier {
     /// Counts this thread; returns the generation it belongs to (released when it changes).
-    fn arrive_inner(&self, ctx: &ThreadCtx, id: u32, n: u32) -> (MutexGuard<'_, BarState>, u64) {
+    fn arrive_inner(&self, ctx: &ThreadCtx, id: u32, n: u32, pred: bool) -> (MutexGuard<'_, BarState>, u64) {
         let mut st = lock(&self.state);
         if st.arrived == 0 {
             st.expected = n;
@@ -70,8 +75,10 @@ impl NamedBarrier {
         }
         let generation = st.generation;
         st.arrived += 1;
+        st.red_or |= pred;
         if st.arrived == n {
             st.arrived = 0;
+            st.last_red_or = std::mem::take(&mut st.red_or);
             st.generation += 1;
             self.cv.notify_all();
         }
@@ -79,18 +86,22 @@ impl NamedBarrier {
     }
 
     pub(crate) fn sync(&self, ctx: &ThreadCtx, id: u32, n: u32) {
-        let (st, generation) = self.arrive_inner(ctx, id, n);
+        self.sync_red_or(ctx, id, n, false);
+    }
+
+    pub(crate) fn sync_red_or(&self, ctx: &ThreadCtx, id: u32, n: u32, pred: bool) -> bool {
+        let (st, generation) = self.arrive_inner(ctx, id, n, pred);
         let what = |s: &BarState| {
             format!(
                 "bar.sync {id}, {n} in block {} (thread {}, {} arrived)",
                 ctx.block.x, ctx.thread.x, s.arrived
             )
         };
-        drop(wait_until(ctx, &self.cv, st, &what, |s| s.generation != generation));
+        wait_until(ctx, &self.cv, st, &what, |s| s.generation != generation).last_red_or
     }
 
     pub(crate) fn arrive(&self, ctx: &ThreadCtx, id: u32, n: u32) {
-        drop(self.arrive_inner(ctx, id, n));
+        drop(self.arrive_inner(ctx, id, n, false));
     }
 }
 

@@ -1,0 +1,33 @@
+//! Collective algorithms over the primitives. An algorithm decides which chunk goes where in
+//! which step; it never touches a flag word or a FIFO slot.
+pub mod ring;
+
+/// Which collective a kernel runs.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Collective {
+    /// Every rank ends with the reduction of all inputs.
+    AllReduce = 0,
+    /// Rank r ends with block r of the reduction of all inputs.
+    ReduceScatter = 1,
+    /// Every rank ends with all inputs, concatenated in rank order.
+    AllGather = 2,
+    /// Every rank ends with the root's input.
+    Broadcast = 3,
+    /// The root ends with the reduction of all inputs.
+    Reduce = 4,
+}
+
+impl Collective {
+    /// Decodes the `coll` field of the kernel arguments.
+    pub fn from_u32(v: u32) -> Option<Collective> {
+        Some(match v {
+            0 => Collective::AllReduce,
+            1 => Collective::ReduceScatter,
+            2 => Collective::AllGather,
+            3 => Collective::Broadcast,
+            4 => Collective::Reduce,
+            _ => return None,
+        })
+    }
+}

@@ -1,0 +1,103 @@
+//! The device view of a connection between two ranks, built by the host.
+//!
+//! A connection is a FIFO of [`NCCL_STEPS`] slots of `step_bytes` each in memory the receiver
+//! reads, a `tail` word the sender advances when a slot holds data, a `head` word the receiver
+//! advances when it has consumed one (returning a credit), and each side's saved `step`.
+//! Credits: the sender may fill slot `step` only while `head + NCCL_STEPS ≥ step + StepPerSlice`;
+//! the receiver may read only while `tail ≥ step + StepPerSlice`.
+use crate::DevPtr;
+
+/// Slots in every connection FIFO (NCCL's `NCCL_STEPS`).
+pub const NCCL_STEPS: u64 = 8;
+
+/// `flags` bit: the step word is a multicast address polled with `multimem.ld_reduce.min`
+/// (NVLS: a sender waits for the slowest of all receivers).
+pub const CONN_NVLS_MIN_POLL: u64 = 1;
+
+/// One side's view of a connection (`ncclConnInfo`). Both sides point at the same `buff`,
+/// `head` and `tail`; each has its own `step` word.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ConnInfo {
+    /// FIFO base: `NCCL_STEPS` slots of `step_bytes`, in memory the receiver can read and the
+    /// sender can write.
+    pub buff: DevPtr,
+    /// u64 word the receiver advances (credits).
+    pub head: DevPtr,
+    /// u64 word the sender advances (data ready).
+    pub tail: DevPtr,
+    /// u64 word holding this side's step between kernels.
+    pub step: DevPtr,
+    /// Optional `[u64; NCCL_STEPS]`: bytes the sender put in each slot (null when unused).
+    pub sizes_fifo: DevPtr,
+    /// Bytes per FIFO slot.
+    pub step_bytes: u64,
+    /// `CONN_*` flags.
+    pub flags: u64,
+    /// The peer's rank, for error reports.
+    pub peer: u64,
+}
+
+impl ConnInfo {
+    /// Whether this connection is present (a null FIFO means "no peer").
+    pub fn is_connected(&self) -> bool {
+        self.buff != DevPtr::NULL
+    }
+}
+
+/// Why a primitive gave up (the low byte of a status word; 0 means no error).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// No error.
+    None = 0,
+    /// Timed out waiting for a receive slot to fill (the sending peer never posted).
+    RecvTimeout = 1,
+    /// Timed out waiting for send credits (the receiving peer never consumed).
+    SendTimeout = 2,
+    /// The host set the abort flag.
+    Aborted = 3,
+}
+
+impl ErrorCode {
+    /// Decodes the low byte of a status word.
+    pub fn from_u8(v: u8) -> ErrorCode {
+        match v {
+            1 => ErrorCode::RecvTimeout,
+            2 => ErrorCode::SendTimeout,
+            3 => ErrorCode::Aborted,
+            _ => ErrorCode::None,
+        }
+    }
+}
+
+/// Where primitives report trouble and learn that they must stop. `status` points to one u64
+/// per channel (block): `code | peer << 8 | waited_step << 32`, written by the thread that gave
+/// up; `abort_flag` is a u32 the host may set at any time; a wait gives up after `timeout_ns`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PrimsStatus {
+    /// Per-channel status words (u64 each).
+    pub status: DevPtr,
+    /// Host-settable abort word (u32; nonzero = abort). May be null.
+    pub abort_flag: DevPtr,
+    /// How long one wait may spin before giving up, in ns (0 = forever).
+    pub timeout_ns: u64,
+}
+
+/// Encodes a status word.
+pub const fn encode_status(code: ErrorCode, peer: u64, step: u64) -> u64 {
+    code as u64 | (peer & 0xFF_FFFF) << 8 | step << 32
+}
+
+/// Decodes a status word into (code, peer, step).
+///
+/// ```
+/// use rsccl_device::prims::conn::{decode_status, encode_status};
+/// use rsccl_device::prims::ErrorCode;
+/// let w = encode_status(ErrorCode::RecvTimeout, 5, 12);
+/// assert_eq!(decode_status(w), (ErrorCode::RecvTimeout, 5, 12));
+/// ```
+pub fn decode_status(w: u64) -> (ErrorCode, u64, u64) {
+    (ErrorCode::from_u8(w as u8), (w >> 8) & 0xFF_FFFF, w >> 32)
+}

@@ -1,0 +1,568 @@
+//! The Simple protocol: data moves through FIFO slots; each step's readiness is published by
+//! a step word (`tail` for data, `head` for credits), as NCCL's `prims_simple.h`.
+//!
+//! Threads are split into roles in groups of 8: group 0 holds `WaitRecv` (one thread per recv
+//! peer) and `Input`; group 1 `WaitSend` (one per send peer) and `Output`; the second-to-last
+//! group `PostRecv`; the last `PostSend`. Waiting threads publish FIFO slot addresses through
+//! shared memory; all workers then reduce/copy; post threads publish the new step after a
+//! barrier. When `nthreads - 32 ≥ 64` and there are send peers, the last warp does not copy, so
+//! the fence before a post overlaps with the next slice's copy.
+use super::conn::{encode_status, ConnInfo, ErrorCode, PrimsStatus, CONN_NVLS_MIN_POLL, NCCL_STEPS};
+use crate::arch::{self, WARP_SIZE};
+use crate::DevPtr;
+
+/// Moves data for the primitives: reduces `srcs` element-wise and writes the result to every
+/// destination. Implemented per (type, op) on top of `reduce_copy`; the primitives only see
+/// addresses and element counts.
+pub trait DataMover {
+    /// Bytes per element.
+    fn elem_bytes(&self) -> u64;
+    /// Thread `tid` of `nworkers` does its share. The first `pre_op_srcs` sources get the
+    /// op's pre-operation (e.g. PreMulSum's scalar); `post_op` applies the post-operation (e.g.
+    /// SumPostDiv's division) to the result.
+    fn reduce_copy(
+        &self,
+        tid: u32,
+        nworkers: u32,
+        pre_op_srcs: u32,
+        post_op: bool,
+        srcs: &[DevPtr],
+        dsts: &[DevPtr],
+        nelem: u64,
+    );
+}
+
+/// Compile-time protocol parameters: slices per chunk and FIFO steps per slice.
+pub struct ProtoSimple<const SLICE_PER_CHUNK: u64, const STEP_PER_SLICE: u64>;
+
+/// Most peers a primitive connects to on one side.
+pub const MAX_ARITY: usize = 8;
+/// Source/destination slots in shared memory (the user buffer plus every peer).
+const MAX_PTRS: usize = MAX_ARITY + 1;
+/// Named barriers used by group `g`: `1 + 2g` (all threads) and `2 + 2g` (workers only).
+pub const MAX_GROUPS: u32 = 7;
+
+const ROLE_INPUT: u32 = 0x01;
+const ROLE_OUTPUT: u32 = 0x02;
+const ROLE_WAIT_RECV: u32 = 0x04;
+const ROLE_WAIT_SEND: u32 = 0x08;
+const ROLE_POST_SEND: u32 = 0x10;
+const ROLE_POST_RECV: u32 = 0x20;
+const THREADS_PER_SYNC: u32 = 8;
+
+/// Where a user buffer plays in an operation.
+const NONE: i32 = -1;
+const INPUT: i32 = 0;
+const OUTPUT: i32 = 1;
+
+/// The per-group shared-memory block the roles communicate through.
+#[repr(C)]
+pub struct PrimsShm {
+    srcs: [u64; MAX_PTRS],
+    dsts: [u64; MAX_PTRS],
+    aborted: u32,
+    _pad: u32,
+}
+
+/// Bytes of dynamic shared memory primitives need for `groups` groups.
+pub const fn shm_bytes(groups: u32) -> u32 {
+    groups * core::mem::size_of::<PrimsShm>() as u32
+}
+
+/// Simple-protocol primitives for one thread of a group of `nthreads`, with up to `MAX_RECV`
+/// receive and `MAX_SEND` send peers.
+pub struct Primitives<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: u64, const SPS: u64> {
+    mover: &'a M,
+    tid: u32,
+    nthreads: u32,
+    nworkers: u32,
+    group: u32,
+    flags: u32,
+    index: u32,
+    nrecv: u32,
+    nsend: u32,
+    /// FIFO slot size in elements (all connections of a primitive share it).
+    step_elems: u64,
+    step: u64,
+    conn_step_ptr: *mut u64,
+    conn_step_cache: u64,
+    conn_fifo: DevPtr,
+    conn_step_bytes: u64,
+    conn_sizes: DevPtr,
+    conn_saved_step: DevPtr,
+    conn_peer: u64,
+    nvls_min_poll: bool,
+    user_buff: DevPtr,
+    shm: *mut PrimsShm,
+    status: PrimsStatus,
+    channel: u32,
+}
+
+impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: u64, const SPS: u64>
+    Primitives<'a, M, MAX_RECV, MAX_SEND, SPC, SPS>
+{
+    /// Sets up thread `tid` (0-based within the group) of `nthreads` (a multiple of 32, ≥ 32).
+    /// `recv`/`send` are the connections of this channel (unconnected ones end the list);
+    /// `step_bytes` is the FIFO slot size common to them; `group` selects the shared-memory
+    /// block and barrier pair; `channel` is where errors are reported in `status`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        mover: &'a M,
+        tid: u32,
+        nthreads: u32,
+        recv: &[ConnInfo],
+        send: &[ConnInfo],
+        input: DevPtr,
+        output: DevPtr,
+        step_bytes: u64,
+        group: u32,
+        status: PrimsStatus,
+        channel: u32,
+    ) -> Self {
+        let nrecv = recv.iter().take(MAX_RECV).take_while(|c| c.is_connected()).count() as u32;
+        let nsend = send.iter().take(MAX_SEND).take_while(|c| c.is_connected()).count() as u32;
+        let nworkers = nthreads - if MAX_SEND > 0 && nthreads - WARP_SIZE >= 64 { WARP_SIZE } else { 0 };
+        let g = tid / THREADS_PER_SYNC;
+        let ng = nthreads / THREADS_PER_SYNC;
+        let index = tid % THREADS_PER_SYNC;
+        let mut flags = 0;
+        if g == 0 {
+            if index < nrecv {
+                flags |= ROLE_WAIT_RECV;
+            }
+            if index == nrecv {
+                flags |= ROLE_INPUT;
+            }
+        } else if g == 1 {
+            if index < nsend {
+                flags |= ROLE_WAIT_SEND;
+            }
+            if index == nsend {
+                flags |= ROLE_OUTPUT;
+            }
+        } else if g == ng - 2 {
+            if index < nrecv {
+                flags |= ROLE_POST_RECV;
+            }
+        } else if g == ng - 1 && index < nsend {
+            flags |= ROLE_POST_SEND;
+        }
+        let shm = (arch::dynamic_smem() as *mut PrimsShm).wrapping_add(group as usize);
+        let mut p = Primitives {
+            mover,
+            tid,
+            nthreads,
+            nworkers,
+            group,
+            flags,
+            index,
+            nrecv,
+            nsend,
+            step_elems: step_bytes / mover.elem_bytes(),
+            step: 0,
+            conn_step_ptr: core::ptr::null_mut(),
+            conn_step_cache: 0,
+            conn_fifo: DevPtr::NULL,
+            conn_step_bytes: step_bytes,
+            conn_sizes: DevPtr::NULL,
+            conn_saved_step: DevPtr::NULL,
+            conn_peer: 0,
+            nvls_min_poll: false,
+            user_buff: DevPtr::NULL,
+            shm,
+            status,
+            channel,
+        };
+        if tid == 0 {
+            // SAFETY: the kernel launches with shm_bytes(groups) of dynamic shared memory.
+            unsafe { core::ptr::addr_of_mut!((*shm).aborted).write_volatile(0) };
+        }
+        if flags & (ROLE_WAIT_RECV | ROLE_POST_RECV) != 0 {
+            p.load_conn(&recv[index as usize], flags & ROLE_POST_RECV != 0, false);
+        }
+        if flags & (ROLE_WAIT_SEND | ROLE_POST_SEND) != 0 {
+            p.load_conn(&send[index as usize], false, flags & ROLE_POST_SEND != 0);
+        }
+        if flags & ROLE_INPUT != 0 {
+            p.user_buff = input;
+        }
+        if flags & ROLE_OUTPUT != 0 {
+            p.user_buff = output;
+        }
+        // Everyone must see `aborted = 0` before any wait can set it.
+        p.barrier();
+        p
+    }
+
+    fn load_conn(&mut self, conn: &ConnInfo, post_recv: bool, post_send: bool) {
+        // SAFETY: the host gives every connected side a valid step word.
+        let saved = unsafe { arch::ld_volatile_u64(conn.step.as_ptr()) };
+        self.step = saved.div_ceil(SPC * SPS) * SPC * SPS;
+        self.conn_saved_step = conn.step;
+        self.conn_peer = conn.peer;
+        self.conn_fifo = conn.buff;
+        self.conn_step_bytes = conn.step_bytes;
+        self.conn_sizes = conn.sizes_fifo;
+        self.nvls_min_poll = conn.flags & CONN_NVLS_MIN_POLL != 0;
+        if post_recv {
+            self.conn_step_ptr = conn.head.as_ptr();
+            // Return credits in case we rounded the step up.
+            // SAFETY: head is a valid u64 word of this connection.
+            unsafe { arch::st_relaxed_sys_u64(self.conn_step_ptr, self.step) };
+        } else if post_send {
+            self.conn_step_ptr = conn.tail.as_ptr();
+        } else {
+            // Waiters poll the other side's word: recv waits on tail, send waits on head.
+            self.conn_step_ptr = if self.flags & ROLE_WAIT_RECV != 0 { conn.tail } else { conn.head }.as_ptr();
+            self.conn_step_cache = self.load_step();
+        }
+    }
+
+    #[inline(always)]
+    fn load_step(&self) -> u64 {
+        // SAFETY: conn_step_ptr is this connection's head or tail word.
+        unsafe { arch::ld_volatile_u64(self.conn_step_ptr) }
+    }
+
+    #[inline(always)]
+    fn shm_aborted(&self) -> bool {
+        // SAFETY: shm is this group's block in dynamic shared memory.
+        unsafe { core::ptr::addr_of!((*self.shm).aborted).read_volatile() != 0 }
+    }
+
+    fn set_aborted(&self, code: ErrorCode) {
+        if code != ErrorCode::Aborted || self.status.status != DevPtr::NULL {
+            let word = self.status.status.offset(8 * self.channel as u64).as_ptr::<u64>();
+            if self.status.status != DevPtr::NULL {
+                // First error wins; later ones are consequences.
+                // SAFETY: the host sizes `status` with one word per channel.
+                unsafe { arch::atomic_cas_acq_rel_sys_u64(word, 0, encode_status(code, self.conn_peer, self.step)) };
+            }
+        }
+        // SAFETY: as shm_aborted.
+        unsafe { core::ptr::addr_of_mut!((*self.shm).aborted).write_volatile(1) };
+    }
+
+    /// One spin of a wait loop: true when the wait must give up (abort flag, timeout, or
+    /// another thread of the group already gave up).
+    fn check_abort(&self, spins: &mut u32, started: &mut u64, code: ErrorCode) -> bool {
+        arch::spin_hint();
+        *spins += 1;
+        // Polling the abort word and timer costs global loads; do it every so often on the GPU.
+        let every = if cfg!(target_arch = "nvptx64") { 1024 } else { 16 };
+        if *spins < every {
+            return false;
+        }
+        *spins = 0;
+        if self.shm_aborted() {
+            return true;
+        }
+        if self.status.abort_flag != DevPtr::NULL {
+            // SAFETY: the host gives a valid u32 abort word when the pointer is set.
+            if unsafe { arch::ld_volatile_u32(self.status.abort_flag.as_ptr()) } != 0 {
+                self.set_aborted(ErrorCode::Aborted);
+                return true;
+            }
+        }
+        if self.status.timeout_ns != 0 {
+            let now = arch::globaltimer();
+            if *started == 0 {
+                *started = now;
+            } else if now - *started > self.status.timeout_ns {
+                self.set_aborted(code);
+                return true;
+            }
+        }
+        false
+    }
+
+    #[inline(always)]
+    fn barrier(&self) {
+        arch::bar_sync(1 + 2 * self.group, self.nthreads);
+    }
+
+    #[inline(always)]
+    fn sub_barrier(&self) {
+        if self.nworkers == self.nthreads {
+            self.barrier();
+        } else {
+            arch::bar_sync(2 + 2 * self.group, self.nworkers);
+        }
+    }
+
+    #[inline(always)]
+    fn set_src(&self, i: usize, p: DevPtr) {
+        // SAFETY: i < MAX_PTRS by construction (1 + peers ≤ 1 + MAX_ARITY).
+        unsafe { core::ptr::addr_of_mut!((*self.shm).srcs[i]).write_volatile(p.0) }
+    }
+
+    #[inline(always)]
+    fn set_dst(&self, i: usize, p: DevPtr) {
+        // SAFETY: as set_src.
+        unsafe { core::ptr::addr_of_mut!((*self.shm).dsts[i]).write_volatile(p.0) }
+    }
+
+    #[inline(always)]
+    fn ptrs(&self, dst: bool, n: usize) -> [DevPtr; MAX_PTRS] {
+        let mut out = [DevPtr::NULL; MAX_PTRS];
+        for (i, o) in out.iter_mut().enumerate().take(n) {
+            // SAFETY: as set_src.
+            *o = DevPtr(unsafe {
+                if dst {
+                    core::ptr::addr_of!((*self.shm).dsts[i]).read_volatile()
+                } else {
+                    core::ptr::addr_of!((*self.shm).srcs[i]).read_volatile()
+                }
+            });
+        }
+        out
+    }
+
+    /// Waits (WaitRecv / WaitSend roles) until the FIFO slot for the current step may be read
+    /// or written, publishes its address, and advances the step.
+    fn wait_peer<const RECV: bool, const SEND: bool, const SRC: bool, const DST: bool>(&mut self, nelts: u64) {
+        let is_send = if SEND && RECV { self.flags & ROLE_WAIT_SEND != 0 } else { SEND };
+        let waits = (RECV && self.flags & ROLE_WAIT_RECV != 0) || (SEND && self.flags & ROLE_WAIT_SEND != 0);
+        if !waits {
+            return;
+        }
+        let (mut spins, mut started) = (0u32, 0u64);
+        let code = if is_send { ErrorCode::SendTimeout } else { ErrorCode::RecvTimeout };
+        let slack = if is_send { NCCL_STEPS } else { 0 };
+        while self.conn_step_cache + slack < self.step + SPS {
+            if self.shm_aborted() || self.check_abort(&mut spins, &mut started, code) {
+                break;
+            }
+            self.conn_step_cache = self.load_step();
+        }
+        let slot = self.conn_fifo.offset((self.step % NCCL_STEPS) * self.conn_step_bytes);
+        if is_send {
+            if self.conn_sizes != DevPtr::NULL {
+                let p = self.conn_sizes.offset(8 * (self.step % NCCL_STEPS)).as_ptr();
+                // SAFETY: the sizes FIFO has NCCL_STEPS u64 words when present.
+                unsafe { arch::st_global_u64(p, nelts * self.mover.elem_bytes()) };
+            }
+            self.set_dst(DST as usize + self.index as usize, slot);
+        } else {
+            self.set_src(SRC as usize + self.index as usize, slot);
+        }
+        self.step += SPS;
+    }
+
+    /// Post roles: publish that the current slice is done (`tail` after a fence for senders
+    /// whose data was stored; `head` directly for receivers).
+    #[inline(always)]
+    fn post_peer<const RECV: bool, const SEND: bool>(&mut self, data_stored: bool) {
+        if (RECV && self.flags & ROLE_POST_RECV != 0) || (SEND && self.flags & ROLE_POST_SEND != 0) {
+            self.step += SPS;
+            if SEND && self.flags & ROLE_POST_SEND != 0 && data_stored {
+                arch::fence_acq_rel_sys();
+            }
+            // SAFETY: conn_step_ptr is this connection's head (PostRecv) or tail (PostSend).
+            unsafe { arch::st_relaxed_sys_u64(self.conn_step_ptr, self.step) };
+        }
+    }
+
+    /// NCCL's `genericOp`: `SRC`/`DST` say whether the user input (0) or output (1) buffer is a
+    /// source/destination (-1: none); offsets are in elements; `nelem < 0` counts as 0.
+    fn generic_op<const RECV: bool, const SEND: bool, const SRC: i32, const DST: i32>(
+        &mut self,
+        src_ix: u64,
+        dst_ix: u64,
+        nelem: i64,
+        post_op: bool,
+    ) {
+        let nelem = nelem.max(0) as u64;
+        let eb = self.mover.elem_bytes();
+        let mut slice_size = self.step_elems * SPS;
+        slice_size = (nelem.div_ceil(16 * SPC) * 16).max(slice_size / 32);
+        let mut slice = 0;
+        let mut offset = 0u64;
+        let has_src = SRC != NONE;
+        let has_dst = DST != NONE;
+        let src_role = if SRC == INPUT { ROLE_INPUT } else { ROLE_OUTPUT };
+        let dst_role = if DST == INPUT { ROLE_INPUT } else { ROLE_OUTPUT };
+        if self.tid < self.nworkers && offset < nelem {
+            loop {
+                slice_size = slice_size.min(nelem - offset);
+                if has_src && self.flags & src_role != 0 {
+                    self.set_src(0, self.user_buff.offset((src_ix + offset) * eb));
+                }
+                if has_dst && self.flags & dst_role != 0 {
+                    self.set_dst(0, self.user_buff.offset((dst_ix + offset) * eb));
+                }
+                if has_src && has_dst {
+                    self.wait_peer::<RECV, SEND, true, true>(slice_size);
+                } else if has_src {
+                    self.wait_peer::<RECV, SEND, true, false>(slice_size);
+                } else if has_dst {
+                    self.wait_peer::<RECV, SEND, false, true>(slice_size);
+                } else {
+                    self.wait_peer::<RECV, SEND, false, false>(slice_size);
+                }
+                self.sub_barrier();
+                let work = if self.shm_aborted() { 0 } else { slice_size };
+                let nsrcs = RECV as usize * self.nrecv as usize + has_src as usize;
+                let ndsts = SEND as usize * self.nsend as usize + has_dst as usize;
+                let srcs = self.ptrs(false, nsrcs);
+                let dsts = self.ptrs(true, ndsts);
+                let pre_op_srcs = (SRC == INPUT) as u32;
+                self.mover.reduce_copy(
+                    self.tid,
+                    self.nworkers,
+                    pre_op_srcs,
+                    post_op,
+                    &srcs[..nsrcs],
+                    &dsts[..ndsts],
+                    work,
+                );
+                self.barrier(); // counterpart in the loop below
+                self.post_peer::<RECV, SEND>(slice_size > 0);
+                offset += slice_size;
+                slice += 1;
+                if !(slice < SPC && offset < nelem) {
+                    break;
+                }
+            }
+        }
+        while slice < SPC {
+            slice_size = slice_size.min(nelem.saturating_sub(offset));
+            // Only workers hold wait roles, and they reach here only for empty slices; they
+            // still wait so that their step stays in lockstep with the peer's (as NCCL does).
+            self.wait_peer::<RECV, SEND, false, false>(0);
+            self.barrier(); // counterpart in the worker loop above
+            self.post_peer::<RECV, SEND>(slice_size > 0);
+            offset += slice_size;
+            slice += 1;
+        }
+    }
+
+    /// Sends `n` elements of the input at `inp_ix`.
+    pub fn send(&mut self, inp_ix: u64, n: i64) {
+        self.generic_op::<false, true, INPUT, NONE>(inp_ix, 0, n, false)
+    }
+    /// Receives `n` elements into the output at `out_ix`.
+    pub fn recv(&mut self, out_ix: u64, n: i64, post_op: bool) {
+        self.generic_op::<true, false, NONE, OUTPUT>(0, out_ix, n, post_op)
+    }
+    /// Copies input to output and sends it.
+    pub fn copy_send(&mut self, inp_ix: u64, out_ix: u64, n: i64, post_op: bool) {
+        self.generic_op::<false, true, INPUT, OUTPUT>(inp_ix, out_ix, n, post_op)
+    }
+    /// Receives into the output and forwards to the send peers.
+    pub fn recv_copy_send(&mut self, out_ix: u64, n: i64, post_op: bool) {
+        self.generic_op::<true, true, NONE, OUTPUT>(0, out_ix, n, post_op)
+    }
+    /// Reduces received data with the input and sends the result.
+    pub fn recv_reduce_send(&mut self, inp_ix: u64, n: i64) {
+        self.generic_op::<true, true, INPUT, NONE>(inp_ix, 0, n, false)
+    }
+    /// Reduces received data with the input into the output.
+    pub fn recv_reduce_copy(&mut self, inp_ix: u64, out_ix: u64, n: i64, post_op: bool) {
+        self.generic_op::<true, false, INPUT, OUTPUT>(inp_ix, out_ix, n, post_op)
+    }
+    /// Reduces received data with the input into the output and sends it on.
+    pub fn recv_reduce_copy_send(&mut self, inp_ix: u64, out_ix: u64, n: i64, post_op: bool) {
+        self.generic_op::<true, true, INPUT, OUTPUT>(inp_ix, out_ix, n, post_op)
+    }
+
+    /// NCCL's `ScatterGatherOp`. Scatter (`SEND`): for each send peer `i` (visited from
+    /// `(j + shift) % nsend`), sends `peer_elem` elements of the input starting at
+    /// `inp_ix + i·peer_offset` (plus `peer_elem` more when `skip ≥ 0` and `i ≥ skip`: the part
+    /// this rank keeps), clipped to `total_elem`. Gather (`RECV`) is the mirror image into the
+    /// output at `out_ix`.
+    #[allow(clippy::too_many_arguments)]
+    fn scatter_gather<const RECV: bool, const SEND: bool>(
+        &mut self,
+        inp_ix: u64,
+        out_ix: u64,
+        total_elem: u64,
+        peer_elem: u64,
+        peer_offset: u64,
+        skip: i32,
+        shift: u32,
+        post_op: bool,
+    ) {
+        let eb = self.mover.elem_bytes();
+        let slice_size = self.step_elems * SPS;
+        let data_size = (peer_elem.div_ceil(16 * SPC) * 16).max(slice_size / 32);
+        let mut offset = 0u64;
+        for _ in 0..SPC {
+            let real_size = data_size.min(peer_elem.saturating_sub(offset));
+            let mut fence_needed = false;
+            if self.tid < self.nworkers {
+                let npeers = if SEND { self.nsend } else { self.nrecv };
+                if SEND {
+                    if self.flags & ROLE_INPUT != 0 {
+                        self.set_src(0, self.user_buff.offset((inp_ix + offset) * eb));
+                    }
+                    self.wait_peer::<false, true, true, false>(real_size);
+                } else {
+                    if self.flags & ROLE_OUTPUT != 0 {
+                        self.set_dst(0, self.user_buff.offset((out_ix + offset) * eb));
+                    }
+                    self.wait_peer::<true, false, false, true>(real_size);
+                }
+                self.sub_barrier();
+                let aborted = self.shm_aborted();
+                let srcs = self.ptrs(false, if SEND { 1 } else { npeers as usize });
+                let dsts = self.ptrs(true, if SEND { npeers as usize } else { 1 });
+                for j in 0..npeers {
+                    let i = (j + shift) % npeers;
+                    let mut p_offset = i as u64 * peer_offset;
+                    if skip >= 0 && i >= skip as u32 {
+                        p_offset += peer_elem;
+                    }
+                    let real_peer = if aborted { 0 } else { real_size.min(total_elem.saturating_sub(p_offset)) };
+                    if real_peer == 0 {
+                        continue;
+                    }
+                    if SEND {
+                        let src0 = srcs[0].offset(p_offset * eb);
+                        self.mover.reduce_copy(self.tid, self.nworkers, 1, false, &[src0], &dsts[i as usize..i as usize + 1], real_peer);
+                    } else {
+                        let dst0 = dsts[0].offset(p_offset * eb);
+                        self.mover.reduce_copy(self.tid, self.nworkers, 0, post_op, &srcs[i as usize..i as usize + 1], &[dst0], real_peer);
+                    }
+                    fence_needed = true;
+                }
+            }
+            let fence = arch::bar_red_or(1 + 2 * self.group, self.nthreads, fence_needed);
+            self.post_peer::<RECV, SEND>(fence);
+            offset += real_size;
+        }
+    }
+
+    /// Scatters parts of the input to every send peer (see `scatter_gather`).
+    pub fn scatter(&mut self, inp_ix: u64, total_elem: u64, peer_elem: u64, peer_offset: u64, skip: i32, shift: u32) {
+        self.scatter_gather::<false, true>(inp_ix, 0, total_elem, peer_elem, peer_offset, skip, shift, false)
+    }
+    /// Gathers parts from every receive peer into the output (see `scatter_gather`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gather(
+        &mut self,
+        out_ix: u64,
+        total_elem: u64,
+        peer_elem: u64,
+        peer_offset: u64,
+        skip: i32,
+        shift: u32,
+        post_op: bool,
+    ) {
+        self.scatter_gather::<true, false>(0, out_ix, total_elem, peer_elem, peer_offset, skip, shift, post_op)
+    }
+
+    /// Whether a wait of this group gave up (timeout or abort).
+    pub fn aborted(&self) -> bool {
+        self.shm_aborted()
+    }
+
+    /// Saves this thread's step for the next kernel on the same connections.
+    pub fn finish(self) {
+        if self.flags & (ROLE_POST_RECV | ROLE_POST_SEND) != 0 {
+            // SAFETY: the connection's step word.
+            unsafe { arch::st_relaxed_sys_u64(self.conn_saved_step.as_ptr(), self.step) };
+        }
+        let _ = self.nthreads;
+    }
+}

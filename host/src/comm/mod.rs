@@ -1,0 +1,6 @@
+//! Communicators. [`LocalGroup`] runs N ranks in one process — threads on the CPU backend,
+//! concurrent streams on one GPU — with ring channels between them; it is how every algorithm
+//! is tested without a GPU cluster.
+mod local;
+
+pub use local::{Fault, GroupConfig, LocalGroup, RankFailure};
