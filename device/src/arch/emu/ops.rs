@@ -34,6 +34,7 @@ fn barrier_index(id: u32) -> usize {
 
 /// `bar.sync id, n`: wait until `n` threads have arrived at barrier `id`.
 pub fn bar_sync(id: u32, n: u32) {
+    reset_spins();
     let c = ctx();
     c.shared.barriers[barrier_index(id)].sync(c, id, n);
 }
@@ -45,6 +46,7 @@ pub fn bar_arrive(id: u32, n: u32) {
 
 /// `bar.red.or.pred id, n`: a barrier that returns whether any arriving thread's `pred` was true.
 pub fn bar_red_or(id: u32, n: u32, pred: bool) -> bool {
+    reset_spins();
     let c = ctx();
     c.shared.barriers[barrier_index(id)].sync_red_or(c, id, n, pred)
 }
@@ -225,10 +227,27 @@ pub fn nanosleep(ns: u32) {
 /// ([`super::set_jitter_us`]) it sometimes sleeps a random while instead, to shake out races.
 pub fn spin_hint() {
     ctx().check_abort();
-    match super::jitter_sleep() {
-        Some(d) => std::thread::sleep(d),
-        None => std::thread::yield_now(),
+    if let Some(d) = super::jitter_sleep() {
+        return std::thread::sleep(d);
     }
+    // Hundreds of emulated threads may spin on two cores: after a burst of yields, back off to
+    // short sleeps so the threads being waited for get the CPU. Barriers reset the burst.
+    let n = SPINS.with(|c| {
+        c.set(c.get().saturating_add(1));
+        c.get()
+    });
+    if n < 64 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(20 + (n as u64).min(4096) / 32));
+    }
+}
+
+thread_local!(static SPINS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
+
+/// Forgets this thread's spin burst (it made progress).
+fn reset_spins() {
+    SPINS.with(|c| c.set(0));
 }
 /// `%globaltimer`: nanoseconds since the first call in this process.
 pub fn globaltimer() -> u64 {
