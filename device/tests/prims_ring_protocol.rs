@@ -86,6 +86,22 @@ fn build(n: usize, nch: usize, step_bytes: u64) -> Ring {
 
 #[allow(clippy::too_many_arguments)]
 fn run(ring: &mut Ring, coll: Collective, sends: &mut [Vec<u64>], recvs: &mut [Vec<u64>], count: u64, root: usize, threads: u32, step_bytes: u64) {
+    run_with(ring, coll, sends, recvs, count, root, threads, step_bytes, 0, None)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_with(
+    ring: &mut Ring,
+    coll: Collective,
+    sends: &mut [Vec<u64>],
+    recvs: &mut [Vec<u64>],
+    count: u64,
+    root: usize,
+    threads: u32,
+    step_bytes: u64,
+    timeout_ns: u64,
+    absent: Option<usize>,
+) {
     let n = sends.len();
     let nch = ring.channels[0].len();
     let args: Vec<RingArgs> = (0..n)
@@ -94,7 +110,7 @@ fn run(ring: &mut Ring, coll: Collective, sends: &mut [Vec<u64>], recvs: &mut [V
             recvbuff: vec_ptr(&mut recvs[r]),
             count,
             channels: DevPtr(ring.channels[r].as_ptr() as u64),
-            status: PrimsStatus { status: vec_ptr(&mut ring.status[r]), abort_flag: DevPtr::NULL, timeout_ns: 0 },
+            status: PrimsStatus { status: vec_ptr(&mut ring.status[r]), abort_flag: DevPtr::NULL, timeout_ns },
             step_bytes,
             root: root as u64,
             rank: r as u64,
@@ -105,7 +121,10 @@ fn run(ring: &mut Ring, coll: Collective, sends: &mut [Vec<u64>], recvs: &mut [V
         })
         .collect();
     std::thread::scope(|s| {
-        for a in &args {
+        for (r, a) in args.iter().enumerate() {
+            if absent == Some(r) {
+                continue;
+            }
             s.spawn(move || {
                 let dims = LaunchDims { grid: Dim3::x(nch as u32), block: Dim3::x(threads), smem_bytes: shm_bytes(1) };
                 emu::launch(dims, &|| ring_kernel(a, &U64Sum)).unwrap();
@@ -154,5 +173,31 @@ fn ring_collectives_with_a_u64_sum_mover() {
             }
         }
         assert!(ring.status.iter().flatten().all(|&w| w == 0));
+    }
+}
+
+#[test]
+fn a_rank_that_never_launches_makes_its_peers_time_out_naming_it() {
+    use rsccl_device::prims::conn::decode_status;
+    use rsccl_device::prims::ErrorCode;
+    let (n, nch, count) = (4usize, 2usize, 20_000usize);
+    let mut ring = build(n, nch, 256);
+    let mut sends: Vec<Vec<u64>> = (0..n).map(|r| (0..count).map(|i| input(r, i)).collect()).collect();
+    let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
+    let t0 = std::time::Instant::now();
+    run_with(&mut ring, Collective::AllReduce, &mut sends, &mut recvs, count as u64, 0, 64, 256, 200_000_000, Some(2));
+    // Every wait gives up after 200 ms; a launched rank stops waiting once one wait timed out.
+    assert!(t0.elapsed() < std::time::Duration::from_secs(30), "took {:?}", t0.elapsed());
+    // The absent rank's ring neighbours must notice; others may finish on posts that the
+    // aborting neighbours still make (the host fails the whole collective on any failure).
+    for r in [1, 3] {
+        let failures: Vec<_> = ring.status[r].iter().map(|&w| decode_status(w)).filter(|f| f.0 != ErrorCode::None).collect();
+        assert!(!failures.is_empty(), "rank {r} reported no failure");
+    }
+    // Rank 3 receives from rank 2 on channel 0 (ring 0..n) and sends to it on channel 1
+    // (reversed ring): both of its channels name rank 2.
+    for c in 0..nch {
+        let (code, peer, _) = decode_status(ring.status[3][c]);
+        assert!(code != ErrorCode::None && peer == 2, "rank 3 channel {c}: {code:?} peer {peer}");
     }
 }
