@@ -1,6 +1,9 @@
 //! The Simple-protocol primitives and ring algorithms, checked on the emulator with a plain
 //! element-wise u64 data mover (a test double: reduce_copy itself is tested on its own). Ranks run
 //! as concurrent emulated launches over connections laid out in host memory.
+// Rank/channel/element indices are the point of these loops.
+#![allow(clippy::needless_range_loop)]
+
 use rsccl_device::arch::emu::{self, LaunchDims};
 use rsccl_device::arch::{self, Dim3};
 use rsccl_device::coll::ring::{ring_kernel, RingArgs, RingChannel};
@@ -17,7 +20,16 @@ impl DataMover for U64Sum {
     fn elem_bytes(&self) -> u64 {
         8
     }
-    fn reduce_copy(&self, tid: u32, nworkers: u32, _pre: u32, _post: bool, srcs: &[DevPtr], dsts: &[DevPtr], n: u64) {
+    fn reduce_copy(
+        &self,
+        tid: u32,
+        nworkers: u32,
+        _pre: u32,
+        _post: bool,
+        srcs: &[DevPtr],
+        dsts: &[DevPtr],
+        n: u64,
+    ) {
         let mut i = tid as u64;
         while i < n {
             let mut acc = 0u64;
@@ -85,7 +97,16 @@ fn build(n: usize, nch: usize, step_bytes: u64) -> Ring {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn run(ring: &mut Ring, coll: Collective, sends: &mut [Vec<u64>], recvs: &mut [Vec<u64>], count: u64, root: usize, threads: u32, step_bytes: u64) {
+fn run(
+    ring: &mut Ring,
+    coll: Collective,
+    sends: &mut [Vec<u64>],
+    recvs: &mut [Vec<u64>],
+    count: u64,
+    root: usize,
+    threads: u32,
+    step_bytes: u64,
+) {
     run_with(ring, coll, sends, recvs, count, root, threads, step_bytes, 0, None)
 }
 
@@ -110,7 +131,11 @@ fn run_with(
             recvbuff: vec_ptr(&mut recvs[r]),
             count,
             channels: DevPtr(ring.channels[r].as_ptr() as u64),
-            status: PrimsStatus { status: vec_ptr(&mut ring.status[r]), abort_flag: DevPtr::NULL, timeout_ns },
+            status: PrimsStatus {
+                status: vec_ptr(&mut ring.status[r]),
+                abort_flag: DevPtr::NULL,
+                timeout_ns,
+            },
             step_bytes,
             root: root as u64,
             rank: r as u64,
@@ -126,7 +151,11 @@ fn run_with(
                 continue;
             }
             s.spawn(move || {
-                let dims = LaunchDims { grid: Dim3::x(nch as u32), block: Dim3::x(threads), smem_bytes: shm_bytes(1) };
+                let dims = LaunchDims {
+                    grid: Dim3::x(nch as u32),
+                    block: Dim3::x(threads),
+                    smem_bytes: shm_bytes(1),
+                };
                 emu::launch(dims, &|| ring_kernel(a, &U64Sum)).unwrap();
             });
         }
@@ -139,20 +168,32 @@ fn input(r: usize, i: usize) -> u64 {
 
 #[test]
 fn ring_collectives_with_a_u64_sum_mover() {
-    for &(n, nch, threads, step_bytes, count) in
-        &[(2usize, 1usize, 64u32, 128u64, 1000usize), (3, 1, 96, 256, 1503), (3, 2, 64, 256, 5003), (4, 2, 128, 512, 777), (5, 3, 64, 128, 3), (4, 1, 64, 128, 0)]
-    {
+    for &(n, nch, threads, step_bytes, count) in &[
+        (2usize, 1usize, 64u32, 128u64, 1000usize),
+        (3, 1, 96, 256, 1503),
+        (3, 2, 64, 256, 5003),
+        (4, 2, 128, 512, 777),
+        (5, 3, 64, 128, 3),
+        (4, 1, 64, 128, 0),
+    ] {
         let mut ring = build(n, nch, step_bytes);
         // Run every collective twice on the same connections: steps must carry over.
         for _round in 0..2 {
-            for coll in [Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather, Collective::Broadcast, Collective::Reduce] {
+            for coll in [
+                Collective::AllReduce,
+                Collective::ReduceScatter,
+                Collective::AllGather,
+                Collective::Broadcast,
+                Collective::Reduce,
+            ] {
                 let root = n / 2;
                 let (in_len, out_len) = match coll {
                     Collective::AllReduce | Collective::Broadcast | Collective::Reduce => (count, count),
                     Collective::ReduceScatter => (count * n, count),
                     Collective::AllGather => (count, count * n),
                 };
-                let mut sends: Vec<Vec<u64>> = (0..n).map(|r| (0..in_len.max(1)).map(|i| input(r, i)).collect()).collect();
+                let mut sends: Vec<Vec<u64>> =
+                    (0..n).map(|r| (0..in_len.max(1)).map(|i| input(r, i)).collect()).collect();
                 let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![u64::MAX; out_len.max(1)]).collect();
                 run(&mut ring, coll, &mut sends, &mut recvs, count as u64, root, threads, step_bytes);
                 for r in 0..n {
@@ -166,7 +207,10 @@ fn ring_collectives_with_a_u64_sum_mover() {
                             Collective::Reduce => (r == root).then(|| sum(i)),
                         };
                         if let Some(w) = want {
-                            assert_eq!(recvs[r][i], w, "{coll:?} n={n} ch={nch} rank {r} elem {i} of {out_len}");
+                            assert_eq!(
+                                recvs[r][i], w,
+                                "{coll:?} n={n} ch={nch} rank {r} elem {i} of {out_len}"
+                            );
                         }
                     }
                 }
@@ -185,13 +229,25 @@ fn a_rank_that_never_launches_makes_its_peers_time_out_naming_it() {
     let mut sends: Vec<Vec<u64>> = (0..n).map(|r| (0..count).map(|i| input(r, i)).collect()).collect();
     let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
     let t0 = std::time::Instant::now();
-    run_with(&mut ring, Collective::AllReduce, &mut sends, &mut recvs, count as u64, 0, 64, 256, 200_000_000, Some(2));
+    run_with(
+        &mut ring,
+        Collective::AllReduce,
+        &mut sends,
+        &mut recvs,
+        count as u64,
+        0,
+        64,
+        256,
+        200_000_000,
+        Some(2),
+    );
     // Every wait gives up after 200 ms; a launched rank stops waiting once one wait timed out.
     assert!(t0.elapsed() < std::time::Duration::from_secs(30), "took {:?}", t0.elapsed());
     // The absent rank's ring neighbours must notice; others may finish on posts that the
     // aborting neighbours still make (the host fails the whole collective on any failure).
     for r in [1, 3] {
-        let failures: Vec<_> = ring.status[r].iter().map(|&w| decode_status(w)).filter(|f| f.0 != ErrorCode::None).collect();
+        let failures: Vec<_> =
+            ring.status[r].iter().map(|&w| decode_status(w)).filter(|f| f.0 != ErrorCode::None).collect();
         assert!(!failures.is_empty(), "rank {r} reported no failure");
     }
     // Rank 3 receives from rank 2 on channel 0 (ring 0..n) and sends to it on channel 1

@@ -82,7 +82,17 @@ pub fn ring_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
     match coll {
         Collective::AllReduce => {
             let mut p = Primitives::<M, 1, 1, 2, 2>::new(
-                mover, tid, nthreads, &rc, &sc, args.sendbuff, args.recvbuff, args.step_bytes, 0, args.status, bid,
+                mover,
+                tid,
+                nthreads,
+                &rc,
+                &sc,
+                args.sendbuff,
+                args.recvbuff,
+                args.step_bytes,
+                0,
+                args.status,
+                bid,
             );
             let chunk = step_elems * CHUNK_STEPS;
             let loop_size = nchannels * n * chunk;
@@ -114,7 +124,17 @@ pub fn ring_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
         }
         Collective::ReduceScatter => {
             let mut p = Primitives::<M, 1, 1, 2, 2>::new(
-                mover, tid, nthreads, &rc, &sc, args.sendbuff, args.recvbuff, args.step_bytes, 0, args.status, bid,
+                mover,
+                tid,
+                nthreads,
+                &rc,
+                &sc,
+                args.sendbuff,
+                args.recvbuff,
+                args.step_bytes,
+                0,
+                args.status,
+                bid,
             );
             let chunk = step_elems * CHUNK_STEPS;
             let mut grid = 0;
@@ -133,7 +153,17 @@ pub fn ring_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
         }
         Collective::AllGather => {
             let mut p = Primitives::<M, 1, 1, 2, 2>::new(
-                mover, tid, nthreads, &rc, &sc, args.sendbuff, args.recvbuff, args.step_bytes, 0, args.status, bid,
+                mover,
+                tid,
+                nthreads,
+                &rc,
+                &sc,
+                args.sendbuff,
+                args.recvbuff,
+                args.step_bytes,
+                0,
+                args.status,
+                bid,
             );
             let chunk = step_elems * CHUNK_STEPS;
             let mut grid = 0;
@@ -157,7 +187,17 @@ pub fn ring_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
         }
         Collective::Broadcast | Collective::Reduce => {
             let mut p = Primitives::<M, 1, 1, 1, 1>::new(
-                mover, tid, nthreads, &rc, &sc, args.sendbuff, args.recvbuff, args.step_bytes, 0, args.status, bid,
+                mover,
+                tid,
+                nthreads,
+                &rc,
+                &sc,
+                args.sendbuff,
+                args.recvbuff,
+                args.step_bytes,
+                0,
+                args.status,
+                bid,
             );
             let chunk = step_elems;
             let next = user_rank(&ch, 1);

@@ -20,6 +20,7 @@ pub trait DataMover {
     /// Thread `tid` of `nworkers` does its share. The first `pre_op_srcs` sources get the
     /// op's pre-operation (e.g. PreMulSum's scalar); `post_op` applies the post-operation (e.g.
     /// SumPostDiv's division) to the result.
+    #[allow(clippy::too_many_arguments)]
     fn reduce_copy(
         &self,
         tid: u32,
@@ -71,7 +72,14 @@ pub const fn shm_bytes(groups: u32) -> u32 {
 
 /// Simple-protocol primitives for one thread of a group of `nthreads`, with up to `MAX_RECV`
 /// receive and `MAX_SEND` send peers.
-pub struct Primitives<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: u64, const SPS: u64> {
+pub struct Primitives<
+    'a,
+    M: DataMover,
+    const MAX_RECV: usize,
+    const MAX_SEND: usize,
+    const SPC: u64,
+    const SPS: u64,
+> {
     mover: &'a M,
     tid: u32,
     nthreads: u32,
@@ -213,7 +221,8 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
             self.conn_step_ptr = conn.tail.as_ptr();
         } else {
             // Waiters poll the other side's word: recv waits on tail, send waits on head.
-            self.conn_step_ptr = if self.flags & ROLE_WAIT_RECV != 0 { conn.tail } else { conn.head }.as_ptr();
+            self.conn_step_ptr =
+                if self.flags & ROLE_WAIT_RECV != 0 { conn.tail } else { conn.head }.as_ptr();
             self.conn_step_cache = self.load_step();
         }
     }
@@ -236,7 +245,9 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
             if self.status.status != DevPtr::NULL {
                 // First error wins; later ones are consequences.
                 // SAFETY: the host sizes `status` with one word per channel.
-                unsafe { arch::atomic_cas_acq_rel_sys_u64(word, 0, encode_status(code, self.conn_peer, self.step)) };
+                unsafe {
+                    arch::atomic_cas_acq_rel_sys_u64(word, 0, encode_status(code, self.conn_peer, self.step))
+                };
             }
         }
         // SAFETY: as shm_aborted.
@@ -320,7 +331,10 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
 
     /// Waits (WaitRecv / WaitSend roles) until the FIFO slot for the current step may be read
     /// or written, publishes its address, and advances the step.
-    fn wait_peer<const RECV: bool, const SEND: bool, const SRC: bool, const DST: bool>(&mut self, nelts: u64) {
+    fn wait_peer<const RECV: bool, const SEND: bool, const SRC: bool, const DST: bool>(
+        &mut self,
+        nelts: u64,
+    ) {
         let is_send = if SEND && RECV { self.flags & ROLE_WAIT_SEND != 0 } else { SEND };
         let waits = (RECV && self.flags & ROLE_WAIT_RECV != 0) || (SEND && self.flags & ROLE_WAIT_SEND != 0);
         if !waits {
@@ -513,16 +527,33 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
                     if skip >= 0 && i >= skip as u32 {
                         p_offset += peer_elem;
                     }
-                    let real_peer = if aborted { 0 } else { real_size.min(total_elem.saturating_sub(p_offset)) };
+                    let real_peer =
+                        if aborted { 0 } else { real_size.min(total_elem.saturating_sub(p_offset)) };
                     if real_peer == 0 {
                         continue;
                     }
                     if SEND {
                         let src0 = srcs[0].offset(p_offset * eb);
-                        self.mover.reduce_copy(self.tid, self.nworkers, 1, false, &[src0], &dsts[i as usize..i as usize + 1], real_peer);
+                        self.mover.reduce_copy(
+                            self.tid,
+                            self.nworkers,
+                            1,
+                            false,
+                            &[src0],
+                            &dsts[i as usize..i as usize + 1],
+                            real_peer,
+                        );
                     } else {
                         let dst0 = dsts[0].offset(p_offset * eb);
-                        self.mover.reduce_copy(self.tid, self.nworkers, 0, post_op, &srcs[i as usize..i as usize + 1], &[dst0], real_peer);
+                        self.mover.reduce_copy(
+                            self.tid,
+                            self.nworkers,
+                            0,
+                            post_op,
+                            &srcs[i as usize..i as usize + 1],
+                            &[dst0],
+                            real_peer,
+                        );
                     }
                     fence_needed = true;
                 }
@@ -534,7 +565,15 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
     }
 
     /// Scatters parts of the input to every send peer (see `scatter_gather`).
-    pub fn scatter(&mut self, inp_ix: u64, total_elem: u64, peer_elem: u64, peer_offset: u64, skip: i32, shift: u32) {
+    pub fn scatter(
+        &mut self,
+        inp_ix: u64,
+        total_elem: u64,
+        peer_elem: u64,
+        peer_offset: u64,
+        skip: i32,
+        shift: u32,
+    ) {
         self.scatter_gather::<false, true>(inp_ix, 0, total_elem, peer_elem, peer_offset, skip, shift, false)
     }
     /// Gathers parts from every receive peer into the output (see `scatter_gather`).
@@ -549,7 +588,16 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         shift: u32,
         post_op: bool,
     ) {
-        self.scatter_gather::<true, false>(0, out_ix, total_elem, peer_elem, peer_offset, skip, shift, post_op)
+        self.scatter_gather::<true, false>(
+            0,
+            out_ix,
+            total_elem,
+            peer_elem,
+            peer_offset,
+            skip,
+            shift,
+            post_op,
+        )
     }
 
     /// Whether a wait of this group gave up (timeout or abort).

@@ -58,7 +58,8 @@ impl Backend for CpuBackend {
     }
 
     fn alloc_mapped(&self, bytes: usize) -> Result<super::HostMapped> {
-        let mem: Box<[UnsafeCell<u128>]> = (0..bytes.div_ceil(16).max(1)).map(|_| UnsafeCell::new(0)).collect();
+        let mem: Box<[UnsafeCell<u128>]> =
+            (0..bytes.div_ceil(16).max(1)).map(|_| UnsafeCell::new(0)).collect();
         let p = mem[0].get() as *mut u8;
         Ok(super::HostMapped::new(DevPtr(p as u64), p, bytes, Box::new(HostMemory(mem))))
     }

@@ -221,7 +221,8 @@ impl Backend for GpuBackend {
         self.bind()?;
         // CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP
         // SAFETY: a plain pinned allocation; freed by PinnedMemory's Drop.
-        let host = unsafe { result::malloc_host(bytes.max(8), 0x1 | 0x2) }.map_err(driver("cuMemHostAlloc"))?;
+        let host =
+            unsafe { result::malloc_host(bytes.max(8), 0x1 | 0x2) }.map_err(driver("cuMemHostAlloc"))?;
         let mem = PinnedMemory { host, shared: self.shared.clone() };
         // SAFETY: host points to at least bytes.max(8) fresh bytes.
         unsafe { std::ptr::write_bytes(host as *mut u8, 0, bytes.max(8)) };

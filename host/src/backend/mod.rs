@@ -120,8 +120,13 @@ impl HostMapped {
     }
     /// Stores a u32 at `offset` (4-aligned), visible to running kernels.
     pub fn store_u32(&self, offset: usize, v: u32) -> Result<()> {
-        if offset % 4 != 0 || offset + 4 > self.len {
-            return Err(Error::OutOfRange { what: "HostMapped::store_u32".into(), offset, bytes: 4, len: self.len });
+        if !offset.is_multiple_of(4) || offset + 4 > self.len {
+            return Err(Error::OutOfRange {
+                what: "HostMapped::store_u32".into(),
+                offset,
+                bytes: 4,
+                len: self.len,
+            });
         }
         // SAFETY: in bounds and aligned (checked); the memory lives as long as self.
         unsafe { std::sync::atomic::AtomicU32::from_ptr(self.host.add(offset) as *mut u32) }

@@ -116,11 +116,14 @@ impl LocalGroup {
         if cfg.nchannels == 0 || cfg.nchannels > 64 {
             return Err(bad(format!("nchannels {} is outside 1..=64", cfg.nchannels)));
         }
-        if cfg.nthreads < 64 || cfg.nthreads > 1024 || cfg.nthreads % 32 != 0 {
+        if cfg.nthreads < 64 || cfg.nthreads > 1024 || !cfg.nthreads.is_multiple_of(32) {
             return Err(bad(format!("nthreads {} must be a multiple of 32 in 64..=1024", cfg.nthreads)));
         }
-        if cfg.step_bytes < 128 || cfg.step_bytes % 128 != 0 {
-            return Err(bad(format!("step_bytes {} must be a multiple of 128, at least 128", cfg.step_bytes)));
+        if cfg.step_bytes < 128 || !cfg.step_bytes.is_multiple_of(128) {
+            return Err(bad(format!(
+                "step_bytes {} must be a multiple of 128, at least 128",
+                cfg.step_bytes
+            )));
         }
         let rings: Vec<Vec<usize>> = match &cfg.rings {
             Some(r) => r.clone(),
@@ -211,10 +214,10 @@ impl LocalGroup {
         self.abort.store_u32(0, 1)
     }
 
-    /// Launches `kernel` (a ring kernel for the element type and op) on every rank with
+    /// Low-level: launches `kernel` (a ring kernel for the element type and op) on every rank with
     /// `bufs[r] = (sendbuff, recvbuff)`, waits for all, and reports per-rank failures.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn run_ring(
+    pub fn run_ring(
         &self,
         kernel: &str,
         coll: Collective,
@@ -225,7 +228,8 @@ impl LocalGroup {
     ) -> Result<()> {
         if self.poisoned.load(Ordering::SeqCst) {
             return Err(Error::InvalidConfig(
-                "this group's connections are inconsistent after a failed collective; create a new group".into(),
+                "this group's connections are inconsistent after a failed collective; create a new group"
+                    .into(),
             ));
         }
         let n = self.cfg.nranks;

@@ -301,7 +301,7 @@ pub(crate) fn jitter_sleep() -> Option<Duration> {
         c.set(x);
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     });
-    (r % 8 == 0).then(|| Duration::from_micros((r >> 8) % max as u64 + 1))
+    r.is_multiple_of(8).then(|| Duration::from_micros((r >> 8) % max as u64 + 1))
 }
 
 fn ctx_seed() -> u64 {
