@@ -21,9 +21,9 @@
 
 pub mod arch;
 pub mod coll;
-pub mod prims;
 pub mod copy;
 pub mod kernels;
+pub mod prims;
 pub mod ptr;
 pub mod selftest;
 
