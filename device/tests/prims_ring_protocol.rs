@@ -10,7 +10,7 @@ use rsccl_device::coll::ring::{ring_kernel, RingArgs, RingChannel};
 use rsccl_device::coll::Collective;
 use rsccl_device::prims::conn::{ConnInfo, PrimsStatus, NCCL_STEPS};
 use rsccl_device::prims::simple::shm_bytes;
-use rsccl_device::prims::DataMover;
+use rsccl_device::prims::{DataMover, Primitives};
 use rsccl_device::DevPtr;
 
 /// Wrapping u64 sum, strided over the workers; reads and writes through the arch layer.
@@ -256,4 +256,127 @@ fn a_rank_that_never_launches_makes_its_peers_time_out_naming_it() {
         let (code, peer, _) = decode_status(ring.status[3][c]);
         assert!(code != ErrorCode::None && peer == 2, "rank 3 channel {c}: {code:?} peer {peer}");
     }
+}
+
+/// Star connections from rank 0 to ranks 1..n (one FIFO each way) for scatter/gather.
+#[test]
+fn scatter_sends_each_peer_its_part_and_gather_collects_them() {
+    let n_peers = 3usize;
+    let step_bytes = 1024u64; // 128 u64 elements per step
+    let peer_elem = 100u64;
+    let total = peer_elem * n_peers as u64 - 7; // last peer's part is clipped
+    let mut mem: Vec<Vec<u64>> = Vec::new();
+    let mut conn = |from: usize, to: usize| -> (ConnInfo, ConnInfo) {
+        let mut buf = vec![0u64; (NCCL_STEPS * step_bytes / 8) as usize + 4];
+        let base = vec_ptr(&mut buf);
+        let words = base.offset(NCCL_STEPS * step_bytes);
+        let info = |step: DevPtr, peer: usize| ConnInfo {
+            buff: base,
+            head: words,
+            tail: words.offset(8),
+            step,
+            sizes_fifo: DevPtr::NULL,
+            step_bytes,
+            flags: 0,
+            peer: peer as u64,
+        };
+        mem.push(buf);
+        (info(words.offset(16), to), info(words.offset(24), from))
+    };
+    let down: Vec<(ConnInfo, ConnInfo)> = (1..=n_peers).map(|p| conn(0, p)).collect();
+    let up: Vec<(ConnInfo, ConnInfo)> = (1..=n_peers).map(|p| conn(p, 0)).collect();
+    let mut root_in: Vec<u64> = (0..total).map(|i| i * 31 + 5).collect();
+    let mut root_out = vec![u64::MAX; total as usize];
+    let mut peer_bufs: Vec<Vec<u64>> = (0..n_peers).map(|_| vec![u64::MAX; peer_elem as usize]).collect();
+    let root_in_p = vec_ptr(&mut root_in);
+    let root_out_p = vec_ptr(&mut root_out);
+    let peer_ps: Vec<DevPtr> = peer_bufs.iter_mut().map(|b| vec_ptr(b)).collect();
+    let status = PrimsStatus::default();
+    let dims = LaunchDims { grid: Dim3::x(1), block: Dim3::x(64), smem_bytes: shm_bytes(1) };
+    std::thread::scope(|s| {
+        let (down, up) = (&down, &up);
+        s.spawn(move || {
+            let sends: Vec<ConnInfo> = down.iter().map(|c| c.0).collect();
+            let recvs: Vec<ConnInfo> = up.iter().map(|c| c.1).collect();
+            emu::launch(dims, &|| {
+                let t = arch::thread_idx().x;
+                let mut p = Primitives::<U64Sum, 0, 3, 1, 1>::new(
+                    &U64Sum,
+                    t,
+                    64,
+                    &[],
+                    &sends,
+                    root_in_p,
+                    DevPtr::NULL,
+                    step_bytes,
+                    0,
+                    status,
+                    0,
+                );
+                p.scatter(0, total, peer_elem, peer_elem, -1, 1);
+                p.finish();
+                let mut g = Primitives::<U64Sum, 3, 0, 1, 1>::new(
+                    &U64Sum,
+                    t,
+                    64,
+                    &recvs,
+                    &[],
+                    DevPtr::NULL,
+                    root_out_p,
+                    step_bytes,
+                    0,
+                    status,
+                    0,
+                );
+                g.gather(0, total, peer_elem, peer_elem, -1, 2, false);
+                g.finish();
+            })
+            .unwrap();
+        });
+        for (k, &buf) in peer_ps.iter().enumerate() {
+            s.spawn(move || {
+                emu::launch(dims, &|| {
+                    let t = arch::thread_idx().x;
+                    let part = (total - k as u64 * peer_elem).min(peer_elem) as i64;
+                    let mut p = Primitives::<U64Sum, 1, 1, 1, 1>::new(
+                        &U64Sum,
+                        t,
+                        64,
+                        &[down[k].1],
+                        &[up[k].0],
+                        buf,
+                        buf,
+                        step_bytes,
+                        0,
+                        status,
+                        0,
+                    );
+                    p.recv(0, part, false);
+                    // Send back the part doubled, so the gather result proves it went both ways.
+                    arch::sync_threads();
+                    let mut i = t as u64;
+                    while i < part as u64 {
+                        // SAFETY: i < part ≤ peer_elem, the buffer's length.
+                        unsafe {
+                            let q = buf.offset(8 * i).as_ptr::<u64>();
+                            arch::st_global_u64(q, arch::ld_volatile_u64(q) * 2);
+                        }
+                        i += 64;
+                    }
+                    arch::sync_threads();
+                    p.send(0, part);
+                    p.finish();
+                })
+                .unwrap();
+            });
+        }
+    });
+    for k in 0..n_peers {
+        let part = (total - k as u64 * peer_elem).min(peer_elem) as usize;
+        // Each peer doubled what it received in place before sending it back.
+        let sent: Vec<u64> = root_in[k * peer_elem as usize..][..part].iter().map(|v| v * 2).collect();
+        assert_eq!(&peer_bufs[k][..part], &sent[..], "peer {k}");
+    }
+    let doubled: Vec<u64> = root_in.iter().map(|v| v * 2).collect();
+    assert_eq!(root_out, doubled);
 }
