@@ -57,6 +57,25 @@ struct Ring {
     status: Vec<Vec<u64>>,
 }
 
+/// One connection `from → to` in host memory (kept alive in `mem`): (sender's, receiver's) view.
+fn conn_pair(mem: &mut Vec<Vec<u64>>, step_bytes: u64, from: usize, to: usize) -> (ConnInfo, ConnInfo) {
+    let mut buf = vec![0u64; (NCCL_STEPS * step_bytes / 8) as usize + 4];
+    let base = vec_ptr(&mut buf);
+    let words = base.offset(NCCL_STEPS * step_bytes);
+    let info = |step: DevPtr, peer: usize| ConnInfo {
+        buff: base,
+        head: words,
+        tail: words.offset(8),
+        step,
+        sizes_fifo: DevPtr::NULL,
+        step_bytes,
+        flags: 0,
+        peer: peer as u64,
+    };
+    mem.push(buf);
+    (info(words.offset(16), to), info(words.offset(24), from))
+}
+
 fn build(n: usize, nch: usize, step_bytes: u64) -> Ring {
     let mut mem = Vec::new();
     let mut wiring = vec![vec![RingChannel::default(); nch]; n];
@@ -65,23 +84,10 @@ fn build(n: usize, nch: usize, step_bytes: u64) -> Ring {
         let ring: Vec<usize> = if c % 2 == 0 { (0..n).collect() } else { (0..n).rev().collect() };
         for (i, &from) in ring.iter().enumerate() {
             let to = ring[(i + 1) % n];
-            let mut buf = vec![0u64; (NCCL_STEPS * step_bytes / 8) as usize + 4];
-            let base = vec_ptr(&mut buf);
-            let words = base.offset(NCCL_STEPS * step_bytes);
-            let info = |step: DevPtr, peer: usize| ConnInfo {
-                buff: base,
-                head: words,
-                tail: words.offset(8),
-                step,
-                sizes_fifo: DevPtr::NULL,
-                step_bytes,
-                flags: 0,
-                peer: peer as u64,
-            };
-            wiring[from][c].send = info(words.offset(16), to);
-            wiring[to][c].recv = info(words.offset(24), from);
+            let (send, recv) = conn_pair(&mut mem, step_bytes, from, to);
+            wiring[from][c].send = send;
+            wiring[to][c].recv = recv;
             wiring[from][c].index = i as u64;
-            mem.push(buf);
         }
         for r in 0..n {
             let me = ring.iter().position(|&x| x == r).unwrap();
@@ -266,25 +272,10 @@ fn scatter_sends_each_peer_its_part_and_gather_collects_them() {
     let peer_elem = 100u64;
     let total = peer_elem * n_peers as u64 - 7; // last peer's part is clipped
     let mut mem: Vec<Vec<u64>> = Vec::new();
-    let mut conn = |from: usize, to: usize| -> (ConnInfo, ConnInfo) {
-        let mut buf = vec![0u64; (NCCL_STEPS * step_bytes / 8) as usize + 4];
-        let base = vec_ptr(&mut buf);
-        let words = base.offset(NCCL_STEPS * step_bytes);
-        let info = |step: DevPtr, peer: usize| ConnInfo {
-            buff: base,
-            head: words,
-            tail: words.offset(8),
-            step,
-            sizes_fifo: DevPtr::NULL,
-            step_bytes,
-            flags: 0,
-            peer: peer as u64,
-        };
-        mem.push(buf);
-        (info(words.offset(16), to), info(words.offset(24), from))
-    };
-    let down: Vec<(ConnInfo, ConnInfo)> = (1..=n_peers).map(|p| conn(0, p)).collect();
-    let up: Vec<(ConnInfo, ConnInfo)> = (1..=n_peers).map(|p| conn(p, 0)).collect();
+    let down: Vec<(ConnInfo, ConnInfo)> =
+        (1..=n_peers).map(|p| conn_pair(&mut mem, step_bytes, 0, p)).collect();
+    let up: Vec<(ConnInfo, ConnInfo)> =
+        (1..=n_peers).map(|p| conn_pair(&mut mem, step_bytes, p, 0)).collect();
     let mut root_in: Vec<u64> = (0..total).map(|i| i * 31 + 5).collect();
     let mut root_out = vec![u64::MAX; total as usize];
     let mut peer_bufs: Vec<Vec<u64>> = (0..n_peers).map(|_| vec![u64::MAX; peer_elem as usize]).collect();

@@ -57,53 +57,91 @@ pub struct RingArgs {
 /// reduce 1 × 1 (NCCL's `*_CHUNKSTEPS` / `*_SLICESTEPS`).
 const CHUNK_STEPS: u64 = 4;
 
-fn user_rank(ch: &RingChannel, i: u64) -> u64 {
-    // SAFETY: the host gives `nranks` u32 words.
-    unsafe { arch::ld_volatile_u32(ch.user_ranks.offset(4 * i).as_ptr()) as u64 }
+/// What every ring algorithm of one channel needs.
+struct RingCtx<'a, M: DataMover> {
+    args: &'a RingArgs,
+    mover: &'a M,
+    ch: RingChannel,
+    bid: u32,
+    nchannels: u64,
+    tid: u32,
+    nthreads: u32,
+    /// FIFO slot size in elements.
+    step_elems: u64,
+    /// Chunk rounding unit: one 8-byte word per worker thread (NCCL: (nthreads-WARP)*8/sizeof(T)).
+    round: u64,
+}
+
+impl<'a, M: DataMover> RingCtx<'a, M> {
+    fn prims<const SPC: u64, const SPS: u64>(&self) -> Primitives<'a, M, 1, 1, SPC, SPS> {
+        let a = self.args;
+        Primitives::new(
+            self.mover,
+            self.tid,
+            self.nthreads,
+            &[self.ch.recv],
+            &[self.ch.send],
+            a.sendbuff,
+            a.recvbuff,
+            a.step_bytes,
+            0,
+            a.status,
+            self.bid,
+        )
+    }
+
+    fn user_rank(&self, i: u64) -> u64 {
+        // SAFETY: the host gives `nranks` u32 words.
+        unsafe { arch::ld_volatile_u32(self.ch.user_ranks.offset(4 * i).as_ptr()) as u64 }
+    }
+
+    /// This channel's share of each loop over a block of `size` elements, loops of
+    /// `nchannels × chunk` elements: (offset, elements) per loop, the last chunk shrunk.
+    fn channel_chunks(&self, size: u64, chunk: u64) -> impl Iterator<Item = (u64, i64)> + '_ {
+        let step = self.nchannels * chunk;
+        (0..size.div_ceil(step)).map(move |l| {
+            let grid = l * step;
+            let real = (chunk.min((size - grid).div_ceil(self.nchannels)).div_ceil(self.round) * self.round)
+                .min(chunk);
+            let off = grid + self.bid as u64 * real;
+            (off, real.min(size.saturating_sub(off)) as i64)
+        })
+    }
 }
 
 /// Kernel body: runs `args.coll` on channel `blockIdx.x` with the data mover `mover`.
 pub fn ring_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
     let bid = arch::block_idx().x;
-    let nchannels = arch::grid_dim().x as u64;
-    let tid = arch::thread_idx().x;
     let nthreads = arch::block_dim().x;
-    // SAFETY: the host gives one RingChannel per block.
-    let ch: RingChannel = unsafe { core::ptr::read(args.channels.as_ptr::<RingChannel>().add(bid as usize)) };
-    let Some(coll) = Collective::from_u32(args.coll) else { arch::trap() };
     let eb = mover.elem_bytes();
-    let step_elems = args.step_bytes / eb;
-    // Rounding unit: one 8-byte word per worker thread (NCCL: (nthreads-WARP)*8/sizeof(T)).
-    let round = ((nthreads as u64 - 32).max(32) * 8 / eb).max(1);
-    let n = args.nranks;
-    let size = args.count;
-    let rc = [ch.recv];
-    let sc = [ch.send];
+    let cx = RingCtx {
+        args,
+        mover,
+        // SAFETY: the host gives one RingChannel per block.
+        ch: unsafe { core::ptr::read(args.channels.as_ptr::<RingChannel>().add(bid as usize)) },
+        bid,
+        nchannels: arch::grid_dim().x as u64,
+        tid: arch::thread_idx().x,
+        nthreads,
+        step_elems: args.step_bytes / eb,
+        round: ((nthreads as u64 - 32).max(32) * 8 / eb).max(1),
+    };
+    let Some(coll) = Collective::from_u32(args.coll) else { arch::trap() };
+    let (n, size) = (args.nranks, args.count);
+    let chunk = cx.step_elems * CHUNK_STEPS;
     match coll {
         Collective::AllReduce => {
-            let mut p = Primitives::<M, 1, 1, 2, 2>::new(
-                mover,
-                tid,
-                nthreads,
-                &rc,
-                &sc,
-                args.sendbuff,
-                args.recvbuff,
-                args.step_bytes,
-                0,
-                args.status,
-                bid,
-            );
-            let chunk = step_elems * CHUNK_STEPS;
-            let loop_size = nchannels * n * chunk;
-            let ring_ix = ch.index;
+            let mut p = cx.prims::<2, 2>();
+            let loop_size = cx.nchannels * n * chunk;
+            let ring_ix = cx.ch.index;
+            let modr = |r: u64| if r >= n { r - n } else { r };
             let mut grid = 0;
             while grid < size {
-                let real = chunk.min((size - grid).div_ceil(nchannels * n)).div_ceil(round) * round;
-                let real = real.min(chunk);
+                let real = (chunk.min((size - grid).div_ceil(cx.nchannels * n)).div_ceil(cx.round)
+                    * cx.round)
+                    .min(chunk);
                 let off = |c: u64| grid + bid as u64 * n * real + c * real;
                 let nel = |o: u64| real.min(size.saturating_sub(o)) as i64;
-                let modr = |r: u64| if r >= n { r - n } else { r };
                 let o = off(modr(ring_ix + n - 1));
                 p.send(o, nel(o));
                 for j in 2..n {
@@ -123,110 +161,61 @@ pub fn ring_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
             p.finish();
         }
         Collective::ReduceScatter => {
-            let mut p = Primitives::<M, 1, 1, 2, 2>::new(
-                mover,
-                tid,
-                nthreads,
-                &rc,
-                &sc,
-                args.sendbuff,
-                args.recvbuff,
-                args.step_bytes,
-                0,
-                args.status,
-                bid,
-            );
-            let chunk = step_elems * CHUNK_STEPS;
-            let mut grid = 0;
-            while grid < size {
-                let real = (chunk.min((size - grid).div_ceil(nchannels)).div_ceil(round) * round).min(chunk);
-                let chunk_off = grid + bid as u64 * real;
-                let nelem = real.min(size.saturating_sub(chunk_off)) as i64;
-                p.send(chunk_off + user_rank(&ch, n - 1) * size, nelem);
+            let mut p = cx.prims::<2, 2>();
+            for (off, nelem) in cx.channel_chunks(size, chunk) {
+                p.send(off + cx.user_rank(n - 1) * size, nelem);
                 for j in 2..n {
-                    p.recv_reduce_send(chunk_off + user_rank(&ch, n - j) * size, nelem);
+                    p.recv_reduce_send(off + cx.user_rank(n - j) * size, nelem);
                 }
-                p.recv_reduce_copy(chunk_off + user_rank(&ch, 0) * size, chunk_off, nelem, true);
-                grid += nchannels * chunk;
+                p.recv_reduce_copy(off + cx.user_rank(0) * size, off, nelem, true);
             }
             p.finish();
         }
         Collective::AllGather => {
-            let mut p = Primitives::<M, 1, 1, 2, 2>::new(
-                mover,
-                tid,
-                nthreads,
-                &rc,
-                &sc,
-                args.sendbuff,
-                args.recvbuff,
-                args.step_bytes,
-                0,
-                args.status,
-                bid,
-            );
-            let chunk = step_elems * CHUNK_STEPS;
-            let mut grid = 0;
-            while grid < size {
-                let real = (chunk.min((size - grid).div_ceil(nchannels)).div_ceil(round) * round).min(chunk);
-                let chunk_off = grid + bid as u64 * real;
-                let nelem = real.min(size.saturating_sub(chunk_off)) as i64;
-                let o = chunk_off + user_rank(&ch, 0) * size;
-                if args.sendbuff.offset(chunk_off * eb) == args.recvbuff.offset(o * eb) {
-                    p.send(chunk_off, nelem);
+            let mut p = cx.prims::<2, 2>();
+            for (off, nelem) in cx.channel_chunks(size, chunk) {
+                let o = off + cx.user_rank(0) * size;
+                if args.sendbuff.offset(off * eb) == args.recvbuff.offset(o * eb) {
+                    p.send(off, nelem);
                 } else {
-                    p.copy_send(chunk_off, o, nelem, false);
+                    p.copy_send(off, o, nelem, false);
                 }
                 for j in 1..n - 1 {
-                    p.recv_copy_send(chunk_off + user_rank(&ch, n - j) * size, nelem, false);
+                    p.recv_copy_send(off + cx.user_rank(n - j) * size, nelem, false);
                 }
-                p.recv(chunk_off + user_rank(&ch, 1) * size, nelem, false);
-                grid += nchannels * chunk;
+                p.recv(off + cx.user_rank(1) * size, nelem, false);
             }
             p.finish();
         }
-        Collective::Broadcast | Collective::Reduce => {
-            let mut p = Primitives::<M, 1, 1, 1, 1>::new(
-                mover,
-                tid,
-                nthreads,
-                &rc,
-                &sc,
-                args.sendbuff,
-                args.recvbuff,
-                args.step_bytes,
-                0,
-                args.status,
-                bid,
-            );
-            let chunk = step_elems;
-            let next = user_rank(&ch, 1);
-            let prev = user_rank(&ch, n - 1);
-            let mut grid = 0;
-            while grid < size {
-                let real = (chunk.min((size - grid).div_ceil(nchannels)).div_ceil(round) * round).min(chunk);
-                let o = grid + bid as u64 * real;
-                let nelem = real.min(size.saturating_sub(o)) as i64;
-                if coll == Collective::Broadcast {
-                    if args.rank == args.root {
-                        if args.sendbuff == args.recvbuff {
-                            p.send(o, nelem);
-                        } else {
-                            p.copy_send(o, o, nelem, false);
-                        }
-                    } else if next == args.root {
-                        p.recv(o, nelem, false);
+        Collective::Broadcast => {
+            let mut p = cx.prims::<1, 1>();
+            let next = cx.user_rank(1);
+            for (o, nelem) in cx.channel_chunks(size, cx.step_elems) {
+                if args.rank == args.root {
+                    if args.sendbuff == args.recvbuff {
+                        p.send(o, nelem);
                     } else {
-                        p.recv_copy_send(o, nelem, false);
+                        p.copy_send(o, o, nelem, false);
                     }
-                } else if prev == args.root {
+                } else if next == args.root {
+                    p.recv(o, nelem, false);
+                } else {
+                    p.recv_copy_send(o, nelem, false);
+                }
+            }
+            p.finish();
+        }
+        Collective::Reduce => {
+            let mut p = cx.prims::<1, 1>();
+            let prev = cx.user_rank(n - 1);
+            for (o, nelem) in cx.channel_chunks(size, cx.step_elems) {
+                if prev == args.root {
                     p.send(o, nelem);
                 } else if args.rank == args.root {
                     p.recv_reduce_copy(o, o, nelem, true);
                 } else {
                     p.recv_reduce_send(o, nelem);
                 }
-                grid += nchannels * chunk;
             }
             p.finish();
         }
