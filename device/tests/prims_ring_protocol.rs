@@ -371,3 +371,15 @@ fn scatter_sends_each_peer_its_part_and_gather_collects_them() {
     let doubled: Vec<u64> = root_in.iter().map(|v| v * 2).collect();
     assert_eq!(root_out, doubled);
 }
+
+#[test]
+#[ignore = "timing probe"]
+fn probe_big_allreduce() {
+    let (n, nch, count, step) = (8usize, 4usize, 1usize << 20, 512 * 1024u64);
+    let mut ring = build(n, nch, step);
+    let mut sends: Vec<Vec<u64>> = (0..n).map(|r| (0..count).map(|i| input(r, i)).collect()).collect();
+    let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
+    let t = std::time::Instant::now();
+    run(&mut ring, Collective::AllReduce, &mut sends, &mut recvs, count as u64, 0, 64, step);
+    eprintln!("8 ranks x 4 ch x 64 thr, 1M u64 allreduce: {:?}", t.elapsed());
+}

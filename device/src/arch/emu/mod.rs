@@ -1,8 +1,11 @@
 //! Host emulator of the GPU execution model.
 //!
-//! A [`launch`] runs a kernel body over a grid of blocks × threads, one OS thread per GPU thread,
-//! all blocks at once (device algorithms wait on each other across blocks and across launches,
-//! so blocks must make progress concurrently, as resident blocks do on a GPU). Each block has 16
+//! A [`launch`] runs a kernel body over a grid of blocks × threads. Every block gets an OS thread,
+//! and all blocks run at once (device algorithms wait on each other across blocks and across
+//! launches, so blocks must make progress concurrently, as resident blocks do on a GPU). Within
+//! a block, each GPU thread is a coroutine with its own stack, scheduled round-robin: a thread
+//! runs until it waits (barrier, warp collective, spin loop) or ends, so a barrier costs a few
+//! context switches in user space instead of hundreds of OS thread wake-ups. Each block has 16
 //! named barriers that release after exactly the given number of arrivals, one rendezvous per warp
 //! for votes and shuffles, and its own zeroed dynamic shared memory.
 //!
@@ -12,10 +15,13 @@ pub mod ops;
 mod sync;
 
 use super::Dim3;
+use corosensei::stack::DefaultStack;
+use corosensei::{Coroutine, CoroutineResult, Yielder};
 use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use sync::{NamedBarrier, WarpRendezvous};
 
 /// Most threads in one block, as on every CUDA GPU since sm_20.
@@ -112,18 +118,17 @@ pub(crate) struct LaunchShared {
     pub(crate) deadlock_after: Duration,
 }
 
-/// State shared by the threads of one block.
+/// State shared by the threads of one block (all on the block's OS thread).
 pub(crate) struct BlockShared {
     pub(crate) barriers: Vec<NamedBarrier>,
     pub(crate) warps: Vec<WarpRendezvous>,
     /// u128 storage keeps the base 16-byte aligned, as `.extern .shared .align 16` is.
     pub(crate) smem: Box<[std::cell::UnsafeCell<u128>]>,
     pub(crate) smem_bytes: u32,
+    /// Bumped whenever a barrier or warp collective completes or a thread ends: a scheduler
+    /// round without progress means every thread waits on something outside the block.
+    progress: Cell<u64>,
 }
-
-// SAFETY: shared memory is accessed through raw pointers by the block's threads, exactly as on
-// a GPU; synchronisation is the kernel's job (barriers), the same contract as CUDA's.
-unsafe impl Sync for BlockShared {}
 
 /// What one emulated thread knows about itself.
 pub(crate) struct ThreadCtx {
@@ -131,8 +136,10 @@ pub(crate) struct ThreadCtx {
     pub(crate) block: Dim3,
     pub(crate) block_dim: Dim3,
     pub(crate) grid_dim: Dim3,
-    pub(crate) shared: Arc<BlockShared>,
+    pub(crate) shared: Rc<BlockShared>,
     pub(crate) launch: Arc<LaunchShared>,
+    /// The coroutine's yielder, set when it starts.
+    yielder: Cell<*const Yielder<(), ()>>,
 }
 
 thread_local! {
@@ -161,6 +168,16 @@ impl ThreadCtx {
     /// Ends this thread with an error that fails the launch.
     pub(crate) fn fail(&self, message: String) -> ! {
         std::panic::panic_any(message)
+    }
+    /// Gives the block's other threads a turn (this thread waits for something).
+    pub(crate) fn suspend(&self, _spinning: bool) {
+        let y = self.yielder.get();
+        // SAFETY: set by the coroutine body before any device code runs, valid while it runs.
+        unsafe { (*y).suspend(()) };
+    }
+    /// Records that the block made progress (a barrier released, a thread finished).
+    pub(crate) fn progress(&self) {
+        self.shared.progress.set(self.shared.progress.get() + 1);
     }
     pub(crate) fn linear_tid(&self) -> u32 {
         self.thread.x + self.block_dim.x * (self.thread.y + self.block_dim.y * self.thread.z)
@@ -209,38 +226,16 @@ pub fn launch_with_deadlock_timeout(
         first_error: Mutex::new(None),
         deadlock_after,
     });
-    let nthreads = dims.block.volume() as u32;
-    let nwarps = nthreads.div_ceil(super::WARP_SIZE);
     let stack = stack_size();
     std::thread::scope(|scope| {
         for b in 0..dims.grid.volume() {
-            let shared = Arc::new(BlockShared {
-                barriers: (0..super::MAX_BARRIERS).map(|_| NamedBarrier::default()).collect(),
-                warps: (0..nwarps)
-                    .map(|w| WarpRendezvous::new(nthreads.saturating_sub(w * 32).min(32)))
-                    .collect(),
-                smem: (0..(dims.smem_bytes as usize).div_ceil(16))
-                    .map(|_| std::cell::UnsafeCell::new(0))
-                    .collect(),
-                smem_bytes: dims.smem_bytes,
-            });
-            for t in 0..nthreads as u64 {
-                let ctx = ThreadCtx {
-                    thread: index_of(t, dims.block),
-                    block: index_of(b, dims.grid),
-                    block_dim: dims.block,
-                    grid_dim: dims.grid,
-                    shared: shared.clone(),
-                    launch: launch.clone(),
-                };
-                let spawned = std::thread::Builder::new()
-                    .name(format!("emu-b{b}-t{t}"))
-                    .stack_size(stack)
-                    .spawn_scoped(scope, move || run_thread(ctx, body));
-                if let Err(e) = spawned {
-                    record_error(&launch, EmuError::Spawn(e.to_string()));
-                    return;
-                }
+            let launch2 = launch.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("emu-block-{b}"))
+                .spawn_scoped(scope, move || run_block(b, dims, launch2, stack, body));
+            if let Err(e) = spawned {
+                record_error(&launch, EmuError::Spawn(e.to_string()));
+                return;
             }
         }
     });
@@ -248,6 +243,83 @@ pub fn launch_with_deadlock_timeout(
     match err {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// Runs one block: its threads as coroutines, resumed round-robin until all have ended.
+fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, body: &(dyn Fn() + Sync)) {
+    let nthreads = dims.block.volume() as u32;
+    let nwarps = nthreads.div_ceil(super::WARP_SIZE);
+    let shared = Rc::new(BlockShared {
+        barriers: (0..super::MAX_BARRIERS).map(|_| NamedBarrier::default()).collect(),
+        warps: (0..nwarps).map(|w| WarpRendezvous::new(nthreads.saturating_sub(w * 32).min(32))).collect(),
+        smem: (0..(dims.smem_bytes as usize).div_ceil(16)).map(|_| std::cell::UnsafeCell::new(0)).collect(),
+        smem_bytes: dims.smem_bytes,
+        progress: Cell::new(0),
+    });
+    // Boxed so each context keeps its address while coroutines hold it.
+    let ctxs: Vec<Box<ThreadCtx>> = (0..nthreads as u64)
+        .map(|t| {
+            Box::new(ThreadCtx {
+                thread: index_of(t, dims.block),
+                block: index_of(b, dims.grid),
+                block_dim: dims.block,
+                grid_dim: dims.grid,
+                shared: shared.clone(),
+                launch: launch.clone(),
+                yielder: Cell::new(std::ptr::null()),
+            })
+        })
+        .collect();
+    // SAFETY: coroutines need 'static closures; every coroutine that starts also finishes before
+    // this function returns (the loop below runs until none is live), so `body` outlives them.
+    let body: &'static (dyn Fn() + Sync) = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), _>(body) };
+    let mut coros = Vec::with_capacity(ctxs.len());
+    for ctx in &ctxs {
+        let stack = match DefaultStack::new(stack) {
+            Ok(s) => s,
+            Err(e) => {
+                record_error(&launch, EmuError::Spawn(format!("coroutine stack: {e}")));
+                return;
+            }
+        };
+        let ctx_ptr: *const ThreadCtx = &**ctx;
+        coros.push(Some(Coroutine::with_stack(stack, move |y: &Yielder<(), ()>, ()| {
+            // SAFETY: the context outlives the coroutine (both live until run_block returns,
+            // and the coroutines are all finished before that).
+            let ctx = unsafe { &*ctx_ptr };
+            ctx.yielder.set(y);
+            run_thread(ctx, body);
+        })));
+    }
+    let mut live = coros.len();
+    let mut idle_rounds = 0u32;
+    while live > 0 {
+        let before = shared.progress.get();
+        for (i, slot) in coros.iter_mut().enumerate() {
+            let Some(co) = slot else { continue };
+            CTX.with(|c| c.set(&*ctxs[i]));
+            let done = matches!(co.resume(()), CoroutineResult::Return(()));
+            CTX.with(|c| c.set(std::ptr::null()));
+            if done {
+                *slot = None;
+                live -= 1;
+                shared.progress.set(shared.progress.get() + 1);
+            }
+        }
+        // Every thread is waiting on another block or launch: let those run.
+        if shared.progress.get() == before {
+            idle_rounds = idle_rounds.saturating_add(1);
+            if let Some(d) = jitter_sleep() {
+                std::thread::sleep(d);
+            } else if idle_rounds < 16 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20 + (idle_rounds as u64).min(4096) / 16));
+            }
+        } else {
+            idle_rounds = 0;
+        }
     }
 }
 
@@ -259,10 +331,8 @@ fn record_error(launch: &LaunchShared, e: EmuError) {
     launch.aborted.store(true, Ordering::SeqCst);
 }
 
-fn run_thread(ctx: ThreadCtx, body: &(dyn Fn() + Sync)) {
-    CTX.with(|c| c.set(&ctx as *const ThreadCtx));
+fn run_thread(ctx: &ThreadCtx, body: &(dyn Fn() + Sync)) {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
-    CTX.with(|c| c.set(std::ptr::null()));
     if let Err(payload) = result {
         if payload.downcast_ref::<Aborted>().is_some() {
             return;
@@ -291,7 +361,7 @@ pub(crate) fn jitter_sleep() -> Option<Duration> {
     if max == 0 {
         return None;
     }
-    thread_local!(static RNG: Cell<u64> = Cell::new(0x9E37_79B9_7F4A_7C15 ^ (ctx_seed())));
+    thread_local!(static RNG: Cell<u64> = Cell::new(0x9E37_79B9_7F4A_7C15 ^ ctx_seed()));
     let r = RNG.with(|c| {
         // xorshift64*: cheap, per thread, good enough to vary timings.
         let mut x = c.get();
@@ -307,9 +377,4 @@ pub(crate) fn jitter_sleep() -> Option<Duration> {
 fn ctx_seed() -> u64 {
     let p = CTX.with(|c| c.get()) as u64;
     p.rotate_left(17) | 1
-}
-
-/// Deadline helper for the blocking primitives.
-pub(crate) fn deadline(ctx: &ThreadCtx) -> Instant {
-    Instant::now() + ctx.launch.deadlock_after
 }

@@ -34,7 +34,6 @@ fn barrier_index(id: u32) -> usize {
 
 /// `bar.sync id, n`: wait until `n` threads have arrived at barrier `id`.
 pub fn bar_sync(id: u32, n: u32) {
-    reset_spins();
     let c = ctx();
     c.shared.barriers[barrier_index(id)].sync(c, id, n);
 }
@@ -46,7 +45,6 @@ pub fn bar_arrive(id: u32, n: u32) {
 
 /// `bar.red.or.pred id, n`: a barrier that returns whether any arriving thread's `pred` was true.
 pub fn bar_red_or(id: u32, n: u32, pred: bool) -> bool {
-    reset_spins();
     let c = ctx();
     c.shared.barriers[barrier_index(id)].sync_red_or(c, id, n, pred)
 }
@@ -222,32 +220,13 @@ pub fn nanosleep(ns: u32) {
         std::thread::sleep(std::time::Duration::from_nanos(ns as u64));
     }
 }
-/// One iteration's pause in a spin-wait loop: yields the OS thread so the producer it waits
-/// for can run, and unwinds if another thread aborted the launch. With jitter set
-/// ([`super::set_jitter_us`]) it sometimes sleeps a random while instead, to shake out races.
+/// One iteration's pause in a spin-wait loop: lets the block's other threads run (the block's
+/// scheduler yields the OS thread when all of them only wait), and unwinds if another thread
+/// aborted the launch. With jitter set ([`super::set_jitter_us`]) blocks also sleep at random.
 pub fn spin_hint() {
-    ctx().check_abort();
-    if let Some(d) = super::jitter_sleep() {
-        return std::thread::sleep(d);
-    }
-    // Hundreds of emulated threads may spin on two cores: after a burst of yields, back off to
-    // short sleeps so the threads being waited for get the CPU. Barriers reset the burst.
-    let n = SPINS.with(|c| {
-        c.set(c.get().saturating_add(1));
-        c.get()
-    });
-    if n < 64 {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(std::time::Duration::from_micros(20 + (n as u64).min(4096) / 32));
-    }
-}
-
-thread_local!(static SPINS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
-
-/// Forgets this thread's spin burst (it made progress).
-fn reset_spins() {
-    SPINS.with(|c| c.set(0));
+    let c = ctx();
+    c.check_abort();
+    c.suspend(true);
 }
 /// `%globaltimer`: nanoseconds since the first call in this process.
 pub fn globaltimer() -> u64 {
