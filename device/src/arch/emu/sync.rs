@@ -18,7 +18,7 @@ fn wait_until(ctx: &ThreadCtx, what: &dyn Fn() -> String, done: impl Fn() -> boo
         ctx.suspend(false);
         ctx.check_abort();
         polls = polls.wrapping_add(1);
-        if polls % 64 == 0 && Instant::now() > deadline {
+        if polls.is_multiple_of(64) && Instant::now() > deadline {
             ctx.fail(format!("deadlock: {} did not complete within {:?}", what(), ctx.launch.deadlock_after));
         }
     }
