@@ -1,7 +1,10 @@
 //! GPU bandwidth benchmarks (run by the GPU bundle). Each figure is reported as a ratio to the
 //! driver's device-to-device copy measured in the same run; without a GPU it says so and exits.
 use rsccl::backend::{self, Backend, LaunchConfig};
+use rsccl::comm::{GroupConfig, LocalGroup};
+use rsccl_device::coll::Collective;
 use rsccl_device::copy::CopyArgs;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Best of `reps` timings of `f` (after one warm-up), in seconds.
@@ -14,6 +17,39 @@ fn best_of(reps: usize, mut f: impl FnMut()) -> f64 {
             t.elapsed().as_secs_f64()
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// 8-rank ring all-reduce of 1 GiB f32 per rank on one GPU (ranks = streams). Reported as time
+/// and as a ratio to the HBM-traffic lower bound: every rank must read its input and write its
+/// output (2 S) and move 2(n-1)/n · S through the ring both as writes into the next rank's FIFO and
+/// reads from its own (4(n-1)/n · S), all sharing one GPU's memory, at the measured copy rate.
+fn ring_all_reduce(gpu: &Arc<dyn Backend>, copy_bytes_per_s: f64) {
+    let n = 8usize;
+    let bytes = 1usize << 30;
+    let count = (bytes / 4) as u64;
+    let mut cfg = GroupConfig::new(n, 4);
+    cfg.timeout = std::time::Duration::from_secs(60);
+    let group = match LocalGroup::new(gpu, cfg) {
+        Ok(g) => g,
+        Err(e) => return println!("  ring all-reduce: could not build the group: {e}"),
+    };
+    let bufs: Vec<_> =
+        (0..n).map(|_| (gpu.alloc(bytes).expect("send"), gpu.alloc(bytes).expect("recv"))).collect();
+    let ptrs: Vec<_> = bufs.iter().map(|(s, r)| (s.ptr(), r.ptr())).collect();
+    let run = || group.run_ring("rsccl_ring_f32_sum", Collective::AllReduce, &ptrs, count, 0, 0);
+    if let Err(e) = run() {
+        return println!("  ring all-reduce: FAILED: {e}");
+    }
+    let t = best_of(3, || run().expect("all-reduce"));
+    let s = bytes as f64;
+    let traffic = n as f64 * (2.0 * s + 4.0 * (n as f64 - 1.0) / n as f64 * s);
+    let bound = traffic / copy_bytes_per_s;
+    println!(
+        "  ring all-reduce 8 ranks x 1 GiB f32, 4 channels: {:.2} ms; HBM lower bound {:.2} ms; ratio bound/time {:.3}",
+        t * 1e3,
+        bound * 1e3,
+        bound / t
+    );
 }
 
 fn main() {
@@ -49,4 +85,6 @@ fn main() {
             baseline / t
         );
     }
+    drop((src, dst));
+    ring_all_reduce(&gpu, 2.0 * bytes as f64 / baseline);
 }
