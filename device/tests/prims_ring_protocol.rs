@@ -129,6 +129,23 @@ fn run_with(
     timeout_ns: u64,
     absent: Option<usize>,
 ) {
+    run_full(ring, coll, sends, recvs, count, root, threads, step_bytes, timeout_ns, absent, DevPtr::NULL)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_full(
+    ring: &mut Ring,
+    coll: Collective,
+    sends: &mut [Vec<u64>],
+    recvs: &mut [Vec<u64>],
+    count: u64,
+    root: usize,
+    threads: u32,
+    step_bytes: u64,
+    timeout_ns: u64,
+    absent: Option<usize>,
+    abort_flag: DevPtr,
+) {
     let n = sends.len();
     let nch = ring.channels[0].len();
     let args: Vec<RingArgs> = (0..n)
@@ -137,11 +154,7 @@ fn run_with(
             recvbuff: vec_ptr(&mut recvs[r]),
             count,
             channels: DevPtr(ring.channels[r].as_ptr() as u64),
-            status: PrimsStatus {
-                status: vec_ptr(&mut ring.status[r]),
-                abort_flag: DevPtr::NULL,
-                timeout_ns,
-            },
+            status: PrimsStatus { status: vec_ptr(&mut ring.status[r]), abort_flag, timeout_ns },
             step_bytes,
             root: root as u64,
             rank: r as u64,
@@ -382,4 +395,65 @@ fn probe_big_allreduce() {
     let t = std::time::Instant::now();
     run(&mut ring, Collective::AllReduce, &mut sends, &mut recvs, count as u64, 0, 64, step);
     eprintln!("8 ranks x 4 ch x 64 thr, 1M u64 allreduce: {:?}", t.elapsed());
+}
+
+#[test]
+fn the_host_abort_flag_ends_waits_that_would_never_end() {
+    use rsccl_device::prims::conn::decode_status;
+    use rsccl_device::prims::ErrorCode;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let (n, count) = (3usize, 5000usize);
+    let mut ring = build(n, 1, 256);
+    let mut sends: Vec<Vec<u64>> = (0..n).map(|r| (0..count).map(|i| input(r, i)).collect()).collect();
+    let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
+    let flag = AtomicU32::new(0);
+    let flag_ptr = DevPtr(flag.as_ptr() as u64);
+    let t0 = std::time::Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            flag.store(1, Ordering::SeqCst);
+        });
+        // No timeout: without the flag, ranks 0 and 2 would wait for rank 1 forever.
+        run_full(
+            &mut ring,
+            Collective::AllReduce,
+            &mut sends,
+            &mut recvs,
+            count as u64,
+            0,
+            64,
+            256,
+            0,
+            Some(1),
+            flag_ptr,
+        );
+    });
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(200));
+    for r in [0, 2] {
+        let (code, _, _) = decode_status(ring.status[r][0]);
+        assert_eq!(code, ErrorCode::Aborted, "rank {r}");
+    }
+}
+
+#[test]
+fn minimum_step_size_jitter_and_wide_blocks_keep_results_exact() {
+    // 128-byte slots (16 u64) force constant wrap-around and back-pressure; random sleeps in
+    // every spin loop shake the interleavings; 512-thread blocks use the separate sync warp.
+    rsccl_device::arch::emu::set_jitter_us(30);
+    for &(n, nch, threads, count) in &[(4usize, 2usize, 64u32, 3001usize), (3, 1, 512, 2500), (5, 3, 96, 777)]
+    {
+        let step = 128;
+        let mut ring = build(n, nch, step);
+        let mut sends: Vec<Vec<u64>> = (0..n).map(|r| (0..count).map(|i| input(r, i)).collect()).collect();
+        let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
+        run(&mut ring, Collective::AllReduce, &mut sends, &mut recvs, count as u64, 0, threads, step);
+        for r in 0..n {
+            for i in 0..count {
+                let want = (0..n).fold(0u64, |a, q| a.wrapping_add(input(q, i)));
+                assert_eq!(recvs[r][i], want, "n={n} threads={threads} rank {r} elem {i}");
+            }
+        }
+    }
+    rsccl_device::arch::emu::set_jitter_us(0);
 }
