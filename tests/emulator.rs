@@ -122,3 +122,16 @@ proptest! {
             .map_err(TestCaseError::fail)?;
     }
 }
+
+#[test]
+fn the_backend_is_chosen_at_run_time_gpu_first() {
+    use rsccl::backend::{default_backend, BackendKind, GpuBackend, Preference};
+    let gpu_here = GpuBackend::new(0).is_ok();
+    let auto = default_backend(Preference::Auto).unwrap();
+    assert_eq!(auto.kind(), if gpu_here { BackendKind::Gpu } else { BackendKind::Cpu });
+    assert_eq!(default_backend(Preference::Cpu).unwrap().kind(), BackendKind::Cpu);
+    match default_backend(Preference::Gpu) {
+        Ok(b) => assert!(gpu_here && b.kind() == BackendKind::Gpu),
+        Err(e) => assert!(!gpu_here && e.to_string().starts_with("no GPU backend"), "{e}"),
+    }
+}
