@@ -1,3 +1,4 @@
 //! Support for the workspace-level tests and benchmarks: checks written once against
 //! `&dyn Backend`, run on the CPU emulator by `tests/` and on a GPU by the GPU bundle.
 pub mod checks;
+pub mod reference;

@@ -25,6 +25,7 @@ pub mod copy;
 pub mod kernels;
 pub mod prims;
 pub mod ptr;
+pub mod reduce;
 pub mod selftest;
 
 pub use ptr::DevPtr;
