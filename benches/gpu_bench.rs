@@ -3,6 +3,7 @@
 use rsccl::backend::{self, Backend, LaunchConfig};
 use rsccl::comm::{GroupConfig, LocalGroup};
 use rsccl_device::coll::Collective;
+use rsccl_device::reduce::{DataType, RedOp};
 use rsccl_device::copy::CopyArgs;
 use std::sync::Arc;
 use std::time::Instant;
@@ -36,7 +37,7 @@ fn ring_all_reduce(gpu: &Arc<dyn Backend>, copy_bytes_per_s: f64) {
     let bufs: Vec<_> =
         (0..n).map(|_| (gpu.alloc(bytes).expect("send"), gpu.alloc(bytes).expect("recv"))).collect();
     let ptrs: Vec<_> = bufs.iter().map(|(s, r)| (s.ptr(), r.ptr())).collect();
-    let run = || group.run_ring("rsccl_ring_f32_sum", Collective::AllReduce, &ptrs, count, 0, 0);
+    let run = || group.run_ring(Collective::AllReduce, DataType::F32, RedOp::Sum, &ptrs, count, 0, 0);
     if let Err(e) = run() {
         return println!("  ring all-reduce: FAILED: {e}");
     }

@@ -51,7 +51,9 @@ kernel_table!(COPY_KERNELS {
 
 /// Every kernel table of the crate.
 #[cfg(not(target_arch = "nvptx64"))]
-pub static TABLES: &[&[KernelEntry]] = &[COPY_KERNELS, crate::selftest::SELFTEST_KERNELS];
+pub fn tables() -> impl Iterator<Item = &'static [KernelEntry]> {
+    [COPY_KERNELS, crate::selftest::SELFTEST_KERNELS].into_iter().chain(crate::reduce::kernels::TABLES.iter().copied())
+}
 
 /// Finds a kernel by its exported name.
 ///
@@ -61,5 +63,5 @@ pub static TABLES: &[&[KernelEntry]] = &[COPY_KERNELS, crate::selftest::SELFTEST
 /// ```
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn find(name: &str) -> Option<&'static KernelEntry> {
-    TABLES.iter().flat_map(|t| t.iter()).find(|k| k.name == name)
+    tables().flat_map(|t| t.iter()).find(|k| k.name == name)
 }

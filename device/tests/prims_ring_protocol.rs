@@ -160,7 +160,7 @@ fn run_full(
             rank: r as u64,
             nranks: n as u64,
             coll: coll as u32,
-            reserved: 0,
+            op: 0,
             red_op_arg: 0,
         })
         .collect();

@@ -47,8 +47,8 @@ pub struct RingArgs {
     pub nranks: u64,
     /// [`Collective`] as u32.
     pub coll: u32,
-    /// Reserved (keeps the struct free of padding).
-    pub reserved: u32,
+    /// The reduction operator (`reduce::RedOp` as u32).
+    pub op: u32,
     /// The op's scalar argument (PreMulSum's factor bits, SumPostDiv's divisor).
     pub red_op_arg: u64,
 }

@@ -108,13 +108,13 @@ fn encode(fmt: Format, x: f32, saturate: bool) -> u32 {
     // Quantum (value of one unit in the last place) for a's binade in the target format.
     let q = ea.max(emin) - fmt.m as i32;
     // n = a / 2^q as an integer with RNE; a / 2^q is exact in f64.
-    let scaled = a as f64 * 2f64.powi(-q);
-    let mut n = scaled.floor();
-    let frac = scaled - n;
-    if frac > 0.5 || (frac == 0.5 && (n as u64) & 1 == 1) {
-        n += 1.0;
+    // |q| ≤ 160 here, so 2^-q is a normal f64 (`powi`/`floor` are not in core).
+    let scaled = a as f64 * f64::from_bits(((1023 - q) as u64) << 52);
+    let mut n = scaled as u64; // truncation = floor for positive values
+    let frac = scaled - n as f64;
+    if frac > 0.5 || (frac == 0.5 && n & 1 == 1) {
+        n += 1;
     }
-    let n = n as u64;
     // n may have carried into the next binade.
     let (exp_field, man) = if n < 1 << fmt.m {
         (0u32, n as u32) // subnormal (only when ea < emin)

@@ -47,6 +47,19 @@ impl RedOp {
         }
     }
 
+    /// Decodes the `op` field of kernel arguments.
+    pub const fn from_u32(v: u32) -> Option<RedOp> {
+        Some(match v {
+            0 => RedOp::Sum,
+            1 => RedOp::Prod,
+            2 => RedOp::Min,
+            3 => RedOp::Max,
+            4 => RedOp::PreMulSum,
+            5 => RedOp::SumPostDiv,
+            _ => return None,
+        })
+    }
+
     /// Whether the op exists for the type (SumPostDiv is integer-only, as in NCCL).
     pub const fn supports(self, t: DataType) -> bool {
         !matches!(self, RedOp::SumPostDiv) || !t.is_float()

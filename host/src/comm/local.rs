@@ -5,6 +5,8 @@ use rsccl_device::coll::ring::{RingArgs, RingChannel};
 use rsccl_device::coll::Collective;
 use rsccl_device::prims::conn::{decode_status, ConnInfo, ErrorCode, PrimsStatus, NCCL_STEPS};
 use rsccl_device::prims::simple::shm_bytes;
+use rsccl_device::reduce::kernels::kernel_name;
+use rsccl_device::reduce::{DataType, RedOp};
 use rsccl_device::DevPtr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -214,18 +216,22 @@ impl LocalGroup {
         self.abort.store_u32(0, 1)
     }
 
-    /// Low-level: launches `kernel` (a ring kernel for the element type and op) on every rank with
-    /// `bufs[r] = (sendbuff, recvbuff)`, waits for all, and reports per-rank failures.
+    /// Low-level: runs ring collective `coll` of `dtype`/`op` on every rank with
+    /// `bufs[r] = (sendbuff, recvbuff)` (not checked against any buffer: see the typed calls),
+    /// waits for all, and reports per-rank failures.
     #[allow(clippy::too_many_arguments)]
     pub fn run_ring(
         &self,
-        kernel: &str,
         coll: Collective,
+        dtype: DataType,
+        op: RedOp,
         bufs: &[(DevPtr, DevPtr)],
         count: u64,
         root: usize,
         red_op_arg: u64,
     ) -> Result<()> {
+        let kernel = kernel_name("ring", dtype);
+        let kernel = kernel.as_str();
         if self.poisoned.load(Ordering::SeqCst) {
             return Err(Error::InvalidConfig(
                 "this group's connections are inconsistent after a failed collective; create a new group"
@@ -261,7 +267,7 @@ impl LocalGroup {
                 rank: r as u64,
                 nranks: n as u64,
                 coll: coll as u32,
-                reserved: 0,
+                op: op as u32,
                 red_op_arg,
             };
             if let Err(e) = res.stream.launch(kernel, cfg, &args) {
