@@ -1,0 +1,853 @@
+//! Structural checks and the reference executor for MSCCL-IR programs.
+//!
+//! [`validate`] applies the rules the MSCCL runtime applies when it loads a file (dense ids,
+//! peers, offsets in range, one connection per peer per channel, dependencies that exist and
+//! signal) and pairs every receive with its send statically. [`execute`] then runs the
+//! program on the host: every threadblock is a sequential machine, a step runs once its
+//! dependency has completed and (for a receive) the matching send has happened. It detects
+//! deadlocks, reads of unwritten slots and — with vector clocks — slots that two threadblocks
+//! touch without a dependency ordering them, which the GPU would run in either order.
+//! [`check`] runs it over symbolic chunks (which ranks' contributions a slot holds) and over
+//! real numbers and compares the outputs with the collective's definition.
+use super::ir::{Buf, Collective, Program, Step, StepKind};
+use super::{ChunkIdx, Location, MscclError, Rank, StepIdx, TbId};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::rc::Rc;
+
+/// The runtime's `MSCCL_MAX_COUNT`: `cnt` must stay below it.
+pub const MAX_COUNT: u32 = 72;
+
+/// One rank's contribution of one input chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Contribution {
+    /// The rank whose input it is.
+    pub rank: Rank,
+    /// The input chunk index on that rank.
+    pub chunk: ChunkIdx,
+}
+
+/// A symbolic chunk value: the set of contributions summed into it (sorted, no repeats).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct ChunkSet(pub Vec<Contribution>);
+
+impl ChunkSet {
+    /// The set holding one contribution.
+    pub fn single(rank: Rank, chunk: ChunkIdx) -> Self {
+        ChunkSet(vec![Contribution { rank, chunk }])
+    }
+}
+
+impl fmt::Display for ChunkSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{{")?;
+        for (i, c) in self.0.iter().enumerate() {
+            if i > 0 {
+                write!(f, ", ")?;
+            }
+            write!(f, "r{}c{}", c.rank.0, c.chunk.0)?;
+        }
+        write!(f, "}}")
+    }
+}
+
+/// A value the executor can move and reduce.
+pub trait SlotValue: Clone + fmt::Display {
+    /// The value of rank `rank`'s input chunk `chunk` at the start.
+    fn input(rank: Rank, chunk: ChunkIdx) -> Self;
+    /// `self ⊕ other`; `Err` names what the reduction got wrong.
+    fn combine(&self, other: &Self) -> Result<Self, String>;
+}
+
+impl SlotValue for ChunkSet {
+    fn input(rank: Rank, chunk: ChunkIdx) -> Self {
+        ChunkSet::single(rank, chunk)
+    }
+
+    fn combine(&self, other: &Self) -> Result<Self, String> {
+        let (a, b) = (&self.0, &other.0);
+        let mut out = Vec::with_capacity(a.len() + b.len());
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            match a[i].cmp(&b[j]) {
+                std::cmp::Ordering::Less => {
+                    out.push(a[i]);
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    out.push(b[j]);
+                    j += 1;
+                }
+                std::cmp::Ordering::Equal => {
+                    return Err(format!("rank {}'s chunk {}", a[i].rank.0, a[i].chunk.0));
+                }
+            }
+        }
+        out.extend_from_slice(&a[i..]);
+        out.extend_from_slice(&b[j..]);
+        Ok(ChunkSet(out))
+    }
+}
+
+/// A real number; inputs are distinct integers so sums are exact in `f64`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Real(pub f64);
+
+impl Real {
+    /// The input value of a rank's chunk: distinct small integers.
+    pub fn of(rank: Rank, chunk: ChunkIdx) -> f64 {
+        f64::from(rank.0) * 1009.0 + f64::from(chunk.0) * 7.0 + 1.0
+    }
+}
+
+impl fmt::Display for Real {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl SlotValue for Real {
+    fn input(rank: Rank, chunk: ChunkIdx) -> Self {
+        Real(Real::of(rank, chunk))
+    }
+
+    fn combine(&self, other: &Self) -> Result<Self, String> {
+        Ok(Real(self.0 + other.0))
+    }
+}
+
+/// Index of each gpu id in `program.gpus` and of each tb id in its gpu's `tbs`.
+struct Index {
+    gpu: Vec<usize>,
+    tb: Vec<Vec<usize>>,
+}
+
+fn build_index(p: &Program) -> Result<Index, MscclError> {
+    let n = p.ngpus as usize;
+    if p.gpus.len() != n {
+        return Err(MscclError::Invalid {
+            at: Location::default(),
+            reason: format!("ngpus=\"{n}\" but the file has {} <gpu> elements", p.gpus.len()),
+        });
+    }
+    let mut gpu = vec![usize::MAX; n];
+    for (i, g) in p.gpus.iter().enumerate() {
+        let at = Location { gpu: Some(g.id), ..Default::default() };
+        if g.id.idx() >= n {
+            return Err(MscclError::Invalid {
+                at,
+                reason: format!("gpu id {} is not below ngpus={n}", g.id.0),
+            });
+        }
+        if gpu[g.id.idx()] != usize::MAX {
+            return Err(MscclError::Invalid { at, reason: "gpu id appears twice".into() });
+        }
+        gpu[g.id.idx()] = i;
+    }
+    let mut tb = Vec::with_capacity(n);
+    for g in &p.gpus {
+        let mut t = vec![usize::MAX; g.tbs.len()];
+        for (i, b) in g.tbs.iter().enumerate() {
+            let at = Location { gpu: Some(g.id), tb: Some(b.id), ..Default::default() };
+            if b.id.idx() >= t.len() || t[b.id.idx()] != usize::MAX {
+                return Err(MscclError::Invalid {
+                    at,
+                    reason: format!(
+                        "threadblock ids must be 0..{} with no repeats (the runtime launches one block per id)",
+                        g.tbs.len()
+                    ),
+                });
+            }
+            t[b.id.idx()] = i;
+        }
+        tb.push(t);
+    }
+    Ok(Index { gpu, tb })
+}
+
+/// Which local fields of a step the runtime uses, as (field name, location).
+fn local_fields(s: &Step) -> Vec<(&'static str, super::ir::Loc)> {
+    let mut v = Vec::with_capacity(2);
+    if s.kind.reads_src() {
+        v.push(("source", s.src));
+    }
+    if s.kind.writes_dst() {
+        v.push(("destination", s.dst));
+    }
+    v
+}
+
+/// Key of a connection: (sending gpu, receiving gpu, channel).
+type Conn = (u32, u32, u32);
+
+/// Checks what the runtime checks at load time, and pairs receives with sends.
+pub fn validate(p: &Program) -> Result<(), MscclError> {
+    let ix = build_index(p)?;
+    // Sends in order per connection: (gpu, tb, step, cnt).
+    let mut sends: HashMap<Conn, Vec<(Rank, TbId, StepIdx, u32)>> = HashMap::new();
+    let mut recvs: HashMap<Conn, Vec<(Rank, TbId, StepIdx, u32)>> = HashMap::new();
+    for g in &p.gpus {
+        let mut send_owner: HashMap<(u32, u32), TbId> = HashMap::new();
+        let mut recv_owner: HashMap<(u32, u32), TbId> = HashMap::new();
+        for tb in &g.tbs {
+            let at = Location { gpu: Some(g.id), tb: Some(tb.id), ..Default::default() };
+            for (peer, owner, what) in
+                [(tb.send, &mut send_owner, "send"), (tb.recv, &mut recv_owner, "recv")]
+            {
+                let Some(peer) = peer else { continue };
+                if peer == g.id || peer.0 >= p.ngpus {
+                    return Err(MscclError::Invalid {
+                        at,
+                        reason: format!("{what} peer {} must be another gpu below ngpus={}", peer.0, p.ngpus),
+                    });
+                }
+                if let Some(other) = owner.insert((peer.0, tb.chan.0), tb.id) {
+                    return Err(MscclError::Invalid {
+                        at,
+                        reason: format!(
+                            "{what} peer {} on channel {} is already used by tb {}; NCCL has one connection per peer per channel",
+                            peer.0, tb.chan.0, other.0
+                        ),
+                    });
+                }
+            }
+            let mut pending_nops = false;
+            for (si, s) in tb.steps.iter().enumerate() {
+                let at = Location::step(g.id, tb.id, StepIdx(si as u32));
+                if s.kind == StepKind::Nop {
+                    if s.dep.is_none() {
+                        return Err(MscclError::Invalid { at, reason: "nop without a dependency does nothing; the runtime expects depid/deps on nops".into() });
+                    }
+                    pending_nops = true;
+                } else {
+                    if pending_nops && s.dep.is_none() {
+                        return Err(MscclError::Invalid {
+                            at,
+                            reason: "follows nop(s) but has depid=-1; the runtime rejects this (it hands the nops' dependencies to this step)".into(),
+                        });
+                    }
+                    pending_nops = false;
+                    if s.cnt == 0 || s.cnt >= MAX_COUNT {
+                        return Err(MscclError::Invalid {
+                            at,
+                            reason: format!("cnt=\"{}\" must be in 1..{MAX_COUNT}", s.cnt),
+                        });
+                    }
+                }
+                if s.kind.sends() && tb.send.is_none() {
+                    return Err(MscclError::Invalid {
+                        at,
+                        reason: format!("`{}` sends but its threadblock has send=\"-1\"", s.kind.as_str()),
+                    });
+                }
+                if s.kind.receives() && tb.recv.is_none() {
+                    return Err(MscclError::Invalid {
+                        at,
+                        reason: format!("`{}` receives but its threadblock has recv=\"-1\"", s.kind.as_str()),
+                    });
+                }
+                for (field, loc) in local_fields(s) {
+                    let limit = g.chunks(loc.buf);
+                    if loc.off < 0 || i64::from(loc.off) + i64::from(s.cnt) > i64::from(limit) {
+                        return Err(MscclError::OutOfRange {
+                            at,
+                            field: field.into(),
+                            buf: loc.buf.letter(),
+                            off: loc.off,
+                            cnt: s.cnt,
+                            limit,
+                        });
+                    }
+                }
+                if let Some(d) = s.dep {
+                    let target = ix.tb[ix.gpu[g.id.idx()]]
+                        .get(d.tb.idx())
+                        .and_then(|&t| g.tbs[t].steps.get(d.step.idx()));
+                    match target {
+                        None => return Err(MscclError::MissingDep { at, depid: d.tb.0, deps: d.step.0 }),
+                        Some(t) if !t.has_dep => {
+                            return Err(MscclError::DepWithoutHasdep { at, depid: d.tb.0, deps: d.step.0 })
+                        }
+                        Some(_) => {}
+                    }
+                }
+                if s.kind.sends() {
+                    let peer = tb.send.map_or(0, |r| r.0);
+                    sends.entry((g.id.0, peer, tb.chan.0)).or_default().push((
+                        g.id,
+                        tb.id,
+                        StepIdx(si as u32),
+                        s.cnt,
+                    ));
+                }
+                if s.kind.receives() {
+                    let peer = tb.recv.map_or(0, |r| r.0);
+                    recvs.entry((peer, g.id.0, tb.chan.0)).or_default().push((
+                        g.id,
+                        tb.id,
+                        StepIdx(si as u32),
+                        s.cnt,
+                    ));
+                }
+            }
+        }
+    }
+    // The k-th send on a connection is received by the k-th receive (NCCL's FIFO order).
+    let mut conns: Vec<Conn> = sends.keys().chain(recvs.keys()).copied().collect();
+    conns.sort_unstable();
+    conns.dedup();
+    for c in conns {
+        let s = sends.get(&c).map_or(&[][..], |v| v.as_slice());
+        let r = recvs.get(&c).map_or(&[][..], |v| v.as_slice());
+        for (a, b) in s.iter().zip(r) {
+            if a.3 != b.3 {
+                return Err(MscclError::CountMismatch {
+                    at: Location::step(b.0, b.1, b.2),
+                    sent: a.3,
+                    received: b.3,
+                });
+            }
+        }
+        if r.len() > s.len() {
+            let b = r[s.len()];
+            return Err(MscclError::UnmatchedRecv {
+                at: Location::step(b.0, b.1, b.2),
+                peer: Rank(c.0),
+                chan: c.2,
+            });
+        }
+        if s.len() > r.len() {
+            let a = s[r.len()];
+            return Err(MscclError::UnmatchedSend {
+                at: Location::step(a.0, a.1, a.2),
+                peer: Rank(c.1),
+                chan: c.2,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Maps a (buffer, index) a step names to where the data lives, for in-place collectives
+/// whose input and output alias (as the runtime passes `sendbuff` inside `recvbuff`).
+fn resolve(p: &Program, rank: Rank, buf: Buf, index: u32, i_chunks: u32) -> (Buf, u32) {
+    if !p.inplace {
+        return (buf, index);
+    }
+    let n = p.ngpus.max(1);
+    match (&p.coll, buf) {
+        (Collective::AllGather, Buf::Input) => (Buf::Output, rank.0 * i_chunks + index),
+        (Collective::ReduceScatter, Buf::Output) => (Buf::Input, rank.0 * (i_chunks / n) + index),
+        (Collective::AllGather, _) | (Collective::ReduceScatter, _) | (_, Buf::Scratch) | (_, Buf::Input) => {
+            (buf, index)
+        }
+        (_, Buf::Output) => (Buf::Input, index),
+    }
+}
+
+/// The memory of every rank after a run: `slots[gpu index][buffer]`, `None` = never written.
+pub struct Memory<V> {
+    slots: Vec<[Vec<Option<V>>; 3]>,
+    gpu_index: Vec<usize>,
+}
+
+fn buf_slot(b: Buf) -> usize {
+    match b {
+        Buf::Input => 0,
+        Buf::Output => 1,
+        Buf::Scratch => 2,
+    }
+}
+
+impl<V> Memory<V> {
+    /// The value of a slot as the program names it (in-place aliases resolved by the caller).
+    pub fn get(&self, rank: Rank, buf: Buf, index: u32) -> Option<&V> {
+        let g = *self.gpu_index.get(rank.idx())?;
+        self.slots.get(g)?[buf_slot(buf)].get(index as usize)?.as_ref()
+    }
+}
+
+/// One slot's access history since its last write, for race detection.
+#[derive(Clone, Default)]
+struct History {
+    write: Option<(u32, u32)>,
+    reads: Vec<(u32, u32)>,
+}
+
+struct Msg<V> {
+    values: Vec<V>,
+    clock: Rc<Vec<u32>>,
+}
+
+struct Engine<'p, V> {
+    p: &'p Program,
+    ix: Index,
+    base: Vec<usize>,
+    mem: Vec<[Vec<Option<V>>; 3]>,
+    hist: Vec<[Vec<History>; 3]>,
+    pc: Vec<usize>,
+    clock: Vec<Vec<u32>>,
+    snap: HashMap<(usize, usize), Rc<Vec<u32>>>,
+    fifo: HashMap<Conn, VecDeque<Msg<V>>>,
+    races: bool,
+}
+
+impl<'p, V: SlotValue> Engine<'p, V> {
+    fn new(p: &'p Program, races: bool) -> Result<Self, MscclError> {
+        let ix = build_index(p)?;
+        let mut base = Vec::with_capacity(p.gpus.len());
+        let mut total = 0;
+        for g in &p.gpus {
+            base.push(total);
+            total += g.tbs.len();
+        }
+        let mut mem = Vec::with_capacity(p.gpus.len());
+        let mut hist = Vec::with_capacity(p.gpus.len());
+        for g in &p.gpus {
+            let n = p.ngpus;
+            // Aliased storage may extend past the declared size of the buffer it lives in.
+            let i_len = g.i_chunks.max(if p.inplace && p.coll == Collective::ReduceScatter {
+                g.o_chunks * n
+            } else {
+                0
+            });
+            let o_len =
+                g.o_chunks.max(if p.inplace && p.coll == Collective::AllGather { g.i_chunks * n } else { 0 });
+            let lens = [i_len as usize, o_len as usize, g.s_chunks as usize];
+            let mut m: [Vec<Option<V>>; 3] = [vec![None; lens[0]], vec![None; lens[1]], vec![None; lens[2]]];
+            for j in 0..g.i_chunks {
+                let (b, k) = resolve(p, g.id, Buf::Input, j, g.i_chunks);
+                if let Some(slot) = m[buf_slot(b)].get_mut(k as usize) {
+                    *slot = Some(V::input(g.id, ChunkIdx(j)));
+                }
+            }
+            hist.push([
+                vec![History::default(); lens[0]],
+                vec![History::default(); lens[1]],
+                vec![History::default(); lens[2]],
+            ]);
+            mem.push(m);
+        }
+        let clock = if races { vec![vec![0; total]; total] } else { Vec::new() };
+        Ok(Engine {
+            p,
+            ix,
+            base,
+            mem,
+            hist,
+            pc: vec![0; total],
+            clock,
+            snap: HashMap::new(),
+            fifo: HashMap::new(),
+            races,
+        })
+    }
+
+    fn loc_of(&self, gtb: u32, step: u32) -> Location {
+        let gi = self.base.partition_point(|&b| b <= gtb as usize) - 1;
+        let g = &self.p.gpus[gi];
+        Location::step(g.id, g.tbs[gtb as usize - self.base[gi]].id, StepIdx(step))
+    }
+
+    fn ordered(&self, me: usize, other: (u32, u32)) -> bool {
+        !self.races || other.0 as usize == me || self.clock[me][other.0 as usize] > other.1
+    }
+
+    fn access(
+        &mut self,
+        gi: usize,
+        me: usize,
+        step: usize,
+        buf: Buf,
+        off: i32,
+        write: bool,
+    ) -> Result<Option<V>, MscclError> {
+        let g = &self.p.gpus[gi];
+        let (b, k) = resolve(self.p, g.id, buf, off as u32, g.i_chunks);
+        let (bs, k) = (buf_slot(b), k as usize);
+        let at = || Location::step(g.id, g.tbs[me - self.base[gi]].id, StepIdx(step as u32));
+        if self.races {
+            let h = &self.hist[gi][bs][k];
+            let conflicts = h.write.iter().chain(if write { h.reads.iter() } else { [].iter() });
+            for &o in conflicts {
+                if !self.ordered(me, o) {
+                    return Err(MscclError::Race {
+                        at: at(),
+                        buf: buf.letter(),
+                        index: off as u32,
+                        other: self.loc_of(o.0, o.1),
+                    });
+                }
+            }
+            let h = &mut self.hist[gi][bs][k];
+            if write {
+                h.write = Some((me as u32, step as u32));
+                h.reads.clear();
+            } else if !h.reads.contains(&(me as u32, step as u32)) {
+                h.reads.push((me as u32, step as u32));
+            }
+        }
+        let v = self.mem[gi][bs][k].clone();
+        if !write && v.is_none() {
+            return Err(MscclError::UninitRead { at: at(), buf: buf.letter(), index: off as u32 });
+        }
+        Ok(v)
+    }
+
+    fn read(&mut self, gi: usize, me: usize, step: usize, buf: Buf, off: i32) -> Result<V, MscclError> {
+        Ok(self.access(gi, me, step, buf, off, false)?.expect("uninitialised reads are errors"))
+    }
+
+    fn write(
+        &mut self,
+        gi: usize,
+        me: usize,
+        step: usize,
+        buf: Buf,
+        off: i32,
+        v: V,
+    ) -> Result<(), MscclError> {
+        self.access(gi, me, step, buf, off, true)?;
+        let g = &self.p.gpus[gi];
+        let (b, k) = resolve(self.p, g.id, buf, off as u32, g.i_chunks);
+        self.mem[gi][buf_slot(b)][k as usize] = Some(v);
+        Ok(())
+    }
+
+    /// Why the next step of a threadblock cannot run yet, or `None` if it can.
+    fn blocked(&self, gi: usize, ti: usize) -> Option<String> {
+        let g = &self.p.gpus[gi];
+        let tb = &g.tbs[ti];
+        let s = &tb.steps[self.pc[self.base[gi] + ti]];
+        if let Some(d) = s.dep {
+            let dt = self.ix.tb[gi][d.tb.idx()];
+            if self.pc[self.base[gi] + dt] <= d.step.idx() {
+                return Some(format!("tb {} step {} (its dependency)", d.tb.0, d.step.0));
+            }
+        }
+        if s.kind.receives() {
+            let peer = tb.recv.map_or(0, |r| r.0);
+            if self.fifo.get(&(peer, g.id.0, tb.chan.0)).is_none_or(|q| q.is_empty()) {
+                return Some(format!("a send from gpu {peer} on channel {}", tb.chan.0));
+            }
+        }
+        None
+    }
+
+    fn exec(&mut self, gi: usize, ti: usize) -> Result<(), MscclError> {
+        let p = self.p;
+        let g = &p.gpus[gi];
+        let tb = &g.tbs[ti];
+        let me = self.base[gi] + ti;
+        let si = self.pc[me];
+        let s = tb.steps[si];
+        let at = || Location::step(g.id, tb.id, StepIdx(si as u32));
+        if self.races {
+            if let Some(d) = s.dep {
+                let dt = self.base[gi] + self.ix.tb[gi][d.tb.idx()];
+                if let Some(c) = self.snap.get(&(dt, d.step.idx())).cloned() {
+                    join(&mut self.clock[me], &c);
+                }
+            }
+        }
+        let cnt = s.cnt as usize;
+        let mut incoming: Option<Vec<V>> = None;
+        if s.kind.receives() {
+            let peer = tb.recv.map_or(0, |r| r.0);
+            let msg = self
+                .fifo
+                .get_mut(&(peer, g.id.0, tb.chan.0))
+                .and_then(|q| q.pop_front())
+                .expect("blocked() checked the FIFO");
+            if self.races {
+                join(&mut self.clock[me], &msg.clock);
+            }
+            incoming = Some(msg.values);
+        }
+        let mut outgoing: Option<Vec<V>> = None;
+        match s.kind {
+            StepKind::Nop => {}
+            StepKind::Send => {
+                let mut v = Vec::with_capacity(cnt);
+                for k in 0..cnt {
+                    v.push(self.read(gi, me, si, s.src.buf, s.src.off + k as i32)?);
+                }
+                outgoing = Some(v);
+            }
+            StepKind::Recv | StepKind::RecvCopySend => {
+                let v = incoming.unwrap_or_default();
+                for (k, x) in v.iter().enumerate() {
+                    self.write(gi, me, si, s.dst.buf, s.dst.off + k as i32, x.clone())?;
+                }
+                if s.kind == StepKind::RecvCopySend {
+                    outgoing = Some(v);
+                }
+            }
+            StepKind::RecvReduceSend | StepKind::RecvReduceCopy | StepKind::RecvReduceCopySend => {
+                let v = incoming.unwrap_or_default();
+                let mut sum = Vec::with_capacity(cnt);
+                for (k, x) in v.iter().enumerate() {
+                    let local = self.read(gi, me, si, s.src.buf, s.src.off + k as i32)?;
+                    sum.push(local.combine(x).map_err(|what| MscclError::DoubleCount { at: at(), what })?);
+                }
+                if s.kind != StepKind::RecvReduceSend {
+                    for (k, x) in sum.iter().enumerate() {
+                        self.write(gi, me, si, s.dst.buf, s.dst.off + k as i32, x.clone())?;
+                    }
+                }
+                if s.kind != StepKind::RecvReduceCopy {
+                    outgoing = Some(sum);
+                }
+            }
+            StepKind::Copy => {
+                for k in 0..cnt as i32 {
+                    let x = self.read(gi, me, si, s.src.buf, s.src.off + k)?;
+                    self.write(gi, me, si, s.dst.buf, s.dst.off + k, x)?;
+                }
+            }
+            StepKind::Reduce => {
+                for k in 0..cnt as i32 {
+                    let x = self.read(gi, me, si, s.src.buf, s.src.off + k)?;
+                    let y = self.read(gi, me, si, s.dst.buf, s.dst.off + k)?;
+                    let z = y.combine(&x).map_err(|what| MscclError::DoubleCount { at: at(), what })?;
+                    self.write(gi, me, si, s.dst.buf, s.dst.off + k, z)?;
+                }
+            }
+        }
+        self.pc[me] += 1;
+        let clock = if self.races {
+            self.clock[me][me] = (si + 1) as u32;
+            let c = Rc::new(self.clock[me].clone());
+            if s.has_dep {
+                self.snap.insert((me, si), c.clone());
+            }
+            c
+        } else {
+            Rc::new(Vec::new())
+        };
+        if let Some(values) = outgoing {
+            let peer = tb.send.map_or(0, |r| r.0);
+            self.fifo.entry((g.id.0, peer, tb.chan.0)).or_default().push_back(Msg { values, clock });
+        }
+        Ok(())
+    }
+
+    fn run(mut self) -> Result<Memory<V>, MscclError> {
+        let p = self.p;
+        loop {
+            let mut progress = false;
+            let mut done = true;
+            for gi in 0..p.gpus.len() {
+                for ti in 0..p.gpus[gi].tbs.len() {
+                    let me = self.base[gi] + ti;
+                    while self.pc[me] < p.gpus[gi].tbs[ti].steps.len() && self.blocked(gi, ti).is_none() {
+                        self.exec(gi, ti)?;
+                        progress = true;
+                    }
+                    done &= self.pc[me] == p.gpus[gi].tbs[ti].steps.len();
+                }
+            }
+            if done {
+                break;
+            }
+            if !progress {
+                return Err(self.deadlock());
+            }
+        }
+        Ok(Memory { slots: self.mem, gpu_index: self.ix.gpu })
+    }
+
+    fn deadlock(&self) -> MscclError {
+        let mut first = None;
+        let mut blocked = 0;
+        for (gi, g) in self.p.gpus.iter().enumerate() {
+            for (ti, tb) in g.tbs.iter().enumerate() {
+                let pc = self.pc[self.base[gi] + ti];
+                if pc < tb.steps.len() {
+                    blocked += 1;
+                    if first.is_none() {
+                        first = Some((
+                            Location::step(g.id, tb.id, StepIdx(pc as u32)),
+                            self.blocked(gi, ti).unwrap_or_default(),
+                        ));
+                    }
+                }
+            }
+        }
+        let (at, waiting_for) = first.unwrap_or_default();
+        MscclError::Deadlock { at, waiting_for, blocked }
+    }
+}
+
+fn join(into: &mut [u32], from: &[u32]) {
+    for (a, b) in into.iter_mut().zip(from) {
+        *a = (*a).max(*b);
+    }
+}
+
+/// Runs a validated program to completion over values of type `V`.
+/// With `races`, also fails on conflicting accesses no dependency orders.
+pub fn execute<V: SlotValue>(p: &Program, races: bool) -> Result<Memory<V>, MscclError> {
+    validate(p)?;
+    Engine::<V>::new(p, races)?.run()
+}
+
+/// Where the collective's result for one output slot lives, and what it must hold.
+pub struct Expected {
+    /// The rank.
+    pub rank: Rank,
+    /// The buffer and index as the program addresses the output.
+    pub buf: Buf,
+    /// Chunk index in `buf`.
+    pub index: u32,
+    /// The contributions the slot must hold, exactly.
+    pub want: ChunkSet,
+}
+
+/// The collective's definition over the program's chunk counts; `None` for collectives the
+/// executor does not know (custom, broadcast, …).
+pub fn expected(p: &Program) -> Option<Vec<Expected>> {
+    let n = p.ngpus;
+    let mut out = Vec::new();
+    let all = |chunk: u32| {
+        ChunkSet((0..n).map(|q| Contribution { rank: Rank(q), chunk: ChunkIdx(chunk) }).collect())
+    };
+    for g in &p.gpus {
+        let r = g.id;
+        let res_buf = |inplace_buf: Buf| if p.inplace { inplace_buf } else { Buf::Output };
+        match p.coll {
+            Collective::AllReduce => {
+                for j in 0..g.i_chunks {
+                    out.push(Expected { rank: r, buf: res_buf(Buf::Input), index: j, want: all(j) });
+                }
+            }
+            Collective::AllGather => {
+                let cf = g.i_chunks;
+                for k in 0..n * cf {
+                    out.push(Expected {
+                        rank: r,
+                        buf: Buf::Output,
+                        index: k,
+                        want: ChunkSet::single(Rank(k / cf), ChunkIdx(k % cf)),
+                    });
+                }
+            }
+            Collective::ReduceScatter => {
+                let cf = g.i_chunks / n.max(1);
+                for j in 0..cf {
+                    out.push(Expected { rank: r, buf: Buf::Output, index: j, want: all(r.0 * cf + j) });
+                }
+            }
+            Collective::AllToAll => {
+                let cf = g.i_chunks / n.max(1);
+                for q in 0..n {
+                    for j in 0..cf {
+                        out.push(Expected {
+                            rank: r,
+                            buf: res_buf(Buf::Input),
+                            index: q * cf + j,
+                            want: ChunkSet::single(Rank(q), ChunkIdx(r.0 * cf + j)),
+                        });
+                    }
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// What [`check`] established about a program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    /// `<algo name>`.
+    pub name: String,
+    /// `coll` as written.
+    pub coll: String,
+    /// GPUs.
+    pub ngpus: u32,
+    /// Threadblocks over all GPUs.
+    pub tbs: usize,
+    /// Steps over all GPUs, nops included.
+    pub steps: usize,
+    /// Output slots compared with the collective's definition (0 when it is unknown).
+    pub slots_checked: usize,
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ok: {} ({}, {} gpus, {} threadblocks, {} steps): ",
+            self.name, self.coll, self.ngpus, self.tbs, self.steps
+        )?;
+        if self.slots_checked > 0 {
+            write!(
+                f,
+                "computes {} on {} output chunks (symbolic and numeric), no races, no deadlock",
+                self.coll, self.slots_checked
+            )
+        } else {
+            write!(
+                f,
+                "runs without races or deadlock (result not checked: collective has no reference definition)"
+            )
+        }
+    }
+}
+
+/// Validates, runs symbolically (with race detection) and numerically, and compares every
+/// output slot with the collective's definition.
+pub fn check(p: &Program) -> Result<Summary, MscclError> {
+    let sym = execute::<ChunkSet>(p, true)?;
+    let num = execute::<Real>(p, false)?;
+    let exp = expected(p);
+    if let Some(exp) = &exp {
+        for e in exp {
+            let at = Location { gpu: Some(e.rank), ..Default::default() };
+            let got = sym.get(e.rank, e.buf, e.index);
+            let g = &p.gpus[sym.gpu_index[e.rank.idx()]];
+            let (b, k) = resolve(p, e.rank, e.buf, e.index, g.i_chunks);
+            let got = got.or_else(|| sym.get(e.rank, b, k));
+            let got_val =
+                sym.slots[sym.gpu_index[e.rank.idx()]][buf_slot(b)].get(k as usize).cloned().flatten();
+            let _ = got;
+            if got_val.as_ref() != Some(&e.want) {
+                return Err(MscclError::WrongResult {
+                    at,
+                    buf: e.buf.letter(),
+                    index: e.index,
+                    got: got_val.map_or_else(|| "unwritten".to_string(), |v| v.to_string()),
+                    want: e.want.to_string(),
+                });
+            }
+            let want_num: f64 = e.want.0.iter().map(|c| Real::of(c.rank, c.chunk)).sum();
+            let got_num =
+                num.slots[num.gpu_index[e.rank.idx()]][buf_slot(b)].get(k as usize).copied().flatten();
+            if got_num.map(|x| x.0) != Some(want_num) {
+                return Err(MscclError::WrongResult {
+                    at,
+                    buf: e.buf.letter(),
+                    index: e.index,
+                    got: got_num.map_or_else(|| "unwritten".to_string(), |v| v.to_string()),
+                    want: want_num.to_string(),
+                });
+            }
+        }
+    }
+    Ok(Summary {
+        name: p.name.clone(),
+        coll: p.coll.as_str(p.is_legacy()).to_string(),
+        ngpus: p.ngpus,
+        tbs: p.gpus.iter().map(|g| g.tbs.len()).sum(),
+        steps: p.steps().count(),
+        slots_checked: exp.map_or(0, |e| e.len()),
+    })
+}
+
+/// Reads and checks a file; errors name the file and the line of the step at fault.
+pub fn check_file(path: &std::path::Path) -> Result<Summary, MscclError> {
+    let (p, map) = super::ir::read_file(path)?;
+    let name = path.display().to_string();
+    check(&p).map_err(|e| e.in_file(&name, |at| map.line_of(&p, at)))
+}
