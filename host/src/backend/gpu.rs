@@ -147,11 +147,6 @@ impl GpuBackend {
         })
     }
 
-    /// Compute capability (major, minor).
-    pub fn compute_capability(&self) -> (i32, i32) {
-        self.shared.cc
-    }
-
     fn raw_stream(&self) -> sys::CUstream {
         self.stream.as_ref().map_or(std::ptr::null_mut(), |s| s.raw)
     }
@@ -202,6 +197,10 @@ impl Backend for GpuBackend {
 
     fn describe(&self) -> String {
         format!("{} (sm_{}{})", self.shared.name, self.shared.cc.0, self.shared.cc.1)
+    }
+
+    fn compute_capability(&self) -> Option<(i32, i32)> {
+        Some(self.shared.cc)
     }
 
     fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {

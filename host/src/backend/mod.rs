@@ -143,6 +143,11 @@ pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     /// A one-line description (device name, compute capability).
     fn describe(&self) -> String;
+    /// The GPU's compute capability (major, minor); `None` for the CPU emulator, which runs
+    /// every kernel.
+    fn compute_capability(&self) -> Option<(i32, i32)> {
+        None
+    }
     /// Allocates `bytes` of zeroed device memory.
     fn alloc(&self, bytes: usize) -> Result<DeviceBuffer>;
     /// Allocates `bytes` of zeroed host memory mapped into the device's address space.

@@ -83,6 +83,7 @@ impl std::fmt::Display for RankFailure {
     }
 }
 
+/// Resources of one rank.
 struct RankRes {
     stream: Arc<dyn Backend>,
     channels: DeviceBuffer,
@@ -94,6 +95,7 @@ struct RankRes {
 /// all ranks' kernels run concurrently, as on N GPUs.
 pub struct LocalGroup {
     cfg: GroupConfig,
+    cc: Option<(i32, i32)>,
     ranks: Vec<RankRes>,
     _conns: Vec<DeviceBuffer>,
     abort: HostMapped,
@@ -198,12 +200,23 @@ impl LocalGroup {
             ranks.push(RankRes { stream: backend.fork_stream()?, channels, status, _user_ranks: user_ranks });
         }
         let abort = backend.alloc_mapped(4)?;
-        Ok(LocalGroup { cfg, ranks, _conns: conns, abort, poisoned: AtomicBool::new(false) })
+        Ok(LocalGroup {
+            cfg,
+            cc: backend.compute_capability(),
+            ranks,
+            _conns: conns,
+            abort,
+            poisoned: AtomicBool::new(false),
+        })
     }
 
     /// Number of ranks.
     pub fn nranks(&self) -> usize {
         self.cfg.nranks
+    }
+
+    pub(crate) fn backend_cc(&self) -> Option<(i32, i32)> {
+        self.cc
     }
 
     /// The group's configuration.

@@ -1,6 +1,8 @@
 //! Communicators. [`LocalGroup`] runs N ranks in one process — threads on the CPU backend,
 //! concurrent streams on one GPU — with ring channels between them; it is how every algorithm
 //! is tested without a GPU cluster.
+mod collectives;
 mod local;
 
+pub use collectives::{scalar_bits, BufRef, ReduceOp};
 pub use local::{Fault, GroupConfig, LocalGroup, RankFailure};

@@ -1,0 +1,214 @@
+//! The typed collective calls of a [`LocalGroup`], in the style of NCCL: validated buffers, an
+//! element type and a reduction operator.
+use super::LocalGroup;
+use crate::backend::DeviceBuffer;
+use crate::error::{Error, Result};
+use rsccl_device::coll::Collective;
+use rsccl_device::reduce::{Bf16, DataType, Fp8E4M3, Fp8E5M2, RedOp, F16};
+use rsccl_device::DevPtr;
+
+/// A reduction as users ask for it (NCCL's `ncclRedOp_t` plus `ncclRedOpCreatePreMulSum`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ReduceOp {
+    /// Sum.
+    Sum,
+    /// Product.
+    Prod,
+    /// Minimum.
+    Min,
+    /// Maximum.
+    Max,
+    /// Average: PreMulSum by 1/n for floats, SumPostDiv by n for integers (as NCCL).
+    Avg,
+    /// Multiply every rank's input by the scalar, then sum.
+    PreMulSum(f64),
+}
+
+impl ReduceOp {
+    /// The device operator and its argument for `dtype` over `nranks` ranks.
+    ///
+    /// ```
+    /// use rsccl::comm::ReduceOp;
+    /// use rsccl_device::reduce::{DataType, RedOp};
+    /// assert_eq!(ReduceOp::Avg.resolve(DataType::I32, 4), (RedOp::SumPostDiv, 4));
+    /// assert_eq!(ReduceOp::Avg.resolve(DataType::F32, 4), (RedOp::PreMulSum, 0.25f32.to_bits() as u64));
+    /// ```
+    pub fn resolve(self, dtype: DataType, nranks: usize) -> (RedOp, u64) {
+        match self {
+            ReduceOp::Sum => (RedOp::Sum, 0),
+            ReduceOp::Prod => (RedOp::Prod, 0),
+            ReduceOp::Min => (RedOp::Min, 0),
+            ReduceOp::Max => (RedOp::Max, 0),
+            ReduceOp::Avg if dtype.is_float() => (RedOp::PreMulSum, scalar_bits(dtype, 1.0 / nranks as f64)),
+            ReduceOp::Avg => (RedOp::SumPostDiv, nranks as u64),
+            ReduceOp::PreMulSum(s) => (RedOp::PreMulSum, scalar_bits(dtype, s)),
+        }
+    }
+}
+
+/// `x` as an element of `dtype`, as bits (the kernels' scalar argument).
+pub fn scalar_bits(dtype: DataType, x: f64) -> u64 {
+    match dtype {
+        DataType::I8 | DataType::I32 | DataType::I64 => x as i64 as u64,
+        DataType::U8 | DataType::U32 | DataType::U64 => x as u64,
+        DataType::F16 => F16::from_f32(x as f32).0 as u64,
+        DataType::Bf16 => Bf16::from_f32(x as f32).0 as u64,
+        DataType::F32 => (x as f32).to_bits() as u64,
+        DataType::F64 => x.to_bits(),
+        DataType::Fp8E4M3 => Fp8E4M3::from_f32_satfinite(x as f32).0 as u64,
+        DataType::Fp8E5M2 => Fp8E5M2::from_f32_satfinite(x as f32).0 as u64,
+    }
+}
+
+/// One rank's buffer argument: a device buffer and a byte offset into it.
+#[derive(Clone, Copy, Debug)]
+pub struct BufRef<'a> {
+    /// The buffer.
+    pub buf: &'a DeviceBuffer,
+    /// Byte offset of the first element.
+    pub offset: usize,
+}
+
+impl<'a> From<&'a DeviceBuffer> for BufRef<'a> {
+    fn from(buf: &'a DeviceBuffer) -> Self {
+        BufRef { buf, offset: 0 }
+    }
+}
+
+impl BufRef<'_> {
+    fn ptr(&self) -> DevPtr {
+        self.buf.ptr().offset(self.offset as u64)
+    }
+}
+
+impl LocalGroup {
+    #[allow(clippy::too_many_arguments)]
+    fn checked(
+        &self,
+        coll: Collective,
+        send: &[BufRef],
+        recv: &[BufRef],
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        let n = self.nranks();
+        let bad = |why: String| Error::InvalidConfig(why);
+        if send.len() != n || recv.len() != n {
+            return Err(bad(format!(
+                "{coll:?}: {} send and {} receive buffers given for {n} ranks",
+                send.len(),
+                recv.len()
+            )));
+        }
+        if matches!(coll, Collective::Broadcast | Collective::Reduce) && root >= n {
+            return Err(bad(format!("{coll:?}: root {root} is not a rank of this {n}-rank group")));
+        }
+        if dtype.requires_sm90() {
+            if let Some((major, minor)) = self.backend_cc() {
+                if major < 9 {
+                    return Err(bad(format!(
+                        "{} needs sm_90 or newer; this GPU is sm_{major}{minor}",
+                        dtype.name()
+                    )));
+                }
+            }
+        }
+        let eb = dtype.size();
+        let block = count.checked_mul(eb).ok_or_else(|| bad(format!("{count} elements overflow")))?;
+        let (send_bytes, recv_bytes) = match coll {
+            Collective::AllReduce | Collective::Broadcast | Collective::Reduce => (block, block),
+            Collective::ReduceScatter => (block * n, block),
+            Collective::AllGather => (block, block * n),
+        };
+        for (r, (s, d)) in send.iter().zip(recv).enumerate() {
+            for (what, b, need) in [("send", s, send_bytes), ("receive", d, recv_bytes)] {
+                // Non-root ranks of broadcast/reduce do not read or write some buffers, but NCCL
+                // requires them to be valid; so do we.
+                let have = b.buf.len().saturating_sub(b.offset);
+                if b.offset > b.buf.len() || have < need {
+                    return Err(bad(format!(
+                        "{coll:?} rank {r}: {what} buffer has {have} bytes after offset {}, needs {need} ({count} × {} {})",
+                        b.offset,
+                        eb,
+                        dtype.name()
+                    )));
+                }
+                if !b.ptr().is_aligned(eb as u64) {
+                    return Err(bad(format!(
+                        "{coll:?} rank {r}: {what} buffer address {:#x} is not aligned to {eb} bytes ({})",
+                        b.ptr().0,
+                        dtype.name()
+                    )));
+                }
+            }
+        }
+        let (red, arg) = op.resolve(dtype, n);
+        let bufs: Vec<(DevPtr, DevPtr)> = send.iter().zip(recv).map(|(s, d)| (s.ptr(), d.ptr())).collect();
+        self.run_ring(coll, dtype, red, &bufs, count as u64, root, arg)
+    }
+
+    /// Every rank's `recv` gets the reduction of all ranks' `send` (`count` elements each).
+    /// `send[r]` and `recv[r]` may be the same buffer (in place).
+    pub fn all_reduce(
+        &self,
+        send: &[BufRef],
+        recv: &[BufRef],
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.checked(Collective::AllReduce, send, recv, count, dtype, op, 0)
+    }
+
+    /// Rank r's `recv` (`recv_count` elements) gets block r of the reduction of all `send`s
+    /// (`nranks × recv_count` elements each).
+    pub fn reduce_scatter(
+        &self,
+        send: &[BufRef],
+        recv: &[BufRef],
+        recv_count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.checked(Collective::ReduceScatter, send, recv, recv_count, dtype, op, 0)
+    }
+
+    /// Every rank's `recv` (`nranks × send_count` elements) gets all `send`s in rank order.
+    /// In place: `send[r]` is `recv[r]` at byte offset `r × send_count × size`.
+    pub fn all_gather(
+        &self,
+        send: &[BufRef],
+        recv: &[BufRef],
+        send_count: usize,
+        dtype: DataType,
+    ) -> Result<()> {
+        self.checked(Collective::AllGather, send, recv, send_count, dtype, ReduceOp::Sum, 0)
+    }
+
+    /// Every rank's `recv` gets `root`'s `send`.
+    pub fn broadcast(
+        &self,
+        send: &[BufRef],
+        recv: &[BufRef],
+        count: usize,
+        dtype: DataType,
+        root: usize,
+    ) -> Result<()> {
+        self.checked(Collective::Broadcast, send, recv, count, dtype, ReduceOp::Sum, root)
+    }
+
+    /// `root`'s `recv` gets the reduction of all `send`s.
+    pub fn reduce(
+        &self,
+        send: &[BufRef],
+        recv: &[BufRef],
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        self.checked(Collective::Reduce, send, recv, count, dtype, op, root)
+    }
+}
