@@ -1,1 +1,484 @@
-//! (in progress)
+//! The MSCCLang builder: a program over chunks of per-rank buffers.
+//!
+//! As in MSCCLang, a program is written by running it: [`Program::chunk`] names chunks
+//! that must hold data, [`Program::copy`] moves them (to another rank or locally) and
+//! [`Program::reduce`] adds one into another. Every operation is checked against a symbolic
+//! trace of the buffers (which contributions each slot holds), so an invalid program fails
+//! at the operation that makes it invalid, with that operation named in the error.
+use super::ir::{Collective, Protocol};
+use super::verify::{ChunkSet, Contribution};
+use super::{ChannelId, ChunkIdx, MscclError, Rank, TbId};
+use std::fmt;
+
+/// A buffer of every rank: input, output, the anonymous scratch, or a named scratch slice
+/// (each named slice gets its own region of the rank's scratch buffer at compile time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(pub u32);
+
+impl BufferId {
+    /// The user's input buffer.
+    pub const INPUT: BufferId = BufferId(0);
+    /// The user's output buffer.
+    pub const OUTPUT: BufferId = BufferId(1);
+    /// The anonymous scratch buffer.
+    pub const SCRATCH: BufferId = BufferId(2);
+
+    /// Whether the buffer lives in scratch memory (anonymous or named).
+    pub fn is_scratch(self) -> bool {
+        self.0 >= 2
+    }
+}
+
+/// Which collective a program implements, on how many ranks, with how many chunks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CollectiveSpec {
+    /// The collective.
+    pub coll: Collective,
+    /// Ranks.
+    pub ranks: u32,
+    /// Chunks per rank in the unit the collective is defined in (its chunk factor).
+    pub chunk_factor: u32,
+    /// Whether input and output alias (the result is left where the runtime expects it).
+    pub inplace: bool,
+    /// Input and output chunk counts, for [`Collective::Custom`] only.
+    pub custom_sizes: Option<(u32, u32)>,
+}
+
+impl CollectiveSpec {
+    /// A known collective.
+    pub fn new(coll: Collective, ranks: u32, chunk_factor: u32, inplace: bool) -> Self {
+        CollectiveSpec { coll, ranks, chunk_factor, inplace, custom_sizes: None }
+    }
+
+    /// A custom program with the given buffer sizes and no defined result.
+    pub fn custom(ranks: u32, input_chunks: u32, output_chunks: u32) -> Self {
+        CollectiveSpec {
+            coll: Collective::Custom,
+            ranks,
+            chunk_factor: input_chunks,
+            inplace: false,
+            custom_sizes: Some((input_chunks, output_chunks)),
+        }
+    }
+
+    /// (input chunks, output chunks) per rank.
+    pub fn sizes(&self) -> (u32, u32) {
+        let (n, cf) = (self.ranks, self.chunk_factor);
+        match (&self.coll, self.custom_sizes) {
+            (_, Some(s)) => s,
+            (Collective::AllGather, _) => (cf, n * cf),
+            (Collective::ReduceScatter, _) => (n * cf, cf),
+            (Collective::AllToAll, _) => (n * cf, n * cf),
+            _ => (cf, cf),
+        }
+    }
+}
+
+/// A reference to `size` contiguous chunks of one buffer of one rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ref {
+    /// The rank.
+    pub rank: Rank,
+    /// The buffer (after in-place aliasing).
+    pub buf: BufferId,
+    /// First chunk.
+    pub index: ChunkIdx,
+    /// Number of chunks.
+    pub size: u32,
+}
+
+impl Ref {
+    fn range(&self) -> std::ops::Range<u32> {
+        self.index.0..self.index.0 + self.size
+    }
+
+    fn overlaps(&self, other: &Ref) -> bool {
+        self.rank == other.rank
+            && self.buf == other.buf
+            && self.index.0 < other.index.0 + other.size
+            && other.index.0 < self.index.0 + self.size
+    }
+}
+
+/// Scheduling hints for one operation; `None` leaves the choice to the compiler.
+/// Hints constrain fusion as in MSCCLang: a receive and a send fuse only when their hints agree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Hints {
+    /// Channel (NCCL connection set) the transfer uses.
+    pub channel: Option<ChannelId>,
+    /// Threadblock hint for the sending side.
+    pub send_tb: Option<TbId>,
+    /// Threadblock hint for the receiving side (and for local operations).
+    pub recv_tb: Option<TbId>,
+}
+
+impl Hints {
+    /// Only a channel.
+    pub fn channel(c: u32) -> Self {
+        Hints { channel: Some(ChannelId(c)), ..Default::default() }
+    }
+}
+
+/// Copy or reduce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// `dst ← src`.
+    Copy,
+    /// `dst ← dst ⊕ src`.
+    Reduce,
+}
+
+/// One traced chunk operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkOp {
+    /// Copy or reduce.
+    pub kind: OpKind,
+    /// Data read (the operand added, for reduce).
+    pub src: Ref,
+    /// Data written (also read, for reduce).
+    pub dst: Ref,
+    /// Scheduling hints.
+    pub hints: Hints,
+}
+
+/// A MSCCLang program being written.
+#[derive(Clone, Debug)]
+pub struct Program {
+    /// Name in `<algo name>`.
+    pub name: String,
+    /// Collective and sizes.
+    pub spec: CollectiveSpec,
+    /// Protocol in `<algo proto>`.
+    pub protocol: Protocol,
+    /// Replicate the program this many times over finer chunks (MSCCLang's `instances`).
+    pub instances: u32,
+    /// Names of buffers by [`BufferId`].
+    buffer_names: Vec<String>,
+    /// `state[rank][buffer][chunk]`: the contributions a slot holds, `None` = empty.
+    state: Vec<Vec<Vec<Option<ChunkSet>>>>,
+    ops: Vec<ChunkOp>,
+}
+
+impl fmt::Display for Ref {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = match self.buf {
+            BufferId::INPUT => "input".to_string(),
+            BufferId::OUTPUT => "output".to_string(),
+            BufferId::SCRATCH => "scratch".to_string(),
+            BufferId(n) => format!("scratch#{n}"),
+        };
+        if self.size == 1 {
+            write!(f, "{}:{}[{}]", self.rank, b, self.index.0)
+        } else {
+            write!(f, "{}:{}[{}..{}]", self.rank, b, self.index.0, self.index.0 + self.size)
+        }
+    }
+}
+
+impl Program {
+    /// A program for `spec`, with every input chunk holding its rank's contribution.
+    pub fn new(name: &str, spec: CollectiveSpec, protocol: Protocol) -> Result<Self, MscclError> {
+        if spec.ranks == 0 || spec.chunk_factor == 0 {
+            return Err(MscclError::Dsl {
+                op: "program".into(),
+                reason: format!(
+                    "needs at least one rank and one chunk (got {} ranks, {} chunks)",
+                    spec.ranks, spec.chunk_factor
+                ),
+            });
+        }
+        let (i, o) = spec.sizes();
+        let mut state = Vec::with_capacity(spec.ranks as usize);
+        for r in 0..spec.ranks {
+            let input: Vec<Option<ChunkSet>> =
+                (0..i).map(|j| Some(ChunkSet::single(Rank(r), ChunkIdx(j)))).collect();
+            state.push(vec![input, vec![None; o as usize], Vec::new()]);
+        }
+        let mut p = Program {
+            name: name.to_string(),
+            spec,
+            protocol,
+            instances: 1,
+            buffer_names: vec!["input".into(), "output".into(), "scratch".into()],
+            state,
+            ops: Vec::new(),
+        };
+        // In-place all-gather: the input is a window of the output; seed the output there.
+        if p.spec.inplace && p.spec.coll == Collective::AllGather {
+            for r in 0..p.spec.ranks as usize {
+                let input = std::mem::take(&mut p.state[r][0]);
+                for (j, v) in input.into_iter().enumerate() {
+                    p.state[r][1][r * i as usize + j] = v;
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    /// The traced operations, in program order.
+    pub fn ops(&self) -> &[ChunkOp] {
+        &self.ops
+    }
+
+    /// Ranks.
+    pub fn ranks(&self) -> u32 {
+        self.spec.ranks
+    }
+
+    /// The name of a buffer.
+    pub fn buffer_name(&self, b: BufferId) -> &str {
+        self.buffer_names.get(b.0 as usize).map_or("?", |s| s.as_str())
+    }
+
+    /// All buffer ids (input, output, scratch, then named scratch in creation order).
+    pub fn buffers(&self) -> impl Iterator<Item = BufferId> {
+        (0..self.buffer_names.len() as u32).map(BufferId)
+    }
+
+    /// A named scratch buffer, created on first use on every rank.
+    pub fn scratch(&mut self, name: &str) -> BufferId {
+        if let Some(i) = self.buffer_names.iter().skip(3).position(|n| n == name) {
+            return BufferId(i as u32 + 3);
+        }
+        self.buffer_names.push(name.to_string());
+        for r in &mut self.state {
+            r.push(Vec::new());
+        }
+        BufferId(self.buffer_names.len() as u32 - 1)
+    }
+
+    /// Length of a buffer on a rank (scratch buffers grow as they are written).
+    pub fn len(&self, rank: Rank, buf: BufferId) -> u32 {
+        self.state[rank.idx()][buf.0 as usize].len() as u32
+    }
+
+    /// The contributions in a slot after the operations so far.
+    pub fn slot(&self, rank: Rank, buf: BufferId, index: ChunkIdx) -> Option<&ChunkSet> {
+        let (b, i) = self.alias(rank, buf, index.0);
+        self.state.get(rank.idx())?.get(b.0 as usize)?.get(i as usize)?.as_ref()
+    }
+
+    /// Maps in-place aliases to the buffer the data lives in (as the runtime passes
+    /// `sendbuff` inside `recvbuff`).
+    pub(crate) fn alias(&self, rank: Rank, buf: BufferId, index: u32) -> (BufferId, u32) {
+        if !self.spec.inplace {
+            return (buf, index);
+        }
+        let cf = self.spec.chunk_factor;
+        match (&self.spec.coll, buf) {
+            (Collective::AllGather, BufferId::INPUT) => (BufferId::OUTPUT, rank.0 * cf + index),
+            (Collective::ReduceScatter, BufferId::OUTPUT) => (BufferId::INPUT, rank.0 * cf + index),
+            (Collective::AllReduce | Collective::AllToAll, BufferId::OUTPUT) => (BufferId::INPUT, index),
+            _ => (buf, index),
+        }
+    }
+
+    fn err(&self, op: String, reason: impl Into<String>) -> MscclError {
+        MscclError::Dsl { op, reason: reason.into() }
+    }
+
+    fn check_rank(&self, op: &str, rank: Rank) -> Result<(), MscclError> {
+        if rank.0 >= self.spec.ranks {
+            return Err(self.err(
+                op.to_string(),
+                format!("{rank} does not exist (the program has {} ranks)", self.spec.ranks),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_buf(&self, op: &str, buf: BufferId) -> Result<(), MscclError> {
+        if buf.0 as usize >= self.buffer_names.len() {
+            return Err(self.err(op.to_string(), format!("buffer #{} was never created", buf.0)));
+        }
+        Ok(())
+    }
+
+    /// References `size` chunks at `index` of `buf` on `rank`; they must all hold data.
+    pub fn chunk(&self, rank: Rank, buf: BufferId, index: ChunkIdx, size: u32) -> Result<Ref, MscclError> {
+        let op = format!("chunk({}, {}, {}, {size})", rank.0, self.buffer_name(buf), index.0);
+        self.check_rank(&op, rank)?;
+        self.check_buf(&op, buf)?;
+        if size == 0 {
+            return Err(self.err(op, "size must be at least 1"));
+        }
+        let (b, i) = self.alias(rank, buf, index.0);
+        let r = Ref { rank, buf: b, index: ChunkIdx(i), size };
+        self.require_data(&op, &r)?;
+        Ok(r)
+    }
+
+    fn require_data(&self, op: &str, r: &Ref) -> Result<(), MscclError> {
+        let len = self.len(r.rank, r.buf);
+        if r.index.0 + r.size > len {
+            return Err(self.err(
+                op.to_string(),
+                format!("{r} is out of range: {} has {len} chunks on {}", self.buffer_name(r.buf), r.rank),
+            ));
+        }
+        for i in r.range() {
+            if self.state[r.rank.idx()][r.buf.0 as usize][i as usize].is_none() {
+                return Err(self.err(op.to_string(), format!("chunk {i} of {r} holds no data yet")));
+            }
+        }
+        Ok(())
+    }
+
+    fn values(&self, r: &Ref) -> Vec<ChunkSet> {
+        r.range()
+            .map(|i| self.state[r.rank.idx()][r.buf.0 as usize][i as usize].clone().unwrap_or_default())
+            .collect()
+    }
+
+    /// Copies `src` to `buf` on `to`, at `index` (`None`: append to a scratch buffer).
+    /// A copy to the same rank is a local `cpy`; to another rank a send plus a receive.
+    pub fn copy(
+        &mut self,
+        src: Ref,
+        to: Rank,
+        buf: BufferId,
+        index: Option<ChunkIdx>,
+        hints: Hints,
+    ) -> Result<Ref, MscclError> {
+        let op = format!(
+            "#{} copy {src} → {}:{}[{}]",
+            self.ops.len(),
+            to,
+            self.buffer_name(buf),
+            index.map_or("append".to_string(), |i| i.0.to_string())
+        );
+        self.check_rank(&op, to)?;
+        self.check_buf(&op, buf)?;
+        self.require_data(&op, &src)?;
+        let index = match index {
+            Some(i) => i,
+            None if buf.is_scratch() => ChunkIdx(self.len(to, buf)),
+            None => return Err(self.err(op, "only scratch buffers can be appended to; give an index")),
+        };
+        let (b, i) = self.alias(to, buf, index.0);
+        let dst = Ref { rank: to, buf: b, index: ChunkIdx(i), size: src.size };
+        if dst.overlaps(&src) {
+            return Err(self.err(op, format!("destination {dst} overlaps the source {src}")));
+        }
+        self.writable(&op, &dst)?;
+        let v = self.values(&src);
+        self.store(&dst, v);
+        self.ops.push(ChunkOp { kind: OpKind::Copy, src, dst, hints });
+        Ok(dst)
+    }
+
+    /// `dst ← dst ⊕ src`. With `src` on another rank, `src`'s rank sends and `dst`'s rank
+    /// receives and reduces (`rrc`); on the same rank it is a local `re`.
+    pub fn reduce(&mut self, dst: Ref, src: Ref, hints: Hints) -> Result<Ref, MscclError> {
+        let op = format!("#{} reduce {dst} ⊕= {src}", self.ops.len());
+        self.require_data(&op, &dst)?;
+        self.require_data(&op, &src)?;
+        if dst.size != src.size {
+            return Err(self.err(op, format!("sizes differ ({} vs {} chunks)", dst.size, src.size)));
+        }
+        if dst.overlaps(&src) {
+            return Err(self.err(op, "a chunk cannot be reduced with (part of) itself"));
+        }
+        let (a, b) = (self.values(&dst), self.values(&src));
+        let mut sum = Vec::with_capacity(a.len());
+        for (x, y) in a.iter().zip(&b) {
+            use super::verify::SlotValue as _;
+            sum.push(x.combine(y).map_err(|what| self.err(op.clone(), format!("would add {what} twice")))?);
+        }
+        self.store(&dst, sum);
+        self.ops.push(ChunkOp { kind: OpKind::Reduce, src, dst, hints });
+        Ok(dst)
+    }
+
+    fn writable(&mut self, op: &str, dst: &Ref) -> Result<(), MscclError> {
+        let len = self.len(dst.rank, dst.buf);
+        let end = dst.index.0 + dst.size;
+        if end > len {
+            if dst.buf.is_scratch() {
+                self.state[dst.rank.idx()][dst.buf.0 as usize].resize(end as usize, None);
+            } else {
+                return Err(self.err(
+                    op.to_string(),
+                    format!("{dst} is out of range: {} has {len} chunks", self.buffer_name(dst.buf)),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn store(&mut self, dst: &Ref, values: Vec<ChunkSet>) {
+        let slots = &mut self.state[dst.rank.idx()][dst.buf.0 as usize];
+        for (i, v) in dst.range().zip(values) {
+            slots[i as usize] = Some(v);
+        }
+    }
+
+    /// The collective's result slots: (rank, buffer, index, contributions it must hold).
+    pub fn expected(&self) -> Option<Vec<(Rank, BufferId, u32, ChunkSet)>> {
+        let n = self.spec.ranks;
+        let cf = self.spec.chunk_factor;
+        let all =
+            |c: u32| ChunkSet((0..n).map(|q| Contribution { rank: Rank(q), chunk: ChunkIdx(c) }).collect());
+        let mut out = Vec::new();
+        for r in 0..n {
+            let rank = Rank(r);
+            match self.spec.coll {
+                Collective::AllReduce => (0..cf).for_each(|j| out.push((rank, BufferId::OUTPUT, j, all(j)))),
+                Collective::AllGather => (0..n * cf).for_each(|k| {
+                    out.push((rank, BufferId::OUTPUT, k, ChunkSet::single(Rank(k / cf), ChunkIdx(k % cf))))
+                }),
+                Collective::ReduceScatter => {
+                    (0..cf).for_each(|j| out.push((rank, BufferId::OUTPUT, j, all(r * cf + j))))
+                }
+                Collective::AllToAll => (0..n * cf).for_each(|k| {
+                    out.push((
+                        rank,
+                        BufferId::OUTPUT,
+                        k,
+                        ChunkSet::single(Rank(k / cf), ChunkIdx(r * cf + k % cf)),
+                    ))
+                }),
+                _ => return None,
+            }
+        }
+        Some(out)
+    }
+
+    /// MSCCLang's `Check()`: whether the traced program computes its collective.
+    pub fn check(&self) -> Result<(), MscclError> {
+        let Some(exp) = self.expected() else { return Ok(()) };
+        for (rank, buf, k, want) in exp {
+            let got = self.slot(rank, buf, ChunkIdx(k));
+            if got != Some(&want) {
+                return Err(self.err(
+                    "check".into(),
+                    format!(
+                        "{rank} {}[{k}] ends as {} but the collective needs {want}",
+                        self.buffer_name(buf),
+                        got.map_or("nothing".to_string(), |g| g.to_string())
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Compiles to MSCCL-IR: trace → chunk DAG → instruction DAG → fusion → schedule.
+    pub fn compile(&self) -> Result<super::ir::Program, MscclError> {
+        self.compile_with(&super::schedule::Options::default())
+    }
+
+    /// [`Program::compile`] with explicit options (fusion on/off, instance layout).
+    pub fn compile_with(&self, opts: &super::schedule::Options) -> Result<super::ir::Program, MscclError> {
+        if self.instances == 0 {
+            return Err(self.err("instances".into(), "must be at least 1"));
+        }
+        let cdag = super::chunk_dag::ChunkDag::trace(self);
+        let mut idag = super::instr_dag::InstrDag::lower(self, &cdag);
+        if opts.fusion {
+            super::fuse::fuse(&mut idag);
+        }
+        let ir = super::schedule::schedule(self, &idag)?;
+        Ok(super::schedule::replicate(&ir, self.instances))
+    }
+}
