@@ -2,3 +2,4 @@
 //! `&dyn Backend`, run on the CPU emulator by `tests/` and on a GPU by the GPU bundle.
 pub mod checks;
 pub mod reference;
+pub mod ring_check;

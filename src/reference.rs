@@ -209,3 +209,13 @@ pub fn fold(t: DataType, op: RedOp, arg: u64, srcs: &[u64], pre_srcs: usize, pos
         acc
     }
 }
+
+/// Whether element bits `a` and `b` of `t` are the same result: equal bits, or both NaN (NaN
+/// payloads and signs differ between GPU and CPU arithmetic and carry no meaning).
+pub fn same(t: DataType, a: u64, b: u64) -> bool {
+    a == b || (t.is_float() && decode_is_nan(t, a) && decode_is_nan(t, b))
+}
+
+fn decode_is_nan(t: DataType, bits: u64) -> bool {
+    matches!(decode(t, bits), Val::Float(f) if f.is_nan())
+}

@@ -4,7 +4,11 @@
 //!
 //! Output ends with `gpu-tests: N passed, N failed, N skipped`, which the bundle's run.sh sums.
 use rsccl::backend::{self, Backend};
+use rsccl::comm::ReduceOp;
+use rsccl_device::coll::Collective;
+use rsccl_device::reduce::DataType;
 use rsccl_suite::checks::{self, CheckResult};
+use rsccl_suite::ring_check;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -50,6 +54,44 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
                 if g != c {
                     return Err(format!("copy of {len} bytes differs between GPU and CPU backends"));
                 }
+            }
+            Ok(())
+        }),
+    ));
+    v.push((
+        "ring_collectives_match_the_reference",
+        Box::new(|gpu| {
+            let gpu: Arc<dyn Backend> = gpu.fork_stream().map_err(|e| e.to_string())?;
+            let fp8 = gpu.compute_capability().is_some_and(|cc| cc.0 >= 9);
+            let cases = [
+                (Collective::AllReduce, DataType::F32, ReduceOp::Sum, 8, 4, 1usize << 20, false),
+                (Collective::AllReduce, DataType::Bf16, ReduceOp::Avg, 8, 2, 300_001, true),
+                (Collective::AllReduce, DataType::I32, ReduceOp::Min, 4, 3, 77_777, false),
+                (Collective::ReduceScatter, DataType::F16, ReduceOp::Sum, 8, 4, 65_537, false),
+                (Collective::AllGather, DataType::U8, ReduceOp::Sum, 5, 2, 100_003, true),
+                (Collective::Broadcast, DataType::F64, ReduceOp::Sum, 6, 2, 12_345, false),
+                (Collective::Reduce, DataType::I64, ReduceOp::Avg, 7, 1, 4_099, false),
+                (Collective::AllReduce, DataType::Fp8E4M3, ReduceOp::Max, 8, 2, 9_999, false),
+            ];
+            for (coll, dtype, op, n, nch, count, in_place) in cases {
+                if dtype.requires_sm90() && !fp8 {
+                    continue;
+                }
+                let c = ring_check::Case {
+                    coll,
+                    n,
+                    nch,
+                    dtype,
+                    op,
+                    count,
+                    in_place,
+                    nthreads: 512,
+                    step_bytes: 512 * 1024,
+                    exact: false,
+                    root: n / 2,
+                    seed: 5,
+                };
+                ring_check::run(&gpu, &c).map_err(|e| format!("{e}\n{c:?}"))?;
             }
             Ok(())
         }),

@@ -146,7 +146,7 @@ fn run_case<T: Elem>(c: &Case) -> Result<(), String> {
             let col: Vec<u64> = (0..c.nsrcs).map(|s| src_vals[s][i]).collect();
             let want = reference::fold(c.dtype, c.op, arg, &col, c.pre_srcs, c.post_op);
             let mask = if eb == 8 { u64::MAX } else { (1u64 << (8 * eb)) - 1 };
-            if got != want & mask {
+            if !reference::same(c.dtype, got, want & mask) {
                 return Err(format!(
                     "destination {k} element {i}: got {got:#x}, reference {:#x} (inputs {col:x?})",
                     want & mask

@@ -1,240 +1,12 @@
-//! Ring collectives on the CPU emulator against an independent reference: all five collectives
-//! × 2..8 ranks × 1..4 channels × every type and op × counts up to 1M × in place or not.
-//! The reference reduces in the ring's order (each block's reduction starts at the rank after
-//! its owner and ends at the owner), re-deriving NCCL's chunking; with inputs that are exact in
-//! any order it must also equal a plain rank-order fold.
+//! Ring collectives on the CPU emulator against the ring-order reference (`src/ring_check.rs`):
+//! all five collectives × 2..8 ranks × 1..4 channels × every type and op × counts up to 1M ×
+//! in place or not, FIFO steps down to the 128-byte minimum, 64..256 threads per block.
 use proptest::prelude::*;
 use rsccl::backend;
-use rsccl::comm::{BufRef, GroupConfig, LocalGroup, ReduceOp};
+use rsccl::comm::ReduceOp;
 use rsccl_device::coll::Collective;
-use rsccl_device::reduce::{DataType, RedOp};
-use rsccl_suite::reference;
-
-#[derive(Clone, Debug)]
-struct Case {
-    coll: Collective,
-    n: usize,
-    nch: usize,
-    dtype: DataType,
-    op: ReduceOp,
-    count: usize,
-    in_place: bool,
-    nthreads: u32,
-    step_bytes: u64,
-    exact: bool,
-    root: usize,
-    seed: u64,
-}
-
-fn xorshift(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
-}
-
-fn value(t: DataType, exact: bool, s: &mut u64) -> u64 {
-    let r = xorshift(s);
-    let small = (r % 9) as i64 - 4;
-    if !t.is_float() {
-        return if exact { small as u64 } else { r };
-    }
-    if exact {
-        return rsccl::comm::scalar_bits(t, small as f64);
-    }
-    loop {
-        let bits = xorshift(s);
-        let nan = match t {
-            DataType::F16 => half::f16::from_bits(bits as u16).is_nan(),
-            DataType::Bf16 => half::bf16::from_bits(bits as u16).is_nan(),
-            DataType::F32 => f32::from_bits(bits as u32).is_nan(),
-            DataType::F64 => f64::from_bits(bits).is_nan(),
-            _ => reference::fp8_value(t, bits as u8).is_nan(),
-        };
-        if !nan {
-            return bits;
-        }
-    }
-}
-
-fn ring(c: &Case, ch: usize) -> Vec<usize> {
-    if ch % 2 == 0 {
-        (0..c.n).collect()
-    } else {
-        (0..c.n).rev().collect()
-    }
-}
-
-/// For each element of a block of `size`, the channel that moves it and (all-reduce only) the
-/// ring position that owns its chunk — NCCL's chunking, derived independently of the device.
-fn partition(c: &Case, size: usize) -> Vec<(usize, usize)> {
-    let eb = c.dtype.size() as u64;
-    let step_elems = c.step_bytes / eb;
-    let round = ((c.nthreads as u64 - 32).max(32) * 8 / eb).max(1);
-    let (n, nch, size64) = (c.n as u64, c.nch as u64, size as u64);
-    let mut out = vec![(usize::MAX, usize::MAX); size];
-    let mut set = |lo: u64, len: u64, v: (usize, usize)| {
-        for e in lo..(lo + len).min(size64) {
-            out[e as usize] = v;
-        }
-    };
-    let up = |x: u64| x.div_ceil(round) * round;
-    match c.coll {
-        Collective::AllReduce => {
-            let chunk = step_elems * 4;
-            let mut grid = 0;
-            while grid < size64 {
-                let real = up(chunk.min((size64 - grid).div_ceil(nch * n))).min(chunk);
-                for bid in 0..nch {
-                    for k in 0..n {
-                        set(grid + bid * n * real + k * real, real, (bid as usize, k as usize));
-                    }
-                }
-                grid += nch * n * chunk;
-            }
-        }
-        _ => {
-            let chunk = if matches!(c.coll, Collective::Broadcast | Collective::Reduce) {
-                step_elems
-            } else {
-                step_elems * 4
-            };
-            let mut grid = 0;
-            while grid < size64 {
-                let real = up(chunk.min((size64 - grid).div_ceil(nch))).min(chunk);
-                for bid in 0..nch {
-                    set(grid + bid * real, real, (bid as usize, 0));
-                }
-                grid += nch * chunk;
-            }
-        }
-    }
-    assert!(out.iter().all(|v| v.0 != usize::MAX), "partition left elements uncovered");
-    out
-}
-
-/// The reduction of element `e` over `inputs[rank](e)` in ring order ending at `owner_pos`.
-fn ring_fold(
-    c: &Case,
-    red: RedOp,
-    arg: u64,
-    ring: &[usize],
-    owner_pos: usize,
-    input: impl Fn(usize) -> u64,
-) -> u64 {
-    let n = c.n;
-    let pre = |v: u64| reference::pre(c.dtype, red, arg, v);
-    let mut acc = pre(input(ring[(owner_pos + 1) % n]));
-    for j in 2..=n {
-        acc = reference::reduce(c.dtype, red, pre(input(ring[(owner_pos + j) % n])), acc);
-    }
-    reference::post(c.dtype, red, arg.max(1), acc)
-}
-
-fn mask(t: DataType) -> u64 {
-    if t.size() == 8 {
-        u64::MAX
-    } else {
-        (1u64 << (8 * t.size())) - 1
-    }
-}
-
-fn run(c: &Case) -> Result<(), String> {
-    let be = backend::cpu();
-    let mut cfg = GroupConfig::new(c.n, c.nch);
-    cfg.nthreads = c.nthreads;
-    cfg.step_bytes = c.step_bytes;
-    let group = LocalGroup::new(&be, cfg).map_err(|e| e.to_string())?;
-    let (t, n, count) = (c.dtype, c.n, c.count);
-    let eb = t.size();
-    let (in_elems, out_elems) = match c.coll {
-        Collective::ReduceScatter => (count * n, count),
-        Collective::AllGather => (count, count * n),
-        _ => (count, count),
-    };
-    let mut seed = c.seed | 1;
-    let inputs: Vec<Vec<u64>> =
-        (0..n).map(|_| (0..in_elems).map(|_| value(t, c.exact, &mut seed)).collect()).collect();
-    let to_bytes = |v: &[u64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()[..eb].to_vec()).collect() };
-    // Buffers: out of place, separate send and recv; in place, one buffer per rank.
-    let big = in_elems.max(out_elems) * eb;
-    let sends: Vec<_> = (0..n).map(|_| be.alloc(big.max(1)).unwrap()).collect();
-    let recvs: Vec<_> = (0..n).map(|_| be.alloc(big.max(1)).unwrap()).collect();
-    let mut send_refs = Vec::new();
-    let mut recv_refs = Vec::new();
-    for r in 0..n {
-        let (s_off, r_off) = match (c.in_place, c.coll) {
-            (true, Collective::ReduceScatter) => (0, r * count * eb),
-            (true, Collective::AllGather) => (r * count * eb, 0),
-            _ => (0, 0),
-        };
-        let sbuf = &sends[r];
-        let rbuf = if c.in_place { &sends[r] } else { &recvs[r] };
-        be.copy_in(sbuf, s_off, &to_bytes(&inputs[r])).map_err(|e| e.to_string())?;
-        send_refs.push(BufRef { buf: sbuf, offset: s_off });
-        recv_refs.push(BufRef { buf: rbuf, offset: r_off });
-    }
-    let res = match c.coll {
-        Collective::AllReduce => group.all_reduce(&send_refs, &recv_refs, count, t, c.op),
-        Collective::ReduceScatter => group.reduce_scatter(&send_refs, &recv_refs, count, t, c.op),
-        Collective::AllGather => group.all_gather(&send_refs, &recv_refs, count, t),
-        Collective::Broadcast => group.broadcast(&send_refs, &recv_refs, count, t, c.root),
-        Collective::Reduce => group.reduce(&send_refs, &recv_refs, count, t, c.op, c.root),
-    };
-    res.map_err(|e| e.to_string())?;
-    let (red, arg) = c.op.resolve(t, n);
-    let part = partition(
-        c,
-        match c.coll {
-            Collective::AllGather => count,
-            _ => count,
-        },
-    );
-    for r in 0..n {
-        if c.coll == Collective::Reduce && r != c.root {
-            continue;
-        }
-        let mut bytes = vec![0u8; out_elems * eb];
-        be.copy_out(recv_refs[r].buf, recv_refs[r].offset, &mut bytes).map_err(|e| e.to_string())?;
-        for i in 0..out_elems {
-            let mut w = [0u8; 8];
-            w[..eb].copy_from_slice(&bytes[i * eb..(i + 1) * eb]);
-            let got = u64::from_le_bytes(w);
-            let want = match c.coll {
-                Collective::AllGather => inputs[i / count][i % count],
-                Collective::Broadcast => inputs[c.root][i],
-                Collective::AllReduce => {
-                    let (ch, k) = part[i];
-                    ring_fold(c, red, arg, &ring(c, ch), k, |q| inputs[q][i])
-                }
-                Collective::ReduceScatter => {
-                    let rg = ring(c, part[i].0);
-                    let owner = rg.iter().position(|&x| x == r).unwrap();
-                    ring_fold(c, red, arg, &rg, owner, |q| inputs[q][r * count + i])
-                }
-                Collective::Reduce => {
-                    let rg = ring(c, part[i].0);
-                    let owner = rg.iter().position(|&x| x == c.root).unwrap();
-                    ring_fold(c, red, arg, &rg, owner, |q| inputs[q][i])
-                }
-            } & mask(t);
-            if got != want {
-                return Err(format!("rank {r} element {i}: got {got:#x}, reference {want:#x}"));
-            }
-            if c.exact && matches!(c.coll, Collective::AllReduce | Collective::Reduce) && red != RedOp::Prod {
-                // Exact inputs: any order gives the same result, e.g. a plain rank-order fold.
-                let col: Vec<u64> = (0..n).map(|q| inputs[q][i]).collect();
-                let plain = reference::fold(t, red, arg, &col, n, red == RedOp::SumPostDiv) & mask(t);
-                if plain != got {
-                    return Err(format!(
-                        "rank {r} element {i}: {got:#x} differs from the rank-order fold {plain:#x}"
-                    ));
-                }
-            }
-        }
-    }
-    Ok(())
-}
+use rsccl_device::reduce::DataType;
+use rsccl_suite::ring_check::{run, Case};
 
 fn case_strategy() -> impl Strategy<Value = Case> {
     let coll = proptest::sample::select(vec![
@@ -282,7 +54,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
 proptest! {
     #[test]
     fn ring_collectives_match_the_ring_order_reference(c in case_strategy()) {
-        run(&c).map_err(|e| TestCaseError::fail(format!("{e}\n{c:?}")))?;
+        run(&backend::cpu(), &c).map_err(|e| TestCaseError::fail(format!("{e}\n{c:?}")))?;
     }
 }
 
@@ -318,7 +90,7 @@ fn every_collective_type_and_op_once() {
                     root: 1,
                     seed: 7,
                 };
-                run(&c).unwrap_or_else(|e| panic!("{e}\n{c:?}"));
+                run(&backend::cpu(), &c).unwrap_or_else(|e| panic!("{e}\n{c:?}"));
             }
         }
     }
@@ -342,7 +114,7 @@ fn minimum_step_jitter_and_512_threads() {
             root: 0,
             seed: 99,
         };
-        run(&c).unwrap_or_else(|e| panic!("{e}\n{c:?}"));
+        run(&backend::cpu(), &c).unwrap_or_else(|e| panic!("{e}\n{c:?}"));
     }
     rsccl_device::arch::emu::set_jitter_us(0);
 }
