@@ -36,3 +36,16 @@ fn smoke_all() {
     compile_and_check(&alg::alltoall_two_step(2, 2, 1, Protocol::Simple).unwrap());
     compile_and_check(&alg::ring_allgather(4, 1, Protocol::Simple).unwrap());
 }
+
+#[test]
+fn ring_allreduce_4_ranks_matches_msccl_tools_output() {
+    // The fixture is msccl-tools' allreduce_a100_ring.py 4 1 1 --protocol LL128.
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/fixtures/msccl/allreduce_a100_ring_4gpu_1ch_1inst_LL128.xml"),
+    )
+    .unwrap();
+    let (want, _) = ir::parse(&text).unwrap();
+    let got = alg::ring_allreduce(4, 1, 1, Protocol::LL128).unwrap().compile().unwrap();
+    assert_eq!(got, want, "ours:\n{}", ir::write(&got));
+}

@@ -1,8 +1,166 @@
-//! Command-line entry (placeholder until the subcommands land).
+//! `rsccl msccl ...`: compile library algorithms to MSCCL-IR and check MSCCL-IR files.
+//!
+//! ```text
+//! rsccl msccl compile ring-allreduce --ranks N [--channels C]
+//! rsccl msccl compile allpairs-allreduce --ranks N
+//! rsccl msccl compile hierarchical-allreduce --nodes N --gpus-per-node G
+//! rsccl msccl compile alltoall-two-step --nodes N --gpus-per-node G
+//! rsccl msccl compile ring-allgather --ranks N
+//!     each with [--instances K] [--protocol Simple|LL|LL128] [-o OUT.xml]
+//! rsccl msccl check FILE.xml...
+//! ```
+//! Exit status: 0 on success, 1 when a program is invalid or a file fails its check, 2 on a
+//! command line that cannot be run.
+use super::algorithms as alg;
+use super::ir::{self, Protocol};
+use super::{verify, MscclError};
+use std::collections::HashMap;
 use std::process::ExitCode;
 
-/// Runs the subcommand with its arguments (after the subcommand name).
-pub fn run(_args: &[String]) -> ExitCode {
-    eprintln!("not yet implemented");
-    ExitCode::from(2)
+const USAGE: &str = "\
+usage:
+  rsccl msccl compile ring-allreduce --ranks N [--channels C] [OPTIONS]
+  rsccl msccl compile allpairs-allreduce --ranks N [OPTIONS]
+  rsccl msccl compile hierarchical-allreduce --nodes N --gpus-per-node G [OPTIONS]
+  rsccl msccl compile alltoall-two-step --nodes N --gpus-per-node G [OPTIONS]
+  rsccl msccl compile ring-allgather --ranks N [OPTIONS]
+  rsccl msccl check FILE.xml...
+OPTIONS: --instances K (default 1), --protocol Simple|LL|LL128 (default Simple), -o OUT.xml (default stdout)";
+
+/// Runs `rsccl msccl` with the arguments after `msccl`.
+pub fn run(args: &[String]) -> ExitCode {
+    match args.first().map(String::as_str) {
+        Some("compile") => match compile(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e @ MscclError::Usage { .. }) => {
+                eprintln!("error: {e}\n{USAGE}");
+                ExitCode::from(2)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Some("check") => check(&args[1..]),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn usage(message: impl Into<String>) -> MscclError {
+    MscclError::Usage { message: message.into() }
+}
+
+/// Flags and their values; `allowed` lists the flags the algorithm takes.
+fn parse_flags(args: &[String], allowed: &[&str]) -> Result<HashMap<String, String>, MscclError> {
+    let mut out = HashMap::new();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        if !allowed.contains(&flag.as_str()) {
+            return Err(usage(format!(
+                "unexpected argument `{flag}` (this algorithm takes {})",
+                allowed.join(", ")
+            )));
+        }
+        let value = it.next().ok_or_else(|| usage(format!("`{flag}` needs a value")))?;
+        if out.insert(flag.clone(), value.clone()).is_some() {
+            return Err(usage(format!("`{flag}` given twice")));
+        }
+    }
+    Ok(out)
+}
+
+fn number(flags: &HashMap<String, String>, flag: &str, default: Option<u32>) -> Result<u32, MscclError> {
+    match (flags.get(flag), default) {
+        (Some(v), _) => v
+            .parse()
+            .ok()
+            .filter(|&n: &u32| n >= 1)
+            .ok_or_else(|| usage(format!("`{flag} {v}`: expected a positive integer"))),
+        (None, Some(d)) => Ok(d),
+        (None, None) => Err(usage(format!("`{flag}` is required"))),
+    }
+}
+
+fn compile(args: &[String]) -> Result<(), MscclError> {
+    let Some(name) = args.first() else { return Err(usage("compile needs an algorithm")) };
+    let common = ["--instances", "--protocol", "-o"];
+    let specific: &[&str] = match name.as_str() {
+        "ring-allreduce" => &["--ranks", "--channels"],
+        "allpairs-allreduce" | "ring-allgather" => &["--ranks"],
+        "hierarchical-allreduce" | "alltoall-two-step" => &["--nodes", "--gpus-per-node"],
+        other => return Err(usage(format!("unknown algorithm `{other}`"))),
+    };
+    let allowed: Vec<&str> = specific.iter().chain(common.iter()).copied().collect();
+    let flags = parse_flags(&args[1..], &allowed)?;
+    let instances = number(&flags, "--instances", Some(1))?;
+    let proto = match flags.get("--protocol") {
+        None => Protocol::Simple,
+        Some(p) => Protocol::parse(p)
+            .ok_or_else(|| usage(format!("`--protocol {p}`: expected Simple, LL or LL128")))?,
+    };
+    let program = match name.as_str() {
+        "ring-allreduce" => alg::ring_allreduce(
+            number(&flags, "--ranks", None)?,
+            number(&flags, "--channels", Some(1))?,
+            instances,
+            proto,
+        ),
+        "allpairs-allreduce" => alg::allpairs_allreduce(number(&flags, "--ranks", None)?, instances, proto),
+        "ring-allgather" => alg::ring_allgather(number(&flags, "--ranks", None)?, instances, proto),
+        "hierarchical-allreduce" => alg::hierarchical_allreduce(
+            number(&flags, "--nodes", None)?,
+            number(&flags, "--gpus-per-node", None)?,
+            instances,
+            proto,
+        ),
+        _ => alg::alltoall_two_step(
+            number(&flags, "--nodes", None)?,
+            number(&flags, "--gpus-per-node", None)?,
+            instances,
+            proto,
+        ),
+    }?;
+    let compiled = program.compile()?;
+    // What we emit must pass the same check users run on it.
+    verify::validate(&compiled)?;
+    let text = ir::write(&compiled);
+    match flags.get("-o") {
+        Some(path) => std::fs::write(path, text)
+            .map_err(|e| MscclError::Io { path: path.clone(), message: e.to_string() }),
+        None => {
+            use std::io::Write as _;
+            std::io::stdout()
+                .write_all(text.as_bytes())
+                .map_err(|e| MscclError::Io { path: "<stdout>".into(), message: e.to_string() })
+        }
+    }
+}
+
+fn check(files: &[String]) -> ExitCode {
+    if files.is_empty() {
+        eprintln!("error: usage: check needs at least one file\n{USAGE}");
+        return ExitCode::from(2);
+    }
+    let mut failed = false;
+    for f in files {
+        match verify::check_file(std::path::Path::new(f)) {
+            Ok(summary) => println!("{f}: {summary}"),
+            Err(e) => {
+                failed = true;
+                eprintln!("error: {e}");
+            }
+        }
+    }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
