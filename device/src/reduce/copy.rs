@@ -227,6 +227,9 @@ impl<T: Elem> ReduceCopy<'_, T> {
 
     /// Runs thread `thread` of `nthreads` (a multiple of 32 for the pack passes; any count
     /// works, a partial warp just joins the element pass) over `nelem` elements.
+    /// Not inlined: the primitives call it from many operations, and one copy per type keeps
+    /// the PTX module (and register allocation) manageable.
+    #[inline(never)]
     pub fn run<const UNROLL: usize>(&self, thread: u32, nthreads: u32, nelem: u64) {
         if nelem == 0 || self.srcs.is_empty() {
             return;
