@@ -30,11 +30,126 @@ fn ring_allreduce_computes_allreduce_2_to_16_ranks() {
 }
 
 #[test]
-fn smoke_all() {
-    compile_and_check(&alg::allpairs_allreduce(4, 1, Protocol::LL).unwrap());
-    compile_and_check(&alg::hierarchical_allreduce(2, 2, 1, Protocol::Simple).unwrap());
-    compile_and_check(&alg::alltoall_two_step(2, 2, 1, Protocol::Simple).unwrap());
-    compile_and_check(&alg::ring_allgather(4, 1, Protocol::Simple).unwrap());
+fn hierarchical_allreduce_computes_allreduce_2x2_to_8x8() {
+    for (n, g, i) in
+        [(2, 2, 1), (2, 3, 2), (3, 2, 1), (3, 3, 1), (4, 2, 3), (2, 4, 4), (1, 4, 1), (4, 1, 2), (8, 8, 1)]
+    {
+        compile_and_check(&alg::hierarchical_allreduce(n, g, i, Protocol::Simple).unwrap());
+    }
+}
+
+#[test]
+fn allpairs_alltoall_and_allgather_compute_their_collectives() {
+    for (n, i) in [(2, 1), (4, 1), (5, 2), (8, 1)] {
+        compile_and_check(&alg::allpairs_allreduce(n, i, Protocol::LL).unwrap());
+    }
+    for (n, g, i) in [(2, 2, 1), (2, 3, 1), (3, 2, 2), (1, 3, 1), (3, 4, 4)] {
+        compile_and_check(&alg::alltoall_two_step(n, g, i, Protocol::Simple).unwrap());
+    }
+    for (n, i) in [(2, 1), (3, 1), (7, 1), (4, 4), (16, 2)] {
+        compile_and_check(&alg::ring_allgather(n, i, Protocol::Simple).unwrap());
+    }
+}
+
+#[test]
+fn ring_allreduce_reduce_scatter_phase_becomes_rrs_rrcs_chains() {
+    // Per ring: each chunk's reduce-scatter passes n-2 ranks that only forward partial sums
+    // (rrs: the partial is overwritten by the all-gather later), then ends at one rank that
+    // keeps and forwards the sum (rrcs); the all-gather passes n-2 forwarding ranks (rcs).
+    for (n, c) in [(3, 1), (4, 1), (6, 2), (9, 3)] {
+        let x = compile_and_check(&alg::ring_allreduce(n, c, 1, Protocol::Simple).unwrap());
+        let chains = (c * n) as usize;
+        assert_eq!(x.count(StepKind::RecvReduceSend), chains * (n as usize - 2), "rrs, {n} ranks");
+        assert_eq!(x.count(StepKind::RecvReduceCopySend), chains, "rrcs, {n} ranks");
+        assert_eq!(x.count(StepKind::RecvCopySend), chains * (n as usize - 2), "rcs, {n} ranks");
+        assert_eq!(x.count(StepKind::RecvReduceCopy), 0, "every rrc fused, {n} ranks");
+        // Unfused, the same program has only the base instructions.
+        let plain = alg::ring_allreduce(n, c, 1, Protocol::Simple)
+            .unwrap()
+            .compile_with(&Options { fusion: false })
+            .unwrap();
+        verify::check(&plain).unwrap();
+        for k in [StepKind::RecvReduceSend, StepKind::RecvReduceCopySend, StepKind::RecvCopySend] {
+            assert_eq!(plain.count(k), 0);
+        }
+        assert_eq!(plain.count(StepKind::RecvReduceCopy), chains * (n as usize - 1));
+    }
+}
+
+#[test]
+fn hierarchical_and_allgather_fusion_counts_follow_their_structure() {
+    for (nn, g) in [(3usize, 3usize), (4, 3), (3, 5)] {
+        let x = compile_and_check(
+            &alg::hierarchical_allreduce(nn as u32, g as u32, 1, Protocol::Simple).unwrap(),
+        );
+        let chunks = nn * g;
+        // Intra-node rings (per node, per chunk) and inter-node rings (per chunk) each have
+        // len-2 forwarding hops; phases on different channels do not fuse with each other.
+        let intra = nn * chunks * (g - 2);
+        let inter = chunks * (nn - 2);
+        assert_eq!(x.count(StepKind::RecvReduceSend), intra + inter, "rrs {nn}x{g}");
+        assert_eq!(x.count(StepKind::RecvCopySend), intra + inter, "rcs {nn}x{g}");
+    }
+    for n in [3usize, 5, 8] {
+        let x = compile_and_check(&alg::ring_allgather(n as u32, 1, Protocol::Simple).unwrap());
+        assert_eq!(x.count(StepKind::RecvCopySend), n * (n - 2));
+    }
+}
+
+fn dsl_error(r: Result<impl std::fmt::Debug, MscclError>) -> (String, String) {
+    match r {
+        Err(MscclError::Dsl { op, reason }) => (op, reason),
+        other => panic!("expected a DSL error, got {other:?}"),
+    }
+}
+
+#[test]
+fn invalid_dsl_programs_are_rejected_naming_the_operation() {
+    let spec = CollectiveSpec::new(Collective::AllReduce, 2, 2, true);
+    let mut p = Program::new("bad", spec, Protocol::Simple).unwrap();
+    // Out-of-range index.
+    let (op, reason) = dsl_error(p.chunk(Rank(0), BufferId::INPUT, ChunkIdx(2), 1));
+    assert!(op.starts_with("chunk(0, input, 2, 1)") && reason.contains("out of range"), "{op}: {reason}");
+    // A rank that does not exist.
+    let (op, _) = dsl_error(p.chunk(Rank(5), BufferId::INPUT, ChunkIdx(0), 1));
+    assert!(op.starts_with("chunk(5"), "{op}");
+    // Chunk not present: scratch is empty until written.
+    let (op, reason) = dsl_error(p.chunk(Rank(0), BufferId::SCRATCH, ChunkIdx(0), 1));
+    assert!(op.contains("scratch") && reason.contains("out of range"), "{op}: {reason}");
+    let c = p.chunk(Rank(0), BufferId::INPUT, ChunkIdx(0), 1).unwrap();
+    p.copy(c, Rank(1), BufferId::SCRATCH, Some(ChunkIdx(2)), Hints::default()).unwrap();
+    let (op, reason) = dsl_error(p.chunk(Rank(1), BufferId::SCRATCH, ChunkIdx(0), 3));
+    assert!(reason.contains("holds no data"), "{op}: {reason}");
+    // Overlapping write: a local copy onto (part of) its own source.
+    let c2 = p.chunk(Rank(0), BufferId::INPUT, ChunkIdx(0), 2).unwrap();
+    let (op, reason) = dsl_error(p.copy(c2, Rank(0), BufferId::INPUT, Some(ChunkIdx(1)), Hints::default()));
+    assert!(op.contains("copy") && reason.contains("overlaps"), "{op}: {reason}");
+    // Reducing a contribution twice.
+    let a = p.chunk(Rank(1), BufferId::INPUT, ChunkIdx(0), 1).unwrap();
+    let b = p.chunk(Rank(1), BufferId::SCRATCH, ChunkIdx(2), 1).unwrap();
+    p.reduce(a, b, Hints::default()).unwrap();
+    let (op, reason) = dsl_error(p.reduce(a, b, Hints::default()));
+    assert!(op.contains("reduce") && reason.contains("twice"), "{op}: {reason}");
+    // Size mismatch.
+    let (op, reason) = dsl_error(p.reduce(c2, a, Hints::default()));
+    assert!(op.contains("reduce") && reason.contains("sizes"), "{op}: {reason}");
+    // An incomplete program fails MSCCLang's Check() naming the slot.
+    let (op, reason) = dsl_error(p.check());
+    assert!(op == "check" && reason.contains("gpu 0"), "{op}: {reason}");
+    // Bad parameters name what is wrong.
+    let (op, _) = dsl_error(alg::ring_allreduce(4, 0, 1, Protocol::Simple));
+    assert_eq!(op, "channels");
+}
+
+#[test]
+fn named_scratch_buffers_get_disjoint_regions() {
+    let x = compile_and_check(&alg::alltoall_two_step(3, 2, 1, Protocol::Simple).unwrap());
+    // Each rank holds one 2-chunk region for each of the 2 other nodes.
+    assert!(
+        x.gpus.iter().all(|g| g.s_chunks == 4),
+        "{:?}",
+        x.gpus.iter().map(|g| g.s_chunks).collect::<Vec<_>>()
+    );
 }
 
 #[test]
