@@ -52,7 +52,10 @@ kernel_table!(COPY_KERNELS {
 /// Every kernel table of the crate.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn tables() -> impl Iterator<Item = &'static [KernelEntry]> {
-    [COPY_KERNELS, crate::selftest::SELFTEST_KERNELS].into_iter().chain(crate::reduce::kernels::TABLES.iter().copied())
+    [COPY_KERNELS, crate::selftest::SELFTEST_KERNELS]
+        .into_iter()
+        .chain(crate::reduce::kernels::TABLES.iter().copied())
+        .chain(crate::reduce_kernels::TABLES.iter().copied())
 }
 
 /// Finds a kernel by its exported name.

@@ -22,10 +22,16 @@
 pub mod arch;
 pub mod coll;
 pub mod copy;
+pub mod dtype;
 pub mod kernels;
+pub mod multimem;
+pub mod pack;
 pub mod prims;
 pub mod ptr;
+pub mod redop;
 pub mod reduce;
+pub mod reduce_copy;
+pub mod reduce_kernels;
 pub mod selftest;
 
 pub use ptr::DevPtr;

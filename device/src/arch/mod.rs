@@ -42,6 +42,14 @@ impl Dim3 {
 mod nvptx;
 #[cfg(target_arch = "nvptx64")]
 pub use nvptx::*;
+#[cfg(target_arch = "nvptx64")]
+mod nvptx_float;
+#[cfg(target_arch = "nvptx64")]
+pub use nvptx_float::*;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+mod nvptx_multimem;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+pub use nvptx_multimem::*;
 
 #[cfg(not(target_arch = "nvptx64"))]
 pub mod emu;

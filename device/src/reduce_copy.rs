@@ -1,0 +1,295 @@
+//! reduceCopy (NCCL's `reduceCopy` in `common_kernel.h`): reduce up to 8 sources element-wise and
+//! write the result to up to 8 destinations, the threads of a group sharing the work.
+//!
+//! How bytes move:
+//! 1. If every pointer is aligned to the big pack — 16 bytes, or with multimem operands the
+//!    size from NCCL's table ([`multimem::big_pack_size`]) — packs of that size go in "hunks" of
+//!    `UNROLL × 32` packs per warp: lane `l` takes packs `l, l + 32, …` of a hunk so each load
+//!    instruction of a warp touches one contiguous span (coalesced), and all `UNROLL` packs of a
+//!    source are loaded before any is reduced so that many loads are in flight. Warps stride over
+//!    whole hunks. A second pass with unroll 1 takes the remaining whole packs.
+//! 2. Otherwise (unicast only) the largest pack every pointer allows (8, 4 or 2 bytes, when larger
+//!    than an element) the same way — the issue asks for the largest pack where NCCL drops
+//!    straight to elements.
+//! 3. What is left goes element by element (packs of one element), unrolled then unroll 1.
+//!
+//! Between passes the warps rotate so the warp after the one that took the last hunk starts the
+//! next pass (NCCL's load balancing). Sources fold left to right, the pre-op on the first
+//! `pre_op_srcs` (never on a multimem source, whose reduction happens in the switch), then the
+//! post-op, as documented in [`crate::redop`]; the result is the same whatever the thread count,
+//! unroll or alignment.
+use crate::multimem;
+use crate::pack::BytePack;
+use crate::redop::{Elem, Reducer};
+use crate::{arch, DevPtr};
+
+/// Most sources of one reduceCopy.
+pub const MAX_SRCS: usize = 8;
+/// Most destinations of one reduceCopy.
+pub const MAX_DSTS: usize = 8;
+/// NCCL's unroll on sm_80 and newer (4 below); the emulator accepts any.
+pub const DEFAULT_UNROLL: usize = 8;
+
+/// The operands of one reduceCopy.
+#[derive(Clone, Copy, Debug)]
+pub struct ReduceCopy<'a> {
+    /// Sources, 1..=8; the first `multimem_srcs` are multicast addresses.
+    pub srcs: &'a [DevPtr],
+    /// Destinations, 1..=8; the first `multimem_dsts` are multicast addresses.
+    pub dsts: &'a [DevPtr],
+    /// How many leading sources are multicast addresses read with `multimem.ld_reduce`.
+    pub multimem_srcs: usize,
+    /// How many leading destinations are multicast addresses written with `multimem.st`.
+    pub multimem_dsts: usize,
+    /// How many leading (non-multimem) sources get the pre-op.
+    pub pre_op_srcs: usize,
+    /// Apply the post-op to the result.
+    pub post_op: bool,
+}
+
+/// Per-thread position for one reduceCopy: this thread's warp and lane among `nwarps` warps, and
+/// the warp rotation carried from pass to pass.
+#[derive(Clone, Copy)]
+struct Lanes {
+    warp: u64,
+    lane: u64,
+    nwarps: u64,
+    rot: u64,
+}
+
+/// Runs thread `thread` of `nthreads` (a multiple of 32, all running this call) over `nelem`
+/// elements. `UNROLL` is the compile-time unroll of the big-pack pass; `MIN_SRCS`/`MIN_DSTS`
+/// are compile-time lower bounds on the operand counts (loops up to them are unrolled).
+/// Zero elements is a no-op. Traps on operand counts outside 1..=8 (or below the minimums), on
+/// `nthreads` not a multiple of 32, and on multimem operands for an (op, type) without a multimem
+/// form.
+#[inline(always)]
+pub fn reduce_copy<T: Elem, const UNROLL: usize, const MIN_SRCS: usize, const MIN_DSTS: usize>(
+    thread: u32,
+    nthreads: u32,
+    red: &Reducer<T>,
+    rc: &ReduceCopy<'_>,
+    nelem: u64,
+) {
+    let (nsrcs, ndsts) = (rc.srcs.len(), rc.dsts.len());
+    if nsrcs < MIN_SRCS.max(1)
+        || nsrcs > MAX_SRCS
+        || ndsts < MIN_DSTS
+        || ndsts > MAX_DSTS
+        || !nthreads.is_multiple_of(arch::WARP_SIZE)
+        || rc.multimem_srcs > nsrcs
+        || rc.multimem_dsts > ndsts
+    {
+        arch::trap();
+    }
+    if nelem == 0 {
+        return;
+    }
+    let multimem = rc.multimem_srcs + rc.multimem_dsts > 0;
+    let big = if multimem { multimem::big_pack_size(red.op(), T::DTYPE) } else { 16 };
+    if big == 0 {
+        arch::trap();
+    }
+    // Alignment every pointer shares, capped at 16 (all threads compute the same value, so the
+    // branch below is uniform; NCCL needs a warp vote only because its pointers may differ).
+    let align = rc.srcs.iter().chain(rc.dsts).fold(16u64, |a, p| a.min(1 << p.0.trailing_zeros().min(4)));
+    let bytes = nelem * T::BYTES as u64;
+    let mut at = Lanes {
+        warp: (thread / arch::WARP_SIZE) as u64,
+        lane: (thread % arch::WARP_SIZE) as u64,
+        nwarps: (nthreads / arch::WARP_SIZE) as u64,
+        rot: 0,
+    };
+    let mut done = 0;
+    let pack = if align as usize >= big && big > T::BYTES {
+        big
+    } else if !multimem {
+        [8, 4, 2].into_iter().find(|&p| p > T::BYTES && align as usize >= p).unwrap_or(0)
+    } else {
+        0
+    };
+    macro_rules! passes {
+        ($p:literal) => {{
+            done += packs::<T, UNROLL, $p, MIN_SRCS, MIN_DSTS>(&mut at, red, rc, done, bytes - done);
+            done += packs::<T, 1, $p, MIN_SRCS, MIN_DSTS>(&mut at, red, rc, done, bytes - done);
+        }};
+    }
+    match pack {
+        16 => passes!(16),
+        8 => passes!(8),
+        4 => passes!(4),
+        2 => passes!(2),
+        _ => {}
+    }
+    match T::BYTES {
+        1 => passes!(1),
+        2 => passes!(2),
+        4 => passes!(4),
+        _ => passes!(8),
+    }
+    // The unroll-1 element pass takes every whole element, so nothing is left.
+    debug_assert_eq!(done, bytes);
+}
+
+/// One pass of `P`-byte packs over `[start, start + avail)` bytes: whole hunks of `U × 32` packs
+/// when `U > 1`; with `U == 1` every whole pack (the last hunk partial). Returns the bytes done.
+#[inline(always)]
+fn packs<T: Elem, const U: usize, const P: usize, const MIN_SRCS: usize, const MIN_DSTS: usize>(
+    at: &mut Lanes,
+    red: &Reducer<T>,
+    rc: &ReduceCopy<'_>,
+    start: u64,
+    avail: u64,
+) -> u64 {
+    // Constant once the op is inlined: (op, type) pairs without a multimem form emit no multimem
+    // code at all (reduce_copy traps before reaching here if asked for one).
+    let mm_dsts = if multimem::supported(red.op(), T::DTYPE) { rc.multimem_dsts } else { 0 };
+    let pb = P as u64;
+    let hunk_bytes = U as u64 * 32 * pb;
+    let (nhunks, covered) = if U == 1 {
+        let npacks = avail / pb;
+        (npacks.div_ceil(32), npacks * pb)
+    } else {
+        (avail / hunk_bytes, avail / hunk_bytes * hunk_bytes)
+    };
+    // This warp takes hunks h ≡ warp − rot (mod nwarps).
+    let mut h = (at.warp + at.nwarps - at.rot % at.nwarps) % at.nwarps;
+    while h < nhunks {
+        let base = start + h * hunk_bytes;
+        let offs: [u64; U] = core::array::from_fn(|u| base + (u as u64 * 32 + at.lane) * pb);
+        // Only the unroll-1 pass has a partial hunk; its lanes past the end sit out.
+        let live: [bool; U] = core::array::from_fn(|u| offs[u] + pb <= start + covered);
+        let mut acc: [BytePack<P>; U] =
+            core::array::from_fn(|u| load_src::<T, P>(red, rc, 0, offs[u], live[u]));
+        let mut reduce_src = |s: usize| {
+            let v: [BytePack<P>; U] =
+                core::array::from_fn(|u| load_src::<T, P>(red, rc, s, offs[u], live[u]));
+            for u in 0..U {
+                acc[u] = red.reduce_pack(acc[u], v[u]);
+            }
+        };
+        for s in 1..MIN_SRCS {
+            reduce_src(s);
+        }
+        for s in MIN_SRCS.max(1)..rc.srcs.len() {
+            reduce_src(s);
+        }
+        if rc.post_op {
+            for a in acc.iter_mut() {
+                *a = red.post_pack(*a);
+            }
+        }
+        let store_dst = |d: usize| {
+            for u in 0..U {
+                if live[u] {
+                    let p = rc.dsts[d].offset(offs[u]);
+                    // SAFETY: offs[u] + P ≤ the operand length, and every pointer is aligned to P
+                    // (the pass was chosen by alignment); multimem destinations come first.
+                    unsafe {
+                        if d < mm_dsts {
+                            multimem::st::<P>(p, acc[u])
+                        } else {
+                            acc[u].store(p)
+                        }
+                    }
+                }
+            }
+        };
+        for d in 0..MIN_DSTS {
+            store_dst(d);
+        }
+        for d in MIN_DSTS..rc.dsts.len() {
+            store_dst(d);
+        }
+        h += at.nwarps;
+    }
+    at.rot = (at.rot + nhunks) % at.nwarps;
+    covered
+}
+
+/// Pack at byte offset `off` of source `s`: a multimem reduce-load, or a volatile load with the
+/// pre-op if `s` is a pre-op source. A lane that sits out (`live` false) loads nothing.
+#[inline(always)]
+fn load_src<T: Elem, const P: usize>(
+    red: &Reducer<T>,
+    rc: &ReduceCopy<'_>,
+    s: usize,
+    off: u64,
+    live: bool,
+) -> BytePack<P> {
+    if !live {
+        return BytePack::default();
+    }
+    let p = rc.srcs[s].offset(off);
+    if multimem::supported(red.op(), T::DTYPE) && s < rc.multimem_srcs {
+        // SAFETY: in range and aligned to P (see `packs`); the table entry exists (checked).
+        return unsafe { multimem::ld_reduce::<T, P>(red.op(), p) };
+    }
+    // SAFETY: in range and aligned to P (see `packs`).
+    let v = unsafe { BytePack::<P>::load_volatile(p) };
+    if s < rc.pre_op_srcs {
+        red.pre_pack(v)
+    } else {
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::emu::{self, LaunchDims};
+    use crate::arch::Dim3;
+    use crate::redop::RedOp;
+
+    #[test]
+    fn sums_three_u32_sources_into_two_destinations_across_pass_boundaries() {
+        // 16-aligned, 1000 elements: unrolled 16-byte hunks, then unroll 1, then elements.
+        let n = 1000usize;
+        let srcs: Vec<Vec<u32>> = (0..3).map(|s| (0..n as u32).map(|i| i * (s + 1)).collect()).collect();
+        let mut dsts = vec![vec![0u128; n / 4 + 1]; 2];
+        let sp: Vec<DevPtr> = srcs.iter().map(|v| DevPtr(v.as_ptr() as u64)).collect();
+        let dp: Vec<DevPtr> = dsts.iter_mut().map(|v| DevPtr(v.as_mut_ptr() as u64)).collect();
+        let red = Reducer::<u32>::new(RedOp::Sum, 0);
+        for (threads, dst_off) in [(64, 0), (96, 4), (32, 8)] {
+            let dpo: Vec<DevPtr> = dp.iter().map(|p| p.offset(dst_off)).collect();
+            let rc = ReduceCopy {
+                srcs: &sp,
+                dsts: &dpo,
+                multimem_srcs: 0,
+                multimem_dsts: 0,
+                pre_op_srcs: 0,
+                post_op: false,
+            };
+            let dims = LaunchDims { grid: Dim3::x(1), block: Dim3::x(threads), smem_bytes: 0 };
+            emu::launch(dims, &|| {
+                let t = arch::thread_idx().x;
+                reduce_copy::<u32, 4, 1, 1>(t, threads, &red, &rc, n as u64)
+            })
+            .unwrap();
+            for d in &dsts {
+                let words: &[u32] = bytemuck::cast_slice(d);
+                let got = &words[dst_off as usize / 4..][..n];
+                assert!(got.iter().enumerate().all(|(i, &v)| v == 6 * i as u32), "threads {threads}");
+            }
+        }
+    }
+
+    #[test]
+    fn zero_elements_writes_nothing() {
+        let src = [1u64; 4];
+        let mut dst = [7u64; 4];
+        let (sp, dp) = ([DevPtr(src.as_ptr() as u64)], [DevPtr(dst.as_mut_ptr() as u64)]);
+        let red = Reducer::<u64>::new(RedOp::Sum, 0);
+        let rc = ReduceCopy {
+            srcs: &sp,
+            dsts: &dp,
+            multimem_srcs: 0,
+            multimem_dsts: 0,
+            pre_op_srcs: 0,
+            post_op: false,
+        };
+        let dims = LaunchDims { grid: Dim3::x(1), block: Dim3::x(32), smem_bytes: 0 };
+        emu::launch(dims, &|| reduce_copy::<u64, 8, 1, 1>(arch::thread_idx().x, 32, &red, &rc, 0)).unwrap();
+        assert_eq!(dst, [7; 4]);
+    }
+}
