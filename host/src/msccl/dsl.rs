@@ -277,30 +277,29 @@ impl Program {
         MscclError::Dsl { op, reason: reason.into() }
     }
 
-    fn check_rank(&self, op: &str, rank: Rank) -> Result<(), MscclError> {
+    fn check_rank(&self, op: &dyn Fn() -> String, rank: Rank) -> Result<(), MscclError> {
         if rank.0 >= self.spec.ranks {
-            return Err(self.err(
-                op.to_string(),
-                format!("{rank} does not exist (the program has {} ranks)", self.spec.ranks),
-            ));
+            return Err(
+                self.err(op(), format!("{rank} does not exist (the program has {} ranks)", self.spec.ranks))
+            );
         }
         Ok(())
     }
 
-    fn check_buf(&self, op: &str, buf: BufferId) -> Result<(), MscclError> {
+    fn check_buf(&self, op: &dyn Fn() -> String, buf: BufferId) -> Result<(), MscclError> {
         if buf.0 as usize >= self.buffer_names.len() {
-            return Err(self.err(op.to_string(), format!("buffer #{} was never created", buf.0)));
+            return Err(self.err(op(), format!("buffer #{} was never created", buf.0)));
         }
         Ok(())
     }
 
     /// References `size` chunks at `index` of `buf` on `rank`; they must all hold data.
     pub fn chunk(&self, rank: Rank, buf: BufferId, index: ChunkIdx, size: u32) -> Result<Ref, MscclError> {
-        let op = format!("chunk({}, {}, {}, {size})", rank.0, self.buffer_name(buf), index.0);
+        let op = || format!("chunk({}, {}, {}, {size})", rank.0, self.buffer_name(buf), index.0);
         self.check_rank(&op, rank)?;
         self.check_buf(&op, buf)?;
         if size == 0 {
-            return Err(self.err(op, "size must be at least 1"));
+            return Err(self.err(op(), "size must be at least 1"));
         }
         let (b, i) = self.alias(rank, buf, index.0);
         let r = Ref { rank, buf: b, index: ChunkIdx(i), size };
@@ -308,17 +307,17 @@ impl Program {
         Ok(r)
     }
 
-    fn require_data(&self, op: &str, r: &Ref) -> Result<(), MscclError> {
+    fn require_data(&self, op: &dyn Fn() -> String, r: &Ref) -> Result<(), MscclError> {
         let len = self.len(r.rank, r.buf);
         if r.index.0 + r.size > len {
             return Err(self.err(
-                op.to_string(),
+                op(),
                 format!("{r} is out of range: {} has {len} chunks on {}", self.buffer_name(r.buf), r.rank),
             ));
         }
         for i in r.range() {
             if self.state[r.rank.idx()][r.buf.0 as usize][i as usize].is_none() {
-                return Err(self.err(op.to_string(), format!("chunk {i} of {r} holds no data yet")));
+                return Err(self.err(op(), format!("chunk {i} of {r} holds no data yet")));
             }
         }
         Ok(())
@@ -340,25 +339,24 @@ impl Program {
         index: Option<ChunkIdx>,
         hints: Hints,
     ) -> Result<Ref, MscclError> {
-        let op = format!(
-            "#{} copy {src} → {}:{}[{}]",
-            self.ops.len(),
-            to,
-            self.buffer_name(buf),
-            index.map_or("append".to_string(), |i| i.0.to_string())
-        );
+        let name = self.buffer_name(buf).to_string();
+        let n_ops = self.ops.len();
+        let at = index.map_or("append".to_string(), |i| i.0.to_string());
+        // Built only when an error needs it: formatting on every operation was a tenth of
+        // the compile time of large programs.
+        let op = move || format!("#{n_ops} copy {src} → {to}:{name}[{at}]");
         self.check_rank(&op, to)?;
         self.check_buf(&op, buf)?;
         self.require_data(&op, &src)?;
         let index = match index {
             Some(i) => i,
             None if buf.is_scratch() => ChunkIdx(self.len(to, buf)),
-            None => return Err(self.err(op, "only scratch buffers can be appended to; give an index")),
+            None => return Err(self.err(op(), "only scratch buffers can be appended to; give an index")),
         };
         let (b, i) = self.alias(to, buf, index.0);
         let dst = Ref { rank: to, buf: b, index: ChunkIdx(i), size: src.size };
         if dst.overlaps(&src) {
-            return Err(self.err(op, format!("destination {dst} overlaps the source {src}")));
+            return Err(self.err(op(), format!("destination {dst} overlaps the source {src}")));
         }
         self.writable(&op, &dst)?;
         let v = self.values(&src);
@@ -370,27 +368,28 @@ impl Program {
     /// `dst ← dst ⊕ src`. With `src` on another rank, `src`'s rank sends and `dst`'s rank
     /// receives and reduces (`rrc`); on the same rank it is a local `re`.
     pub fn reduce(&mut self, dst: Ref, src: Ref, hints: Hints) -> Result<Ref, MscclError> {
-        let op = format!("#{} reduce {dst} ⊕= {src}", self.ops.len());
+        let n_ops = self.ops.len();
+        let op = move || format!("#{n_ops} reduce {dst} ⊕= {src}");
         self.require_data(&op, &dst)?;
         self.require_data(&op, &src)?;
         if dst.size != src.size {
-            return Err(self.err(op, format!("sizes differ ({} vs {} chunks)", dst.size, src.size)));
+            return Err(self.err(op(), format!("sizes differ ({} vs {} chunks)", dst.size, src.size)));
         }
         if dst.overlaps(&src) {
-            return Err(self.err(op, "a chunk cannot be reduced with (part of) itself"));
+            return Err(self.err(op(), "a chunk cannot be reduced with (part of) itself"));
         }
         let (a, b) = (self.values(&dst), self.values(&src));
         let mut sum = Vec::with_capacity(a.len());
         for (x, y) in a.iter().zip(&b) {
             use super::verify::SlotValue as _;
-            sum.push(x.combine(y).map_err(|what| self.err(op.clone(), format!("would add {what} twice")))?);
+            sum.push(x.combine(y).map_err(|what| self.err(op(), format!("would add {what} twice")))?);
         }
         self.store(&dst, sum);
         self.ops.push(ChunkOp { kind: OpKind::Reduce, src, dst, hints });
         Ok(dst)
     }
 
-    fn writable(&mut self, op: &str, dst: &Ref) -> Result<(), MscclError> {
+    fn writable(&mut self, op: &dyn Fn() -> String, dst: &Ref) -> Result<(), MscclError> {
         let len = self.len(dst.rank, dst.buf);
         let end = dst.index.0 + dst.size;
         if end > len {
@@ -398,7 +397,7 @@ impl Program {
                 self.state[dst.rank.idx()][dst.buf.0 as usize].resize(end as usize, None);
             } else {
                 return Err(self.err(
-                    op.to_string(),
+                    op(),
                     format!("{dst} is out of range: {} has {len} chunks", self.buffer_name(dst.buf)),
                 ));
             }

@@ -365,13 +365,16 @@ impl Program {
     }
 }
 
+/// Line of a `<tb>` and the lines of its steps.
+pub type TbLines = (u32, Vec<u32>);
+
 /// Lines of elements in the file a program was read from, to point errors at them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SourceMap {
     /// Line of `<algo>`.
     pub algo: u32,
     /// Per gpu (file order): its line, and per tb its line and its steps' lines.
-    pub gpus: Vec<(u32, Vec<(u32, Vec<u32>)>)>,
+    pub gpus: Vec<(u32, Vec<TbLines>)>,
 }
 
 impl SourceMap {

@@ -80,6 +80,11 @@ fn find(parent: &mut [usize], mut x: usize) -> usize {
     x
 }
 
+/// A threadblock being formed: (send peer, recv peer, channel, local-threadblock hint).
+type TbShape = (Option<Rank>, Option<Rank>, ChannelId, u32);
+/// Sort key (send, recv, chan, hint; -1 = none) and union-find root of a threadblock.
+type TbKey = ((i64, i64, u32, u32), usize);
+
 /// Threadblock of every live instruction, and each rank's threadblocks as (send, recv, chan).
 type TbPlan = (Vec<usize>, Vec<Vec<(Option<Rank>, Option<Rank>, ChannelId)>>);
 
@@ -131,7 +136,7 @@ fn assign_threadblocks(p: &Program, g: &InstrDag) -> Result<TbPlan, MscclError> 
         }
     }
     // Each component is one threadblock; it may hold at most one send and one receive peer.
-    let mut comp: BTreeMap<(Rank, usize), (Option<Rank>, Option<Rank>, ChannelId, u32)> = BTreeMap::new();
+    let mut comp: BTreeMap<(Rank, usize), TbShape> = BTreeMap::new();
     for (j, k) in keys.iter().enumerate() {
         let root = find(&mut parent, j);
         let e = comp.entry((k.0, root)).or_insert((None, None, k.1, 0));
@@ -161,7 +166,7 @@ fn assign_threadblocks(p: &Program, g: &InstrDag) -> Result<TbPlan, MscclError> 
         }
     }
     // Number threadblocks per rank in (send, recv, chan) order, -1 first, as msccl-tools does.
-    let mut per_rank: Vec<Vec<((i64, i64, u32, u32), usize)>> = vec![Vec::new(); p.ranks() as usize];
+    let mut per_rank: Vec<Vec<TbKey>> = vec![Vec::new(); p.ranks() as usize];
     for (&(rank, root), &(s, r, c, h)) in &comp {
         let key = (s.map_or(-1, |x| i64::from(x.0)), r.map_or(-1, |x| i64::from(x.0)), c.0, h);
         per_rank[rank.idx()].push((key, root));
@@ -267,8 +272,8 @@ pub fn schedule(p: &Program, g: &InstrDag) -> Result<ir::Program, MscclError> {
     }
     // For each instruction: the instructions it waits for on other threadblocks.
     let mut waits: Vec<Vec<InstrId>> = vec![Vec::new(); g.instrs.len()];
-    for r in 0..n {
-        for (t, list) in lists[r].iter().enumerate() {
+    for rank_lists in &lists {
+        for (t, list) in rank_lists.iter().enumerate() {
             // Latest position on each other threadblock this one has already waited for.
             let mut seen: HashMap<usize, usize> = HashMap::new();
             for &i in list {
@@ -292,8 +297,8 @@ pub fn schedule(p: &Program, g: &InstrDag) -> Result<ir::Program, MscclError> {
     }
     // Step index of every instruction, nops counted.
     let mut step_of = vec![(0usize, 0usize); g.instrs.len()];
-    for r in 0..n {
-        for (t, list) in lists[r].iter().enumerate() {
+    for rank_lists in &lists {
+        for (t, list) in rank_lists.iter().enumerate() {
             let mut s = 0;
             for &i in list {
                 s += waits[i].len().saturating_sub(1);
