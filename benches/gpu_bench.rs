@@ -3,8 +3,9 @@
 use rsccl::backend::{self, Backend, LaunchConfig};
 use rsccl::comm::{GroupConfig, LocalGroup};
 use rsccl_device::coll::Collective;
-use rsccl_device::reduce::{DataType, RedOp};
 use rsccl_device::copy::CopyArgs;
+use rsccl_device::dtype::DataType;
+use rsccl_device::redop::RedOp;
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -1,7 +1,8 @@
 //! Independent scalar reference for reductions: written from the IEEE/PTX rules, not from the
 //! device crate's code. f16/bf16 go through the `half` crate; FP8 rounding is a brute-force search
 //! over all 256 encodings for the nearest value (ties to even, saturating).
-use rsccl_device::reduce::{DataType, RedOp};
+use rsccl_device::dtype::DataType;
+use rsccl_device::redop::RedOp;
 
 /// A value as the reference sees it: integer (as i128) or float (as f64 exactly).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -20,7 +21,7 @@ fn decode(t: DataType, bits: u64) -> Val {
         I64 => Val::Int(bits as i64 as i128),
         U64 => Val::Int(bits as i128),
         F16 => Val::Float(half::f16::from_bits(bits as u16).to_f64()),
-        Bf16 => Val::Float(half::bf16::from_bits(bits as u16).to_f64()),
+        BF16 => Val::Float(half::bf16::from_bits(bits as u16).to_f64()),
         F32 => Val::Float(f32::from_bits(bits as u32) as f64),
         F64 => Val::Float(f64::from_bits(bits)),
         Fp8E4M3 | Fp8E5M2 => Val::Float(fp8_value(t, bits as u8)),
@@ -88,7 +89,7 @@ fn encode(t: DataType, v: Val) -> u64 {
         I32 | U32 => i(v) as u32 as u64,
         I64 | U64 => i(v) as u64,
         F16 => half::f16::from_f64(f(v)).to_bits() as u64,
-        Bf16 => half::bf16::from_f64(f(v)).to_bits() as u64,
+        BF16 => half::bf16::from_f64(f(v)).to_bits() as u64,
         F32 => (f(v) as f32).to_bits() as u64,
         F64 => f(v).to_bits(),
         Fp8E4M3 | Fp8E5M2 => fp8_round(t, f(v)) as u64,
@@ -102,18 +103,6 @@ fn round_to(t: DataType, x: Val) -> u64 {
     match (t, x) {
         (Fp8E4M3 | Fp8E5M2, Val::Float(f)) => encode(t, Val::Float(half::f16::from_f64(f).to_f64())),
         _ => encode(t, x),
-    }
-}
-
-fn nan_rule_min(a: f64, b: f64, min: bool) -> f64 {
-    if a.is_nan() {
-        b
-    } else if b.is_nan() {
-        a
-    } else if min {
-        a.min(b)
-    } else {
-        a.max(b)
     }
 }
 
@@ -152,15 +141,22 @@ pub fn reduce(t: DataType, op: RedOp, a: u64, b: u64) -> u64 {
                     }
                 }
                 RedOp::Min | RedOp::Max => {
-                    let r = nan_rule_min(p, q, op == RedOp::Min);
+                    // PTX min/max: one NaN → the other operand, two → NaN; −0 is below +0.
+                    let min = op == RedOp::Min;
+                    let pick_b = if p.is_nan() {
+                        true
+                    } else if q.is_nan() {
+                        false
+                    } else {
+                        let b_below = q < p || (q == p && q.is_sign_negative() && !p.is_sign_negative());
+                        b_below == min
+                    };
+                    let (bits, v) = if pick_b { (b, q) } else { (a, p) };
                     if matches!(t, DataType::Fp8E4M3 | DataType::Fp8E5M2) {
                         // FP8 results always pass the satfinite conversion (infinities saturate).
-                        return encode(t, Val::Float(r));
+                        return encode(t, Val::Float(v));
                     }
-                    if r == p {
-                        return if p.is_nan() { canonical_nan(t, a) } else { a };
-                    }
-                    return if r.is_nan() { canonical_nan(t, b) } else { b };
+                    return bits;
                 }
             };
             round_to(t, Val::Float(exact))
@@ -169,20 +165,17 @@ pub fn reduce(t: DataType, op: RedOp, a: u64, b: u64) -> u64 {
     }
 }
 
-fn canonical_nan(t: DataType, bits: u64) -> u64 {
-    match t {
-        DataType::F32 | DataType::F64 => bits,
-        _ => encode(t, Val::Float(f64::NAN)),
-    }
-}
-
-/// The pre-op: PreMulSum multiplies by the scalar (given as element bits).
+/// The pre-op: PreMulSum multiplies by the scalar (element bits; f16 bits for FP8, which
+/// multiplies in half precision and converts back with satfinite).
 pub fn pre(t: DataType, op: RedOp, scalar: u64, a: u64) -> u64 {
-    if op == RedOp::PreMulSum {
-        reduce(t, RedOp::Prod, a, scalar)
-    } else {
-        a
+    if op != RedOp::PreMulSum {
+        return a;
     }
+    if matches!(t, DataType::Fp8E4M3 | DataType::Fp8E5M2) {
+        let x = fp8_value(t, a as u8) * half::f16::from_bits(scalar as u16).to_f64();
+        return encode(t, Val::Float(half::f16::from_f64(x).to_f64()));
+    }
+    reduce(t, RedOp::Prod, a, scalar)
 }
 
 /// The post-op: SumPostDiv divides by `n`, truncating.

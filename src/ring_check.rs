@@ -6,7 +6,8 @@ use crate::reference;
 use rsccl::backend::Backend;
 use rsccl::comm::{BufRef, GroupConfig, LocalGroup, ReduceOp};
 use rsccl_device::coll::Collective;
-use rsccl_device::reduce::{DataType, RedOp};
+use rsccl_device::dtype::DataType;
+use rsccl_device::redop::RedOp;
 use std::sync::Arc;
 
 /// One ring-collective case.
@@ -46,7 +47,7 @@ fn value(t: DataType, exact: bool, s: &mut u64) -> u64 {
         let bits = xorshift(s);
         let nan = match t {
             DataType::F16 => half::f16::from_bits(bits as u16).is_nan(),
-            DataType::Bf16 => half::bf16::from_bits(bits as u16).is_nan(),
+            DataType::BF16 => half::bf16::from_bits(bits as u16).is_nan(),
             DataType::F32 => f32::from_bits(bits as u32).is_nan(),
             DataType::F64 => f64::from_bits(bits).is_nan(),
             _ => reference::fp8_value(t, bits as u8).is_nan(),

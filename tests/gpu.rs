@@ -6,7 +6,7 @@
 use rsccl::backend::{self, Backend};
 use rsccl::comm::ReduceOp;
 use rsccl_device::coll::Collective;
-use rsccl_device::reduce::DataType;
+use rsccl_device::dtype::DataType;
 use rsccl_suite::checks::{self, CheckResult};
 use rsccl_suite::ring_check;
 use std::process::ExitCode;
@@ -65,7 +65,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
             let fp8 = gpu.compute_capability().is_some_and(|cc| cc.0 >= 9);
             let cases = [
                 (Collective::AllReduce, DataType::F32, ReduceOp::Sum, 8, 4, 1usize << 20, false),
-                (Collective::AllReduce, DataType::Bf16, ReduceOp::Avg, 8, 2, 300_001, true),
+                (Collective::AllReduce, DataType::BF16, ReduceOp::Avg, 8, 2, 300_001, true),
                 (Collective::AllReduce, DataType::I32, ReduceOp::Min, 4, 3, 77_777, false),
                 (Collective::ReduceScatter, DataType::F16, ReduceOp::Sum, 8, 4, 65_537, false),
                 (Collective::AllGather, DataType::U8, ReduceOp::Sum, 5, 2, 100_003, true),

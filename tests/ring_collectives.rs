@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use rsccl::backend;
 use rsccl::comm::ReduceOp;
 use rsccl_device::coll::Collective;
-use rsccl_device::reduce::DataType;
+use rsccl_device::dtype::DataType;
 use rsccl_suite::ring_check::{run, Case};
 
 fn case_strategy() -> impl Strategy<Value = Case> {

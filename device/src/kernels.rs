@@ -54,7 +54,7 @@ kernel_table!(COPY_KERNELS {
 pub fn tables() -> impl Iterator<Item = &'static [KernelEntry]> {
     [COPY_KERNELS, crate::selftest::SELFTEST_KERNELS]
         .into_iter()
-        .chain(crate::reduce::kernels::TABLES.iter().copied())
+        .chain(crate::coll::kernels::TABLES.iter().copied())
         .chain(crate::reduce_kernels::TABLES.iter().copied())
 }
 

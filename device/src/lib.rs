@@ -29,7 +29,6 @@ pub mod pack;
 pub mod prims;
 pub mod ptr;
 pub mod redop;
-pub mod reduce;
 pub mod reduce_copy;
 pub mod reduce_kernels;
 pub mod selftest;

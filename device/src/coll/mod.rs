@@ -1,5 +1,7 @@
 //! Collective algorithms over the primitives. An algorithm decides which chunk goes where in
 //! which step; it never touches a flag word or a FIFO slot.
+pub mod kernels;
+pub mod mover;
 pub mod ring;
 
 /// Which collective a kernel runs.

@@ -1,7 +1,7 @@
 //! The primitives' data mover for element type `T`: reduceCopy with the op's run-time argument.
-use super::copy::{ReduceCopy, DEFAULT_UNROLL};
-use super::op::{Elem, RedOp, Reducer};
 use crate::prims::DataMover;
+use crate::redop::{Elem, RedOp, Reducer};
+use crate::reduce_copy::{reduce_copy, ReduceCopy, DEFAULT_UNROLL};
 use crate::DevPtr;
 
 /// Moves data for the primitives with [`ReduceCopy`] (unroll [`DEFAULT_UNROLL`]).
@@ -20,10 +20,12 @@ impl<T: Elem> RedMover<T> {
 impl<T: Elem> DataMover for RedMover<T> {
     #[inline(always)]
     fn elem_bytes(&self) -> u64 {
-        core::mem::size_of::<T>() as u64
+        T::BYTES as u64
     }
 
-    #[inline(always)]
+    /// Not inlined: the primitives call it from many operations, and one copy per type keeps
+    /// the PTX module (and register allocation) manageable.
+    #[inline(never)]
     fn reduce_copy(
         &self,
         tid: u32,
@@ -34,7 +36,14 @@ impl<T: Elem> DataMover for RedMover<T> {
         dsts: &[DevPtr],
         nelem: u64,
     ) {
-        let rc = ReduceCopy { red: self.red, srcs, dsts, pre_op_srcs: pre_op_srcs as usize, post_op };
-        rc.run::<DEFAULT_UNROLL>(tid, nworkers, nelem);
+        let rc = ReduceCopy {
+            srcs,
+            dsts,
+            multimem_srcs: 0,
+            multimem_dsts: 0,
+            pre_op_srcs: pre_op_srcs as usize,
+            post_op,
+        };
+        reduce_copy::<T, DEFAULT_UNROLL, 1, 0>(tid, nworkers, &self.red, &rc, nelem);
     }
 }

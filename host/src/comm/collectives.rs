@@ -4,7 +4,9 @@ use super::LocalGroup;
 use crate::backend::DeviceBuffer;
 use crate::error::{Error, Result};
 use rsccl_device::coll::Collective;
-use rsccl_device::reduce::{Bf16, DataType, Fp8E4M3, Fp8E5M2, RedOp, F16};
+use rsccl_device::dtype::DataType;
+use rsccl_device::redop::soft::{encode, BFLOAT, HALF};
+use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 
 /// A reduction as users ask for it (NCCL's `ncclRedOp_t` plus `ncclRedOpCreatePreMulSum`).
@@ -29,7 +31,7 @@ impl ReduceOp {
     ///
     /// ```
     /// use rsccl::comm::ReduceOp;
-    /// use rsccl_device::reduce::{DataType, RedOp};
+    /// use rsccl_device::{dtype::DataType, redop::RedOp};
     /// assert_eq!(ReduceOp::Avg.resolve(DataType::I32, 4), (RedOp::SumPostDiv, 4));
     /// assert_eq!(ReduceOp::Avg.resolve(DataType::F32, 4), (RedOp::PreMulSum, 0.25f32.to_bits() as u64));
     /// ```
@@ -39,24 +41,22 @@ impl ReduceOp {
             ReduceOp::Prod => (RedOp::Prod, 0),
             ReduceOp::Min => (RedOp::Min, 0),
             ReduceOp::Max => (RedOp::Max, 0),
-            ReduceOp::Avg if dtype.is_float() => (RedOp::PreMulSum, scalar_bits(dtype, 1.0 / nranks as f64)),
-            ReduceOp::Avg => (RedOp::SumPostDiv, nranks as u64),
+            ReduceOp::Avg => RedOp::avg(dtype, nranks as u32),
             ReduceOp::PreMulSum(s) => (RedOp::PreMulSum, scalar_bits(dtype, s)),
         }
     }
 }
 
-/// `x` as an element of `dtype`, as bits (the kernels' scalar argument).
+/// PreMulSum's scalar `x` for `dtype`, as the kernels take it: element bits, except FP8, which
+/// multiplies in f16 and takes f16 bits (as NCCL's FP8 PreMulSum does).
 pub fn scalar_bits(dtype: DataType, x: f64) -> u64 {
     match dtype {
         DataType::I8 | DataType::I32 | DataType::I64 => x as i64 as u64,
         DataType::U8 | DataType::U32 | DataType::U64 => x as u64,
-        DataType::F16 => F16::from_f32(x as f32).0 as u64,
-        DataType::Bf16 => Bf16::from_f32(x as f32).0 as u64,
+        DataType::F16 | DataType::Fp8E4M3 | DataType::Fp8E5M2 => encode(HALF, x, false) as u64,
+        DataType::BF16 => encode(BFLOAT, x, false) as u64,
         DataType::F32 => (x as f32).to_bits() as u64,
         DataType::F64 => x.to_bits(),
-        DataType::Fp8E4M3 => Fp8E4M3::from_f32_satfinite(x as f32).0 as u64,
-        DataType::Fp8E5M2 => Fp8E5M2::from_f32_satfinite(x as f32).0 as u64,
     }
 }
 

@@ -1,12 +1,13 @@
 //! N ranks in one process, connected in rings.
 use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
 use crate::error::{Error, Result};
+use rsccl_device::coll::kernels::ring_kernel_name;
 use rsccl_device::coll::ring::{RingArgs, RingChannel};
 use rsccl_device::coll::Collective;
+use rsccl_device::dtype::DataType;
 use rsccl_device::prims::conn::{decode_status, ConnInfo, ErrorCode, PrimsStatus, NCCL_STEPS};
 use rsccl_device::prims::simple::shm_bytes;
-use rsccl_device::reduce::kernels::kernel_name;
-use rsccl_device::reduce::{DataType, RedOp};
+use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -243,7 +244,7 @@ impl LocalGroup {
         root: usize,
         red_op_arg: u64,
     ) -> Result<()> {
-        let kernel = kernel_name("ring", dtype);
+        let kernel = ring_kernel_name(dtype);
         let kernel = kernel.as_str();
         if self.poisoned.load(Ordering::SeqCst) {
             return Err(Error::InvalidConfig(
