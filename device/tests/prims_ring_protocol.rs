@@ -457,3 +457,95 @@ fn minimum_step_size_jitter_and_wide_blocks_keep_results_exact() {
     }
     rsccl_device::arch::emu::set_jitter_us(0);
 }
+
+/// NVLS min-polling: one sender, three receivers reading the same FIFO. The sender's `head` is a
+/// multicast address over the receivers' head words, so it may reuse a slot only when the
+/// slowest receiver has consumed it. One receiver is slow; with many wrap-arounds, polling any
+/// single receiver's head would let the sender overwrite data the slow one has not read yet.
+#[test]
+fn nvls_min_polling_waits_for_the_slowest_receiver() {
+    use rsccl_device::arch::emu::multicast;
+    use rsccl_device::prims::conn::CONN_NVLS_MIN_POLL;
+    let step_bytes = 128u64; // 16 u64 per slot
+    let (ops, per_op) = (80usize, 16usize); // one slot per op: ten trips around the 8-slot FIFO
+    let mut fifo = vec![0u64; (NCCL_STEPS * step_bytes / 8) as usize];
+    let words = vec![0u64; 8]; // tail, sender step, 3 heads, 3 receiver steps (written by the kernels)
+    let w = |i: usize| DevPtr(words.as_ptr() as u64 + 8 * i as u64);
+    let heads: Vec<DevPtr> = (0..3).map(|k| w(2 + k)).collect();
+    let mc = multicast::bind(&heads, 8);
+    let base = vec_ptr(&mut fifo);
+    let send = ConnInfo {
+        buff: base,
+        head: mc.addr(),
+        tail: w(0),
+        step: w(1),
+        sizes_fifo: DevPtr::NULL,
+        step_bytes,
+        flags: CONN_NVLS_MIN_POLL,
+        peer: 1,
+    };
+    let recv = |k: usize| ConnInfo { head: heads[k], step: w(5 + k), flags: 0, peer: 0, ..send };
+    let mut input: Vec<u64> = (0..(ops * per_op) as u64).map(|i| i * 3 + 1).collect();
+    let mut outs: Vec<Vec<u64>> = (0..3).map(|_| vec![0; ops * per_op]).collect();
+    let in_p = vec_ptr(&mut input);
+    let out_ps: Vec<DevPtr> = outs.iter_mut().map(|o| vec_ptr(o)).collect();
+    let dims = LaunchDims { grid: Dim3::x(1), block: Dim3::x(64), smem_bytes: shm_bytes(1) };
+    let status = PrimsStatus::default();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            emu::launch(dims, &|| {
+                let t = arch::thread_idx().x;
+                let mut p = Primitives::<U64Sum, 0, 1, 1, 1>::new(
+                    &U64Sum,
+                    t,
+                    64,
+                    &[],
+                    &[send],
+                    in_p,
+                    DevPtr::NULL,
+                    step_bytes,
+                    0,
+                    status,
+                    0,
+                );
+                for o in 0..ops {
+                    p.send((o * per_op) as u64, per_op as i64);
+                }
+                p.finish();
+            })
+            .unwrap();
+        });
+        for (k, &out) in out_ps.iter().enumerate() {
+            let rc = recv(k);
+            s.spawn(move || {
+                emu::launch(dims, &|| {
+                    let t = arch::thread_idx().x;
+                    let mut p = Primitives::<U64Sum, 1, 0, 1, 1>::new(
+                        &U64Sum,
+                        t,
+                        64,
+                        &[rc],
+                        &[],
+                        DevPtr::NULL,
+                        out,
+                        step_bytes,
+                        0,
+                        status,
+                        0,
+                    );
+                    for o in 0..ops {
+                        if k == 2 && t == 0 {
+                            std::thread::sleep(std::time::Duration::from_micros(300));
+                        }
+                        p.recv((o * per_op) as u64, per_op as i64, false);
+                    }
+                    p.finish();
+                })
+                .unwrap();
+            });
+        }
+    });
+    for (k, out) in outs.iter().enumerate() {
+        assert_eq!(out, &input, "receiver {k}");
+    }
+}

@@ -229,6 +229,12 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
 
     #[inline(always)]
     fn load_step(&self) -> u64 {
+        if self.nvls_min_poll {
+            // NVLS: the step word is a multicast address over every peer's word; the minimum is
+            // the slowest peer (`multimem.ld_reduce.acquire.sys.global.min.u64`).
+            // SAFETY: NVLS connections give an 8-aligned multicast step word.
+            return unsafe { crate::multimem::ld_reduce_acquire_min_u64(DevPtr(self.conn_step_ptr as u64)) };
+        }
         // SAFETY: conn_step_ptr is this connection's head or tail word.
         unsafe { arch::ld_volatile_u64(self.conn_step_ptr) }
     }
@@ -388,6 +394,10 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
     ) {
         let nelem = nelem.max(0) as u64;
         let eb = self.mover.elem_bytes();
+        if nelem > self.step_elems * SPS * SPC {
+            // More than the FIFO slots of one chunk hold: a caller bug that would overrun them.
+            arch::trap();
+        }
         let mut slice_size = self.step_elems * SPS;
         slice_size = (nelem.div_ceil(16 * SPC) * 16).max(slice_size / 32);
         let mut slice = 0;
