@@ -469,8 +469,9 @@ fn nvls_min_polling_waits_for_the_slowest_receiver() {
     let step_bytes = 128u64; // 16 u64 per slot
     let (ops, per_op) = (80usize, 16usize); // one slot per op: ten trips around the 8-slot FIFO
     let mut fifo = vec![0u64; (NCCL_STEPS * step_bytes / 8) as usize];
-    let words = vec![0u64; 8]; // tail, sender step, 3 heads, 3 receiver steps (written by the kernels)
-    let w = |i: usize| DevPtr(words.as_ptr() as u64 + 8 * i as u64);
+    let mut words = [0u64; 8]; // tail, sender step, 3 heads, 3 receiver steps (written by the kernels)
+    let words_p = vec_ptr(&mut words);
+    let w = |i: usize| words_p.offset(8 * i as u64);
     let heads: Vec<DevPtr> = (0..3).map(|k| w(2 + k)).collect();
     let mc = multicast::bind(&heads, 8);
     let base = vec_ptr(&mut fifo);
