@@ -27,3 +27,60 @@ fn bad_group_configurations_are_rejected_with_the_reason() {
         assert!(err.to_string().contains(want), "{err} (wanted: {want})");
     }
 }
+
+#[test]
+fn a_rank_that_never_launches_fails_the_collective_naming_it_without_hanging() {
+    use rsccl::comm::{BufRef, Fault, ReduceOp};
+    use rsccl::Error;
+    use rsccl_device::dtype::DataType;
+    use std::time::{Duration, Instant};
+    let be = backend::cpu();
+    let mut cfg = GroupConfig::new(4, 2);
+    cfg.nthreads = 64;
+    cfg.timeout = Duration::from_millis(300);
+    cfg.fault = Some(Fault::RankNeverLaunches(2));
+    let group = LocalGroup::new(&be, cfg).unwrap();
+    let bufs: Vec<_> = (0..4).map(|_| be.alloc(4 * 10_000).unwrap()).collect();
+    let refs: Vec<BufRef> = bufs.iter().map(BufRef::from).collect();
+    let t0 = Instant::now();
+    let err = group.all_reduce(&refs, &refs, 10_000, DataType::F32, ReduceOp::Sum).unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(30), "took {:?}", t0.elapsed());
+    let Error::Collective { failures } = &err else { panic!("unexpected error: {err}") };
+    // Ranks 1 and 3 are rank 2's ring neighbours on both channels (one ring runs each way).
+    for r in [1, 3] {
+        assert!(failures.iter().any(|f| f.rank == r && f.peer == 2), "rank {r} did not name rank 2: {err}");
+    }
+    assert!(err.to_string().contains("rank 2"), "{err}");
+    // The group's FIFOs are now inconsistent: further calls are refused, not run.
+    let again = group.all_reduce(&refs, &refs, 10, DataType::F32, ReduceOp::Sum).unwrap_err();
+    assert!(again.to_string().contains("create a new group"), "{again}");
+}
+
+#[test]
+fn buffers_too_small_or_misaligned_are_named_by_rank() {
+    use rsccl::comm::{BufRef, ReduceOp};
+    use rsccl_device::dtype::DataType;
+    let be = backend::cpu();
+    let mut cfg = GroupConfig::new(2, 1);
+    cfg.nthreads = 64;
+    let group = LocalGroup::new(&be, cfg).unwrap();
+    let big = be.alloc(4096).unwrap();
+    let small = be.alloc(100).unwrap();
+    let ok = BufRef::from(&big);
+    let err = group
+        .all_reduce(&[ok, BufRef::from(&small)], &[ok, ok], 512, DataType::F32, ReduceOp::Sum)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("rank 1: send buffer has 100 bytes after offset 0, needs 2048"),
+        "{err}"
+    );
+    let odd = BufRef { buf: &big, offset: 2 };
+    let err = group.all_reduce(&[ok, ok], &[ok, odd], 16, DataType::F32, ReduceOp::Sum).unwrap_err();
+    assert!(
+        err.to_string().contains("rank 1: receive buffer address")
+            && err.to_string().contains("not aligned to 4"),
+        "{err}"
+    );
+    let err = group.broadcast(&[ok, ok], &[ok, ok], 16, DataType::F32, 5).unwrap_err();
+    assert!(err.to_string().contains("root 5 is not a rank"), "{err}");
+}
