@@ -59,7 +59,7 @@ fn value(t: DataType, exact: bool, s: &mut u64) -> u64 {
 }
 
 fn ring(c: &Case, ch: usize) -> Vec<usize> {
-    if ch % 2 == 0 {
+    if ch.is_multiple_of(2) {
         (0..c.n).collect()
     } else {
         (0..c.n).rev().collect()
@@ -225,9 +225,8 @@ pub fn run(be: &Arc<dyn Backend>, c: &Case) -> Result<(), String> {
             // Exact inputs stay exact under Sum/Min/Max/SumPostDiv and the ×0.5 pre-op (not ×1/n
             // for Avg, not Prod, whose partial products may overflow the narrow types), except in
             // FP8, whose 2-3 mantissa bits cannot hold sums of 8 small integers.
-            let order_free = !matches!(red, RedOp::Prod)
-                && !(red == RedOp::PreMulSum && c.op == ReduceOp::Avg)
-                && !t.requires_sm90();
+            let avg_scaled = red == RedOp::PreMulSum && c.op == ReduceOp::Avg;
+            let order_free = !(red == RedOp::Prod || avg_scaled || t.requires_sm90());
             if c.exact && order_free && matches!(c.coll, Collective::AllReduce | Collective::Reduce) {
                 // Exact inputs: any order gives the same result, e.g. a plain rank-order fold.
                 let col: Vec<u64> = (0..n).map(|q| inputs[q][i]).collect();
