@@ -125,13 +125,9 @@ impl GpuBackend {
         let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         let max_smem_optin = attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
         let name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
-        let ptx = load_ptx_text(major, minor)?;
-        let image = CString::new(ptx).map_err(|_| Error::Driver {
-            call: "cuModuleLoadData",
-            message: "PTX contains a NUL byte".into(),
-        })?;
+        let image = load_module_image(major, minor)?;
         ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
-        // SAFETY: image is a NUL-terminated PTX string that outlives the call.
+        // SAFETY: image is a cubin or a NUL-terminated PTX string, alive during the call.
         let module = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
             .map_err(driver("cuModuleLoadData"))?;
         Ok(GpuBackend {
@@ -175,19 +171,37 @@ impl GpuBackend {
     }
 }
 
-/// The PTX text: the embedded module for this arch, or `$RSCCL_PTX_DIR/rsccl_sm_XX.ptx`.
-fn load_ptx_text(major: i32, minor: i32) -> Result<String> {
+/// The module image for compute capability `major.minor`. With `RSCCL_PTX_DIR` set, a cubin
+/// built by `cargo xtask build-ptx` for this architecture is preferred (no JIT at load time;
+/// the PTX modules are megabytes), then the PTX there; otherwise the embedded PTX.
+fn load_module_image(major: i32, minor: i32) -> Result<Vec<u8>> {
     let embedded =
         crate::ptx::for_compute_capability(major, minor).ok_or(Error::UnsupportedArch { major, minor })?;
-    match std::env::var_os("RSCCL_PTX_DIR") {
-        None => Ok(embedded.to_string()),
-        Some(dir) => {
-            let arch = if major >= 9 { "sm_90" } else { "sm_80" };
-            let path = std::path::Path::new(&dir).join(format!("rsccl_{arch}.ptx"));
-            std::fs::read_to_string(&path)
-                .map_err(|e| Error::Driver { call: "read PTX", message: format!("{}: {e}", path.display()) })
+    let nul_terminated = |text: &str| -> Result<Vec<u8>> {
+        if text.contains('\0') {
+            return Err(Error::Driver {
+                call: "cuModuleLoadData",
+                message: "PTX contains a NUL byte".into(),
+            });
+        }
+        let mut v = text.as_bytes().to_vec();
+        v.push(0);
+        Ok(v)
+    };
+    let Some(dir) = std::env::var_os("RSCCL_PTX_DIR") else { return nul_terminated(embedded) };
+    let arch = if major >= 9 { "sm_90" } else { "sm_80" };
+    let dir = std::path::Path::new(&dir);
+    // A cubin runs on its own major version at the same or a higher minor; sm_90 code is 9.0 only.
+    let cubin_fits = major == 8 || (major, minor) == (9, 0);
+    if cubin_fits {
+        if let Ok(bin) = std::fs::read(dir.join(format!("rsccl_{arch}.cubin"))) {
+            return Ok(bin);
         }
     }
+    let path = dir.join(format!("rsccl_{arch}.ptx"));
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::Driver { call: "read PTX", message: format!("{}: {e}", path.display()) })?;
+    nul_terminated(&text)
 }
 
 impl Backend for GpuBackend {
