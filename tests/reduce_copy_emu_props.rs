@@ -514,12 +514,12 @@ fn case() -> impl Strategy<Value = Case> {
                 .map(|_| if aligned { 0 } else { (xorshift(&mut s) as usize % (16 / eb)) * eb })
                 .collect();
             let r = xorshift(&mut s);
-            let mm = multimem::supported(op, dtype) && r % 3 == 0;
+            let mm = multimem::supported(op, dtype) && r.is_multiple_of(3);
             // Large multicast cases are slow in the emulator (a registry lookup per access).
             let mm = mm && nelem < 100_000;
             let mm_srcs = if mm { ((r >> 8) % 2) as usize } else { 0 };
             let mm_dsts = if mm { ((r >> 9) % 2) as usize | (mm_srcs == 0) as usize } else { 0 };
-            let kernel_blocks = if (r >> 12) % 4 == 0 { 1 + ((r >> 16) % 3) as u32 } else { 0 };
+            let kernel_blocks = if (r >> 12).is_multiple_of(4) { 1 + ((r >> 16) % 3) as u32 } else { 0 };
             Case {
                 dtype,
                 op,
@@ -530,12 +530,12 @@ fn case() -> impl Strategy<Value = Case> {
                 threads: 32 * warps,
                 unroll: 1 << unroll_log,
                 pre_op_srcs: (r >> 20) as usize % (nsrcs + 1),
-                post_op: (r >> 24) % 2 == 0,
+                post_op: (r >> 24).is_multiple_of(2),
                 mm_srcs,
                 mm_dsts,
                 mm_width: 1 + ((r >> 28) % 4) as usize,
                 kernel_blocks,
-                exact_values: (r >> 32) % 2 == 0,
+                exact_values: (r >> 32).is_multiple_of(2),
                 seed,
             }
         })
