@@ -59,7 +59,11 @@ pub fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
             .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     }
     let opts = ptx::Options { archs: ptx::Arch::ALL.to_vec(), out: Some(out.join("ptx")), check: false };
-    ptx::build_ptx(&opts)?;
+    // The binaries embed the PTX; the bundle keeps only the cubins, which spare the GPU a JIT of
+    // megabytes of PTX at module load (the backend finds them through RSCCL_PTX_DIR).
+    for ptx in ptx::build_ptx(&opts)? {
+        std::fs::remove_file(&ptx).map_err(|e| format!("cannot remove {}: {e}", ptx.display()))?;
+    }
     let tests = cargo_executables(&root, &["test", "--release", "--no-run", "--test", "gpu"])?;
     let benches = cargo_executables(&root, &["bench", "--no-run", "--bench", "gpu_bench"])?;
     copy_stripped(&tests, &out.join("tests"), "gpu-tests")?;

@@ -173,7 +173,7 @@ impl GpuBackend {
 
 /// The module image for compute capability `major.minor`. With `RSCCL_PTX_DIR` set, a cubin
 /// built by `cargo xtask build-ptx` for this architecture is preferred (no JIT at load time;
-/// the PTX modules are megabytes), then the PTX there; otherwise the embedded PTX.
+/// the PTX modules are megabytes), then a PTX file there; otherwise the embedded PTX.
 fn load_module_image(major: i32, minor: i32) -> Result<Vec<u8>> {
     let embedded =
         crate::ptx::for_compute_capability(major, minor).ok_or(Error::UnsupportedArch { major, minor })?;
@@ -198,10 +198,10 @@ fn load_module_image(major: i32, minor: i32) -> Result<Vec<u8>> {
             return Ok(bin);
         }
     }
-    let path = dir.join(format!("rsccl_{arch}.ptx"));
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| Error::Driver { call: "read PTX", message: format!("{}: {e}", path.display()) })?;
-    nul_terminated(&text)
+    match std::fs::read_to_string(dir.join(format!("rsccl_{arch}.ptx"))) {
+        Ok(text) => nul_terminated(&text),
+        Err(_) => nul_terminated(embedded),
+    }
 }
 
 impl Backend for GpuBackend {
