@@ -209,6 +209,11 @@ pub fn same(t: DataType, a: u64, b: u64) -> bool {
     a == b || (t.is_float() && decode_is_nan(t, a) && decode_is_nan(t, b))
 }
 
+/// Whether element bits `bits` of `t` encode a NaN.
+pub fn is_nan(t: DataType, bits: u64) -> bool {
+    decode_is_nan(t, bits)
+}
+
 fn decode_is_nan(t: DataType, bits: u64) -> bool {
     matches!(decode(t, bits), Val::Float(f) if f.is_nan())
 }

@@ -135,3 +135,16 @@ fn the_backend_is_chosen_at_run_time_gpu_first() {
         Err(e) => assert!(!gpu_here && e.to_string().starts_with("no GPU backend"), "{e}"),
     }
 }
+
+#[test]
+fn reduce_copy_kernels_run_through_the_backend_like_on_the_gpu() {
+    // The GPU bundle's reduce-copy check, here on the CPU backend (small sizes).
+    use rsccl_device::dtype::DataType;
+    use rsccl_device::redop::RedOp;
+    let be = cpu();
+    for (t, op) in
+        [(DataType::F32, RedOp::Sum), (DataType::BF16, RedOp::Max), (DataType::I8, RedOp::SumPostDiv)]
+    {
+        rsccl_suite::reduce_copy_check::run(&*be, t, op, 3, 2, 5_003, 1, 9).unwrap();
+    }
+}

@@ -96,6 +96,28 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
             Ok(())
         }),
     ));
+    v.push((
+        "reduce_copy_kernels_match_the_reference",
+        Box::new(|gpu| {
+            use rsccl_device::redop::RedOp;
+            let cc = gpu.compute_capability();
+            let mut seed = 11u64;
+            for t in DataType::ALL {
+                for op in RedOp::ALL {
+                    if !rsccl_suite::reduce_copy_check::available(t, op, cc) {
+                        continue;
+                    }
+                    for &(nsrcs, ndsts, nelem, mis) in
+                        &[(2, 1, 1_000_003usize, 0usize), (8, 8, 4_097, 1), (1, 3, 77, 3)]
+                    {
+                        seed += 1;
+                        rsccl_suite::reduce_copy_check::run(gpu, t, op, nsrcs, ndsts, nelem, mis, seed)?;
+                    }
+                }
+            }
+            Ok(())
+        }),
+    ));
     // Last: a trap leaves a CUDA context unusable, so nothing may run after it.
     v.push(("trap_reports_error", Box::new(checks::trap_reports_error)));
     v
