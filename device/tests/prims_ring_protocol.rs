@@ -102,6 +102,16 @@ fn build(n: usize, nch: usize, step_bytes: u64) -> Ring {
     Ring { _mem: mem, channels: wiring, _user_ranks: user_ranks, status: vec![vec![0u64; nch]; n] }
 }
 
+/// Fault settings of a run: a wait timeout, a rank that never launches, a host abort word.
+#[derive(Clone, Copy)]
+struct Faults {
+    timeout_ns: u64,
+    absent: Option<usize>,
+    abort_flag: DevPtr,
+}
+
+const NO_FAULTS: Faults = Faults { timeout_ns: 0, absent: None, abort_flag: DevPtr::NULL };
+
 #[allow(clippy::too_many_arguments)]
 fn run(
     ring: &mut Ring,
@@ -113,7 +123,7 @@ fn run(
     threads: u32,
     step_bytes: u64,
 ) {
-    run_with(ring, coll, sends, recvs, count, root, threads, step_bytes, 0, None)
+    run_with(ring, coll, sends, recvs, count, root, threads, step_bytes, NO_FAULTS)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -126,26 +136,9 @@ fn run_with(
     root: usize,
     threads: u32,
     step_bytes: u64,
-    timeout_ns: u64,
-    absent: Option<usize>,
+    faults: Faults,
 ) {
-    run_full(ring, coll, sends, recvs, count, root, threads, step_bytes, timeout_ns, absent, DevPtr::NULL)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_full(
-    ring: &mut Ring,
-    coll: Collective,
-    sends: &mut [Vec<u64>],
-    recvs: &mut [Vec<u64>],
-    count: u64,
-    root: usize,
-    threads: u32,
-    step_bytes: u64,
-    timeout_ns: u64,
-    absent: Option<usize>,
-    abort_flag: DevPtr,
-) {
+    let Faults { timeout_ns, absent, abort_flag } = faults;
     let n = sends.len();
     let nch = ring.channels[0].len();
     let args: Vec<RingArgs> = (0..n)
@@ -257,8 +250,7 @@ fn a_rank_that_never_launches_makes_its_peers_time_out_naming_it() {
         0,
         64,
         256,
-        200_000_000,
-        Some(2),
+        Faults { timeout_ns: 200_000_000, absent: Some(2), abort_flag: DevPtr::NULL },
     );
     // Every wait gives up after 200 ms; a launched rank stops waiting once one wait timed out.
     assert!(t0.elapsed() < std::time::Duration::from_secs(30), "took {:?}", t0.elapsed());
@@ -415,7 +407,7 @@ fn the_host_abort_flag_ends_waits_that_would_never_end() {
             flag.store(1, Ordering::SeqCst);
         });
         // No timeout: without the flag, ranks 0 and 2 would wait for rank 1 forever.
-        run_full(
+        run_with(
             &mut ring,
             Collective::AllReduce,
             &mut sends,
@@ -424,9 +416,7 @@ fn the_host_abort_flag_ends_waits_that_would_never_end() {
             0,
             64,
             256,
-            0,
-            Some(1),
-            flag_ptr,
+            Faults { timeout_ns: 0, absent: Some(1), abort_flag: flag_ptr },
         );
     });
     assert!(t0.elapsed() >= std::time::Duration::from_millis(200));
