@@ -49,6 +49,8 @@ pub enum Error {
         /// Its error.
         source: Box<Error>,
     },
+    /// A topology or graph file (or what was detected on this machine) is not acceptable.
+    Topology(crate::topology::TopoError),
     /// A copy or argument touches bytes outside a buffer.
     OutOfRange {
         /// What was being done.
@@ -88,6 +90,7 @@ impl std::fmt::Display for Error {
                 Ok(())
             }
             Error::Rank { rank, source } => write!(f, "rank {rank}: {source}"),
+            Error::Topology(e) => write!(f, "topology: {e}"),
             Error::OutOfRange { what, offset, bytes, len } => {
                 write!(f, "{what}: bytes {offset}..{} are outside the buffer of {len} bytes", offset + bytes)
             }
@@ -96,6 +99,12 @@ impl std::fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl From<crate::topology::TopoError> for Error {
+    fn from(e: crate::topology::TopoError) -> Self {
+        Error::Topology(e)
+    }
+}
 
 /// Result with [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;

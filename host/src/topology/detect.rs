@@ -1,0 +1,1 @@
+//! Local topology detection (sysfs, NVML). Being written.
