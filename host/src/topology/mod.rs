@@ -7,6 +7,7 @@ pub mod cli;
 pub mod detect;
 pub mod graph;
 pub mod paths;
+pub mod search;
 pub mod xml;
 
 pub use graph::{Link, LinkKind, Node, NodeId, NodeInfo, NodeKind, System};
