@@ -421,10 +421,14 @@ impl Detector {
                         }
                         p
                     }
-                    None => match find_path(root, &|n: &XmlNode| n.name == "cpu") {
-                        Some(p) => p,
-                        None => self.cpu_path(root, "0")?,
-                    },
+                    None => {
+                        let p = match find_path(root, &|n: &XmlNode| n.name == "cpu") {
+                            Some(p) => p,
+                            None => self.cpu_path(root, "0")?,
+                        };
+                        self.fill_up(root, &p)?;
+                        p
+                    }
                 };
                 let pnode = node_mut(root, &parent);
                 let ni = match pnode.children.iter().position(|c| c.name == "nic") {
