@@ -1,1 +1,298 @@
-//! Per-rank channel wiring (ring prev/next, tree up/down, NVLS heads) from the topology search.
+//! Per-rank channel wiring from the topology search, as NCCL connects it at init: ring
+//! `prev`/`next`, tree `up`/`down[3]`, and NVLS heads.
+//!
+//! Every node runs the same search (homogeneous nodes), so a graph's channel `c` gives each
+//! node's GPU order for that channel. Global ranks are `node × gpus_per_node + local rank`.
+//! - Rings: inside a node the GPUs follow the channel order; node `n`'s last GPU sends to node
+//!   `n+1`'s first (through the network), closing one ring over all ranks.
+//! - Trees: inside a node a chain in the channel order; across nodes a double binary tree, so
+//!   channel `c` uses one tree and channel `c + nChannels` the other (mirrored for an even
+//!   node count, shifted for odd), each node's head being a leaf in at least one of them.
+//! - NVLS: one head GPU per search channel; every rank talks to all heads (`up`) and to its
+//!   own head slot (`down`); across nodes the heads form double binary trees.
+//!
+//! ```
+//! use rsccl::channels::{btree, dtree};
+//! // 4 nodes: node 0 is the root of the first tree, with node 2 below it.
+//! let t = btree(4, 0);
+//! assert_eq!((t.up, t.down), (None, [None, Some(2)]));
+//! // The second tree is the mirror image: node 3 is its root.
+//! assert_eq!(dtree(4, 3).1.up, None);
+//! ```
+use crate::error::{Error, Result};
+use crate::topology::search::{Graph, Graphs, Pattern, MAXCHANNELS};
+use crate::topology::Rank;
+
+/// Most children of a tree node (NCCL's `NCCL_MAX_TREE_ARITY`).
+pub const TREE_MAX_ARITY: usize = 3;
+
+/// A node's place in a binary tree over nodes: its parent and two children.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TreeLinks {
+    /// Parent node, `None` at the root.
+    pub up: Option<usize>,
+    /// First and second child.
+    pub down: [Option<usize>; 2],
+    /// Which child of its parent this node is (0 or 1).
+    pub child_type: usize,
+}
+
+/// The binary tree over `n` nodes in which leaves and inner nodes alternate (node 0 is the
+/// root; its only child is the highest power of two below `n`).
+pub fn btree(n: usize, node: usize) -> TreeLinks {
+    let mut bit = 1;
+    while bit < n && bit & node == 0 {
+        bit <<= 1;
+    }
+    if node == 0 {
+        return TreeLinks { up: None, down: [None, (n > 1).then_some(bit >> 1)], child_type: 0 };
+    }
+    let mut up = (node ^ bit) | (bit << 1);
+    if up >= n {
+        up = node ^ bit;
+    }
+    let child_type = usize::from(node >= up);
+    let mut low = bit >> 1;
+    let down0 = (low != 0).then(|| node - low);
+    // The second child is the farthest one below `node + low` that exists.
+    let mut down1 = None;
+    while low != 0 {
+        if node + low < n {
+            down1 = Some(node + low);
+            break;
+        }
+        low >>= 1;
+    }
+    TreeLinks { up: Some(up), down: [down0, down1], child_type }
+}
+
+/// The two trees of a double binary tree over `n` nodes, for `node`: the first is
+/// [`btree`], the second its mirror (`n` even) or shifted by one (`n` odd).
+pub fn dtree(n: usize, node: usize) -> (TreeLinks, TreeLinks) {
+    let t0 = btree(n, node);
+    let t1 = if n % 2 == 1 {
+        let shifted = btree(n, (node + n - 1) % n);
+        let f = |x: Option<usize>| x.map(|v| (v + 1) % n);
+        TreeLinks {
+            up: f(shifted.up),
+            down: [f(shifted.down[0]), f(shifted.down[1])],
+            child_type: shifted.child_type,
+        }
+    } else {
+        let m = btree(n, n - 1 - node);
+        let f = |x: Option<usize>| x.map(|v| n - 1 - v);
+        TreeLinks { up: f(m.up), down: [f(m.down[0]), f(m.down[1])], child_type: m.child_type }
+    };
+    (t0, t1)
+}
+
+/// One rank's ring neighbours in one channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingPeers {
+    /// Receives from.
+    pub prev: Rank,
+    /// Sends to.
+    pub next: Rank,
+}
+
+/// One rank's tree neighbours in one channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct TreePeers {
+    /// Parent.
+    pub up: Option<Rank>,
+    /// Children.
+    pub down: [Option<Rank>; TREE_MAX_ARITY],
+}
+
+impl TreePeers {
+    fn add_down(&mut self, r: Rank) -> Result<()> {
+        let slot = self.down.iter_mut().find(|d| d.is_none()).ok_or_else(|| {
+            Error::InvalidConfig(format!("tree node has more than {TREE_MAX_ARITY} children"))
+        })?;
+        *slot = Some(r);
+        Ok(())
+    }
+}
+
+/// One rank's NVLS wiring (the same in every NVLS channel).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NvlsPeers {
+    /// The head GPU of each NVLS head slot on this node (`nvls.up[h]`).
+    pub heads: Vec<Rank>,
+    /// The slot this rank is head of (`nvls.headRank`), if any.
+    pub head_index: Option<usize>,
+    /// Across nodes, per tree (even/odd channels): the parent head.
+    pub tree_up: [Option<Rank>; 2],
+    /// Across nodes, per tree: the child heads.
+    pub tree_down: [[Option<Rank>; 2]; 2],
+}
+
+/// Everything one rank needs to connect: per channel ring and tree peers, and NVLS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankChannels {
+    /// The rank.
+    pub rank: Rank,
+    /// Ring peers per channel (`2 × min(ring, tree channels)` channels, as NCCL duplicates).
+    pub ring: Vec<RingPeers>,
+    /// Tree peers per channel (first half on one tree of the double tree, second half on the
+    /// other).
+    pub tree: Vec<TreePeers>,
+    /// NVLS wiring, when the NVLS search found heads.
+    pub nvls: Option<NvlsPeers>,
+}
+
+/// Connects `rank` (global, over `nodes` nodes of `graphs.ring.ngpus()` GPUs each).
+pub fn connect(graphs: &Graphs, nodes: usize, rank: Rank) -> Result<RankChannels> {
+    let local = graphs.ring.ngpus();
+    if local == 0 || nodes == 0 {
+        return Err(Error::InvalidConfig("no GPUs to connect".into()));
+    }
+    let nranks = nodes * local;
+    if rank.0 as usize >= nranks {
+        return Err(Error::InvalidConfig(format!(
+            "{rank} is outside {nranks} ranks ({nodes} nodes x {local} GPUs)"
+        )));
+    }
+    for g in [&graphs.ring, &graphs.tree] {
+        for c in 0..g.n_channels {
+            let mut seen = vec![false; local];
+            for r in g.channel(c) {
+                let i = r.0 as usize;
+                if i >= local || std::mem::replace(&mut seen[i], true) {
+                    return Err(Error::InvalidConfig(format!(
+                        "graph {} channel {c}: local ranks must be 0..{local} once each, found {r}",
+                        g.id
+                    )));
+                }
+            }
+        }
+    }
+    let node = rank.0 as usize / local;
+    let me = rank.0 as usize % local;
+    let global = |n: usize, r: Rank| Rank((n * local) as u32 + r.0);
+    let n = graphs.ring.n_channels.min(graphs.tree.n_channels);
+    let mut ring = Vec::with_capacity(2 * n);
+    let mut tree = vec![TreePeers::default(); 2 * n];
+    let (t0, t1) = dtree(nodes, node);
+    for c in 0..n {
+        // Ring: inside the node in channel order, then to the next node's first GPU.
+        let order = graphs.ring.channel(c);
+        let i = order.iter().position(|r| r.0 as usize == me).expect("validated above");
+        let prev = if i == 0 {
+            global((node + nodes - 1) % nodes, order[local - 1])
+        } else {
+            global(node, order[i - 1])
+        };
+        let next =
+            if i == local - 1 { global((node + 1) % nodes, order[0]) } else { global(node, order[i + 1]) };
+        ring.push(RingPeers { prev, next });
+
+        // Tree: a chain inside the node; the first GPUs talk to the other nodes.
+        let chain = graphs.tree.channel(c);
+        let j = chain.iter().position(|r| r.0 as usize == me).expect("validated above");
+        let mut peers = TreePeers {
+            up: (j > 0).then(|| global(node, chain[j - 1])),
+            down: [(j + 1 < local).then(|| global(node, chain[j + 1])), None, None],
+        };
+        let mut peers1 = peers;
+        let pattern = graphs.tree.pattern;
+        let to_parent = chain[0];
+        let to_child0 = chain[if pattern == Pattern::Tree || local == 1 { 0 } else { 1 }];
+        let to_child1 = chain[if pattern == Pattern::SplitTree && local > 1 { 1 } else { 0 }];
+        let child_side = |t: &TreeLinks| if t.child_type == 0 { to_child0 } else { to_child1 };
+        if me == to_parent.0 as usize {
+            if let Some(u) = t0.up {
+                peers.up = Some(global(u, child_side(&btree(nodes, node))));
+            }
+            if let Some(u) = t1.up {
+                peers1.up = Some(global(u, child_side(&t1)));
+            }
+        }
+        for (child, side) in [(to_child0, 0), (to_child1, 1)] {
+            if me == child.0 as usize {
+                if let Some(d) = t0.down[side] {
+                    peers.add_down(global(d, to_parent))?;
+                }
+                if let Some(d) = t1.down[side] {
+                    peers1.add_down(global(d, to_parent))?;
+                }
+            }
+        }
+        tree[c] = peers;
+        tree[c + n] = peers1;
+    }
+    // NCCL runs twice the channels: the second half repeats the rings.
+    for c in 0..n {
+        ring.push(ring[c]);
+    }
+    ring.truncate(MAXCHANNELS);
+    tree.truncate(MAXCHANNELS);
+    let nvls = connect_nvls(&graphs.nvls, nodes, node, me, local);
+    Ok(RankChannels { rank, ring, tree, nvls })
+}
+
+fn connect_nvls(g: &Graph, nodes: usize, node: usize, me: usize, local: usize) -> Option<NvlsPeers> {
+    if g.n_channels == 0 {
+        return None;
+    }
+    let global = |n: usize, r: Rank| Rank((n * local) as u32 + r.0);
+    let heads_local: Vec<Rank> = (0..g.n_channels).map(|h| g.channel(h)[0]).collect();
+    let head_index = heads_local.iter().position(|r| r.0 as usize == me);
+    let mut tree_up = [None; 2];
+    let mut tree_down = [[None; 2]; 2];
+    if nodes > 1 {
+        if let Some(h) = head_index {
+            let (t0, t1) = dtree(nodes, node);
+            for (k, t) in [t0, t1].iter().enumerate() {
+                tree_up[k] = t.up.map(|u| global(u, heads_local[h]));
+                tree_down[k] = [
+                    t.down[0].map(|d| global(d, heads_local[h])),
+                    t.down[1].map(|d| global(d, heads_local[h])),
+                ];
+            }
+        }
+    }
+    Some(NvlsPeers {
+        heads: heads_local.iter().map(|&r| global(node, r)).collect(),
+        head_index,
+        tree_up,
+        tree_down,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NCCL's documented 12-rank double binary tree (trees.cc comment).
+    #[test]
+    fn twelve_node_double_tree() {
+        let up0: Vec<Option<usize>> = (0..12).map(|r| btree(12, r).up).collect();
+        // 0 -> 8; 8 -> 4, 10; 4 -> 2, 6; 2 -> 1, 3; 6 -> 5, 7; 10 -> 9, 11.
+        let want = [
+            None,
+            Some(2),
+            Some(4),
+            Some(2),
+            Some(8),
+            Some(6),
+            Some(4),
+            Some(6),
+            Some(0),
+            Some(10),
+            Some(8),
+            Some(10),
+        ];
+        assert_eq!(up0, want);
+        // Mirror: root 11, child 3.
+        assert_eq!(dtree(12, 11).1.up, None);
+        assert_eq!(dtree(12, 3).1.up, Some(11));
+    }
+
+    #[test]
+    fn odd_count_tree_is_shifted() {
+        // 13 nodes: the second tree is the first shifted by one (root 1).
+        assert_eq!(dtree(13, 1).1.up, None);
+        assert_eq!(btree(13, 12).up, Some(8));
+    }
+}

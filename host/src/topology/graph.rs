@@ -406,7 +406,8 @@ impl Ctx<'_> {
     }
     fn int(&self, n: &XmlNode, key: &str) -> Result<i64, TopoError> {
         let v = self.req(n, key)?;
-        parse_int(v).ok_or_else(|| self.err(n, format!("<{}> attribute `{key}`=\"{v}\" is not an integer", n.name)))
+        parse_int(v)
+            .ok_or_else(|| self.err(n, format!("<{}> attribute `{key}`=\"{v}\" is not an integer", n.name)))
     }
     fn int_or(&self, n: &XmlNode, key: &str, default: i64) -> Result<i64, TopoError> {
         match n.attr(key) {
@@ -492,7 +493,8 @@ impl System {
 
     /// The smallest and largest GPU compute capability (0, 0 without GPUs).
     pub fn sm_range(&self) -> (u32, u32) {
-        let sms: Vec<u32> = self.ids(NodeKind::Gpu).iter().filter_map(|&g| self.node(g).gpu()).map(|g| g.sm).collect();
+        let sms: Vec<u32> =
+            self.ids(NodeKind::Gpu).iter().filter_map(|&g| self.node(g).gpu()).map(|g| g.sm).collect();
         (sms.iter().copied().min().unwrap_or(0), sms.iter().copied().max().unwrap_or(0))
     }
 
@@ -606,7 +608,8 @@ impl System {
                 model = CpuModel::Yongfeng;
             }
         }
-        let cpu = self.create(NodeKind::Cpu, numa as u64, NodeInfo::Cpu(CpuInfo { numa, arch, vendor, model }));
+        let cpu =
+            self.create(NodeKind::Cpu, numa as u64, NodeInfo::Cpu(CpuInfo { numa, arch, vendor, model }));
         for c in &x.children {
             match c.name.as_str() {
                 "pci" => self.add_pci(ctx, c, cpu, ranks)?,
@@ -629,7 +632,13 @@ impl System {
         Ok(())
     }
 
-    fn add_pci(&mut self, ctx: &Ctx, x: &XmlNode, parent: NodeId, ranks: &mut HashSet<u32>) -> Result<(), TopoError> {
+    fn add_pci(
+        &mut self,
+        ctx: &Ctx,
+        x: &XmlNode,
+        parent: NodeId,
+        ranks: &mut HashSet<u32>,
+    ) -> Result<(), TopoError> {
         if x.name != "pci" {
             return Ok(());
         }
@@ -857,7 +866,8 @@ impl System {
             }
             for l in &sys.node(n).links {
                 let k = sys.node(l.to).kind;
-                if l.kind == LinkKind::Pci && Some(l.to) != prev && (k == NodeKind::Pci || k == NodeKind::Cpu) {
+                if l.kind == LinkKind::Pci && Some(l.to) != prev && (k == NodeKind::Pci || k == NodeKind::Cpu)
+                {
                     if let Some(c) = up(sys, l.to, Some(n), depth + 1) {
                         return Some(c);
                     }
@@ -874,7 +884,7 @@ impl System {
         fn bcm_gen(device: u64, level: u64) -> u32 {
             if device & 0xffff_ffff_ffff_f000 == 0x1000_c010_1000_a000 {
                 4
-            } else if device & 0xffff_ffff_ffff_f000 == (0x1000_c030_1000_0000 | level * 0x1000) {
+            } else if device & 0xffff_ffff_ffff_f000 == (0x1000_c030_1000_0000 | (level * 0x1000)) {
                 5
             } else {
                 0
@@ -1019,7 +1029,12 @@ mod tests {
 
     #[test]
     fn links_aggregate_and_stay_sorted() {
-        let mut s = System { source: String::new(), nodes: vec![], by_kind: Default::default(), undescribed_devices: 0 };
+        let mut s = System {
+            source: String::new(),
+            nodes: vec![],
+            by_kind: Default::default(),
+            undescribed_devices: 0,
+        };
         let a = s.create(NodeKind::Gpu, 1, NodeInfo::Nvs);
         let b = s.create(NodeKind::Gpu, 2, NodeInfo::Nvs);
         let c = s.create(NodeKind::Gpu, 3, NodeInfo::Nvs);

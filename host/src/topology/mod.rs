@@ -5,6 +5,7 @@
 //! - [`detect`]: build the same XML for this machine from sysfs and NVML.
 pub mod cli;
 pub mod detect;
+pub mod dump;
 pub mod graph;
 pub mod paths;
 pub mod search;

@@ -170,12 +170,17 @@ impl Paths {
                         if peer == g {
                             continue;
                         }
-                        let (Some(pn), Some(pg), Some(gn)) = (p.get(peer, net), p.get(peer, g), p.get(g, net)) else {
+                        let (Some(pn), Some(pg), Some(gn)) =
+                            (p.get(peer, net), p.get(peer, g), p.get(g, net))
+                        else {
                             continue;
                         };
                         // PXN = the peer reaches the NIC over PCI only, and us over NVLink, and
                         // through it we get more bandwidth or avoid the CPU.
-                        if pn.ty <= PathType::Pxb && pg.ty <= PathType::Nvl && (pn.bw > gn.bw || gn.ty > PathType::Pxb) {
+                        if pn.ty <= PathType::Pxb
+                            && pg.ty <= PathType::Nvl
+                            && (pn.bw > gn.bw || gn.ty > PathType::Pxb)
+                        {
                             p.add_inter_step(sys, NodeKind::Gpu, peer, g, net);
                         }
                     }
@@ -249,7 +254,11 @@ impl Paths {
                     if link.kind == LinkKind::Pci && (nk == NodeKind::Cpu || rk == NodeKind::Cpu) {
                         ty = PathType::Phb;
                     }
-                    if nk == NodeKind::Gpu && path.ty == PathType::Nvl && ty == PathType::Nvl && hops.len() > 1 {
+                    if nk == NodeKind::Gpu
+                        && path.ty == PathType::Nvl
+                        && ty == PathType::Nvl
+                        && hops.len() > 1
+                    {
                         ty = PathType::Nvb;
                     }
                     let ty = path.ty.max(ty);
@@ -325,6 +334,9 @@ impl Paths {
         if path.ty != PathType::Pxn {
             return None;
         }
-        path.hops.iter().map(|h| sys.node(h.from).links[h.link as usize].to).find(|&n| sys.node(n).kind == NodeKind::Gpu)
+        path.hops
+            .iter()
+            .map(|h| sys.node(h.from).links[h.link as usize].to)
+            .find(|&n| sys.node(n).kind == NodeKind::Gpu)
     }
 }

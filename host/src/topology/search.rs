@@ -45,8 +45,9 @@ pub const SEARCH_TIMEOUT_TREE: i64 = 1 << 14;
 pub const SEARCH_TIMEOUT_SAMECHANNELS: i64 = 1 << 8;
 
 const SPEED_INTRA: [f32; 13] = [40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0];
-const SPEED_INTER: [f32; 19] =
-    [48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12];
+const SPEED_INTER: [f32; 19] = [
+    48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12,
+];
 const SM90_SPEED_INTRA: [f32; 11] = [60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0];
 const SM90_SPEED_INTER: [f32; 17] =
     [48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12];
@@ -208,7 +209,8 @@ impl Graph {
             }
             return Ok(());
         }
-        let mut bw: Vec<Vec<f32>> = sys.nodes.iter().map(|n| n.links.iter().map(|l| l.bw).collect()).collect();
+        let mut bw: Vec<Vec<f32>> =
+            sys.nodes.iter().map(|n| n.links.iter().map(|l| l.bw).collect()).collect();
         for c in 0..self.n_channels {
             let order = self.channel(c);
             let mut seen = vec![false; gpus.len()];
@@ -263,11 +265,20 @@ pub struct SearchOptions {
     pub paths: PathOptions,
     /// Wall-clock limit on each pattern's search, on top of NCCL's step budgets.
     pub deadline: Option<Duration>,
+    /// Graphs read from a graph file (`NCCL_GRAPH_FILE`): one with a matching id and at least
+    /// one channel replaces that pattern's search.
+    pub given: Vec<Graph>,
 }
 
 impl Default for SearchOptions {
     fn default() -> Self {
-        SearchOptions { nodes: 1, cross_nic: 2, paths: PathOptions::default(), deadline: None }
+        SearchOptions {
+            nodes: 1,
+            cross_nic: 2,
+            paths: PathOptions::default(),
+            deadline: None,
+            given: Vec::new(),
+        }
     }
 }
 
@@ -307,7 +318,8 @@ pub fn search_all(sys: &System, opts: &SearchOptions) -> Graphs {
     let tree = compute(&sys, &paths, Graph::new(1, Pattern::BalancedTree, ngpus, rn, rn), opts);
     let mut coll_net_chain = Graph::new(2, Pattern::Tree, ngpus, rn, rn);
     coll_net_chain.coll_net = true;
-    let coll_net_supported = sys.ids(NodeKind::Net).iter().any(|&n| sys.node(n).net().is_some_and(|x| x.coll));
+    let coll_net_supported =
+        sys.ids(NodeKind::Net).iter().any(|&n| sys.node(n).net().is_some_and(|x| x.coll));
     if coll_net_supported {
         coll_net_chain = compute(&sys, &paths, coll_net_chain, opts);
     }
@@ -371,14 +383,17 @@ fn gpu_path_range(sys: &System, paths: &Paths, to: NodeKind) -> (PathType, PathT
 
 /// Searches one pattern (NCCL's `ncclTopoCompute`), starting from the limits in `graph`.
 pub fn compute(sys: &System, paths: &Paths, mut graph: Graph, opts: &SearchOptions) -> Graph {
+    if let Some(g) = opts.given.iter().find(|g| g.id == graph.id && g.n_channels > 0) {
+        return g.clone();
+    }
     let ngpus = sys.count(NodeKind::Gpu);
     let nnets = sys.count(NodeKind::Net);
-    let cross_nic = if nnets > 1 && matches!(graph.pattern, Pattern::Ring | Pattern::BalancedTree | Pattern::SplitTree)
-    {
-        opts.cross_nic
-    } else {
-        0
-    };
+    let cross_nic =
+        if nnets > 1 && matches!(graph.pattern, Pattern::Ring | Pattern::BalancedTree | Pattern::SplitTree) {
+            opts.cross_nic
+        } else {
+            0
+        };
     graph.cross_nic = u8::from(cross_nic == 1);
     graph.bw_intra = 0.0;
     graph.bw_inter = 0.0;
@@ -436,7 +451,8 @@ pub fn compute(sys: &System, paths: &Paths, mut graph: Graph, opts: &SearchOptio
         total_bw *= ngpus as f32 / (ngpus - 1) as f32;
     }
     let mut si = 0;
-    while (speeds[si] > max_bw || speeds[si] * graph.min_channels as f32 > total_bw) && si < speeds.len() - 1 {
+    while (speeds[si] > max_bw || speeds[si] * graph.min_channels as f32 > total_bw) && si < speeds.len() - 1
+    {
         si += 1;
     }
     let mut tmp = graph.clone();
@@ -464,7 +480,9 @@ pub fn compute(sys: &System, paths: &Paths, mut graph: Graph, opts: &SearchOptio
         if !done && pass == 1 {
             // First pass: no solution yet; relax one constraint at a time.
             if tmp.same_channels
-                && !(cpu_arch == CpuArch::X86 && cpu_vendor == CpuVendor::Amd && tmp.type_intra == PathType::Sys)
+                && !(cpu_arch == CpuArch::X86
+                    && cpu_vendor == CpuVendor::Amd
+                    && tmp.type_intra == PathType::Sys)
             {
                 tmp.same_channels = false;
                 continue;
@@ -489,7 +507,9 @@ pub fn compute(sys: &System, paths: &Paths, mut graph: Graph, opts: &SearchOptio
                 tmp.type_intra = min_intra;
                 if nnets > 0
                     && tmp.type_inter < max_inter
-                    && (graph.n_channels == 0 || tmp.type_inter < graph.type_inter || tmp.type_inter < PathType::Pxn)
+                    && (graph.n_channels == 0
+                        || tmp.type_inter < graph.type_inter
+                        || tmp.type_inter < PathType::Pxn)
                 {
                     tmp.type_inter = tmp.type_inter.next();
                     continue;
@@ -503,7 +523,8 @@ pub fn compute(sys: &System, paths: &Paths, mut graph: Graph, opts: &SearchOptio
                     continue;
                 }
                 tmp.cross_nic = u8::from(cross_nic == 1);
-                if si < speeds.len() - 1 && (graph.n_channels == 0 || speeds[si + 1] / graph.bw_inter > 0.49) {
+                if si < speeds.len() - 1 && (graph.n_channels == 0 || speeds[si + 1] / graph.bw_inter > 0.49)
+                {
                     si += 1;
                     tmp.bw_intra = speeds[si];
                     tmp.bw_inter = speeds[si];
@@ -684,7 +705,11 @@ impl<'a> Searcher<'a> {
             let n = self.sys.node(h.from).links[h.link as usize].to;
             if let Some(c) = self.sys.node(n).cpu() {
                 // P2P through an Intel root complex costs extra PCI bandwidth.
-                if path.ty == PathType::Phb && start_gpu && c.arch == CpuArch::X86 && c.vendor == CpuVendor::Intel {
+                if path.ty == PathType::Phb
+                    && start_gpu
+                    && c.arch == CpuArch::X86
+                    && c.vendor == CpuVendor::Intel
+                {
                     pci_bw = bw * 6.0 / 5.0;
                 }
             }
@@ -700,7 +725,8 @@ impl<'a> Searcher<'a> {
             if remote.cpu().is_some_and(|c| c.arch == CpuArch::Power) && link.kind == LinkKind::Nvl {
                 rev_bw += fw;
             }
-            let rev = if rev_bw != 0.0 { self.sys.link_index(link.to, h.from, Some(link.kind)) } else { None };
+            let rev =
+                if rev_bw != 0.0 { self.sys.link_index(link.to, h.from, Some(link.kind)) } else { None };
             let rev_short = rev.is_some_and(|r| self.sys.node(link.to).links[r].bw < rev_bw);
             if link.bw < fw || rev_short {
                 return step;
@@ -725,7 +751,8 @@ impl<'a> Searcher<'a> {
         if path.hops.is_empty() {
             return true;
         }
-        let intra = matches!(kind1, NodeKind::Gpu | NodeKind::Nvs) && matches!(kind2, NodeKind::Gpu | NodeKind::Nvs);
+        let intra =
+            matches!(kind1, NodeKind::Gpu | NodeKind::Nvs) && matches!(kind2, NodeKind::Gpu | NodeKind::Nvs);
         let (bw, ty) = if intra { (g.bw_intra, g.type_intra) } else { (g.bw_inter, g.type_inter) };
         if mult == 1.0 && path.ty > ty {
             return false;
@@ -1059,7 +1086,11 @@ impl<'a> Searcher<'a> {
     fn next_gpu_sort(&self, g: &Graph, gpu: usize, sort_net: i32) -> Vec<usize> {
         let flag = 1u64 << g.n_channels;
         let ngpus = self.gpus.len();
-        let net = if sort_net != 0 { self.net_index(g.inter[g.n_channels * 2]).map(|n| self.nets[n]) } else { None };
+        let net = if sort_net != 0 {
+            self.net_index(g.inter[g.n_channels * 2]).map(|n| self.nets[n])
+        } else {
+            None
+        };
         struct Score {
             g: usize,
             start: usize,
@@ -1103,7 +1134,8 @@ impl<'a> Searcher<'a> {
                 .then(a.intra_hops.cmp(&b.intra_hops))
                 .then(a.start.cmp(&b.start))
         });
-        let same_intra = scores.windows(2).all(|w| w[0].intra_bw == w[1].intra_bw && w[0].intra_hops == w[1].intra_hops);
+        let same_intra =
+            scores.windows(2).all(|w| w[0].intra_bw == w[1].intra_bw && w[0].intra_hops == w[1].intra_hops);
         let mut next: Vec<usize> = scores.iter().map(|s| s.g).collect();
         if sort_net == -1 && same_intra {
             next.reverse();

@@ -140,7 +140,8 @@ pub fn parse(text: &str, source: &str) -> Result<XmlDoc, TopoError> {
 /// Reads and parses a file.
 pub fn read_file(path: &Path) -> Result<XmlDoc, TopoError> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| TopoError::at(&name, None, format!("cannot read: {e}")))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| TopoError::at(&name, None, format!("cannot read: {e}")))?;
     parse(&text, &name)
 }
 
@@ -268,8 +269,11 @@ mod tests {
 
     #[test]
     fn comments_anywhere_and_lines_kept() {
-        let doc = parse("<!-- a -->\n<system>\n<!-- b --><cpu numaid=\"1\"/> <!-- c -->\n</system>\n<!-- d -->", "x")
-            .unwrap();
+        let doc = parse(
+            "<!-- a -->\n<system>\n<!-- b --><cpu numaid=\"1\"/> <!-- c -->\n</system>\n<!-- d -->",
+            "x",
+        )
+        .unwrap();
         assert_eq!(doc.root.children.len(), 1);
         assert_eq!(doc.root.children[0].line, 3);
     }
