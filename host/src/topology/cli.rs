@@ -1,8 +1,305 @@
-//! Command-line entry (placeholder until the subcommands land).
+//! `rsccl topo`: a report of a topology file — nodes and links, the GPU–GPU and GPU–NIC path
+//! matrices, the rings / trees / NVLS channels the search finds and how long it took.
+//!
+//! ```text
+//! rsccl topo FILE.xml [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N] [--graph GRAPH.xml]
+//! rsccl topo --detect [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N]
+//! ```
+//! `--graph-dump` writes the search result in NCCL's `NCCL_GRAPH_DUMP_FILE` format (the same as
+//! `RSCCL_GRAPH_DUMP_FILE` at init); `--graph` replaces the search by a graph file, as
+//! `NCCL_GRAPH_FILE` does; `--nodes N` searches for N such nodes (channels through the NICs);
+//! `--detect` reports this machine (sysfs/NVML, `RSCCL_TOPO_FILE` fused in).
+//! Exit status: 0 on success, 1 when a file is invalid, 2 on a command line that cannot be run.
+use super::detect::{Detector, GpuSource, NvmlSource, TopoEnv};
+use super::dump::{graphs_from_xml, graphs_to_xml};
+use super::graph::{LinkKind, NodeKind, System};
+use super::paths::{PathOptions, Paths};
+use super::search::{search_all, Graph, Graphs, Pattern, SearchOptions};
+use super::xml::{self, TopoError, XmlDoc};
+use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Runs the subcommand with its arguments (after the subcommand name).
-pub fn run(_args: &[String]) -> ExitCode {
-    eprintln!("not yet implemented");
-    ExitCode::from(2)
+const USAGE: &str = "\
+usage:
+  rsccl topo FILE.xml [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N] [--graph GRAPH.xml]
+  rsccl topo --detect [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N]";
+
+struct Args {
+    file: Option<PathBuf>,
+    detect: bool,
+    dot: Option<PathBuf>,
+    graph_dump: Option<PathBuf>,
+    graph: Option<PathBuf>,
+    nodes: usize,
+}
+
+fn parse_args(args: &[String]) -> Result<Args, String> {
+    let mut a = Args { file: None, detect: false, dot: None, graph_dump: None, graph: None, nodes: 1 };
+    let mut it = args.iter();
+    while let Some(x) = it.next() {
+        let mut value = |flag: &str| it.next().cloned().ok_or_else(|| format!("{flag} needs a value"));
+        match x.as_str() {
+            "--dot" => a.dot = Some(value("--dot")?.into()),
+            "--graph-dump" => a.graph_dump = Some(value("--graph-dump")?.into()),
+            "--graph" => a.graph = Some(value("--graph")?.into()),
+            "--nodes" => {
+                let v = value("--nodes")?;
+                a.nodes = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| format!("--nodes {v}: not a node count"))?;
+            }
+            "--detect" => a.detect = true,
+            f if f.starts_with('-') => return Err(format!("unknown option {f}")),
+            f => {
+                if a.file.replace(f.into()).is_some() {
+                    return Err("give one topology file".into());
+                }
+            }
+        }
+    }
+    if a.file.is_none() == !a.detect {
+        return Err("give a topology file or --detect".into());
+    }
+    Ok(a)
+}
+
+/// Runs `rsccl topo` with the arguments after `topo`.
+pub fn run(args: &[String]) -> ExitCode {
+    if matches!(args.first().map(String::as_str), Some("-h" | "--help" | "help")) {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let a = match parse_args(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match report(&a) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn report(a: &Args) -> Result<String, TopoError> {
+    let doc: XmlDoc = match &a.file {
+        Some(f) => xml::read_file(f)?,
+        None => {
+            // Without NVML (no driver here) the machine's PCI tree and NICs are still reported.
+            let gpus = NvmlSource::new().gpus().unwrap_or_else(|e| {
+                eprintln!("note: {e}; reporting the machine without GPUs");
+                Vec::new()
+            });
+            Detector::new().local_topology(&gpus, &TopoEnv::from_env())?
+        }
+    };
+    let sys = System::from_xml(&doc)?;
+    let mut opts = SearchOptions { nodes: a.nodes, ..Default::default() };
+    let searched = if a.nodes <= 1 { sys.without_nets() } else { sys.clone() };
+    if let Some(g) = &a.graph {
+        opts.given = graphs_from_xml(&xml::read_file(g)?, &searched)?;
+    }
+    let graphs = search_all(&sys, &opts);
+    let mut out = String::new();
+    write_report(&mut out, &sys, &graphs, a.nodes);
+    if let Some(p) = &a.dot {
+        std::fs::write(p, dot(&sys))
+            .map_err(|e| TopoError::at(&p.display().to_string(), None, format!("cannot write: {e}")))?;
+        let _ = writeln!(out, "\nGraphviz picture written to {}", p.display());
+    }
+    if let Some(p) = &a.graph_dump {
+        xml::write_file(&graphs_to_xml(&searched, &graphs), p)?;
+        let _ = writeln!(out, "Graph dump (NCCL_GRAPH_DUMP_FILE format) written to {}", p.display());
+    }
+    Ok(out)
+}
+
+/// The text report (also used by tests).
+pub fn write_report(out: &mut String, sys: &System, graphs: &Graphs, nodes: usize) {
+    let c = |k| sys.count(k);
+    let _ = writeln!(
+        out,
+        "{}: {} GPU, {} PCI switch, {} NVSwitch, {} CPU, {} NIC, {} NET",
+        sys.source,
+        c(NodeKind::Gpu),
+        c(NodeKind::Pci),
+        c(NodeKind::Nvs),
+        c(NodeKind::Cpu),
+        c(NodeKind::Nic),
+        c(NodeKind::Net)
+    );
+    if sys.undescribed_devices > 0 {
+        let _ = writeln!(
+            out,
+            "note: {} PCI device(s) are listed without a <gpu>/<nic> description (a provider skeleton file): \
+             their GPUs and NICs are filled in at run time — at init this file (RSCCL_TOPO_FILE) is fused \
+             with what is detected on the machine, as NCCL does with NCCL_TOPO_FILE.",
+            sys.undescribed_devices
+        );
+    }
+    let _ = writeln!(out, "\nNodes and links (GB/s):");
+    for kind in NodeKind::ALL {
+        for &n in sys.ids(kind) {
+            let node = sys.node(n);
+            let _ = writeln!(out, "  {}", node.label());
+            for l in &node.links {
+                let _ = writeln!(out, "    {} {:>7.1} -> {}", l.kind.name(), l.bw, sys.node(l.to).label());
+            }
+        }
+    }
+    let paths = Paths::compute(sys, &PathOptions::default());
+    let gpus = sys.ids(NodeKind::Gpu);
+    if !gpus.is_empty() {
+        let _ = writeln!(out, "\nGPU-GPU paths (type/GB/s), rows and columns by rank:");
+        let rank = |g| sys.node(g).gpu().map_or(0, |x| x.rank.0);
+        let _ = write!(out, "{:>8}", "");
+        for &b in gpus {
+            let _ = write!(out, " {:>11}", format!("rank {}", rank(b)));
+        }
+        let _ = writeln!(out);
+        for &a in gpus {
+            let _ = write!(out, "{:>8}", format!("rank {}", rank(a)));
+            for &b in gpus {
+                let cell = paths.get(a, b).map_or("-".to_string(), |p| format!("{}/{}", p.ty, p.bw));
+                let _ = write!(out, " {cell:>11}");
+            }
+            let _ = writeln!(out);
+        }
+        if c(NodeKind::Net) > 0 {
+            let _ = writeln!(out, "\nGPU-NIC paths (type/GB/s; GDR = GPUDirect RDMA allowed):");
+            for &a in gpus {
+                let cells: Vec<String> = sys
+                    .ids(NodeKind::Net)
+                    .iter()
+                    .map(|&n| {
+                        let name = sys.node(n).net().map_or("", |x| x.name.as_str());
+                        paths.get(a, n).map_or(format!("{name}:-"), |p| {
+                            let gdr = if paths.gdr_allowed(sys, a, n) { " GDR" } else { "" };
+                            format!("{name}:{}/{}{gdr}", p.ty, p.bw)
+                        })
+                    })
+                    .collect();
+                let _ = writeln!(out, "  rank {:<3} {}", rank(a), cells.join("  "));
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nSearch ({} node{}): {:.1} ms",
+        nodes,
+        if nodes == 1 { "" } else { "s" },
+        graphs.elapsed.as_secs_f64() * 1e3
+    );
+    let through_nics = nodes > 1 && sys.count(NodeKind::Net) > 0;
+    for g in [&graphs.ring, &graphs.tree, &graphs.nvls] {
+        write_graph(out, g, through_nics);
+    }
+}
+
+fn write_graph(out: &mut String, g: &Graph, has_net: bool) {
+    let what = match g.id {
+        0 => "Rings",
+        1 => "Trees",
+        3 => "NVLS",
+        _ => "CollNet",
+    };
+    if g.n_channels == 0 {
+        let _ = writeln!(out, "  {what}: none");
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  {what} ({}): {} channel(s) x {}/{} GB/s intra/inter = {} GB/s, paths {}/{}, same channels {}",
+        g.pattern.name(),
+        g.n_channels,
+        g.bw_intra,
+        g.bw_inter,
+        g.n_channels as f32 * g.bw_intra,
+        g.type_intra,
+        g.type_inter,
+        g.same_channels
+    );
+    for c in 0..g.n_channels {
+        let ranks: Vec<String> = if g.pattern == Pattern::Nvls {
+            vec![format!("head {}", g.channel(c)[0].0)]
+        } else {
+            g.channel(c).iter().map(|r| r.0.to_string()).collect()
+        };
+        let sep = if g.pattern == Pattern::Ring { " -> " } else { " > " };
+        let body = ranks.join(sep);
+        if has_net {
+            let _ =
+                writeln!(out, "    {c:>2}: NET {} -> {body} -> NET {}", g.inter[2 * c], g.inter[2 * c + 1]);
+        } else {
+            let _ = writeln!(out, "    {c:>2}: {body}");
+        }
+    }
+}
+
+/// A Graphviz picture of the graph: one box per node, one edge per link pair, labelled with
+/// type and bandwidth.
+pub fn dot(sys: &System) -> String {
+    let mut s =
+        String::from("digraph topology {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n");
+    for (i, n) in sys.nodes.iter().enumerate() {
+        let (shape, color) = match n.kind {
+            NodeKind::Gpu => ("box", "palegreen"),
+            NodeKind::Cpu => ("box3d", "lightblue"),
+            NodeKind::Pci => ("ellipse", "lightgrey"),
+            NodeKind::Nvs => ("hexagon", "gold"),
+            NodeKind::Nic => ("box", "lightsalmon"),
+            NodeKind::Net => ("oval", "white"),
+        };
+        let _ =
+            writeln!(s, "  n{i} [label=\"{}\", shape={shape}, style=filled, fillcolor={color}];", n.label());
+    }
+    for (i, n) in sys.nodes.iter().enumerate() {
+        for l in &n.links {
+            let j = l.to.idx();
+            let back = sys.nodes[j].links.iter().find(|b| b.to.idx() == i && b.kind == l.kind);
+            // Draw a symmetric pair once; one-way links (GPU->GPU NVLink) as arrows.
+            match back {
+                Some(b) if j < i && (b.bw - l.bw).abs() < 1e-3 => continue,
+                Some(b) if (b.bw - l.bw).abs() < 1e-3 => {
+                    let _ = writeln!(
+                        s,
+                        "  n{i} -> n{j} [dir=both, label=\"{} {}\"{}];",
+                        l.kind.name(),
+                        l.bw,
+                        style(l.kind)
+                    );
+                }
+                _ => {
+                    let _ = writeln!(
+                        s,
+                        "  n{i} -> n{j} [label=\"{} {}\"{}];",
+                        l.kind.name(),
+                        l.bw,
+                        style(l.kind)
+                    );
+                }
+            }
+        }
+    }
+    s.push_str("}\n");
+    s
+}
+
+fn style(k: LinkKind) -> &'static str {
+    match k {
+        LinkKind::Nvl => ", color=darkgreen, penwidth=2",
+        LinkKind::Sys => ", style=dashed",
+        LinkKind::Net => ", color=orange",
+        _ => "",
+    }
 }

@@ -314,6 +314,7 @@ impl Node {
             NodeInfo::Pci { .. } => format!("PCI/{}", busid_string(self.id)),
             NodeInfo::Nvs => "NVS/0".to_string(),
             NodeInfo::Cpu(c) => format!("CPU/{}", c.numa),
+            NodeInfo::Nic if self.id >> 62 == 1 => format!("NIC/socket (CPU {})", (self.id >> 48) & 0xff),
             NodeInfo::Nic => format!("NIC/{}", busid_string(self.id)),
             NodeInfo::Net(n) => format!("NET/{} ({})", n.dev, n.name),
         }

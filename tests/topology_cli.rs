@@ -1,0 +1,123 @@
+//! `rsccl topo` as people and scripts call it.
+use rsccl::topology::cli::{run, write_report};
+use rsccl::topology::search::{search_all, SearchOptions};
+use rsccl::topology::{xml, System};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/topology")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rsccl-topo-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn args(s: &[&str]) -> Vec<String> {
+    s.iter().map(|x| x.to_string()).collect()
+}
+
+#[test]
+fn graph_dump_equals_nccl_and_dot_draws_every_node() {
+    let dump = tmp("h200-graph.xml");
+    let dot = tmp("h200.dot");
+    let topo = fixture("simllm_vastai_hgx_h200_8x_nccl_topo.xml");
+    let code = run(&args(&[&topo, "--graph-dump", dump.to_str().unwrap(), "--dot", dot.to_str().unwrap()]));
+    assert_eq!(code, ExitCode::SUCCESS);
+    let ours = std::fs::read_to_string(&dump).unwrap();
+    let nccl = std::fs::read_to_string(fixture("simllm_vastai_hgx_h200_8x_nccl_graph.xml")).unwrap();
+    assert_eq!(ours, nccl);
+    let d = std::fs::read_to_string(&dot).unwrap();
+    assert!(d.starts_with("digraph topology {") && d.trim_end().ends_with('}'));
+    let sys = System::from_xml(&xml::read_file(std::path::Path::new(&topo)).unwrap()).unwrap();
+    assert_eq!(d.lines().filter(|l| l.contains("[label=") && l.contains("shape=")).count(), sys.nodes.len());
+    // 8 GPUs x 1 NVLink bundle to the switch, drawn once each with both directions.
+    assert_eq!(d.lines().filter(|l| l.contains("label=\"NVL 370.8\"")).count(), 8);
+}
+
+#[test]
+fn graph_file_replaces_the_search() {
+    let dump = tmp("ncv4-graph.xml");
+    let code = run(&args(&[
+        &fixture("Azure_ncv4-topo.pre2024.xml"),
+        "--graph",
+        &fixture("Azure_ncv4-graph.xml"),
+        "--graph-dump",
+        dump.to_str().unwrap(),
+    ]));
+    assert_eq!(code, ExitCode::SUCCESS);
+    let ours = xml::read_file(&dump).unwrap();
+    let given = xml::read_file(std::path::Path::new(&fixture("Azure_ncv4-graph.xml"))).unwrap();
+    // Ring and tree come from the file (same channels, same speeds).
+    for id in ["0", "1"] {
+        let pick =
+            |d: &xml::XmlDoc| d.root.children.iter().find(|g| g.attr("id") == Some(id)).cloned().unwrap();
+        let (a, b) = (pick(&ours), pick(&given));
+        assert_eq!(a.attr("nchannels"), b.attr("nchannels"));
+        assert_eq!(a.attr("speedintra"), b.attr("speedintra"));
+        let devs = |g: &xml::XmlNode| -> Vec<u64> {
+            g.children
+                .iter()
+                .flat_map(|c| c.children.iter())
+                .map(|x| xml::parse_hex(x.attr("dev").unwrap()).unwrap())
+                .collect()
+        };
+        assert_eq!(devs(&a), devs(&b));
+    }
+}
+
+#[test]
+fn report_names_the_pieces() {
+    let sys =
+        System::from_xml(&xml::read_file(std::path::Path::new(&fixture("aws_g5.48xl-topo.xml"))).unwrap())
+            .unwrap();
+    let mut out = String::new();
+    write_report(&mut out, &sys, &search_all(&sys, &SearchOptions::default()), 1);
+    assert!(out.contains("9 PCI device(s) are listed without a <gpu>/<nic> description"), "{out}");
+    assert!(out.contains("filled in at run time"));
+
+    let sys = System::from_xml(
+        &xml::read_file(std::path::Path::new(&fixture("simllm_perlmutter_a100_nid001056_nccl_topo.xml")))
+            .unwrap(),
+    )
+    .unwrap();
+    let mut out = String::new();
+    write_report(&mut out, &sys, &search_all(&sys, &SearchOptions::default()), 1);
+    for want in [
+        "4 GPU",
+        "GPU-GPU paths",
+        "NVL/80",
+        "GPU-NIC paths",
+        "cxi0:PHB/24",
+        "Rings (ring): 12 channel(s) x 20/20",
+        "Trees (balanced tree): 12",
+        "NVLS: none",
+        "Search (1 node):",
+    ] {
+        assert!(out.contains(want), "report lacks `{want}`:\n{out}");
+    }
+}
+
+#[test]
+fn bad_input_and_bad_flags() {
+    assert_eq!(run(&args(&["/nonexistent/topo.xml"])), ExitCode::from(1));
+    let bad = tmp("bad.xml");
+    std::fs::write(&bad, "<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"zz\" class=\"0x060400\"/>\n</cpu>\n</system>\n").unwrap();
+    assert_eq!(run(&args(&[bad.to_str().unwrap()])), ExitCode::from(1));
+    assert_eq!(run(&args(&[])), ExitCode::from(2));
+    assert_eq!(run(&args(&["a.xml", "--nodes", "0"])), ExitCode::from(2));
+    assert_eq!(run(&args(&["a.xml", "--frobnicate"])), ExitCode::from(2));
+    assert_eq!(run(&args(&["--help"])), ExitCode::SUCCESS);
+}
+
+#[test]
+fn detect_this_machine() {
+    // No GPU here: the report still runs on what sysfs shows.
+    assert_eq!(run(&args(&["--detect"])), ExitCode::SUCCESS);
+}
