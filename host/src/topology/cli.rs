@@ -153,7 +153,7 @@ pub fn write_report(out: &mut String, sys: &System, graphs: &Graphs, nodes: usiz
             let node = sys.node(n);
             let _ = writeln!(out, "  {}", node.label());
             for l in &node.links {
-                let _ = writeln!(out, "    {} {:>7.1} -> {}", l.kind.name(), l.bw, sys.node(l.to).label());
+                let _ = writeln!(out, "    {} {:>7} -> {}", l.kind.name(), l.bw, sys.node(l.to).label());
             }
         }
     }
