@@ -446,3 +446,40 @@ fn multi_node_channels_use_the_nics() {
     let nvls = rank5.nvls.expect("H100 + NVSwitch: NVLS heads");
     assert!(!nvls.heads.is_empty());
 }
+
+#[test]
+fn init_reads_topo_file_and_writes_the_graph_dump() {
+    use rsccl::topology::detect::{Detector, TopoEnv};
+    use rsccl::topology::init::{init, InitEnv};
+    // An empty sysfs: nothing detected, the file is the whole machine.
+    let root = std::env::temp_dir().join(format!("rsccl-init-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("sys")).unwrap();
+    std::fs::create_dir_all(root.join("proc")).unwrap();
+    let det = Detector::with_roots(root.join("sys"), root.join("proc"));
+    let dump = root.join("graph.xml");
+    let env = InitEnv {
+        topo: TopoEnv {
+            topo_file: Some(fixtures().join("simllm_perlmutter_a100_nid001056_nccl_topo.xml")),
+            dump_file: None,
+        },
+        graph_file: None,
+        graph_dump_file: Some(dump.clone()),
+    };
+    let t = init(&det, &[], &env, &SearchOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.system.count(NodeKind::Gpu), 4);
+    let nccl =
+        std::fs::read_to_string(fixtures().join("simllm_perlmutter_a100_nid001056_nccl_graph.xml")).unwrap();
+    assert_eq!(std::fs::read_to_string(&dump).unwrap(), nccl);
+    // With a graph file the search is replaced.
+    let env = InitEnv {
+        topo: TopoEnv { topo_file: Some(fixtures().join("Azure_ncv4-topo.pre2024.xml")), dump_file: None },
+        graph_file: Some(fixtures().join("Azure_ncv4-graph.xml")),
+        graph_dump_file: None,
+    };
+    let t = init(&det, &[], &env, &SearchOptions::default()).unwrap();
+    assert_eq!((t.graphs.ring.n_channels, t.graphs.tree.n_channels), (2, 4));
+    // A bad graph file is named.
+    let env = InitEnv { graph_file: Some(fixtures().join("nope.xml")), ..env };
+    let e = init(&det, &[], &env, &SearchOptions::default()).unwrap_err();
+    assert!(e.file.ends_with("nope.xml"), "{e}");
+}

@@ -60,7 +60,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             }
         }
     }
-    if a.file.is_none() == !a.detect {
+    if a.file.is_none() != a.detect {
         return Err("give a topology file or --detect".into());
     }
     Ok(a)

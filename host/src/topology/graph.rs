@@ -1012,7 +1012,7 @@ mod tests {
         let id = parse_busid("0000:81:00.0").unwrap();
         assert_eq!(id, 0x81000);
         assert_eq!(busid_string(id), "0000:81:00.0");
-        assert_eq!(parse_busid("ffff:ff:01.0"), Some(0xffff_ff01_0));
+        assert_eq!(parse_busid("ffff:ff:01.0"), Some(0x000f_ffff_f010));
         assert_eq!(parse_busid("0000:zz:00.0"), None);
         assert_eq!(parse_busid("0000:81:00"), None);
         assert_eq!(parse_busid("0000:081:00.0"), None);

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod detect;
 pub mod dump;
 pub mod graph;
+pub mod init;
 pub mod paths;
 pub mod search;
 pub mod xml;

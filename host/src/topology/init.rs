@@ -1,0 +1,64 @@
+//! What a communicator does with the topology at init: build this machine's `<system>` (a
+//! `RSCCL_TOPO_FILE` fused with what is detected), search the channels (or take them from
+//! `RSCCL_GRAPH_FILE`), and write `RSCCL_GRAPH_DUMP_FILE` — NCCL's `NCCL_TOPO_FILE`,
+//! `NCCL_GRAPH_FILE` and `NCCL_GRAPH_DUMP_FILE`.
+use super::detect::{DetectedGpu, Detector, TopoEnv};
+use super::dump::{graphs_from_xml, graphs_to_xml};
+use super::search::{search_all, Graphs, SearchOptions};
+use super::xml::{self, TopoError};
+use super::System;
+use std::path::PathBuf;
+
+/// The files init reads and writes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InitEnv {
+    /// `RSCCL_TOPO_FILE` (read, then fused with detection) and `RSCCL_TOPO_DUMP_FILE`.
+    pub topo: TopoEnv,
+    /// `RSCCL_GRAPH_FILE`: graphs that replace the search.
+    pub graph_file: Option<PathBuf>,
+    /// `RSCCL_GRAPH_DUMP_FILE`: where to write the search result.
+    pub graph_dump_file: Option<PathBuf>,
+}
+
+impl InitEnv {
+    /// Reads the four variables from the process environment (empty counts as unset).
+    pub fn from_env() -> Self {
+        let get = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        InitEnv {
+            topo: TopoEnv::from_env(),
+            graph_file: get("RSCCL_GRAPH_FILE"),
+            graph_dump_file: get("RSCCL_GRAPH_DUMP_FILE"),
+        }
+    }
+}
+
+/// The machine's graph and the channels found on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Topology {
+    /// The graph of this machine.
+    pub system: System,
+    /// Ring, tree, CollNet and NVLS search results.
+    pub graphs: Graphs,
+}
+
+/// Builds the topology for the GPUs of this process group (`gpus`, rank = position) and
+/// searches its channels.
+pub fn init(
+    detector: &Detector,
+    gpus: &[DetectedGpu],
+    env: &InitEnv,
+    opts: &SearchOptions,
+) -> Result<Topology, TopoError> {
+    let doc = detector.local_topology(gpus, &env.topo)?;
+    let system = System::from_xml(&doc)?;
+    let searched = if opts.nodes <= 1 { system.without_nets() } else { system.clone() };
+    let mut opts = opts.clone();
+    if let Some(f) = &env.graph_file {
+        opts.given = graphs_from_xml(&xml::read_file(f)?, &searched)?;
+    }
+    let graphs = search_all(&system, &opts);
+    if let Some(f) = &env.graph_dump_file {
+        xml::write_file(&graphs_to_xml(&searched, &graphs), f)?;
+    }
+    Ok(Topology { system, graphs })
+}
