@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 fn p5() -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/topology/aws_p5.48xl-topo.xml");
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/topology/aws_p5.48xl-topo.xml");
     std::fs::read_to_string(p).expect("p5 fixture")
 }
 
@@ -28,7 +29,9 @@ fn bench(c: &mut Criterion) {
     let sys = System::from_xml(&xml::parse(&text, "p5.xml").unwrap()).unwrap();
     let mut g = c.benchmark_group("topology_p5");
     g.sample_size(10);
-    g.bench_function("parse_and_build", |b| b.iter(|| System::from_xml(&xml::parse(&text, "p5.xml").unwrap()).unwrap()));
+    g.bench_function("parse_and_build", |b| {
+        b.iter(|| System::from_xml(&xml::parse(&text, "p5.xml").unwrap()).unwrap())
+    });
     g.bench_function("paths", |b| b.iter(|| Paths::compute(&sys, &PathOptions::default())));
     g.bench_function("search_1_node", |b| b.iter(|| search_all(&sys, &SearchOptions::default())));
     let two = SearchOptions { nodes: 2, ..Default::default() };
