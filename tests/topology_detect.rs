@@ -349,6 +349,18 @@ fn fusion_with_aws_g5_skeleton() {
     // The ENA NIC's <pci> was not touched (no GPU there, no NIC detected).
     let ena = find(&root, "pci", "busid", "0000:00:15.0").unwrap();
     assert!(ena.children.is_empty());
+
+    // The fused tree is a machine the graph builder and the search accept: 8 GPUs, only the
+    // ENA left undescribed, and a ring through all of them.
+    let doc = rsccl::topology::XmlDoc { source: file.display().to_string(), root };
+    let sys = rsccl::topology::System::from_xml(&doc).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sys.count(rsccl::topology::NodeKind::Gpu), 8);
+    assert_eq!(sys.undescribed_devices, 1);
+    let found = rsccl::topology::search::search_all(&sys, &Default::default());
+    assert!(found.ring.n_channels >= 1);
+    let mut ranks: Vec<u32> = found.ring.channel(0).iter().map(|r| r.0).collect();
+    ranks.sort();
+    assert_eq!(ranks, (0..8).collect::<Vec<_>>());
 }
 
 #[test]
