@@ -231,6 +231,25 @@ pub fn connect(graphs: &Graphs, nodes: usize, rank: Rank) -> Result<RankChannels
     Ok(RankChannels { rank, ring, tree, nvls })
 }
 
+/// The ring order of every channel over all ranks (`nodes` nodes), starting at rank 0, as
+/// NCCL prints them at init (`Channel 00/24 : 0 3 2 1`).
+pub fn ring_orders(graphs: &Graphs, nodes: usize) -> Result<Vec<Vec<Rank>>> {
+    let n = graphs.ring.ngpus() * nodes;
+    let all: Vec<RankChannels> =
+        (0..n).map(|r| connect(graphs, nodes, Rank(r as u32))).collect::<Result<_>>()?;
+    let nch = all.first().map_or(0, |a| a.ring.len());
+    Ok((0..nch)
+        .map(|c| {
+            let mut order = vec![Rank(0)];
+            while order.len() < n {
+                let last = order.last().expect("non-empty").0 as usize;
+                order.push(all[last].ring[c].next);
+            }
+            order
+        })
+        .collect())
+}
+
 fn connect_nvls(g: &Graph, nodes: usize, node: usize, me: usize, local: usize) -> Option<NvlsPeers> {
     if g.n_channels == 0 {
         return None;

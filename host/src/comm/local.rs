@@ -35,6 +35,32 @@ pub struct GroupConfig {
 }
 
 impl GroupConfig {
+    /// A group shaped by the topology search of one node, as NCCL sets up its communicator:
+    /// one rank per GPU, the channels and ring orders [`crate::channels::ring_orders`] gives
+    /// (twice the search's channels, at most 64).
+    ///
+    /// ```
+    /// use rsccl::comm::GroupConfig;
+    /// use rsccl::topology::{xml, System, search::{search_all, SearchOptions}};
+    /// let text = r#"<system version="1"><cpu numaid="0" arch="x86_64" vendor="AuthenticAMD">
+    ///   <pci busid="0000:01:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16"><gpu dev="0" sm="80" rank="0" gdr="1"/></pci>
+    ///   <pci busid="0000:02:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16"><gpu dev="1" sm="80" rank="1" gdr="1"/></pci>
+    /// </cpu></system>"#;
+    /// let sys = System::from_xml(&xml::parse(text, "x.xml").unwrap()).unwrap();
+    /// let cfg = GroupConfig::from_topology(&search_all(&sys, &SearchOptions::default())).unwrap();
+    /// assert_eq!(cfg.nranks, 2);
+    /// assert_eq!(cfg.rings.as_ref().unwrap().len(), cfg.nchannels);
+    /// ```
+    pub fn from_topology(graphs: &crate::topology::search::Graphs) -> Result<Self> {
+        let orders = crate::channels::ring_orders(graphs, 1)?;
+        let nranks = graphs.ring.ngpus();
+        let rings: Vec<Vec<usize>> =
+            orders.iter().take(64).map(|o| o.iter().map(|r| r.0 as usize).collect()).collect();
+        let mut cfg = GroupConfig::new(nranks, rings.len().max(1));
+        cfg.rings = Some(rings);
+        Ok(cfg)
+    }
+
     /// Defaults as NCCL's Simple protocol on one node: 512 threads, 512 KiB steps, 10 s timeout.
     pub fn new(nranks: usize, nchannels: usize) -> Self {
         GroupConfig {
