@@ -211,3 +211,21 @@ fn intel_p2p_overhead_costs_pci_bandwidth_in_the_search() {
         assert_eq!(g.ring.total_bw(), channels_x_bw, "{vendor}: {} x {}", g.ring.n_channels, g.ring.bw_intra);
     }
 }
+
+#[test]
+fn a_search_out_of_time_returns_the_best_so_far() {
+    use std::time::{Duration, Instant};
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/topology/aws_p5.48xl-topo.xml");
+    let s = System::from_xml(&xml::read_file(&p).unwrap()).unwrap();
+    let full = search_all(&s, &SearchOptions { nodes: 2, ..Default::default() });
+    let t = Instant::now();
+    let cut =
+        search_all(&s, &SearchOptions { nodes: 2, deadline: Some(Duration::ZERO), ..Default::default() });
+    // Each pattern stops at its first budget check; it still returns a usable graph.
+    assert!(t.elapsed() < full.elapsed, "{:?} vs {:?}", t.elapsed(), full.elapsed);
+    for g in [&cut.ring, &cut.tree] {
+        assert!(g.n_channels >= 1);
+        assert!(g.total_bw() <= full.ring.total_bw().max(full.tree.total_bw()));
+    }
+}
