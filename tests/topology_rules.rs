@@ -229,3 +229,27 @@ fn a_search_out_of_time_returns_the_best_so_far() {
         assert!(g.total_bw() <= full.ring.total_bw().max(full.tree.total_bw()));
     }
 }
+
+#[test]
+fn nvls_head_needs_twice_the_bandwidth() {
+    // 4 Hopper GPUs, each with 20 NVLinks (412 GB/s) to the NVSwitch. Four NVLS channels (one
+    // head each) put 4*bw on every GPU<->switch link plus another bw on the head's (it receives
+    // the reduction and multicasts it): 5*bw <= 412 allows 60 of the sm90 speeds {60, 50, 40..},
+    // but with 8 GPUs, 9*bw <= 412 allows only 40 where 8*bw alone would allow 50.
+    for (ngpus, want) in [(4u32, 60.0f32), (8, 40.0)] {
+        let gpus: String = (0..ngpus)
+            .map(|g| {
+                format!(
+                    r#"<pci busid="0000:{:02x}:00.0" class="0x030200" link_speed="32.0 GT/s PCIe" link_width="16"><gpu dev="{g}" sm="90" rank="{g}" gdr="1"><nvlink target="0000:f0:00.0" count="20" tclass="0x068000"/></gpu></pci>"#,
+                    0x10 + g
+                )
+            })
+            .collect();
+        let s = sys(&format!("<system>{}</system>", cpu(0, "AuthenticAMD", &gpus)));
+        let g = search_all(&s, &SearchOptions::default());
+        assert_eq!(g.nvls.n_channels, ngpus as usize, "one head per GPU");
+        assert_eq!(g.nvls.bw_intra, want, "{ngpus} GPUs");
+        let heads: Vec<u32> = (0..g.nvls.n_channels).map(|c| g.nvls.channel(c)[0].0).collect();
+        assert_eq!(heads, (0..ngpus).collect::<Vec<_>>());
+    }
+}
