@@ -6,7 +6,7 @@
 //! slot the earlier one read or wrote (reuse of a buffer index).
 use super::dsl::{BufferId, OpKind, Program};
 use super::Rank;
-use std::collections::HashMap;
+use super::{FxMap, FxSet};
 
 /// A node of the Chunk DAG.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +65,7 @@ impl ChunkDag {
     /// Traces a program's operations in order.
     pub fn trace(p: &Program) -> Self {
         let mut dag = ChunkDag::default();
-        let mut slots: HashMap<(Rank, BufferId, u32), SlotState> = HashMap::new();
+        let mut slots: FxMap<(Rank, BufferId, u32), SlotState> = FxMap::default();
         let (inputs, _) = p.spec.sizes();
         for r in 0..p.ranks() {
             for j in 0..inputs {
@@ -77,7 +77,7 @@ impl ChunkDag {
                 slots.insert(key, SlotState { writer: Some(id), readers: Vec::new() });
             }
         }
-        let mut seen: std::collections::HashSet<Edge> = std::collections::HashSet::new();
+        let mut seen: FxSet<Edge> = FxSet::default();
         for (i, op) in p.ops().iter().enumerate() {
             let me = dag.nodes.len();
             dag.nodes.push(Node::Op(i));

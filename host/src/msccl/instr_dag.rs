@@ -235,22 +235,28 @@ impl InstrDag {
 
     /// For each instruction, the longest path (in edges) from it to a sink.
     pub fn priorities(&self) -> Vec<u32> {
+        self.topo_order().map_or_else(|_| vec![0; self.instrs.len()], |o| self.priorities_in(&o))
+    }
+
+    /// [`InstrDag::priorities`] given a topological order.
+    pub fn priorities_in(&self, order: &[InstrId]) -> Vec<u32> {
         let mut pri = vec![0u32; self.instrs.len()];
-        if let Ok(order) = self.topo_order() {
-            for &i in order.iter().rev() {
-                pri[i] = self.succs(i).map(|s| pri[s] + 1).max().unwrap_or(0);
-            }
+        for &i in order.iter().rev() {
+            pri[i] = self.succs(i).map(|s| pri[s] + 1).max().unwrap_or(0);
         }
         pri
     }
 
     /// For each instruction, the longest path (in edges) from a source to it.
     pub fn depths(&self) -> Vec<u32> {
+        self.topo_order().map_or_else(|_| vec![0; self.instrs.len()], |o| self.depths_in(&o))
+    }
+
+    /// [`InstrDag::depths`] given a topological order.
+    pub fn depths_in(&self, order: &[InstrId]) -> Vec<u32> {
         let mut d = vec![0u32; self.instrs.len()];
-        if let Ok(order) = self.topo_order() {
-            for &i in &order {
-                d[i] = self.preds(i).map(|p| d[p] + 1).max().unwrap_or(0);
-            }
+        for &i in order {
+            d[i] = self.preds(i).map(|p| d[p] + 1).max().unwrap_or(0);
         }
         d
     }

@@ -13,9 +13,10 @@
 use super::dsl::{BufferId, Program, Ref};
 use super::instr_dag::{InstrDag, InstrId, InstrKind};
 use super::ir::{self, Buf, Collective, Dep, Loc, Step, StepKind, Threadblock};
+use super::FxMap as HashMap;
 use super::{ChannelId, Location, MscclError, Rank, StepIdx, TbId};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 /// Compiler options.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,7 +91,7 @@ type TbPlan = (Vec<usize>, Vec<Vec<(Option<Rank>, Option<Rank>, ChannelId)>>);
 
 fn assign_threadblocks(p: &Program, g: &InstrDag) -> Result<TbPlan, MscclError> {
     let chan = |i: InstrId| g.instrs[i].channel.unwrap_or(ChannelId(0));
-    let mut node: HashMap<(Rank, ChannelId, End), usize> = HashMap::new();
+    let mut node: HashMap<(Rank, ChannelId, End), usize> = HashMap::default();
     let mut keys: Vec<(Rank, ChannelId, End)> = Vec::new();
     let mut parent: Vec<usize> = Vec::new();
     let mut ends_of: Vec<Vec<usize>> = vec![Vec::new(); g.instrs.len()];
@@ -171,7 +172,7 @@ fn assign_threadblocks(p: &Program, g: &InstrDag) -> Result<TbPlan, MscclError> 
         let key = (s.map_or(-1, |x| i64::from(x.0)), r.map_or(-1, |x| i64::from(x.0)), c.0, h);
         per_rank[rank.idx()].push((key, root));
     }
-    let mut tb_of_root: HashMap<(Rank, usize), usize> = HashMap::new();
+    let mut tb_of_root: HashMap<(Rank, usize), usize> = HashMap::default();
     let mut tbs = vec![Vec::new(); p.ranks() as usize];
     for (r, list) in per_rank.iter_mut().enumerate() {
         list.sort();
@@ -192,8 +193,11 @@ fn assign_threadblocks(p: &Program, g: &InstrDag) -> Result<TbPlan, MscclError> 
 /// One global order of live instructions: dependencies first, earliest depth first, longest
 /// remaining path first, and every connection's receives in the order of its sends.
 fn global_order(g: &InstrDag, tb: &[usize]) -> Result<Vec<InstrId>, MscclError> {
-    let depth = g.depths();
-    let pri = g.priorities();
+    // One topological order serves both (a cycle is reported below, when nothing is ready).
+    let (depth, pri) = match g.topo_order() {
+        Ok(o) => (g.depths_in(&o), g.priorities_in(&o)),
+        Err(_) => (vec![0; g.instrs.len()], vec![0; g.instrs.len()]),
+    };
     let key = |i: InstrId| Reverse((depth[i], Reverse(pri[i]), i));
     let conn = |i: InstrId| {
         let x = &g.instrs[i];
@@ -202,7 +206,7 @@ fn global_order(g: &InstrDag, tb: &[usize]) -> Result<Vec<InstrId>, MscclError> 
     let mut indeg: Vec<usize> =
         (0..g.instrs.len()).map(|i| if g.instrs[i].alive { g.preds(i).count() } else { 0 }).collect();
     let mut heap: BinaryHeap<Reverse<(u32, Reverse<u32>, usize)>> = BinaryHeap::new();
-    let mut queue: HashMap<(u32, u32, u32), VecDeque<InstrId>> = HashMap::new();
+    let mut queue: HashMap<(u32, u32, u32), VecDeque<InstrId>> = HashMap::default();
     let mut data_ready = vec![false; g.instrs.len()];
     let push = |i: InstrId, heap: &mut BinaryHeap<_>| heap.push(Reverse(key(i).0));
     for i in g.live().filter(|&i| indeg[i] == 0) {
@@ -225,7 +229,7 @@ fn global_order(g: &InstrDag, tb: &[usize]) -> Result<Vec<InstrId>, MscclError> 
             let q = queue.entry(conn(r)).or_default();
             q.push_back(r);
         }
-        for s in g.succs(i).collect::<Vec<_>>() {
+        for s in g.succs(i) {
             indeg[s] -= 1;
             if indeg[s] == 0 {
                 if g.instrs[s].kind.receives() {
@@ -275,23 +279,26 @@ pub fn schedule(p: &Program, g: &InstrDag) -> Result<ir::Program, MscclError> {
     for rank_lists in &lists {
         for (t, list) in rank_lists.iter().enumerate() {
             // Latest position on each other threadblock this one has already waited for.
-            let mut seen: HashMap<usize, usize> = HashMap::new();
+            let mut seen: HashMap<usize, usize> = HashMap::default();
             for &i in list {
-                let mut latest: BTreeMap<usize, InstrId> = BTreeMap::new();
+                // (threadblock, its latest instruction waited for), in threadblock order.
+                let mut latest: Vec<(usize, InstrId)> = Vec::new();
                 for &pr in &g.instrs[i].prev {
                     let pt = tb[pr];
                     if pt == t || seen.get(&pt).is_some_and(|&s| s >= pos[pr]) {
                         continue;
                     }
-                    let e = latest.entry(pt).or_insert(pr);
-                    if pos[pr] > pos[*e] {
-                        *e = pr;
+                    match latest.iter_mut().find(|(x, _)| *x == pt) {
+                        Some(e) if pos[pr] > pos[e.1] => e.1 = pr,
+                        Some(_) => {}
+                        None => latest.push((pt, pr)),
                     }
                 }
-                for (&pt, &pr) in &latest {
+                latest.sort_unstable_by_key(|&(x, _)| x);
+                for &(pt, pr) in &latest {
                     seen.insert(pt, pos[pr]);
                 }
-                waits[i] = latest.into_values().collect();
+                waits[i] = latest.into_iter().map(|(_, pr)| pr).collect();
             }
         }
     }
