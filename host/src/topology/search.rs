@@ -26,6 +26,9 @@
 use super::graph::{CpuArch, CpuVendor, LinkKind, NodeId, NodeKind, System, LOC_BW};
 use super::paths::{Path, PathOptions, PathType, Paths};
 use super::Rank;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Most channels a communicator can have.
@@ -652,6 +655,10 @@ struct Searcher<'a> {
     net_max_channels: Vec<u32>,
     deadline: Option<Instant>,
     ticks: u32,
+    /// `local_net(g, c)` for every GPU and channel (paths only: computed once).
+    local_net_table: Vec<Vec<Option<usize>>>,
+    /// `select_nets` by (type, GPU): the search asks for the same lists over and over.
+    select_cache: RefCell<HashMap<(PathType, Option<usize>), Rc<[usize]>>>,
 }
 
 fn sub_round(a: f32, b: f32) -> f32 {
@@ -661,7 +668,7 @@ fn sub_round(a: f32, b: f32) -> f32 {
 impl<'a> Searcher<'a> {
     fn new(sys: &System, paths: &'a Paths, deadline: Option<Duration>) -> Self {
         let nets: Vec<NodeId> = sys.ids(NodeKind::Net).to_vec();
-        Searcher {
+        let mut s = Searcher {
             gpus: sys.ids(NodeKind::Gpu).to_vec(),
             nvs: sys.ids(NodeKind::Nvs).to_vec(),
             used: vec![0; sys.count(NodeKind::Gpu)],
@@ -672,7 +679,13 @@ impl<'a> Searcher<'a> {
             paths,
             deadline: deadline.map(|d| Instant::now() + d),
             ticks: 0,
-        }
+            local_net_table: Vec::new(),
+            select_cache: RefCell::new(HashMap::new()),
+        };
+        s.local_net_table = (0..s.gpus.len())
+            .map(|g| (0..MAXCHANNELS).map(|c| s.compute_local_net(g, c)).collect())
+            .collect();
+        s
     }
 
     fn ids(&self, kind: NodeKind) -> &[NodeId] {
@@ -959,7 +972,7 @@ impl<'a> Searcher<'a> {
             (x.asic, x.port, n.id)
         };
         let nets = self.select_nets(g.type_inter, Some(gi));
-        for n in nets {
+        for &n in nets.iter() {
             let (asic, port, id) = {
                 let node = self.sys.node(self.nets[n]);
                 let x = node.net().expect("NET node");
@@ -1199,6 +1212,10 @@ impl<'a> Searcher<'a> {
     /// The network port a GPU prefers for channel `c`: among its closest ports, spread by the
     /// GPU's device number and the channel.
     fn local_net(&self, gpu: usize, c: usize) -> Option<usize> {
+        self.local_net_table[gpu][c % MAXCHANNELS]
+    }
+
+    fn compute_local_net(&self, gpu: usize, c: usize) -> Option<usize> {
         let nets = self.local(self.gpus[gpu], NodeKind::Net);
         let first = *nets.first()?;
         let local_gpus = self.local(self.nets[first], NodeKind::Gpu);
@@ -1223,7 +1240,16 @@ impl<'a> Searcher<'a> {
     }
 
     /// The ports to try, closest to the GPU(s) first.
-    fn select_nets(&self, type_inter: PathType, gpu: Option<usize>) -> Vec<usize> {
+    fn select_nets(&self, type_inter: PathType, gpu: Option<usize>) -> Rc<[usize]> {
+        if let Some(v) = self.select_cache.borrow().get(&(type_inter, gpu)) {
+            return v.clone();
+        }
+        let v: Rc<[usize]> = self.compute_select_nets(type_inter, gpu).into();
+        self.select_cache.borrow_mut().insert((type_inter, gpu), v.clone());
+        v
+    }
+
+    fn compute_select_nets(&self, type_inter: PathType, gpu: Option<usize>) -> Vec<usize> {
         let mut out: Vec<usize> = Vec::new();
         for gi in 0..self.gpus.len() {
             if gpu.is_some_and(|x| x != gi) {
