@@ -642,6 +642,9 @@ enum Order {
 #[derive(Clone, Copy)]
 struct Start(Option<(NodeKind, usize)>);
 
+/// NIC lists by (worst path type, GPU or all).
+type NetListCache = HashMap<(PathType, Option<usize>), Rc<[usize]>>;
+
 /// Mutable search state: the system whose link bandwidths are consumed, GPU usage per channel,
 /// NET bandwidth and connection counts.
 struct Searcher<'a> {
@@ -658,7 +661,7 @@ struct Searcher<'a> {
     /// `local_net(g, c)` for every GPU and channel (paths only: computed once).
     local_net_table: Vec<Vec<Option<usize>>>,
     /// `select_nets` by (type, GPU): the search asks for the same lists over and over.
-    select_cache: RefCell<HashMap<(PathType, Option<usize>), Rc<[usize]>>>,
+    select_cache: RefCell<NetListCache>,
 }
 
 fn sub_round(a: f32, b: f32) -> f32 {
