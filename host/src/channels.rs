@@ -308,6 +308,38 @@ mod tests {
         assert_eq!(dtree(12, 3).1.up, Some(11));
     }
 
+    /// Both trees span all nodes (one root, parents and children agree), and every node but
+    /// the first tree's root is a leaf in at least one of them — the point of a double tree.
+    #[test]
+    fn double_trees_for_every_node_count() {
+        for n in 1..=64usize {
+            let trees: Vec<(TreeLinks, TreeLinks)> = (0..n).map(|r| dtree(n, r)).collect();
+            for k in 0..2 {
+                let t = |r: usize| if k == 0 { trees[r].0 } else { trees[r].1 };
+                assert_eq!((0..n).filter(|&r| t(r).up.is_none()).count(), 1, "n={n} tree {k}");
+                for r in 0..n {
+                    if let Some(u) = t(r).up {
+                        assert!(t(u).down.contains(&Some(r)), "n={n} tree {k}: {r} not a child of {u}");
+                    }
+                    for d in t(r).down.into_iter().flatten() {
+                        assert!(d < n && t(d).up == Some(r), "n={n} tree {k}: child {d} of {r}");
+                    }
+                    // Reaching the root from every node: no cycle.
+                    let (mut x, mut steps) = (r, 0);
+                    while let Some(u) = t(x).up {
+                        x = u;
+                        steps += 1;
+                        assert!(steps <= n, "n={n} tree {k}: cycle through {r}");
+                    }
+                }
+            }
+            for (r, (a, b)) in trees.iter().enumerate().skip(1) {
+                let leaf = |t: &TreeLinks| t.down == [None, None];
+                assert!(leaf(a) || leaf(b), "n={n}: node {r} is inner in both trees");
+            }
+        }
+    }
+
     #[test]
     fn odd_count_tree_is_shifted() {
         // 13 nodes: the second tree is the first shifted by one (root 1).
