@@ -214,19 +214,23 @@ fn intel_p2p_overhead_costs_pci_bandwidth_in_the_search() {
 
 #[test]
 fn a_search_out_of_time_returns_the_best_so_far() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/fixtures/topology/aws_p5.48xl-topo.xml");
     let s = System::from_xml(&xml::read_file(&p).unwrap()).unwrap();
     let full = search_all(&s, &SearchOptions { nodes: 2, ..Default::default() });
-    let t = Instant::now();
+    // Out of time from the start: every attempt stops at its first budget check, and each
+    // pattern still returns a usable graph, no better than the full search's.
     let cut =
         search_all(&s, &SearchOptions { nodes: 2, deadline: Some(Duration::ZERO), ..Default::default() });
-    // Each pattern stops at its first budget check; it still returns a usable graph.
-    assert!(t.elapsed() < full.elapsed, "{:?} vs {:?}", t.elapsed(), full.elapsed);
-    for g in [&cut.ring, &cut.tree] {
-        assert!(g.n_channels >= 1);
-        assert!(g.total_bw() <= full.ring.total_bw().max(full.tree.total_bw()));
+    let sys2 = s.clone();
+    let paths = Paths::compute(&sys2, &PathOptions::default());
+    for (c, f) in [(&cut.ring, &full.ring), (&cut.tree, &full.tree)] {
+        assert!(c.n_channels >= 1);
+        assert!(c.total_bw() <= f.total_bw(), "{} > {}", c.total_bw(), f.total_bw());
+        if c.bw_intra > 0.1 {
+            c.validate(&sys2, &paths).unwrap();
+        }
     }
 }
 
