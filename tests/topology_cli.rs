@@ -121,3 +121,33 @@ fn detect_this_machine() {
     // No GPU here: the report still runs on what sysfs shows.
     assert_eq!(run(&args(&["--detect"])), ExitCode::SUCCESS);
 }
+
+#[test]
+fn compare_with_nccl_dump() {
+    let same = run(&args(&[
+        &fixture("simllm_perlmutter_a100_nid001056_nccl_topo.xml"),
+        "--compare",
+        &fixture("simllm_perlmutter_a100_nid001056_nccl_graph.xml"),
+    ]));
+    assert_eq!(same, ExitCode::SUCCESS);
+    // Azure's hand-made ncv4 graph has more channels than the search finds: a difference.
+    let differs =
+        run(&args(&[&fixture("Azure_ncv4-topo.pre2024.xml"), "--compare", &fixture("Azure_ncv4-graph.xml")]));
+    assert_eq!(differs, ExitCode::from(1));
+    let mut out = String::new();
+    let sys = System::from_xml(
+        &xml::read_file(std::path::Path::new(&fixture("Azure_ncv4-topo.pre2024.xml"))).unwrap(),
+    )
+    .unwrap()
+    .without_nets();
+    let doc = xml::read_file(std::path::Path::new(&fixture("Azure_ncv4-graph.xml"))).unwrap();
+    let theirs = rsccl::topology::dump::graphs_from_xml(&doc, &sys).unwrap();
+    let ok = rsccl::topology::cli::compare(
+        &mut out,
+        &search_all(&sys, &SearchOptions::default()),
+        &theirs,
+        "ncv4",
+    );
+    assert!(!ok);
+    assert!(out.contains("graph 0 (ring): nchannels 1 vs 2"), "{out}");
+}

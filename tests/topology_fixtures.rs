@@ -483,3 +483,34 @@ fn init_reads_topo_file_and_writes_the_graph_dump() {
     let e = init(&det, &[], &env, &SearchOptions::default()).unwrap_err();
     assert!(e.file.ends_with("nope.xml"), "{e}");
 }
+
+/// NCCL's transport lines (`Channel 00/0 : 0[0] -> 3[3] via P2P/CUMEM/read`): every ring edge
+/// is P2P, with reads exactly where our rule says (NVLink between two sm_80 GPUs).
+fn compare_transports(topo: &str, log: &str) {
+    let sys = load(topo).without_nets();
+    let paths = Paths::compute(&sys, &PathOptions::default());
+    let text = std::fs::read_to_string(fixtures().join("logs").join(log)).unwrap();
+    let mut n = 0;
+    for line in text.lines().filter(|l| l.contains(" via ")) {
+        let Some((_, rest)) = line.split_once("/0 : ") else { continue };
+        let mut f = rest.split_whitespace();
+        let rank = |s: &str| Rank(s.split('[').next().unwrap().parse().unwrap());
+        let (a, _, b, _, how) =
+            (rank(f.next().unwrap()), f.next(), rank(f.next().unwrap()), f.next(), f.next().unwrap());
+        let (ga, gb) = (sys.gpu_by_rank(a).unwrap(), sys.gpu_by_rank(b).unwrap());
+        assert!(how.starts_with("P2P"), "{line}");
+        assert!(paths.p2p_allowed(&sys, ga, gb), "{line}");
+        assert_eq!(paths.p2p_read(&sys, ga, gb), how.ends_with("/read"), "{line}");
+        n += 1;
+    }
+    assert!(n >= 6, "{log}: {n} transport lines");
+}
+
+#[test]
+fn p2p_transports_match_nccl_logs() {
+    compare_transports(
+        "simllm_perlmutter_a100_nid001056_nccl_topo.xml",
+        "simllm_perlmutter_a100_nid001056.nccl_init.log",
+    );
+    compare_transports("simllm_vastai_hgx_h200_8x_nccl_topo.xml", "simllm_vastai_hgx_h200_8x.nccl_init.log");
+}

@@ -3,13 +3,16 @@
 //!
 //! ```text
 //! rsccl topo FILE.xml [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N] [--graph GRAPH.xml]
+//!                      [--compare NCCL_GRAPH.xml]
 //! rsccl topo --detect [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N]
 //! ```
 //! `--graph-dump` writes the search result in NCCL's `NCCL_GRAPH_DUMP_FILE` format (the same as
 //! `RSCCL_GRAPH_DUMP_FILE` at init); `--graph` replaces the search by a graph file, as
 //! `NCCL_GRAPH_FILE` does; `--nodes N` searches for N such nodes (channels through the NICs);
-//! `--detect` reports this machine (sysfs/NVML, `RSCCL_TOPO_FILE` fused in).
-//! Exit status: 0 on success, 1 when a file is invalid, 2 on a command line that cannot be run.
+//! `--detect` reports this machine (sysfs/NVML, `RSCCL_TOPO_FILE` fused in); `--compare`
+//! checks the search against a graph dump NCCL wrote for the same machine, graph by graph.
+//! Exit status: 0 on success, 1 when a file is invalid or `--compare` finds a difference, 2 on a
+//! command line that cannot be run.
 use super::detect::{Detector, GpuSource, NvmlSource, TopoEnv};
 use super::dump::{graphs_from_xml, graphs_to_xml};
 use super::graph::{LinkKind, NodeKind, System};
@@ -23,6 +26,7 @@ use std::process::ExitCode;
 const USAGE: &str = "\
 usage:
   rsccl topo FILE.xml [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N] [--graph GRAPH.xml]
+                      [--compare NCCL_GRAPH.xml]
   rsccl topo --detect [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N]";
 
 struct Args {
@@ -31,11 +35,13 @@ struct Args {
     dot: Option<PathBuf>,
     graph_dump: Option<PathBuf>,
     graph: Option<PathBuf>,
+    compare: Option<PathBuf>,
     nodes: usize,
 }
 
 fn parse_args(args: &[String]) -> Result<Args, String> {
-    let mut a = Args { file: None, detect: false, dot: None, graph_dump: None, graph: None, nodes: 1 };
+    let mut a =
+        Args { file: None, detect: false, dot: None, graph_dump: None, graph: None, compare: None, nodes: 1 };
     let mut it = args.iter();
     while let Some(x) = it.next() {
         let mut value = |flag: &str| it.next().cloned().ok_or_else(|| format!("{flag} needs a value"));
@@ -43,6 +49,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "--dot" => a.dot = Some(value("--dot")?.into()),
             "--graph-dump" => a.graph_dump = Some(value("--graph-dump")?.into()),
             "--graph" => a.graph = Some(value("--graph")?.into()),
+            "--compare" => a.compare = Some(value("--compare")?.into()),
             "--nodes" => {
                 let v = value("--nodes")?;
                 a.nodes = v
@@ -80,9 +87,13 @@ pub fn run(args: &[String]) -> ExitCode {
         }
     };
     match report(&a) {
-        Ok(text) => {
+        Ok((text, same)) => {
             print!("{text}");
-            ExitCode::SUCCESS
+            if same {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         Err(e) => {
             eprintln!("error: {e}");
@@ -91,7 +102,7 @@ pub fn run(args: &[String]) -> ExitCode {
     }
 }
 
-fn report(a: &Args) -> Result<String, TopoError> {
+fn report(a: &Args) -> Result<(String, bool), TopoError> {
     let doc: XmlDoc = match &a.file {
         Some(f) => xml::read_file(f)?,
         None => {
@@ -121,7 +132,51 @@ fn report(a: &Args) -> Result<String, TopoError> {
         xml::write_file(&graphs_to_xml(&searched, &graphs), p)?;
         let _ = writeln!(out, "Graph dump (NCCL_GRAPH_DUMP_FILE format) written to {}", p.display());
     }
-    Ok(out)
+    let mut same = true;
+    if let Some(p) = &a.compare {
+        let theirs = graphs_from_xml(&xml::read_file(p)?, &searched)?;
+        same = compare(&mut out, &graphs, &theirs, &p.display().to_string());
+    }
+    Ok((out, same))
+}
+
+/// Writes, graph by graph, how the search compares with another graph file (NCCL's dump);
+/// returns whether everything matched.
+pub fn compare(out: &mut String, ours: &Graphs, theirs: &[Graph], name: &str) -> bool {
+    let _ = writeln!(out, "\nCompared with {name}:");
+    let mut all = true;
+    for t in theirs {
+        let Some(o) = ours.in_dump_order().into_iter().find(|g| g.id == t.id) else {
+            let _ = writeln!(out, "  graph {}: not searched here", t.id);
+            all = false;
+            continue;
+        };
+        let fields = [
+            ("pattern", format!("{}", o.pattern as u32), format!("{}", t.pattern as u32)),
+            ("nchannels", o.n_channels.to_string(), t.n_channels.to_string()),
+            ("speedintra", o.bw_intra.to_string(), t.bw_intra.to_string()),
+            ("speedinter", o.bw_inter.to_string(), t.bw_inter.to_string()),
+            ("typeintra", o.type_intra.to_string(), t.type_intra.to_string()),
+            ("typeinter", o.type_inter.to_string(), t.type_inter.to_string()),
+            ("samechannels", o.same_channels.to_string(), t.same_channels.to_string()),
+            ("crossnic", o.cross_nic.to_string(), t.cross_nic.to_string()),
+        ];
+        let diffs: Vec<String> =
+            fields.iter().filter(|(_, a, b)| a != b).map(|(k, a, b)| format!("{k} {a} vs {b}")).collect();
+        let same_channels = o.n_channels == t.n_channels
+            && (0..o.n_channels).all(|c| {
+                let n = if o.pattern == Pattern::Nvls { 1 } else { o.ngpus() };
+                o.channel(c)[..n] == t.channel(c)[..n]
+            });
+        let verdict = match (diffs.is_empty(), same_channels) {
+            (true, true) => "same graph, same channel orders".to_string(),
+            (true, false) => "same shape; channel orders differ".to_string(),
+            (false, _) => diffs.join(", "),
+        };
+        all &= diffs.is_empty();
+        let _ = writeln!(out, "  graph {} ({}): {verdict}", t.id, t.pattern.name());
+    }
+    all
 }
 
 /// The text report (also used by tests).

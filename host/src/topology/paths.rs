@@ -311,6 +311,16 @@ impl Paths {
         self.get(a, b).is_some_and(|p| p.ty <= self.p2p_level(sys))
     }
 
+    /// Whether P2P from `a` to `b` reads from the peer rather than writing to it: NCCL enables
+    /// P2P read on direct NVLink between two Ampere (sm 80) GPUs.
+    pub fn p2p_read(&self, sys: &System, a: NodeId, b: NodeId) -> bool {
+        let (Some(ga), Some(gb)) = (sys.node(a).gpu(), sys.node(b).gpu()) else { return false };
+        self.p2p_allowed(sys, a, b)
+            && self.get(a, b).is_some_and(|p| p.ty == PathType::Nvl)
+            && ga.sm == 80
+            && gb.sm == 80
+    }
+
     /// Whether GPU `gpu` may use GPUDirect RDMA with network port `net`: both support it and the
     /// path (the relay GPU's own, under PXN) is no worse than the GDR level (PXB by default).
     pub fn gdr_allowed(&self, sys: &System, gpu: NodeId, net: NodeId) -> bool {
