@@ -257,3 +257,29 @@ fn nvls_head_needs_twice_the_bandwidth() {
         assert_eq!(heads, (0..ngpus).collect::<Vec<_>>());
     }
 }
+
+#[test]
+fn split_tree_and_collnet_searches_across_nodes() {
+    use rsccl::topology::search::{compute, Graph, Pattern};
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/topology/ibm-cloud-docs_vpc_h100-gx3d-topo.xml");
+    // The same machine with collective offload (SHARP) on its NICs.
+    let text = std::fs::read_to_string(&p).unwrap().replace("gdr=\"1\"/>", "gdr=\"1\" coll=\"1\"/>");
+    let s = System::from_xml(&xml::parse(&text, "ibm-coll.xml").unwrap()).unwrap();
+    let paths = Paths::compute(&s, &PathOptions::default());
+    let opts = SearchOptions { nodes: 2, ..Default::default() };
+    let split = compute(&s, &paths, Graph::new(1, Pattern::SplitTree, 8, 1, 16), &opts);
+    assert!(split.n_channels >= 1);
+    split.validate(&s, &paths).unwrap();
+    let all = search_all(&s, &opts);
+    // CollNet direct: one head per channel, each a GPU next to (PIX) the channel's NIC.
+    let cd = &all.coll_net_direct;
+    assert!(cd.n_channels >= 1 && cd.n_channels <= 8, "{}", cd.n_channels);
+    for c in 0..cd.n_channels {
+        let head = s.gpu_by_rank(cd.channel(c)[0]).unwrap();
+        let net = *s.ids(NodeKind::Net).iter().find(|&&n| s.node(n).id == cd.inter[2 * c]).unwrap();
+        assert_eq!(paths.get(head, net).unwrap().ty, PathType::Pix, "channel {c}");
+    }
+    assert!(all.coll_net_chain.n_channels >= 1);
+    all.coll_net_chain.validate(&s, &paths).unwrap();
+}
