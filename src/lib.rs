@@ -4,3 +4,4 @@ pub mod checks;
 pub mod reduce_copy_check;
 pub mod reference;
 pub mod ring_check;
+pub mod tree_check;

@@ -84,3 +84,35 @@ fn buffers_too_small_or_misaligned_are_named_by_rank() {
     let err = group.broadcast(&[ok, ok], &[ok, ok], 16, DataType::F32, 5).unwrap_err();
     assert!(err.to_string().contains("root 5 is not a rank"), "{err}");
 }
+
+#[test]
+fn one_rank_groups_copy_with_the_ops_pre_and_post_op() {
+    use rsccl::comm::{BufRef, ReduceOp};
+    use rsccl_device::dtype::DataType;
+    let be = backend::cpu();
+    let mut cfg = GroupConfig::new(1, 2);
+    cfg.nthreads = 64;
+    let group = LocalGroup::new(&be, cfg).unwrap();
+    let input: Vec<f32> = (0..1000).map(|i| i as f32 - 500.0).collect();
+    let send = be.alloc(4 * 1000).unwrap();
+    be.copy_in(&send, 0, bytemuck::cast_slice(&input)).unwrap();
+    let recv = be.alloc(4 * 1000).unwrap();
+    let (s, r) = ([BufRef::from(&send)], [BufRef::from(&recv)]);
+    let out = || {
+        let mut v = vec![0f32; 1000];
+        be.copy_out(&recv, 0, bytemuck::cast_slice_mut(&mut v)).unwrap();
+        v
+    };
+    group.all_reduce(&s, &r, 1000, DataType::F32, ReduceOp::Sum).unwrap();
+    assert_eq!(out(), input, "all-reduce of one rank is a copy");
+    group.all_reduce(&s, &r, 1000, DataType::F32, ReduceOp::PreMulSum(0.5)).unwrap();
+    assert_eq!(out(), input.iter().map(|x| x * 0.5).collect::<Vec<_>>(), "PreMulSum scales");
+    group.reduce_scatter(&s, &r, 1000, DataType::F32, ReduceOp::Avg).unwrap();
+    assert_eq!(out(), input);
+    group.all_gather(&s, &r, 1000, DataType::F32).unwrap();
+    assert_eq!(out(), input);
+    group.broadcast(&s, &r, 1000, DataType::F32, 0).unwrap();
+    assert_eq!(out(), input);
+    group.reduce(&s, &r, 1000, DataType::F32, ReduceOp::Max, 0).unwrap();
+    assert_eq!(out(), input);
+}

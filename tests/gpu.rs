@@ -97,6 +97,47 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
         }),
     ));
     v.push((
+        "tree_all_reduce_matches_the_reference",
+        Box::new(|gpu| {
+            use rsccl::channels::dtree;
+            use rsccl::comm::GroupConfig;
+            let gpu: Arc<dyn Backend> = gpu.fork_stream().map_err(|e| e.to_string())?;
+            // A chain over 4 ranks (the default tree of each channel), 2 channels.
+            rsccl_suite::tree_check::run(
+                &gpu,
+                GroupConfig::new(4, 2),
+                DataType::F32,
+                ReduceOp::Sum,
+                1 << 20,
+                false,
+            )?;
+            // NCCL's double binary tree over 8 ranks, one tree per channel, in place.
+            let mut cfg = GroupConfig::new(8, 2);
+            cfg.trees = Some(
+                (0..2)
+                    .map(|k| {
+                        (0..8).map(|r| if k == 0 { dtree(8, r).0.up } else { dtree(8, r).1.up }).collect()
+                    })
+                    .collect(),
+            );
+            rsccl_suite::tree_check::run(&gpu, cfg, DataType::BF16, ReduceOp::Avg, 300_001, true)?;
+            // A 3-ary tree over 7 ranks.
+            let mut cfg = GroupConfig::new(7, 1);
+            cfg.trees = Some(vec![(0..7)
+                .map(|r| {
+                    if r == 0 {
+                        None
+                    } else if r < 4 {
+                        Some(0)
+                    } else {
+                        Some(1)
+                    }
+                })
+                .collect()]);
+            rsccl_suite::tree_check::run(&gpu, cfg, DataType::I32, ReduceOp::Max, 77_777, false)
+        }),
+    ));
+    v.push((
         "reduce_copy_kernels_match_the_reference",
         Box::new(|gpu| {
             use rsccl_device::redop::RedOp;

@@ -1,7 +1,8 @@
-//! Ring collective kernels, one per element type: `rsccl_ring_<type>` (see [`ring_kernel_name`]);
-//! the op is an argument.
+//! Collective kernels, one per algorithm and element type: `rsccl_ring_<type>` (see
+//! [`ring_kernel_name`]) and `rsccl_tree_<type>` ([`tree_kernel_name`]); the op is an argument.
 use super::mover::RedMover;
 use super::ring::{ring_kernel, RingArgs};
+use super::tree::tree_kernel;
 use crate::arch;
 #[cfg(not(target_arch = "nvptx64"))]
 use crate::dtype::DataType;
@@ -12,6 +13,23 @@ pub fn ring_kernel_for<T: Elem>(a: &RingArgs) {
     // RedOp::ALL is in discriminant order.
     let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
     ring_kernel(a, &RedMover::<T>::new(op, a.red_op_arg));
+}
+
+/// Kernel body of the tree all-reduce for `T`.
+pub fn tree_kernel_for<T: Elem>(a: &RingArgs) {
+    let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
+    tree_kernel(a, &RedMover::<T>::new(op, a.red_op_arg));
+}
+
+/// The tree all-reduce kernel of a type.
+///
+/// ```
+/// use rsccl_device::{coll::kernels::tree_kernel_name, dtype::DataType};
+/// assert_eq!(tree_kernel_name(DataType::BF16), "rsccl_tree_bf16");
+/// ```
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn tree_kernel_name(t: DataType) -> String {
+    format!("rsccl_tree_{}", t.name())
 }
 
 /// The ring kernel of a type.
@@ -34,10 +52,16 @@ macro_rules! typed_kernels {
             crate::kernel_table!($table {
                 /// Ring collectives.
                 [<rsccl_ring_ $tn>](RingArgs) => [<ring_ $tn>];
+                /// Tree all-reduce.
+                [<rsccl_tree_ $tn>](RingArgs) => [<tree_ $tn>];
             });
             #[inline(always)]
             fn [<ring_ $tn>](a: &RingArgs) {
                 ring_kernel_for::<$t>(a)
+            }
+            #[inline(always)]
+            fn [<tree_ $tn>](a: &RingArgs) {
+                tree_kernel_for::<$t>(a)
             }
         }
     };

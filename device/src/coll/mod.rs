@@ -3,6 +3,7 @@
 pub mod kernels;
 pub mod mover;
 pub mod ring;
+pub mod tree;
 
 /// Which collective a kernel runs.
 #[repr(u32)]

@@ -95,18 +95,28 @@ impl<'a, M: DataMover> RingCtx<'a, M> {
         unsafe { arch::ld_volatile_u32(self.ch.user_ranks.offset(4 * i).as_ptr()) as u64 }
     }
 
-    /// This channel's share of each loop over a block of `size` elements, loops of
-    /// `nchannels × chunk` elements: (offset, elements) per loop, the last chunk shrunk.
+    /// This channel's share of each loop over a block of `size` elements.
     fn channel_chunks(&self, size: u64, chunk: u64) -> impl Iterator<Item = (u64, i64)> + '_ {
-        let step = self.nchannels * chunk;
-        (0..size.div_ceil(step)).map(move |l| {
-            let grid = l * step;
-            let real = (chunk.min((size - grid).div_ceil(self.nchannels)).div_ceil(self.round) * self.round)
-                .min(chunk);
-            let off = grid + self.bid as u64 * real;
-            (off, real.min(size.saturating_sub(off)) as i64)
-        })
+        channel_chunks(size, chunk, self.nchannels, self.bid, self.round)
     }
+}
+
+/// Channel `bid`'s share of each loop over `size` elements, loops of `nchannels × chunk`
+/// elements: (offset, elements) per loop, the last chunk shrunk and rounded to `round`.
+pub(crate) fn channel_chunks(
+    size: u64,
+    chunk: u64,
+    nchannels: u64,
+    bid: u32,
+    round: u64,
+) -> impl Iterator<Item = (u64, i64)> {
+    let step = nchannels * chunk;
+    (0..size.div_ceil(step)).map(move |l| {
+        let grid = l * step;
+        let real = (chunk.min((size - grid).div_ceil(nchannels)).div_ceil(round) * round).min(chunk);
+        let off = grid + bid as u64 * real;
+        (off, real.min(size.saturating_sub(off)) as i64)
+    })
 }
 
 /// Kernel body: runs `args.coll` on channel `blockIdx.x` with the data mover `mover`.

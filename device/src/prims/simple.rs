@@ -465,6 +465,11 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
     pub fn send(&mut self, inp_ix: u64, n: i64) {
         self.generic_op::<false, true, INPUT, NONE>(inp_ix, 0, n, false)
     }
+    /// Sends `n` elements of the output at `out_ix`, with no pre-op: it is already a result
+    /// (NCCL's `directSendFromOutput`, the tree root's broadcast).
+    pub fn send_from_output(&mut self, out_ix: u64, n: i64) {
+        self.generic_op::<false, true, OUTPUT, NONE>(out_ix, 0, n, false)
+    }
     /// Receives `n` elements into the output at `out_ix`.
     pub fn recv(&mut self, out_ix: u64, n: i64, post_op: bool) {
         self.generic_op::<true, false, NONE, OUTPUT>(0, out_ix, n, post_op)

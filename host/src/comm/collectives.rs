@@ -60,6 +60,15 @@ pub fn scalar_bits(dtype: DataType, x: f64) -> u64 {
     }
 }
 
+/// Which algorithm a collective runs (NCCL's `NCCL_ALGO`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Rings: bandwidth-optimal, `2(n-1)` steps.
+    Ring,
+    /// Trees: reduce up, broadcast down; `O(log n)` steps across nodes (all-reduce only).
+    Tree,
+}
+
 /// One rank's buffer argument: a device buffer and a byte offset into it.
 #[derive(Clone, Copy, Debug)]
 pub struct BufRef<'a> {
@@ -83,6 +92,7 @@ impl BufRef<'_> {
 
 impl LocalGroup {
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     fn checked(
         &self,
         coll: Collective,
@@ -92,6 +102,7 @@ impl LocalGroup {
         dtype: DataType,
         op: ReduceOp,
         root: usize,
+        algo: Algorithm,
     ) -> Result<()> {
         let n = self.nranks();
         let bad = |why: String| Error::InvalidConfig(why);
@@ -146,7 +157,10 @@ impl LocalGroup {
         }
         let (red, arg) = op.resolve(dtype, n);
         let bufs: Vec<(DevPtr, DevPtr)> = send.iter().zip(recv).map(|(s, d)| (s.ptr(), d.ptr())).collect();
-        self.run_ring(coll, dtype, red, &bufs, count as u64, root, arg)
+        match algo {
+            Algorithm::Tree => self.run_tree(dtype, red, &bufs, count as u64, arg),
+            _ => self.run_ring(coll, dtype, red, &bufs, count as u64, root, arg),
+        }
     }
 
     /// Every rank's `recv` gets the reduction of all ranks' `send` (`count` elements each).
@@ -159,7 +173,21 @@ impl LocalGroup {
         dtype: DataType,
         op: ReduceOp,
     ) -> Result<()> {
-        self.checked(Collective::AllReduce, send, recv, count, dtype, op, 0)
+        self.checked(Collective::AllReduce, send, recv, count, dtype, op, 0, Algorithm::Ring)
+    }
+
+    /// [`LocalGroup::all_reduce`] with a chosen algorithm: the rings, or the trees of
+    /// [`GroupConfig::trees`](super::GroupConfig::trees) (reduce up, broadcast down).
+    pub fn all_reduce_with(
+        &self,
+        send: &[BufRef],
+        recv: &[BufRef],
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        algo: Algorithm,
+    ) -> Result<()> {
+        self.checked(Collective::AllReduce, send, recv, count, dtype, op, 0, algo)
     }
 
     /// Rank r's `recv` (`recv_count` elements) gets block r of the reduction of all `send`s
@@ -172,7 +200,7 @@ impl LocalGroup {
         dtype: DataType,
         op: ReduceOp,
     ) -> Result<()> {
-        self.checked(Collective::ReduceScatter, send, recv, recv_count, dtype, op, 0)
+        self.checked(Collective::ReduceScatter, send, recv, recv_count, dtype, op, 0, Algorithm::Ring)
     }
 
     /// Every rank's `recv` (`nranks × send_count` elements) gets all `send`s in rank order.
@@ -184,7 +212,7 @@ impl LocalGroup {
         send_count: usize,
         dtype: DataType,
     ) -> Result<()> {
-        self.checked(Collective::AllGather, send, recv, send_count, dtype, ReduceOp::Sum, 0)
+        self.checked(Collective::AllGather, send, recv, send_count, dtype, ReduceOp::Sum, 0, Algorithm::Ring)
     }
 
     /// Every rank's `recv` gets `root`'s `send`.
@@ -196,7 +224,7 @@ impl LocalGroup {
         dtype: DataType,
         root: usize,
     ) -> Result<()> {
-        self.checked(Collective::Broadcast, send, recv, count, dtype, ReduceOp::Sum, root)
+        self.checked(Collective::Broadcast, send, recv, count, dtype, ReduceOp::Sum, root, Algorithm::Ring)
     }
 
     /// `root`'s `recv` gets the reduction of all `send`s.
@@ -209,6 +237,6 @@ impl LocalGroup {
         op: ReduceOp,
         root: usize,
     ) -> Result<()> {
-        self.checked(Collective::Reduce, send, recv, count, dtype, op, root)
+        self.checked(Collective::Reduce, send, recv, count, dtype, op, root, Algorithm::Ring)
     }
 }

@@ -1,13 +1,16 @@
 //! N ranks in one process, connected in rings.
 use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
 use crate::error::{Error, Result};
-use rsccl_device::coll::kernels::ring_kernel_name;
+use rsccl_device::coll::kernels::{ring_kernel_name, tree_kernel_name};
 use rsccl_device::coll::ring::{RingArgs, RingChannel};
+use rsccl_device::coll::tree::{TreeChannel, TREE_ARITY};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::prims::conn::{decode_status, ConnInfo, ErrorCode, PrimsStatus, NCCL_STEPS};
 use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::redop::RedOp;
+use rsccl_device::reduce_copy::{MAX_DSTS, MAX_SRCS};
+use rsccl_device::reduce_kernels::{kernel_name as redcopy_kernel_name, RedCopyArgs};
 use rsccl_device::DevPtr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -28,6 +31,9 @@ pub struct GroupConfig {
     pub timeout: Duration,
     /// Ring order per channel; `None`: channel c uses 0..n, reversed on odd channels.
     pub rings: Option<Vec<Vec<usize>>>,
+    /// Tree per channel for tree all-reduce: `trees[c][r]` is rank r's parent (`None` at the
+    /// root; at most 3 children each). `None`: each channel's tree is the chain of its ring.
+    pub trees: Option<Vec<Vec<Option<usize>>>>,
     /// Fault injection for resilience tests.
     pub fault: Option<Fault>,
     /// Random delay before each rank's launch (up to this much), to vary arrival order.
@@ -37,7 +43,8 @@ pub struct GroupConfig {
 impl GroupConfig {
     /// A group shaped by the topology search of one node, as NCCL sets up its communicator:
     /// one rank per GPU, the channels and ring orders [`crate::channels::ring_orders`] gives
-    /// (twice the search's channels, at most 64).
+    /// (twice the search's channels, at most 64), and each channel's tree from
+    /// [`crate::channels::connect`].
     ///
     /// ```
     /// use rsccl::comm::GroupConfig;
@@ -56,8 +63,15 @@ impl GroupConfig {
         let nranks = graphs.ring.ngpus();
         let rings: Vec<Vec<usize>> =
             orders.iter().take(64).map(|o| o.iter().map(|r| r.0 as usize).collect()).collect();
+        let peers: Vec<crate::channels::RankChannels> = (0..nranks)
+            .map(|r| crate::channels::connect(graphs, 1, crate::topology::Rank(r as u32)))
+            .collect::<Result<_>>()?;
+        let trees: Vec<Vec<Option<usize>>> = (0..rings.len())
+            .map(|c| peers.iter().map(|p| p.tree.get(c).and_then(|t| t.up).map(|u| u.0 as usize)).collect())
+            .collect();
         let mut cfg = GroupConfig::new(nranks, rings.len().max(1));
         cfg.rings = Some(rings);
+        cfg.trees = Some(trees);
         Ok(cfg)
     }
 
@@ -70,6 +84,7 @@ impl GroupConfig {
             step_bytes: 512 * 1024,
             timeout: Duration::from_secs(10),
             rings: None,
+            trees: None,
             fault: None,
             launch_jitter: Duration::ZERO,
         }
@@ -114,6 +129,7 @@ impl std::fmt::Display for RankFailure {
 struct RankRes {
     stream: Arc<dyn Backend>,
     channels: DeviceBuffer,
+    tree_channels: DeviceBuffer,
     status: DeviceBuffer,
     _user_ranks: DeviceBuffer,
 }
@@ -134,6 +150,61 @@ pub struct LocalGroup {
 /// step, then the sizes FIFO.
 fn conn_bytes(step_bytes: u64) -> u64 {
     NCCL_STEPS * step_bytes + 4 * 8 + NCCL_STEPS * 8
+}
+
+/// One FIFO from `from` to `to`: its memory and the sender's and receiver's views.
+fn fifo(
+    backend: &Arc<dyn Backend>,
+    step_bytes: u64,
+    from: usize,
+    to: usize,
+) -> Result<(DeviceBuffer, ConnInfo, ConnInfo)> {
+    let buf = backend.alloc(conn_bytes(step_bytes) as usize)?;
+    let base = buf.ptr();
+    let words = base.offset(NCCL_STEPS * step_bytes);
+    let info = |step: DevPtr, peer: usize| ConnInfo {
+        buff: base,
+        head: words,
+        tail: words.offset(8),
+        step,
+        sizes_fifo: words.offset(32),
+        step_bytes,
+        flags: 0,
+        peer: peer as u64,
+    };
+    let (send, recv) = (info(words.offset(16), to), info(words.offset(24), from));
+    Ok((buf, send, recv))
+}
+
+/// Checks one channel's tree (`parent[r]`): one root, no cycle, at most 3 children each.
+fn check_tree(c: usize, parent: &[Option<usize>], n: usize) -> std::result::Result<(), String> {
+    if parent.len() != n {
+        return Err(format!("tree of channel {c} has {} ranks, expected {n}", parent.len()));
+    }
+    let roots = parent.iter().filter(|p| p.is_none()).count();
+    if roots != 1 {
+        return Err(format!("tree of channel {c} has {roots} roots, expected 1"));
+    }
+    for (r, p) in parent.iter().enumerate() {
+        if let Some(p) = *p {
+            if p >= n || p == r {
+                return Err(format!("tree of channel {c}: rank {r}'s parent {p} is not another rank"));
+            }
+        }
+        let kids = parent.iter().filter(|&&x| x == Some(r)).count();
+        if kids > TREE_ARITY {
+            return Err(format!("tree of channel {c}: rank {r} has {kids} children, at most {TREE_ARITY}"));
+        }
+        let (mut x, mut steps) = (r, 0);
+        while let Some(up) = parent[x] {
+            x = up;
+            steps += 1;
+            if steps > n {
+                return Err(format!("tree of channel {c} has a cycle through rank {r}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl LocalGroup {
@@ -176,30 +247,51 @@ impl LocalGroup {
                 return Err(bad(format!("ring of channel {c} has {} ranks, expected {n}", ring.len())));
             }
         }
-        let cb = conn_bytes(cfg.step_bytes);
         let mut conns = Vec::new();
         // channels[rank][c] = (recv, send, index)
         let mut wiring = vec![vec![(ConnInfo::default(), ConnInfo::default(), 0u64); cfg.nchannels]; n];
         for (c, ring) in rings.iter().enumerate() {
             for (i, &from) in ring.iter().enumerate() {
                 let to = ring[(i + 1) % n];
-                let buf = backend.alloc(cb as usize)?;
-                let base = buf.ptr();
-                let words = base.offset(NCCL_STEPS * cfg.step_bytes);
-                let info = |step: DevPtr, peer: usize| ConnInfo {
-                    buff: base,
-                    head: words,
-                    tail: words.offset(8),
-                    step,
-                    sizes_fifo: words.offset(32),
-                    step_bytes: cfg.step_bytes,
-                    flags: 0,
-                    peer: peer as u64,
-                };
-                wiring[from][c].1 = info(words.offset(16), to);
-                wiring[to][c].0 = info(words.offset(24), from);
+                let (buf, send, recv) = fifo(backend, cfg.step_bytes, from, to)?;
+                wiring[from][c].1 = send;
+                wiring[to][c].0 = recv;
                 wiring[from][c].2 = i as u64;
                 conns.push(buf);
+            }
+        }
+        let trees: Vec<Vec<Option<usize>>> = match &cfg.trees {
+            Some(t) => t.clone(),
+            None => rings
+                .iter()
+                .map(|ring| {
+                    let mut parent = vec![None; n];
+                    for w in ring.windows(2) {
+                        parent[w[1]] = Some(w[0]);
+                    }
+                    parent
+                })
+                .collect(),
+        };
+        if trees.len() != cfg.nchannels {
+            return Err(bad(format!("{} trees given for {} channels", trees.len(), cfg.nchannels)));
+        }
+        let mut tree_wiring = vec![vec![TreeChannel::default(); cfg.nchannels]; n];
+        for (c, parent) in trees.iter().enumerate() {
+            check_tree(c, parent, n).map_err(bad)?;
+            let mut kids = vec![0usize; n];
+            for (r, p) in parent.iter().enumerate() {
+                let Some(p) = *p else { continue };
+                let k = kids[p];
+                kids[p] += 1;
+                let (up, send, recv) = fifo(backend, cfg.step_bytes, r, p)?;
+                tree_wiring[r][c].up_send = send;
+                tree_wiring[p][c].down_recv[k] = recv;
+                let (down, send, recv) = fifo(backend, cfg.step_bytes, p, r)?;
+                tree_wiring[p][c].down_send[k] = send;
+                tree_wiring[r][c].up_recv = recv;
+                conns.push(up);
+                conns.push(down);
             }
         }
         let mut ranks = Vec::with_capacity(n);
@@ -224,7 +316,15 @@ impl LocalGroup {
             let channels = backend.alloc(std::mem::size_of_val(chans.as_slice()))?;
             backend.copy_in(&channels, 0, bytemuck::cast_slice(&chans))?;
             let status = backend.alloc(8 * cfg.nchannels)?;
-            ranks.push(RankRes { stream: backend.fork_stream()?, channels, status, _user_ranks: user_ranks });
+            let tree_channels = backend.alloc(std::mem::size_of_val(tree_wiring[r].as_slice()))?;
+            backend.copy_in(&tree_channels, 0, bytemuck::cast_slice(&tree_wiring[r]))?;
+            ranks.push(RankRes {
+                stream: backend.fork_stream()?,
+                channels,
+                tree_channels,
+                status,
+                _user_ranks: user_ranks,
+            });
         }
         let abort = backend.alloc_mapped(4)?;
         Ok(LocalGroup {
@@ -270,8 +370,81 @@ impl LocalGroup {
         root: usize,
         red_op_arg: u64,
     ) -> Result<()> {
-        let kernel = ring_kernel_name(dtype);
-        let kernel = kernel.as_str();
+        if self.cfg.nranks == 1 {
+            return self.run_one_rank(coll, dtype, op, bufs, count, red_op_arg);
+        }
+        self.run(&ring_kernel_name(dtype), false, coll, op, bufs, count, root, red_op_arg)
+    }
+
+    /// One rank: nothing to exchange. The result is the input with the op's pre- and post-op
+    /// applied (all-reduce, reduce-scatter, reduce) or the input itself — one reduce-copy, as
+    /// NCCL launches for a one-rank communicator.
+    fn run_one_rank(
+        &self,
+        coll: Collective,
+        dtype: DataType,
+        op: RedOp,
+        bufs: &[(DevPtr, DevPtr)],
+        count: u64,
+        red_op_arg: u64,
+    ) -> Result<()> {
+        let Some(&(send, recv)) = bufs.first() else { return Ok(()) };
+        if count == 0 {
+            return Ok(());
+        }
+        let reduces = matches!(coll, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce);
+        let mut srcs = [DevPtr::NULL; MAX_SRCS];
+        let mut dsts = [DevPtr::NULL; MAX_DSTS];
+        srcs[0] = send;
+        dsts[0] = recv;
+        let args = RedCopyArgs {
+            srcs,
+            dsts,
+            nelem: count,
+            arg: if reduces { red_op_arg } else { 0 },
+            nsrcs: 1,
+            ndsts: 1,
+            multimem_srcs: 0,
+            multimem_dsts: 0,
+            pre_op_srcs: reduces as u32,
+            post_op: reduces as u32,
+        };
+        let kernel = redcopy_kernel_name(dtype, if reduces { op } else { RedOp::Sum });
+        let blocks = (count / (1 << 16)).clamp(1, 32) as u32;
+        let res = &self.ranks[0];
+        res.stream
+            .launch(&kernel, LaunchConfig::linear(blocks, self.cfg.nthreads), &args)
+            .and_then(|_| res.stream.synchronize())
+            .map_err(|e| Error::Rank { rank: 0, source: Box::new(e) })
+    }
+
+    /// Low-level: tree all-reduce of `dtype`/`op` on every rank (see [`LocalGroup::run_ring`]).
+    pub fn run_tree(
+        &self,
+        dtype: DataType,
+        op: RedOp,
+        bufs: &[(DevPtr, DevPtr)],
+        count: u64,
+        red_op_arg: u64,
+    ) -> Result<()> {
+        if self.cfg.nranks == 1 {
+            return self.run_one_rank(Collective::AllReduce, dtype, op, bufs, count, red_op_arg);
+        }
+        self.run(&tree_kernel_name(dtype), true, Collective::AllReduce, op, bufs, count, 0, red_op_arg)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        kernel: &str,
+        tree: bool,
+        coll: Collective,
+        op: RedOp,
+        bufs: &[(DevPtr, DevPtr)],
+        count: u64,
+        root: usize,
+        red_op_arg: u64,
+    ) -> Result<()> {
         if self.poisoned.load(Ordering::SeqCst) {
             return Err(Error::InvalidConfig(
                 "this group's connections are inconsistent after a failed collective; create a new group"
@@ -296,7 +469,7 @@ impl LocalGroup {
                 sendbuff: bufs[r].0,
                 recvbuff: bufs[r].1,
                 count,
-                channels: res.channels.ptr(),
+                channels: if tree { res.tree_channels.ptr() } else { res.channels.ptr() },
                 status: PrimsStatus {
                     status: res.status.ptr(),
                     abort_flag: self.abort.ptr(),

@@ -4,5 +4,5 @@
 mod collectives;
 mod local;
 
-pub use collectives::{scalar_bits, BufRef, ReduceOp};
+pub use collectives::{scalar_bits, Algorithm, BufRef, ReduceOp};
 pub use local::{Fault, GroupConfig, LocalGroup, RankFailure};
