@@ -74,10 +74,12 @@ pub fn tree_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
             up.recv_reduce_send(off, n);
         }
     }
+    // Every thread is done with the first group's shared state before the second resets it;
+    // after this barrier no wait can still set the abort flag, so all threads read the same
+    // value and leave (or go on) together.
+    arch::sync_threads();
     let aborted = up.aborted();
     up.finish();
-    // Every thread is done with the first group's shared state before the second resets it.
-    arch::sync_threads();
     if aborted {
         return;
     }
