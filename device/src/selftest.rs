@@ -186,7 +186,7 @@ pub fn smem_isolation(a: &SelfTestArgs) {
 
 /// Ordered atomics: every thread adds 1 to scratch word 0 (`atom.acq_rel.sys.add.u64`) and
 /// its `global tid` to word 1; thread 0 of block 0 then CASes word 2 from 0 to 7 (returning the
-/// old value into out[0]) and from 0 to 9 (must fail, old value into out[1]); every thread adds
+/// old value into `out[0]`) and from 0 to 9 (must fail, old value into `out[1]`); every thread adds
 /// 1 to u32 word 6 (`atom.relaxed.gpu`).
 pub fn atomics(a: &SelfTestArgs) {
     let w = |i: u64| a.scratch.offset(8 * i).as_ptr::<u64>();
@@ -206,7 +206,7 @@ pub fn atomics(a: &SelfTestArgs) {
 }
 
 /// Timer and sleep: thread 0 reads `%globaltimer`, sleeps `param` ns, reads again, and writes
-/// 1 to out[0] if the timer did not go backwards and at least moved.
+/// 1 to `out[0]` if the timer did not go backwards and at least moved.
 pub fn timer(a: &SelfTestArgs) {
     if global_tid() == 0 {
         let t0 = arch::globaltimer();
