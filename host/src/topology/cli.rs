@@ -14,10 +14,11 @@
 //! Exit status: 0 on success, 1 when a file is invalid or `--compare` finds a difference, 2 on a
 //! command line that cannot be run.
 use super::detect::{Detector, GpuSource, NvmlSource, TopoEnv};
-use super::dump::{graphs_from_xml, graphs_to_xml};
+use super::dump::graphs_from_xml;
 use super::graph::{LinkKind, NodeKind, System};
+use super::init::search_with_files;
 use super::paths::{PathOptions, Paths};
-use super::search::{search_all, Graph, Graphs, Pattern, SearchOptions};
+use super::search::{Graph, Graphs, Pattern, SearchOptions};
 use super::xml::{self, TopoError, XmlDoc};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -115,12 +116,8 @@ fn report(a: &Args) -> Result<(String, bool), TopoError> {
         }
     };
     let sys = System::from_xml(&doc)?;
-    let mut opts = SearchOptions { nodes: a.nodes, ..Default::default() };
-    let searched = if a.nodes <= 1 { sys.without_nets() } else { sys.clone() };
-    if let Some(g) = &a.graph {
-        opts.given = graphs_from_xml(&xml::read_file(g)?, &searched)?;
-    }
-    let graphs = search_all(&sys, &opts);
+    let opts = SearchOptions { nodes: a.nodes, ..Default::default() };
+    let (searched, graphs) = search_with_files(&sys, &opts, a.graph.as_deref(), a.graph_dump.as_deref())?;
     let mut out = String::new();
     write_report(&mut out, &sys, &graphs, a.nodes);
     if let Some(p) = &a.dot {
@@ -129,7 +126,6 @@ fn report(a: &Args) -> Result<(String, bool), TopoError> {
         let _ = writeln!(out, "\nGraphviz picture written to {}", p.display());
     }
     if let Some(p) = &a.graph_dump {
-        xml::write_file(&graphs_to_xml(&searched, &graphs), p)?;
         let _ = writeln!(out, "Graph dump (NCCL_GRAPH_DUMP_FILE format) written to {}", p.display());
     }
     let mut same = true;

@@ -7,7 +7,7 @@
 use super::graph::{NodeKind, System};
 use super::paths::PathType;
 use super::search::{Graph, Graphs, Pattern};
-use super::xml::{fmt_float, parse_hex, parse_int, TopoError, XmlDoc, XmlNode};
+use super::xml::{fmt_float, parse_hex, TopoError, XmlDoc, XmlNode};
 use super::Rank;
 
 /// NCCL's graph file version.
@@ -73,28 +73,15 @@ pub fn graphs_from_xml(doc: &XmlDoc, sys: &System) -> Result<Vec<Graph>, TopoErr
         return Err(doc.err(root, format!("expected a <graphs> file, found <{}>", root.name)));
     }
     let ngpus = sys.count(NodeKind::Gpu);
-    let req = |n: &XmlNode, k: &str| -> Result<String, TopoError> {
-        n.attr(k)
-            .map(str::to_string)
-            .ok_or_else(|| doc.err(n, format!("<{}> is missing required attribute `{k}`", n.name)))
-    };
-    let int = |n: &XmlNode, k: &str| -> Result<i64, TopoError> {
-        let v = req(n, k)?;
-        parse_int(&v).ok_or_else(|| doc.err(n, format!("<{}> `{k}`=\"{v}\" is not an integer", n.name)))
-    };
-    let float = |n: &XmlNode, k: &str| -> Result<f32, TopoError> {
-        let v = req(n, k)?;
-        v.trim().parse::<f32>().map_err(|_| doc.err(n, format!("<{}> `{k}`=\"{v}\" is not a number", n.name)))
-    };
     let ty = |n: &XmlNode, k: &str| -> Result<PathType, TopoError> {
-        let v = req(n, k)?;
-        PathType::from_name(&v)
+        let v = doc.req(n, k)?;
+        PathType::from_name(v)
             .ok_or_else(|| doc.err(n, format!("<{}> `{k}`=\"{v}\" is not a path type", n.name)))
     };
     let mut out = Vec::new();
     for x in root.children_named("graph") {
-        let id = int(x, "id")?;
-        let pn = int(x, "pattern")?;
+        let id = doc.int(x, "id")?;
+        let pn = doc.int(x, "pattern")?;
         let pattern = Pattern::from_number(pn)
             .ok_or_else(|| doc.err(x, format!("<graph> pattern {pn} is not a pattern")))?;
         let channels: Vec<&XmlNode> = x.children_named("channel").collect();
@@ -103,14 +90,14 @@ pub fn graphs_from_xml(doc: &XmlDoc, sys: &System) -> Result<Vec<Graph>, TopoErr
                 .err(x, format!("{} channels is more than {}", channels.len(), super::search::MAXCHANNELS)));
         }
         let mut g = Graph::new(id as u32, pattern, ngpus, 0, super::search::MAXCHANNELS);
-        g.cross_nic = int(x, "crossnic")? as u8;
-        g.bw_intra = float(x, "speedintra")?;
-        g.bw_inter = float(x, "speedinter")?;
+        g.cross_nic = doc.int(x, "crossnic")? as u8;
+        g.bw_intra = doc.float(x, "speedintra")?;
+        g.bw_inter = doc.float(x, "speedinter")?;
         g.latency_inter = x.attr("latencyinter").and_then(|v| v.trim().parse().ok()).unwrap_or(0.0);
         g.type_intra = ty(x, "typeintra")?;
         g.type_inter = ty(x, "typeinter")?;
-        g.same_channels = int(x, "samechannels")? != 0;
-        let declared = int(x, "nchannels")?;
+        g.same_channels = doc.int(x, "samechannels")? != 0;
+        let declared = doc.int(x, "nchannels")?;
         if declared != channels.len() as i64 {
             return Err(
                 doc.err(x, format!("nchannels=\"{declared}\" but {} <channel> elements", channels.len()))
@@ -119,9 +106,9 @@ pub fn graphs_from_xml(doc: &XmlDoc, sys: &System) -> Result<Vec<Graph>, TopoErr
         for (c, ch) in channels.iter().enumerate() {
             let (mut nets, mut gi) = (0, 0);
             for sub in &ch.children {
-                let v = req(sub, "dev")?;
+                let v = doc.req(sub, "dev")?;
                 let dev =
-                    parse_hex(&v).ok_or_else(|| doc.err(sub, format!("dev \"{v}\" is not a hex number")))?;
+                    parse_hex(v).ok_or_else(|| doc.err(sub, format!("dev \"{v}\" is not a hex number")))?;
                 match sub.name.as_str() {
                     "net" if nets < 2 => {
                         g.inter[2 * c + nets] = dev;

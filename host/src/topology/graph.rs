@@ -393,44 +393,20 @@ pub struct System {
     pub undescribed_devices: usize,
 }
 
-/// Reads attributes of one element with errors that name the file, line and attribute.
-struct Ctx<'a> {
-    doc: &'a XmlDoc,
-}
-
-impl Ctx<'_> {
-    fn err(&self, n: &XmlNode, msg: impl Into<String>) -> TopoError {
-        self.doc.err(n, msg)
-    }
-    fn req<'n>(&self, n: &'n XmlNode, key: &str) -> Result<&'n str, TopoError> {
-        n.attr(key).ok_or_else(|| self.err(n, format!("<{}> is missing required attribute `{key}`", n.name)))
-    }
-    fn int(&self, n: &XmlNode, key: &str) -> Result<i64, TopoError> {
-        let v = self.req(n, key)?;
-        parse_int(v)
-            .ok_or_else(|| self.err(n, format!("<{}> attribute `{key}`=\"{v}\" is not an integer", n.name)))
-    }
-    fn int_or(&self, n: &XmlNode, key: &str, default: i64) -> Result<i64, TopoError> {
-        match n.attr(key) {
-            None => Ok(default),
-            Some(_) => self.int(n, key),
-        }
-    }
-    fn busid(&self, n: &XmlNode, key: &str) -> Result<u64, TopoError> {
-        let v = self.req(n, key)?;
-        parse_busid(v).ok_or_else(|| {
-            self.err(n, format!("<{}> attribute `{key}`=\"{v}\" is not a PCI bus id (dddd:bb:dd.f)", n.name))
-        })
-    }
+/// A required PCI bus id attribute, or an error naming it.
+fn busid(doc: &XmlDoc, n: &XmlNode, key: &str) -> Result<u64, TopoError> {
+    let v = doc.req(n, key)?;
+    parse_busid(v).ok_or_else(|| {
+        doc.err(n, format!("<{}> attribute `{key}`=\"{v}\" is not a PCI bus id (dddd:bb:dd.f)", n.name))
+    })
 }
 
 impl System {
     /// Builds the graph from a parsed `<system>` file.
     pub fn from_xml(doc: &XmlDoc) -> Result<System, TopoError> {
-        let ctx = Ctx { doc };
         let root = &doc.root;
         if root.name != "system" {
-            return Err(ctx.err(root, format!("expected a <system> topology file, found <{}>", root.name)));
+            return Err(doc.err(root, format!("expected a <system> topology file, found <{}>", root.name)));
         }
         let mut sys = System {
             source: doc.source.clone(),
@@ -450,10 +426,10 @@ impl System {
         });
         let mut ranks = HashSet::new();
         for cpu in root.children_named("cpu") {
-            sys.add_cpu(&ctx, cpu, &mut ranks)?;
+            sys.add_cpu(doc, cpu, &mut ranks)?;
         }
         for cpu in root.children_named("cpu") {
-            sys.add_cross_links(&ctx, cpu, None, &all_busids)?;
+            sys.add_cross_links(doc, cpu, None, &all_busids)?;
         }
         sys.flatten_bcm_switches();
         sys.connect_cpus();
@@ -573,10 +549,10 @@ impl System {
         }
     }
 
-    fn add_cpu(&mut self, ctx: &Ctx, x: &XmlNode, ranks: &mut HashSet<u32>) -> Result<(), TopoError> {
-        let numa = ctx.int(x, "numaid")?;
+    fn add_cpu(&mut self, doc: &XmlDoc, x: &XmlNode, ranks: &mut HashSet<u32>) -> Result<(), TopoError> {
+        let numa = doc.int(x, "numaid")?;
         if self.find(NodeKind::Cpu, numa as u64).is_some() {
-            return Err(ctx.err(x, format!("<cpu numaid=\"{numa}\"> appears twice")));
+            return Err(doc.err(x, format!("<cpu numaid=\"{numa}\"> appears twice")));
         }
         let arch = match x.attr("arch").map(str::trim) {
             Some("x86_64") => CpuArch::X86,
@@ -594,8 +570,8 @@ impl System {
                 _ => CpuVendor::Unknown,
             };
             if vendor == CpuVendor::Intel {
-                let fam = ctx.int(x, "familyid")?;
-                let m = ctx.int(x, "modelid")?;
+                let fam = doc.int(x, "familyid")?;
+                let m = doc.int(x, "modelid")?;
                 model = match (fam, m) {
                     (6, 0xCF..) => CpuModel::IntelErp,
                     (6, 0x8F..) => CpuModel::IntelSrp,
@@ -603,8 +579,8 @@ impl System {
                     _ => CpuModel::IntelBdw,
                 };
             } else if vendor == CpuVendor::Zhaoxin
-                && ctx.int_or(x, "familyid", 0)? == 7
-                && ctx.int_or(x, "modelid", 0)? == 0x5B
+                && doc.int_or(x, "familyid", 0)? == 7
+                && doc.int_or(x, "modelid", 0)? == 0x5B
             {
                 model = CpuModel::Yongfeng;
             }
@@ -613,7 +589,7 @@ impl System {
             self.create(NodeKind::Cpu, numa as u64, NodeInfo::Cpu(CpuInfo { numa, arch, vendor, model }));
         for c in &x.children {
             match c.name.as_str() {
-                "pci" => self.add_pci(ctx, c, cpu, ranks)?,
+                "pci" => self.add_pci(doc, c, cpu, ranks)?,
                 "nic" => {
                     // A NIC without a PCI device (socket NIC): one per CPU, attached to it.
                     let nic = match self.find(NodeKind::Nic, nic_id_under_cpu(numa)) {
@@ -625,7 +601,7 @@ impl System {
                             n
                         }
                     };
-                    self.add_nic(ctx, c, nic)?;
+                    self.add_nic(doc, c, nic)?;
                 }
                 _ => {}
             }
@@ -635,7 +611,7 @@ impl System {
 
     fn add_pci(
         &mut self,
-        ctx: &Ctx,
+        doc: &XmlDoc,
         x: &XmlNode,
         parent: NodeId,
         ranks: &mut HashSet<u32>,
@@ -643,12 +619,12 @@ impl System {
         if x.name != "pci" {
             return Ok(());
         }
-        let busid = ctx.busid(x, "busid")?;
+        let busid = busid(doc, x, "busid")?;
         let xgpu = x.child("gpu");
         let xnic = x.child("nic");
         let class = match x.attr("class") {
             Some(c) => Some(pci_class(c).ok_or_else(|| {
-                ctx.err(x, format!("<pci busid=\"{}\"> has unknown PCI class \"{c}\"", busid_string(busid)))
+                doc.err(x, format!("<pci busid=\"{}\"> has unknown PCI class \"{c}\"", busid_string(busid)))
             })?),
             None => None,
         };
@@ -657,19 +633,19 @@ impl System {
             let Some(rank) = g.attr("rank") else { return Ok(()) };
             let rank = parse_int(rank)
                 .filter(|r| (0..1 << 24).contains(r))
-                .ok_or_else(|| ctx.err(g, format!("<gpu> rank \"{rank}\" is not a rank")))?
+                .ok_or_else(|| doc.err(g, format!("<gpu> rank \"{rank}\" is not a rank")))?
                 as u32;
             if !ranks.insert(rank) {
-                return Err(ctx.err(g, format!("GPU rank {rank} appears twice")));
+                return Err(doc.err(g, format!("GPU rank {rank} appears twice")));
             }
             let info = GpuInfo {
-                dev: ctx.int(g, "dev")? as u32,
+                dev: doc.int(g, "dev")? as u32,
                 rank: Rank(rank),
-                sm: ctx.int(g, "sm")? as u32,
-                gdr: ctx.int_or(g, "gdr", 0)? != 0,
+                sm: doc.int(g, "sm")? as u32,
+                gdr: doc.int_or(g, "gdr", 0)? != 0,
             };
             if self.find(NodeKind::Gpu, busid).is_some() {
-                return Err(ctx.err(x, format!("GPU {} appears twice", busid_string(busid))));
+                return Err(doc.err(x, format!("GPU {} appears twice", busid_string(busid))));
             }
             node = Some(self.create(NodeKind::Gpu, busid, NodeInfo::Gpu(info)));
         } else if let Some(n) = xnic {
@@ -683,7 +659,7 @@ impl System {
                     nic
                 }
             };
-            self.add_nic(ctx, n, nic)?;
+            self.add_nic(doc, n, nic)?;
         } else {
             match class {
                 Some(PciClass::Bridge) | Some(PciClass::Other) => {
@@ -692,11 +668,11 @@ impl System {
                         .map(|k| x.attr(k).and_then(parse_int).unwrap_or(0) as u64 & 0xffff)
                         .fold(0u64, |acc, v| acc << 16 | v);
                     if self.find(NodeKind::Pci, busid).is_some() {
-                        return Err(ctx.err(x, format!("PCI device {} appears twice", busid_string(busid))));
+                        return Err(doc.err(x, format!("PCI device {} appears twice", busid_string(busid))));
                     }
                     let pci = self.create(NodeKind::Pci, busid, NodeInfo::Pci { device });
                     for c in x.children_named("pci") {
-                        self.add_pci(ctx, c, pci, ranks)?;
+                        self.add_pci(doc, c, pci, ranks)?;
                     }
                     node = Some(pci);
                 }
@@ -704,7 +680,7 @@ impl System {
                 None if x.children.iter().any(|c| c.name == "pci") => {
                     let pci = self.create(NodeKind::Pci, busid, NodeInfo::Pci { device: 0 });
                     for c in x.children_named("pci") {
-                        self.add_pci(ctx, c, pci, ranks)?;
+                        self.add_pci(doc, c, pci, ranks)?;
                     }
                     node = Some(pci);
                 }
@@ -717,11 +693,11 @@ impl System {
         if let Some(node) = node {
             let width = match x.attr("link_width") {
                 None => 16,
-                Some(_) => ctx.int(x, "link_width")?,
+                Some(_) => doc.int(x, "link_width")?,
             };
             let width = if width == 0 { 16 } else { width };
             if !(1..=64).contains(&width) {
-                return Err(ctx.err(x, format!("link_width {width} is not a PCIe width")));
+                return Err(doc.err(x, format!("link_width {width} is not a PCIe width")));
             }
             let speed = pci_lane_speed(x.attr("link_speed").unwrap_or(""));
             let bw = width as f32 * speed as f32 / 80.0;
@@ -731,12 +707,12 @@ impl System {
         Ok(())
     }
 
-    fn add_nic(&mut self, ctx: &Ctx, x: &XmlNode, nic: NodeId) -> Result<(), TopoError> {
+    fn add_nic(&mut self, doc: &XmlDoc, x: &XmlNode, nic: NodeId) -> Result<(), TopoError> {
         for n in x.children_named("net") {
             let Some(dev) = n.attr("dev") else { continue };
             let dev = parse_int(dev)
                 .filter(|d| *d >= 0)
-                .ok_or_else(|| ctx.err(n, format!("<net> dev \"{dev}\" is not a device number")))?
+                .ok_or_else(|| doc.err(n, format!("<net> dev \"{dev}\" is not a device number")))?
                 as u32;
             if let Some(net) = self.find(NodeKind::Net, dev as u64) {
                 // A socket NIC listed under several CPUs (as NCCL dumps do): one port, reachable
@@ -748,7 +724,7 @@ impl System {
                 }
                 continue;
             }
-            let mbps = ctx.int_or(n, "speed", 0)?;
+            let mbps = doc.int_or(n, "speed", 0)?;
             let mbps = if mbps <= 0 { 10000 } else { mbps };
             // The guid names the card: NCCL reads it as hex; files with decimal guids ("0".."31")
             // still give distinct values.
@@ -761,11 +737,11 @@ impl System {
                 name: n.attr("name").unwrap_or("").to_string(),
                 bw: mbps as f32 / 8000.0,
                 latency: n.attr("latency").and_then(|l| l.trim().parse().ok()).unwrap_or(0.0),
-                port: ctx.int_or(n, "port", 0)?,
+                port: doc.int_or(n, "port", 0)?,
                 asic,
-                gdr: ctx.int_or(n, "gdr", 0)? != 0,
-                max_channels: ctx.int_or(n, "maxconn", 32)?.clamp(0, u32::MAX as i64) as u32,
-                coll: ctx.int_or(n, "coll", 0)? != 0,
+                gdr: doc.int_or(n, "gdr", 0)? != 0,
+                max_channels: doc.int_or(n, "maxconn", 32)?.clamp(0, u32::MAX as i64) as u32,
+                coll: doc.int_or(n, "coll", 0)? != 0,
             };
             let bw = info.bw;
             let net = self.create(NodeKind::Net, dev as u64, NodeInfo::Net(info));
@@ -778,30 +754,30 @@ impl System {
     /// NVLinks, C2C links and PCI switch cross-links: a second pass, once every GPU exists.
     fn add_cross_links(
         &mut self,
-        ctx: &Ctx,
+        doc: &XmlDoc,
         x: &XmlNode,
         parent_busid: Option<u64>,
         all_busids: &HashSet<u64>,
     ) -> Result<(), TopoError> {
         match x.name.as_str() {
             "nvlink" => {
-                let Some(pb) = parent_busid else { return Err(ctx.err(x, "<nvlink> outside a GPU's <pci>")) };
+                let Some(pb) = parent_busid else { return Err(doc.err(x, "<nvlink> outside a GPU's <pci>")) };
                 let Some(gpu) = self.find(NodeKind::Gpu, pb) else { return Ok(()) };
-                let count = ctx.int(x, "count")?;
+                let count = doc.int(x, "count")?;
                 if !(0..=64).contains(&count) {
-                    return Err(ctx.err(x, format!("<nvlink> count {count} is not a link count")));
+                    return Err(doc.err(x, format!("<nvlink> count {count} is not a link count")));
                 }
-                let tclass = ctx.req(x, "tclass")?;
+                let tclass = doc.req(x, "tclass")?;
                 let class = pci_class(tclass)
-                    .ok_or_else(|| ctx.err(x, format!("<nvlink> has unknown target class \"{tclass}\"")))?;
+                    .ok_or_else(|| doc.err(x, format!("<nvlink> has unknown target class \"{tclass}\"")))?;
                 let remote = match class {
                     PciClass::Gpu => {
-                        let t = ctx.busid(x, "target")?;
+                        let t = busid(doc, x, "target")?;
                         match self.find(NodeKind::Gpu, t) {
                             Some(r) => Some(r),
                             None if all_busids.contains(&t) => None,
                             None => {
-                                return Err(ctx.err(
+                                return Err(doc.err(
                                     x,
                                     format!(
                                         "NVLink from GPU {} to GPU {} which is not in this file",
@@ -828,28 +804,28 @@ impl System {
                 }
             }
             "c2c" => {
-                let Some(pb) = parent_busid else { return Err(ctx.err(x, "<c2c> outside a GPU's <pci>")) };
+                let Some(pb) = parent_busid else { return Err(doc.err(x, "<c2c> outside a GPU's <pci>")) };
                 let Some(gpu) = self.find(NodeKind::Gpu, pb) else { return Ok(()) };
-                let bw = ctx.int(x, "bw")? as f32 * ctx.int(x, "count")? as f32 / 1000.0;
+                let bw = doc.int(x, "bw")? as f32 * doc.int(x, "count")? as f32 / 1000.0;
                 if let Some(cpu) = self.local_cpu(gpu) {
                     self.connect(gpu, cpu, LinkKind::C2c, bw);
                     self.connect(cpu, gpu, LinkKind::C2c, bw);
                 }
             }
             "pcilink" => {
-                let Some(pb) = parent_busid else { return Err(ctx.err(x, "<pcilink> outside a <pci>")) };
-                let t = ctx.busid(x, "target")?;
+                let Some(pb) = parent_busid else { return Err(doc.err(x, "<pcilink> outside a <pci>")) };
+                let t = busid(doc, x, "target")?;
                 if let (Some(a), Some(b)) = (self.find(NodeKind::Pci, pb), self.find(NodeKind::Pci, t)) {
                     self.connect(a, b, LinkKind::Loc, LOC_BW);
                 }
             }
             _ => {
                 let here = match x.attr("busid") {
-                    Some(_) if x.name == "pci" => Some(ctx.busid(x, "busid")?),
+                    Some(_) if x.name == "pci" => Some(busid(doc, x, "busid")?),
                     _ => parent_busid,
                 };
                 for c in &x.children {
-                    self.add_cross_links(ctx, c, here, all_busids)?;
+                    self.add_cross_links(doc, c, here, all_busids)?;
                 }
             }
         }

@@ -4,10 +4,10 @@
 //! `NCCL_GRAPH_FILE` and `NCCL_GRAPH_DUMP_FILE`.
 use super::detect::{DetectedGpu, Detector, TopoEnv};
 use super::dump::{graphs_from_xml, graphs_to_xml};
-use super::search::{search_all, Graphs, SearchOptions};
+use super::search::{search_all, searched_system, Graphs, SearchOptions};
 use super::xml::{self, TopoError};
 use super::System;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The files init reads and writes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -51,14 +51,28 @@ pub fn init(
 ) -> Result<Topology, TopoError> {
     let doc = detector.local_topology(gpus, &env.topo)?;
     let system = System::from_xml(&doc)?;
-    let searched = if opts.nodes <= 1 { system.without_nets() } else { system.clone() };
+    let (_, graphs) =
+        search_with_files(&system, opts, env.graph_file.as_deref(), env.graph_dump_file.as_deref())?;
+    Ok(Topology { system, graphs })
+}
+
+/// Searches `system` (see [`search_all`]) unless `graph_file` gives the graphs, and writes the
+/// result to `graph_dump_file` in NCCL's format. Returns the system the graphs are for (see
+/// [`searched_system`]) with them.
+pub fn search_with_files(
+    system: &System,
+    opts: &SearchOptions,
+    graph_file: Option<&Path>,
+    graph_dump_file: Option<&Path>,
+) -> Result<(System, Graphs), TopoError> {
+    let searched = searched_system(system, opts.nodes);
     let mut opts = opts.clone();
-    if let Some(f) = &env.graph_file {
+    if let Some(f) = graph_file {
         opts.given = graphs_from_xml(&xml::read_file(f)?, &searched)?;
     }
-    let graphs = search_all(&system, &opts);
-    if let Some(f) = &env.graph_dump_file {
+    let graphs = search_all(system, &opts);
+    if let Some(f) = graph_dump_file {
         xml::write_file(&graphs_to_xml(&searched, &graphs), f)?;
     }
-    Ok(Topology { system, graphs })
+    Ok((searched, graphs))
 }

@@ -157,7 +157,7 @@ impl Paths {
             for &src in sys.ids(NodeKind::Gpu) {
                 if !p.p2p_allowed(sys, src, g) {
                     if let Some(cpu) = p.local_cpu(sys, g) {
-                        p.add_inter_step(sys, NodeKind::Cpu, cpu, src, g);
+                        p.add_inter_step(NodeKind::Cpu, cpu, src, g);
                     }
                 }
             }
@@ -181,14 +181,14 @@ impl Paths {
                             && pg.ty <= PathType::Nvl
                             && (pn.bw > gn.bw || gn.ty > PathType::Pxb)
                         {
-                            p.add_inter_step(sys, NodeKind::Gpu, peer, g, net);
+                            p.add_inter_step(NodeKind::Gpu, peer, g, net);
                         }
                     }
                 }
                 if !p.gdr_allowed(sys, g, net) {
                     if let Some(cpu) = p.local_cpu(sys, g) {
-                        p.add_inter_step(sys, NodeKind::Cpu, cpu, net, g);
-                        p.add_inter_step(sys, NodeKind::Cpu, cpu, g, net);
+                        p.add_inter_step(NodeKind::Cpu, cpu, net, g);
+                        p.add_inter_step(NodeKind::Cpu, cpu, g, net);
                     }
                 }
             }
@@ -273,7 +273,7 @@ impl Paths {
     }
 
     /// Replaces `src → dst` by `src → via → dst`.
-    fn add_inter_step(&mut self, _sys: &System, via_kind: NodeKind, via: NodeId, src: NodeId, dst: NodeId) {
+    fn add_inter_step(&mut self, via_kind: NodeKind, via: NodeId, src: NodeId, dst: NodeId) {
         let (Some(a), Some(b)) = (self.get(src, via).cloned(), self.get(via, dst).cloned()) else { return };
         let mut hops = a.hops;
         hops.extend_from_slice(&b.hops);

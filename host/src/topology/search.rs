@@ -309,11 +309,22 @@ impl Graphs {
     }
 }
 
+/// The system a search over `nodes` nodes works on: without the network ports for one node
+/// (NCCL trims them when every rank is on this node), as is otherwise. Graph files are read
+/// and written against it.
+pub fn searched_system(sys: &System, nodes: usize) -> System {
+    if nodes <= 1 {
+        sys.without_nets()
+    } else {
+        sys.clone()
+    }
+}
+
 /// Runs the ring, tree, CollNet and NVLS searches on `sys` (the system as given: pass a
 /// system without NETs, or set `nodes` to 1, for a single-node communicator).
 pub fn search_all(sys: &System, opts: &SearchOptions) -> Graphs {
     let start = Instant::now();
-    let sys = if opts.nodes <= 1 { sys.without_nets() } else { sys.clone() };
+    let sys = searched_system(sys, opts.nodes);
     let paths = Paths::compute(&sys, &opts.paths);
     let ngpus = sys.count(NodeKind::Gpu);
     let ring = compute(&sys, &paths, Graph::new(0, Pattern::Ring, ngpus, 1, MAXCHANNELS / 2), opts);
@@ -417,13 +428,9 @@ pub fn compute(sys: &System, paths: &Paths, mut graph: Graph, opts: &SearchOptio
     graph.same_channels = try_same;
 
     let (cc_min, _) = sys.sm_range();
-    if graph.pattern == Pattern::Nvls && (sys.count(NodeKind::Nvs) == 0 || cc_min < 90) {
-        graph.type_intra = PathType::Loc;
-        graph.type_inter = PathType::Loc;
-        graph.same_channels = false;
-        return graph;
-    }
-    if graph.coll_net && nnets == 0 {
+    // No NVSwitch or pre-Hopper: no NVLS; no network: no CollNet. Both stay empty graphs.
+    let no_nvls = graph.pattern == Pattern::Nvls && (sys.count(NodeKind::Nvs) == 0 || cc_min < 90);
+    if no_nvls || (graph.coll_net && nnets == 0) {
         graph.type_intra = PathType::Loc;
         graph.type_inter = PathType::Loc;
         graph.same_channels = false;

@@ -115,6 +115,34 @@ impl XmlDoc {
     pub fn err(&self, node: &XmlNode, message: impl Into<String>) -> TopoError {
         TopoError::at(&self.source, (node.line > 0).then_some(node.line), message)
     }
+
+    /// A required attribute of `n`, or an error naming it.
+    pub fn req<'n>(&self, n: &'n XmlNode, key: &str) -> Result<&'n str, TopoError> {
+        n.attr(key).ok_or_else(|| self.err(n, format!("<{}> is missing required attribute `{key}`", n.name)))
+    }
+
+    /// A required integer attribute (decimal or `0x`).
+    pub fn int(&self, n: &XmlNode, key: &str) -> Result<i64, TopoError> {
+        let v = self.req(n, key)?;
+        parse_int(v)
+            .ok_or_else(|| self.err(n, format!("<{}> attribute `{key}`=\"{v}\" is not an integer", n.name)))
+    }
+
+    /// An optional integer attribute, `default` when absent (an error when malformed).
+    pub fn int_or(&self, n: &XmlNode, key: &str, default: i64) -> Result<i64, TopoError> {
+        match n.attr(key) {
+            None => Ok(default),
+            Some(_) => self.int(n, key),
+        }
+    }
+
+    /// A required floating-point attribute.
+    pub fn float(&self, n: &XmlNode, key: &str) -> Result<f32, TopoError> {
+        let v = self.req(n, key)?;
+        v.trim()
+            .parse::<f32>()
+            .map_err(|_| self.err(n, format!("<{}> attribute `{key}`=\"{v}\" is not a number", n.name)))
+    }
 }
 
 /// Parses XML text; `source` names it in errors. Comments may appear anywhere.
