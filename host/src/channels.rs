@@ -202,7 +202,7 @@ pub fn connect(graphs: &Graphs, nodes: usize, rank: Rank) -> Result<RankChannels
         let child_side = |t: &TreeLinks| if t.child_type == 0 { to_child0 } else { to_child1 };
         if me == to_parent.0 as usize {
             if let Some(u) = t0.up {
-                peers.up = Some(global(u, child_side(&btree(nodes, node))));
+                peers.up = Some(global(u, child_side(&t0)));
             }
             if let Some(u) = t1.up {
                 peers1.up = Some(global(u, child_side(&t1)));
@@ -237,17 +237,22 @@ pub fn ring_orders(graphs: &Graphs, nodes: usize) -> Result<Vec<Vec<Rank>>> {
     let n = graphs.ring.ngpus() * nodes;
     let all: Vec<RankChannels> =
         (0..n).map(|r| connect(graphs, nodes, Rank(r as u32))).collect::<Result<_>>()?;
+    Ok(ring_orders_of(&all))
+}
+
+/// [`ring_orders`] from every rank's wiring (`all[r]` is rank r's [`connect`]).
+pub fn ring_orders_of(all: &[RankChannels]) -> Vec<Vec<Rank>> {
     let nch = all.first().map_or(0, |a| a.ring.len());
-    Ok((0..nch)
+    (0..nch)
         .map(|c| {
             let mut order = vec![Rank(0)];
-            while order.len() < n {
+            while order.len() < all.len() {
                 let last = order.last().expect("non-empty").0 as usize;
                 order.push(all[last].ring[c].next);
             }
             order
         })
-        .collect())
+        .collect()
 }
 
 fn connect_nvls(g: &Graph, nodes: usize, node: usize, me: usize, local: usize) -> Option<NvlsPeers> {

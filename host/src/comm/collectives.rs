@@ -173,7 +173,7 @@ impl LocalGroup {
         dtype: DataType,
         op: ReduceOp,
     ) -> Result<()> {
-        self.checked(Collective::AllReduce, send, recv, count, dtype, op, 0, Algorithm::Ring)
+        self.all_reduce_with(send, recv, count, dtype, op, Algorithm::Ring)
     }
 
     /// [`LocalGroup::all_reduce`] with a chosen algorithm: the rings, or the trees of

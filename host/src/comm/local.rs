@@ -59,13 +59,15 @@ impl GroupConfig {
     /// assert_eq!(cfg.rings.as_ref().unwrap().len(), cfg.nchannels);
     /// ```
     pub fn from_topology(graphs: &crate::topology::search::Graphs) -> Result<Self> {
-        let orders = crate::channels::ring_orders(graphs, 1)?;
         let nranks = graphs.ring.ngpus();
-        let rings: Vec<Vec<usize>> =
-            orders.iter().take(64).map(|o| o.iter().map(|r| r.0 as usize).collect()).collect();
         let peers: Vec<crate::channels::RankChannels> = (0..nranks)
             .map(|r| crate::channels::connect(graphs, 1, crate::topology::Rank(r as u32)))
             .collect::<Result<_>>()?;
+        let rings: Vec<Vec<usize>> = crate::channels::ring_orders_of(&peers)
+            .iter()
+            .take(64)
+            .map(|o| o.iter().map(|r| r.0 as usize).collect())
+            .collect();
         let trees: Vec<Vec<Option<usize>>> = (0..rings.len())
             .map(|c| peers.iter().map(|p| p.tree.get(c).and_then(|t| t.up).map(|u| u.0 as usize)).collect())
             .collect();
@@ -370,10 +372,7 @@ impl LocalGroup {
         root: usize,
         red_op_arg: u64,
     ) -> Result<()> {
-        if self.cfg.nranks == 1 {
-            return self.run_one_rank(coll, dtype, op, bufs, count, red_op_arg);
-        }
-        self.run(&ring_kernel_name(dtype), false, coll, op, bufs, count, root, red_op_arg)
+        self.run(dtype, false, coll, op, bufs, count, root, red_op_arg)
     }
 
     /// One rank: nothing to exchange. The result is the input with the op's pre- and post-op
@@ -427,16 +426,13 @@ impl LocalGroup {
         count: u64,
         red_op_arg: u64,
     ) -> Result<()> {
-        if self.cfg.nranks == 1 {
-            return self.run_one_rank(Collective::AllReduce, dtype, op, bufs, count, red_op_arg);
-        }
-        self.run(&tree_kernel_name(dtype), true, Collective::AllReduce, op, bufs, count, 0, red_op_arg)
+        self.run(dtype, true, Collective::AllReduce, op, bufs, count, 0, red_op_arg)
     }
 
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
-        kernel: &str,
+        dtype: DataType,
         tree: bool,
         coll: Collective,
         op: RedOp,
@@ -452,6 +448,11 @@ impl LocalGroup {
             ));
         }
         let n = self.cfg.nranks;
+        if n == 1 {
+            return self.run_one_rank(coll, dtype, op, bufs, count, red_op_arg);
+        }
+        let kernel = if tree { tree_kernel_name(dtype) } else { ring_kernel_name(dtype) };
+        let kernel = kernel.as_str();
         self.abort.store_u32(0, 0)?;
         let cfg = LaunchConfig::linear(self.cfg.nchannels as u32, self.cfg.nthreads).with_smem(shm_bytes(1));
         let mut launch_errors = Vec::new();
