@@ -7,12 +7,10 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use rsccl::topology::paths::{PathOptions, Paths};
 use rsccl::topology::search::{search_all, SearchOptions};
 use rsccl::topology::{xml, System};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 fn p5() -> String {
-    let p =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/topology/aws_p5.48xl-topo.xml");
+    let p = rsccl_suite::shared_dir().join("fixtures/topology/aws_p5.48xl-topo.xml");
     std::fs::read_to_string(p).expect("p5 fixture")
 }
 

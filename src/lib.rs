@@ -5,3 +5,12 @@ pub mod reduce_copy_check;
 pub mod reference;
 pub mod ring_check;
 pub mod tree_check;
+
+/// The project's shared folder (fixtures, seeds): `../shared` beside the repository, or
+/// `RSCCL_SHARED` for a checkout elsewhere (CI clones into a temporary directory).
+pub fn shared_dir() -> std::path::PathBuf {
+    match std::env::var_os("RSCCL_SHARED") {
+        Some(d) if !d.is_empty() => d.into(),
+        _ => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"),
+    }
+}

@@ -156,8 +156,7 @@ fn named_scratch_buffers_get_disjoint_regions() {
 fn ring_allreduce_4_ranks_matches_msccl_tools_output() {
     // The fixture is msccl-tools' allreduce_a100_ring.py 4 1 1 --protocol LL128.
     let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/fixtures/msccl/allreduce_a100_ring_4gpu_1ch_1inst_LL128.xml"),
+        rsccl_suite::shared_dir().join("fixtures/msccl/allreduce_a100_ring_4gpu_1ch_1inst_LL128.xml"),
     )
     .unwrap();
     let (want, _) = ir::parse(&text).unwrap();

@@ -6,7 +6,7 @@ use rsccl::msccl::{MscclError, Rank, StepIdx, TbId};
 use std::path::PathBuf;
 
 fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/msccl")
+    rsccl_suite::shared_dir().join("fixtures/msccl")
 }
 
 fn fixtures() -> Vec<PathBuf> {

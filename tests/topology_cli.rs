@@ -6,11 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn fixture(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/topology")
-        .join(name)
-        .display()
-        .to_string()
+    rsccl_suite::shared_dir().join("fixtures/topology").join(name).display().to_string()
 }
 
 fn tmp(name: &str) -> PathBuf {

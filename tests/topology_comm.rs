@@ -6,10 +6,9 @@ use rsccl::comm::{BufRef, GroupConfig, LocalGroup, ReduceOp};
 use rsccl::topology::search::{search_all, SearchOptions};
 use rsccl::topology::{xml, System};
 use rsccl_device::dtype::DataType;
-use std::path::PathBuf;
 
 fn config(file: &str) -> GroupConfig {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/topology").join(file);
+    let p = rsccl_suite::shared_dir().join("fixtures/topology").join(file);
     let sys = System::from_xml(&xml::read_file(&p).unwrap()).unwrap();
     let mut cfg = GroupConfig::from_topology(&search_all(&sys, &SearchOptions::default())).unwrap();
     // Small blocks and steps keep the emulator quick; the wiring is what is under test.

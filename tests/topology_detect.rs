@@ -10,15 +10,8 @@ use rsccl::topology::detect::{
 };
 use rsccl::topology::xml::{self, XmlNode};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/topology");
-
 fn fixture(name: &str) -> PathBuf {
-    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("shared/fixtures/topology").join(name);
-    if local.exists() {
-        local
-    } else {
-        Path::new(FIXTURES).join(name)
-    }
+    rsccl_suite::shared_dir().join("fixtures/topology").join(name)
 }
 
 /// A fresh, empty directory under the system temp dir (removed on drop).

@@ -105,7 +105,7 @@ fn missing_file_is_named() {
 }
 
 fn fixture_texts() -> Vec<String> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/topology");
+    let dir = rsccl_suite::shared_dir().join("fixtures/topology");
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -10,7 +10,7 @@ use rsccl::topology::{xml, NodeId, NodeKind, Rank, System, XmlNode};
 use std::path::PathBuf;
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/topology")
+    rsccl_suite::shared_dir().join("fixtures/topology")
 }
 
 fn all_files() -> Vec<PathBuf> {

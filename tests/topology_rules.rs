@@ -215,8 +215,7 @@ fn intel_p2p_overhead_costs_pci_bandwidth_in_the_search() {
 #[test]
 fn a_search_out_of_time_returns_the_best_so_far() {
     use std::time::Duration;
-    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/topology/aws_p5.48xl-topo.xml");
+    let p = rsccl_suite::shared_dir().join("fixtures/topology/aws_p5.48xl-topo.xml");
     let s = System::from_xml(&xml::read_file(&p).unwrap()).unwrap();
     let full = search_all(&s, &SearchOptions { nodes: 2, ..Default::default() });
     // Out of time from the start: every attempt stops at its first budget check, and each
@@ -261,8 +260,7 @@ fn nvls_head_needs_twice_the_bandwidth() {
 #[test]
 fn split_tree_and_collnet_searches_across_nodes() {
     use rsccl::topology::search::{compute, Graph, Pattern};
-    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/topology/ibm-cloud-docs_vpc_h100-gx3d-topo.xml");
+    let p = rsccl_suite::shared_dir().join("fixtures/topology/ibm-cloud-docs_vpc_h100-gx3d-topo.xml");
     // The same machine with collective offload (SHARP) on its NICs.
     let text = std::fs::read_to_string(&p).unwrap().replace("gdr=\"1\"/>", "gdr=\"1\" coll=\"1\"/>");
     let s = System::from_xml(&xml::parse(&text, "ibm-coll.xml").unwrap()).unwrap();

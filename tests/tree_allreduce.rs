@@ -9,7 +9,6 @@ use rsccl::topology::{xml, System};
 use rsccl::Error;
 use rsccl_device::dtype::DataType;
 use rsccl_suite::tree_check;
-use std::path::PathBuf;
 use std::time::Duration;
 
 fn run(cfg: GroupConfig, t: DataType, op: ReduceOp, count: usize, in_place: bool) {
@@ -82,8 +81,8 @@ fn double_binary_trees() {
 
 #[test]
 fn trees_from_the_topology_search() {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/topology/simllm_perlmutter_a100_nid001056_nccl_topo.xml");
+    let p =
+        rsccl_suite::shared_dir().join("fixtures/topology/simllm_perlmutter_a100_nid001056_nccl_topo.xml");
     let sys = System::from_xml(&xml::read_file(&p).unwrap()).unwrap();
     let mut cfg = GroupConfig::from_topology(&search_all(&sys, &SearchOptions::default())).unwrap();
     cfg.nthreads = 64;
