@@ -56,6 +56,7 @@ fn ring_all_reduce(gpu: &Arc<dyn Backend>, copy_bytes_per_s: f64) {
 }
 
 fn main() {
+    rsccl_suite::test_kernels::register();
     let gpu = match backend::gpu() {
         Ok(g) => g,
         Err(e) => {

@@ -14,3 +14,16 @@ pub fn shared_dir() -> std::path::PathBuf {
         _ => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"),
     }
 }
+
+/// The test kernels' modules (self-tests, reduce-copy kernels): built by `cargo xtask build-ptx`
+/// into `host/ptx/test/` beside the library's, but not embedded in the library.
+pub mod test_kernels {
+    use rsccl::ptx::Module;
+    include!("../host/ptx/test/modules.rs");
+
+    /// Makes the test kernels loadable by the GPU backend (the library's are always there).
+    pub fn register() {
+        rsccl::ptx::register_modules("sm_90", SM_90);
+        rsccl::ptx::register_modules("sm_80", SM_80);
+    }
+}

@@ -10,6 +10,14 @@ fn bad_group_configurations_are_rejected_with_the_reason() {
         (GroupConfig::new(2, 0), "nchannels 0 is outside 1..=64"),
         (GroupConfig { nthreads: 100, ..GroupConfig::new(2, 1) }, "nthreads 100 must be a multiple of 32"),
         (
+            GroupConfig { nthreads: 1024, ..GroupConfig::new(2, 1) },
+            "nthreads 1024 exceeds the 512 threads per block the collective kernels are built for",
+        ),
+        (
+            GroupConfig { step_bytes: 128 << 20, ..GroupConfig::new(2, 1) },
+            "step_bytes 134217728 must be a multiple of 128 in 128..=67108864",
+        ),
+        (
             GroupConfig { step_bytes: 100, ..GroupConfig::new(2, 1) },
             "step_bytes 100 must be a multiple of 128",
         ),
@@ -26,6 +34,24 @@ fn bad_group_configurations_are_rejected_with_the_reason() {
         let err = LocalGroup::new(&be, cfg).err().expect("configuration must be rejected");
         assert!(err.to_string().contains(want), "{err} (wanted: {want})");
     }
+}
+
+#[test]
+fn a_launch_above_the_kernels_declared_block_size_is_refused_by_the_backend() {
+    use rsccl::backend::{Backend, LaunchConfig};
+    use rsccl_device::coll::kernels::{CollKernel, SIMPLE_THREADS};
+    use rsccl_device::coll::ring::RingArgs;
+    use rsccl_device::coll::Collective;
+    use rsccl_device::dtype::DataType;
+    let be = backend::cpu();
+    let k = CollKernel::ring(Collective::AllReduce, DataType::F32).name();
+    let entry = rsccl_device::kernels::find(&k).expect("registered");
+    assert_eq!(entry.max_threads, SIMPLE_THREADS);
+    let err = (*be)
+        .launch(&k, LaunchConfig::linear(1, SIMPLE_THREADS + 32), &RingArgs::default())
+        .expect_err("more threads than .maxntid must be refused");
+    assert!(err.to_string().contains("544 threads per block exceeds the 512"), "{err}");
+    let _: &dyn Backend = &*be;
 }
 
 #[test]

@@ -159,6 +159,21 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
             Ok(())
         }),
     ));
+    v.push((
+        "first_use_loads_the_f32_ring_all_reduce_module_within_a_second",
+        Box::new(|_| {
+            // A fresh backend has no module loaded: the first use loads just this kernel's.
+            let be = rsccl::backend::GpuBackend::new(0).map_err(|e| e.to_string())?;
+            let name =
+                rsccl_device::coll::kernels::CollKernel::ring(Collective::AllReduce, DataType::F32).name();
+            let t = be.preload(&name).map_err(|e| e.to_string())?;
+            println!("  first use of {name}: module loaded in {t:.2?}");
+            if t > std::time::Duration::from_secs(1) {
+                return Err(format!("loading {name} took {t:.2?}, over 1 s"));
+            }
+            Ok(())
+        }),
+    ));
     // Last: a trap leaves a CUDA context unusable, so nothing may run after it.
     v.push(("trap_reports_error", Box::new(checks::trap_reports_error)));
     v
@@ -167,6 +182,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
 fn main() -> ExitCode {
     let cpu = backend::cpu();
     let all = cases(cpu);
+    rsccl_suite::test_kernels::register();
     let gpu = match backend::gpu() {
         Ok(g) => g,
         Err(e) => {

@@ -1,17 +1,77 @@
-//! Facts about the committed PTX modules (`host/ptx/`, what the host embeds and CI keeps fresh):
-//! the sm_90 module has the NVLS multimem forms reduceCopy and step polling need, the sm_80
-//! module has none (multimem needs sm_90), and both export a reduce-copy kernel per (type, op).
-//! ptxas acceptance is checked by `cargo xtask build-ptx`, which assembles every module; this
-//! test also runs ptxas when one is on PATH (or in $PTXAS).
+//! Facts about the committed kernel modules (`host/ptx/`, what the host embeds and CI keeps
+//! fresh): one module per kernel entry, each carrying its launch bound; the library ships only
+//! what it launches (test kernels live in `host/ptx/test/`); the sm_90 modules have the NVLS
+//! multimem forms reduceCopy and step polling need, the sm_80 ones none (multimem needs sm_90)
+//! and no FP8. ptxas acceptance and the resource audit are `cargo xtask build-ptx`'s (CI).
+use rsccl::ptx::{self, Module};
+use rsccl_device::coll::kernels::{CollKernel, SIMPLE_THREADS};
+use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
+use rsccl_device::kernels::{self, KernelSet};
 use rsccl_device::redop::RedOp;
 use rsccl_device::reduce_kernels::kernel_name;
+use rsccl_suite::test_kernels;
 
-const SM90: &str = include_str!("../host/ptx/rsccl_sm_90.ptx");
-const SM80: &str = include_str!("../host/ptx/rsccl_sm_80.ptx");
+fn text(ms: &[Module]) -> String {
+    ms.iter().map(|m| m.ptx).collect()
+}
 
 #[test]
-fn sm90_ptx_has_multimem_ld_reduce_for_f32_f16_bf16_sum_u64_min_and_multimem_st() {
+fn every_library_module_exports_one_entry_with_its_launch_bound_and_fits_a_block() {
+    for arch in ["sm_90", "sm_80"] {
+        let mods = ptx::library(arch);
+        assert!(!mods.is_empty(), "no {arch} modules");
+        for m in mods {
+            assert_eq!(ptx::entry_points(m.ptx).collect::<Vec<_>>(), [m.entry], "{arch} {}", m.entry);
+            let entry =
+                kernels::find(m.entry).unwrap_or_else(|| panic!("{} is not in the registry", m.entry));
+            assert_eq!(entry.set, KernelSet::Library, "{} ships in the library", m.entry);
+            assert_eq!(m.max_threads, entry.max_threads, "{}", m.entry);
+            let bound = format!(".maxntid {}, 1, 1", m.max_threads);
+            assert!(m.ptx.contains(&bound), "{arch} {} lacks `{bound}`", m.entry);
+            // The audit's bounds, as recorded from ptxas: a block of max_threads fits, no stack.
+            assert!(m.registers > 0 && m.registers * m.max_threads <= 65536, "{arch} {}: {m:?}", m.entry);
+            assert!(m.stack_bytes <= 256, "{arch} {}: {} B stack", m.entry, m.stack_bytes);
+            assert!(m.cubin.is_some_and(|c| !c.is_empty()), "{arch} {} has no cubin", m.entry);
+        }
+    }
+}
+
+#[test]
+fn the_library_has_every_collective_kernel_and_no_test_kernel() {
+    for arch in ["sm_90", "sm_80"] {
+        for t in DataType::ALL.into_iter().filter(|t| arch == "sm_90" || !t.requires_sm90()) {
+            let ks = [
+                CollKernel::ring(Collective::AllReduce, t),
+                CollKernel::ring(Collective::ReduceScatter, t),
+                CollKernel::ring(Collective::Reduce, t),
+                CollKernel::ring(Collective::AllGather, t),
+                CollKernel::ring(Collective::Broadcast, t),
+                CollKernel::TreeAllReduce(t),
+                CollKernel::OneRank(t),
+            ];
+            for k in ks {
+                let m = ptx::find(arch, &k.name()).unwrap_or_else(|| panic!("{arch} lacks {}", k.name()));
+                assert_eq!(m.max_threads, SIMPLE_THREADS);
+            }
+        }
+        for m in ptx::library(arch) {
+            assert!(
+                !m.entry.contains("selftest") && !m.entry.contains("redcopy"),
+                "{arch} ships {}",
+                m.entry
+            );
+        }
+    }
+    // FP8 kernels exist only for sm_90.
+    assert!(ptx::library("sm_80").iter().all(|m| !m.entry.contains("e4m3") && !m.entry.contains("e5m2")));
+}
+
+#[test]
+fn sm90_modules_have_multimem_ld_reduce_for_f32_f16_bf16_sum_u64_min_and_multimem_st() {
+    let (lib, test) = (text(ptx::library("sm_90")), text(test_kernels::SM_90));
+    // Step polling of NVLS connections is part of every collective kernel.
+    assert!(lib.contains("multimem.ld_reduce.acquire.sys.global.min.u64"));
     for ins in [
         "multimem.ld_reduce.relaxed.sys.global.add.v4.f32",
         "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.f16x2",
@@ -22,9 +82,9 @@ fn sm90_ptx_has_multimem_ld_reduce_for_f32_f16_bf16_sum_u64_min_and_multimem_st(
         "multimem.st.relaxed.sys.global.v4.f32",
         "multimem.st.relaxed.sys.global.b64",
     ] {
-        assert!(SM90.contains(ins), "sm_90 PTX lacks `{ins}`");
+        assert!(test.contains(ins), "sm_90 test PTX lacks `{ins}`");
     }
-    // Packed narrow-float arithmetic and the FP8 conversions the reductions use.
+    // Packed narrow-float arithmetic and the FP8 conversions the collectives' reductions use.
     for ins in [
         "add.rn.f16x2",
         "add.rn.bf16x2",
@@ -32,44 +92,29 @@ fn sm90_ptx_has_multimem_ld_reduce_for_f32_f16_bf16_sum_u64_min_and_multimem_st(
         "cvt.rn.satfinite.e4m3x2.f16x2",
         "cvt.rn.f16x2.e5m2x2",
     ] {
-        assert!(SM90.contains(ins), "sm_90 PTX lacks `{ins}`");
+        assert!(lib.contains(ins), "sm_90 library PTX lacks `{ins}`");
     }
 }
 
 #[test]
-fn sm80_ptx_has_no_multimem_and_no_fp8_kernels() {
-    assert!(!SM80.contains("multimem"), "the sm_80 PTX contains a multimem instruction");
-    assert!(!SM80.contains("e4m3") && !SM80.contains("e5m2"), "the sm_80 PTX mentions FP8");
+fn sm80_modules_have_no_multimem_and_no_fp8() {
+    for t in [text(ptx::library("sm_80")), text(test_kernels::SM_80)] {
+        assert!(!t.contains("multimem"), "the sm_80 PTX contains a multimem instruction");
+        assert!(!t.contains("e4m3") && !t.contains("e5m2"), "the sm_80 PTX mentions FP8");
+    }
     // sm_80 has no add.bf16x2: the sum is an fma with 1.0.
-    assert!(SM80.contains("fma.rn.bf16x2") && !SM80.contains("add.rn.bf16x2"));
+    let lib = text(ptx::library("sm_80"));
+    assert!(lib.contains("fma.rn.bf16x2") && !lib.contains("add.rn.bf16x2"));
 }
 
 #[test]
-fn both_modules_export_a_redcopy_kernel_per_type_and_op() {
+fn test_modules_export_a_redcopy_kernel_per_type_and_op() {
     for t in DataType::ALL {
         for op in RedOp::ALL.into_iter().filter(|op| op.supports(t)) {
-            let entry = format!(".entry {}(", kernel_name(t, op));
-            assert!(SM90.contains(&entry), "sm_90 lacks {entry}");
-            assert_eq!(SM80.contains(&entry), !t.requires_sm90(), "sm_80 and {entry}");
+            let name = kernel_name(t, op);
+            assert!(test_kernels::SM_90.iter().any(|m| m.entry == name), "sm_90 lacks {name}");
+            let on80 = test_kernels::SM_80.iter().any(|m| m.entry == name);
+            assert_eq!(on80, !t.requires_sm90(), "sm_80 and {name}");
         }
-    }
-}
-
-#[test]
-fn ptxas_accepts_both_modules_when_available() {
-    let ptxas = std::env::var("PTXAS").unwrap_or_else(|_| "ptxas".into());
-    if std::process::Command::new(&ptxas).arg("--version").output().is_err() {
-        eprintln!("SKIPPED: no ptxas on PATH or in $PTXAS (cargo xtask build-ptx assembles both)");
-        return;
-    }
-    for (arch, file) in [("sm_90", "rsccl_sm_90.ptx"), ("sm_80", "rsccl_sm_80.ptx")] {
-        let path = format!("{}/host/ptx/{file}", env!("CARGO_MANIFEST_DIR"));
-        let out = std::env::temp_dir().join(format!("rsccl_check_{arch}.cubin"));
-        let st = std::process::Command::new(&ptxas)
-            .args(["-arch", arch, &path, "-o"])
-            .arg(&out)
-            .output()
-            .expect("ptxas runs");
-        assert!(st.status.success(), "ptxas -arch {arch}: {}", String::from_utf8_lossy(&st.stderr));
     }
 }

@@ -2,39 +2,82 @@
 //! and, on the host, a registry the CPU backend launches by name.
 //!
 //! Every kernel takes a single `#[repr(C)]` [`bytemuck::Pod`] argument struct by value, so the
-//! host passes the same bytes to `cuLaunchKernel` and to the emulator.
+//! host passes the same bytes to `cuLaunchKernel` and to the emulator, and declares once the
+//! block size it is launched with: the PTX carries it as a `// rsccl.kernel NAME maxntid=N`
+//! line that `cargo xtask build-ptx` turns into the entry's `.maxntid N, 1, 1` (NCCL's
+//! `__launch_bounds__`), and both backends refuse a launch with more threads.
+//!
+//! Kernels come in two sets, each compiled into its own PTX (`--cfg rsccl_kernels="lib"` or
+//! `"test"`): [`KernelSet::Library`], what the library launches and embeds, and
+//! [`KernelSet::Test`], self-tests and reduce-copy kernels for tests, benchmarks and the GPU
+//! bundle. The host registry holds both.
 use crate::copy::{copy_kernel, CopyArgs};
 
-/// A kernel as the host emulator runs it: its name, argument size and the body each thread runs.
+/// Which PTX a kernel is compiled into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelSet {
+    /// Launched by the library: embedded in the `rsccl` crate.
+    Library,
+    /// Self-tests and reduce-copy kernels: built for tests and the GPU bundle only.
+    Test,
+}
+
+/// A kernel as the host emulator runs it: its name, argument size, block-size bound and the
+/// body each thread runs.
 #[cfg(not(target_arch = "nvptx64"))]
 #[derive(Clone, Copy)]
 pub struct KernelEntry {
     /// Exported symbol name (the same as in the PTX module).
     pub name: &'static str,
+    /// The PTX it is compiled into.
+    pub set: KernelSet,
     /// Size of the argument struct in bytes.
     pub args_bytes: usize,
+    /// Most threads per block it is built for (the PTX `.maxntid`).
+    pub max_threads: u32,
     /// Runs the kernel body for the calling emulated thread, decoding the argument bytes.
     pub body: fn(&[u8]),
 }
 
-/// Declares kernels: `name(ArgsType) => body_fn;`, collected into a named table.
+/// Declares kernels, collected into a named table of one [`KernelSet`] (`lib` or `test`):
+/// `name(ArgsType) [max_threads] => body_fn;`.
 #[macro_export]
 macro_rules! kernel_table {
-    ($table:ident { $( $(#[$m:meta])* $name:ident($args:ty) => $body:path; )* }) => {
+    ($table:ident, lib { $($body:tt)* }) => {
+        $crate::kernel_table!(@emit $table, "lib", Library { $($body)* });
+    };
+    ($table:ident, test { $($body:tt)* }) => {
+        $crate::kernel_table!(@emit $table, "test", Test { $($body)* });
+    };
+    (@emit $table:ident, $set:literal, $kind:ident {
+        $( $(#[$m:meta])* $name:ident($args:ty) [$threads:expr] => $body:path; )*
+    }) => {
         $(
             $(#[$m])*
-            #[cfg(target_arch = "nvptx64")]
+            #[cfg(all(target_arch = "nvptx64", rsccl_kernels = $set))]
             #[no_mangle]
             pub unsafe extern "ptx-kernel" fn $name(args: $args) {
                 $body(&args)
             }
+            // The launch bound travels in the PTX; build-ptx makes it the entry's `.maxntid`.
+            #[cfg(all(target_arch = "nvptx64", rsccl_kernels = $set))]
+            core::arch::global_asm!(
+                concat!("// rsccl.kernel ", stringify!($name), " maxntid={0}"),
+                const $threads
+            );
         )*
         /// Host registry of the kernels declared with this table.
         #[cfg(not(target_arch = "nvptx64"))]
         pub static $table: &[$crate::kernels::KernelEntry] = &[
             $( $crate::kernels::KernelEntry {
                 name: stringify!($name),
+                set: $crate::kernels::KernelSet::$kind,
                 args_bytes: core::mem::size_of::<$args>(),
+                max_threads: {
+                    const T: u32 = $threads;
+                    const _: () = assert!(T >= 32 && T <= 1024 && T % 32 == 0);
+                    T
+                },
                 body: |bytes| {
                     let args: $args = bytemuck::pod_read_unaligned(bytes);
                     $body(&args)
@@ -44,9 +87,12 @@ macro_rules! kernel_table {
     };
 }
 
-kernel_table!(COPY_KERNELS {
+/// Block size of `rsccl_copy` (a grid-stride loop: any size up to this works).
+pub const COPY_THREADS: u32 = 512;
+
+kernel_table!(COPY_KERNELS, lib {
     /// Vectorised grid-stride copy ([`copy_kernel`]).
-    rsccl_copy(CopyArgs) => copy_kernel;
+    rsccl_copy(CopyArgs) [COPY_THREADS] => copy_kernel;
 });
 
 /// Every kernel table of the crate.
@@ -61,7 +107,8 @@ pub fn tables() -> impl Iterator<Item = &'static [KernelEntry]> {
 /// Finds a kernel by its exported name.
 ///
 /// ```
-/// assert!(rsccl_device::kernels::find("rsccl_copy").is_some());
+/// let copy = rsccl_device::kernels::find("rsccl_copy").unwrap();
+/// assert_eq!(copy.max_threads, rsccl_device::kernels::COPY_THREADS);
 /// assert!(rsccl_device::kernels::find("no_such_kernel").is_none());
 /// ```
 #[cfg(not(target_arch = "nvptx64"))]

@@ -32,6 +32,7 @@ pub mod redop;
 pub mod reduce_copy;
 pub mod reduce_kernels;
 pub mod selftest;
+pub mod unroll;
 
 pub use ptr::DevPtr;
 

@@ -162,26 +162,26 @@ pub fn lanewise2<T: Elem, const N: usize>(
     b: BytePack<N>,
     f: impl Fn(T, T) -> T,
 ) -> BytePack<N> {
-    let mut out = a;
-    let mut i = 0;
-    while i < N / T::BYTES {
+    // Lanes are ORed into zeroed words (`to_bits` zero-extends): no read-modify-write of the
+    // other lanes, which for 16 byte lanes was most of the instructions.
+    let mut words = [0u64; 2];
+    crate::unroll::unrolled(N / T::BYTES, |i| {
         let v = f(T::from_bits(a.lane(T::BYTES, i)), T::from_bits(b.lane(T::BYTES, i)));
-        out.set_lane(T::BYTES, i, v.to_bits());
-        i += 1;
-    }
-    out
+        let bit = 8 * T::BYTES * i;
+        words[bit / 64] |= v.to_bits() << (bit % 64);
+    });
+    BytePack::from_words(words[0], words[1])
 }
 
 /// `f` over the element lanes of `a`.
 #[inline(always)]
 pub fn lanewise1<T: Elem, const N: usize>(a: BytePack<N>, f: impl Fn(T) -> T) -> BytePack<N> {
-    let mut out = a;
-    let mut i = 0;
-    while i < N / T::BYTES {
-        out.set_lane(T::BYTES, i, f(T::from_bits(a.lane(T::BYTES, i))).to_bits());
-        i += 1;
-    }
-    out
+    let mut words = [0u64; 2];
+    crate::unroll::unrolled(N / T::BYTES, |i| {
+        let bit = 8 * T::BYTES * i;
+        words[bit / 64] |= f(T::from_bits(a.lane(T::BYTES, i))).to_bits() << (bit % 64);
+    });
+    BytePack::from_words(words[0], words[1])
 }
 
 /// `f` over the 32-bit words of two packs of 16-bit elements; a 2-byte pack is one half-used word.
@@ -192,16 +192,66 @@ fn x2_words<const N: usize>(a: BytePack<N>, b: BytePack<N>, f: impl Fn(u32, u32)
         return BytePack::from_words(f(a.u32_lane(0), b.u32_lane(0)) as u64, 0);
     }
     let mut out = a;
-    let mut i = 0;
-    while i < N / 4 {
-        out.set_lane(4, i, f(a.u32_lane(i), b.u32_lane(i)) as u64);
-        i += 1;
-    }
+    crate::unroll::unrolled(N / 4, |i| out.set_lane(4, i, f(a.u32_lane(i), b.u32_lane(i)) as u64));
     out
 }
 
+/// Byte lanes eight to a 64-bit word (SWAR), as NCCL's byte-wise specialisations: `f` on the
+/// words of two packs of 1-byte elements.
+#[inline(always)]
+fn byte_words<const N: usize>(a: BytePack<N>, b: BytePack<N>, f: impl Fn(u64, u64) -> u64) -> BytePack<N> {
+    let ([a0, a1], [b0, b1]) = (a.words(), b.words());
+    BytePack::from_words(f(a0, b0), if N == 16 { f(a1, b1) } else { 0 })
+}
+
+/// Even bytes of a word, each in its own 16-bit lane.
+const EVEN_BYTES: u64 = 0x00FF_00FF_00FF_00FF;
+
+/// Wrapping byte-wise sum of two words: even and odd bytes add in separate 16-bit lanes, so a
+/// carry never reaches the next byte that is kept.
+#[inline(always)]
+fn add_bytes(x: u64, y: u64) -> u64 {
+    let even = (x & EVEN_BYTES) + (y & EVEN_BYTES);
+    // The top byte's carry leaves the word: wrapping, as the bytes do.
+    let odd = (x & !EVEN_BYTES).wrapping_add(y & !EVEN_BYTES);
+    (even & EVEN_BYTES) | (odd & !EVEN_BYTES)
+}
+
+/// Byte-wise min (`MAX` false) or max of two words, bytes signed or not: in each 16-bit lane
+/// `256 + x − y` has bit 8 set exactly when x ≥ y, which selects the winner's byte.
+#[inline(always)]
+fn pick_bytes<const SIGNED: bool, const MAX: bool>(x: u64, y: u64) -> u64 {
+    const BIT8: u64 = 0x0100_0100_0100_0100;
+    const ONES: u64 = 0x0001_0001_0001_0001;
+    // Flipping the sign bit orders signed bytes as unsigned ones.
+    let flip = if SIGNED { 0x8080_8080_8080_8080 } else { 0 };
+    let (xs, ys) = (x ^ flip, y ^ flip);
+    let wins = |xl: u64, yl: u64| {
+        let d = if MAX { (xl | BIT8) - yl } else { (yl | BIT8) - xl };
+        ((d >> 8) & ONES) * 0xFF
+    };
+    let m =
+        wins(xs & EVEN_BYTES, ys & EVEN_BYTES) | wins((xs >> 8) & EVEN_BYTES, (ys >> 8) & EVEN_BYTES) << 8;
+    (x & m) | (y & !m)
+}
+
+/// `reduce_pack` for 1-byte integers: sum, min and max eight lanes per word instruction.
+macro_rules! byte_reduce_pack {
+    ($signed:literal) => {
+        #[inline(always)]
+        fn reduce_pack<const N: usize>(op: RedOp, a: BytePack<N>, b: BytePack<N>) -> BytePack<N> {
+            match op {
+                RedOp::Sum | RedOp::PreMulSum | RedOp::SumPostDiv => byte_words(a, b, add_bytes),
+                RedOp::Min => byte_words(a, b, pick_bytes::<$signed, false>),
+                RedOp::Max => byte_words(a, b, pick_bytes::<$signed, true>),
+                RedOp::Prod => lanewise2::<Self, N>(a, b, Self::mul),
+            }
+        }
+    };
+}
+
 macro_rules! int_elem {
-    ($t:ty, $d:ident, $wide:ty) => {
+    ($t:ty, $d:ident, $wide:ty $(, $byte_ops:item)?) => {
         impl Elem for $t {
             const DTYPE: DataType = DataType::$d;
             #[inline(always)]
@@ -237,6 +287,7 @@ macro_rules! int_elem {
                     a
                 }
             }
+            $($byte_ops)?
             #[inline(always)]
             fn div(a: Self, n: u64) -> Self {
                 // n ≥ 1 is a rank count; `/` on the type truncates toward zero, as NCCL's
@@ -250,8 +301,8 @@ macro_rules! int_elem {
         }
     };
 }
-int_elem!(i8, I8, u8);
-int_elem!(u8, U8, u8);
+int_elem!(i8, I8, u8, byte_reduce_pack! { true });
+int_elem!(u8, U8, u8, byte_reduce_pack! { false });
 int_elem!(i32, I32, u32);
 int_elem!(u32, U32, u32);
 int_elem!(i64, I64, u64);
@@ -459,11 +510,25 @@ macro_rules! fp8_elem {
                     return BytePack::from_words(f(a.u16_lane(0), b.u16_lane(0)) as u64 & 0xFF, 0);
                 }
                 let mut out = a;
-                let mut i = 0;
-                while i < N / 2 {
-                    out.set_lane(2, i, f(a.u16_lane(i), b.u16_lane(i)) as u64);
-                    i += 1;
+                crate::unroll::unrolled(N / 2, |i| {
+                    out.set_lane(2, i, f(a.u16_lane(i), b.u16_lane(i)) as u64)
+                });
+                out
+            }
+            /// The pre-op with the packed instructions: to f16 exactly, `mul.rn.f16x2` by the
+            /// f16 scalar, back with satfinite — the software model's single rounding (the f16
+            /// product of two f16 values is exact in f64), without its code size.
+            #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+            #[inline(always)]
+            fn premul_pack<const N: usize>(a: BytePack<N>, scalar: u64) -> BytePack<N> {
+                use crate::arch;
+                let s = (scalar & 0xFFFF) as u32;
+                let f = |x: u16| arch::$from_h2(arch::f16x2_mul(arch::$to_h2(x), s | s << 16));
+                if N < 2 {
+                    return BytePack::from_words(f(a.u16_lane(0)) as u64 & 0xFF, 0);
                 }
+                let mut out = a;
+                crate::unroll::unrolled(N / 2, |i| out.set_lane(2, i, f(a.u16_lane(i)) as u64));
                 out
             }
         }
@@ -561,6 +626,39 @@ mod tests {
         assert_eq!(u8::div(200, 1000), 0);
         assert_eq!(<i64 as Elem>::min(-1, 1), -1);
         assert_eq!(<u32 as Elem>::max(3, 9), 9);
+    }
+
+    #[test]
+    fn byte_packs_reduce_as_their_lanes() {
+        // Word-wise byte sums, mins and maxes against element-by-element reduction, on packs
+        // holding every byte value against every other (and the 1-byte pack).
+        fn check<T: Elem>() {
+            for x in (0..=255u64).step_by(3) {
+                for y in 0..=255u64 {
+                    let spread = |v: u64| (0..8).fold(0u64, |w, i| w | ((v + 37 * i) & 0xFF) << (8 * i));
+                    let a = BytePack::<16>::from_words(spread(x), spread(y));
+                    let b = BytePack::<16>::from_words(spread(y), spread(x ^ 0x80));
+                    for op in [RedOp::Sum, RedOp::Min, RedOp::Max, RedOp::Prod] {
+                        let got = T::reduce_pack(op, a, b);
+                        let want = lanewise2::<T, 16>(a, b, |p, q| reduce_elem(op, p, q));
+                        assert_eq!(got, want, "{op:?} {x} {y}");
+                        let one = T::reduce_pack(
+                            op,
+                            BytePack::<1>::from_words(x, 0),
+                            BytePack::<1>::from_words(y, 0),
+                        );
+                        let want1 = lanewise2::<T, 1>(
+                            BytePack::from_words(x, 0),
+                            BytePack::from_words(y, 0),
+                            |p, q| reduce_elem(op, p, q),
+                        );
+                        assert_eq!(one, want1, "{op:?} {x} {y} (1 byte)");
+                    }
+                }
+            }
+        }
+        check::<i8>();
+        check::<u8>();
     }
 
     #[test]

@@ -21,6 +21,7 @@
 use crate::multimem;
 use crate::pack::BytePack;
 use crate::redop::{Elem, Reducer};
+use crate::unroll::unrolled;
 use crate::{arch, DevPtr};
 
 /// Most sources of one reduceCopy.
@@ -155,36 +156,33 @@ fn packs<T: Elem, const U: usize, const P: usize, const MIN_SRCS: usize, const M
     // This warp takes hunks h ≡ warp − rot (mod nwarps).
     let mut h = (at.warp + at.nwarps - at.rot % at.nwarps) % at.nwarps;
     while h < nhunks {
-        let base = start + h * hunk_bytes;
-        let offs: [u64; U] = core::array::from_fn(|u| base + (u as u64 * 32 + at.lane) * pb);
+        // Lane l takes packs l, l + 32, … of the hunk, so each load of a warp is contiguous.
+        let off0 = start + h * hunk_bytes + at.lane * pb;
+        let off = |u: usize| off0 + u as u64 * 32 * pb;
         // Only the unroll-1 pass has a partial hunk; its lanes past the end sit out.
-        let live: [bool; U] = core::array::from_fn(|u| offs[u] + pb <= start + covered);
-        let mut acc: [BytePack<P>; U] =
-            core::array::from_fn(|u| load_src::<T, P>(red, rc, 0, offs[u], live[u]));
-        let mut reduce_src = |s: usize| {
-            let v: [BytePack<P>; U] =
-                core::array::from_fn(|u| load_src::<T, P>(red, rc, s, offs[u], live[u]));
-            for u in 0..U {
-                acc[u] = red.reduce_pack(acc[u], v[u]);
+        if U > 1 || off0 + pb <= start + covered {
+            let mut acc = [BytePack::<P>::default(); U];
+            unrolled(U, |u| acc[u] = load_src::<T, P>(red, rc, 0, off(u)));
+            // Each load feeds its reduction directly: ptxas still issues the loads early, as
+            // far as the 128-register budget of a 512-thread block allows.
+            let mut reduce_src = |s: usize| {
+                unrolled(U, |u| acc[u] = red.reduce_pack(acc[u], load_src::<T, P>(red, rc, s, off(u))));
+            };
+            for s in 1..MIN_SRCS {
+                reduce_src(s);
             }
-        };
-        for s in 1..MIN_SRCS {
-            reduce_src(s);
-        }
-        for s in MIN_SRCS.max(1)..rc.srcs.len() {
-            reduce_src(s);
-        }
-        if rc.post_op {
-            for a in acc.iter_mut() {
-                *a = red.post_pack(*a);
+            for s in MIN_SRCS.max(1)..rc.srcs.len() {
+                reduce_src(s);
             }
-        }
-        let store_dst = |d: usize| {
-            for u in 0..U {
-                if live[u] {
-                    let p = rc.dsts[d].offset(offs[u]);
-                    // SAFETY: offs[u] + P ≤ the operand length, and every pointer is aligned to P
-                    // (the pass was chosen by alignment); multimem destinations come first.
+            if rc.post_op {
+                unrolled(U, |u| acc[u] = red.post_pack(acc[u]));
+            }
+            let store_dst = |d: usize| {
+                let dst = rc.dsts[d];
+                unrolled(U, |u| {
+                    let p = dst.offset(off(u));
+                    // SAFETY: off(u) + P ≤ the operand length, and every pointer is aligned to
+                    // P (the pass was chosen by alignment); multimem destinations come first.
                     unsafe {
                         if d < mm_dsts {
                             multimem::st::<P>(p, acc[u])
@@ -192,14 +190,14 @@ fn packs<T: Elem, const U: usize, const P: usize, const MIN_SRCS: usize, const M
                             acc[u].store(p)
                         }
                     }
-                }
+                });
+            };
+            for d in 0..MIN_DSTS {
+                store_dst(d);
             }
-        };
-        for d in 0..MIN_DSTS {
-            store_dst(d);
-        }
-        for d in MIN_DSTS..rc.dsts.len() {
-            store_dst(d);
+            for d in MIN_DSTS..rc.dsts.len() {
+                store_dst(d);
+            }
         }
         h += at.nwarps;
     }
@@ -208,18 +206,14 @@ fn packs<T: Elem, const U: usize, const P: usize, const MIN_SRCS: usize, const M
 }
 
 /// Pack at byte offset `off` of source `s`: a multimem reduce-load, or a volatile load with the
-/// pre-op if `s` is a pre-op source. A lane that sits out (`live` false) loads nothing.
+/// pre-op if `s` is a pre-op source.
 #[inline(always)]
 fn load_src<T: Elem, const P: usize>(
     red: &Reducer<T>,
     rc: &ReduceCopy<'_>,
     s: usize,
     off: u64,
-    live: bool,
 ) -> BytePack<P> {
-    if !live {
-        return BytePack::default();
-    }
     let p = rc.srcs[s].offset(off);
     if multimem::supported(red.op(), T::DTYPE) && s < rc.multimem_srcs {
         // SAFETY: in range and aligned to P (see `packs`); the table entry exists (checked).

@@ -34,6 +34,9 @@ pub struct RedCopyArgs {
     pub post_op: u32,
 }
 
+/// Block-size bound of the reduce-copy kernels.
+pub const REDCOPY_THREADS: u32 = 512;
+
 /// Elements per block slice are a multiple of this.
 const SLICE_GRAIN_ELEMS: u64 = 1024;
 
@@ -77,10 +80,10 @@ pub fn kernel_name(t: DataType, op: RedOp) -> String {
 /// Declares the kernels of element type `$t` (named `$tn`) for each listed op.
 macro_rules! redcopy_kernels {
     ($table:ident, $t:ty, $tn:ident, [$($op:ident $on:ident),*]) => { paste::paste! {
-        crate::kernel_table!($table {
+        crate::kernel_table!($table, test {
             $(
                 /// reduceCopy over the grid.
-                [<rsccl_redcopy_ $tn _ $on>](RedCopyArgs) => [<redcopy_ $tn _ $on>];
+                [<rsccl_redcopy_ $tn _ $on>](RedCopyArgs) [REDCOPY_THREADS] => [<redcopy_ $tn _ $on>];
             )*
         });
         $(
@@ -132,9 +135,9 @@ mod sm90 {
         }
     }
 
-    crate::kernel_table!(MULTIMEM_POLL {
+    crate::kernel_table!(MULTIMEM_POLL, test {
         /// `multimem.ld_reduce.acquire.sys.global.min.u64` of one step word.
-        rsccl_multimem_poll_min_u64(PollArgs) => poll_min;
+        rsccl_multimem_poll_min_u64(PollArgs) [32] => poll_min;
     });
 }
 #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]

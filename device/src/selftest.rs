@@ -229,21 +229,24 @@ pub fn trap_at(a: &SelfTestArgs) {
     }
 }
 
-crate::kernel_table!(SELFTEST_KERNELS {
+/// Block-size bound of the self-test kernels (the hardware limit: they test the execution model).
+pub const SELFTEST_THREADS: u32 = 1024;
+
+crate::kernel_table!(SELFTEST_KERNELS, test {
     /// See [`named_barrier_subset`].
-    rsccl_selftest_named_barrier(SelfTestArgs) => named_barrier_subset;
+    rsccl_selftest_named_barrier(SelfTestArgs) [SELFTEST_THREADS] => named_barrier_subset;
     /// See [`arrive_producer_consumer`].
-    rsccl_selftest_bar_arrive(SelfTestArgs) => arrive_producer_consumer;
+    rsccl_selftest_bar_arrive(SelfTestArgs) [SELFTEST_THREADS] => arrive_producer_consumer;
     /// See [`warp_collectives`].
-    rsccl_selftest_warp(SelfTestArgs) => warp_collectives;
+    rsccl_selftest_warp(SelfTestArgs) [SELFTEST_THREADS] => warp_collectives;
     /// See [`release_acquire_handoff`].
-    rsccl_selftest_handoff(SelfTestArgs) => release_acquire_handoff;
+    rsccl_selftest_handoff(SelfTestArgs) [SELFTEST_THREADS] => release_acquire_handoff;
     /// See [`smem_isolation`].
-    rsccl_selftest_smem(SelfTestArgs) => smem_isolation;
+    rsccl_selftest_smem(SelfTestArgs) [SELFTEST_THREADS] => smem_isolation;
     /// See [`atomics`].
-    rsccl_selftest_atomics(SelfTestArgs) => atomics;
+    rsccl_selftest_atomics(SelfTestArgs) [SELFTEST_THREADS] => atomics;
     /// See [`timer`].
-    rsccl_selftest_timer(SelfTestArgs) => timer;
+    rsccl_selftest_timer(SelfTestArgs) [SELFTEST_THREADS] => timer;
     /// See [`trap_at`].
-    rsccl_selftest_trap(SelfTestArgs) => trap_at;
+    rsccl_selftest_trap(SelfTestArgs) [SELFTEST_THREADS] => trap_at;
 });

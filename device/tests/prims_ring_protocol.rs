@@ -334,18 +334,9 @@ fn scatter_sends_each_peer_its_part_and_gather_collects_them() {
                 emu::launch(dims, &|| {
                     let t = arch::thread_idx().x;
                     let part = (total - k as u64 * peer_elem).min(peer_elem) as i64;
+                    let (recv, send) = ([down[k].1], [up[k].0]);
                     let mut p = Primitives::<U64Sum, 1, 1, 1, 1>::new(
-                        &U64Sum,
-                        t,
-                        64,
-                        &[down[k].1],
-                        &[up[k].0],
-                        buf,
-                        buf,
-                        step_bytes,
-                        0,
-                        status,
-                        0,
+                        &U64Sum, t, 64, &recv, &send, buf, buf, step_bytes, 0, status, 0,
                     );
                     p.recv(0, part, false);
                     // Send back the part doubled, so the gather result proves it went both ways.
@@ -486,12 +477,13 @@ fn nvls_min_polling_waits_for_the_slowest_receiver() {
         s.spawn(|| {
             emu::launch(dims, &|| {
                 let t = arch::thread_idx().x;
+                let sends = [send];
                 let mut p = Primitives::<U64Sum, 0, 1, 1, 1>::new(
                     &U64Sum,
                     t,
                     64,
                     &[],
-                    &[send],
+                    &sends,
                     in_p,
                     DevPtr::NULL,
                     step_bytes,
@@ -511,11 +503,12 @@ fn nvls_min_polling_waits_for_the_slowest_receiver() {
             s.spawn(move || {
                 emu::launch(dims, &|| {
                     let t = arch::thread_idx().x;
+                    let recvs = [rc];
                     let mut p = Primitives::<U64Sum, 1, 0, 1, 1>::new(
                         &U64Sum,
                         t,
                         64,
-                        &[rc],
+                        &recvs,
                         &[],
                         DevPtr::NULL,
                         out,

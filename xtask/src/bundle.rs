@@ -1,6 +1,6 @@
-//! `gpu-bundle`: PTX plus release-built GPU test and bench binaries and a `run.sh`, in one folder
-//! (and the same folder as a `.tar.gz` beside it) that runs on an x86-64 Linux machine with a CUDA
-//! driver and no Rust toolchain.
+//! `gpu-bundle`: per-kernel PTX and cubins plus release-built GPU test and bench binaries and a
+//! `run.sh`, in one folder (and the same folder as a `.tar.gz` beside it) that runs on an x86-64
+//! Linux machine with a CUDA driver and no Rust toolchain.
 use crate::ptx;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -59,11 +59,23 @@ pub fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
         std::fs::create_dir_all(out.join(sub))
             .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     }
-    let opts = ptx::Options { archs: ptx::Arch::ALL.to_vec(), out: Some(out.join("ptx")), check: false };
-    // The binaries embed the PTX; the bundle keeps only the cubins, which spare the GPU a JIT of
-    // megabytes of PTX at module load (the backend finds them through RSCCL_PTX_DIR).
-    for ptx in ptx::build_ptx(&opts)? {
-        std::fs::remove_file(&ptx).map_err(|e| format!("cannot remove {}: {e}", ptx.display()))?;
+    // Both kernel sets for both archs, assembled: the bundle's ptx/sm_XX/ENTRY.cubin (and .ptx)
+    // spare the GPU a JIT at module load (the backend finds them through RSCCL_PTX_DIR). The build
+    // also refreshes host/ptx/, which the binaries embed.
+    let opts = ptx::Options { archs: ptx::Arch::ALL.to_vec(), assemble_tests: true, ..Default::default() };
+    let mut seen = std::collections::HashSet::new();
+    for m in ptx::build_ptx(&opts)? {
+        if !seen.insert((m.arch, m.entry.clone())) {
+            return Err(format!("kernel {} is in both kernel sets for {}", m.entry, m.arch.name()));
+        }
+        let dir = out.join("ptx").join(m.arch.name());
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let cubin =
+            m.cubin.as_ref().ok_or_else(|| format!("{} {} was not assembled", m.arch.name(), m.entry))?;
+        for (ext, bytes) in [("ptx", m.ptx.as_bytes()), ("cubin", &cubin[..])] {
+            let path = dir.join(format!("{}.{ext}", m.entry));
+            std::fs::write(&path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
     }
     let tests = cargo_executables(&root, &["test", "--release", "--no-run", "--test", "gpu"])?;
     let benches = cargo_executables(&root, &["bench", "--no-run", "--bench", "gpu_bench"])?;

@@ -2,30 +2,40 @@
 //!
 //! The tasks set up what they need themselves (the nightly's `rust-src`, a `ptxas` from the PyPI
 //! package `nvidia-cuda-nvcc`) and, when they cannot, say which command fixes it.
+mod audit;
 mod bundle;
 mod ptx;
+mod split;
 mod toolchain;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage:
-  cargo xtask build-ptx [--arch sm_90|sm_80|all] [--out DIR] [--check]
-      Compile the device kernels to one PTX module per arch, assemble each with ptxas, print
-      entry points with register/shared-memory use, and refresh host/ptx/ (embedded by the host
-      crate). --check compares instead of refreshing and fails if host/ptx/ is stale.
+  cargo xtask build-ptx [--arch sm_90|sm_80|all] [--out DIR] [--embed-dir DIR] [--check] [--assemble-tests]
+      Compile the device crate (library and test kernel sets) with the pinned nightly, split the
+      PTX into one module per kernel entry with its launch bounds (.maxntid), assemble the
+      library modules with ptxas in parallel (cached in target/ptx-cache), audit registers,
+      spills and stack, and refresh the embed directory (default host/ptx/: sm_XX/ENTRY.ptx and
+      .cubin, test/sm_XX/ENTRY.ptx, modules.rs and test/modules.rs). Everything also goes to
+      --out (default target/ptx), with the whole-crate PTX.
+      --check           compare with the embed directory instead of refreshing it; fail if stale
+      --assemble-tests  also assemble (and report) the test kernels
   cargo xtask gpu-bundle [--out DIR]
-      Build the PTX and the GPU test/bench binaries (release) into one folder with run.sh.";
+      Build both kernel sets for both archs with cubins and the GPU test/bench binaries
+      (release) into one folder with run.sh.
+";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // `help`, or `-h`/`--help` anywhere (`cargo xtask build-ptx --help`), prints the usage.
+    if args.first().is_some_and(|a| a == "help") || args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let result = match args.first().map(String::as_str) {
         Some("build-ptx") => parse_build_ptx(&args[1..]).and_then(|o| ptx::build_ptx(&o).map(|_| ())),
         Some("gpu-bundle") => parse_out(&args[1..]).and_then(bundle::gpu_bundle),
-        Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
         _ => Err(format!("unknown or missing task\n{USAGE}")),
     };
     match result {
@@ -56,7 +66,11 @@ fn parse_build_ptx(args: &[String]) -> Result<ptx::Options, String> {
                 };
             }
             "--out" => opts.out = Some(PathBuf::from(it.next().ok_or("--out needs a directory")?)),
+            "--embed-dir" => {
+                opts.embed_dir = Some(PathBuf::from(it.next().ok_or("--embed-dir needs a directory")?))
+            }
             "--check" => opts.check = true,
+            "--assemble-tests" => opts.assemble_tests = true,
             other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
         }
     }

@@ -1,11 +1,16 @@
-//! `build-ptx`: the device crate → one PTX module per arch (staticlib + fat LTO + `--emit=asm`),
-//! each assembled by ptxas; the result refreshes `host/ptx/`, which the host crate embeds.
-use crate::toolchain;
+//! `build-ptx`: the device crate → one PTX per arch and kernel set (staticlib + fat LTO +
+//! `--emit=asm`), split into one module per kernel entry with its launch bounds, assembled by
+//! ptxas in parallel (cached by content), audited, and written to the embed directory
+//! (`host/ptx/`) with a generated index the host crate includes.
+use crate::audit::{self, Job, Ptxas, Report};
+use crate::{split, toolchain};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::time::Instant;
 
 /// A GPU architecture we emit PTX for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Arch {
     /// Hopper: PTX ISA 8.2, multimem (NVLink SHARP) and fp8 included.
     Sm90,
@@ -14,7 +19,7 @@ pub enum Arch {
 }
 
 impl Arch {
-    /// Every arch `--arch all` builds.
+    /// Every arch `--arch all` builds, in the order of the generated index.
     pub const ALL: [Arch; 2] = [Arch::Sm90, Arch::Sm80];
 
     /// Parses `sm_90` / `sm_80`.
@@ -32,109 +37,304 @@ impl Arch {
             Arch::Sm80 => "sm_80",
         }
     }
-    fn rustflags(self) -> String {
+    /// The name of the arch's static in the generated index (`SM_90`).
+    fn static_name(self) -> String {
+        self.name().to_ascii_uppercase()
+    }
+    fn rustflags(self, set: KernelSet) -> String {
         // immediate-abort: a failed check is `trap; exit;` with no panic strings, so the PTX
         // holds no source paths and is byte-for-byte reproducible (CI compares it).
-        let common = "-Zunstable-options -Cpanic=immediate-abort";
+        format!(
+            "-Ctarget-cpu={} -Ctarget-feature=+ptx82 -Zunstable-options -Cpanic=immediate-abort --cfg rsccl_kernels=\"{}\"",
+            self.name(),
+            set.cfg()
+        )
+    }
+}
+
+/// Which kernels a compile of the device crate exports (`--cfg rsccl_kernels="…"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KernelSet {
+    /// What the library launches: embedded with cubins, always assembled and audited.
+    Library,
+    /// Self-tests and reduce-copy kernels for tests and the GPU bundle: PTX embedded, assembled
+    /// only on request, reported but not held to the limits.
+    Test,
+}
+
+impl KernelSet {
+    /// Both sets, in build order.
+    pub const ALL: [KernelSet; 2] = [KernelSet::Library, KernelSet::Test];
+
+    fn cfg(self) -> &'static str {
         match self {
-            Arch::Sm90 => format!("-Ctarget-cpu=sm_90 -Ctarget-feature=+ptx82 {common}"),
-            Arch::Sm80 => format!("-Ctarget-cpu=sm_80 -Ctarget-feature=+ptx82 {common}"),
+            KernelSet::Library => "lib",
+            KernelSet::Test => "test",
+        }
+    }
+    fn label(self) -> &'static str {
+        match self {
+            KernelSet::Library => "library kernels",
+            KernelSet::Test => "test kernels",
+        }
+    }
+    /// The set's folder inside the embed/out directory ("" for the library).
+    fn subdir(self) -> &'static str {
+        match self {
+            KernelSet::Library => "",
+            KernelSet::Test => "test",
+        }
+    }
+    /// The whole-crate PTX's file name in the out directory.
+    fn monolith(self, arch: Arch) -> String {
+        match self {
+            KernelSet::Library => format!("rsccl_{}.ptx", arch.name()),
+            KernelSet::Test => format!("rsccl_test_{}.ptx", arch.name()),
+        }
+    }
+    /// The doc line above an arch's static in the index.
+    fn doc(self, arch: Arch) -> String {
+        match self {
+            KernelSet::Library => format!("/// Library kernel modules for {}.", arch.name()),
+            KernelSet::Test => format!("/// Test kernel modules for {}.", arch.name()),
         }
     }
 }
 
 /// Options of `build-ptx`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// Archs to build.
     pub archs: Vec<Arch>,
-    /// Extra output directory (default `target/ptx`).
+    /// Output directory (default `target/ptx`): whole-crate PTX, modules, cubins, indexes.
     pub out: Option<PathBuf>,
-    /// Compare with `host/ptx/` instead of refreshing it.
+    /// Directory the host crate embeds (default `host/ptx`).
+    pub embed_dir: Option<PathBuf>,
+    /// Compare with the embed directory instead of refreshing it.
     pub check: bool,
+    /// Also assemble (and report) the test kernels.
+    pub assemble_tests: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { archs: vec![Arch::Sm90], out: None, check: false }
+        Options { archs: vec![Arch::Sm90], out: None, embed_dir: None, check: false, assemble_tests: false }
     }
 }
 
-/// One kernel as ptxas reported it.
-struct EntryInfo {
-    name: String,
-    registers: u32,
-    smem_bytes: u32,
+/// One kernel entry's module, and what ptxas made of it when it was assembled.
+#[derive(Clone, Debug)]
+pub struct BuiltModule {
+    /// Its arch.
+    pub arch: Arch,
+    /// Its kernel set.
+    pub set: KernelSet,
+    /// The entry's symbol.
+    pub entry: String,
+    /// The block size from the entry's marker (its `.maxntid`).
+    pub max_threads: u32,
+    /// The module's PTX.
+    pub ptx: String,
+    /// The ptxas report, when assembled.
+    pub report: Option<Report>,
+    /// The cubin, when assembled.
+    pub cubin: Option<Vec<u8>>,
+    /// Seconds ptxas ran (0 when cached or not assembled).
+    pub seconds: f64,
+    /// Whether the cubin came from the cache.
+    pub cached: bool,
 }
 
-/// Where the host crate embeds the PTX for `arch`.
-pub fn embedded_path(arch: Arch) -> PathBuf {
-    crate::workspace_root().join("host/ptx").join(format!("rsccl_{}.ptx", arch.name()))
+/// The default embed directory, `host/ptx`.
+pub fn default_embed_dir() -> PathBuf {
+    crate::workspace_root().join("host/ptx")
 }
 
-/// Builds every requested arch; returns the PTX paths written to the output directory.
-pub fn build_ptx(opts: &Options) -> Result<Vec<PathBuf>, String> {
-    toolchain::ensure_nightly()?;
-    let ptxas = toolchain::ensure_ptxas()?;
+/// Where assembled modules are cached by content.
+fn cache_dir() -> PathBuf {
+    crate::workspace_root().join("target/ptx-cache")
+}
+
+/// Wall time of the build's phases, printed at the end.
+#[derive(Default)]
+struct Phases(Vec<(String, f64)>);
+
+impl Phases {
+    fn time<T>(&mut self, name: &str, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let r = f();
+        let secs = start.elapsed().as_secs_f64();
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some((_, s)) => *s += secs,
+            None => self.0.push((name.to_string(), secs)),
+        }
+        r
+    }
+}
+
+/// Builds every requested arch and both kernel sets, refreshes (or, with `check`, compares)
+/// the embed directory; returns every module built. Prints the wall time of each phase, also
+/// when the build fails.
+pub fn build_ptx(opts: &Options) -> Result<Vec<BuiltModule>, String> {
+    let started = Instant::now();
+    let mut phases = Phases::default();
     let root = crate::workspace_root();
-    let out = opts.out.clone().unwrap_or_else(|| root.join("target/ptx"));
+    let result = phases
+        .time("toolchain", toolchain::ensure_nightly)
+        .and_then(|_| build(opts, &mut phases, &cache_dir(), &|arch, set| compile(arch, set, &root)));
+    let mut line = String::from("phases:");
+    for (name, secs) in &phases.0 {
+        let _ = write!(line, " {name} {secs:.1} s,");
+    }
+    let _ = write!(line, " total {:.1} s", started.elapsed().as_secs_f64());
+    println!("{line}");
+    result
+}
+
+/// The function that compiles the device crate for an arch and kernel set to PTX text.
+type CompileFn<'a> = &'a dyn Fn(Arch, KernelSet) -> Result<String, String>;
+
+/// The build after the nightly check, with the compile step and the ptxas cache given (tests
+/// feed hand-written PTX through the rest of the path).
+fn build(
+    opts: &Options,
+    phases: &mut Phases,
+    cache: &Path,
+    compile: CompileFn,
+) -> Result<Vec<BuiltModule>, String> {
+    let out = opts.out.clone().unwrap_or_else(|| crate::workspace_root().join("target/ptx"));
+    let embed = opts.embed_dir.clone().unwrap_or_else(default_embed_dir);
+    let ptxas = phases.time("toolchain", || Ptxas::new(toolchain::ensure_ptxas()?))?;
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let mut written = Vec::new();
-    let mut stale = Vec::new();
-    for &arch in &opts.archs {
-        let ptx_path = out.join(format!("rsccl_{}.ptx", arch.name()));
-        compile(arch, &root, &ptx_path)?;
-        let entries = assemble(&ptxas, arch, &ptx_path, &out)?;
-        println!("{} ({} bytes): {}", arch.name(), file_len(&ptx_path), ptx_path.display());
-        println!("  {:<48} {:>5} {:>10}", "entry", "regs", "smem B");
-        for e in &entries {
-            println!("  {:<48} {:>5} {:>10}", e.name, e.registers, e.smem_bytes);
-        }
-        let embedded = embedded_path(arch);
-        let fresh = std::fs::read(&ptx_path).map_err(|e| e.to_string())?;
-        if opts.check {
-            if std::fs::read(&embedded).ok().as_deref() != Some(&fresh[..]) {
-                stale.push(embedded.display().to_string());
+    println!(
+        "ptxas: {} on {} threads, cache {}",
+        ptxas.release(),
+        std::thread::available_parallelism().map_or(2, |n| n.get()),
+        cache.display()
+    );
+
+    // ptxas workers start with the first compile's modules while the next compiles run.
+    let (mut modules, assembled) = std::thread::scope(|s| -> Result<_, String> {
+        let pool = audit::Pool::start(s, &ptxas, cache)?;
+        let mut first_submit = None;
+        let compiled = (|| -> Result<Vec<BuiltModule>, String> {
+            let mut modules: Vec<BuiltModule> = Vec::new();
+            for &arch in &opts.archs {
+                for set in KernelSet::ALL {
+                    let text = phases.time("compile", || compile(arch, set))?;
+                    let monolith = out.join(set.monolith(arch));
+                    std::fs::write(&monolith, &text)
+                        .map_err(|e| format!("cannot write {}: {e}", monolith.display()))?;
+                    let split = phases.time("split", || split_modules(arch, set, &text)).map_err(|e| {
+                        format!("{} ({}, {}):\n{e}", monolith.display(), arch.name(), set.label())
+                    })?;
+                    let assemble = set == KernelSet::Library || opts.assemble_tests;
+                    println!(
+                        "{} {}: {} entries, {:.1} MB PTX{}",
+                        arch.name(),
+                        set.label(),
+                        split.len(),
+                        text.len() as f64 / 1e6,
+                        if assemble { "; assembling" } else { "" }
+                    );
+                    if assemble && !split.is_empty() {
+                        first_submit.get_or_insert_with(Instant::now);
+                        pool.submit(
+                            split.iter().enumerate().map(|(k, m)| (modules.len() + k, m.job())).collect(),
+                        );
+                    }
+                    modules.extend(split);
+                }
             }
-        } else {
-            std::fs::create_dir_all(embedded.parent().unwrap()).map_err(|e| e.to_string())?;
-            std::fs::write(&embedded, &fresh)
-                .map_err(|e| format!("cannot write {}: {e}", embedded.display()))?;
-            println!("  embedded copy: {}", embedded.display());
+            Ok(modules)
+        })();
+        match compiled {
+            Ok(modules) => {
+                let assembled = pool.finish();
+                if let Some(t) = first_submit {
+                    phases.0.push(("ptxas (wall, overlaps compile)".into(), t.elapsed().as_secs_f64()));
+                }
+                Ok((modules, assembled?))
+            }
+            Err(e) => {
+                pool.cancel();
+                Err(e)
+            }
         }
-        written.push(ptx_path);
-    }
-    if !stale.is_empty() {
-        return Err(format!(
-            "the PTX the host crate embeds is not the PTX of the current device sources: {}; run `cargo xtask build-ptx --arch all` and commit host/ptx/",
-            stale.join(", ")
-        ));
-    }
-    Ok(written)
+    })?;
+    audit::prune_cache(cache);
+    let violations = record(&mut modules, assembled);
+    print_tables(&modules);
+    let ran: Vec<&BuiltModule> = modules.iter().filter(|m| m.report.is_some() && !m.cached).collect();
+    let cached = modules.iter().filter(|m| m.cached).count();
+    println!(
+        "ptxas: {} modules assembled in {:.1} s of ptxas time, {cached} cached",
+        ran.len(),
+        ran.iter().fold(0.0, |sum, m| sum + m.seconds)
+    );
+
+    phases.time("write", || -> Result<(), String> {
+        let lib_index = index_file(KernelSet::Library, &opts.archs, &modules, &embed)?;
+        let test_index = index_file(KernelSet::Test, &opts.archs, &modules, &embed)?;
+        let owned = owned_dirs(&opts.archs);
+        let embed_files = embed_files(&opts.archs, &modules, &lib_index, &test_index);
+        // The out directory holds the same files plus any test cubins (and the whole-crate PTX),
+        // also when the audit fails, so the modules can be read.
+        let mut out_files = embed_files.clone();
+        for m in modules.iter().filter(|m| m.set == KernelSet::Test) {
+            if let Some(c) = &m.cubin {
+                out_files.insert(module_path(m, "cubin"), c.clone());
+            }
+        }
+        sync_dir(&out, &out_files, &owned, false, false)?;
+        if !violations.is_empty() {
+            return Err(violations_error(&violations));
+        }
+        let diff = sync_dir(&embed, &embed_files, &owned, true, opts.check)?;
+        if opts.check {
+            if !diff.is_clean() {
+                return Err(diff.report(&embed, &fix_command(opts)));
+            }
+            println!("{} is up to date ({} files)", embed.display(), embed_files.len());
+        } else {
+            println!("{}: {}", embed.display(), diff.summary());
+        }
+        Ok(())
+    })?;
+    Ok(modules)
 }
 
-fn file_len(p: &Path) -> u64 {
-    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+/// The command that refreshes the embed directory the way `opts` checked it.
+fn fix_command(opts: &Options) -> String {
+    let arch = if opts.archs.len() == Arch::ALL.len() { "all" } else { opts.archs[0].name() };
+    let mut cmd = format!("cargo xtask build-ptx --arch {arch}");
+    if let Some(dir) = &opts.embed_dir {
+        let _ = write!(cmd, " --embed-dir {}", dir.display());
+    }
+    cmd
 }
 
-fn compile(arch: Arch, root: &Path, ptx_path: &Path) -> Result<(), String> {
-    let target_dir = root.join("target").join(format!("ptx-{}", arch.name()));
+/// Compiles the device crate for `arch` with kernel set `set`; returns the PTX text. Each
+/// (arch, set) has its own target directory, so switching between them rebuilds nothing.
+fn compile(arch: Arch, set: KernelSet, root: &Path) -> Result<String, String> {
+    let target_dir = root.join("target").join(format!("ptx-{}-{}", arch.name(), set.cfg()));
     // Cargo does not track the --emit=asm file: when the crate is fresh it writes nothing. So
     // the file lives at a fixed path beside the build it came from (the path is part of the
-    // build's fingerprint) and is copied out; if it went missing, force one rebuild.
-    let emitted = target_dir.join(format!("rsccl_{}.ptx", arch.name()));
+    // build's fingerprint) and is read from there; if it went missing, force one rebuild.
+    let emitted = target_dir.join(set.monolith(arch));
+    println!("compiling rsccl-device for {} ({})…", arch.name(), set.label());
     let run = || {
         toolchain::nightly("cargo")
             .current_dir(root)
-            .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS", arch.rustflags())
-            .args(["rustc", "--quiet", "--profile", "ptx", "-p", "rsccl-device", "--crate-type", "staticlib"])
+            .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS", arch.rustflags(set))
+            .args(["rustc", "--profile", "ptx", "-p", "rsccl-device", "--crate-type", "staticlib"])
             .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core", "--target-dir"])
             .arg(&target_dir)
             .arg("--")
             .arg(format!("--emit=asm={}", emitted.display()))
             .arg("-Awarnings")
             .status()
-            .map_err(|e| format!("cannot run cargo +nightly: {e}"))
+            .map_err(|e| format!("cannot run cargo with the nightly toolchain: {e}"))
     };
     let mut ok = run()?.success();
     if ok && !emitted.exists() {
@@ -142,45 +342,334 @@ fn compile(arch: Arch, root: &Path, ptx_path: &Path) -> Result<(), String> {
         ok = run()?.success();
     }
     if !ok || !emitted.exists() {
-        return Err(format!("compiling the device crate for {} failed", arch.name()));
+        return Err(format!("compiling the device crate for {} ({}) failed", arch.name(), set.label()));
     }
-    std::fs::copy(&emitted, ptx_path).map_err(|e| format!("cannot write {}: {e}", ptx_path.display()))?;
-    Ok(())
+    std::fs::read_to_string(&emitted).map_err(|e| format!("cannot read {}: {e}", emitted.display()))
 }
 
-fn assemble(ptxas: &Path, arch: Arch, ptx: &Path, out: &Path) -> Result<Vec<EntryInfo>, String> {
-    let cubin = out.join(format!("rsccl_{}.cubin", arch.name()));
-    let output = Command::new(ptxas)
-        .arg(format!("-arch={}", arch.name()))
-        .arg("-v")
-        .arg(ptx)
-        .arg("-o")
-        .arg(&cubin)
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
-    let log = String::from_utf8_lossy(&output.stderr).to_string() + &String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        return Err(format!("ptxas rejected {}:\n{log}", ptx.display()));
-    }
-    Ok(parse_ptxas_log(&log))
+/// Splits one compile's PTX into its entries' modules (not yet assembled).
+pub fn split_modules(arch: Arch, set: KernelSet, text: &str) -> Result<Vec<BuiltModule>, String> {
+    Ok(split::split(text)?
+        .into_iter()
+        .map(|m| BuiltModule {
+            arch,
+            set,
+            entry: m.entry,
+            max_threads: m.max_threads,
+            ptx: m.ptx,
+            report: None,
+            cubin: None,
+            seconds: 0.0,
+            cached: false,
+        })
+        .collect())
 }
 
-/// Reads `Compiling entry function 'X'` / `Used N registers, … N bytes smem` pairs.
-fn parse_ptxas_log(log: &str) -> Vec<EntryInfo> {
-    let mut entries: Vec<EntryInfo> = Vec::new();
-    for line in log.lines() {
-        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
-            let name = rest.split('\'').next().unwrap_or("").to_string();
-            entries.push(EntryInfo { name, registers: 0, smem_bytes: 0 });
-        } else if let (Some(e), Some(rest)) = (entries.last_mut(), line.split("Used ").nth(1)) {
-            e.registers = rest.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
-            for part in rest.split(',') {
-                let part = part.trim();
-                if let Some(n) = part.strip_suffix(" bytes smem") {
-                    e.smem_bytes = n.trim().parse().unwrap_or(0);
-                }
-            }
+impl BuiltModule {
+    /// The ptxas job of this module.
+    fn job(&self) -> Job {
+        Job { arch: self.arch, entry: self.entry.clone(), ptx: self.ptx.clone() }
+    }
+}
+
+/// Stores ptxas' results in `modules` (`Assembled::job` indexes them); returns the limits the
+/// library kernels break.
+fn record(modules: &mut [BuiltModule], assembled: Vec<audit::Assembled>) -> Vec<String> {
+    let mut violations = Vec::new();
+    for a in assembled {
+        let m = &mut modules[a.job];
+        if m.set == KernelSet::Library {
+            violations.extend(audit::violations(m.arch, &m.entry, m.max_threads, &a.report));
+        }
+        m.report = Some(a.report);
+        m.cubin = Some(a.cubin);
+        m.seconds = a.seconds;
+        m.cached = a.cached;
+    }
+    violations
+}
+
+fn violations_error(violations: &[String]) -> String {
+    format!(
+        "{} library kernel limit(s) broken (registers × threads ≤ {}, no spills, stack ≤ {} B per thread):\n{}",
+        violations.len(),
+        audit::MAX_REGISTERS_PER_BLOCK,
+        audit::MAX_STACK_BYTES_PER_THREAD,
+        violations.join("\n")
+    )
+}
+
+/// Assembles the library modules (and the test modules with `assemble_tests`) in parallel,
+/// prints a table per arch and set, and fails naming every library kernel over a limit.
+#[cfg(test)]
+fn assemble_and_audit(
+    ptxas: &Ptxas,
+    cache: &Path,
+    modules: &mut [BuiltModule],
+    assemble_tests: bool,
+) -> Result<(), String> {
+    let picked: Vec<usize> =
+        (0..modules.len()).filter(|&i| modules[i].set == KernelSet::Library || assemble_tests).collect();
+    let jobs: Vec<Job> = picked.iter().map(|&i| modules[i].job()).collect();
+    let mut assembled = audit::assemble_all(ptxas, &jobs, cache)?;
+    for a in &mut assembled {
+        a.job = picked[a.job];
+    }
+    let violations = record(modules, assembled);
+    print_tables(modules);
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(violations_error(&violations))
+    }
+}
+
+/// A table per (kernel set, arch) of the assembled modules.
+fn print_tables(modules: &[BuiltModule]) {
+    let mut groups: BTreeMap<(KernelSet, Arch), Vec<&BuiltModule>> = BTreeMap::new();
+    for m in modules.iter().filter(|m| m.report.is_some()) {
+        groups.entry((m.set, m.arch)).or_default().push(m);
+    }
+    for ((set, arch), group) in &groups {
+        print_table(*arch, *set, group);
+    }
+}
+
+fn print_table(arch: Arch, set: KernelSet, group: &[&BuiltModule]) {
+    let ptx: usize = group.iter().map(|m| m.ptx.len()).sum();
+    let cubin: usize = group.iter().filter_map(|m| m.cubin.as_ref()).map(Vec::len).sum();
+    println!(
+        "{} {} ({} modules, {:.1} MB PTX, {:.1} MB cubin){}:",
+        arch.name(),
+        set.label(),
+        group.len(),
+        ptx as f64 / 1e6,
+        cubin as f64 / 1e6,
+        if set == KernelSet::Test { ", not audited" } else { "" }
+    );
+    println!(
+        "  {:<44} {:>7} {:>5} {:>8} {:>8} {:>7} {:>8}",
+        "entry", "threads", "regs", "stack B", "spill B", "smem B", "ptxas s"
+    );
+    for m in group {
+        let Some(r) = &m.report else { continue };
+        let secs = if m.cached { "cached".to_string() } else { format!("{:.1}", m.seconds) };
+        println!(
+            "  {:<44} {:>7} {:>5} {:>8} {:>8} {:>7} {:>8}",
+            m.entry,
+            m.max_threads,
+            r.registers,
+            r.stack_bytes(),
+            r.spill_bytes(),
+            r.smem,
+            secs
+        );
+    }
+}
+
+/// `sm_90/ENTRY.EXT` (library) or `test/sm_90/ENTRY.EXT` (test), relative to the embed dir.
+fn module_path(m: &BuiltModule, ext: &str) -> PathBuf {
+    Path::new(m.set.subdir()).join(m.arch.name()).join(format!("{}.{ext}", m.entry))
+}
+
+/// The directories (relative) whose contents a build of `archs` owns: stale files there go.
+fn owned_dirs(archs: &[Arch]) -> Vec<PathBuf> {
+    archs.iter().flat_map(|a| KernelSet::ALL.map(|s| Path::new(s.subdir()).join(a.name()))).collect()
+}
+
+/// Every file the embed directory should hold for `archs`: library PTX and cubins, test PTX,
+/// the two indexes; relative path → contents.
+fn embed_files(
+    archs: &[Arch],
+    modules: &[BuiltModule],
+    lib_index: &str,
+    test_index: &str,
+) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for m in modules.iter().filter(|m| archs.contains(&m.arch)) {
+        files.insert(module_path(m, "ptx"), m.ptx.as_bytes().to_vec());
+        if let (KernelSet::Library, Some(c)) = (m.set, &m.cubin) {
+            files.insert(module_path(m, "cubin"), c.clone());
         }
     }
-    entries
+    files.insert(PathBuf::from("modules.rs"), lib_index.as_bytes().to_vec());
+    files.insert(PathBuf::from("test/modules.rs"), test_index.as_bytes().to_vec());
+    files
 }
+
+/// The index (`modules.rs`) of `set`: one static per arch. Archs not built this time keep
+/// their section from the index already in `existing_dir`, so `--arch sm_90` leaves sm_80 be.
+fn index_file(
+    set: KernelSet,
+    built: &[Arch],
+    modules: &[BuiltModule],
+    existing_dir: &Path,
+) -> Result<String, String> {
+    let existing_path = existing_dir.join(set.subdir()).join("modules.rs");
+    let existing = std::fs::read_to_string(&existing_path).unwrap_or_default();
+    let mut text =
+        String::from("// @generated by `cargo xtask build-ptx`; do not edit. One module per kernel entry.\n");
+    for arch in Arch::ALL {
+        if built.contains(&arch) {
+            let mut ms: Vec<&BuiltModule> =
+                modules.iter().filter(|m| m.arch == arch && m.set == set).collect();
+            ms.sort_by(|a, b| a.entry.cmp(&b.entry));
+            text.push_str(&index_section(set, arch, &ms));
+        } else {
+            let section = existing_section(&existing, set, arch).ok_or_else(|| {
+                format!(
+                    "{} has no {} section to keep; build every arch: `cargo xtask build-ptx --arch all`",
+                    existing_path.display(),
+                    arch.name()
+                )
+            })?;
+            text.push_str(&section);
+        }
+    }
+    Ok(text)
+}
+
+/// One arch's static in the index, formatted as rustfmt would leave it (entry names up to ~50
+/// characters keep every line within 100 columns; rustfmt writes a one-element array as
+/// `&[Module { … }]`).
+fn index_section(set: KernelSet, arch: Arch, modules: &[&BuiltModule]) -> String {
+    let mut s = format!("{}\npub static {}: &[Module] = &[", set.doc(arch), arch.static_name());
+    let (open, indent, close) = match modules.len() {
+        0 => return s + "];\n",
+        1 => ("", "    ", "}];\n"),
+        _ => ("\n", "        ", "];\n"),
+    };
+    s.push_str(open);
+    for m in modules {
+        let file = format!("{}/{}", arch.name(), m.entry);
+        // The test index stays the same whether or not the test kernels were assembled, so a
+        // `--check` does not depend on `--assemble-tests`.
+        let (registers, stack, cubin) = match (set, &m.report) {
+            (KernelSet::Library, Some(r)) => {
+                (r.registers, r.stack_bytes(), format!("Some(include_bytes!(\"{file}.cubin\"))"))
+            }
+            _ => (0, 0, "None".to_string()),
+        };
+        if modules.len() == 1 {
+            s.push_str("Module {\n");
+        } else {
+            s.push_str("    Module {\n");
+        }
+        for (field, value) in [
+            ("entry", format!("\"{}\"", m.entry)),
+            ("max_threads", m.max_threads.to_string()),
+            ("registers", registers.to_string()),
+            ("stack_bytes", stack.to_string()),
+            ("ptx", format!("include_str!(\"{file}.ptx\")")),
+            ("cubin", cubin),
+        ] {
+            let _ = writeln!(s, "{indent}{field}: {value},");
+        }
+        if modules.len() > 1 {
+            s.push_str("    },\n");
+        }
+    }
+    s + close
+}
+
+/// An arch's section (doc line through the closing `];`) of an index written by [`index_section`].
+fn existing_section(index: &str, set: KernelSet, arch: Arch) -> Option<String> {
+    let doc = set.doc(arch);
+    let start = index.find(&format!("{doc}\n"))?;
+    let rest = &index[start..];
+    let end = rest.find("];\n")? + "];\n".len();
+    Some(rest[..end].to_string())
+}
+
+/// What syncing a directory found (or changed).
+#[derive(Default, Debug)]
+struct Diff {
+    missing: Vec<PathBuf>,
+    stale: Vec<PathBuf>,
+    extra: Vec<PathBuf>,
+    unchanged: usize,
+}
+
+impl Diff {
+    fn is_clean(&self) -> bool {
+        self.missing.is_empty() && self.stale.is_empty() && self.extra.is_empty()
+    }
+    fn summary(&self) -> String {
+        format!(
+            "{} files unchanged, {} written, {} updated, {} removed",
+            self.unchanged,
+            self.missing.len(),
+            self.stale.len(),
+            self.extra.len()
+        )
+    }
+    fn report(&self, dir: &Path, fix: &str) -> String {
+        let mut s = format!("{} is not the output of the current device sources:\n", dir.display());
+        for (what, list) in [("stale", &self.stale), ("missing", &self.missing), ("extra", &self.extra)] {
+            for p in list {
+                let _ = writeln!(s, "  {what}: {}", p.display());
+            }
+        }
+        let _ = write!(s, "run `{fix}` and commit {}", dir.display());
+        s
+    }
+}
+
+/// Makes `dir` hold `files` (relative path → contents) and, in the `owned` subdirectories (and,
+/// with `legacy`, the whole-crate `rsccl_sm_*.ptx` files of the old layout), nothing else;
+/// unchanged files are not rewritten. With `check_only`, only reports.
+fn sync_dir(
+    dir: &Path,
+    files: &BTreeMap<PathBuf, Vec<u8>>,
+    owned: &[PathBuf],
+    legacy: bool,
+    check_only: bool,
+) -> Result<Diff, String> {
+    let mut diff = Diff::default();
+    for (rel, bytes) in files {
+        let path = dir.join(rel);
+        match std::fs::read(&path) {
+            Ok(old) if old == *bytes => {
+                diff.unchanged += 1;
+                continue;
+            }
+            Ok(_) => diff.stale.push(rel.clone()),
+            Err(_) => diff.missing.push(rel.clone()),
+        }
+        if !check_only {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            }
+            std::fs::write(&path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+    }
+    let mut present: BTreeSet<PathBuf> = BTreeSet::new();
+    for sub in owned {
+        if let Ok(rd) = std::fs::read_dir(dir.join(sub)) {
+            present.extend(rd.flatten().filter(|e| e.path().is_file()).map(|e| sub.join(e.file_name())));
+        }
+    }
+    if legacy {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            present.extend(rd.flatten().map(|e| PathBuf::from(e.file_name())).filter(|p| {
+                let n = p.to_string_lossy();
+                n.starts_with("rsccl_sm_") && (n.ends_with(".ptx") || n.ends_with(".cubin"))
+            }));
+        }
+    }
+    for rel in present {
+        if files.contains_key(&rel) {
+            continue;
+        }
+        if !check_only {
+            let path = dir.join(&rel);
+            std::fs::remove_file(&path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+        }
+        diff.extra.push(rel);
+    }
+    Ok(diff)
+}
+
+#[cfg(test)]
+mod tests;

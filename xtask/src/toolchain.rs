@@ -1,16 +1,34 @@
 //! Finding (and, where possible, installing) the tools build-ptx needs.
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
-/// The `nvidia-cuda-nvcc` wheel whose `nvidia/cu13/bin/ptxas` we fetch when none is on PATH.
+/// The `nvidia-cuda-nvcc` wheel whose `nvidia/cu13/bin/ptxas` assembles (and whose cubins are
+/// committed): pinned, because cubins are compared byte for byte.
 const NVCC_WHEEL_VERSION: &str = "13.5.37";
 const NVCC_WHEEL_PTXAS: &str = "nvidia/cu13/bin/ptxas";
 
-/// A `rustup`-run command with the environment a parent cargo set cleared, so the nested build
-/// uses the nightly toolchain and not the one that runs xtask.
+/// The nightly the PTX is built with: pinned, because the committed PTX is compared byte for
+/// byte and another nightly's LLVM writes other PTX.
+pub const PINNED_NIGHTLY: &str = "nightly-2026-05-20";
+/// `rustc --version` of [`PINNED_NIGHTLY`].
+pub const PINNED_RUSTC: &str = "1.97.0-nightly (e50aa6fba 2026-05-19)";
+/// `commit-hash` of [`PINNED_NIGHTLY`]'s `rustc -vV`.
+pub const PINNED_COMMIT: &str = "e50aa6fba4e63ab34c72bf9acfd2c307c1155d1a";
+
+/// The toolchain name [`ensure_nightly`] chose.
+static CHOSEN: OnceLock<String> = OnceLock::new();
+
+/// A `rustup run <pinned nightly> PROGRAM` command with the environment a parent cargo set
+/// cleared, so the nested build uses the nightly and not the toolchain that runs xtask.
 pub fn nightly(program: &str) -> Command {
+    let toolchain = CHOSEN.get().map_or(PINNED_NIGHTLY, String::as_str);
+    rustup_run(toolchain, program)
+}
+
+fn rustup_run(toolchain: &str, program: &str) -> Command {
     let mut c = Command::new("rustup");
-    c.args(["run", "nightly", program]);
+    c.args(["run", toolchain, program]);
     for var in [
         "RUSTUP_TOOLCHAIN",
         "RUSTC",
@@ -25,36 +43,87 @@ pub fn nightly(program: &str) -> Command {
     ] {
         c.env_remove(var);
     }
+    // Never let `rustup run` download a toolchain behind our back: installing is explicit below.
+    c.env("RUSTUP_AUTO_INSTALL", "0");
     c
 }
 
-/// Checks for the nightly toolchain and its `rust-src` (needed by `-Zbuild-std=core`), adding
-/// `rust-src` when it is missing.
-pub fn ensure_nightly() -> Result<(), String> {
-    let fix = "rustup toolchain install nightly --profile minimal --component rust-src";
-    let out = nightly("rustc").arg("--version").output().map_err(|e| {
-        format!("cannot run rustup ({e}); install rustup from https://rustup.rs, then run `{fix}`")
-    })?;
+/// The `commit-hash` of `rustc -vV` in `toolchain`, if it runs.
+fn rustc_commit(toolchain: &str) -> Option<String> {
+    let out = rustup_run(toolchain, "rustc").arg("-vV").output().ok()?;
     if !out.status.success() {
-        return Err(format!("no nightly toolchain (needed for the nvptx64 backend); run `{fix}`"));
+        return None;
     }
-    let sysroot = nightly("rustc").args(["--print", "sysroot"]).output().map_err(|e| e.to_string())?;
-    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
-    if sysroot.join("lib/rustlib/src/rust/library/core/Cargo.toml").exists() {
-        return Ok(());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines().find_map(|l| l.strip_prefix("commit-hash:")).map(|h| h.trim().to_string())
+}
+
+/// Whether rustup lists `name` (as `name` or `name-<host triple>`).
+fn rustup_has(name: &str) -> bool {
+    let Ok(out) = Command::new("rustup").args(["toolchain", "list"]).output() else { return false };
+    String::from_utf8_lossy(&out.stdout).lines().any(|l| {
+        let t = l.split_whitespace().next().unwrap_or("");
+        t == name
+            || t.strip_prefix(name).is_some_and(|rest| {
+                rest.starts_with('-') && !rest[1..].starts_with(|c: char| c.is_ascii_digit())
+            })
+    })
+}
+
+/// Chooses the pinned nightly: `nightly-2026-05-20` when rustup has it, else the plain
+/// `nightly` when it is the same build, else installs the pinned one; then makes sure it has
+/// `rust-src` (needed by `-Zbuild-std=core`). Returns the toolchain name.
+pub fn ensure_nightly() -> Result<String, String> {
+    if let Some(name) = CHOSEN.get() {
+        return Ok(name.clone());
     }
-    eprintln!("xtask: adding rust-src to the nightly toolchain");
-    let ok = Command::new("rustup")
-        .args(["component", "add", "rust-src", "--toolchain", "nightly"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if ok {
-        Ok(())
+    let install = format!("rustup toolchain install {PINNED_NIGHTLY} --profile minimal --component rust-src");
+    let name = if rustup_has(PINNED_NIGHTLY) {
+        PINNED_NIGHTLY.to_string()
+    } else if rustup_has("nightly") && rustc_commit("nightly").as_deref() == Some(PINNED_COMMIT) {
+        "nightly".to_string()
     } else {
-        Err("could not add rust-src; run `rustup component add rust-src --toolchain nightly` (needs network)"
-            .into())
+        eprintln!("xtask: the PTX is built with rustc {PINNED_RUSTC}; installing it: `{install}`");
+        let ok = Command::new("rustup")
+            .args(["toolchain", "install", PINNED_NIGHTLY, "--profile", "minimal", "--component", "rust-src"])
+            .status()
+            .map_err(|e| {
+                format!(
+                    "cannot run rustup ({e}); install rustup from https://rustup.rs, then run `{install}`"
+                )
+            })?
+            .success();
+        if !ok {
+            return Err(format!("could not install the pinned nightly; run `{install}` (needs network)"));
+        }
+        PINNED_NIGHTLY.to_string()
+    };
+    match rustc_commit(&name) {
+        Some(commit) if commit == PINNED_COMMIT => {}
+        Some(commit) => {
+            return Err(format!(
+                "toolchain `{name}` is rustc commit {commit}, not the pinned {PINNED_COMMIT} ({PINNED_RUSTC}); run `{install}`"
+            ))
+        }
+        None => return Err(format!("toolchain `{name}` does not run rustc; run `{install}`")),
     }
+    let sysroot =
+        rustup_run(&name, "rustc").args(["--print", "sysroot"]).output().map_err(|e| e.to_string())?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    if !sysroot.join("lib/rustlib/src/rust/library/core/Cargo.toml").exists() {
+        eprintln!("xtask: adding rust-src to the {name} toolchain");
+        let ok = Command::new("rustup")
+            .args(["component", "add", "rust-src", "--toolchain", &name])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            return Err(format!(
+                "could not add rust-src; run `rustup component add rust-src --toolchain {name}` (needs network)"
+            ));
+        }
+    }
+    Ok(CHOSEN.get_or_init(|| name).clone())
 }
 
 fn cache_dir() -> PathBuf {
@@ -74,14 +143,20 @@ fn works(ptxas: &Path) -> bool {
     Command::new(ptxas).arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
 }
 
-/// A working `ptxas`: `$PTXAS`, then PATH, then our cache, else fetched from PyPI into the cache.
+/// The pinned `ptxas`: `$PTXAS` when set (with a note, since its cubins may differ from the
+/// committed ones), else the one from our cache, else fetched from PyPI into the cache. A `ptxas`
+/// on PATH is not used: it could be any release, and cubins are compared byte for byte.
 pub fn ensure_ptxas() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("PTXAS") {
         let p = PathBuf::from(p);
-        return if works(&p) { Ok(p) } else { Err(format!("$PTXAS={} does not run", p.display())) };
-    }
-    if works(Path::new("ptxas")) {
-        return Ok(PathBuf::from("ptxas"));
+        if !works(&p) {
+            return Err(format!("$PTXAS={} does not run", p.display()));
+        }
+        eprintln!(
+            "xtask: note: using $PTXAS={}; its cubins may differ from the committed ones (built with ptxas from nvidia-cuda-nvcc=={NVCC_WHEEL_VERSION})",
+            p.display()
+        );
+        return Ok(p);
     }
     let dir = cache_dir().join(format!("nvidia-cuda-nvcc-{NVCC_WHEEL_VERSION}"));
     let cached = dir.join("ptxas");
@@ -93,7 +168,7 @@ pub fn ensure_ptxas() -> Result<PathBuf, String> {
         dir.display()
     );
     let fix = format!(
-        "put a CUDA 12.4+ ptxas on PATH (or set PTXAS), or run `python3 -m pip download nvidia-cuda-nvcc=={NVCC_WHEEL_VERSION} --no-deps -d /tmp/w` and unzip {NVCC_WHEEL_PTXAS} from the wheel to {}",
+        "run `python3 -m pip download nvidia-cuda-nvcc=={NVCC_WHEEL_VERSION} --no-deps -d /tmp/w` and unzip {NVCC_WHEEL_PTXAS} from the wheel to {} (or set PTXAS to a ptxas binary)",
         cached.display()
     );
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;

@@ -4,7 +4,7 @@
 //! or `nChannels × chunkSize` per rank block (the others); each channel takes its chunk, shrunk
 //! to `realChunkSize` on the last loop and rounded to whole 8-byte words per worker thread.
 use super::Collective;
-use crate::prims::{ConnInfo, DataMover, Primitives, PrimsStatus};
+use crate::prims::{ConnInfo, DataMover, Op, Primitives, PrimsStatus};
 use crate::{arch, DevPtr};
 
 /// Per-channel ring wiring, built by the host: the connection from the previous rank and to the
@@ -22,7 +22,7 @@ pub struct RingChannel {
     pub index: u64,
 }
 
-/// Arguments of the ring collective kernels (`rsccl_ring_<dtype>_<op>`).
+/// Arguments of the ring and tree collective kernels (see [`super::kernels::CollKernel`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct RingArgs {
@@ -57,11 +57,13 @@ pub struct RingArgs {
 /// reduce 1 × 1 (NCCL's `*_CHUNKSTEPS` / `*_SLICESTEPS`).
 const CHUNK_STEPS: u64 = 4;
 
-/// What every ring algorithm of one channel needs.
+/// What every ring algorithm of one channel needs. Everything here is a scalar or a pointer
+/// into device memory, so nothing is copied into per-thread local memory.
 struct RingCtx<'a, M: DataMover> {
     args: &'a RingArgs,
     mover: &'a M,
-    ch: RingChannel,
+    /// This block's channel, read in place from device memory.
+    ch: &'a RingChannel,
     bid: u32,
     nchannels: u64,
     tid: u32,
@@ -73,14 +75,38 @@ struct RingCtx<'a, M: DataMover> {
 }
 
 impl<'a, M: DataMover> RingCtx<'a, M> {
+    /// The context of the calling thread; traps unless the host launched `coll`.
+    #[inline(always)]
+    fn new(args: &'a RingArgs, mover: &'a M, coll: Collective) -> Self {
+        if args.coll != coll as u32 {
+            arch::trap();
+        }
+        let bid = arch::block_idx().x;
+        let nthreads = arch::block_dim().x;
+        let eb = mover.elem_bytes();
+        RingCtx {
+            args,
+            mover,
+            // SAFETY: the host gives one RingChannel per block, alive for the launch.
+            ch: unsafe { &*args.channels.as_ptr::<RingChannel>().add(bid as usize) },
+            bid,
+            nchannels: arch::grid_dim().x as u64,
+            tid: arch::thread_idx().x,
+            nthreads,
+            step_elems: args.step_bytes / eb,
+            round: ((nthreads as u64 - 32).max(32) * 8 / eb).max(1),
+        }
+    }
+
+    #[inline(always)]
     fn prims<const SPC: u64, const SPS: u64>(&self) -> Primitives<'a, M, 1, 1, SPC, SPS> {
         let a = self.args;
         Primitives::new(
             self.mover,
             self.tid,
             self.nthreads,
-            &[self.ch.recv],
-            &[self.ch.send],
+            core::slice::from_ref(&self.ch.recv),
+            core::slice::from_ref(&self.ch.send),
             a.sendbuff,
             a.recvbuff,
             a.step_bytes,
@@ -90,19 +116,28 @@ impl<'a, M: DataMover> RingCtx<'a, M> {
         )
     }
 
+    #[inline(always)]
     fn user_rank(&self, i: u64) -> u64 {
         // SAFETY: the host gives `nranks` u32 words.
         unsafe { arch::ld_volatile_u32(self.ch.user_ranks.offset(4 * i).as_ptr()) as u64 }
     }
 
     /// This channel's share of each loop over a block of `size` elements.
+    #[inline(always)]
     fn channel_chunks(&self, size: u64, chunk: u64) -> impl Iterator<Item = (u64, i64)> + '_ {
         channel_chunks(size, chunk, self.nchannels, self.bid, self.round)
+    }
+
+    /// Elements per chunk of the all-reduce, reduce-scatter and all-gather loops.
+    #[inline(always)]
+    fn chunk(&self) -> u64 {
+        self.step_elems * CHUNK_STEPS
     }
 }
 
 /// Channel `bid`'s share of each loop over `size` elements, loops of `nchannels × chunk`
 /// elements: (offset, elements) per loop, the last chunk shrunk and rounded to `round`.
+#[inline(always)]
 pub(crate) fn channel_chunks(
     size: u64,
     chunk: u64,
@@ -110,124 +145,164 @@ pub(crate) fn channel_chunks(
     bid: u32,
     round: u64,
 ) -> impl Iterator<Item = (u64, i64)> {
-    let step = nchannels * chunk;
-    (0..size.div_ceil(step)).map(move |l| {
-        let grid = l * step;
-        let real = (chunk.min((size - grid).div_ceil(nchannels)).div_ceil(round) * round).min(chunk);
-        let off = grid + bid as u64 * real;
-        (off, real.min(size.saturating_sub(off)) as i64)
-    })
+    (0..size.div_ceil(nchannels * chunk)).map(move |l| chunk_of_loop(size, chunk, nchannels, bid, round, l))
 }
 
-/// Kernel body: runs `args.coll` on channel `blockIdx.x` with the data mover `mover`.
+/// Loop `l` of [`channel_chunks`].
+#[inline(always)]
+fn chunk_of_loop(size: u64, chunk: u64, nchannels: u64, bid: u32, round: u64, l: u64) -> (u64, i64) {
+    let grid = l * nchannels * chunk;
+    let real = (chunk.min((size - grid).div_ceil(nchannels)).div_ceil(round) * round).min(chunk);
+    let off = grid + bid as u64 * real;
+    (off, real.min(size.saturating_sub(off)) as i64)
+}
+
+/// Runs `args.coll` on channel `blockIdx.x` (tests and the emulator; the PTX has one kernel per
+/// collective, see [`super::kernels`]).
 pub fn ring_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
-    let bid = arch::block_idx().x;
-    let nthreads = arch::block_dim().x;
-    let eb = mover.elem_bytes();
-    let cx = RingCtx {
-        args,
-        mover,
-        // SAFETY: the host gives one RingChannel per block.
-        ch: unsafe { core::ptr::read(args.channels.as_ptr::<RingChannel>().add(bid as usize)) },
-        bid,
-        nchannels: arch::grid_dim().x as u64,
-        tid: arch::thread_idx().x,
-        nthreads,
-        step_elems: args.step_bytes / eb,
-        round: ((nthreads as u64 - 32).max(32) * 8 / eb).max(1),
-    };
-    let Some(coll) = Collective::from_u32(args.coll) else { arch::trap() };
+    match Collective::from_u32(args.coll) {
+        Some(Collective::AllReduce) => all_reduce(args, mover),
+        Some(Collective::ReduceScatter) => reduce_scatter(args, mover),
+        Some(Collective::AllGather) => all_gather(args, mover),
+        Some(Collective::Broadcast) => broadcast(args, mover),
+        Some(Collective::Reduce) => reduce(args, mover),
+        None => arch::trap(),
+    }
+}
+
+// Each algorithm computes the operation of every step and makes one `Primitives::run` call,
+// so its kernel holds a single copy of the data-movement code.
+
+/// Ring all-reduce (NCCL's `runRing<ncclFuncAllReduce>`): reduce-scatter then all-gather
+/// around the ring, `nranks` chunks per loop, in `2·nranks − 1` steps: send, `nranks − 2`
+/// receive-reduce-sends, receive-reduce-copy-send (the result), `nranks − 2`
+/// receive-copy-sends, receive.
+#[inline(always)]
+pub fn all_reduce<M: DataMover>(args: &RingArgs, mover: &M) {
+    let cx = RingCtx::new(args, mover, Collective::AllReduce);
+    let (n, size, bid) = (args.nranks, args.count, cx.bid);
+    let chunk = cx.chunk();
+    let mut p = cx.prims::<2, 2>();
+    let loop_size = cx.nchannels * n * chunk;
+    let ring_ix = cx.ch.index;
+    let modr = |r: u64| if r >= n { r - n } else { r };
+    let mut grid = 0;
+    while grid < size {
+        let real =
+            (chunk.min((size - grid).div_ceil(cx.nchannels * n)).div_ceil(cx.round) * cx.round).min(chunk);
+        for k in 0..2 * n - 1 {
+            let (op, c) = if k == 0 {
+                (Op::SEND, modr(ring_ix + n - 1))
+            } else if k < n - 1 {
+                (Op::RECV_REDUCE_SEND, modr(ring_ix + n - 1 - k))
+            } else if k == n - 1 {
+                (Op::RECV_REDUCE_COPY_SEND, ring_ix)
+            } else if k < 2 * n - 2 {
+                (Op::RECV_COPY_SEND, modr(ring_ix + 2 * n - 1 - k))
+            } else {
+                (Op::RECV, modr(ring_ix + 1))
+            };
+            let o = grid + bid as u64 * n * real + c * real;
+            p.run(op, o, o, real.min(size.saturating_sub(o)) as i64, k == n - 1);
+        }
+        grid += loop_size;
+    }
+    p.finish();
+}
+
+/// Ring reduce-scatter: rank r ends with block r of the reduction (send, `nranks − 2`
+/// receive-reduce-sends, receive-reduce-copy into the output).
+#[inline(always)]
+pub fn reduce_scatter<M: DataMover>(args: &RingArgs, mover: &M) {
+    let cx = RingCtx::new(args, mover, Collective::ReduceScatter);
     let (n, size) = (args.nranks, args.count);
-    let chunk = cx.step_elems * CHUNK_STEPS;
-    match coll {
-        Collective::AllReduce => {
-            let mut p = cx.prims::<2, 2>();
-            let loop_size = cx.nchannels * n * chunk;
-            let ring_ix = cx.ch.index;
-            let modr = |r: u64| if r >= n { r - n } else { r };
-            let mut grid = 0;
-            while grid < size {
-                let real = (chunk.min((size - grid).div_ceil(cx.nchannels * n)).div_ceil(cx.round)
-                    * cx.round)
-                    .min(chunk);
-                let off = |c: u64| grid + bid as u64 * n * real + c * real;
-                let nel = |o: u64| real.min(size.saturating_sub(o)) as i64;
-                let o = off(modr(ring_ix + n - 1));
-                p.send(o, nel(o));
-                for j in 2..n {
-                    let o = off(modr(ring_ix + n - j));
-                    p.recv_reduce_send(o, nel(o));
-                }
-                let o = off(ring_ix);
-                p.recv_reduce_copy_send(o, o, nel(o), true);
-                for j in 1..n - 1 {
-                    let o = off(modr(ring_ix + n - j));
-                    p.recv_copy_send(o, nel(o), false);
-                }
-                let o = off(modr(ring_ix + 1));
-                p.recv(o, nel(o), false);
-                grid += loop_size;
-            }
-            p.finish();
-        }
-        Collective::ReduceScatter => {
-            let mut p = cx.prims::<2, 2>();
-            for (off, nelem) in cx.channel_chunks(size, chunk) {
-                p.send(off + cx.user_rank(n - 1) * size, nelem);
-                for j in 2..n {
-                    p.recv_reduce_send(off + cx.user_rank(n - j) * size, nelem);
-                }
-                p.recv_reduce_copy(off + cx.user_rank(0) * size, off, nelem, true);
-            }
-            p.finish();
-        }
-        Collective::AllGather => {
-            let mut p = cx.prims::<2, 2>();
-            for (off, nelem) in cx.channel_chunks(size, chunk) {
-                let o = off + cx.user_rank(0) * size;
-                if args.sendbuff.offset(off * eb) == args.recvbuff.offset(o * eb) {
-                    p.send(off, nelem);
-                } else {
-                    p.copy_send(off, o, nelem, false);
-                }
-                for j in 1..n - 1 {
-                    p.recv_copy_send(off + cx.user_rank(n - j) * size, nelem, false);
-                }
-                p.recv(off + cx.user_rank(1) * size, nelem, false);
-            }
-            p.finish();
-        }
-        Collective::Broadcast => {
-            let mut p = cx.prims::<1, 1>();
-            let next = cx.user_rank(1);
-            for (o, nelem) in cx.channel_chunks(size, cx.step_elems) {
-                if args.rank == args.root {
-                    if args.sendbuff == args.recvbuff {
-                        p.send(o, nelem);
-                    } else {
-                        p.copy_send(o, o, nelem, false);
-                    }
-                } else if next == args.root {
-                    p.recv(o, nelem, false);
-                } else {
-                    p.recv_copy_send(o, nelem, false);
-                }
-            }
-            p.finish();
-        }
-        Collective::Reduce => {
-            let mut p = cx.prims::<1, 1>();
-            let prev = cx.user_rank(n - 1);
-            for (o, nelem) in cx.channel_chunks(size, cx.step_elems) {
-                if prev == args.root {
-                    p.send(o, nelem);
-                } else if args.rank == args.root {
-                    p.recv_reduce_copy(o, o, nelem, true);
-                } else {
-                    p.recv_reduce_send(o, nelem);
-                }
-            }
-            p.finish();
+    let mut p = cx.prims::<2, 2>();
+    // One flat loop over (chunk loop, step): the nested loops' extra live values cost the
+    // 1-byte kernels a spill.
+    let chunk = cx.chunk();
+    let steps = size.div_ceil(cx.nchannels * chunk) * n;
+    let (mut l, mut k) = (0, 0);
+    for _ in 0..steps {
+        let (off, nelem) = chunk_of_loop(size, chunk, cx.nchannels, cx.bid, cx.round, l);
+        let op = if k == 0 {
+            Op::SEND
+        } else if k < n - 1 {
+            Op::RECV_REDUCE_SEND
+        } else {
+            Op::RECV_REDUCE_COPY
+        };
+        let src = off + cx.user_rank(n - 1 - k) * size;
+        p.run(op, src, off, nelem, k == n - 1);
+        k += 1;
+        if k == n {
+            (l, k) = (l + 1, 0);
         }
     }
+    p.finish();
+}
+
+/// Ring all-gather: every rank ends with every rank's block, in rank order (send or
+/// copy-send, `nranks − 2` receive-copy-sends, receive).
+#[inline(always)]
+pub fn all_gather<M: DataMover>(args: &RingArgs, mover: &M) {
+    let cx = RingCtx::new(args, mover, Collective::AllGather);
+    let (n, size, eb) = (args.nranks, args.count, mover.elem_bytes());
+    let mut p = cx.prims::<2, 2>();
+    for (off, nelem) in cx.channel_chunks(size, cx.chunk()) {
+        for k in 0..n {
+            let (op, src, dst) = if k == 0 {
+                let o = off + cx.user_rank(0) * size;
+                let in_place = args.sendbuff.offset(off * eb) == args.recvbuff.offset(o * eb);
+                (if in_place { Op::SEND } else { Op::COPY_SEND }, off, o)
+            } else if k < n - 1 {
+                (Op::RECV_COPY_SEND, 0, off + cx.user_rank(n - k) * size)
+            } else {
+                (Op::RECV, 0, off + cx.user_rank(1) * size)
+            };
+            p.run(op, src, dst, nelem, false);
+        }
+    }
+    p.finish();
+}
+
+/// Ring broadcast from `args.root`, one FIFO step per chunk: the root sends (or copies and
+/// sends), the rank before it receives, the others receive and forward.
+#[inline(always)]
+pub fn broadcast<M: DataMover>(args: &RingArgs, mover: &M) {
+    let cx = RingCtx::new(args, mover, Collective::Broadcast);
+    let mut p = cx.prims::<1, 1>();
+    let op = if args.rank == args.root {
+        if args.sendbuff == args.recvbuff {
+            Op::SEND
+        } else {
+            Op::COPY_SEND
+        }
+    } else if cx.user_rank(1) == args.root {
+        Op::RECV
+    } else {
+        Op::RECV_COPY_SEND
+    };
+    for (o, nelem) in cx.channel_chunks(args.count, cx.step_elems) {
+        p.run(op, o, o, nelem, false);
+    }
+    p.finish();
+}
+
+/// Ring reduce to `args.root`, one FIFO step per chunk: the rank after the root sends, the
+/// root receives and reduces into its output, the others receive, reduce and send on.
+#[inline(always)]
+pub fn reduce<M: DataMover>(args: &RingArgs, mover: &M) {
+    let cx = RingCtx::new(args, mover, Collective::Reduce);
+    let mut p = cx.prims::<1, 1>();
+    let (op, post) = if cx.user_rank(args.nranks - 1) == args.root {
+        (Op::SEND, false)
+    } else if args.rank == args.root {
+        (Op::RECV_REDUCE_COPY, true)
+    } else {
+        (Op::RECV_REDUCE_SEND, false)
+    };
+    for (o, nelem) in cx.channel_chunks(args.count, cx.step_elems) {
+        p.run(op, o, o, nelem, post);
+    }
+    p.finish();
 }

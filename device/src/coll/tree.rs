@@ -8,7 +8,7 @@
 use super::ring::{channel_chunks, RingArgs};
 use super::Collective;
 use crate::arch;
-use crate::prims::{ConnInfo, DataMover, Primitives};
+use crate::prims::{ConnInfo, DataMover, Op, Primitives};
 
 /// Most children of a tree rank (NCCL's `NCCL_MAX_TREE_ARITY`).
 pub const TREE_ARITY: usize = 3;
@@ -30,6 +30,7 @@ pub struct TreeChannel {
 
 /// Kernel body: tree all-reduce of `args.count` elements on channel `blockIdx.x` (the tree
 /// kernels take the ring kernels' arguments; `args.channels` points at `TreeChannel`s).
+#[inline(always)]
 pub fn tree_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
     if Collective::from_u32(args.coll) != Some(Collective::AllReduce) {
         arch::trap();
@@ -38,8 +39,9 @@ pub fn tree_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
     let tid = arch::thread_idx().x;
     let nthreads = arch::block_dim().x;
     let nchannels = arch::grid_dim().x as u64;
-    // SAFETY: the host gives one TreeChannel per block.
-    let ch = unsafe { core::ptr::read(args.channels.as_ptr::<TreeChannel>().add(bid as usize)) };
+    // Read in place: a copy of the eight connections would live in per-thread local memory.
+    // SAFETY: the host gives one TreeChannel per block, alive for the launch.
+    let ch = unsafe { &*args.channels.as_ptr::<TreeChannel>().add(bid as usize) };
     let eb = mover.elem_bytes();
     let chunk = args.step_bytes / eb;
     let round = ((nthreads as u64 - 32).max(32) * 8 / eb).max(1);
@@ -51,13 +53,15 @@ pub fn tree_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
     }
     let chunks = || channel_chunks(args.count, chunk, nchannels, bid, round);
 
-    // Reduce up: at most three children in, the parent out.
+    // Reduce up: at most three children in, the parent out. (Two phases with their own
+    // `run` call sites: one shared call site in a loop over the phases needs more registers
+    // than the 128 a 512-thread block allows.)
     let mut up = Primitives::<M, TREE_ARITY, 1, 1, 1>::new(
         mover,
         tid,
         nthreads,
         &ch.down_recv,
-        &[ch.up_send],
+        core::slice::from_ref(&ch.up_send),
         args.sendbuff,
         args.recvbuff,
         args.step_bytes,
@@ -65,14 +69,15 @@ pub fn tree_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
         args.status,
         bid,
     );
+    let up_op = if root {
+        Op::RECV_REDUCE_COPY
+    } else if leaf {
+        Op::SEND
+    } else {
+        Op::RECV_REDUCE_SEND
+    };
     for (off, n) in chunks() {
-        if root {
-            up.recv_reduce_copy(off, off, n, true);
-        } else if leaf {
-            up.send(off, n);
-        } else {
-            up.recv_reduce_send(off, n);
-        }
+        up.run(up_op, off, off, n, root);
     }
     // Every thread is done with the first group's shared state before the second resets it;
     // after this barrier no wait can still set the abort flag, so all threads read the same
@@ -89,7 +94,7 @@ pub fn tree_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
         mover,
         tid,
         nthreads,
-        &[ch.up_recv],
+        core::slice::from_ref(&ch.up_recv),
         &ch.down_send,
         args.sendbuff,
         args.recvbuff,
@@ -98,14 +103,15 @@ pub fn tree_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
         args.status,
         bid,
     );
+    let down_op = if root {
+        Op::SEND_FROM_OUTPUT
+    } else if leaf {
+        Op::RECV
+    } else {
+        Op::RECV_COPY_SEND
+    };
     for (off, n) in chunks() {
-        if root {
-            down.send_from_output(off, n);
-        } else if leaf {
-            down.recv(off, n, false);
-        } else {
-            down.recv_copy_send(off, n, false);
-        }
+        down.run(down_op, off, off, n, false);
     }
     down.finish();
 }

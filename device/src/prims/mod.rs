@@ -4,4 +4,4 @@ pub mod conn;
 pub mod simple;
 
 pub use conn::{ConnInfo, ErrorCode, PrimsStatus, NCCL_STEPS};
-pub use simple::{DataMover, Primitives, ProtoSimple};
+pub use simple::{DataMover, Op, Primitives, ProtoSimple};

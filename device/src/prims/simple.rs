@@ -51,16 +51,51 @@ const ROLE_POST_SEND: u32 = 0x10;
 const ROLE_POST_RECV: u32 = 0x20;
 const THREADS_PER_SYNC: u32 = 8;
 
-/// Where a user buffer plays in an operation.
-const NONE: i32 = -1;
-const INPUT: i32 = 0;
-const OUTPUT: i32 = 1;
+/// Which user buffer an operation reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Buf {
+    None,
+    Input,
+    Output,
+}
+
+/// One primitive operation (NCCL's `genericOp` template arguments), as a run-time value: an
+/// algorithm computes which operation each step does and makes a single call, so a kernel holds
+/// one copy of the data-movement code instead of one per operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Op {
+    recv: bool,
+    send: bool,
+    src: Buf,
+    dst: Buf,
+}
+
+impl Op {
+    /// Sends input.
+    pub const SEND: Op = Op { recv: false, send: true, src: Buf::Input, dst: Buf::None };
+    /// Sends output, with no pre-op: it is already a result (the tree root's broadcast).
+    pub const SEND_FROM_OUTPUT: Op = Op { recv: false, send: true, src: Buf::Output, dst: Buf::None };
+    /// Receives into the output.
+    pub const RECV: Op = Op { recv: true, send: false, src: Buf::None, dst: Buf::Output };
+    /// Copies input to output and sends it.
+    pub const COPY_SEND: Op = Op { recv: false, send: true, src: Buf::Input, dst: Buf::Output };
+    /// Receives into the output and forwards.
+    pub const RECV_COPY_SEND: Op = Op { recv: true, send: true, src: Buf::None, dst: Buf::Output };
+    /// Reduces received data with the input and sends the result.
+    pub const RECV_REDUCE_SEND: Op = Op { recv: true, send: true, src: Buf::Input, dst: Buf::None };
+    /// Reduces received data with the input into the output.
+    pub const RECV_REDUCE_COPY: Op = Op { recv: true, send: false, src: Buf::Input, dst: Buf::Output };
+    /// Reduces received data with the input into the output and sends it on.
+    pub const RECV_REDUCE_COPY_SEND: Op = Op { recv: true, send: true, src: Buf::Input, dst: Buf::Output };
+    /// Waits on nothing and moves nothing (a rank that sits out a step).
+    const NOTHING: Op = Op { recv: false, send: false, src: Buf::None, dst: Buf::None };
+}
 
 /// The per-group shared-memory block the roles communicate through.
 #[repr(C)]
 pub struct PrimsShm {
-    srcs: [u64; MAX_PTRS],
-    dsts: [u64; MAX_PTRS],
+    srcs: [DevPtr; MAX_PTRS],
+    dsts: [DevPtr; MAX_PTRS],
     aborted: u32,
     _pad: u32,
 }
@@ -83,7 +118,6 @@ pub struct Primitives<
     mover: &'a M,
     tid: u32,
     nthreads: u32,
-    nworkers: u32,
     group: u32,
     flags: u32,
     index: u32,
@@ -94,12 +128,10 @@ pub struct Primitives<
     step: u64,
     conn_step_ptr: *mut u64,
     conn_step_cache: u64,
-    conn_fifo: DevPtr,
-    conn_step_bytes: u64,
-    conn_sizes: DevPtr,
-    conn_saved_step: DevPtr,
-    conn_peer: u64,
-    nvls_min_poll: bool,
+    /// This thread's connection (wait and post roles; null otherwise), read in place where
+    /// needed rather than copied into registers the data movement could use. It outlives
+    /// `self`: `new` borrows the connections for `'a`.
+    conn: *const ConnInfo,
     user_buff: DevPtr,
     shm: *mut PrimsShm,
     status: PrimsStatus,
@@ -114,12 +146,13 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
     /// `step_bytes` is the FIFO slot size common to them; `group` selects the shared-memory
     /// block and barrier pair; `channel` is where errors are reported in `status`.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub fn new(
         mover: &'a M,
         tid: u32,
         nthreads: u32,
-        recv: &[ConnInfo],
-        send: &[ConnInfo],
+        recv: &'a [ConnInfo],
+        send: &'a [ConnInfo],
         input: DevPtr,
         output: DevPtr,
         step_bytes: u64,
@@ -129,7 +162,6 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
     ) -> Self {
         let nrecv = recv.iter().take(MAX_RECV).take_while(|c| c.is_connected()).count() as u32;
         let nsend = send.iter().take(MAX_SEND).take_while(|c| c.is_connected()).count() as u32;
-        let nworkers = nthreads - if MAX_SEND > 0 && nthreads - WARP_SIZE >= 64 { WARP_SIZE } else { 0 };
         let g = tid / THREADS_PER_SYNC;
         let ng = nthreads / THREADS_PER_SYNC;
         let index = tid % THREADS_PER_SYNC;
@@ -160,7 +192,6 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
             mover,
             tid,
             nthreads,
-            nworkers,
             group,
             flags,
             index,
@@ -170,12 +201,7 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
             step: 0,
             conn_step_ptr: core::ptr::null_mut(),
             conn_step_cache: 0,
-            conn_fifo: DevPtr::NULL,
-            conn_step_bytes: step_bytes,
-            conn_sizes: DevPtr::NULL,
-            conn_saved_step: DevPtr::NULL,
-            conn_peer: 0,
-            nvls_min_poll: false,
+            conn: core::ptr::null(),
             user_buff: DevPtr::NULL,
             shm,
             status,
@@ -202,16 +228,12 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         p
     }
 
-    fn load_conn(&mut self, conn: &ConnInfo, post_recv: bool, post_send: bool) {
+    #[inline(always)]
+    fn load_conn(&mut self, conn: &'a ConnInfo, post_recv: bool, post_send: bool) {
         // SAFETY: the host gives every connected side a valid step word.
         let saved = unsafe { arch::ld_volatile_u64(conn.step.as_ptr()) };
         self.step = saved.div_ceil(SPC * SPS) * SPC * SPS;
-        self.conn_saved_step = conn.step;
-        self.conn_peer = conn.peer;
-        self.conn_fifo = conn.buff;
-        self.conn_step_bytes = conn.step_bytes;
-        self.conn_sizes = conn.sizes_fifo;
-        self.nvls_min_poll = conn.flags & CONN_NVLS_MIN_POLL != 0;
+        self.conn = conn;
         if post_recv {
             self.conn_step_ptr = conn.head.as_ptr();
             // Return credits in case we rounded the step up.
@@ -229,7 +251,8 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
 
     #[inline(always)]
     fn load_step(&self) -> u64 {
-        if self.nvls_min_poll {
+        // SAFETY: only wait roles poll, and they have a connection.
+        if unsafe { (*self.conn).flags } & CONN_NVLS_MIN_POLL != 0 {
             // NVLS: the step word is a multicast address over every peer's word; the minimum is
             // the slowest peer (`multimem.ld_reduce.acquire.sys.global.min.u64`).
             // SAFETY: NVLS connections give an 8-aligned multicast step word.
@@ -245,15 +268,16 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         unsafe { core::ptr::addr_of!((*self.shm).aborted).read_volatile() != 0 }
     }
 
+    #[inline(always)]
     fn set_aborted(&self, code: ErrorCode) {
         if code != ErrorCode::Aborted || self.status.status != DevPtr::NULL {
             let word = self.status.status.offset(8 * self.channel as u64).as_ptr::<u64>();
             if self.status.status != DevPtr::NULL {
                 // First error wins; later ones are consequences.
                 // SAFETY: the host sizes `status` with one word per channel.
-                unsafe {
-                    arch::atomic_cas_acq_rel_sys_u64(word, 0, encode_status(code, self.conn_peer, self.step))
-                };
+                // SAFETY: only wait roles give up, and they have a connection.
+                let peer = unsafe { (*self.conn).peer };
+                unsafe { arch::atomic_cas_acq_rel_sys_u64(word, 0, encode_status(code, peer, self.step)) };
             }
         }
         // SAFETY: as shm_aborted.
@@ -262,6 +286,7 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
 
     /// One spin of a wait loop: true when the wait must give up (abort flag, timeout, or
     /// another thread of the group already gave up).
+    #[inline(always)]
     fn check_abort(&self, spins: &mut u32, started: &mut u64, code: ErrorCode) -> bool {
         arch::spin_hint();
         *spins += 1;
@@ -293,6 +318,14 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         false
     }
 
+    /// Threads that move data: all but the last warp when there are send peers and enough
+    /// threads, so that warp's fence before a post overlaps the next slice's copy. Computed
+    /// from the block size each time: one register fewer for the data movement.
+    #[inline(always)]
+    fn nworkers(&self) -> u32 {
+        self.nthreads - if MAX_SEND > 0 && self.nthreads - WARP_SIZE >= 64 { WARP_SIZE } else { 0 }
+    }
+
     #[inline(always)]
     fn barrier(&self) {
         arch::bar_sync(1 + 2 * self.group, self.nthreads);
@@ -300,52 +333,54 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
 
     #[inline(always)]
     fn sub_barrier(&self) {
-        if self.nworkers == self.nthreads {
+        if self.nworkers() == self.nthreads {
             self.barrier();
         } else {
-            arch::bar_sync(2 + 2 * self.group, self.nworkers);
+            arch::bar_sync(2 + 2 * self.group, self.nworkers());
         }
     }
 
     #[inline(always)]
     fn set_src(&self, i: usize, p: DevPtr) {
         // SAFETY: i < MAX_PTRS by construction (1 + peers ≤ 1 + MAX_ARITY).
-        unsafe { core::ptr::addr_of_mut!((*self.shm).srcs[i]).write_volatile(p.0) }
+        unsafe { core::ptr::addr_of_mut!((*self.shm).srcs[i]).write_volatile(p) }
     }
 
     #[inline(always)]
     fn set_dst(&self, i: usize, p: DevPtr) {
         // SAFETY: as set_src.
-        unsafe { core::ptr::addr_of_mut!((*self.shm).dsts[i]).write_volatile(p.0) }
+        unsafe { core::ptr::addr_of_mut!((*self.shm).dsts[i]).write_volatile(p) }
     }
 
+    /// The first `n` source (`dst` false) or destination pointers the roles published, read in
+    /// place: the data movers index them at run time, and a copy would live in per-thread local
+    /// memory (NCCL reads them from shared memory too). Only valid between the barrier after
+    /// the waits and the one after the copy, while no role writes them.
     #[inline(always)]
-    fn ptrs(&self, dst: bool, n: usize) -> [DevPtr; MAX_PTRS] {
-        let mut out = [DevPtr::NULL; MAX_PTRS];
-        for (i, o) in out.iter_mut().enumerate().take(n) {
-            // SAFETY: as set_src.
-            *o = DevPtr(unsafe {
-                if dst {
-                    core::ptr::addr_of!((*self.shm).dsts[i]).read_volatile()
-                } else {
-                    core::ptr::addr_of!((*self.shm).srcs[i]).read_volatile()
-                }
-            });
+    fn published(&self, dst: bool, n: usize) -> &[DevPtr] {
+        // SAFETY: n ≤ MAX_PTRS (1 + peers ≤ 1 + MAX_ARITY); the group's shared-memory block
+        // lives for the kernel and is not written until the next barrier.
+        unsafe {
+            let base = if dst {
+                core::ptr::addr_of!((*self.shm).dsts) as *const DevPtr
+            } else {
+                core::ptr::addr_of!((*self.shm).srcs) as *const DevPtr
+            };
+            core::slice::from_raw_parts(base, n.min(MAX_PTRS))
         }
-        out
     }
 
-    /// Waits (WaitRecv / WaitSend roles) until the FIFO slot for the current step may be read
-    /// or written, publishes its address, and advances the step.
-    fn wait_peer<const RECV: bool, const SEND: bool, const SRC: bool, const DST: bool>(
-        &mut self,
-        nelts: u64,
-    ) {
-        let is_send = if SEND && RECV { self.flags & ROLE_WAIT_SEND != 0 } else { SEND };
-        let waits = (RECV && self.flags & ROLE_WAIT_RECV != 0) || (SEND && self.flags & ROLE_WAIT_SEND != 0);
-        if !waits {
+    /// Waits (WaitRecv / WaitSend roles of `op`) until the FIFO slot for the current step may
+    /// be read or written, publishes its address after the user buffer's slot (`user_src` /
+    /// `user_dst`: whether slot 0 holds a user pointer), and advances the step.
+    #[inline(always)]
+    fn wait_peer(&mut self, op: Op, user_src: bool, user_dst: bool, nelts: u64) {
+        let waits_recv = op.recv && self.flags & ROLE_WAIT_RECV != 0;
+        let waits_send = op.send && self.flags & ROLE_WAIT_SEND != 0;
+        if !(waits_recv || waits_send) {
             return;
         }
+        let is_send = waits_send;
         let (mut spins, mut started) = (0u32, 0u64);
         let code = if is_send { ErrorCode::SendTimeout } else { ErrorCode::RecvTimeout };
         let slack = if is_send { NCCL_STEPS } else { 0 };
@@ -355,27 +390,30 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
             }
             self.conn_step_cache = self.load_step();
         }
-        let slot = self.conn_fifo.offset((self.step % NCCL_STEPS) * self.conn_step_bytes);
+        // SAFETY: wait roles have a connection.
+        let conn = unsafe { &*self.conn };
+        let slot = conn.buff.offset((self.step % NCCL_STEPS) * conn.step_bytes);
         if is_send {
-            if self.conn_sizes != DevPtr::NULL {
-                let p = self.conn_sizes.offset(8 * (self.step % NCCL_STEPS)).as_ptr();
+            if conn.sizes_fifo != DevPtr::NULL {
+                let p = conn.sizes_fifo.offset(8 * (self.step % NCCL_STEPS)).as_ptr();
                 // SAFETY: the sizes FIFO has NCCL_STEPS u64 words when present.
                 unsafe { arch::st_global_u64(p, nelts * self.mover.elem_bytes()) };
             }
-            self.set_dst(DST as usize + self.index as usize, slot);
+            self.set_dst(user_dst as usize + self.index as usize, slot);
         } else {
-            self.set_src(SRC as usize + self.index as usize, slot);
+            self.set_src(user_src as usize + self.index as usize, slot);
         }
         self.step += SPS;
     }
 
-    /// Post roles: publish that the current slice is done (`tail` after a fence for senders
-    /// whose data was stored; `head` directly for receivers).
+    /// Post roles of `op`: publish that the current slice is done (`tail` after a fence for
+    /// senders whose data was stored; `head` directly for receivers).
     #[inline(always)]
-    fn post_peer<const RECV: bool, const SEND: bool>(&mut self, data_stored: bool) {
-        if (RECV && self.flags & ROLE_POST_RECV != 0) || (SEND && self.flags & ROLE_POST_SEND != 0) {
+    fn post_peer(&mut self, op: Op, data_stored: bool) {
+        let posts_send = op.send && self.flags & ROLE_POST_SEND != 0;
+        if (op.recv && self.flags & ROLE_POST_RECV != 0) || posts_send {
             self.step += SPS;
-            if SEND && self.flags & ROLE_POST_SEND != 0 && data_stored {
+            if posts_send && data_stored {
                 arch::fence_acq_rel_sys();
             }
             // SAFETY: conn_step_ptr is this connection's head (PostRecv) or tail (PostSend).
@@ -383,65 +421,53 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         }
     }
 
-    /// NCCL's `genericOp`: `SRC`/`DST` say whether the user input (0) or output (1) buffer is a
-    /// source/destination (-1: none); offsets are in elements; `nelem < 0` counts as 0.
-    fn generic_op<const RECV: bool, const SEND: bool, const SRC: i32, const DST: i32>(
-        &mut self,
-        src_ix: u64,
-        dst_ix: u64,
-        nelem: i64,
-        post_op: bool,
-    ) {
+    /// Runs `op` (NCCL's `genericOp`) on `nelem` elements: the input at `src_ix` and/or the
+    /// output at `dst_ix` (element offsets) with the peers `op` receives from and sends to;
+    /// `post_op` applies the op's post-operation to the result; `nelem < 0` counts as 0.
+    #[inline(always)]
+    pub fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
         let nelem = nelem.max(0) as u64;
         let eb = self.mover.elem_bytes();
-        if nelem > self.step_elems * SPS * SPC {
+        if nelem > self.step_elems * SPS * SPC || nelem > u32::MAX as u64 {
             // More than the FIFO slots of one chunk hold: a caller bug that would overrun them.
             arch::trap();
         }
-        let mut slice_size = self.step_elems * SPS;
-        slice_size = (nelem.div_ceil(16 * SPC) * 16).max(slice_size / 32);
+        // A chunk fits in u32 elements (the host bounds the FIFO step size): 32-bit counters
+        // leave registers to the data movement.
+        let nelem = nelem as u32;
+        let mut slice_size = (self.step_elems * SPS).min(u32::MAX as u64) as u32;
+        slice_size = (nelem.div_ceil(16 * SPC as u32) * 16).max(slice_size / 32);
         let mut slice = 0;
-        let mut offset = 0u64;
-        let has_src = SRC != NONE;
-        let has_dst = DST != NONE;
-        let src_role = if SRC == INPUT { ROLE_INPUT } else { ROLE_OUTPUT };
-        let dst_role = if DST == INPUT { ROLE_INPUT } else { ROLE_OUTPUT };
-        if self.tid < self.nworkers && offset < nelem {
+        let mut offset = 0u32;
+        let has_src = op.src != Buf::None;
+        let has_dst = op.dst != Buf::None;
+        let role = |b: Buf| if b == Buf::Input { ROLE_INPUT } else { ROLE_OUTPUT };
+        if self.tid < self.nworkers() && offset < nelem {
             loop {
                 slice_size = slice_size.min(nelem - offset);
-                if has_src && self.flags & src_role != 0 {
-                    self.set_src(0, self.user_buff.offset((src_ix + offset) * eb));
+                if has_src && self.flags & role(op.src) != 0 {
+                    self.set_src(0, self.user_buff.offset((src_ix + offset as u64) * eb));
                 }
-                if has_dst && self.flags & dst_role != 0 {
-                    self.set_dst(0, self.user_buff.offset((dst_ix + offset) * eb));
+                if has_dst && self.flags & role(op.dst) != 0 {
+                    self.set_dst(0, self.user_buff.offset((dst_ix + offset as u64) * eb));
                 }
-                if has_src && has_dst {
-                    self.wait_peer::<RECV, SEND, true, true>(slice_size);
-                } else if has_src {
-                    self.wait_peer::<RECV, SEND, true, false>(slice_size);
-                } else if has_dst {
-                    self.wait_peer::<RECV, SEND, false, true>(slice_size);
-                } else {
-                    self.wait_peer::<RECV, SEND, false, false>(slice_size);
-                }
+                self.wait_peer(op, has_src, has_dst, slice_size as u64);
                 self.sub_barrier();
-                let work = if self.shm_aborted() { 0 } else { slice_size };
-                let nsrcs = RECV as usize * self.nrecv as usize + has_src as usize;
-                let ndsts = SEND as usize * self.nsend as usize + has_dst as usize;
-                let srcs = self.ptrs(false, nsrcs);
-                let dsts = self.ptrs(true, ndsts);
-                let pre_op_srcs = (SRC == INPUT) as u32;
+                let work = if self.shm_aborted() { 0 } else { slice_size as u64 };
+                let nsrcs = op.recv as usize * self.nrecv as usize + has_src as usize;
+                let ndsts = op.send as usize * self.nsend as usize + has_dst as usize;
+                let pre_op_srcs = (op.src == Buf::Input) as u32;
                 self.mover.reduce_copy(
                     self.tid,
-                    self.nworkers,
+                    self.nworkers(),
                     pre_op_srcs,
                     post_op,
-                    &srcs[..nsrcs],
-                    &dsts[..ndsts],
+                    self.published(false, nsrcs),
+                    self.published(true, ndsts),
                     work,
                 );
                 self.barrier(); // counterpart in the loop below
-                self.post_peer::<RECV, SEND>(slice_size > 0);
+                self.post_peer(op, slice_size > 0);
                 offset += slice_size;
                 slice += 1;
                 if !(slice < SPC && offset < nelem) {
@@ -453,46 +479,54 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
             slice_size = slice_size.min(nelem.saturating_sub(offset));
             // Only workers hold wait roles, and they reach here only for empty slices; they
             // still wait so that their step stays in lockstep with the peer's (as NCCL does).
-            self.wait_peer::<RECV, SEND, false, false>(0);
+            self.wait_peer(op, false, false, 0);
             self.barrier(); // counterpart in the worker loop above
-            self.post_peer::<RECV, SEND>(slice_size > 0);
+            self.post_peer(op, slice_size > 0);
             offset += slice_size;
             slice += 1;
         }
     }
 
     /// Sends `n` elements of the input at `inp_ix`.
+    #[inline(always)]
     pub fn send(&mut self, inp_ix: u64, n: i64) {
-        self.generic_op::<false, true, INPUT, NONE>(inp_ix, 0, n, false)
+        self.run(Op::SEND, inp_ix, 0, n, false)
     }
     /// Sends `n` elements of the output at `out_ix`, with no pre-op: it is already a result
     /// (NCCL's `directSendFromOutput`, the tree root's broadcast).
+    #[inline(always)]
     pub fn send_from_output(&mut self, out_ix: u64, n: i64) {
-        self.generic_op::<false, true, OUTPUT, NONE>(out_ix, 0, n, false)
+        self.run(Op::SEND_FROM_OUTPUT, out_ix, 0, n, false)
     }
     /// Receives `n` elements into the output at `out_ix`.
+    #[inline(always)]
     pub fn recv(&mut self, out_ix: u64, n: i64, post_op: bool) {
-        self.generic_op::<true, false, NONE, OUTPUT>(0, out_ix, n, post_op)
+        self.run(Op::RECV, 0, out_ix, n, post_op)
     }
     /// Copies input to output and sends it.
+    #[inline(always)]
     pub fn copy_send(&mut self, inp_ix: u64, out_ix: u64, n: i64, post_op: bool) {
-        self.generic_op::<false, true, INPUT, OUTPUT>(inp_ix, out_ix, n, post_op)
+        self.run(Op::COPY_SEND, inp_ix, out_ix, n, post_op)
     }
     /// Receives into the output and forwards to the send peers.
+    #[inline(always)]
     pub fn recv_copy_send(&mut self, out_ix: u64, n: i64, post_op: bool) {
-        self.generic_op::<true, true, NONE, OUTPUT>(0, out_ix, n, post_op)
+        self.run(Op::RECV_COPY_SEND, 0, out_ix, n, post_op)
     }
     /// Reduces received data with the input and sends the result.
+    #[inline(always)]
     pub fn recv_reduce_send(&mut self, inp_ix: u64, n: i64) {
-        self.generic_op::<true, true, INPUT, NONE>(inp_ix, 0, n, false)
+        self.run(Op::RECV_REDUCE_SEND, inp_ix, 0, n, false)
     }
     /// Reduces received data with the input into the output.
+    #[inline(always)]
     pub fn recv_reduce_copy(&mut self, inp_ix: u64, out_ix: u64, n: i64, post_op: bool) {
-        self.generic_op::<true, false, INPUT, OUTPUT>(inp_ix, out_ix, n, post_op)
+        self.run(Op::RECV_REDUCE_COPY, inp_ix, out_ix, n, post_op)
     }
     /// Reduces received data with the input into the output and sends it on.
+    #[inline(always)]
     pub fn recv_reduce_copy_send(&mut self, inp_ix: u64, out_ix: u64, n: i64, post_op: bool) {
-        self.generic_op::<true, true, INPUT, OUTPUT>(inp_ix, out_ix, n, post_op)
+        self.run(Op::RECV_REDUCE_COPY_SEND, inp_ix, out_ix, n, post_op)
     }
 
     /// NCCL's `ScatterGatherOp`. Scatter (`SEND`): for each send peer `i` (visited from
@@ -501,6 +535,7 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
     /// this rank keeps), clipped to `total_elem`. Gather (`RECV`) is the mirror image into the
     /// output at `out_ix`.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn scatter_gather<const RECV: bool, const SEND: bool>(
         &mut self,
         inp_ix: u64,
@@ -512,6 +547,13 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         shift: u32,
         post_op: bool,
     ) {
+        let op = if SEND {
+            Op::SEND
+        } else if RECV {
+            Op::RECV
+        } else {
+            Op::NOTHING
+        };
         let eb = self.mover.elem_bytes();
         let slice_size = self.step_elems * SPS;
         let data_size = (peer_elem.div_ceil(16 * SPC) * 16).max(slice_size / 32);
@@ -519,23 +561,23 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         for _ in 0..SPC {
             let real_size = data_size.min(peer_elem.saturating_sub(offset));
             let mut fence_needed = false;
-            if self.tid < self.nworkers {
+            if self.tid < self.nworkers() {
                 let npeers = if SEND { self.nsend } else { self.nrecv };
                 if SEND {
                     if self.flags & ROLE_INPUT != 0 {
                         self.set_src(0, self.user_buff.offset((inp_ix + offset) * eb));
                     }
-                    self.wait_peer::<false, true, true, false>(real_size);
+                    self.wait_peer(op, true, false, real_size);
                 } else {
                     if self.flags & ROLE_OUTPUT != 0 {
                         self.set_dst(0, self.user_buff.offset((out_ix + offset) * eb));
                     }
-                    self.wait_peer::<true, false, false, true>(real_size);
+                    self.wait_peer(op, false, true, real_size);
                 }
                 self.sub_barrier();
                 let aborted = self.shm_aborted();
-                let srcs = self.ptrs(false, if SEND { 1 } else { npeers as usize });
-                let dsts = self.ptrs(true, if SEND { npeers as usize } else { 1 });
+                let srcs = self.published(false, if SEND { 1 } else { npeers as usize });
+                let dsts = self.published(true, if SEND { npeers as usize } else { 1 });
                 for j in 0..npeers {
                     let i = (j + shift) % npeers;
                     let mut p_offset = i as u64 * peer_offset;
@@ -551,7 +593,7 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
                         let src0 = srcs[0].offset(p_offset * eb);
                         self.mover.reduce_copy(
                             self.tid,
-                            self.nworkers,
+                            self.nworkers(),
                             1,
                             false,
                             &[src0],
@@ -562,7 +604,7 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
                         let dst0 = dsts[0].offset(p_offset * eb);
                         self.mover.reduce_copy(
                             self.tid,
-                            self.nworkers,
+                            self.nworkers(),
                             0,
                             post_op,
                             &srcs[i as usize..i as usize + 1],
@@ -574,12 +616,13 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
                 }
             }
             let fence = arch::bar_red_or(1 + 2 * self.group, self.nthreads, fence_needed);
-            self.post_peer::<RECV, SEND>(fence);
+            self.post_peer(op, fence);
             offset += real_size;
         }
     }
 
     /// Scatters parts of the input to every send peer (see `scatter_gather`).
+    #[inline(always)]
     pub fn scatter(
         &mut self,
         inp_ix: u64,
@@ -593,6 +636,7 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
     }
     /// Gathers parts from every receive peer into the output (see `scatter_gather`).
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub fn gather(
         &mut self,
         out_ix: u64,
@@ -616,15 +660,17 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
     }
 
     /// Whether a wait of this group gave up (timeout or abort).
+    #[inline(always)]
     pub fn aborted(&self) -> bool {
         self.shm_aborted()
     }
 
     /// Saves this thread's step for the next kernel on the same connections.
+    #[inline(always)]
     pub fn finish(self) {
         if self.flags & (ROLE_POST_RECV | ROLE_POST_SEND) != 0 {
             // SAFETY: the connection's step word.
-            unsafe { arch::st_relaxed_sys_u64(self.conn_saved_step.as_ptr(), self.step) };
+            unsafe { arch::st_relaxed_sys_u64((*self.conn).step.as_ptr(), self.step) };
         }
         let _ = self.nthreads;
     }

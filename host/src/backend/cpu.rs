@@ -110,7 +110,7 @@ impl Backend for CpuBackend {
 
     fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()> {
         let entry = kernels::find(kernel).ok_or_else(|| Error::UnknownKernel(kernel.to_string()))?;
-        validate_launch(kernel, &cfg, args, Some(entry.args_bytes), MAX_DYNAMIC_SMEM)?;
+        validate_launch(kernel, &cfg, args, Some(entry), MAX_DYNAMIC_SMEM)?;
         let dims = LaunchDims { grid: cfg.grid, block: cfg.block, smem_bytes: cfg.smem_bytes };
         let args = args.to_vec();
         let name = kernel.to_string();

@@ -25,10 +25,19 @@ pub fn driver_present() -> bool {
     })
 }
 
+/// A kernel's module, loaded on first use, and what the kernel is currently allowed.
+struct Loaded {
+    module: sys::CUmodule,
+    function: sys::CUfunction,
+    smem_allowed: u32,
+}
+
 struct Shared {
     ctx: Arc<CudaContext>,
-    module: sys::CUmodule,
-    functions: Mutex<HashMap<String, (sys::CUfunction, u32)>>,
+    /// Module architecture (`sm_90` / `sm_80`).
+    arch: &'static str,
+    /// Kernels loaded so far, one module each.
+    kernels: Mutex<HashMap<String, Loaded>>,
     max_smem_optin: u32,
     name: String,
     cc: (i32, i32),
@@ -43,9 +52,12 @@ unsafe impl Sync for Shared {}
 impl Drop for Shared {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: the module was loaded in this context and no buffer or launch outlives us
-            // (buffers hold an Arc to Shared).
-            let _ = unsafe { result::module::unload(self.module) };
+            let kernels = self.kernels.get_mut().unwrap_or_else(|p| p.into_inner());
+            for (_, k) in kernels.drain() {
+                // SAFETY: each module was loaded in this context, once, and no buffer or launch
+                // outlives us (buffers hold an Arc to Shared).
+                let _ = unsafe { result::module::unload(k.module) };
+            }
         }
     }
 }
@@ -125,22 +137,29 @@ impl GpuBackend {
         let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         let max_smem_optin = attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
         let name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
-        let image = load_module_image(major, minor)?;
-        ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
-        // SAFETY: image is a cubin or a NUL-terminated PTX string, alive during the call.
-        let module = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
-            .map_err(driver("cuModuleLoadData"))?;
+        let arch = crate::ptx::arch_for(major, minor).ok_or(Error::UnsupportedArch { major, minor })?;
+        // Modules load lazily, per kernel, on first launch: opening a device JIT-compiles nothing.
         Ok(GpuBackend {
             shared: Arc::new(Shared {
                 ctx,
-                module,
-                functions: Mutex::new(HashMap::new()),
+                arch,
+                kernels: Mutex::new(HashMap::new()),
                 max_smem_optin,
                 name,
                 cc: (major, minor),
             }),
             stream: None,
         })
+    }
+
+    /// Loads the module of `kernel` now, if it is not loaded yet, and returns how long that
+    /// took (zero when it already was): the first-use cost a collective pays.
+    pub fn preload(&self, kernel: &str) -> Result<std::time::Duration> {
+        self.bind()?;
+        let started = std::time::Instant::now();
+        let fresh = !self.shared.kernels.lock().unwrap_or_else(|p| p.into_inner()).contains_key(kernel);
+        self.function(kernel)?;
+        Ok(if fresh { started.elapsed() } else { std::time::Duration::ZERO })
     }
 
     fn raw_stream(&self) -> sys::CUstream {
@@ -151,32 +170,41 @@ impl GpuBackend {
         self.shared.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))
     }
 
-    /// The kernel handle and the dynamic shared memory it is currently allowed.
+    /// The kernel handle and the dynamic shared memory it is currently allowed, loading its
+    /// module on first use.
     fn function(&self, kernel: &str) -> Result<(sys::CUfunction, u32)> {
-        let mut cache = self.shared.functions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(&f) = cache.get(kernel) {
-            return Ok(f);
+        let mut cache = self.shared.kernels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = cache.get(kernel) {
+            return Ok((k.function, k.smem_allowed));
         }
+        let image = module_image(self.shared.arch, self.shared.cc, kernel)?;
         let cname = CString::new(kernel).map_err(|_| Error::UnknownKernel(kernel.to_string()))?;
-        // SAFETY: the module is loaded and alive (owned by Shared).
-        let f = unsafe { result::module::get_function(self.shared.module, cname) }.map_err(|e| {
-            if e.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND {
-                Error::UnknownKernel(kernel.to_string())
-            } else {
-                driver("cuModuleGetFunction")(e)
+        // SAFETY: image is a cubin or a NUL-terminated PTX string, alive during the call; the
+        // context is bound (every caller binds first).
+        let module = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
+            .map_err(driver("cuModuleLoadData"))?;
+        // SAFETY: the module was just loaded and stays loaded (owned by the cache).
+        let function = match unsafe { result::module::get_function(module, cname) } {
+            Ok(f) => f,
+            Err(e) => {
+                // SAFETY: loaded above, not cached, unloaded once.
+                let _ = unsafe { result::module::unload(module) };
+                return Err(if e.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+                    Error::UnknownKernel(kernel.to_string())
+                } else {
+                    driver("cuModuleGetFunction")(e)
+                });
             }
-        })?;
-        cache.insert(kernel.to_string(), (f, 48 * 1024));
-        Ok((f, 48 * 1024))
+        };
+        cache.insert(kernel.to_string(), Loaded { module, function, smem_allowed: 48 * 1024 });
+        Ok((function, 48 * 1024))
     }
 }
 
-/// The module image for compute capability `major.minor`. With `RSCCL_PTX_DIR` set, a cubin
-/// built by `cargo xtask build-ptx` for this architecture is preferred (no JIT at load time;
-/// the PTX modules are megabytes), then a PTX file there; otherwise the embedded PTX.
-fn load_module_image(major: i32, minor: i32) -> Result<Vec<u8>> {
-    let embedded =
-        crate::ptx::for_compute_capability(major, minor).ok_or(Error::UnsupportedArch { major, minor })?;
+/// The module image of `kernel` for `arch` on a device of compute capability `cc`, in order:
+/// `$RSCCL_PTX_DIR/ARCH/KERNEL.cubin` (when it fits the device) and `.ptx`, then the embedded
+/// module's cubin (when it fits), then its PTX (JIT-compiled by the driver).
+fn module_image(arch: &str, cc: (i32, i32), kernel: &str) -> Result<Vec<u8>> {
     let nul_terminated = |text: &str| -> Result<Vec<u8>> {
         if text.contains('\0') {
             return Err(Error::Driver {
@@ -188,19 +216,23 @@ fn load_module_image(major: i32, minor: i32) -> Result<Vec<u8>> {
         v.push(0);
         Ok(v)
     };
-    let Some(dir) = std::env::var_os("RSCCL_PTX_DIR") else { return nul_terminated(embedded) };
-    let arch = if major >= 9 { "sm_90" } else { "sm_80" };
-    let dir = std::path::Path::new(&dir);
     // A cubin runs on its own major version at the same or a higher minor; sm_90 code is 9.0 only.
-    let cubin_fits = major == 8 || (major, minor) == (9, 0);
-    if cubin_fits {
-        if let Ok(bin) = std::fs::read(dir.join(format!("rsccl_{arch}.cubin"))) {
-            return Ok(bin);
+    let cubin_fits = cc.0 == 8 || cc == (9, 0);
+    if let Some(dir) = std::env::var_os("RSCCL_PTX_DIR") {
+        let base = std::path::Path::new(&dir).join(arch).join(kernel);
+        if cubin_fits {
+            if let Ok(bin) = std::fs::read(base.with_extension("cubin")) {
+                return Ok(bin);
+            }
+        }
+        if let Ok(text) = std::fs::read_to_string(base.with_extension("ptx")) {
+            return nul_terminated(&text);
         }
     }
-    match std::fs::read_to_string(dir.join(format!("rsccl_{arch}.ptx"))) {
-        Ok(text) => nul_terminated(&text),
-        Err(_) => nul_terminated(embedded),
+    let module = crate::ptx::find(arch, kernel).ok_or_else(|| Error::UnknownKernel(kernel.to_string()))?;
+    match module.cubin {
+        Some(bin) if cubin_fits => Ok(bin.to_vec()),
+        _ => nul_terminated(module.ptx),
     }
 }
 
@@ -281,7 +313,7 @@ impl Backend for GpuBackend {
     fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()> {
         self.bind()?;
         let (f, allowed) = self.function(kernel)?;
-        validate_launch(kernel, &cfg, args, None, self.shared.max_smem_optin)?;
+        validate_launch(kernel, &cfg, args, rsccl_device::kernels::find(kernel), self.shared.max_smem_optin)?;
         if cfg.smem_bytes > allowed {
             // SAFETY: f is a live function of our module; the value is within the opt-in limit.
             unsafe {
@@ -292,8 +324,10 @@ impl Backend for GpuBackend {
                 )
             }
             .map_err(driver("cuFuncSetAttribute"))?;
-            let mut cache = self.shared.functions.lock().unwrap_or_else(|p| p.into_inner());
-            cache.insert(kernel.to_string(), (f, cfg.smem_bytes));
+            let mut cache = self.shared.kernels.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(k) = cache.get_mut(kernel) {
+                k.smem_allowed = cfg.smem_bytes;
+            }
         }
         // The driver copies kernel parameters at launch; an 8-aligned copy satisfies the
         // `.param .align 8` struct every rsccl kernel takes.

@@ -217,12 +217,13 @@ pub fn default_backend(pref: Preference) -> Result<Arc<dyn Backend>> {
     }
 }
 
-/// Checks the launch shape and argument size common to both backends.
+/// Checks the launch shape and argument size common to both backends, against the kernel's
+/// registry entry when there is one (its argument size and declared block-size bound).
 pub(crate) fn validate_launch(
     kernel: &str,
     cfg: &LaunchConfig,
     args: &[u8],
-    expected_args: Option<usize>,
+    entry: Option<&rsccl_device::kernels::KernelEntry>,
     max_smem: u32,
 ) -> Result<()> {
     let invalid = |reason: String| Error::InvalidLaunch { kernel: kernel.to_string(), reason };
@@ -239,9 +240,19 @@ pub(crate) fn validate_launch(
             cfg.smem_bytes
         )));
     }
-    if let Some(n) = expected_args {
-        if n != args.len() {
-            return Err(invalid(format!("argument struct is {} bytes, the kernel takes {n}", args.len())));
+    if let Some(e) = entry {
+        if e.args_bytes != args.len() {
+            return Err(invalid(format!(
+                "argument struct is {} bytes, the kernel takes {}",
+                args.len(),
+                e.args_bytes
+            )));
+        }
+        if threads > e.max_threads as u64 {
+            return Err(invalid(format!(
+                "{threads} threads per block exceeds the {} the kernel is built for (its .maxntid)",
+                e.max_threads
+            )));
         }
     }
     Ok(())

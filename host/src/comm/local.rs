@@ -1,7 +1,8 @@
 //! N ranks in one process, connected in rings.
 use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
 use crate::error::{Error, Result};
-use rsccl_device::coll::kernels::{ring_kernel_name, tree_kernel_name};
+use rsccl_device::coll::kernels::{CollKernel, SIMPLE_THREADS};
+use rsccl_device::coll::one_rank::OneRankArgs;
 use rsccl_device::coll::ring::{RingArgs, RingChannel};
 use rsccl_device::coll::tree::{TreeChannel, TREE_ARITY};
 use rsccl_device::coll::Collective;
@@ -9,8 +10,6 @@ use rsccl_device::dtype::DataType;
 use rsccl_device::prims::conn::{decode_status, ConnInfo, ErrorCode, PrimsStatus, NCCL_STEPS};
 use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::redop::RedOp;
-use rsccl_device::reduce_copy::{MAX_DSTS, MAX_SRCS};
-use rsccl_device::reduce_kernels::{kernel_name as redcopy_kernel_name, RedCopyArgs};
 use rsccl_device::DevPtr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,9 +22,11 @@ pub struct GroupConfig {
     pub nranks: usize,
     /// Ring channels (one block each), 1..=64.
     pub nchannels: usize,
-    /// Threads per block: a multiple of 32 in 64..=1024 (the Simple protocol uses 512).
+    /// Threads per block: a multiple of 32 in 64..=[`SIMPLE_THREADS`] (512, the block size the
+    /// collective kernels are built for, as NCCL's Simple protocol).
     pub nthreads: u32,
-    /// FIFO slot size in bytes: a multiple of 128, at least 128 (NCCL: 4 MiB / 8 = 512 KiB).
+    /// FIFO slot size in bytes: a multiple of 128 in 128..=[`MAX_STEP_BYTES`] (NCCL: 4 MiB / 8 =
+    /// 512 KiB).
     pub step_bytes: u64,
     /// How long a primitive may wait for a peer before the collective fails (0 = forever).
     pub timeout: Duration,
@@ -82,7 +83,7 @@ impl GroupConfig {
         GroupConfig {
             nranks,
             nchannels,
-            nthreads: 512,
+            nthreads: SIMPLE_THREADS,
             step_bytes: 512 * 1024,
             timeout: Duration::from_secs(10),
             rings: None,
@@ -92,6 +93,9 @@ impl GroupConfig {
         }
     }
 }
+
+/// Largest FIFO slot: a chunk (4 slots) then counts in 32 bits on the device, whatever the type.
+pub const MAX_STEP_BYTES: u64 = 64 << 20;
 
 /// Faults a test can inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,12 +224,22 @@ impl LocalGroup {
         if cfg.nchannels == 0 || cfg.nchannels > 64 {
             return Err(bad(format!("nchannels {} is outside 1..=64", cfg.nchannels)));
         }
-        if cfg.nthreads < 64 || cfg.nthreads > 1024 || !cfg.nthreads.is_multiple_of(32) {
-            return Err(bad(format!("nthreads {} must be a multiple of 32 in 64..=1024", cfg.nthreads)));
-        }
-        if cfg.step_bytes < 128 || !cfg.step_bytes.is_multiple_of(128) {
+        if cfg.nthreads > SIMPLE_THREADS {
             return Err(bad(format!(
-                "step_bytes {} must be a multiple of 128, at least 128",
+                "nthreads {} exceeds the {SIMPLE_THREADS} threads per block the collective kernels are built for \
+                 (their PTX .maxntid: registers are budgeted for {SIMPLE_THREADS}); use at most {SIMPLE_THREADS}",
+                cfg.nthreads
+            )));
+        }
+        if cfg.nthreads < 64 || !cfg.nthreads.is_multiple_of(32) {
+            return Err(bad(format!(
+                "nthreads {} must be a multiple of 32 in 64..={SIMPLE_THREADS}",
+                cfg.nthreads
+            )));
+        }
+        if cfg.step_bytes < 128 || cfg.step_bytes > MAX_STEP_BYTES || !cfg.step_bytes.is_multiple_of(128) {
+            return Err(bad(format!(
+                "step_bytes {} must be a multiple of 128 in 128..={MAX_STEP_BYTES}",
                 cfg.step_bytes
             )));
         }
@@ -392,27 +406,19 @@ impl LocalGroup {
             return Ok(());
         }
         let reduces = matches!(coll, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce);
-        let mut srcs = [DevPtr::NULL; MAX_SRCS];
-        let mut dsts = [DevPtr::NULL; MAX_DSTS];
-        srcs[0] = send;
-        dsts[0] = recv;
-        let args = RedCopyArgs {
-            srcs,
-            dsts,
-            nelem: count,
-            arg: if reduces { red_op_arg } else { 0 },
-            nsrcs: 1,
-            ndsts: 1,
-            multimem_srcs: 0,
-            multimem_dsts: 0,
-            pre_op_srcs: reduces as u32,
-            post_op: reduces as u32,
+        let args = OneRankArgs {
+            src: send,
+            dst: recv,
+            count,
+            red_op_arg: if reduces { red_op_arg } else { 0 },
+            op: op as u32,
+            apply_op: reduces as u32,
         };
-        let kernel = redcopy_kernel_name(dtype, if reduces { op } else { RedOp::Sum });
+        let kernel = CollKernel::OneRank(dtype);
         let blocks = (count / (1 << 16)).clamp(1, 32) as u32;
         let res = &self.ranks[0];
         res.stream
-            .launch(&kernel, LaunchConfig::linear(blocks, self.cfg.nthreads), &args)
+            .launch(&kernel.name(), LaunchConfig::linear(blocks, self.cfg.nthreads), &args)
             .and_then(|_| res.stream.synchronize())
             .map_err(|e| Error::Rank { rank: 0, source: Box::new(e) })
     }
@@ -451,8 +457,17 @@ impl LocalGroup {
         if n == 1 {
             return self.run_one_rank(coll, dtype, op, bufs, count, red_op_arg);
         }
-        let kernel = if tree { tree_kernel_name(dtype) } else { ring_kernel_name(dtype) };
-        let kernel = kernel.as_str();
+        let kernel = if tree { CollKernel::TreeAllReduce(dtype) } else { CollKernel::ring(coll, dtype) };
+        // Byte kernels (all-gather, broadcast) count bytes, whatever the type.
+        let count = if kernel.counts_bytes() {
+            count.checked_mul(dtype.size() as u64).ok_or_else(|| {
+                Error::InvalidConfig(format!("{count} elements of {dtype:?} overflow a byte count"))
+            })?
+        } else {
+            count
+        };
+        let name = kernel.name();
+        let kernel = name.as_str();
         self.abort.store_u32(0, 0)?;
         let cfg = LaunchConfig::linear(self.cfg.nchannels as u32, self.cfg.nthreads).with_smem(shm_bytes(1));
         let mut launch_errors = Vec::new();

@@ -1,0 +1,473 @@
+//! Assembling kernel modules with ptxas in parallel, caching the results by content, and
+//! auditing each entry's resource use against the limits the library promises.
+use crate::ptx::Arch;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Registers an SM gives one block (sm_80 and sm_90): `registers × maxntid` must fit.
+pub const MAX_REGISTERS_PER_BLOCK: u64 = 65536;
+/// Bytes of local-memory stack a library kernel may use per thread.
+pub const MAX_STACK_BYTES_PER_THREAD: u32 = 256;
+/// Spill bytes (stores or loads) allowed in a library kernel and every function it calls.
+pub const MAX_SPILL_BYTES: u32 = 0;
+
+/// Flags every module is assembled with (besides `-arch`); part of the cache key.
+const PTXAS_FLAGS: [&str; 1] = ["-v"];
+/// Bumped when the cache's layout or meaning changes.
+const CACHE_FORMAT: &str = "rsccl-ptxas-cache-1";
+
+/// A ptxas binary and its `--version` text (which goes into every cache key).
+#[derive(Clone, Debug)]
+pub struct Ptxas {
+    path: PathBuf,
+    version: String,
+}
+
+impl Ptxas {
+    /// Runs `ptxas --version` once to identify the assembler.
+    pub fn new(path: PathBuf) -> Result<Ptxas, String> {
+        let out = Command::new(&path)
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
+        if !out.status.success() {
+            return Err(format!("`{} --version` failed", path.display()));
+        }
+        Ok(Ptxas { path, version: String::from_utf8_lossy(&out.stdout).into_owned() })
+    }
+
+    /// The `release …` line of `--version` (e.g. `Cuda compilation tools, release 13.5, V13.5.37`).
+    pub fn release(&self) -> &str {
+        self.version.lines().find(|l| l.contains("release")).unwrap_or("unknown ptxas").trim()
+    }
+}
+
+/// FNV-1a, 64 bits: a stable content hash for cache keys (std's hashers may change between
+/// Rust releases, which would silently invalidate or, worse, alias cache entries).
+pub fn fnv1a64(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        // The length first, so that ("ab", "c") and ("a", "bc") differ.
+        for &b in (part.len() as u64).to_le_bytes().iter().chain(part.iter()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// One module to assemble.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// The arch it is for.
+    pub arch: Arch,
+    /// Its entry (the module holds exactly one).
+    pub entry: String,
+    /// The module's PTX.
+    pub ptx: String,
+}
+
+/// Stack and spill use of one function, from a `Function properties for X` block.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FunctionProps {
+    /// The function's symbol.
+    pub name: String,
+    /// `N bytes stack frame`.
+    pub stack_frame: u32,
+    /// `N bytes spill stores`.
+    pub spill_stores: u32,
+    /// `N bytes spill loads`.
+    pub spill_loads: u32,
+}
+
+/// What ptxas `-v` reported for a module's entry and the functions in the module.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The entry's properties.
+    pub entry: FunctionProps,
+    /// `Used N registers`.
+    pub registers: u32,
+    /// `N bytes cumulative stack size`, when ptxas reports it (calls with a stack).
+    pub cumulative_stack: Option<u32>,
+    /// `N bytes smem`.
+    pub smem: u32,
+    /// The other functions of the module.
+    pub functions: Vec<FunctionProps>,
+}
+
+impl Report {
+    /// Stack bytes per thread: the cumulative size when reported, else the entry's frame.
+    pub fn stack_bytes(&self) -> u32 {
+        self.cumulative_stack.unwrap_or(self.entry.stack_frame)
+    }
+
+    /// Spill bytes (stores + loads) of the entry and every function of its module.
+    pub fn spill_bytes(&self) -> u32 {
+        std::iter::once(&self.entry).chain(&self.functions).map(|f| f.spill_stores + f.spill_loads).sum()
+    }
+}
+
+/// The first number of `s` (after optional whitespace).
+fn leading_number(s: &str) -> Option<u32> {
+    let s = s.trim_start();
+    let end = s.bytes().position(|b| !b.is_ascii_digit()).unwrap_or(s.len());
+    s[..end].parse().ok()
+}
+
+/// `N bytes <what>` in a comma-separated ptxas line.
+fn bytes_of(line: &str, what: &str) -> Option<u32> {
+    line.split(',').find_map(|part| {
+        let part = part.trim();
+        let rest = part.strip_suffix(what)?.trim_end().strip_suffix("bytes")?;
+        leading_number(rest)
+    })
+}
+
+/// Parses ptxas' `-v` report of a module with entry `entry`.
+pub fn parse_report(log: &str, entry: &str) -> Result<Report, String> {
+    let mut props: HashMap<String, FunctionProps> = HashMap::new();
+    let mut order: Vec<String> = Vec::new();
+    let mut current_props: Option<String> = None;
+    let mut compiling: Option<String> = None;
+    let mut report = Report::default();
+    let mut saw_used = false;
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            compiling = rest.split('\'').next().map(str::to_string);
+        } else if let Some(rest) = line.split("Function properties for ").nth(1) {
+            let name = rest.trim().to_string();
+            if !props.contains_key(&name) {
+                order.push(name.clone());
+            }
+            props.insert(name.clone(), FunctionProps { name: name.clone(), ..Default::default() });
+            current_props = Some(name);
+        } else if line.contains("bytes stack frame") {
+            let name = current_props.take().ok_or("ptxas report: stack frame line without a function")?;
+            let p = props.get_mut(&name).ok_or("ptxas report: lost function")?;
+            p.stack_frame = bytes_of(line, "stack frame").unwrap_or(0);
+            p.spill_stores = bytes_of(line, "spill stores").unwrap_or(0);
+            p.spill_loads = bytes_of(line, "spill loads").unwrap_or(0);
+        } else if let Some(rest) = line.split("Used ").nth(1) {
+            if compiling.as_deref() == Some(entry) && !saw_used {
+                saw_used = true;
+                report.registers =
+                    leading_number(rest).ok_or_else(|| format!("ptxas report: bad line `{line}`"))?;
+                report.smem = bytes_of(rest, "smem").unwrap_or(0);
+                report.cumulative_stack = bytes_of(rest, "cumulative stack size");
+            }
+        }
+    }
+    if !saw_used {
+        return Err(format!("ptxas reported no register use for entry `{entry}`"));
+    }
+    report.entry =
+        props.remove(entry).unwrap_or_else(|| FunctionProps { name: entry.into(), ..Default::default() });
+    report.functions = order.into_iter().filter_map(|n| props.remove(&n)).collect();
+    Ok(report)
+}
+
+/// The limits `report` breaks, one message each naming the arch, kernel and numbers.
+pub fn violations(arch: Arch, entry: &str, max_threads: u32, report: &Report) -> Vec<String> {
+    let a = arch.name();
+    let mut v = Vec::new();
+    let per_block = u64::from(report.registers) * u64::from(max_threads);
+    if per_block > MAX_REGISTERS_PER_BLOCK {
+        v.push(format!(
+            "{a} {entry}: {} registers × {max_threads} threads = {per_block} > {MAX_REGISTERS_PER_BLOCK} registers per block",
+            report.registers
+        ));
+    }
+    for f in std::iter::once(&report.entry).chain(&report.functions) {
+        if f.spill_stores > MAX_SPILL_BYTES || f.spill_loads > MAX_SPILL_BYTES {
+            let place = if f.name == entry { String::new() } else { format!(" in function {}", f.name) };
+            v.push(format!(
+                "{a} {entry}: {} bytes spill stores, {} bytes spill loads{place} (limit {MAX_SPILL_BYTES})",
+                f.spill_stores, f.spill_loads
+            ));
+        }
+    }
+    let stack = report.stack_bytes();
+    if stack > MAX_STACK_BYTES_PER_THREAD {
+        v.push(format!("{a} {entry}: {stack} bytes stack per thread > {MAX_STACK_BYTES_PER_THREAD}"));
+    }
+    v
+}
+
+/// A module as ptxas assembled it.
+#[derive(Clone, Debug)]
+pub struct Assembled {
+    /// Index of the job in the slice given to [`assemble_all`].
+    pub job: usize,
+    /// The parsed `-v` report.
+    pub report: Report,
+    /// The cubin.
+    pub cubin: Vec<u8>,
+    /// Seconds ptxas ran (0 when cached).
+    pub seconds: f64,
+    /// Whether the result came from the cache.
+    pub cached: bool,
+}
+
+/// The cache key of assembling `ptx` for `arch` with `ptxas`.
+fn cache_key(ptxas: &Ptxas, arch: Arch, ptx: &str) -> String {
+    let flags = PTXAS_FLAGS.join(" ");
+    let parts: [&[u8]; 5] = [
+        CACHE_FORMAT.as_bytes(),
+        ptxas.version.as_bytes(),
+        arch.name().as_bytes(),
+        flags.as_bytes(),
+        ptx.as_bytes(),
+    ];
+    format!("{:016x}", fnv1a64(&parts))
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so a concurrent reader or an
+/// interrupted run never sees half a file.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Assembles one job (or takes it from `cache`).
+fn assemble_one(
+    ptxas: &Ptxas,
+    job: &Job,
+    cache: &Path,
+    work: &Path,
+) -> Result<(Vec<u8>, String, f64, bool), String> {
+    let key = cache_key(ptxas, job.arch, &job.ptx);
+    let (cubin_path, log_path) = (cache.join(format!("{key}.cubin")), cache.join(format!("{key}.log")));
+    if let (Ok(cubin), Ok(log)) = (std::fs::read(&cubin_path), std::fs::read_to_string(&log_path)) {
+        // A hit renews the entry's age, which `prune_cache` goes by.
+        for p in [&cubin_path, &log_path] {
+            let _ =
+                std::fs::File::options().append(true).open(p).and_then(|f| f.set_modified(SystemTime::now()));
+        }
+        return Ok((cubin, log, 0.0, true));
+    }
+    let stem = format!("{}-{}-{key}", job.arch.name(), job.entry);
+    let (ptx_path, out_path) = (work.join(format!("{stem}.ptx")), work.join(format!("{stem}.cubin")));
+    std::fs::write(&ptx_path, &job.ptx).map_err(|e| format!("cannot write {}: {e}", ptx_path.display()))?;
+    let start = Instant::now();
+    let output = Command::new(&ptxas.path)
+        .arg(format!("-arch={}", job.arch.name()))
+        .args(PTXAS_FLAGS)
+        .arg(&ptx_path)
+        .arg("-o")
+        .arg(&out_path)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", ptxas.path.display()))?;
+    let seconds = start.elapsed().as_secs_f64();
+    let log = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        return Err(format!(
+            "ptxas rejected the {} module of {} (kept at {}):\n{log}",
+            job.arch.name(),
+            job.entry,
+            ptx_path.display()
+        ));
+    }
+    let cubin = std::fs::read(&out_path).map_err(|e| format!("cannot read {}: {e}", out_path.display()))?;
+    let _ = std::fs::remove_file(&ptx_path);
+    let _ = std::fs::remove_file(&out_path);
+    // The log goes in first: a cubin without its log is never taken as a hit.
+    write_atomic(&log_path, log.as_bytes())?;
+    write_atomic(&cubin_path, &cubin)?;
+    Ok((cubin, log, seconds, false))
+}
+
+/// How long a cache entry no build used stays in the cache.
+pub const CACHE_KEEP: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// Removes cache entries (and modules kept from failed runs) no build has used for
+/// [`CACHE_KEEP`].
+pub fn prune_cache(cache: &Path) {
+    let now = SystemTime::now();
+    let dirs = [cache.to_path_buf(), cache.join("work")];
+    for e in dirs.iter().filter_map(|d| std::fs::read_dir(d).ok()).flat_map(|rd| rd.flatten()) {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| now.duration_since(t).unwrap_or_default() > CACHE_KEEP);
+        if old && e.path().is_file() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// ptxas worker threads that assemble modules as they are submitted (so assembling overlaps the
+/// compiles still running), taking unchanged modules from the cache and printing a line per
+/// module as it finishes.
+pub struct Pool<'scope> {
+    jobs: Option<mpsc::Sender<(usize, Job)>>,
+    results: mpsc::Receiver<(usize, Result<Assembled, String>)>,
+    submitted: Arc<AtomicUsize>,
+    cancelled: Arc<AtomicBool>,
+    _scope: std::marker::PhantomData<&'scope ()>,
+}
+
+impl<'scope> Pool<'scope> {
+    /// Starts `available_parallelism()` workers in `scope`.
+    pub fn start<'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        ptxas: &'env Ptxas,
+        cache: &'env Path,
+    ) -> Result<Pool<'scope>, String> {
+        let work = cache.join("work");
+        std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+        let (job_tx, job_rx) = mpsc::channel::<(usize, Job)>();
+        let job_rx = Arc::new(Mutex::new(job_rx));
+        let (result_tx, results) = mpsc::channel();
+        let submitted = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicUsize::new(0));
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        for _ in 0..threads {
+            {
+                let (job_rx, result_tx, work) = (Arc::clone(&job_rx), result_tx.clone(), work.clone());
+                let (submitted, done, cancelled) =
+                    (Arc::clone(&submitted), Arc::clone(&done), Arc::clone(&cancelled));
+                scope.spawn(move || loop {
+                    let next = job_rx.lock().map_err(|_| ()).and_then(|rx| rx.recv().map_err(|_| ()));
+                    let Ok((id, job)) = next else { break };
+                    if cancelled.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let r =
+                        assemble_one(ptxas, &job, cache, &work).and_then(|(cubin, log, seconds, cached)| {
+                            let report = parse_report(&log, &job.entry)
+                                .map_err(|e| format!("{} {}: {e}", job.arch.name(), job.entry))?;
+                            Ok(Assembled { job: id, report, cubin, seconds, cached })
+                        });
+                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    let total = submitted.load(Ordering::Relaxed);
+                    let what = match &r {
+                        Ok(a) if a.cached => format!("{:>8}  {:>3} regs", "(cached)", a.report.registers),
+                        Ok(a) => format!("{:>6.1} s  {:>3} regs", a.seconds, a.report.registers),
+                        Err(_) => "FAILED".to_string(),
+                    };
+                    println!("[{n:>3}/{total}] {} {:<44} {what}", job.arch.name(), job.entry);
+                    if result_tx.send((id, r)).is_err() {
+                        break;
+                    }
+                });
+            }
+        }
+        Ok(Pool { jobs: Some(job_tx), results, submitted, cancelled, _scope: std::marker::PhantomData })
+    }
+
+    /// Queues `jobs` (id, job), largest module first so the longest ptxas runs do not start last.
+    pub fn submit(&self, mut jobs: Vec<(usize, Job)>) {
+        jobs.sort_by_key(|(_, j)| std::cmp::Reverse(j.ptx.len()));
+        self.submitted.fetch_add(jobs.len(), Ordering::Relaxed);
+        if let Some(tx) = &self.jobs {
+            for job in jobs {
+                // A send fails only when every worker has stopped; `finish` reports what is missing.
+                let _ = tx.send(job);
+            }
+        }
+    }
+
+    /// Waits for every submitted job; fails (naming each module) if ptxas rejected any.
+    pub fn finish(mut self) -> Result<Vec<Assembled>, String> {
+        drop(self.jobs.take());
+        let expected = self.submitted.load(Ordering::Relaxed);
+        let mut done = Vec::with_capacity(expected);
+        let mut errors = Vec::new();
+        for (_, r) in self.results.iter().take(expected) {
+            match r {
+                Ok(a) => done.push(a),
+                Err(e) => errors.push(e),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors.join("\n"));
+        }
+        if done.len() != expected {
+            return Err(format!("ptxas workers stopped after {} of {expected} modules", done.len()));
+        }
+        done.sort_by_key(|a| a.job);
+        Ok(done)
+    }
+
+    /// Stops the workers after the modules they are assembling (queued ones are dropped).
+    pub fn cancel(mut self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+        drop(self.jobs.take());
+    }
+}
+
+/// Assembles `jobs` on a [`Pool`]; the results are in the order of `jobs` (`Assembled::job` is
+/// the index).
+#[cfg(test)]
+pub fn assemble_all(ptxas: &Ptxas, jobs: &[Job], cache: &Path) -> Result<Vec<Assembled>, String> {
+    std::thread::scope(|s| {
+        let pool = Pool::start(s, ptxas, cache)?;
+        pool.submit(jobs.iter().cloned().enumerate().collect());
+        pool.finish()
+    })
+}
+
+/// Assembles one module text as given (no directive inserted) and enforces the limits for the
+/// declared block size `max_threads`: the check the build applies to every library kernel.
+#[cfg(test)]
+pub fn audit_module(ptxas: &Ptxas, job: Job, max_threads: u32, cache: &Path) -> Result<Report, String> {
+    let done = assemble_all(ptxas, std::slice::from_ref(&job), cache)?;
+    let report = done.into_iter().next().map(|a| a.report).ok_or("ptxas produced nothing")?;
+    let v = violations(job.arch, &job.entry, max_threads, &report);
+    if v.is_empty() {
+        Ok(report)
+    } else {
+        Err(v.join("\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "ptxas info    : 6 bytes gmem
+ptxas info    : Compiling entry function 'k' for 'sm_90'
+ptxas info    : Function properties for k
+    776 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 255 registers, used 3 barriers, 1024 bytes smem, 800 bytes cumulative stack size, 368 bytes cmem[0]
+ptxas info    : Compile time = 7344.743 ms
+ptxas info    : Function properties for helper
+    16 bytes stack frame, 0 bytes spill stores, 12 bytes spill loads
+";
+
+    #[test]
+    fn parses_ptxas_verbose_report() {
+        let r = parse_report(LOG, "k").expect("report");
+        assert_eq!(r.registers, 255);
+        assert_eq!(r.smem, 1024);
+        assert_eq!(r.cumulative_stack, Some(800));
+        assert_eq!(r.stack_bytes(), 800);
+        assert_eq!(
+            r.entry,
+            FunctionProps { name: "k".into(), stack_frame: 776, spill_stores: 8, spill_loads: 4 }
+        );
+        assert_eq!(r.functions.len(), 1);
+        assert_eq!(r.functions[0].spill_loads, 12);
+        assert_eq!(r.spill_bytes(), 24);
+        let v = violations(Arch::Sm90, "k", 512, &r);
+        assert_eq!(v.len(), 4, "{v:?}");
+        assert_eq!(v[0], "sm_90 k: 255 registers × 512 threads = 130560 > 65536 registers per block");
+        assert!(v[2].contains("in function helper"));
+        assert_eq!(v[3], "sm_90 k: 800 bytes stack per thread > 256");
+        assert!(parse_report(LOG, "other").is_err());
+    }
+
+    #[test]
+    fn fnv1a64_is_the_reference_function() {
+        // FNV-1a of the empty string is the offset basis; our parts add a length prefix.
+        assert_eq!(fnv1a64(&[]), 0xcbf2_9ce4_8422_2325);
+        assert_ne!(fnv1a64(&[b"ab", b"c"]), fnv1a64(&[b"a", b"bc"]));
+        assert_eq!(fnv1a64(&[b"x"]), fnv1a64(&[b"x"]));
+    }
+}
