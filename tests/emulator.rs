@@ -148,3 +148,36 @@ fn reduce_copy_kernels_run_through_the_backend_like_on_the_gpu() {
         rsccl_suite::reduce_copy_check::run(&*be, t, op, 3, 2, 5_003, 1, 9).unwrap();
     }
 }
+
+/// A thread that recurses past its stack fails the launch with a message naming the stack
+/// size to raise, instead of corrupting a neighbour's stack; the next launch runs normally.
+#[test]
+fn a_stack_overflow_is_a_clear_launch_error() {
+    fn deep(level: u32) -> u32 {
+        let frame = std::hint::black_box([level as u8; 1024]);
+        // Every emulator call checks the stack pointer against the stack's reserve.
+        let here = arch::thread_idx().x;
+        if level == 0 {
+            return here + frame[7] as u32;
+        }
+        deep(level - 1) + frame[level as usize % 1024] as u32
+    }
+    let dims = emu::LaunchDims { grid: Dim3::x(2), block: Dim3::x(64), smem_bytes: 0 };
+    let levels = (emu::stack::DEFAULT_STACK_KB as u32) * 2;
+    let err = emu::launch(dims, &|| {
+        std::hint::black_box(deep(if arch::thread_idx().x == 5 { levels } else { 1 }));
+    })
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("stack overflow") && msg.contains("RSCCL_EMU_STACK_KB"), "{msg}");
+    assert!(msg.contains("thread 5"), "{msg}");
+    // Levels 4..1 add 4+3+2+1 to the thread index.
+    let right = std::sync::atomic::AtomicU32::new(0);
+    emu::launch(dims, &|| {
+        arch::sync_threads();
+        let ok = deep(4) == arch::thread_idx().x + 10;
+        right.fetch_add(ok as u32, std::sync::atomic::Ordering::Relaxed);
+    })
+    .unwrap();
+    assert_eq!(right.into_inner(), 128);
+}

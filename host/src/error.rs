@@ -35,6 +35,11 @@ pub enum Error {
         /// What the backend reported.
         detail: String,
     },
+    /// The backend could not allocate memory of this size.
+    OutOfMemory {
+        /// Bytes asked for.
+        bytes: usize,
+    },
     /// A configuration or call argument is not acceptable.
     InvalidConfig(String),
     /// A collective failed on some ranks' channels (timeouts, aborts).
@@ -78,6 +83,7 @@ impl std::fmt::Display for Error {
             Error::UnknownKernel(name) => write!(f, "unknown kernel `{name}`"),
             Error::InvalidLaunch { kernel, reason } => write!(f, "invalid launch of `{kernel}`: {reason}"),
             Error::KernelFailed { kernel, detail } => write!(f, "kernel `{kernel}` failed: {detail}"),
+            Error::OutOfMemory { bytes } => write!(f, "out of memory: could not allocate {bytes} bytes"),
             Error::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
             Error::Collective { failures } => {
                 write!(f, "collective failed: ")?;

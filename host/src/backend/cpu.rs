@@ -3,17 +3,73 @@ use super::{validate_launch, Backend, BackendKind, DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
 use rsccl_device::arch::emu::{self, LaunchDims, MAX_DYNAMIC_SMEM};
 use rsccl_device::{kernels, DevPtr};
-use std::cell::UnsafeCell;
+use std::alloc::Layout;
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 
-/// Host memory that emulated kernels read and write through raw addresses.
-struct HostMemory(#[allow(dead_code)] Box<[UnsafeCell<u128>]>);
+/// Host memory that emulated kernels read and write through raw addresses: zeroed, 16-byte
+/// aligned, and for large buffers mapped directly so the OS commits pages when first touched
+/// and takes them back on free (large FIFOs cost only what is used, whatever the allocator's
+/// reuse policy).
+struct HostMemory {
+    ptr: *mut u8,
+    bytes: usize,
+    mapped: bool,
+}
 // SAFETY: the memory is only reached through device addresses by kernels and by the backend's
 // copies, which are ordered by synchronisation (copies wait for launches), as on a GPU.
 unsafe impl Send for HostMemory {}
 // SAFETY: as above.
 unsafe impl Sync for HostMemory {}
+
+/// Buffers from this size up are mapped, not taken from the heap.
+const MAP_THRESHOLD: usize = 64 * 1024;
+
+impl HostMemory {
+    fn zeroed(bytes: usize) -> Result<Self> {
+        let size = bytes.max(16);
+        if size >= MAP_THRESHOLD {
+            // SAFETY: a fresh private anonymous mapping (zero-filled, page aligned).
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    size,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(Error::OutOfMemory { bytes });
+            }
+            return Ok(HostMemory { ptr: p as *mut u8, bytes: size, mapped: true });
+        }
+        let layout = Self::layout(size)?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::OutOfMemory { bytes });
+        }
+        Ok(HostMemory { ptr, bytes: size, mapped: false })
+    }
+
+    fn layout(size: usize) -> Result<Layout> {
+        Layout::from_size_align(size, 16).map_err(|_| Error::OutOfMemory { bytes: size })
+    }
+}
+
+impl Drop for HostMemory {
+    fn drop(&mut self) {
+        if self.mapped {
+            // SAFETY: the mapping made in `zeroed`; buffers outlive the launches using them.
+            unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.bytes) };
+        } else if let Ok(layout) = Self::layout(self.bytes) {
+            // SAFETY: allocated in `zeroed` with this layout.
+            unsafe { std::alloc::dealloc(self.ptr, layout) };
+        }
+    }
+}
 
 /// Runs kernels on the CPU with the device crate's emulator. Launches run asynchronously on a
 /// background thread, in order, like a CUDA stream.
@@ -52,16 +108,15 @@ impl Backend for CpuBackend {
     }
 
     fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
-        let mem: Box<[UnsafeCell<u128>]> = (0..bytes.div_ceil(16)).map(|_| UnsafeCell::new(0)).collect();
-        let ptr = if mem.is_empty() { DevPtr::NULL } else { DevPtr(mem[0].get() as u64) };
-        Ok(DeviceBuffer::new(ptr, bytes, Box::new(HostMemory(mem))))
+        let mem = HostMemory::zeroed(bytes)?;
+        let ptr = if bytes == 0 { DevPtr::NULL } else { DevPtr(mem.ptr as u64) };
+        Ok(DeviceBuffer::new(ptr, bytes, Box::new(mem)))
     }
 
     fn alloc_mapped(&self, bytes: usize) -> Result<super::HostMapped> {
-        let mem: Box<[UnsafeCell<u128>]> =
-            (0..bytes.div_ceil(16).max(1)).map(|_| UnsafeCell::new(0)).collect();
-        let p = mem[0].get() as *mut u8;
-        Ok(super::HostMapped::new(DevPtr(p as u64), p, bytes, Box::new(HostMemory(mem))))
+        let mem = HostMemory::zeroed(bytes)?;
+        let p = mem.ptr;
+        Ok(super::HostMapped::new(DevPtr(p as u64), p, bytes, Box::new(mem)))
     }
 
     fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<()> {
@@ -135,5 +190,11 @@ impl Backend for CpuBackend {
 
     fn fork_stream(&self) -> Result<std::sync::Arc<dyn Backend>> {
         Ok(std::sync::Arc::new(CpuBackend::new()))
+    }
+
+    fn reserve_launches(&self, cfg: LaunchConfig, launches: usize) -> Result<()> {
+        let dims = LaunchDims { grid: cfg.grid, block: cfg.block, smem_bytes: cfg.smem_bytes };
+        emu::reserve(dims, launches)
+            .map_err(|e| Error::InvalidConfig(format!("the CPU emulator cannot run this shape: {e}")))
     }
 }

@@ -166,12 +166,48 @@ pub trait Backend: Send + Sync {
     /// A handle to the same device and memory with its own stream, so launches on it run
     /// concurrently with this one's (one per emulated rank or per channel group).
     fn fork_stream(&self) -> Result<Arc<dyn Backend>>;
+    /// Makes sure `launches` launches of shape `cfg` can run at once, before any of them starts:
+    /// a group launches one per rank, and a rank whose launch fails would leave the others
+    /// waiting on it. The CPU emulator maps their thread stacks here; a GPU needs nothing.
+    fn reserve_launches(&self, cfg: LaunchConfig, launches: usize) -> Result<()> {
+        let _ = (cfg, launches);
+        Ok(())
+    }
 }
 
 impl dyn Backend + '_ {
     /// Launches `kernel` with its `#[repr(C)]` argument struct.
     pub fn launch<A: bytemuck::Pod>(&self, kernel: &str, cfg: LaunchConfig, args: &A) -> Result<()> {
         self.launch_raw(kernel, cfg, bytemuck::bytes_of(args))
+    }
+
+    /// A new buffer holding `data` (any plain element type: `f32`, `i32`, `u8`, …).
+    ///
+    /// ```
+    /// let be = rsccl::backend::cpu();
+    /// let buf = be.upload(&[1.5f32, 2.5])?;
+    /// assert_eq!(be.download::<f32>(&buf, 2)?, [1.5, 2.5]);
+    /// # Ok::<(), rsccl::Error>(())
+    /// ```
+    pub fn upload<T: bytemuck::Pod>(&self, data: &[T]) -> Result<DeviceBuffer> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let buf = self.alloc(bytes.len())?;
+        self.copy_in(&buf, 0, bytes)?;
+        Ok(buf)
+    }
+
+    /// The first `count` elements of `buf`, read as `T`.
+    pub fn download<T: bytemuck::Pod>(&self, buf: &DeviceBuffer, count: usize) -> Result<Vec<T>> {
+        if count.checked_mul(std::mem::size_of::<T>()).is_none() {
+            return Err(Error::InvalidConfig(format!(
+                "download of {count} elements of {} bytes overflows a byte count",
+                std::mem::size_of::<T>()
+            )));
+        }
+        let mut out = vec![T::zeroed(); count];
+        // The range is checked against the buffer by copy_out.
+        self.copy_out(buf, 0, bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
     }
 }
 
@@ -187,12 +223,43 @@ pub enum Preference {
 }
 
 impl Preference {
-    /// From `RSCCL_BACKEND` (`gpu`, `cpu`, `auto`; unset means auto).
-    pub fn from_env() -> Self {
-        match std::env::var("RSCCL_BACKEND").as_deref() {
-            Ok("gpu") => Preference::Gpu,
-            Ok("cpu") => Preference::Cpu,
-            _ => Preference::Auto,
+    /// From `RSCCL_BACKEND`: `gpu`, `cpu` or `auto` in any case, surrounding whitespace
+    /// ignored; unset or empty means [`Preference::Auto`]. Any other value is an
+    /// [`Error::InvalidConfig`] naming it, so that a typo does not silently pick a backend.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("RSCCL_BACKEND") {
+            Err(std::env::VarError::NotPresent) => Ok(Preference::Auto),
+            Err(std::env::VarError::NotUnicode(v)) => Err(Error::InvalidConfig(format!(
+                "RSCCL_BACKEND=\"{}\" (not UTF-8): {}",
+                v.to_string_lossy(),
+                Self::ACCEPTED
+            ))),
+            Ok(v) => v
+                .parse()
+                .map_err(|_| Error::InvalidConfig(format!("RSCCL_BACKEND=\"{v}\": {}", Self::ACCEPTED))),
+        }
+    }
+
+    /// What an error about a backend name says after the name.
+    const ACCEPTED: &'static str =
+        "not a backend; use gpu, cpu or auto (any case), or leave it unset for auto";
+}
+
+/// Parses `gpu`, `cpu` or `auto` (any case, surrounding whitespace ignored; empty is `auto`),
+/// the rule of [`Preference::from_env`].
+impl std::str::FromStr for Preference {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let v = s.trim();
+        if v.is_empty() || v.eq_ignore_ascii_case("auto") {
+            Ok(Preference::Auto)
+        } else if v.eq_ignore_ascii_case("gpu") {
+            Ok(Preference::Gpu)
+        } else if v.eq_ignore_ascii_case("cpu") {
+            Ok(Preference::Cpu)
+        } else {
+            Err(Error::InvalidConfig(format!("backend \"{s}\": {}", Self::ACCEPTED)))
         }
     }
 }
@@ -256,4 +323,40 @@ pub(crate) fn validate_launch(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preference_parses_any_case_and_rejects_unknown_names() {
+        for (text, want) in [
+            ("gpu", Preference::Gpu),
+            ("GPU", Preference::Gpu),
+            (" Cpu\n", Preference::Cpu),
+            ("AUTO", Preference::Auto),
+            ("", Preference::Auto),
+            ("  ", Preference::Auto),
+        ] {
+            assert_eq!(text.parse::<Preference>(), Ok(want), "{text:?}");
+        }
+        for bad in ["gpux", "cuda", "g pu"] {
+            let e = bad.parse::<Preference>().expect_err(bad).to_string();
+            assert!(e.contains(&format!("\"{bad}\"")), "{e}");
+            assert!(e.contains("gpu, cpu or auto"), "{e}");
+        }
+    }
+
+    #[test]
+    fn preference_from_env_names_the_variable() {
+        // The only test that sets RSCCL_BACKEND; nothing else in this crate's tests reads it.
+        std::env::set_var("RSCCL_BACKEND", "Cpu");
+        assert_eq!(Preference::from_env(), Ok(Preference::Cpu));
+        std::env::set_var("RSCCL_BACKEND", "gpux");
+        let e = Preference::from_env().unwrap_err().to_string();
+        assert!(e.contains("RSCCL_BACKEND=\"gpux\"") && e.contains("gpu, cpu or auto"), "{e}");
+        std::env::remove_var("RSCCL_BACKEND");
+        assert_eq!(Preference::from_env(), Ok(Preference::Auto));
+    }
 }

@@ -142,6 +142,21 @@ struct RankRes {
 
 /// N ranks in one process connected by ring channels. Each rank launches on its own stream, so
 /// all ranks' kernels run concurrently, as on N GPUs.
+///
+/// ```
+/// use rsccl::{backend, BufRef, DataType, GroupConfig, LocalGroup, ReduceOp};
+///
+/// let be = backend::cpu(); // or backend::default_backend(..) for the GPU when there is one
+/// let group = LocalGroup::new(&be, GroupConfig::new(3, 2))?; // 3 ranks, 2 channels
+/// // Reduce-scatter: rank r gets block r of the element-wise sum of every rank's input.
+/// let inputs = (0..3).map(|r| be.upload(&[r as i32; 6])).collect::<Result<Vec<_>, _>>()?;
+/// let outputs = (0..3).map(|_| be.alloc(2 * 4)).collect::<Result<Vec<_>, _>>()?;
+/// let send: Vec<BufRef> = inputs.iter().map(BufRef::from).collect();
+/// let recv: Vec<BufRef> = outputs.iter().map(BufRef::from).collect();
+/// group.reduce_scatter(&send, &recv, 2, DataType::I32, ReduceOp::Sum)?;
+/// assert_eq!(be.download::<i32>(&outputs[1], 2)?, [3, 3]); // 0 + 1 + 2
+/// # Ok::<(), rsccl::Error>(())
+/// ```
 pub struct LocalGroup {
     cfg: GroupConfig,
     cc: Option<(i32, i32)>,
@@ -470,6 +485,8 @@ impl LocalGroup {
         let kernel = name.as_str();
         self.abort.store_u32(0, 0)?;
         let cfg = LaunchConfig::linear(self.cfg.nchannels as u32, self.cfg.nthreads).with_smem(shm_bytes(1));
+        // Every rank's launch must be able to start, or those that did would wait on the others.
+        self.ranks[0].stream.reserve_launches(cfg, n)?;
         let mut launch_errors = Vec::new();
         for (r, res) in self.ranks.iter().enumerate() {
             res.stream.copy_in(&res.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;

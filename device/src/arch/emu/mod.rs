@@ -13,10 +13,10 @@
 //! next barrier, warp collective or spin hint, so a failing kernel ends instead of hanging.
 pub mod multicast;
 pub mod ops;
+pub mod stack;
 mod sync;
 
 use super::Dim3;
-use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use std::cell::Cell;
 use std::rc::Rc;
@@ -129,10 +129,54 @@ pub(crate) struct BlockShared {
     /// Bumped whenever a barrier or warp collective completes or a thread ends: a scheduler
     /// round without progress means every thread waits on something outside the block.
     progress: Cell<u64>,
+    /// Per thread: [`PARKED`] (not to be resumed until woken) and [`LISTED`] (in a waiter list).
+    state: Box<[Cell<u8>]>,
+    parked: Cell<u32>,
+    /// Set when every live thread was parked: their waits can never complete.
+    pub(crate) deadlocked: Cell<bool>,
+}
+
+const PARKED: u8 = 1;
+const LISTED: u8 = 2;
+
+impl BlockShared {
+    /// Parks thread `tid`; true when it is not in a waiter list yet (the caller adds it).
+    pub(crate) fn park(&self, tid: u32) -> bool {
+        let s = &self.state[tid as usize];
+        if s.get() & PARKED == 0 {
+            self.parked.set(self.parked.get() + 1);
+        }
+        let fresh = s.get() & LISTED == 0;
+        s.set(PARKED | LISTED);
+        fresh
+    }
+    /// Makes thread `tid` runnable; it has left its waiter list.
+    pub(crate) fn unpark(&self, tid: u32) {
+        self.resume_parked(tid);
+        self.state[tid as usize].set(0);
+    }
+    /// Makes thread `tid` runnable, still in its waiter list (it rechecks and parks again).
+    fn resume_parked(&self, tid: u32) {
+        let s = &self.state[tid as usize];
+        if s.get() & PARKED != 0 {
+            s.set(s.get() & !PARKED);
+            self.parked.set(self.parked.get() - 1);
+        }
+    }
+    fn is_parked(&self, tid: usize) -> bool {
+        self.state[tid].get() & PARKED != 0
+    }
+    fn resume_all_parked(&self) {
+        for tid in 0..self.state.len() as u32 {
+            self.resume_parked(tid);
+        }
+    }
 }
 
 /// What one emulated thread knows about itself.
 pub(crate) struct ThreadCtx {
+    /// Linear index of the thread in its block.
+    pub(crate) tid: u32,
     pub(crate) thread: Dim3,
     pub(crate) block: Dim3,
     pub(crate) block_dim: Dim3,
@@ -141,11 +185,20 @@ pub(crate) struct ThreadCtx {
     pub(crate) launch: Arc<LaunchShared>,
     /// The coroutine's yielder, set when it starts.
     yielder: Cell<*const Yielder<(), ()>>,
+    /// Lowest stack address the thread may use; below it the thread fails (see [`stack`]).
+    stack_floor: Cell<usize>,
+    /// Lowest address of the thread's stack (the end of the reserve).
+    stack_limit: usize,
+    /// Size of the thread's stack.
+    stack_bytes: usize,
 }
 
 thread_local! {
     static CTX: Cell<*const ThreadCtx> = const { Cell::new(std::ptr::null()) };
 }
+
+/// Scheduler rounds between wake-ups of every parked thread (to check deadlock timeouts).
+const SWEEP_ROUNDS: u64 = 1024;
 
 /// Unwinding payload of threads that stop because another thread aborted the launch.
 pub(crate) struct Aborted;
@@ -156,10 +209,34 @@ pub(crate) fn ctx() -> &'static ThreadCtx {
     assert!(!p.is_null(), "rsccl_device::arch called outside an emulated kernel launch");
     // SAFETY: set by `run_thread` for the thread's lifetime and cleared before the ThreadCtx
     // it points to is dropped; only this thread reads it.
-    unsafe { &*p }
+    let ctx = unsafe { &*p };
+    ctx.check_stack();
+    ctx
+}
+
+/// An address in the caller's stack frame: the stack pointer to within a frame.
+#[inline(always)]
+fn approx_sp() -> usize {
+    let probe = 0u8;
+    std::hint::black_box(&probe) as *const u8 as usize
 }
 
 impl ThreadCtx {
+    /// Fails the thread when its stack has reached the reserve at the bottom of its stack
+    /// (the reserve then holds the unwinding).
+    #[inline(always)]
+    fn check_stack(&self) {
+        let floor = self.stack_floor.get();
+        if approx_sp() < floor {
+            self.stack_floor.set(self.stack_limit);
+            self.fail(format!(
+                "stack overflow: the emulated thread reached the {} KiB reserve of its {} KiB stack; \
+                 raise RSCCL_EMU_STACK_KB",
+                stack::STACK_RESERVE >> 10,
+                self.stack_bytes >> 10,
+            ));
+        }
+    }
     /// Unwinds quietly if another thread of the launch has failed.
     pub(crate) fn check_abort(&self) {
         if self.launch.aborted.load(Ordering::Relaxed) {
@@ -183,10 +260,6 @@ impl ThreadCtx {
     pub(crate) fn linear_tid(&self) -> u32 {
         self.thread.x + self.block_dim.x * (self.thread.y + self.block_dim.y * self.thread.z)
     }
-}
-
-fn stack_size() -> usize {
-    std::env::var("RSCCL_EMU_STACK_KB").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(512) * 1024
 }
 
 fn index_of(linear: u64, dim: Dim3) -> Dim3 {
@@ -214,6 +287,43 @@ pub fn launch(dims: LaunchDims, body: &(dyn Fn() + Sync)) -> Result<(), EmuError
     launch_with_deadlock_timeout(dims, deadlock_timeout(), body)
 }
 
+/// Maps the thread stacks of `launches` concurrent launches of shape `dims` now, so that
+/// they start without mapping memory: a shape too big for this machine fails here, naming
+/// what to change, before any of them runs (a half-started set of launches would leave the
+/// others waiting on the missing one).
+///
+/// ```
+/// use rsccl_device::arch::{Dim3, emu};
+/// let dims = emu::LaunchDims { grid: Dim3::x(4), block: Dim3::x(512), smem_bytes: 0 };
+/// emu::reserve(dims, 8).unwrap();
+/// ```
+pub fn reserve(dims: LaunchDims, launches: usize) -> Result<(), EmuError> {
+    dims.validate()?;
+    let stack = stack::stack_bytes_from_env()?;
+    let blocks = usize::try_from(dims.grid.volume()).ok().and_then(|b| b.checked_mul(launches));
+    let threads = dims.block.volume() as usize;
+    let too_big = |detail: String| {
+        EmuError::Spawn(format!(
+            "{launches} launches × {} blocks × {threads} threads with {} KiB stacks: {detail}; \
+             use fewer channels or threads per block, or a smaller RSCCL_EMU_STACK_KB",
+            dims.grid.volume(),
+            stack >> 10
+        ))
+    };
+    let blocks = blocks.ok_or_else(|| too_big("too many blocks".into()))?;
+    let limit = stack::max_threads();
+    match blocks.checked_mul(threads) {
+        Some(total) if total <= limit => {}
+        total => {
+            return Err(too_big(format!(
+                "{} emulated threads exceed the limit of {limit} (RSCCL_EMU_MAX_THREADS)",
+                total.map_or("too many".to_string(), |t| t.to_string())
+            )))
+        }
+    }
+    stack::reserve(threads, stack, blocks).map_err(|e| too_big(e.to_string()))
+}
+
 /// [`launch`] with an explicit bound on how long any barrier or warp collective may wait
 /// before the launch fails as deadlocked.
 pub fn launch_with_deadlock_timeout(
@@ -221,13 +331,14 @@ pub fn launch_with_deadlock_timeout(
     deadlock_after: Duration,
     body: &(dyn Fn() + Sync),
 ) -> Result<(), EmuError> {
-    dims.validate()?;
+    // Every block's stacks are mapped before any block starts.
+    reserve(dims, 1)?;
     let launch = Arc::new(LaunchShared {
         aborted: AtomicBool::new(false),
         first_error: Mutex::new(None),
         deadlock_after,
     });
-    let stack = stack_size();
+    let stack = stack::stack_bytes_from_env()?;
     std::thread::scope(|scope| {
         for b in 0..dims.grid.volume() {
             let launch2 = launch.clone();
@@ -257,11 +368,23 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
         smem: (0..(dims.smem_bytes as usize).div_ceil(16)).map(|_| std::cell::UnsafeCell::new(0)).collect(),
         smem_bytes: dims.smem_bytes,
         progress: Cell::new(0),
+        state: (0..nthreads).map(|_| Cell::new(0)).collect(),
+        parked: Cell::new(0),
+        deadlocked: Cell::new(false),
     });
     // Boxed so each context keeps its address while coroutines hold it.
+    let slab = match stack::take(nthreads as usize, stack) {
+        Ok(s) => s,
+        Err(e) => {
+            record_error(&launch, e);
+            return;
+        }
+    };
     let ctxs: Vec<Box<ThreadCtx>> = (0..nthreads as u64)
         .map(|t| {
+            let st = slab.stack(t as usize);
             Box::new(ThreadCtx {
+                tid: t as u32,
                 thread: index_of(t, dims.block),
                 block: index_of(b, dims.grid),
                 block_dim: dims.block,
@@ -269,6 +392,9 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
                 shared: shared.clone(),
                 launch: launch.clone(),
                 yielder: Cell::new(std::ptr::null()),
+                stack_floor: Cell::new(st.floor()),
+                stack_limit: st.limit,
+                stack_bytes: stack,
             })
         })
         .collect();
@@ -276,16 +402,9 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
     // this function returns (the loop below runs until none is live), so `body` outlives them.
     let body: &'static (dyn Fn() + Sync) = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), _>(body) };
     let mut coros = Vec::with_capacity(ctxs.len());
-    for ctx in &ctxs {
-        let stack = match DefaultStack::new(stack) {
-            Ok(s) => s,
-            Err(e) => {
-                record_error(&launch, EmuError::Spawn(format!("coroutine stack: {e}")));
-                return;
-            }
-        };
+    for (t, ctx) in ctxs.iter().enumerate() {
         let ctx_ptr: *const ThreadCtx = &**ctx;
-        coros.push(Some(Coroutine::with_stack(stack, move |y: &Yielder<(), ()>, ()| {
+        coros.push(Some(Coroutine::with_stack(slab.stack(t), move |y: &Yielder<(), ()>, ()| {
             // SAFETY: the context outlives the coroutine (both live until run_block returns,
             // and the coroutines are all finished before that).
             let ctx = unsafe { &*ctx_ptr };
@@ -295,10 +414,14 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
     }
     let mut live = coros.len();
     let mut idle_rounds = 0u32;
+    let mut rounds = 0u64;
     while live > 0 {
         let before = shared.progress.get();
         for (i, slot) in coros.iter_mut().enumerate() {
             let Some(co) = slot else { continue };
+            if shared.is_parked(i) {
+                continue;
+            }
             CTX.with(|c| c.set(&*ctxs[i]));
             let done = matches!(co.resume(()), CoroutineResult::Return(()));
             CTX.with(|c| c.set(std::ptr::null()));
@@ -307,6 +430,15 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
                 live -= 1;
                 shared.progress.set(shared.progress.get() + 1);
             }
+        }
+        rounds += 1;
+        if live > 0 && shared.parked.get() as usize == live {
+            // Only a thread of this block can release a parked one, and none is left to run.
+            shared.deadlocked.set(true);
+            shared.resume_all_parked();
+        } else if launch.aborted.load(Ordering::Relaxed) || rounds.is_multiple_of(SWEEP_ROUNDS) {
+            // Parked threads unwind on an abort, and check their deadlock timeout on a sweep.
+            shared.resume_all_parked();
         }
         // Every thread is waiting on another block or launch: let those run.
         if shared.progress.get() == before {
@@ -322,6 +454,9 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
             idle_rounds = 0;
         }
     }
+    // Every coroutine has returned: nothing runs on the slab any more.
+    drop(coros);
+    stack::give(slab);
 }
 
 fn record_error(launch: &LaunchShared, e: EmuError) {

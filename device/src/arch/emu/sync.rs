@@ -4,21 +4,50 @@
 //! wait suspends and is resumed by the block's scheduler until its condition holds. Every wait
 //! unwinds if the launch was aborted and fails the thread after the launch's deadlock timeout.
 use super::ThreadCtx;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
-/// Suspends the calling emulated thread until `done()` holds.
-fn wait_until(ctx: &ThreadCtx, what: &dyn Fn() -> String, done: impl Fn() -> bool) {
+/// Threads parked on one barrier or warp rendezvous, woken when its state changes.
+#[derive(Default)]
+pub(crate) struct Waiters(RefCell<Vec<u32>>);
+
+impl Waiters {
+    /// Makes every thread parked here runnable again.
+    pub(crate) fn wake(&self, ctx: &ThreadCtx) {
+        for tid in self.0.borrow_mut().drain(..) {
+            ctx.shared.unpark(tid);
+        }
+    }
+}
+
+/// Parks the calling emulated thread on `waiters` until `done()` holds. A parked thread is not
+/// resumed by the block's scheduler until woken, so a barrier costs one switch per thread, not
+/// one per thread per scheduler round. The scheduler also wakes every parked thread when the
+/// launch aborts, when every live thread of the block is parked (nothing can release them: a
+/// deadlock, reported at once) and now and then, so waits past the deadlock timeout fail.
+fn wait_until(ctx: &ThreadCtx, waiters: &Waiters, what: &dyn Fn() -> String, done: impl Fn() -> bool) {
     if done() {
         return;
     }
-    let deadline = Instant::now() + ctx.launch.deadlock_after;
-    let mut polls = 0u32;
-    while !done() {
+    let mut deadline: Option<Instant> = None;
+    loop {
+        if ctx.shared.park(ctx.tid) {
+            waiters.0.borrow_mut().push(ctx.tid);
+        }
         ctx.suspend(false);
         ctx.check_abort();
-        polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(64) && Instant::now() > deadline {
+        if done() {
+            return;
+        }
+        if ctx.shared.deadlocked.get() {
+            ctx.fail(format!(
+                "deadlock: {} can never complete: every live thread of the block waits at a barrier or \
+                 warp collective",
+                what()
+            ));
+        }
+        let now = Instant::now();
+        if now > *deadline.get_or_insert(now + ctx.launch.deadlock_after) {
             ctx.fail(format!("deadlock: {} did not complete within {:?}", what(), ctx.launch.deadlock_after));
         }
     }
@@ -36,6 +65,7 @@ pub(crate) struct NamedBarrier {
     /// OR of the last completed round; stable until the next round completes, which needs
     /// every waiter of this round to arrive again first.
     last_red_or: Cell<bool>,
+    waiters: Waiters,
 }
 
 impl NamedBarrier {
@@ -56,6 +86,7 @@ impl NamedBarrier {
             self.arrived.set(0);
             self.last_red_or.set(self.red_or.replace(false));
             self.generation.set(generation + 1);
+            self.waiters.wake(ctx);
             ctx.progress();
         }
         generation
@@ -71,7 +102,7 @@ impl NamedBarrier {
                 self.arrived.get()
             )
         };
-        wait_until(ctx, &what, || self.generation.get() != generation);
+        wait_until(ctx, &self.waiters, &what, || self.generation.get() != generation);
         self.last_red_or.get()
     }
 
@@ -93,6 +124,7 @@ pub(crate) struct WarpRendezvous {
     generation: Cell<u64>,
     /// Lanes that exist in this warp (the last warp of a block may be partial).
     lanes: u32,
+    waiters: Waiters,
 }
 
 impl WarpRendezvous {
@@ -103,6 +135,7 @@ impl WarpRendezvous {
             readers_left: Cell::new(0),
             generation: Cell::new(0),
             lanes,
+            waiters: Waiters::default(),
         }
     }
 
@@ -126,7 +159,7 @@ impl WarpRendezvous {
                 self.arrived.get()
             )
         };
-        wait_until(ctx, &what, || self.readers_left.get() == 0);
+        wait_until(ctx, &self.waiters, &what, || self.readers_left.get() == 0);
         let mut values = self.values.get();
         values[lane as usize] = value;
         self.values.set(values);
@@ -135,13 +168,16 @@ impl WarpRendezvous {
         if self.arrived.get() == mask {
             self.readers_left.set(mask.count_ones());
             self.generation.set(generation + 1);
+            self.waiters.wake(ctx);
             ctx.progress();
         }
-        wait_until(ctx, &what, || self.generation.get() != generation);
+        wait_until(ctx, &self.waiters, &what, || self.generation.get() != generation);
         let out = self.values.get();
         self.readers_left.set(self.readers_left.get() - 1);
         if self.readers_left.get() == 0 {
             self.arrived.set(0);
+            // Lanes waiting to deposit the next round's values may go on.
+            self.waiters.wake(ctx);
         }
         out
     }
