@@ -1,7 +1,8 @@
 //! `rsccl topo` as people and scripts call it.
 use rsccl::topology::cli::{run, write_report};
+use rsccl::topology::init::search_with_files;
 use rsccl::topology::search::{search_all, SearchOptions};
-use rsccl::topology::{xml, System};
+use rsccl::topology::{xml, NodeKind, System};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -146,4 +147,60 @@ fn compare_with_nccl_dump() {
     );
     assert!(!ok);
     assert!(out.contains("graph 0 (ring): nchannels 1 vs 2"), "{out}");
+}
+
+/// A report of a fixture, as `rsccl topo FILE` prints it.
+fn report_of(name: &str) -> String {
+    let sys = System::from_xml(&xml::read_file(std::path::Path::new(&fixture(name))).unwrap()).unwrap();
+    let mut out = String::new();
+    write_report(&mut out, &sys, &search_all(&sys, &SearchOptions::default()), 1);
+    out
+}
+
+#[test]
+fn a_system_without_gpus_is_an_error_but_a_skeleton_is_reported() {
+    let no_gpu = tmp("no-gpu.xml");
+    std::fs::write(
+        &no_gpu,
+        "<system version=\"1\">\n<cpu numaid=\"0\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" modelid=\"143\">\n\
+         <pci busid=\"0000:17:00.0\" class=\"0x020000\" link_speed=\"16.0 GT/s PCIe\" link_width=\"16\">\n\
+         <nic><net name=\"mlx5_0\" dev=\"0\" speed=\"200000\" port=\"1\" gdr=\"1\"/></nic>\n\
+         </pci>\n</cpu>\n</system>\n",
+    )
+    .unwrap();
+    let path = no_gpu.to_str().unwrap();
+    assert_eq!(run(&args(&[path])), ExitCode::from(1));
+    // The error the CLI prints: the file, and why it cannot be searched.
+    let sys = System::from_xml(&xml::read_file(&no_gpu).unwrap()).unwrap();
+    assert_eq!((sys.count(NodeKind::Nic), sys.undescribed_devices), (1, 0));
+    let e = search_with_files(&sys, &SearchOptions::default(), None, None).unwrap_err().to_string();
+    assert!(e.starts_with(path), "{e}");
+    assert!(e.contains("the topology describes no GPU: nothing to search"), "{e}");
+    // A provider skeleton (GPUs as bare <pci>) is still reported, without a search; asking
+    // for a graph dump of it is an error naming the skeleton.
+    assert_eq!(run(&args(&[&fixture("aws_g5.48xl-topo.xml")])), ExitCode::SUCCESS);
+    let dump = tmp("g5-graph.xml");
+    let g5 = fixture("aws_g5.48xl-topo.xml");
+    assert_eq!(run(&args(&[&g5, "--graph-dump", dump.to_str().unwrap()])), ExitCode::from(1));
+    let sys = System::from_xml(&xml::read_file(std::path::Path::new(&g5)).unwrap()).unwrap();
+    let e = search_with_files(&sys, &SearchOptions::default(), None, None).unwrap_err().to_string();
+    assert!(e.contains("no GPU") && e.contains("provider skeleton"), "{e}");
+}
+
+#[test]
+fn files_without_the_nvlink_their_gpus_have_get_a_note() {
+    let p5 = report_of("aws_p5.48xl-topo.xml");
+    assert!(
+        p5.contains("note: the topology describes no NVLink for its 8 sm_90 GPUs: paths are PCIe only"),
+        "{p5}"
+    );
+    assert_eq!(p5.matches("describes no NVLink").count(), 1, "one line:\n{p5}");
+    for name in [
+        "simllm_vastai_hgx_h200_8x_nccl_topo.xml",
+        "simllm_perlmutter_a100_nid001056_nccl_topo.xml",
+        "aws_g5.48xl-topo.xml",
+    ] {
+        let out = report_of(name);
+        assert!(!out.contains("describes no NVLink"), "{name}:\n{out}");
+    }
 }

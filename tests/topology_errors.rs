@@ -43,6 +43,30 @@ fn truncated_file() {
 }
 
 #[test]
+fn truncated_fixture_names_its_last_line_and_the_open_elements() {
+    let path = rsccl_suite::shared_dir().join("fixtures/topology/simllm_vastai_hgx_h200_8x_nccl_topo.xml");
+    let full = std::fs::read_to_string(&path).unwrap();
+    // The closing tags lost: the first 60 lines end inside the second <cpu> (line 47), after
+    // its first <nic> closed.
+    let head: String = full.lines().take(60).map(|l| format!("{l}\n")).collect();
+    let e = build(&head).unwrap_err();
+    assert_eq!(e.line, Some(60), "{e}");
+    assert!(e.message.contains("<cpu> opened at line 47 is not closed at end of input (line 60)"), "{e}");
+    assert!(e.message.contains("also open: <system> (line 1)"), "{e}");
+    // Cut anywhere (inside a tag, an attribute value, between elements): always the last line.
+    let cuts = (1..full.len()).step_by(97).filter(|&c| full.is_char_boundary(c));
+    for cut in cuts {
+        let text = &full[..cut];
+        let last = text.lines().count() as u32;
+        let e = build(text).expect_err("a truncated file was accepted");
+        assert_eq!(e.line, Some(last), "cut at byte {cut}: {e}");
+        let says_end = format!("end of input (line {last})");
+        let says_cut = format!("the input ends (line {last})");
+        assert!(e.message.contains(&says_end) || e.message.contains(&says_cut), "cut at byte {cut}: {e}");
+    }
+}
+
+#[test]
 fn missing_required_attribute() {
     let text = "<system version=\"1\">\n<cpu arch=\"x86_64\">\n</cpu>\n</system>";
     expect_err(text, 2, "missing required attribute `numaid`");

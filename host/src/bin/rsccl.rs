@@ -1,16 +1,44 @@
 //! The `rsccl` command-line tool: topology reports and MSCCL compilation.
+//!
+//! Exit status: 0 on success (and for `--help` / `--version`), 1 when a subcommand's input is
+//! invalid, 2 on a command line that cannot be run (usage printed on stderr).
 use std::process::ExitCode;
 
-fn usage() -> ExitCode {
-    eprintln!("usage: rsccl <msccl|topo> ...\n  rsccl msccl --help\n  rsccl topo --help");
-    ExitCode::from(2)
-}
+const USAGE: &str = "\
+usage: rsccl <command> [ARGS...]
+
+commands:
+  topo     report a topology file (or this machine): paths, rings, trees, NVLS
+  msccl    compile or check MSCCL algorithm XML
+  help     print this help
+
+options:
+  -h, --help       print this help
+  -V, --version    print the version
+
+Each command has its own help: `rsccl topo --help`, `rsccl msccl --help`.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("msccl") => rsccl::msccl::cli::run(&args[1..]),
         Some("topo") => rsccl::topology::cli::run(&args[1..]),
-        _ => usage(),
+        // Asked-for help goes to stdout with success, so `rsccl --help | less` works.
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Some("-V" | "--version") => {
+            println!("rsccl {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Some(other) => {
+            eprintln!("error: unknown command `{other}`\n{USAGE}");
+            ExitCode::from(2)
+        }
+        None => {
+            eprintln!("error: no command given\n{USAGE}");
+            ExitCode::from(2)
+        }
     }
 }

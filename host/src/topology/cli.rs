@@ -11,17 +11,20 @@
 //! `NCCL_GRAPH_FILE` does; `--nodes N` searches for N such nodes (channels through the NICs);
 //! `--detect` reports this machine (sysfs/NVML, `RSCCL_TOPO_FILE` fused in); `--compare`
 //! checks the search against a graph dump NCCL wrote for the same machine, graph by graph.
+//! A file without GPUs cannot be searched (exit 1), except a provider skeleton, whose GPUs are
+//! filled in at run time: it is reported without a search, as is `--detect` on a machine
+//! without NVML.
 //! Exit status: 0 on success, 1 when a file is invalid or `--compare` finds a difference, 2 on a
 //! command line that cannot be run.
 use super::detect::{Detector, GpuSource, NvmlSource, TopoEnv};
 use super::dump::graphs_from_xml;
 use super::graph::{LinkKind, NodeKind, System};
-use super::init::search_with_files;
+use super::init::{no_gpu_error, search_with_files};
 use super::paths::{PathOptions, Paths};
 use super::search::{Graph, Graphs, Pattern, SearchOptions};
 use super::xml::{self, TopoError, XmlDoc};
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 const USAGE: &str = "\
@@ -116,15 +119,22 @@ fn report(a: &Args) -> Result<(String, bool), TopoError> {
         }
     };
     let sys = System::from_xml(&doc)?;
+    let mut out = String::new();
+    // This machine without NVML, or a provider skeleton, still has a PCI tree and NICs worth
+    // reporting; a plain file without GPUs, or a search asked for, is an error.
+    let wants_search = a.graph.is_some() || a.graph_dump.is_some() || a.compare.is_some();
+    let searchable =
+        sys.count(NodeKind::Gpu) > 0 || wants_search || !(a.detect || sys.undescribed_devices > 0);
+    if !searchable {
+        write_system(&mut out, &sys);
+        let _ = writeln!(out, "\nSearch: skipped: {}", no_gpu_error(&sys).message);
+        write_dot(&mut out, &sys, a.dot.as_deref())?;
+        return Ok((out, true));
+    }
     let opts = SearchOptions { nodes: a.nodes, ..Default::default() };
     let (searched, graphs) = search_with_files(&sys, &opts, a.graph.as_deref(), a.graph_dump.as_deref())?;
-    let mut out = String::new();
     write_report(&mut out, &sys, &graphs, a.nodes);
-    if let Some(p) = &a.dot {
-        std::fs::write(p, dot(&sys))
-            .map_err(|e| TopoError::at(&p.display().to_string(), None, format!("cannot write: {e}")))?;
-        let _ = writeln!(out, "\nGraphviz picture written to {}", p.display());
-    }
+    write_dot(&mut out, &sys, a.dot.as_deref())?;
     if let Some(p) = &a.graph_dump {
         let _ = writeln!(out, "Graph dump (NCCL_GRAPH_DUMP_FILE format) written to {}", p.display());
     }
@@ -134,6 +144,16 @@ fn report(a: &Args) -> Result<(String, bool), TopoError> {
         same = compare(&mut out, &graphs, &theirs, &p.display().to_string());
     }
     Ok((out, same))
+}
+
+/// Writes the Graphviz picture to `path` when one is asked for, and says so in the report.
+fn write_dot(out: &mut String, sys: &System, path: Option<&Path>) -> Result<(), TopoError> {
+    if let Some(p) = path {
+        std::fs::write(p, dot(sys))
+            .map_err(|e| TopoError::at(&p.display().to_string(), None, format!("cannot write: {e}")))?;
+        let _ = writeln!(out, "\nGraphviz picture written to {}", p.display());
+    }
+    Ok(())
 }
 
 /// Writes, graph by graph, how the search compares with another graph file (NCCL's dump);
@@ -175,8 +195,55 @@ pub fn compare(out: &mut String, ours: &Graphs, theirs: &[Graph], name: &str) ->
     all
 }
 
-/// The text report (also used by tests).
+/// The text report (also used by tests): the system (see [`write_system`]), then the search.
 pub fn write_report(out: &mut String, sys: &System, graphs: &Graphs, nodes: usize) {
+    write_system(out, sys);
+    let _ = writeln!(
+        out,
+        "\nSearch ({} node{}): {:.1} ms",
+        nodes,
+        if nodes == 1 { "" } else { "s" },
+        graphs.elapsed.as_secs_f64() * 1e3
+    );
+    let through_nics = nodes > 1 && sys.count(NodeKind::Net) > 0;
+    for g in [&graphs.ring, &graphs.tree, &graphs.nvls] {
+        write_graph(out, g, through_nics);
+    }
+}
+
+/// Compute capabilities (× 10) of the data-centre GPUs that normally come with NVLink: V100,
+/// A100, H100/H200, B200, B300.
+const NVLINK_SMS: [u32; 5] = [70, 80, 90, 100, 103];
+
+/// A note for a system whose GPUs normally have NVLink but which describes none (nor an
+/// NVSwitch): its paths are then PCIe only, which is seldom the real machine.
+fn missing_nvlink_note(sys: &System) -> Option<String> {
+    let gpus = sys.ids(NodeKind::Gpu);
+    if gpus.len() < 2 || sys.count(NodeKind::Nvs) > 0 {
+        return None;
+    }
+    if gpus.iter().any(|&g| sys.node(g).links.iter().any(|l| l.kind == LinkKind::Nvl)) {
+        return None;
+    }
+    let mut sms: Vec<u32> = gpus.iter().filter_map(|&g| sys.node(g).gpu()).map(|g| g.sm).collect();
+    sms.sort_unstable();
+    sms.dedup();
+    if sms.is_empty() || !sms.iter().all(|sm| NVLINK_SMS.contains(sm)) {
+        return None;
+    }
+    let kinds: Vec<String> = sms.iter().map(|sm| format!("sm_{sm}")).collect();
+    Some(format!(
+        "note: the topology describes no NVLink for its {} {} GPUs: paths are PCIe only; GPUs of \
+         this kind normally have NVLink — if these do, use a topology dump from NCCL_TOPO_DUMP_FILE \
+         or `rsccl topo --detect` on the machine",
+        gpus.len(),
+        kinds.join("/")
+    ))
+}
+
+/// The system part of the report: node counts, notes on what the file leaves out, nodes and
+/// links, and the GPU–GPU and GPU–NIC path matrices.
+pub fn write_system(out: &mut String, sys: &System) {
     let c = |k| sys.count(k);
     let _ = writeln!(
         out,
@@ -197,6 +264,9 @@ pub fn write_report(out: &mut String, sys: &System, graphs: &Graphs, nodes: usiz
              with what is detected on the machine, as NCCL does with NCCL_TOPO_FILE.",
             sys.undescribed_devices
         );
+    }
+    if let Some(note) = missing_nvlink_note(sys) {
+        let _ = writeln!(out, "{note}");
     }
     let _ = writeln!(out, "\nNodes and links (GB/s):");
     for kind in NodeKind::ALL {
@@ -243,17 +313,6 @@ pub fn write_report(out: &mut String, sys: &System, graphs: &Graphs, nodes: usiz
                 let _ = writeln!(out, "  rank {:<3} {}", rank(a), cells.join("  "));
             }
         }
-    }
-    let _ = writeln!(
-        out,
-        "\nSearch ({} node{}): {:.1} ms",
-        nodes,
-        if nodes == 1 { "" } else { "s" },
-        graphs.elapsed.as_secs_f64() * 1e3
-    );
-    let through_nics = nodes > 1 && sys.count(NodeKind::Net) > 0;
-    for g in [&graphs.ring, &graphs.tree, &graphs.nvls] {
-        write_graph(out, g, through_nics);
     }
 }
 

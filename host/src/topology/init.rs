@@ -6,7 +6,7 @@ use super::detect::{DetectedGpu, Detector, TopoEnv};
 use super::dump::{graphs_from_xml, graphs_to_xml};
 use super::search::{search_all, searched_system, Graphs, SearchOptions};
 use super::xml::{self, TopoError};
-use super::System;
+use super::{NodeKind, System};
 use std::path::{Path, PathBuf};
 
 /// The files init reads and writes.
@@ -58,13 +58,16 @@ pub fn init(
 
 /// Searches `system` (see [`search_all`]) unless `graph_file` gives the graphs, and writes the
 /// result to `graph_dump_file` in NCCL's format. Returns the system the graphs are for (see
-/// [`searched_system`]) with them.
+/// [`searched_system`]) with them, or [`no_gpu_error`] when the system has no GPU.
 pub fn search_with_files(
     system: &System,
     opts: &SearchOptions,
     graph_file: Option<&Path>,
     graph_dump_file: Option<&Path>,
 ) -> Result<(System, Graphs), TopoError> {
+    if system.count(NodeKind::Gpu) == 0 {
+        return Err(no_gpu_error(system));
+    }
     let searched = searched_system(system, opts.nodes);
     let mut opts = opts.clone();
     if let Some(f) = graph_file {
@@ -75,4 +78,23 @@ pub fn search_with_files(
         xml::write_file(&graphs_to_xml(&searched, &graphs), f)?;
     }
     Ok((searched, graphs))
+}
+
+/// Why a system without GPUs cannot be searched: channels are orders of GPUs. A provider
+/// skeleton (GPUs as bare `<pci>` entries) is named as such, with how it becomes searchable.
+pub fn no_gpu_error(system: &System) -> TopoError {
+    let why = if system.undescribed_devices > 0 {
+        format!(
+            "its {} PCI device(s) without a <gpu>/<nic> description make it a provider skeleton \
+             whose GPUs are filled in at run time: on the machine it describes, set \
+             RSCCL_TOPO_FILE to it (at init, or for `rsccl topo --detect`)",
+            system.undescribed_devices
+        )
+    } else {
+        "channels are orders of GPUs, and a <system> lists each as a <pci> with a <gpu> child \
+         (NCCL_TOPO_DUMP_FILE writes such a file for a machine; `rsccl topo --detect` reports \
+         this one)"
+            .to_string()
+    };
+    TopoError::at(&system.source, None, format!("the topology describes no GPU: nothing to search; {why}"))
 }

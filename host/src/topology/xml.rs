@@ -147,13 +147,11 @@ impl XmlDoc {
 
 /// Parses XML text; `source` names it in errors. Comments may appear anywhere.
 pub fn parse(text: &str, source: &str) -> Result<XmlDoc, TopoError> {
-    let doc = roxmltree::Document::parse(text).map_err(|e| {
-        let pos = e.pos();
-        TopoError::at(source, Some(pos.row), format!("malformed XML: {e}"))
-    })?;
     let line_starts: Vec<usize> =
         std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
-    let line_of = |n: roxmltree::Node| line_starts.partition_point(|&s| s <= n.range().start) as u32;
+    let line_at = |offset: usize| line_starts.partition_point(|&s| s <= offset) as u32;
+    let doc = roxmltree::Document::parse(text).map_err(|e| xml_error(text, source, &e, &line_starts))?;
+    let line_of = |n: roxmltree::Node| line_at(n.range().start);
     fn convert(n: roxmltree::Node, line_of: &dyn Fn(roxmltree::Node) -> u32) -> XmlNode {
         XmlNode {
             name: n.tag_name().name().to_string(),
@@ -163,6 +161,143 @@ pub fn parse(text: &str, source: &str) -> Result<XmlDoc, TopoError> {
         }
     }
     Ok(XmlDoc { source: source.to_string(), root: convert(doc.root_element(), &line_of) })
+}
+
+/// What is unfinished where a text stops too early: markup cut off in the middle (what it is,
+/// its byte offset) and the elements still open (name, offset of the start tag), outermost
+/// first.
+#[derive(Debug, Default)]
+struct Unfinished {
+    cut: Option<(String, usize)>,
+    open: Vec<(String, usize)>,
+}
+
+/// Scans `text` for the element nesting at its end. Only called on text the XML parser already
+/// rejected at its end, so it follows tags, quotes, comments, CDATA and `<?..?>`/`<!..>`
+/// markup without checking the rest of the syntax again.
+fn unfinished(text: &str) -> Unfinished {
+    const SPECIAL: [(&str, &str, &str); 4] = [
+        ("<!--", "-->", "a comment"),
+        ("<![CDATA[", "]]>", "a CDATA section"),
+        ("<?", "?>", "a <?...?> declaration"),
+        ("<!", ">", "a <!...> declaration"),
+    ];
+    let mut u = Unfinished::default();
+    let mut i = 0;
+    while let Some(off) = text[i..].find('<') {
+        let start = i + off;
+        let rest = &text[start..];
+        if let Some(&(open, close, what)) = SPECIAL.iter().find(|(open, _, _)| rest.starts_with(open)) {
+            match rest[open.len()..].find(close) {
+                Some(e) => i = start + open.len() + e + close.len(),
+                None => {
+                    u.cut = Some((what.to_string(), start));
+                    return u;
+                }
+            }
+            continue;
+        }
+        let closing = rest.starts_with("</");
+        let name_start = start + if closing { 2 } else { 1 };
+        let name_len = text[name_start..]
+            .find(|c: char| c.is_whitespace() || c == '/' || c == '>')
+            .unwrap_or(text.len() - name_start);
+        let name = &text[name_start..name_start + name_len];
+        // The tag ends at the first `>` outside a quoted attribute value (values may hold `>`).
+        let after_name = name_start + name_len;
+        let mut quote = None;
+        let mut end = None;
+        for (k, c) in text[after_name..].char_indices() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '>') => {
+                    end = Some(after_name + k);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(end) = end else {
+            let what = match (closing, name.is_empty()) {
+                (true, true) => "an end tag".to_string(),
+                (false, true) => "a tag".to_string(),
+                (true, false) => format!("the end tag </{name}>"),
+                (false, false) => format!("the start tag of <{name}>"),
+            };
+            u.cut = Some((what, start));
+            return u;
+        };
+        if closing {
+            if let Some(p) = u.open.iter().rposition(|(n, _)| n == name) {
+                u.open.truncate(p);
+            }
+        } else if !text[..end].ends_with('/') {
+            u.open.push((name.to_string(), start));
+        }
+        i = end + 1;
+    }
+    u
+}
+
+/// A parser error as a [`TopoError`]; one caused by the text stopping too early is reported at
+/// the text's last line, naming the markup cut off and the elements left open.
+fn xml_error(text: &str, source: &str, e: &roxmltree::Error, line_starts: &[usize]) -> TopoError {
+    let line_at = |offset: usize| line_starts.partition_point(|&s| s <= offset) as u32;
+    // A byte offset as roxmltree counts positions: 1-based row, column in characters.
+    let pos_of = |offset: usize| {
+        let row = line_at(offset);
+        (row, text[line_starts[row as usize - 1]..offset].chars().count() as u32 + 1)
+    };
+    let u = unfinished(text);
+    let at_end = match e {
+        // roxmltree places these at line 1 although the problem is where the input stops.
+        roxmltree::Error::UnexpectedEndOfStream
+        | roxmltree::Error::UnclosedRootNode
+        | roxmltree::Error::NoRootNode => true,
+        // Others point past the end (an unclosed comment) or into the markup the text stops in
+        // (a lone `<`).
+        _ => {
+            let p = (e.pos().row, e.pos().col);
+            p >= pos_of(text.len()) || u.cut.as_ref().is_some_and(|(_, at)| p >= pos_of(*at))
+        }
+    };
+    if !at_end {
+        return TopoError::at(source, Some(e.pos().row), format!("malformed XML: {e}"));
+    }
+    let last = text.lines().count().max(1) as u32;
+    let open: Vec<String> =
+        u.open.iter().rev().map(|(name, at)| format!("<{name}> (line {})", line_at(*at))).collect();
+    let message = match (&u.cut, u.open.last()) {
+        (Some((what, at)), _) => {
+            let mut m = format!(
+                "the input ends (line {last}) inside {what} begun at line {}: it is cut off",
+                line_at(*at)
+            );
+            if !open.is_empty() {
+                m += &format!("; still open: {}", open.join(", "));
+            }
+            m
+        }
+        (None, Some((name, at))) => {
+            let mut m = format!(
+                "<{name}> opened at line {} is not closed at end of input (line {last})",
+                line_at(*at)
+            );
+            if open.len() > 1 {
+                m += &format!("; also open: {}", open[1..].join(", "));
+            }
+            m
+        }
+        (None, None) if matches!(e, roxmltree::Error::NoRootNode) => {
+            format!(
+                "no element before the end of input (line {last}): the file is empty or holds only comments"
+            )
+        }
+        (None, None) => format!("{e} at end of input (line {last})"),
+    };
+    TopoError::at(source, Some(last), format!("malformed XML: {message}"))
 }
 
 /// Reads and parses a file.
@@ -293,6 +428,27 @@ mod tests {
         assert_eq!(e.file, "t.xml");
         assert!(e.line.is_some(), "{e}");
         assert!(e.message.contains("malformed XML"), "{e}");
+    }
+
+    #[test]
+    fn end_of_input_errors_name_the_last_line_and_what_is_open() {
+        // Missing closing tags: the innermost open element, then the others.
+        let e = parse("<system version=\"1\">\n  <cpu numaid=\"0\">\n    <pci busid=\"0\"/>\n", "t.xml")
+            .unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.contains("<cpu> opened at line 2 is not closed at end of input (line 3)"), "{e}");
+        assert!(e.message.contains("also open: <system> (line 1)"), "{e}");
+        // Cut inside an attribute value that holds `>`, and inside a comment.
+        let e = parse("<system>\n<!-- x -->\n<cpu numaid=\"0\">\n<pci busid=\"a>b", "t.xml").unwrap_err();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert!(e.message.contains("inside the start tag of <pci> begun at line 4"), "{e}");
+        assert!(e.message.contains("still open: <cpu> (line 3), <system> (line 1)"), "{e}");
+        let e = parse("<system>\n<cpu/>\n<!-- unfinished\n\n", "t.xml").unwrap_err();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert!(e.message.contains("inside a comment begun at line 3"), "{e}");
+        let e = parse("\n<!-- only a comment -->\n", "t.xml").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.message.contains("no element"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,65 @@
+//! The `rsccl` binary as a newcomer first calls it: help and version on stdout with status 0,
+//! a wrong command line on stderr with status 2. It lives in the host crate because only the
+//! crate that owns a binary gets its path (`CARGO_BIN_EXE_rsccl`) in its tests.
+use std::process::{Command, Output};
+
+fn rsccl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rsccl")).args(args).output().expect("cannot run the rsccl binary")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn help_goes_to_stdout_with_success() {
+    for args in [&["--help"][..], &["-h"], &["help"]] {
+        let out = rsccl(args);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(stdout.starts_with("usage: rsccl"), "{args:?}: {stdout}");
+        for command in ["topo", "msccl", "--version"] {
+            assert!(stdout.contains(command), "{args:?}: help does not mention `{command}`:\n{stdout}");
+        }
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn version_names_the_crate_version() {
+    for flag in ["--version", "-V"] {
+        let out = rsccl(&[flag]);
+        assert_eq!(out.status.code(), Some(0), "{flag}");
+        assert_eq!(text(&out.stdout), format!("rsccl {}\n", env!("CARGO_PKG_VERSION")), "{flag}");
+    }
+}
+
+#[test]
+fn no_command_or_an_unknown_one_is_a_usage_error() {
+    let out = rsccl(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(text(&out.stderr).contains("no command given"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("usage: rsccl"));
+
+    let out = rsccl(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(text(&out.stderr).contains("unknown command `frobnicate`"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn subcommand_help_goes_to_stdout_with_success() {
+    for sub in ["topo", "msccl"] {
+        for flag in ["--help", "-h", "help"] {
+            let out = rsccl(&[sub, flag]);
+            assert_eq!(out.status.code(), Some(0), "{sub} {flag}: {}", text(&out.stderr));
+            assert!(text(&out.stdout).contains(&format!("rsccl {sub}")), "{sub} {flag}");
+            assert!(out.stderr.is_empty(), "{sub} {flag}: {}", text(&out.stderr));
+        }
+    }
+    // Without arguments the subcommand still says how to call it, as an error.
+    let out = rsccl(&["topo"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("rsccl topo FILE.xml"), "{}", text(&out.stderr));
+}
