@@ -68,3 +68,92 @@ fn check_fails_on_a_broken_file_and_bad_command_lines_are_usage_errors() {
     assert_eq!(run(&args(&["compile", "nope", "--ranks", "4"])), ExitCode::from(2));
     assert_eq!(run(&args(&["check"])), ExitCode::from(2));
 }
+
+/// Runs `compile FORM` and returns its exit status and the error line `run` prints.
+fn compile_error(form: &[&str]) -> (ExitCode, String) {
+    let mut a = args(&["compile"]);
+    a.extend(args(form));
+    a.extend(args(&["-o", tmp("limit.xml").to_str().unwrap()]));
+    let message = match rsccl::msccl::cli::compile(&a[1..]) {
+        Ok(()) => String::new(),
+        Err(e) => e.to_string(),
+    };
+    (run(&a), message)
+}
+
+fn assert_refused(form: &[&str], wants: &[&str]) {
+    let (code, message) = compile_error(form);
+    assert_eq!(code, ExitCode::from(1), "{form:?}: {message}");
+    for w in wants {
+        assert!(message.contains(w), "{form:?}: `{message}` lacks `{w}`");
+    }
+}
+
+#[test]
+fn ranks_over_the_limits_exit_1_naming_the_flag_value_and_limit() {
+    // Used to abort allocating 103 GB; now refused before anything is allocated.
+    assert_refused(
+        &["ring-allreduce", "--ranks", "4294967295"],
+        &["--ranks", "4294967295", "32768", "int16_t"],
+    );
+    // Beyond u32 is over the same limit, not a usage error.
+    assert_refused(&["ring-allreduce", "--ranks", "99999999999"], &["--ranks", "99999999999", "32768"]);
+    assert_refused(
+        &["hierarchical-allreduce", "--nodes", "300", "--gpus-per-node", "300"],
+        &["--nodes × --gpus-per-node", "90000", "32768"],
+    );
+    // Within the runtime's limits but over the compiler's budget (this was an OOM kill),
+    // with how many ranks would fit: 2·1447·1448 transfers fit in 2^22, 2·1448·1449 do not.
+    assert_refused(
+        &["ring-allreduce", "--ranks", "10000"],
+        &["--ranks 10000", "199980000", "4194304", "at most 1448 ranks"],
+    );
+    assert_refused(&["ring-allgather", "--ranks", "2049"], &["--ranks 2049", "at most 2048 ranks"]);
+    assert_refused(
+        &["alltoall-two-step", "--nodes", "64", "--gpus-per-node", "64"],
+        &["--nodes 64 --gpus-per-node 64", "4194304"],
+    );
+}
+
+#[test]
+fn channels_instances_and_chunks_over_the_limits_exit_1() {
+    assert_refused(
+        &["ring-allreduce", "--ranks", "4", "--channels", "33"],
+        &["--channels = 33", "limit of 32", "MAXCHANNELS"],
+    );
+    assert_refused(
+        &["ring-allgather", "--ranks", "4", "--instances", "33"],
+        &["--instances = 33", "limit of 32"],
+    );
+    assert_refused(
+        &["ring-allreduce", "--ranks", "4", "--channels", "4294967296"],
+        &["--channels", "limit of 32"],
+    );
+    // Instances multiply the channels a program uses.
+    assert_refused(
+        &["ring-allreduce", "--ranks", "4", "--channels", "8", "--instances", "5"],
+        &["--channels × --instances = 40", "limit of 32"],
+    );
+    assert_refused(
+        &["hierarchical-allreduce", "--nodes", "2", "--gpus-per-node", "2", "--instances", "17"],
+        &["channels (2 per instance) × --instances = 34", "limit of 32"],
+    );
+    // Chunks per buffer: offsets are int16_t in the runtime.
+    assert_refused(
+        &["ring-allreduce", "--ranks", "8192", "--channels", "8"],
+        &["--ranks × --channels × --instances", "65536", "32768"],
+    );
+    assert_refused(
+        &["allpairs-allreduce", "--ranks", "200"],
+        &["--ranks × --ranks × --instances", "40000", "32768"],
+    );
+    // The limits themselves are allowed.
+    for form in [
+        &["ring-allreduce", "--ranks", "2", "--channels", "32"][..],
+        &["ring-allreduce", "--ranks", "2", "--channels", "4", "--instances", "8"],
+        &["ring-allgather", "--ranks", "2", "--instances", "32"],
+        &["hierarchical-allreduce", "--nodes", "2", "--gpus-per-node", "1", "--instances", "16"],
+    ] {
+        assert_eq!(compile_error(form), (ExitCode::SUCCESS, String::new()), "{form:?}");
+    }
+}

@@ -163,3 +163,73 @@ fn ring_allreduce_4_ranks_matches_msccl_tools_output() {
     let got = alg::ring_allreduce(4, 1, 1, Protocol::LL128).unwrap().compile().unwrap();
     assert_eq!(got, want, "ours:\n{}", ir::write(&got));
 }
+
+#[test]
+fn ring_allreduce_on_128_ranks_computes_allreduce() {
+    let x = compile_and_check(&alg::ring_allreduce(128, 1, 1, Protocol::Simple).unwrap());
+    assert_eq!(x.gpus.len(), 128);
+    // Fused as on few ranks: one rrcs per chunk, n-2 rrs and n-2 rcs.
+    assert_eq!(x.count(StepKind::RecvReduceCopySend), 128);
+    assert_eq!(x.count(StepKind::RecvReduceSend), 128 * 126);
+    assert_eq!(x.count(StepKind::RecvCopySend), 128 * 126);
+}
+
+#[test]
+fn runtime_step_limit_is_warned_about_past_128_ranks() {
+    use rsccl::msccl::limits::{runtime_warnings, RUNTIME_MAX_STEPS};
+    // A ring rank's threadblock runs 2n-1 steps (its own send, then n-1 and n-1 receives):
+    // 255 on 128 ranks, 257 on 129.
+    let within = alg::ring_allreduce(128, 1, 1, Protocol::Simple).unwrap().compile().unwrap();
+    assert_eq!(within.gpus[0].tbs.iter().map(|t| t.steps.len()).max(), Some(RUNTIME_MAX_STEPS - 1));
+    assert!(runtime_warnings(&within).is_empty());
+    let over = alg::ring_allreduce(129, 1, 1, Protocol::Simple).unwrap().compile().unwrap();
+    let w = runtime_warnings(&over);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("gpu 0 tb 0 has 257 steps") && w[0].contains("MSCCL_MAX_NUM_STEPS"), "{}", w[0]);
+}
+
+fn limit_error(r: Result<impl std::fmt::Debug, MscclError>) -> (String, u64, u64) {
+    match r {
+        Err(MscclError::Limit { param, value, limit, .. }) => (param, value, limit),
+        other => panic!("expected a limit error, got {other:?}"),
+    }
+}
+
+#[test]
+fn dsl_programs_over_the_limits_are_refused_before_allocating() {
+    use rsccl::msccl::limits::{MAX_CHANNELS, MAX_CHUNKS, MAX_RANKS, MAX_SLOTS};
+    let spec = |n, cf| CollectiveSpec::new(Collective::AllGather, n, cf, false);
+    assert_eq!(
+        limit_error(Program::new("big", spec(u32::MAX, 1), Protocol::Simple)),
+        ("ranks".into(), u64::from(u32::MAX), u64::from(MAX_RANKS))
+    );
+    // ranks × chunks overflows u32: reported, not wrapped.
+    let (param, value, _) = limit_error(Program::new("big", spec(MAX_RANKS, 1 << 17), Protocol::Simple));
+    assert_eq!((param.as_str(), value), ("ranks × chunks", 1 << 32));
+    assert_eq!(limit_error(Program::new("big", spec(4, 10000), Protocol::Simple)).0, "output chunks");
+    // Each buffer within the limit, all of them together over the slot budget.
+    let (param, value, limit) =
+        limit_error(Program::new("big", CollectiveSpec::custom(MAX_RANKS, MAX_CHUNKS, 1), Protocol::Simple));
+    assert_eq!((param.as_str(), limit), ("ranks × (input + output chunks)", MAX_SLOTS));
+    assert!(value > MAX_SLOTS);
+
+    let mut p = Program::new("big", CollectiveSpec::custom(2, 2, 2), Protocol::Simple).unwrap();
+    // Indices near u32::MAX are out of range, not an overflow.
+    let (_, reason) = dsl_error(p.chunk(Rank(0), BufferId::INPUT, ChunkIdx(u32::MAX), 2));
+    assert!(reason.contains("out of range"), "{reason}");
+    // Scratch grows to what is written, but not past what the runtime can address.
+    let c = p.chunk(Rank(0), BufferId::INPUT, ChunkIdx(0), 1).unwrap();
+    let (param, value, limit) =
+        limit_error(p.copy(c, Rank(1), BufferId::SCRATCH, Some(ChunkIdx(MAX_CHUNKS)), Hints::default()));
+    assert!(param.contains("scratch"), "{param}");
+    assert_eq!((value, limit), (u64::from(MAX_CHUNKS) + 1, u64::from(MAX_CHUNKS)));
+    assert_eq!(p.len(Rank(1), BufferId::SCRATCH), 0, "nothing was allocated");
+    // Instances multiply channels: a program on channels 0..=3 has room for 8 instances.
+    p.copy(c, Rank(1), BufferId::OUTPUT, Some(ChunkIdx(0)), Hints::channel(3)).unwrap();
+    p.instances = MAX_CHANNELS / 4;
+    assert_eq!(p.compile().unwrap().nchannels, MAX_CHANNELS);
+    p.instances = MAX_CHANNELS / 4 + 1;
+    assert_eq!(limit_error(p.compile()), ("channels × instances".into(), 36, u64::from(MAX_CHANNELS)));
+    p.instances = MAX_CHANNELS + 1;
+    assert_eq!(limit_error(p.compile()).0, "instances");
+}

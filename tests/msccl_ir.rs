@@ -212,3 +212,22 @@ fn step_kinds_counted_in_ring_fixture() {
     assert_eq!(p.count(StepKind::RecvReduceCopySend), 4);
     assert_eq!(p.count(StepKind::RecvCopySend), 8);
 }
+
+#[test]
+fn buffer_sizes_beyond_int16_offsets_are_rejected_before_running() {
+    // The executor allocates every declared buffer; a size like this used to be allocated.
+    let text = fixture_text(RING);
+    let bad = replace_nth(&text, "s_chunks=\"0\"", "s_chunks=\"2000000000\"", 1);
+    let e = check_text(&bad);
+    match &e {
+        MscclError::Invalid { at, reason } => {
+            assert_eq!(at.gpu, Some(Rank(1)));
+            assert!(reason.contains("s_chunks=\"2000000000\"") && reason.contains("32768"), "{reason}");
+        }
+        other => panic!("wrong error: {other}"),
+    }
+    // The largest addressable size is accepted.
+    let ok = replace_nth(&text, "s_chunks=\"0\"", "s_chunks=\"32768\"", 1);
+    let (p, _) = ir::parse(&ok).expect("parses");
+    verify::check(&p).unwrap_or_else(|e| panic!("{e}"));
+}

@@ -63,10 +63,11 @@ fn build(ranks: u32, ins: u32, outs: u32, ops: &[RawOp], instances: u32) -> Prog
 
 /// The DSL's value for instance `k` of `n`: input chunk `c` of the program is chunk `c*n + k`.
 fn renamed(v: &ChunkSet, n: u32, k: u32) -> ChunkSet {
-    let mut out: Vec<Contribution> =
-        v.0.iter().map(|c| Contribution { rank: c.rank, chunk: ChunkIdx(c.chunk.0 * n + k) }).collect();
-    out.sort();
-    ChunkSet(out)
+    ChunkSet::from_contributions(
+        v.contributions()
+            .into_iter()
+            .map(|c| Contribution { rank: c.rank, chunk: ChunkIdx(c.chunk.0 * n + k) }),
+    )
 }
 
 proptest! {
@@ -97,6 +98,41 @@ proptest! {
                     }
                 }
             }
+        }
+    }
+}
+
+fn contribution() -> impl Strategy<Value = Contribution> {
+    (0..12u32, 0..3u32).prop_map(|(r, c)| Contribution { rank: Rank(r), chunk: ChunkIdx(c) })
+}
+
+proptest! {
+    /// The run-length symbolic values behave as the plain sets of contributions they stand
+    /// for: a reduction is their union, refused when they share one, naming the first shared
+    /// contribution in (rank, chunk) order, as the list form did.
+    #[test]
+    fn chunk_sets_combine_as_sets_of_contributions(
+        a in proptest::collection::btree_set(contribution(), 0..20),
+        b in proptest::collection::btree_set(contribution(), 0..20),
+    ) {
+        use rsccl::msccl::verify::SlotValue as _;
+        let (x, y) = (ChunkSet::from_contributions(a.iter().copied()), ChunkSet::from_contributions(b.iter().copied()));
+        prop_assert_eq!(x.contributions(), a.iter().copied().collect::<Vec<_>>());
+        prop_assert_eq!(x.len(), a.len() as u64);
+        match (a.intersection(&b).next(), x.combine(&y)) {
+            (None, Ok(sum)) => {
+                let union: Vec<Contribution> = a.union(&b).copied().collect();
+                prop_assert_eq!(sum.contributions(), union.clone());
+                // Equal sets are equal values, however they were built.
+                prop_assert_eq!(&sum, &ChunkSet::from_contributions(union.iter().copied()));
+                prop_assert_eq!(&sum, &y.combine(&x).unwrap());
+                let want: f64 = union.iter().map(|c| verify::Real::of(c.rank, c.chunk)).sum();
+                prop_assert_eq!(sum.real_sum(), want);
+            }
+            (Some(first), Err(what)) => {
+                prop_assert_eq!(what, format!("rank {}'s chunk {}", first.rank.0, first.chunk.0));
+            }
+            (shared, got) => prop_assert!(false, "shared {:?} but combine gave {:?}", shared, got),
         }
     }
 }

@@ -2,8 +2,12 @@
 //!
 //! Each function returns the traced [`Program`]; [`Program::compile`] turns it into MSCCL-IR.
 //! All programs are checked against their collective ([`Program::check`]) before returning.
+//!
+//! Each also checks its parameters against [`limits`] before it builds anything, naming the
+//! parameters as the command line does (`--ranks`, `--instances`, ...).
 use super::dsl::{BufferId, CollectiveSpec, Hints, Program};
 use super::ir::{Collective, Protocol};
+use super::limits;
 use super::{ChunkIdx, MscclError, Rank};
 
 fn need(what: &str, v: u32, min: u32) -> Result<(), MscclError> {
@@ -14,6 +18,57 @@ fn need(what: &str, v: u32, min: u32) -> Result<(), MscclError> {
         });
     }
     Ok(())
+}
+
+/// Checks `--instances` and the channels all instances use together against
+/// [`limits::MAX_CHANNELS`]; `per_instance` is what one instance uses, `param` names it.
+fn check_channels(instances: u32, per_instance: u32, param: &str) -> Result<(), MscclError> {
+    need("instances", instances, 1)?;
+    limits::check(
+        "--instances",
+        u64::from(instances),
+        u64::from(limits::MAX_CHANNELS),
+        "each instance runs on channels of its own; MSCCL's MAXCHANNELS (MAX_CHANNELS)",
+    )?;
+    limits::check_channels(param, u64::from(per_instance) * u64::from(instances))
+}
+
+/// Checks the chunk transfers of all instances (`work_of(size)` for one) against
+/// [`limits::MAX_WORK`]. `what` names the algorithm and its flags; with `by_ranks` (`size` is
+/// `--ranks`) the error also says how many ranks would fit.
+fn check_work(
+    what: impl FnOnce() -> String,
+    by_ranks: bool,
+    instances: u32,
+    work_of: impl Fn(u64) -> Option<u64>,
+    size: u64,
+) -> Result<(), MscclError> {
+    let total = |n: u64| work_of(n).and_then(|w| w.checked_mul(u64::from(instances)));
+    let fits = |n: u64| total(n).is_some_and(|w| w <= limits::MAX_WORK);
+    if fits(size) {
+        return Ok(());
+    }
+    let hint = if by_ranks {
+        // Work grows with ranks, so the most that fit is found by bisection.
+        let (mut lo, mut hi) = (0u64, size);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        format!("; at most {lo} ranks fit with the other flags as given")
+    } else {
+        String::new()
+    };
+    Err(MscclError::TooLarge {
+        what: what(),
+        work: total(size).unwrap_or(u64::MAX),
+        limit: limits::MAX_WORK,
+        hint,
+    })
 }
 
 fn finish(mut p: Program, instances: u32) -> Result<Program, MscclError> {
@@ -34,6 +89,19 @@ pub fn ring_allreduce(
 ) -> Result<Program, MscclError> {
     need("ranks", ranks, 1)?;
     need("channels", channels, 1)?;
+    limits::check_ranks("--ranks", u64::from(ranks))?;
+    limits::check_channels("--channels", u64::from(channels))?;
+    check_channels(instances, channels, "--channels × --instances")?;
+    let (n64, c64, k64) = (u64::from(ranks), u64::from(channels), u64::from(instances));
+    limits::check_chunks("--ranks × --channels × --instances (chunks per rank)", n64 * c64 * k64)?;
+    // Reduce-scatter and all-gather each move every chunk of every channel n-1 hops.
+    check_work(
+        || format!("ring-allreduce --ranks {ranks} --channels {channels} --instances {instances}"),
+        true,
+        instances,
+        |n| limits::product(&[2, n.saturating_sub(1), n, c64]),
+        n64,
+    )?;
     let n = ranks;
     let spec = CollectiveSpec::new(Collective::AllReduce, n, n * channels, true);
     let mut p = Program::new(&format!("allreduce_ring_{channels}channelsperring"), spec, proto)?;
@@ -69,6 +137,18 @@ pub fn ring_allreduce(
 /// Two communication steps; suited to small messages on fully connected GPUs.
 pub fn allpairs_allreduce(ranks: u32, instances: u32, proto: Protocol) -> Result<Program, MscclError> {
     need("ranks", ranks, 1)?;
+    limits::check_ranks("--ranks", u64::from(ranks))?;
+    check_channels(instances, 1, "--instances (1 channel each)")?;
+    let (n64, k64) = (u64::from(ranks), u64::from(instances));
+    limits::check_chunks("--ranks × --ranks × --instances (chunks per rank)", n64 * n64 * k64)?;
+    // Gather (n chunks to each of n-1 peers), local reduce, and broadcast: n²(n-1) each.
+    check_work(
+        || format!("allpairs-allreduce --ranks {ranks} --instances {instances}"),
+        true,
+        instances,
+        |n| limits::product(&[3, n, n, n.saturating_sub(1)]),
+        n64,
+    )?;
     let n = ranks;
     let spec = CollectiveSpec::new(Collective::AllReduce, n, n * n, true);
     let mut p = Program::new("allreduce_pairs", spec, proto)?;
@@ -109,6 +189,25 @@ pub fn hierarchical_allreduce(
 ) -> Result<Program, MscclError> {
     need("nodes", nodes, 1)?;
     need("gpus-per-node", gpus_per_node, 1)?;
+    let (nn64, gg64, k64) = (u64::from(nodes), u64::from(gpus_per_node), u64::from(instances));
+    limits::check_ranks("--nodes × --gpus-per-node", nn64 * gg64)?;
+    // Channel 0 inside nodes, channel 1 across them (unused with one node).
+    check_channels(instances, if nodes > 1 { 2 } else { 1 }, "channels (2 per instance) × --instances")?;
+    limits::check_chunks("--nodes × --gpus-per-node × --instances (chunks per rank)", nn64 * gg64 * k64)?;
+    // Each chunk is reduced over g-1 hops in every node and n-1 hops across nodes, then
+    // gathered back over the same hops.
+    check_work(
+        || {
+            format!("hierarchical-allreduce --nodes {nodes} --gpus-per-node {gpus_per_node} --instances {instances}")
+        },
+        false,
+        instances,
+        |_| {
+            let per_chunk = (nn64 * (gg64 - 1)).checked_add(nn64 - 1)?;
+            limits::product(&[2, nn64 * gg64, per_chunk])
+        },
+        nn64 * gg64,
+    )?;
     let (nn, gg) = (nodes, gpus_per_node);
     let rank = |n: u32, g: u32| Rank(n * gg + g);
     let total = nn * gg;
@@ -172,6 +271,26 @@ pub fn alltoall_two_step(
 ) -> Result<Program, MscclError> {
     need("nodes", nodes, 1)?;
     need("gpus-per-node", gpus_per_node, 1)?;
+    let (nn64, gg64, k64) = (u64::from(nodes), u64::from(gpus_per_node), u64::from(instances));
+    limits::check_ranks("--nodes × --gpus-per-node", nn64 * gg64)?;
+    check_channels(instances, if nodes > 1 { 2 } else { 1 }, "channels (2 per instance) × --instances")?;
+    // Input and output hold a chunk per rank; scratch holds fewer.
+    limits::check_chunks("--nodes × --gpus-per-node × --instances (chunks per rank)", nn64 * gg64 * k64)?;
+    // Every rank sends a chunk to every rank, then each node's gathered blocks cross over.
+    check_work(
+        || {
+            format!(
+                "alltoall-two-step --nodes {nodes} --gpus-per-node {gpus_per_node} --instances {instances}"
+            )
+        },
+        false,
+        instances,
+        |_| {
+            let ranks = nn64 * gg64;
+            ranks.checked_mul(ranks)?.checked_add(limits::product(&[ranks, nn64 - 1, gg64])?)
+        },
+        nn64 * gg64,
+    )?;
     let (nn, gg) = (nodes, gpus_per_node);
     let rank = |n: u32, g: u32| Rank(n * gg + g);
     let spec = CollectiveSpec::new(Collective::AllToAll, nn * gg, 1, false);
@@ -208,6 +327,18 @@ pub fn alltoall_two_step(
 /// chunk travels `ranks-1` hops around the ring (the hops in between fuse into `rcs`).
 pub fn ring_allgather(ranks: u32, instances: u32, proto: Protocol) -> Result<Program, MscclError> {
     need("ranks", ranks, 1)?;
+    limits::check_ranks("--ranks", u64::from(ranks))?;
+    check_channels(instances, 1, "--instances (1 channel each)")?;
+    let (n64, k64) = (u64::from(ranks), u64::from(instances));
+    limits::check_chunks("--ranks × --instances (output chunks per rank)", n64 * k64)?;
+    // A local copy per rank, then every chunk travels n-1 hops.
+    check_work(
+        || format!("ring-allgather --ranks {ranks} --instances {instances}"),
+        true,
+        instances,
+        |n| n.checked_mul(n),
+        n64,
+    )?;
     let n = ranks;
     let spec = CollectiveSpec::new(Collective::AllGather, n, 1, false);
     let mut p = Program::new("allgather_ring", spec, proto)?;

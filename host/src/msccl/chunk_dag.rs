@@ -6,7 +6,6 @@
 //! slot the earlier one read or wrote (reuse of a buffer index).
 use super::dsl::{BufferId, OpKind, Program};
 use super::Rank;
-use super::{FxMap, FxSet};
 
 /// A node of the Chunk DAG.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,17 +54,40 @@ pub struct ChunkDag {
     pub op_node: Vec<usize>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct SlotState {
     writer: Option<usize>,
     readers: Vec<usize>,
+}
+
+/// Access history of every slot, indexed densely by rank, buffer and chunk: the slots are the
+/// program's buffers, and direct indexing beat hashing on every access (a third of the time
+/// of large traces went to the hash map).
+struct Slots {
+    by_rank: Vec<Vec<Vec<SlotState>>>,
+}
+
+impl Slots {
+    fn new(p: &Program) -> Self {
+        let buffers: Vec<BufferId> = p.buffers().collect();
+        let by_rank = (0..p.ranks())
+            .map(|r| {
+                buffers.iter().map(|&b| vec![SlotState::default(); p.len(Rank(r), b) as usize]).collect()
+            })
+            .collect();
+        Slots { by_rank }
+    }
+
+    fn at(&mut self, (rank, buf, index): (Rank, BufferId, u32)) -> &mut SlotState {
+        &mut self.by_rank[rank.idx()][buf.0 as usize][index as usize]
+    }
 }
 
 impl ChunkDag {
     /// Traces a program's operations in order.
     pub fn trace(p: &Program) -> Self {
         let mut dag = ChunkDag::default();
-        let mut slots: FxMap<(Rank, BufferId, u32), SlotState> = FxMap::default();
+        let mut slots = Slots::new(p);
         let (inputs, _) = p.spec.sizes();
         for r in 0..p.ranks() {
             for j in 0..inputs {
@@ -73,52 +95,55 @@ impl ChunkDag {
                 dag.nodes.push(Node::Start { rank: Rank(r), index: j });
                 // In-place aliasing decides where input chunk j lives.
                 let (b, k) = p.alias(Rank(r), BufferId::INPUT, j);
-                let key = (Rank(r), b, k);
-                slots.insert(key, SlotState { writer: Some(id), readers: Vec::new() });
+                *slots.at((Rank(r), b, k)) = SlotState { writer: Some(id), readers: Vec::new() };
             }
         }
-        let mut seen: FxSet<Edge> = FxSet::default();
+        let mut reads: Vec<(Rank, BufferId, u32)> = Vec::new();
+        let mut others: Vec<usize> = Vec::new();
         for (i, op) in p.ops().iter().enumerate() {
             let me = dag.nodes.len();
             dag.nodes.push(Node::Op(i));
             dag.op_node.push(me);
-            let mut add = |dag: &mut ChunkDag, from: usize, kind: DepKind, rank: Rank| {
+            // Every edge into `me` is made now, so duplicates can only be among these few.
+            let first_edge = dag.edges.len();
+            let add = |dag: &mut ChunkDag, from: usize, kind: DepKind, rank: Rank| {
                 let e = Edge { from, to: me, kind, rank };
-                if from != me && seen.insert(e) {
+                if from != me && !dag.edges[first_edge..].contains(&e) {
                     dag.edges.push(e);
                 }
             };
-            let mut reads: Vec<(Rank, BufferId, u32)> = op.src.range_slots().collect();
+            reads.clear();
+            reads.extend(op.src.range_slots());
             if op.kind == OpKind::Reduce {
                 reads.extend(op.dst.range_slots());
             }
             for key in &reads {
-                let st = slots.entry(*key).or_default();
-                if let Some(w) = st.writer {
+                if let Some(w) = slots.at(*key).writer {
                     add(&mut dag, w, DepKind::True, key.0);
                 }
             }
             for key in op.dst.range_slots() {
-                let st = slots.entry(key).or_default();
-                let others: Vec<usize> = st.readers.iter().copied().filter(|&r| r != me).collect();
+                let st = slots.at(key);
+                others.clear();
+                others.extend(st.readers.iter().copied().filter(|&r| r != me));
                 if others.is_empty() {
                     if let Some(w) = st.writer {
                         add(&mut dag, w, DepKind::False, key.0);
                     }
                 } else {
-                    for r in others {
+                    for &r in &others {
                         add(&mut dag, r, DepKind::False, key.0);
                     }
                 }
             }
-            for key in reads {
-                let st = slots.entry(key).or_default();
+            for key in &reads {
+                let st = slots.at(*key);
                 if !st.readers.contains(&me) {
                     st.readers.push(me);
                 }
             }
             for key in op.dst.range_slots() {
-                let st = slots.entry(key).or_default();
+                let st = slots.at(key);
                 st.writer = Some(me);
                 st.readers.clear();
             }

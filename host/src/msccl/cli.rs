@@ -9,11 +9,11 @@
 //!     each with [--instances K] [--protocol Simple|LL|LL128] [-o OUT.xml]
 //! rsccl msccl check FILE.xml...
 //! ```
-//! Exit status: 0 on success, 1 when a program is invalid or a file fails its check, 2 on a
-//! command line that cannot be run.
+//! Exit status: 0 on success, 1 when a program is invalid, is over a limit
+//! ([`super::limits`]) or a file fails its check, 2 on a command line that cannot be run.
 use super::algorithms as alg;
 use super::ir::{self, Protocol};
-use super::{verify, MscclError};
+use super::{limits, verify, MscclError};
 use std::collections::HashMap;
 use std::process::ExitCode;
 
@@ -78,17 +78,29 @@ fn parse_flags(args: &[String], allowed: &[&str]) -> Result<HashMap<String, Stri
 
 fn number(flags: &HashMap<String, String>, flag: &str, default: Option<u32>) -> Result<u32, MscclError> {
     match (flags.get(flag), default) {
-        (Some(v), _) => v
-            .parse()
-            .ok()
-            .filter(|&n: &u32| n >= 1)
-            .ok_or_else(|| usage(format!("`{flag} {v}`: expected a positive integer"))),
+        (Some(v), _) => {
+            let n: u64 = v
+                .parse()
+                .ok()
+                .filter(|&n: &u64| n >= 1)
+                .ok_or_else(|| usage(format!("`{flag} {v}`: expected a positive integer")))?;
+            // A number too big for the algorithms is over their limit, not a typo.
+            u32::try_from(n).or_else(|_| {
+                if flag == "--channels" || flag == "--instances" {
+                    limits::check_channels(flag, n)?;
+                } else {
+                    limits::check_ranks(flag, n)?;
+                }
+                Err(usage(format!("`{flag} {v}` does not fit in 32 bits")))
+            })
+        }
         (None, Some(d)) => Ok(d),
         (None, None) => Err(usage(format!("`{flag}` is required"))),
     }
 }
 
-fn compile(args: &[String]) -> Result<(), MscclError> {
+/// `rsccl msccl compile ARGS...` without the exit status: the error [`run`] prints.
+pub fn compile(args: &[String]) -> Result<(), MscclError> {
     let Some(name) = args.first() else { return Err(usage("compile needs an algorithm")) };
     let common = ["--instances", "--protocol", "-o"];
     let specific: &[&str] = match name.as_str() {
@@ -128,19 +140,30 @@ fn compile(args: &[String]) -> Result<(), MscclError> {
         ),
     }?;
     let compiled = program.compile()?;
+    // The traced program is as large as the IR; free it before writing.
+    drop(program);
     // What we emit must pass the same check users run on it.
     verify::validate(&compiled)?;
-    let text = ir::write(&compiled);
-    match flags.get("-o") {
-        Some(path) => std::fs::write(path, text)
-            .map_err(|e| MscclError::Io { path: path.clone(), message: e.to_string() }),
-        None => {
-            use std::io::Write as _;
-            std::io::stdout()
-                .write_all(text.as_bytes())
-                .map_err(|e| MscclError::Io { path: "<stdout>".into(), message: e.to_string() })
-        }
+    for w in limits::runtime_warnings(&compiled) {
+        eprintln!("warning: {w}");
     }
+    use std::io::Write as _;
+    let (path, result) = match flags.get("-o") {
+        Some(path) => {
+            let result = std::fs::File::create(path).and_then(|f| {
+                let mut w = std::io::BufWriter::new(f);
+                ir::write_to(&compiled, &mut w)?;
+                w.flush()
+            });
+            (path.as_str(), result)
+        }
+        None => {
+            let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+            let result = ir::write_to(&compiled, &mut w).and_then(|()| w.flush());
+            ("<stdout>", result)
+        }
+    };
+    result.map_err(|e| MscclError::Io { path: path.to_string(), message: e.to_string() })
 }
 
 fn check(files: &[String]) -> ExitCode {

@@ -6,7 +6,8 @@
 //! trace of the buffers (which contributions each slot holds), so an invalid program fails
 //! at the operation that makes it invalid, with that operation named in the error.
 use super::ir::{Collective, Protocol};
-use super::verify::{ChunkSet, Contribution};
+use super::limits;
+use super::verify::ChunkSet;
 use super::{ChannelId, ChunkIdx, MscclError, Rank, TbId};
 use std::fmt;
 
@@ -61,16 +62,23 @@ impl CollectiveSpec {
         }
     }
 
-    /// (input chunks, output chunks) per rank.
-    pub fn sizes(&self) -> (u32, u32) {
+    /// (input chunks, output chunks) per rank; `None` if a size does not fit in `u32`.
+    pub fn checked_sizes(&self) -> Option<(u32, u32)> {
         let (n, cf) = (self.ranks, self.chunk_factor);
-        match (&self.coll, self.custom_sizes) {
+        let all = n.checked_mul(cf);
+        Some(match (&self.coll, self.custom_sizes) {
             (_, Some(s)) => s,
-            (Collective::AllGather, _) => (cf, n * cf),
-            (Collective::ReduceScatter, _) => (n * cf, cf),
-            (Collective::AllToAll, _) => (n * cf, n * cf),
+            (Collective::AllGather, _) => (cf, all?),
+            (Collective::ReduceScatter, _) => (all?, cf),
+            (Collective::AllToAll, _) => (all?, all?),
             _ => (cf, cf),
-        }
+        })
+    }
+
+    /// (input chunks, output chunks) per rank. [`Program::new`] rejects specs whose sizes
+    /// overflow or exceed [`limits::MAX_CHUNKS`], so for a program's spec they are exact.
+    pub fn sizes(&self) -> (u32, u32) {
+        self.checked_sizes().unwrap_or((u32::MAX, u32::MAX))
     }
 }
 
@@ -88,15 +96,21 @@ pub struct Ref {
 }
 
 impl Ref {
+    /// One past the last chunk, widened: index and size come from the user and may be huge.
+    fn end(&self) -> u64 {
+        u64::from(self.index.0) + u64::from(self.size)
+    }
+
+    /// The chunk indices; only called on references checked to lie inside their buffer.
     fn range(&self) -> std::ops::Range<u32> {
-        self.index.0..self.index.0 + self.size
+        self.index.0..self.index.0.saturating_add(self.size)
     }
 
     fn overlaps(&self, other: &Ref) -> bool {
         self.rank == other.rank
             && self.buf == other.buf
-            && self.index.0 < other.index.0 + other.size
-            && other.index.0 < self.index.0 + self.size
+            && u64::from(self.index.0) < other.end()
+            && u64::from(other.index.0) < self.end()
     }
 }
 
@@ -157,6 +171,8 @@ pub struct Program {
     /// `state[rank][buffer][chunk]`: the contributions a slot holds, `None` = empty.
     state: Vec<Vec<Vec<Option<ChunkSet>>>>,
     ops: Vec<ChunkOp>,
+    /// Chunks moved by `ops`, summed: what [`limits::MAX_WORK`] bounds.
+    work: u64,
 }
 
 impl fmt::Display for Ref {
@@ -170,7 +186,7 @@ impl fmt::Display for Ref {
         if self.size == 1 {
             write!(f, "{}:{}[{}]", self.rank, b, self.index.0)
         } else {
-            write!(f, "{}:{}[{}..{}]", self.rank, b, self.index.0, self.index.0 + self.size)
+            write!(f, "{}:{}[{}..{}]", self.rank, b, self.index.0, self.end())
         }
     }
 }
@@ -187,7 +203,21 @@ impl Program {
                 ),
             });
         }
-        let (i, o) = spec.sizes();
+        // Limits first: the state below has a slot per chunk of every buffer of every rank.
+        limits::check_ranks("ranks", u64::from(spec.ranks))?;
+        let Some((i, o)) = spec.checked_sizes() else {
+            let all = u64::from(spec.ranks) * u64::from(spec.chunk_factor);
+            return Err(limits::too_many_chunks("ranks × chunks", all));
+        };
+        limits::check_chunks("input chunks", u64::from(i))?;
+        limits::check_chunks("output chunks", u64::from(o))?;
+        let slots = u64::from(spec.ranks) * (u64::from(i) + u64::from(o));
+        limits::check(
+            "ranks × (input + output chunks)",
+            slots,
+            limits::MAX_SLOTS,
+            "the compiler's budget of traced buffer slots (MAX_SLOTS)",
+        )?;
         let mut state = Vec::with_capacity(spec.ranks as usize);
         for r in 0..spec.ranks {
             let input: Vec<Option<ChunkSet>> =
@@ -202,6 +232,7 @@ impl Program {
             buffer_names: vec!["input".into(), "output".into(), "scratch".into()],
             state,
             ops: Vec::new(),
+            work: 0,
         };
         // In-place all-gather: the input is a window of the output; seed the output there.
         if p.spec.inplace && p.spec.coll == Collective::AllGather {
@@ -223,6 +254,12 @@ impl Program {
     /// Ranks.
     pub fn ranks(&self) -> u32 {
         self.spec.ranks
+    }
+
+    /// Chunks moved by the operations so far, summed (one instance): what
+    /// [`limits::MAX_WORK`] bounds once multiplied by the instances.
+    pub fn work(&self) -> u64 {
+        self.work
     }
 
     /// The name of a buffer.
@@ -264,10 +301,14 @@ impl Program {
         if !self.spec.inplace {
             return (buf, index);
         }
-        let cf = self.spec.chunk_factor;
+        // Saturating: an index past the end stays past the end, and is then reported.
+        let at = || {
+            let i = u64::from(rank.0) * u64::from(self.spec.chunk_factor) + u64::from(index);
+            u32::try_from(i).unwrap_or(u32::MAX)
+        };
         match (&self.spec.coll, buf) {
-            (Collective::AllGather, BufferId::INPUT) => (BufferId::OUTPUT, rank.0 * cf + index),
-            (Collective::ReduceScatter, BufferId::OUTPUT) => (BufferId::INPUT, rank.0 * cf + index),
+            (Collective::AllGather, BufferId::INPUT) => (BufferId::OUTPUT, at()),
+            (Collective::ReduceScatter, BufferId::OUTPUT) => (BufferId::INPUT, at()),
             (Collective::AllReduce | Collective::AllToAll, BufferId::OUTPUT) => (BufferId::INPUT, index),
             _ => (buf, index),
         }
@@ -309,7 +350,7 @@ impl Program {
 
     fn require_data(&self, op: &dyn Fn() -> String, r: &Ref) -> Result<(), MscclError> {
         let len = self.len(r.rank, r.buf);
-        if r.index.0 + r.size > len {
+        if r.end() > u64::from(len) {
             return Err(self.err(
                 op(),
                 format!("{r} is out of range: {} has {len} chunks on {}", self.buffer_name(r.buf), r.rank),
@@ -359,6 +400,7 @@ impl Program {
             return Err(self.err(op(), format!("destination {dst} overlaps the source {src}")));
         }
         self.writable(&op, &dst)?;
+        self.count_work(&op, src.size)?;
         let v = self.values(&src);
         self.store(&dst, v);
         self.ops.push(ChunkOp { kind: OpKind::Copy, src, dst, hints });
@@ -378,6 +420,7 @@ impl Program {
         if dst.overlaps(&src) {
             return Err(self.err(op(), "a chunk cannot be reduced with (part of) itself"));
         }
+        self.count_work(&op, src.size)?;
         let (a, b) = (self.values(&dst), self.values(&src));
         let mut sum = Vec::with_capacity(a.len());
         for (x, y) in a.iter().zip(&b) {
@@ -389,11 +432,28 @@ impl Program {
         Ok(dst)
     }
 
+    /// Adds an operation's chunks to the work, refusing once it passes [`limits::MAX_WORK`].
+    fn count_work(&mut self, op: &dyn Fn() -> String, chunks: u32) -> Result<(), MscclError> {
+        let work = self.work + u64::from(chunks);
+        if work > limits::MAX_WORK {
+            return Err(MscclError::TooLarge {
+                what: format!("program `{}` (at {})", self.name, op()),
+                work,
+                limit: limits::MAX_WORK,
+                hint: String::new(),
+            });
+        }
+        self.work = work;
+        Ok(())
+    }
+
     fn writable(&mut self, op: &dyn Fn() -> String, dst: &Ref) -> Result<(), MscclError> {
         let len = self.len(dst.rank, dst.buf);
-        let end = dst.index.0 + dst.size;
-        if end > len {
+        let end = dst.end();
+        if end > u64::from(len) {
             if dst.buf.is_scratch() {
+                // Scratch grows to what is written: bound it before resizing.
+                limits::check_chunks(&format!("scratch end of `{}`", op()), end)?;
                 self.state[dst.rank.idx()][dst.buf.0 as usize].resize(end as usize, None);
             } else {
                 return Err(self.err(
@@ -416,8 +476,7 @@ impl Program {
     pub fn expected(&self) -> Option<Vec<(Rank, BufferId, u32, ChunkSet)>> {
         let n = self.spec.ranks;
         let cf = self.spec.chunk_factor;
-        let all =
-            |c: u32| ChunkSet((0..n).map(|q| Contribution { rank: Rank(q), chunk: ChunkIdx(c) }).collect());
+        let all = |c: u32| ChunkSet::ranks(0..n, ChunkIdx(c));
         let mut out = Vec::new();
         for r in 0..n {
             let rank = Rank(r);
@@ -472,12 +531,49 @@ impl Program {
         if self.instances == 0 {
             return Err(self.err("instances".into(), "must be at least 1"));
         }
-        let cdag = super::chunk_dag::ChunkDag::trace(self);
-        let mut idag = super::instr_dag::InstrDag::lower(self, &cdag);
+        self.check_instances()?;
+        // Each graph is freed as soon as the next stage is done with it, to lower peak memory.
+        let mut idag = {
+            let cdag = super::chunk_dag::ChunkDag::trace(self);
+            super::instr_dag::InstrDag::lower(self, &cdag)
+        };
         if opts.fusion {
             super::fuse::fuse(&mut idag);
         }
         let ir = super::schedule::schedule(self, &idag)?;
-        Ok(super::schedule::replicate(&ir, self.instances))
+        drop(idag);
+        super::schedule::replicate(ir, self.instances)
+    }
+
+    /// Checks what replicating over [`Program::instances`] multiplies — channels, chunks per
+    /// buffer, work — against [`limits`], before any of it is built.
+    fn check_instances(&self) -> Result<(), MscclError> {
+        let k = u64::from(self.instances);
+        limits::check(
+            "instances",
+            k,
+            u64::from(limits::MAX_CHANNELS),
+            "each instance runs on channels of its own; MSCCL's MAXCHANNELS (MAX_CHANNELS)",
+        )?;
+        let channels = self.ops.iter().map(|o| o.hints.channel.map_or(0, |c| u64::from(c.0)) + 1).max();
+        limits::check_channels("channels × instances", channels.unwrap_or(1) * k)?;
+        let (i, o) = self.spec.sizes();
+        limits::check_chunks("input chunks × instances", u64::from(i) * k)?;
+        limits::check_chunks("output chunks × instances", u64::from(o) * k)?;
+        for (r, bufs) in self.state.iter().enumerate() {
+            // Named scratch buffers are laid out one after another in the rank's scratch.
+            let scratch: u64 = bufs.iter().skip(2).map(|b| b.len() as u64).sum();
+            limits::check_chunks(&format!("scratch chunks of gpu {r} × instances"), scratch * k)?;
+        }
+        let work = self.work * k;
+        if work > limits::MAX_WORK {
+            return Err(MscclError::TooLarge {
+                what: format!("program `{}` with {} instances", self.name, self.instances),
+                work,
+                limit: limits::MAX_WORK,
+                hint: String::new(),
+            });
+        }
+        Ok(())
     }
 }

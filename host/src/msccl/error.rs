@@ -114,6 +114,12 @@ pub enum MscclError {
     Io { path: String, message: String },
     /// A command line that cannot be run.
     Usage { message: String },
+    /// A parameter over a limit the compiler states ([`super::limits`]), found before anything
+    /// is allocated; `param` names it as on the command line, `reason` where the limit is from.
+    Limit { param: String, value: u64, limit: u64, reason: String },
+    /// A program over the compiler's work budget ([`super::limits::MAX_WORK`]); `what` names
+    /// the algorithm and its parameters, `hint` what would fit.
+    TooLarge { what: String, work: u64, limit: u64, hint: String },
 }
 
 impl MscclError {
@@ -138,7 +144,7 @@ impl MscclError {
             | DoubleCount { at, .. }
             | WrongResult { at, .. }
             | Schedule { at, .. } => Some(at),
-            Dsl { .. } | Io { .. } | Usage { .. } => None,
+            Dsl { .. } | Io { .. } | Usage { .. } | Limit { .. } | TooLarge { .. } => None,
         }
     }
 
@@ -163,7 +169,7 @@ impl MscclError {
             | DoubleCount { at, .. }
             | WrongResult { at, .. }
             | Schedule { at, .. } => at,
-            Dsl { .. } | Io { .. } | Usage { .. } => return self,
+            Dsl { .. } | Io { .. } | Usage { .. } | Limit { .. } | TooLarge { .. } => return self,
         };
         if at.line.is_none() {
             at.line = line_of(at);
@@ -237,6 +243,14 @@ impl fmt::Display for MscclError {
             Schedule { at, reason } => write!(f, "{at}: cannot schedule: {reason}"),
             Io { path, message } => write!(f, "{path}: {message}"),
             Usage { message } => write!(f, "usage: {message}"),
+            Limit { param, value, limit, reason } => {
+                write!(f, "{param} = {value} is over the limit of {limit}: {reason}")
+            }
+            TooLarge { what, work, limit, hint } => write!(
+                f,
+                "{what} is {work} chunk transfers, over the compiler's limit of {limit} (MAX_WORK, which \
+                 bounds compile time and memory){hint}"
+            ),
         }
     }
 }

@@ -6,7 +6,6 @@
 //! spellings of reduce-scatter. Fields are kept raw (offsets may be -1 on nops) so a file
 //! reads back to the same [`Program`] it was written from; meaning is checked in `verify`.
 use super::{ChannelId, Location, MscclError, Rank, StepIdx, TbId};
-use std::fmt::Write as _;
 
 /// The NCCL protocol the runtime runs the algorithm with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -640,9 +639,37 @@ fn peer_str(p: Option<Rank>) -> i64 {
 /// Optional `<algo>` attributes are written only when present, so an old-format file stays
 /// old-format.
 pub fn write(p: &Program) -> String {
-    let legacy = p.is_legacy();
     let mut out = String::with_capacity(128 * p.steps().count() + 256);
-    let _ = write!(
+    let _ = write_fmt(p, &mut out);
+    out
+}
+
+/// [`write()`] to a stream, one line at a time: a large program's text (130 bytes a step) need
+/// not be held in memory next to the program.
+pub fn write_to(p: &Program, w: &mut impl std::io::Write) -> std::io::Result<()> {
+    /// Keeps the first I/O error, which `fmt::Write` cannot carry.
+    struct Adapter<'w, W: std::io::Write> {
+        w: &'w mut W,
+        error: Option<std::io::Error>,
+    }
+    impl<W: std::io::Write> std::fmt::Write for Adapter<'_, W> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.w.write_all(s.as_bytes()).map_err(|e| {
+                self.error = Some(e);
+                std::fmt::Error
+            })
+        }
+    }
+    let mut a = Adapter { w, error: None };
+    match write_fmt(p, &mut a) {
+        Ok(()) => Ok(()),
+        Err(_) => Err(a.error.unwrap_or_else(|| std::io::Error::other("formatting failed"))),
+    }
+}
+
+fn write_fmt(p: &Program, out: &mut impl std::fmt::Write) -> std::fmt::Result {
+    let legacy = p.is_legacy();
+    write!(
         out,
         "<algo name=\"{}\" proto=\"{}\" nchannels=\"{}\" nchunksperloop=\"{}\" ngpus=\"{}\" coll=\"{}\" inplace=\"{}\"",
         escape(&p.name),
@@ -652,38 +679,38 @@ pub fn write(p: &Program) -> String {
         p.ngpus,
         escape(p.coll.as_str(legacy)),
         u8::from(p.inplace)
-    );
+    )?;
     if let Some(o) = p.outofplace {
-        let _ = write!(out, " outofplace=\"{}\"", u8::from(o));
+        write!(out, " outofplace=\"{}\"", u8::from(o))?;
     }
     if let Some(v) = p.min_bytes {
-        let _ = write!(out, " minBytes=\"{v}\"");
+        write!(out, " minBytes=\"{v}\"")?;
     }
     if let Some(v) = p.max_bytes {
-        let _ = write!(out, " maxBytes=\"{v}\"");
+        write!(out, " maxBytes=\"{v}\"")?;
     }
     if let Some(v) = p.nthreads {
-        let _ = write!(out, " nthreads=\"{v}\"");
+        write!(out, " nthreads=\"{v}\"")?;
     }
-    out.push_str(">\n");
+    out.write_str(">\n")?;
     for g in &p.gpus {
-        let _ = writeln!(
+        writeln!(
             out,
             "  <gpu id=\"{}\" i_chunks=\"{}\" o_chunks=\"{}\" s_chunks=\"{}\">",
             g.id.0, g.i_chunks, g.o_chunks, g.s_chunks
-        );
+        )?;
         for tb in &g.tbs {
-            let _ = writeln!(
+            writeln!(
                 out,
                 "    <tb id=\"{}\" send=\"{}\" recv=\"{}\" chan=\"{}\">",
                 tb.id.0,
                 peer_str(tb.send),
                 peer_str(tb.recv),
                 tb.chan.0
-            );
+            )?;
             for (i, s) in tb.steps.iter().enumerate() {
                 let (depid, deps) = s.dep.map_or((-1, -1), |d| (i64::from(d.tb.0), i64::from(d.step.0)));
-                let _ = writeln!(
+                writeln!(
                     out,
                     "      <step s=\"{i}\" type=\"{}\" srcbuf=\"{}\" srcoff=\"{}\" dstbuf=\"{}\" dstoff=\"{}\" cnt=\"{}\" depid=\"{depid}\" deps=\"{deps}\" hasdep=\"{}\"/>",
                     s.kind.as_str(),
@@ -693,12 +720,11 @@ pub fn write(p: &Program) -> String {
                     s.dst.off,
                     s.cnt,
                     u8::from(s.has_dep)
-                );
+                )?;
             }
-            out.push_str("    </tb>\n");
+            out.write_str("    </tb>\n")?;
         }
-        out.push_str("  </gpu>\n");
+        out.write_str("  </gpu>\n")?;
     }
-    out.push_str("</algo>\n");
-    out
+    out.write_str("</algo>\n")
 }

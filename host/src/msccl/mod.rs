@@ -9,6 +9,7 @@
 //! - [`ir`]: the MSCCL-IR XML the MSCCL runtime reads, written and read.
 //! - [`verify`]: structural checks and a reference executor (symbolic and numeric).
 //! - [`algorithms`]: the algorithm library; [`cli`]: `rsccl msccl ...`.
+//! - [`limits`]: what the compiler accepts (the runtime's limits and its own budget).
 // Errors carry their full location (file, line, gpu, tb, step) so they print one actionable
 // line; they sit on cold paths, so their size does not matter and boxing them would only make
 // matching on them in tests clumsier.
@@ -22,6 +23,7 @@ pub mod error;
 pub mod fuse;
 pub mod instr_dag;
 pub mod ir;
+pub mod limits;
 pub mod schedule;
 pub mod verify;
 
@@ -77,8 +79,6 @@ impl Hasher for FxHasher {
 
 /// `HashMap` with [`FxHasher`].
 pub(crate) type FxMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FxHasher>>;
-/// `HashSet` with [`FxHasher`].
-pub(crate) type FxSet<K> = std::collections::HashSet<K, BuildHasherDefault<FxHasher>>;
 
 macro_rules! id_newtype {
     ($(#[$doc:meta])* $name:ident, $label:literal) => {

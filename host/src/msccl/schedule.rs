@@ -14,7 +14,7 @@ use super::dsl::{BufferId, Program, Ref};
 use super::instr_dag::{InstrDag, InstrId, InstrKind};
 use super::ir::{self, Buf, Collective, Dep, Loc, Step, StepKind, Threadblock};
 use super::FxMap as HashMap;
-use super::{ChannelId, Location, MscclError, Rank, StepIdx, TbId};
+use super::{limits, ChannelId, Location, MscclError, Rank, StepIdx, TbId};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
@@ -39,20 +39,23 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(p: &Program) -> Self {
+    fn new(p: &Program) -> Result<Self, MscclError> {
         let mut scratch_base = Vec::new();
         let mut s_chunks = Vec::new();
         for r in 0..p.ranks() {
             let mut base = BTreeMap::new();
-            let mut off = 0;
+            let mut off = 0u32;
             for b in p.buffers().filter(|b| b.is_scratch()) {
                 base.insert(b, off);
-                off += p.len(Rank(r), b);
+                // Named scratch buffers share the rank's one scratch buffer and its offsets.
+                let end = u64::from(off) + u64::from(p.len(Rank(r), b));
+                limits::check_chunks(&format!("scratch chunks of gpu {r}"), end)?;
+                off = end as u32;
             }
             scratch_base.push(base);
             s_chunks.push(off);
         }
-        Layout { scratch_base, s_chunks }
+        Ok(Layout { scratch_base, s_chunks })
     }
 
     fn loc(&self, r: Option<Ref>) -> Loc {
@@ -123,15 +126,18 @@ fn assign_threadblocks(p: &Program, g: &InstrDag) -> Result<TbPlan, MscclError> 
     }
     // A send-only and a receive-only connection to the same peer share a threadblock, as
     // msccl-tools does, so a pairwise exchange uses one block instead of two.
+    // Component sizes by root: counting members by scanning every key made this quadratic.
+    let mut size = vec![0usize; keys.len()];
+    for j in 0..keys.len() {
+        size[find(&mut parent, j)] += 1;
+    }
     for (k, &id) in &node {
         if let End::Send(peer) = k.2 {
             if let Some(&other) = node.get(&(k.0, k.1, End::Recv(peer))) {
                 let (ra, rb) = (find(&mut parent, id), find(&mut parent, other));
-                let alone = |r: usize, parent: &mut Vec<usize>| {
-                    (0..keys.len()).filter(|&j| find(parent, j) == r).count() == 1
-                };
-                if ra != rb && alone(ra, &mut parent) && alone(rb, &mut parent) {
+                if ra != rb && size[ra] == 1 && size[rb] == 1 {
                     parent[ra] = rb;
+                    size[rb] += size[ra];
                 }
             }
         }
@@ -245,7 +251,11 @@ fn global_order(g: &InstrDag, tb: &[usize]) -> Result<Vec<InstrId>, MscclError> 
     }
     let _ = tb;
     if order.len() != g.live().count() {
-        let stuck = g.live().find(|&i| !order.contains(&i)).unwrap_or(0);
+        let mut ordered = vec![false; g.instrs.len()];
+        for &i in &order {
+            ordered[i] = true;
+        }
+        let stuck = g.live().find(|&i| !ordered[i]).unwrap_or(0);
         let x = &g.instrs[stuck];
         return Err(MscclError::Schedule {
             at: Location { gpu: Some(x.rank), ..Default::default() },
@@ -261,7 +271,7 @@ fn global_order(g: &InstrDag, tb: &[usize]) -> Result<Vec<InstrId>, MscclError> 
 
 /// Schedules a (fused) instruction DAG of `p` into MSCCL-IR, one instance.
 pub fn schedule(p: &Program, g: &InstrDag) -> Result<ir::Program, MscclError> {
-    let layout = Layout::new(p);
+    let layout = Layout::new(p)?;
     let (tb, tbs) = assign_threadblocks(p, g)?;
     let order = global_order(g, &tb)?;
     let mut pos = vec![usize::MAX; g.instrs.len()];
@@ -402,15 +412,24 @@ fn remote_field(kind: StepKind) -> (bool, bool) {
 /// `c*n + k` — which keeps every collective's layout; so a step moving several contiguous
 /// chunks is split into one step per chunk (its instance's pieces are no longer contiguous).
 /// Scratch is blocked: instance `k` owns `s_chunks*k ..`.
-pub fn replicate(p: &ir::Program, n: u32) -> ir::Program {
+pub fn replicate(mut p: ir::Program, n: u32) -> Result<ir::Program, MscclError> {
     if n <= 1 {
-        return p.clone();
+        return Ok(p);
     }
+    // Every size below is multiplied by `n`; checked, though callers bound `n` first.
+    type Check = fn(&str, u64) -> Result<(), MscclError>;
+    let times = |what: &str, v: u32, check: Check| -> Result<u32, MscclError> {
+        let x = u64::from(v) * u64::from(n);
+        check(&format!("{what} × instances"), x)?;
+        u32::try_from(x).map_err(|_| limits::too_many_chunks(what, x))
+    };
     let s_of: HashMap<Rank, u32> = p.gpus.iter().map(|g| (g.id, g.s_chunks)).collect();
-    let mut out = p.clone();
-    out.nchannels = p.nchannels * n;
-    out.nchunksperloop = p.nchunksperloop * n;
-    for (gi, g) in p.gpus.iter().enumerate() {
+    let nchannels = p.nchannels;
+    let gpus = std::mem::take(&mut p.gpus);
+    p.nchannels = times("channels", nchannels, limits::check_channels)?;
+    p.nchunksperloop = times("chunks per loop", p.nchunksperloop, limits::check_chunks)?;
+    for g in gpus {
+        let s_chunks = g.s_chunks;
         // (first, last) new index of every old step, per old threadblock (by position).
         let mut sorted: Vec<&Threadblock> = g.tbs.iter().collect();
         sorted.sort_by_key(|t| t.id);
@@ -418,47 +437,50 @@ pub fn replicate(p: &ir::Program, n: u32) -> ir::Program {
         let spans: HashMap<TbId, Vec<(u32, u32)>> = sorted
             .iter()
             .map(|t| {
-                let mut k = 0;
+                let mut k = 0u32;
                 let v = t
                     .steps
                     .iter()
                     .map(|s| {
                         let first = k;
-                        k += pieces(s);
-                        (first, k - 1)
+                        k = k.saturating_add(pieces(s));
+                        (first, k.saturating_sub(1))
                     })
                     .collect();
                 (t.id, v)
             })
             .collect();
-        let mut tbs = Vec::with_capacity(sorted.len() * n as usize);
+        let mut tbs = Vec::with_capacity(sorted.len().saturating_mul(n as usize));
         for t in &sorted {
             for inst in 0..n {
-                let map_loc = |l: Loc, k: u32, remote: bool, peer: Option<Rank>| -> Loc {
+                let map_loc = |l: Loc, k: u32, remote: bool, peer: Option<Rank>| -> Result<Loc, MscclError> {
                     if l.off < 0 {
-                        return l;
+                        return Ok(l);
                     }
+                    let off = u64::from(l.off as u32) + u64::from(k);
                     let off = match l.buf {
                         Buf::Scratch => {
                             let s = if remote {
-                                peer.and_then(|r| s_of.get(&r).copied()).unwrap_or(g.s_chunks)
+                                peer.and_then(|r| s_of.get(&r).copied()).unwrap_or(s_chunks)
                             } else {
-                                g.s_chunks
+                                s_chunks
                             };
-                            s * inst + l.off as u32 + k
+                            u64::from(s) * u64::from(inst) + off
                         }
-                        _ => (l.off as u32 + k) * n + inst,
+                        _ => off * u64::from(n) + u64::from(inst),
                     };
-                    Loc { buf: l.buf, off: off as i32 }
+                    let off = i32::try_from(off)
+                        .map_err(|_| limits::too_many_chunks("chunk offset × instances", off))?;
+                    Ok(Loc { buf: l.buf, off })
                 };
                 let mut steps = Vec::new();
-                for (si, s) in t.steps.iter().enumerate() {
+                for s in &t.steps {
                     let parts = pieces(s);
                     let (rs, rd) = remote_field(s.kind);
                     for k in 0..parts {
                         let dep = if k == 0 {
                             s.dep.map(|d| Dep {
-                                tb: TbId(d.tb.0 * n + inst),
+                                tb: TbId(d.tb.0.saturating_mul(n).saturating_add(inst)),
                                 step: StepIdx(
                                     spans
                                         .get(&d.tb)
@@ -471,29 +493,30 @@ pub fn replicate(p: &ir::Program, n: u32) -> ir::Program {
                         };
                         steps.push(Step {
                             kind: s.kind,
-                            src: map_loc(s.src, if parts > 1 { k } else { 0 }, rs, t.recv),
-                            dst: map_loc(s.dst, if parts > 1 { k } else { 0 }, rd, t.send),
+                            src: map_loc(s.src, if parts > 1 { k } else { 0 }, rs, t.recv)?,
+                            dst: map_loc(s.dst, if parts > 1 { k } else { 0 }, rd, t.send)?,
                             cnt: if parts > 1 { 1 } else { s.cnt },
                             dep,
                             has_dep: s.has_dep && k == parts - 1,
                         });
-                        let _ = si;
                     }
                 }
                 tbs.push(Threadblock {
-                    id: TbId(t.id.0 * n + inst),
+                    id: TbId(t.id.0.saturating_mul(n).saturating_add(inst)),
                     send: t.send,
                     recv: t.recv,
-                    chan: ChannelId(p.nchannels * inst + t.chan.0),
+                    chan: ChannelId(nchannels * inst + t.chan.0),
                     steps,
                 });
             }
         }
-        let og = &mut out.gpus[gi];
-        og.i_chunks = g.i_chunks * n;
-        og.o_chunks = g.o_chunks * n;
-        og.s_chunks = g.s_chunks * n;
-        og.tbs = tbs;
+        p.gpus.push(ir::Gpu {
+            id: g.id,
+            i_chunks: times("input chunks", g.i_chunks, limits::check_chunks)?,
+            o_chunks: times("output chunks", g.o_chunks, limits::check_chunks)?,
+            s_chunks: times("scratch chunks", s_chunks, limits::check_chunks)?,
+            tbs,
+        });
     }
-    out
+    Ok(p)
 }

@@ -10,7 +10,7 @@
 //! [`check`] runs it over symbolic chunks (which ranks' contributions a slot holds) and over
 //! real numbers and compares the outputs with the collective's definition.
 use super::ir::{Buf, Collective, Program, Step, StepKind};
-use super::{ChunkIdx, Location, MscclError, Rank, StepIdx, TbId};
+use super::{limits, ChunkIdx, Location, MscclError, Rank, StepIdx, TbId};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::rc::Rc;
@@ -27,21 +27,99 @@ pub struct Contribution {
     pub chunk: ChunkIdx,
 }
 
-/// A symbolic chunk value: the set of contributions summed into it (sorted, no repeats).
+/// Contributions of one input chunk from a range of ranks: `(r, chunk)` for `r` in
+/// `lo..=last` (inclusive, so no rank value overflows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Run {
+    chunk: u32,
+    lo: u32,
+    last: u32,
+}
+
+/// A symbolic chunk value: the set of contributions summed into it.
+///
+/// Stored as runs of consecutive ranks of one chunk, sorted by (chunk, first rank), disjoint
+/// and never adjacent, so equal sets are equal values. A ring reduction's partial sums are one
+/// or two runs whatever the rank count; a list of contributions made the symbolic trace of an
+/// all-reduce cubic in ranks (every slot ends holding all of them).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub struct ChunkSet(pub Vec<Contribution>);
+pub struct ChunkSet {
+    runs: Vec<Run>,
+}
 
 impl ChunkSet {
     /// The set holding one contribution.
     pub fn single(rank: Rank, chunk: ChunkIdx) -> Self {
-        ChunkSet(vec![Contribution { rank, chunk }])
+        ChunkSet { runs: vec![Run { chunk: chunk.0, lo: rank.0, last: rank.0 }] }
+    }
+
+    /// Chunk `chunk` of every rank in `ranks` (empty if the range is).
+    pub fn ranks(ranks: std::ops::Range<u32>, chunk: ChunkIdx) -> Self {
+        let runs = if ranks.is_empty() {
+            Vec::new()
+        } else {
+            vec![Run { chunk: chunk.0, lo: ranks.start, last: ranks.end - 1 }]
+        };
+        ChunkSet { runs }
+    }
+
+    /// The set of the given contributions; repeats count once.
+    pub fn from_contributions(items: impl IntoIterator<Item = Contribution>) -> Self {
+        let mut v: Vec<(u32, u32)> = items.into_iter().map(|c| (c.chunk.0, c.rank.0)).collect();
+        v.sort_unstable();
+        v.dedup();
+        let mut runs: Vec<Run> = Vec::new();
+        for (chunk, rank) in v {
+            match runs.last_mut() {
+                Some(run) if run.chunk == chunk && run.last.checked_add(1) == Some(rank) => run.last = rank,
+                _ => runs.push(Run { chunk, lo: rank, last: rank }),
+            }
+        }
+        ChunkSet { runs }
+    }
+
+    /// The contributions, sorted by rank then chunk.
+    pub fn contributions(&self) -> Vec<Contribution> {
+        let mut v: Vec<Contribution> = self
+            .runs
+            .iter()
+            .flat_map(|r| {
+                (r.lo..=r.last).map(move |q| Contribution { rank: Rank(q), chunk: ChunkIdx(r.chunk) })
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Number of contributions.
+    pub fn len(&self) -> u64 {
+        self.runs.iter().map(|r| u64::from(r.last - r.lo) + 1).sum()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// The sum of [`Real::of`] over the contributions, in closed form per run: inputs are
+    /// integers, so the sum is exact in `f64` in any order.
+    pub fn real_sum(&self) -> f64 {
+        self.runs
+            .iter()
+            .map(|r| {
+                let (lo, last) = (f64::from(r.lo), f64::from(r.last));
+                let count = last - lo + 1.0;
+                let rank_sum = (lo + last) * count / 2.0;
+                rank_sum * 1009.0 + count * (f64::from(r.chunk) * 7.0 + 1.0)
+            })
+            .sum()
     }
 }
 
 impl fmt::Display for ChunkSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{{")?;
-        for (i, c) in self.0.iter().enumerate() {
+        for (i, c) in self.contributions().iter().enumerate() {
             if i > 0 {
                 write!(f, ", ")?;
             }
@@ -65,27 +143,37 @@ impl SlotValue for ChunkSet {
     }
 
     fn combine(&self, other: &Self) -> Result<Self, String> {
-        let (a, b) = (&self.0, &other.0);
-        let mut out = Vec::with_capacity(a.len() + b.len());
+        let (a, b) = (&self.runs, &other.runs);
+        let mut out: Vec<Run> = Vec::with_capacity(a.len() + b.len());
+        // The contribution both hold that comes first by (rank, chunk), to name in the error.
+        let mut twice: Option<(u32, u32)> = None;
         let (mut i, mut j) = (0, 0);
-        while i < a.len() && j < b.len() {
-            match a[i].cmp(&b[j]) {
-                std::cmp::Ordering::Less => {
-                    out.push(a[i]);
-                    i += 1;
+        while i < a.len() || j < b.len() {
+            let take_a = j == b.len() || (i < a.len() && (a[i].chunk, a[i].lo) <= (b[j].chunk, b[j].lo));
+            let r = if take_a {
+                i += 1;
+                a[i - 1]
+            } else {
+                j += 1;
+                b[j - 1]
+            };
+            match out.last_mut() {
+                // Runs arrive sorted by start, so only the last one can meet this one; the
+                // overlap, if any, starts at this run's first rank.
+                Some(prev) if prev.chunk == r.chunk && u64::from(r.lo) <= u64::from(prev.last) + 1 => {
+                    if r.lo <= prev.last {
+                        let first = (r.lo, r.chunk);
+                        twice = Some(twice.map_or(first, |t| t.min(first)));
+                    }
+                    prev.last = prev.last.max(r.last);
                 }
-                std::cmp::Ordering::Greater => {
-                    out.push(b[j]);
-                    j += 1;
-                }
-                std::cmp::Ordering::Equal => {
-                    return Err(format!("rank {}'s chunk {}", a[i].rank.0, a[i].chunk.0));
-                }
+                _ => out.push(r),
             }
         }
-        out.extend_from_slice(&a[i..]);
-        out.extend_from_slice(&b[j..]);
-        Ok(ChunkSet(out))
+        if let Some((rank, chunk)) = twice {
+            return Err(format!("rank {rank}'s chunk {chunk}"));
+        }
+        Ok(ChunkSet { runs: out })
     }
 }
 
@@ -187,6 +275,18 @@ pub fn validate(p: &Program) -> Result<(), MscclError> {
     let mut sends: HashMap<Conn, Vec<(Rank, TbId, StepIdx, u32)>> = HashMap::new();
     let mut recvs: HashMap<Conn, Vec<(Rank, TbId, StepIdx, u32)>> = HashMap::new();
     for g in &p.gpus {
+        // The executor allocates every buffer: bound the sizes a file declares first.
+        for (attr, chunks) in [("i_chunks", g.i_chunks), ("o_chunks", g.o_chunks), ("s_chunks", g.s_chunks)] {
+            if chunks > limits::MAX_CHUNKS {
+                return Err(MscclError::Invalid {
+                    at: Location { gpu: Some(g.id), ..Default::default() },
+                    reason: format!(
+                        "{attr}=\"{chunks}\" is over the limit of {}: MSCCL keeps step offsets as int16_t",
+                        limits::MAX_CHUNKS
+                    ),
+                });
+            }
+        }
         let mut send_owner: HashMap<(u32, u32), TbId> = HashMap::new();
         let mut recv_owner: HashMap<(u32, u32), TbId> = HashMap::new();
         for tb in &g.tbs {
@@ -404,15 +504,29 @@ impl<'p, V: SlotValue> Engine<'p, V> {
         let mut mem = Vec::with_capacity(p.gpus.len());
         let mut hist = Vec::with_capacity(p.gpus.len());
         for g in &p.gpus {
-            let n = p.ngpus;
+            let n = u64::from(p.ngpus);
             // Aliased storage may extend past the declared size of the buffer it lives in.
-            let i_len = g.i_chunks.max(if p.inplace && p.coll == Collective::ReduceScatter {
-                g.o_chunks * n
-            } else {
-                0
-            });
-            let o_len =
-                g.o_chunks.max(if p.inplace && p.coll == Collective::AllGather { g.i_chunks * n } else { 0 });
+            let aliased = |coll: Collective, chunks: u32| {
+                if p.inplace && p.coll == coll {
+                    u64::from(chunks) * n
+                } else {
+                    0
+                }
+            };
+            let i_len = u64::from(g.i_chunks).max(aliased(Collective::ReduceScatter, g.o_chunks));
+            let o_len = u64::from(g.o_chunks).max(aliased(Collective::AllGather, g.i_chunks));
+            for len in [i_len, o_len] {
+                if len > u64::from(limits::MAX_CHUNKS) {
+                    return Err(MscclError::Invalid {
+                        at: Location { gpu: Some(g.id), ..Default::default() },
+                        reason: format!(
+                            "the in-place buffer spans {len} chunks (chunks × ngpus), over the limit of {}: \
+                             MSCCL keeps step offsets as int16_t",
+                            limits::MAX_CHUNKS
+                        ),
+                    });
+                }
+            }
             let lens = [i_len as usize, o_len as usize, g.s_chunks as usize];
             let mut m: [Vec<Option<V>>; 3] = [vec![None; lens[0]], vec![None; lens[1]], vec![None; lens[2]]];
             for j in 0..g.i_chunks {
@@ -709,9 +823,7 @@ pub struct Expected {
 pub fn expected(p: &Program) -> Option<Vec<Expected>> {
     let n = p.ngpus;
     let mut out = Vec::new();
-    let all = |chunk: u32| {
-        ChunkSet((0..n).map(|q| Contribution { rank: Rank(q), chunk: ChunkIdx(chunk) }).collect())
-    };
+    let all = |chunk: u32| ChunkSet::ranks(0..n, ChunkIdx(chunk));
     for g in &p.gpus {
         let r = g.id;
         let res_buf = |inplace_buf: Buf| if p.inplace { inplace_buf } else { Buf::Output };
@@ -821,7 +933,7 @@ pub fn check(p: &Program) -> Result<Summary, MscclError> {
                     want: e.want.to_string(),
                 });
             }
-            let want_num: f64 = e.want.0.iter().map(|c| Real::of(c.rank, c.chunk)).sum();
+            let want_num = e.want.real_sum();
             let got_num =
                 num.slots[num.gpu_index[e.rank.idx()]][buf_slot(b)].get(k as usize).copied().flatten();
             if got_num.map(|x| x.0) != Some(want_num) {
