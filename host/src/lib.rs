@@ -5,6 +5,20 @@
 //! - [`ptx`]: the PTX modules built from the device crate by `cargo xtask build-ptx`.
 //! - [`topology`], [`channels`]: NCCL topology files → graph → paths → channel search.
 //! - [`msccl`]: the MSCCLang compiler and MSCCL-IR.
+//!
+//! What a user of the collectives needs is re-exported here, so `rsccl` is the one dependency:
+//!
+//! ```
+//! use rsccl::{backend, BufRef, DataType, GroupConfig, LocalGroup, ReduceOp};
+//!
+//! let be = backend::cpu();
+//! let group = LocalGroup::new(&be, GroupConfig::new(2, 1))?;
+//! let bufs = [be.upload(&[1.0f32, 2.0])?, be.upload(&[10.0f32, 20.0])?];
+//! let refs: Vec<BufRef> = bufs.iter().map(BufRef::from).collect();
+//! group.all_reduce(&refs, &refs, 2, DataType::F32, ReduceOp::Sum)?;
+//! assert_eq!(be.download::<f32>(&bufs[1], 2)?, [11.0, 22.0]);
+//! # Ok::<(), rsccl::Error>(())
+//! ```
 pub mod backend;
 pub mod channels;
 pub mod comm;
@@ -13,6 +27,13 @@ pub mod msccl;
 pub mod ptx;
 pub mod topology;
 
-pub use backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig};
+pub use backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig, Preference};
+pub use comm::{Algorithm, BufRef, GroupConfig, LocalGroup, ReduceOp};
 pub use error::{Error, Result};
+pub use rsccl_device::dtype::DataType;
 pub use rsccl_device::DevPtr;
+
+/// The README's code blocks, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
