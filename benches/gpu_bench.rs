@@ -92,11 +92,17 @@ fn main() {
     // reduceCopy (issue 3's goal: ≥ 0.95 of DtoD): 2 → 1 f32 sum and 1 → 1 copy, 1 GiB each.
     let src2 = be.alloc(bytes).expect("alloc src2");
     for (nsrcs, label) in [(2u32, "2->1 f32 sum"), (1, "1->1 copy")] {
-        let mut a = RedCopyArgs { nelem: (bytes / 4) as u64, nsrcs, ndsts: 1, ..Default::default() };
+        let mut a = RedCopyArgs {
+            nelem: (bytes / 4) as u64,
+            nsrcs,
+            ndsts: 1,
+            op: RedOp::Sum as u32,
+            ..Default::default()
+        };
         a.srcs[0] = src.ptr();
         a.srcs[1] = src2.ptr();
         a.dsts[0] = dst.ptr();
-        let name = reduce_kernels::kernel_name(DataType::F32, RedOp::Sum);
+        let name = reduce_kernels::kernel_name(DataType::F32);
         let t = best_of(5, || {
             be.launch(&name, LaunchConfig::linear(132 * 4, 512), &a).expect("launch");
             be.synchronize().expect("sync");

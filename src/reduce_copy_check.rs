@@ -1,4 +1,4 @@
-//! reduceCopy kernels (`rsccl_redcopy_<type>_<op>`) on any backend against the scalar reference:
+//! reduceCopy kernels (`rsccl_redcopy_<type>`, the op an argument) on any backend against the scalar reference:
 //! the GPU bundle's counterpart of the CPU property test (`tests/reduce_copy_emu_props.rs`).
 use crate::reference;
 use rsccl::backend::{Backend, LaunchConfig};
@@ -45,6 +45,7 @@ pub fn run(
         arg,
         nsrcs: nsrcs as u32,
         ndsts: ndsts as u32,
+        op: op as u32,
         ..Default::default()
     };
     let mut keep = Vec::new();
@@ -75,7 +76,7 @@ pub fn run(
     args.pre_op_srcs = if op == RedOp::PreMulSum { 1 } else { 0 };
     args.post_op = (op == RedOp::SumPostDiv) as u32;
     let blocks = (nelem / 65_536).clamp(1, 64) as u32;
-    be.launch(&kernel_name(t, op), LaunchConfig::linear(blocks, 256), &args).map_err(e)?;
+    be.launch(&kernel_name(t), LaunchConfig::linear(blocks, 256), &args).map_err(e)?;
     be.synchronize().map_err(e)?;
     for (k, d) in dsts.iter().enumerate() {
         let mut out = vec![0u8; bytes];

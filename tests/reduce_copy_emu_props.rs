@@ -466,11 +466,12 @@ fn launch<T: Elem>(c: &Case, rc: &ReduceCopy<'_>, arg: u64) -> Result<(), emu::E
             multimem_dsts: c.mm_dsts as u32,
             pre_op_srcs: c.pre_op_srcs as u32,
             post_op: c.post_op as u32,
+            op: c.op as u32,
             ..Default::default()
         };
         a.srcs[..c.nsrcs].copy_from_slice(rc.srcs);
         a.dsts[..c.ndsts].copy_from_slice(rc.dsts);
-        let name = reduce_kernels::kernel_name(c.dtype, c.op);
+        let name = reduce_kernels::kernel_name(c.dtype);
         let k = reduce_kernels::TABLES
             .iter()
             .flat_map(|t| t.iter())

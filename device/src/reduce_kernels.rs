@@ -1,6 +1,7 @@
-//! reduceCopy kernels, one per (type, op) with the op fixed at compile time (as NCCL instantiates
-//! its device functions), for tests and benchmarks. Names: `rsccl_redcopy_<type>_<op>` (see
-//! [`kernel_name`]). FP8 kernels exist only in the sm_90 module and on the host.
+//! reduceCopy kernels, one per element type with the op read from the arguments (as the
+//! library's collective kernels take it), for tests and benchmarks. Names:
+//! `rsccl_redcopy_<type>` (see [`kernel_name`]). FP8 kernels exist only in the sm_90 module and
+//! on the host.
 use crate::dtype::DataType;
 use crate::redop::{Elem, RedOp, Reducer, BF16, F16};
 use crate::reduce_copy::{reduce_copy, ReduceCopy, DEFAULT_UNROLL, MAX_DSTS, MAX_SRCS};
@@ -32,6 +33,10 @@ pub struct RedCopyArgs {
     pub pre_op_srcs: u32,
     /// Nonzero: apply the post-op.
     pub post_op: u32,
+    /// The op ([`RedOp`] as u32); another value traps.
+    pub op: u32,
+    /// Unused (zero): keeps the struct free of padding.
+    pub reserved: u32,
 }
 
 /// Block-size bound of the reduce-copy kernels.
@@ -66,53 +71,52 @@ pub fn redcopy_kernel<T: Elem>(a: &RedCopyArgs, op: RedOp) {
     reduce_copy::<T, DEFAULT_UNROLL, 1, 1>(arch::thread_idx().x, arch::block_dim().x, &red, &rc, n);
 }
 
-/// The exported name of the reduce-copy kernel for (`t`, `op`).
+/// The exported name of the reduce-copy kernel for `t` (the op is an argument).
 ///
 /// ```
-/// use rsccl_device::{dtype::DataType, redop::RedOp, reduce_kernels::kernel_name};
-/// assert_eq!(kernel_name(DataType::BF16, RedOp::Sum), "rsccl_redcopy_bf16_sum");
+/// use rsccl_device::{dtype::DataType, reduce_kernels::kernel_name};
+/// assert_eq!(kernel_name(DataType::BF16), "rsccl_redcopy_bf16");
 /// ```
 #[cfg(not(target_arch = "nvptx64"))]
-pub fn kernel_name(t: DataType, op: RedOp) -> String {
-    format!("rsccl_redcopy_{}_{}", t.name(), op.name())
+pub fn kernel_name(t: DataType) -> String {
+    format!("rsccl_redcopy_{}", t.name())
 }
 
-/// Declares the kernels of element type `$t` (named `$tn`) for each listed op.
+/// Declares the kernel of element type `$t` (named `$tn`).
 macro_rules! redcopy_kernels {
-    ($table:ident, $t:ty, $tn:ident, [$($op:ident $on:ident),*]) => { paste::paste! {
-        crate::kernel_table!($table, test {
-            $(
-                /// reduceCopy over the grid.
-                [<rsccl_redcopy_ $tn _ $on>](RedCopyArgs) [REDCOPY_THREADS] => [<redcopy_ $tn _ $on>];
-            )*
-        });
-        $(
+    ($table:ident, $t:ty, $tn:ident) => {
+        paste::paste! {
+            crate::kernel_table!($table, test {
+                /// reduceCopy over the grid with the op of the arguments.
+                [<rsccl_redcopy_ $tn>](RedCopyArgs) [REDCOPY_THREADS] => [<redcopy_ $tn>];
+            });
             #[inline(always)]
-            fn [<redcopy_ $tn _ $on>](a: &RedCopyArgs) {
-                redcopy_kernel::<$t>(a, RedOp::$op)
+            fn [<redcopy_ $tn>](a: &RedCopyArgs) {
+                let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
+                redcopy_kernel::<$t>(a, op)
             }
-        )*
-    }};
+        }
+    };
 }
 
-redcopy_kernels!(REDCOPY_I8, i8, i8, [Sum sum, Prod prod, Min min, Max max, PreMulSum premulsum, SumPostDiv sumpostdiv]);
-redcopy_kernels!(REDCOPY_U8, u8, u8, [Sum sum, Prod prod, Min min, Max max, PreMulSum premulsum, SumPostDiv sumpostdiv]);
-redcopy_kernels!(REDCOPY_I32, i32, i32, [Sum sum, Prod prod, Min min, Max max, PreMulSum premulsum, SumPostDiv sumpostdiv]);
-redcopy_kernels!(REDCOPY_U32, u32, u32, [Sum sum, Prod prod, Min min, Max max, PreMulSum premulsum, SumPostDiv sumpostdiv]);
-redcopy_kernels!(REDCOPY_I64, i64, i64, [Sum sum, Prod prod, Min min, Max max, PreMulSum premulsum, SumPostDiv sumpostdiv]);
-redcopy_kernels!(REDCOPY_U64, u64, u64, [Sum sum, Prod prod, Min min, Max max, PreMulSum premulsum, SumPostDiv sumpostdiv]);
-redcopy_kernels!(REDCOPY_F16, F16, f16, [Sum sum, Prod prod, Min min, Max max, PreMulSum premulsum]);
-redcopy_kernels!(REDCOPY_BF16, BF16, bf16, [Sum sum, Prod prod, Min min, Max max, PreMulSum premulsum]);
-redcopy_kernels!(REDCOPY_F32, f32, f32, [Sum sum, Prod prod, Min min, Max max, PreMulSum premulsum]);
-redcopy_kernels!(REDCOPY_F64, f64, f64, [Sum sum, Prod prod, Min min, Max max, PreMulSum premulsum]);
+redcopy_kernels!(REDCOPY_I8, i8, i8);
+redcopy_kernels!(REDCOPY_U8, u8, u8);
+redcopy_kernels!(REDCOPY_I32, i32, i32);
+redcopy_kernels!(REDCOPY_U32, u32, u32);
+redcopy_kernels!(REDCOPY_I64, i64, i64);
+redcopy_kernels!(REDCOPY_U64, u64, u64);
+redcopy_kernels!(REDCOPY_F16, F16, f16);
+redcopy_kernels!(REDCOPY_BF16, BF16, bf16);
+redcopy_kernels!(REDCOPY_F32, f32, f32);
+redcopy_kernels!(REDCOPY_F64, f64, f64);
 
 /// FP8 and the multimem polling kernel exist only in the sm_90 module (and on the host).
 #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
 mod sm90 {
     use super::*;
     use crate::redop::{Fp8E4M3, Fp8E5M2};
-    redcopy_kernels!(REDCOPY_E4M3, Fp8E4M3, e4m3, [Sum sum, Prod prod, Min min, Max max, PreMulSum premulsum]);
-    redcopy_kernels!(REDCOPY_E5M2, Fp8E5M2, e5m2, [Sum sum, Prod prod, Min min, Max max, PreMulSum premulsum]);
+    redcopy_kernels!(REDCOPY_E4M3, Fp8E4M3, e4m3);
+    redcopy_kernels!(REDCOPY_E5M2, Fp8E5M2, e5m2);
 
     /// Arguments of `rsccl_multimem_poll_min_u64`.
     #[repr(C)]
