@@ -33,6 +33,19 @@ fn check_channels(instances: u32, per_instance: u32, param: &str) -> Result<(), 
     limits::check_channels(param, u64::from(per_instance) * u64::from(instances))
 }
 
+/// Checks of the two-level (nodes × GPUs) algorithms: ranks, channels (channel 0 inside nodes,
+/// channel 1 across them, unused with one node) and chunks per rank (input and output hold a
+/// chunk per rank; scratch fewer). Returns nodes and GPUs per node as u64.
+fn check_two_level(nodes: u32, gpus_per_node: u32, instances: u32) -> Result<(u64, u64), MscclError> {
+    need("nodes", nodes, 1)?;
+    need("gpus-per-node", gpus_per_node, 1)?;
+    let (nn64, gg64, k64) = (u64::from(nodes), u64::from(gpus_per_node), u64::from(instances));
+    limits::check_ranks("--nodes × --gpus-per-node", nn64 * gg64)?;
+    check_channels(instances, if nodes > 1 { 2 } else { 1 }, "channels (2 per instance) × --instances")?;
+    limits::check_chunks("--nodes × --gpus-per-node × --instances (chunks per rank)", nn64 * gg64 * k64)?;
+    Ok((nn64, gg64))
+}
+
 /// Checks the chunk transfers of all instances (`work_of(size)` for one) against
 /// [`limits::MAX_WORK`]. `what` names the algorithm and its flags; with `by_ranks` (`size` is
 /// `--ranks`) the error also says how many ranks would fit.
@@ -187,13 +200,7 @@ pub fn hierarchical_allreduce(
     instances: u32,
     proto: Protocol,
 ) -> Result<Program, MscclError> {
-    need("nodes", nodes, 1)?;
-    need("gpus-per-node", gpus_per_node, 1)?;
-    let (nn64, gg64, k64) = (u64::from(nodes), u64::from(gpus_per_node), u64::from(instances));
-    limits::check_ranks("--nodes × --gpus-per-node", nn64 * gg64)?;
-    // Channel 0 inside nodes, channel 1 across them (unused with one node).
-    check_channels(instances, if nodes > 1 { 2 } else { 1 }, "channels (2 per instance) × --instances")?;
-    limits::check_chunks("--nodes × --gpus-per-node × --instances (chunks per rank)", nn64 * gg64 * k64)?;
+    let (nn64, gg64) = check_two_level(nodes, gpus_per_node, instances)?;
     // Each chunk is reduced over g-1 hops in every node and n-1 hops across nodes, then
     // gathered back over the same hops.
     check_work(
@@ -269,13 +276,7 @@ pub fn alltoall_two_step(
     instances: u32,
     proto: Protocol,
 ) -> Result<Program, MscclError> {
-    need("nodes", nodes, 1)?;
-    need("gpus-per-node", gpus_per_node, 1)?;
-    let (nn64, gg64, k64) = (u64::from(nodes), u64::from(gpus_per_node), u64::from(instances));
-    limits::check_ranks("--nodes × --gpus-per-node", nn64 * gg64)?;
-    check_channels(instances, if nodes > 1 { 2 } else { 1 }, "channels (2 per instance) × --instances")?;
-    // Input and output hold a chunk per rank; scratch holds fewer.
-    limits::check_chunks("--nodes × --gpus-per-node × --instances (chunks per rank)", nn64 * gg64 * k64)?;
+    let (nn64, gg64) = check_two_level(nodes, gpus_per_node, instances)?;
     // Every rank sends a chunk to every rank, then each node's gathered blocks cross over.
     check_work(
         || {
