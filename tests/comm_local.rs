@@ -142,3 +142,47 @@ fn one_rank_groups_copy_with_the_ops_pre_and_post_op() {
     group.reduce(&s, &r, 1000, DataType::F32, ReduceOp::Max, 0).unwrap();
     assert_eq!(out(), input);
 }
+
+/// The thread contract: one group shared by several threads, each calling all-reduce on its
+/// own buffers many times; every call returns its own correct result (calls run one at a time).
+#[test]
+fn threads_sharing_a_group_each_get_their_own_correct_result() {
+    use rsccl::{BufRef, DataType, ReduceOp};
+    let be = backend::cpu();
+    let mut cfg = GroupConfig::new(3, 2);
+    cfg.nthreads = 64;
+    cfg.step_bytes = 1024;
+    let group = std::sync::Arc::new(LocalGroup::new(&be, cfg).unwrap());
+    let workers: Vec<_> = (0..4i32)
+        .map(|t| {
+            let (group, be) = (group.clone(), be.clone());
+            std::thread::spawn(move || {
+                for call in 0..6i32 {
+                    let count = 1000 + 37 * t as usize;
+                    let bufs: Vec<_> = (0..3i32)
+                        .map(|r| be.upload(&vec![t * 1000 + call * 10 + r; count]).unwrap())
+                        .collect();
+                    let refs: Vec<BufRef> = bufs.iter().map(BufRef::from).collect();
+                    group.all_reduce(&refs, &refs, count, DataType::I32, ReduceOp::Sum).unwrap();
+                    let want = 3 * (t * 1000 + call * 10) + 3;
+                    for (r, b) in bufs.iter().enumerate() {
+                        let got: Vec<i32> = be.download(b, count).unwrap();
+                        assert!(got.iter().all(|&x| x == want), "thread {t} call {call} rank {r}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+}
+
+/// A timeout longer than the device can count is refused, not wrapped.
+#[test]
+fn a_timeout_over_the_limit_is_refused() {
+    let mut cfg = GroupConfig::new(2, 1);
+    cfg.timeout = std::time::Duration::from_secs(u64::MAX);
+    let err = LocalGroup::new(&backend::cpu(), cfg).err().expect("refused").to_string();
+    assert!(err.contains("exceeds the limit"), "{err}");
+}

@@ -12,7 +12,7 @@ use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Shape of a [`LocalGroup`].
@@ -28,7 +28,8 @@ pub struct GroupConfig {
     /// FIFO slot size in bytes: a multiple of 128 in 128..=[`MAX_STEP_BYTES`] (NCCL: 4 MiB / 8 =
     /// 512 KiB).
     pub step_bytes: u64,
-    /// How long a primitive may wait for a peer before the collective fails (0 = forever).
+    /// How long a primitive may wait for a peer before the collective fails (0 = forever;
+    /// at most [`MAX_TIMEOUT`]).
     pub timeout: Duration,
     /// Ring order per channel; `None`: channel c uses 0..n, reversed on odd channels.
     pub rings: Option<Vec<Vec<usize>>>,
@@ -94,6 +95,9 @@ impl GroupConfig {
     }
 }
 
+/// Longest [`GroupConfig::timeout`] (a week): the device counts it in u64 nanoseconds.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// Largest FIFO slot: a chunk (4 slots) then counts in 32 bits on the device, whatever the type.
 pub const MAX_STEP_BYTES: u64 = 64 << 20;
 
@@ -143,6 +147,12 @@ struct RankRes {
 /// N ranks in one process connected by ring channels. Each rank launches on its own stream, so
 /// all ranks' kernels run concurrently, as on N GPUs.
 ///
+/// **Threads.** A group is `Send + Sync`, and its collectives take `&self`: calls made from
+/// several threads at once run one after another, each whole (launch to completion), in the
+/// order they take the group's lock — NCCL's "one thread per communicator at a time" rule,
+/// enforced instead of documented. [`LocalGroup::abort`] does not wait for that lock: any thread
+/// may call it while a collective runs.
+///
 /// ```
 /// use rsccl::{backend, BufRef, DataType, GroupConfig, LocalGroup, ReduceOp};
 ///
@@ -165,6 +175,8 @@ pub struct LocalGroup {
     abort: HostMapped,
     /// Set when a collective failed: FIFO steps are then inconsistent and the group unusable.
     poisoned: AtomicBool,
+    /// Held for the whole of each collective: the FIFOs carry one collective at a time.
+    turn: Mutex<()>,
 }
 
 /// Layout of one connection's allocation: the FIFO, then head, tail, sender step, receiver
@@ -250,6 +262,12 @@ impl LocalGroup {
             return Err(bad(format!(
                 "nthreads {} must be a multiple of 32 in 64..={SIMPLE_THREADS}",
                 cfg.nthreads
+            )));
+        }
+        if cfg.timeout > MAX_TIMEOUT {
+            return Err(bad(format!(
+                "timeout {:?} exceeds the limit of {MAX_TIMEOUT:?} (0 waits forever)",
+                cfg.timeout
             )));
         }
         if cfg.step_bytes < 128 || cfg.step_bytes > MAX_STEP_BYTES || !cfg.step_bytes.is_multiple_of(128) {
@@ -365,6 +383,7 @@ impl LocalGroup {
             _conns: conns,
             abort,
             poisoned: AtomicBool::new(false),
+            turn: Mutex::new(()),
         })
     }
 
@@ -462,6 +481,9 @@ impl LocalGroup {
         root: usize,
         red_op_arg: u64,
     ) -> Result<()> {
+        // One collective at a time; a panic in another caller leaves nothing half-done here
+        // (the poisoned flag, not the lock's, records a failed collective).
+        let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
         if self.poisoned.load(Ordering::SeqCst) {
             return Err(Error::InvalidConfig(
                 "this group's connections are inconsistent after a failed collective; create a new group"
@@ -506,6 +528,7 @@ impl LocalGroup {
                 status: PrimsStatus {
                     status: res.status.ptr(),
                     abort_flag: self.abort.ptr(),
+                    // At most MAX_TIMEOUT (checked by new): fits in u64 nanoseconds.
                     timeout_ns: self.cfg.timeout.as_nanos() as u64,
                 },
                 step_bytes: self.cfg.step_bytes,

@@ -5,4 +5,4 @@ mod collectives;
 mod local;
 
 pub use collectives::{scalar_bits, Algorithm, BufRef, ReduceOp};
-pub use local::{Fault, GroupConfig, LocalGroup, RankFailure};
+pub use local::{Fault, GroupConfig, LocalGroup, RankFailure, MAX_STEP_BYTES, MAX_TIMEOUT};

@@ -107,9 +107,13 @@ impl LaunchDims {
 
 /// How long a barrier or warp collective may wait before the emulator declares a deadlock.
 /// `RSCCL_EMU_DEADLOCK_MS` overrides it (default 120 s).
-fn deadlock_timeout() -> Duration {
-    let ms = std::env::var("RSCCL_EMU_DEADLOCK_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(120_000);
-    Duration::from_millis(ms)
+fn deadlock_timeout() -> Result<Duration, EmuError> {
+    match std::env::var("RSCCL_EMU_DEADLOCK_MS") {
+        Err(_) => Ok(Duration::from_secs(120)),
+        Ok(v) => v.trim().parse().map(Duration::from_millis).map_err(|_| {
+            EmuError::InvalidLaunch(format!("RSCCL_EMU_DEADLOCK_MS={v:?} is not a number of milliseconds"))
+        }),
+    }
 }
 
 /// State shared by every thread of one launch.
@@ -284,7 +288,7 @@ fn index_of(linear: u64, dim: Dim3) -> Dim3 {
 /// assert_eq!(count.load(Ordering::Relaxed), 128);
 /// ```
 pub fn launch(dims: LaunchDims, body: &(dyn Fn() + Sync)) -> Result<(), EmuError> {
-    launch_with_deadlock_timeout(dims, deadlock_timeout(), body)
+    launch_with_deadlock_timeout(dims, deadlock_timeout()?, body)
 }
 
 /// Maps the thread stacks of `launches` concurrent launches of shape `dims` now, so that

@@ -29,7 +29,8 @@ fn wait_until(ctx: &ThreadCtx, waiters: &Waiters, what: &dyn Fn() -> String, don
     if done() {
         return;
     }
-    let mut deadline: Option<Instant> = None;
+    // Set on the first recheck; None inside: a timeout too long to represent never fires.
+    let mut deadline: Option<Option<Instant>> = None;
     loop {
         if ctx.shared.park(ctx.tid) {
             waiters.0.borrow_mut().push(ctx.tid);
@@ -47,7 +48,7 @@ fn wait_until(ctx: &ThreadCtx, waiters: &Waiters, what: &dyn Fn() -> String, don
             ));
         }
         let now = Instant::now();
-        if now > *deadline.get_or_insert(now + ctx.launch.deadlock_after) {
+        if deadline.get_or_insert(now.checked_add(ctx.launch.deadlock_after)).is_some_and(|d| now > d) {
             ctx.fail(format!("deadlock: {} did not complete within {:?}", what(), ctx.launch.deadlock_after));
         }
     }
