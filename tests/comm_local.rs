@@ -186,3 +186,34 @@ fn a_timeout_over_the_limit_is_refused() {
     let err = LocalGroup::new(&backend::cpu(), cfg).err().expect("refused").to_string();
     assert!(err.contains("exceeds the limit"), "{err}");
 }
+
+/// Sizes and scalars a type cannot hold are errors, in debug and release alike: counts whose
+/// byte size overflows, PreMulSum scalars outside the element type, a rank count over the limit.
+#[test]
+fn overflowing_counts_bad_scalars_and_too_many_ranks_are_errors() {
+    use rsccl::{BufRef, DataType, ReduceOp};
+    let be = backend::cpu();
+    let mut cfg = GroupConfig::new(2, 1);
+    cfg.nthreads = 64;
+    let group = LocalGroup::new(&be, cfg).unwrap();
+    let bufs: Vec<_> = (0..2).map(|_| be.upload(&[1i32; 64]).unwrap()).collect();
+    let refs: Vec<BufRef> = bufs.iter().map(BufRef::from).collect();
+    for count in [1usize << 62, usize::MAX / 2 + 1] {
+        let e = group.reduce_scatter(&refs, &refs, count, DataType::I32, ReduceOp::Sum).unwrap_err();
+        assert!(e.to_string().contains("overflow a byte size"), "{e}");
+        let e = group.all_gather(&refs, &refs, count, DataType::I32).unwrap_err();
+        assert!(e.to_string().contains("overflow a byte size"), "{e}");
+    }
+    for (t, s) in
+        [(DataType::I32, 0.5), (DataType::U32, -1.0), (DataType::I8, 128.0), (DataType::F32, f64::NAN)]
+    {
+        let e = group.all_reduce(&refs, &refs, 8, t, ReduceOp::PreMulSum(s)).unwrap_err();
+        assert!(e.to_string().contains("is not a value of"), "{t:?} {s}: {e}");
+    }
+    group.all_reduce(&refs, &refs, 64, DataType::I32, ReduceOp::PreMulSum(-2.0)).unwrap();
+    assert_eq!(be.download::<i32>(&bufs[0], 64).unwrap(), vec![-4; 64]);
+    let e = LocalGroup::new(&be, GroupConfig::new(usize::MAX, 1)).err().expect("refused").to_string();
+    assert!(e.contains("exceeds the limit of 1024 ranks"), "{e}");
+    let e = be.copy_in(&bufs[0], usize::MAX, &[0u8; 4]).unwrap_err().to_string();
+    assert!(e.contains("outside the buffer"), "{e}");
+}

@@ -8,6 +8,14 @@ use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_suite::ring_check::{run, Case};
 
+/// PreMulSum's scalar is taken in the element type: integer types get a whole one.
+fn scalar_for(t: DataType, op: ReduceOp) -> ReduceOp {
+    match op {
+        ReduceOp::PreMulSum(_) if !t.is_float() => ReduceOp::PreMulSum(3.0),
+        op => op,
+    }
+}
+
 fn case_strategy() -> impl Strategy<Value = Case> {
     let coll = proptest::sample::select(vec![
         Collective::AllReduce,
@@ -38,7 +46,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
             n,
             nch,
             dtype,
-            op,
+            op: scalar_for(dtype, op),
             // Big counts with tiny steps take long on the emulator; keep those at most 64K.
             count: if step_bytes < 4096 { count.min(1 << 16) } else { count },
             in_place,
@@ -81,7 +89,7 @@ fn every_collective_type_and_op_once() {
                     n: 3,
                     nch: 2,
                     dtype: t,
-                    op,
+                    op: scalar_for(t, op),
                     count: 1037,
                     in_place: t.size() % 2 == 0,
                     nthreads: 64,

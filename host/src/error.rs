@@ -98,7 +98,8 @@ impl std::fmt::Display for Error {
             Error::Rank { rank, source } => write!(f, "rank {rank}: {source}"),
             Error::Topology(e) => write!(f, "topology: {e}"),
             Error::OutOfRange { what, offset, bytes, len } => {
-                write!(f, "{what}: bytes {offset}..{} are outside the buffer of {len} bytes", offset + bytes)
+                // Formatting must not overflow where the range itself did.
+                write!(f, "{what}: {bytes} bytes at offset {offset} are outside the buffer of {len} bytes")
             }
         }
     }

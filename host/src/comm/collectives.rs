@@ -47,6 +47,50 @@ impl ReduceOp {
     }
 }
 
+/// Checks that PreMulSum's scalar is a value of `dtype` (NCCL takes it in the element type):
+/// an integer type needs a whole number in its range; a float type a finite or infinite value
+/// (rounded to the type), not NaN.
+///
+/// ```
+/// use rsccl::comm::check_scalar;
+/// use rsccl_device::dtype::DataType;
+/// assert!(check_scalar(DataType::I32, -3.0).is_ok());
+/// assert!(check_scalar(DataType::I32, 0.5).is_err());
+/// assert!(check_scalar(DataType::U32, -1.0).is_err());
+/// assert!(check_scalar(DataType::F16, 0.5).is_ok());
+/// ```
+pub fn check_scalar(dtype: DataType, x: f64) -> Result<()> {
+    // [low, high) of each integer type: powers of two, exact in f64.
+    let range = |bits: i32, signed: bool| {
+        if signed {
+            (-(2f64.powi(bits - 1)), 2f64.powi(bits - 1))
+        } else {
+            (0.0, 2f64.powi(bits))
+        }
+    };
+    let bounds = match dtype {
+        DataType::I8 => Some(range(8, true)),
+        DataType::U8 => Some(range(8, false)),
+        DataType::I32 => Some(range(32, true)),
+        DataType::U32 => Some(range(32, false)),
+        DataType::I64 => Some(range(64, true)),
+        DataType::U64 => Some(range(64, false)),
+        _ => None,
+    };
+    let ok = match bounds {
+        Some((lo, hi)) => x.fract() == 0.0 && x >= lo && x < hi,
+        None => !x.is_nan(),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidConfig(format!(
+            "PreMulSum scalar {x} is not a value of {} (the scalar is taken in the element type)",
+            dtype.name()
+        )))
+    }
+}
+
 /// PreMulSum's scalar `x` for `dtype`, as the kernels take it: element bits, except FP8, which
 /// multiplies in f16 and takes f16 bits (as NCCL's FP8 PreMulSum does).
 pub fn scalar_bits(dtype: DataType, x: f64) -> u64 {
@@ -127,11 +171,15 @@ impl LocalGroup {
             }
         }
         let eb = dtype.size();
-        let block = count.checked_mul(eb).ok_or_else(|| bad(format!("{count} elements overflow")))?;
+        let overflow = || {
+            bad(format!("{coll:?}: {count} elements of {} over {n} ranks overflow a byte size", dtype.name()))
+        };
+        let block = count.checked_mul(eb).ok_or_else(overflow)?;
+        let all = block.checked_mul(n).ok_or_else(overflow)?;
         let (send_bytes, recv_bytes) = match coll {
             Collective::AllReduce | Collective::Broadcast | Collective::Reduce => (block, block),
-            Collective::ReduceScatter => (block * n, block),
-            Collective::AllGather => (block, block * n),
+            Collective::ReduceScatter => (all, block),
+            Collective::AllGather => (block, all),
         };
         for (r, (s, d)) in send.iter().zip(recv).enumerate() {
             for (what, b, need) in [("send", s, send_bytes), ("receive", d, recv_bytes)] {
@@ -154,6 +202,9 @@ impl LocalGroup {
                     )));
                 }
             }
+        }
+        if let ReduceOp::PreMulSum(s) = op {
+            check_scalar(dtype, s)?;
         }
         let (red, arg) = op.resolve(dtype, n);
         let bufs: Vec<(DevPtr, DevPtr)> = send.iter().zip(recv).map(|(s, d)| (s.ptr(), d.ptr())).collect();

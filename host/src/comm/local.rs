@@ -18,7 +18,7 @@ use std::time::Duration;
 /// Shape of a [`LocalGroup`].
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
-    /// Ranks in the group (≥ 1).
+    /// Ranks in the group, 1..=[`MAX_LOCAL_RANKS`].
     pub nranks: usize,
     /// Ring channels (one block each), 1..=64.
     pub nchannels: usize,
@@ -94,6 +94,9 @@ impl GroupConfig {
         }
     }
 }
+
+/// Most ranks of a [`LocalGroup`] (all in one process: one stream and FIFOs per rank and channel).
+pub const MAX_LOCAL_RANKS: usize = 1024;
 
 /// Longest [`GroupConfig::timeout`] (a week): the device counts it in u64 nanoseconds.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -247,6 +250,11 @@ impl LocalGroup {
         let n = cfg.nranks;
         if n == 0 {
             return Err(bad("nranks must be at least 1".into()));
+        }
+        if n > MAX_LOCAL_RANKS {
+            return Err(bad(format!(
+                "nranks {n} exceeds the limit of {MAX_LOCAL_RANKS} ranks in one process"
+            )));
         }
         if cfg.nchannels == 0 || cfg.nchannels > 64 {
             return Err(bad(format!("nchannels {} is outside 1..=64", cfg.nchannels)));

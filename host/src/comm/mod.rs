@@ -4,5 +4,5 @@
 mod collectives;
 mod local;
 
-pub use collectives::{scalar_bits, Algorithm, BufRef, ReduceOp};
-pub use local::{Fault, GroupConfig, LocalGroup, RankFailure, MAX_STEP_BYTES, MAX_TIMEOUT};
+pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};
+pub use local::{Fault, GroupConfig, LocalGroup, RankFailure, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT};
