@@ -63,3 +63,33 @@ fn subcommand_help_goes_to_stdout_with_success() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("rsccl topo FILE.xml"), "{}", text(&out.stderr));
 }
+
+/// Files nested 20,000 deep (topology, graph, MSCCL-IR) are refused with the line where the
+/// nesting passes the limit, exit 1, instead of overflowing the stack of a recursive reader.
+#[test]
+fn deeply_nested_files_are_errors_not_crashes() {
+    let dir = std::env::temp_dir().join(format!("rsccl-cli-deep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nest = |open: &str, close: &str, inner: &str| {
+        let depth = 20_000;
+        format!("{}\n{inner}\n{}", open.repeat(depth), close.repeat(depth))
+    };
+    let topo = dir.join("deep-topo.xml");
+    std::fs::write(&topo, format!("<system version=\"1\">\n{}\n</system>\n", nest("<cpu>", "</cpu>", "")))
+        .unwrap();
+    let ir = dir.join("deep-ir.xml");
+    std::fs::write(&ir, format!("<algo name=\"x\">\n{}\n</algo>\n", nest("<gpu>", "</gpu>", ""))).unwrap();
+    let fixture = topo.to_str().unwrap();
+    for args in [
+        &["topo", fixture][..],
+        &["topo", fixture, "--graph", fixture],
+        &["msccl", "check", ir.to_str().unwrap()],
+    ] {
+        let out = rsccl(args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("nest 65 deep") && stderr.contains("more than the 64"), "{args:?}: {stderr}");
+        assert!(stderr.contains(":2") || stderr.contains("line 2"), "{args:?} names the line: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -531,6 +531,17 @@ impl Reader {
 /// Reads MSCCL-IR text; the [`SourceMap`] gives the line of every gpu, tb and step.
 /// Errors carry the line but no file name (see [`read_file`]).
 pub fn parse(text: &str) -> Result<(Program, SourceMap), MscclError> {
+    // The XML parser recurses once per level: bound the nesting before it runs.
+    if let Some((depth, at)) = crate::topology::xml::too_deep(text) {
+        let line = text[..at].matches('\n').count() as u32 + 1;
+        return Err(MscclError::Xml {
+            at: Location { line: Some(line), ..Default::default() },
+            message: format!(
+                "elements nest {depth} deep here, more than the {} an MSCCL-IR file may",
+                crate::topology::xml::MAX_XML_DEPTH
+            ),
+        });
+    }
     let doc = roxmltree::Document::parse(text).map_err(|e| {
         let pos = e.pos();
         MscclError::Xml { at: Location { line: Some(pos.row), ..Default::default() }, message: e.to_string() }

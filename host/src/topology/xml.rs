@@ -145,11 +145,31 @@ impl XmlDoc {
     }
 }
 
+/// Most nested elements a topology, graph or MSCCL-IR file may have (NCCL's files nest about
+/// ten deep): deeper input is refused before anything walks it recursively.
+pub const MAX_XML_DEPTH: usize = 64;
+
+/// The first element nested deeper than [`MAX_XML_DEPTH`] in `text` (its depth and byte
+/// offset). The XML parser recurses once per level, so readers of every XML format call this
+/// on the text before parsing it.
+pub(crate) fn too_deep(text: &str) -> Option<(usize, usize)> {
+    scan(text, MAX_XML_DEPTH).too_deep
+}
+
 /// Parses XML text; `source` names it in errors. Comments may appear anywhere.
 pub fn parse(text: &str, source: &str) -> Result<XmlDoc, TopoError> {
     let line_starts: Vec<usize> =
         std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
     let line_at = |offset: usize| line_starts.partition_point(|&s| s <= offset) as u32;
+    if let Some((depth, at)) = too_deep(text) {
+        return Err(TopoError::at(
+            source,
+            Some(line_at(at)),
+            format!(
+                "elements nest {depth} deep here, more than the {MAX_XML_DEPTH} a topology or graph file may"
+            ),
+        ));
+    }
     let doc = roxmltree::Document::parse(text).map_err(|e| xml_error(text, source, &e, &line_starts))?;
     let line_of = |n: roxmltree::Node| line_at(n.range().start);
     fn convert(n: roxmltree::Node, line_of: &dyn Fn(roxmltree::Node) -> u32) -> XmlNode {
@@ -170,12 +190,20 @@ pub fn parse(text: &str, source: &str) -> Result<XmlDoc, TopoError> {
 struct Unfinished {
     cut: Option<(String, usize)>,
     open: Vec<(String, usize)>,
+    /// Set when the scan stopped at an element nested deeper than its limit (depth, offset).
+    too_deep: Option<(usize, usize)>,
 }
 
 /// Scans `text` for the element nesting at its end. Only called on text the XML parser already
 /// rejected at its end, so it follows tags, quotes, comments, CDATA and `<?..?>`/`<!..>`
 /// markup without checking the rest of the syntax again.
 fn unfinished(text: &str) -> Unfinished {
+    scan(text, usize::MAX)
+}
+
+/// The element nesting of `text` up to where it ends, or up to the first element nested deeper
+/// than `max_depth`.
+fn scan(text: &str, max_depth: usize) -> Unfinished {
     const SPECIAL: [(&str, &str, &str); 4] = [
         ("<!--", "-->", "a comment"),
         ("<![CDATA[", "]]>", "a CDATA section"),
@@ -235,6 +263,10 @@ fn unfinished(text: &str) -> Unfinished {
             }
         } else if !text[..end].ends_with('/') {
             u.open.push((name.to_string(), start));
+            if u.open.len() > max_depth {
+                u.too_deep = Some((u.open.len(), start));
+                return u;
+            }
         }
         i = end + 1;
     }
