@@ -217,3 +217,37 @@ fn overflowing_counts_bad_scalars_and_too_many_ranks_are_errors() {
     let e = be.copy_in(&bufs[0], usize::MAX, &[0u8; 4]).unwrap_err().to_string();
     assert!(e.contains("outside the buffer"), "{e}");
 }
+
+/// Buffers that would race are refused (NCCL leaves them undefined): send and receive
+/// overlapping without NCCL's in-place layout, and two ranks writing one buffer. In-place
+/// layouts still run, and so do configs naming ranks outside the group in a fault: refused.
+#[test]
+fn racing_buffers_are_refused_and_in_place_layouts_run() {
+    use rsccl::{BufRef, DataType, ReduceOp};
+    let be = backend::cpu();
+    let mut cfg = GroupConfig::new(2, 1);
+    cfg.nthreads = 64;
+    let group = LocalGroup::new(&be, cfg.clone()).unwrap();
+    let bufs: Vec<_> = (0..2i32).map(|r| be.upload(&[r + 1; 200]).unwrap()).collect();
+    let whole: Vec<BufRef> = bufs.iter().map(BufRef::from).collect();
+    let shifted: Vec<BufRef> = bufs.iter().map(|b| BufRef { buf: b, offset: 4 }).collect();
+    let e = group.all_reduce(&whole, &shifted, 100, DataType::I32, ReduceOp::Sum).unwrap_err();
+    assert!(
+        e.to_string().contains("rank 0's send and receive buffers overlap without being in place"),
+        "{e}"
+    );
+    let shared = [whole[0], whole[0]];
+    let e = group.all_reduce(&whole, &shared, 100, DataType::I32, ReduceOp::Sum).unwrap_err();
+    assert!(e.to_string().contains("rank 0's receive buffer overlaps rank 1's"), "{e}");
+    // All-gather in place: rank r's input is block r of its output.
+    let send: Vec<BufRef> =
+        bufs.iter().enumerate().map(|(r, b)| BufRef { buf: b, offset: r * 400 }).collect();
+    group.all_gather(&send, &whole, 100, DataType::I32).unwrap();
+    for b in &bufs {
+        let got: Vec<i32> = be.download(b, 200).unwrap();
+        assert_eq!(got, [vec![1; 100], vec![2; 100]].concat());
+    }
+    cfg.fault = Some(rsccl::comm::Fault::RankNeverLaunches(2));
+    let e = LocalGroup::new(&be, cfg).err().expect("refused").to_string();
+    assert!(e.contains("fault names rank 2"), "{e}");
+}

@@ -47,6 +47,56 @@ impl ReduceOp {
     }
 }
 
+/// Refuses buffers a collective would read while another rank (or the same rank, elsewhere)
+/// writes them: a rank's send and receive ranges are disjoint or exactly NCCL's in-place layout
+/// (the same start; for reduce-scatter the receive block at `rank × block` of the send buffer,
+/// for all-gather the send block there in the receive buffer), and what one rank writes
+/// overlaps nothing another rank reads or writes. NCCL leaves such calls undefined; in one
+/// process they can be checked.
+fn check_overlaps(
+    coll: Collective,
+    send: &[BufRef],
+    recv: &[BufRef],
+    send_bytes: usize,
+    recv_bytes: usize,
+    block: usize,
+    root: usize,
+) -> Result<()> {
+    let range = |b: &BufRef, len: usize| {
+        let start = b.ptr().0;
+        start..start + len as u64
+    };
+    let overlap = |a: &std::ops::Range<u64>, b: &std::ops::Range<u64>| a.start < b.end && b.start < a.end;
+    let bad = |why: String| Error::InvalidConfig(format!("{coll:?}: {why}"));
+    // Reduce writes only the root's receive buffer.
+    let writes = |r: usize| coll != Collective::Reduce || r == root;
+    for r in 0..send.len() {
+        let (s, d) = (range(&send[r], send_bytes), range(&recv[r], recv_bytes));
+        let in_place = match coll {
+            Collective::ReduceScatter => d.start == s.start + (r * block) as u64,
+            Collective::AllGather => s.start == d.start + (r * block) as u64,
+            _ => s.start == d.start,
+        };
+        if writes(r) && overlap(&s, &d) && !in_place {
+            return Err(bad(format!(
+                "rank {r}'s send and receive buffers overlap without being in place \
+                 (send {:#x}+{send_bytes}, receive {:#x}+{recv_bytes})",
+                s.start, d.start
+            )));
+        }
+        for q in (0..send.len()).filter(|&q| q != r && writes(r)) {
+            for (what, other) in
+                [("receive", range(&recv[q], recv_bytes)), ("send", range(&send[q], send_bytes))]
+            {
+                if overlap(&d, &other) && (what == "send" || writes(q)) {
+                    return Err(bad(format!("rank {r}'s receive buffer overlaps rank {q}'s {what} buffer")));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks that PreMulSum's scalar is a value of `dtype` (NCCL takes it in the element type):
 /// an integer type needs a whole number in its range; a float type a finite or infinite value
 /// (rounded to the type), not NaN.
@@ -203,6 +253,7 @@ impl LocalGroup {
                 }
             }
         }
+        check_overlaps(coll, send, recv, send_bytes, recv_bytes, block, root)?;
         if let ReduceOp::PreMulSum(s) = op {
             check_scalar(dtype, s)?;
         }

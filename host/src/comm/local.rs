@@ -62,6 +62,13 @@ impl GroupConfig {
     /// ```
     pub fn from_topology(graphs: &crate::topology::search::Graphs) -> Result<Self> {
         let nranks = graphs.ring.ngpus();
+        if nranks == 0 {
+            return Err(Error::InvalidConfig(
+                "the topology search found no GPU (a provider skeleton lists its GPUs only at run time): \
+                 no rank to build a group for"
+                    .into(),
+            ));
+        }
         let peers: Vec<crate::channels::RankChannels> = (0..nranks)
             .map(|r| crate::channels::connect(graphs, 1, crate::topology::Rank(r as u32)))
             .collect::<Result<_>>()?;
@@ -271,6 +278,11 @@ impl LocalGroup {
                 "nthreads {} must be a multiple of 32 in 64..={SIMPLE_THREADS}",
                 cfg.nthreads
             )));
+        }
+        if let Some(Fault::RankNeverLaunches(r)) = cfg.fault {
+            if r >= n {
+                return Err(bad(format!("fault names rank {r}, which is not a rank of this {n}-rank group")));
+            }
         }
         if cfg.timeout > MAX_TIMEOUT {
             return Err(bad(format!(
