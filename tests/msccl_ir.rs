@@ -231,3 +231,22 @@ fn buffer_sizes_beyond_int16_offsets_are_rejected_before_running() {
     let (p, _) = ir::parse(&ok).expect("parses");
     verify::check(&p).unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Headers are validated against what the file uses: nchannels in 1..=32, every `chan` below
+/// it, nchunksperloop equal to the largest i_chunks/o_chunks — each bad value named.
+#[test]
+fn headers_that_do_not_match_the_file_are_errors() {
+    let text = fixture_text("allreduce_a100_ring_4gpu_1ch_1inst_LL128.xml");
+    for (from, to, want) in [
+        ("nchannels=\"1\"", "nchannels=\"0\"", "nchannels"),
+        ("nchannels=\"1\"", "nchannels=\"4294967295\"", "nchannels"),
+        ("nchunksperloop=\"4\"", "nchunksperloop=\"0\"", "nchunksperloop"),
+        ("nchunksperloop=\"4\"", "nchunksperloop=\"5\"", "nchunksperloop"),
+        ("chan=\"0\"", "chan=\"1\"", "chan"),
+    ] {
+        let bad = replace_nth(&text, from, to, 0);
+        let value = to.split('"').nth(1).unwrap();
+        let e = ir::parse(&bad).err().unwrap_or_else(|| panic!("{to} accepted")).to_string();
+        assert!(e.contains(want) && e.contains(value), "{to}: {e}");
+    }
+}

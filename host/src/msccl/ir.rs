@@ -575,6 +575,14 @@ pub fn parse(text: &str) -> Result<(Program, SourceMap), MscclError> {
         nthreads: r.opt_num(algo, "nthreads", "a thread count")?,
         gpus: Vec::new(),
     };
+    if program.nchannels == 0 || program.nchannels > super::limits::MAX_CHANNELS {
+        return Err(r.bad(
+            algo,
+            "nchannels",
+            &program.nchannels.to_string(),
+            &format!("a channel count in 1..={}", super::limits::MAX_CHANNELS),
+        ));
+    }
     let mut map = SourceMap { algo: r.line(algo), gpus: Vec::new() };
     for gnode in r.elements(algo, "gpu")? {
         let id = Rank(r.num(gnode, "id", "a rank")?);
@@ -595,6 +603,11 @@ pub fn parse(text: &str) -> Result<(Program, SourceMap), MscclError> {
                 chan: ChannelId(r.num(tnode, "chan", "a channel")?),
                 steps: Vec::new(),
             };
+            if tb.chan.0 >= program.nchannels {
+                let value = tb.chan.0.to_string();
+                let expected = format!("a channel below the header's nchannels={}", program.nchannels);
+                return Err(r.bad(tnode, "chan", &value, &expected));
+            }
             let mut lines = Vec::new();
             for (i, snode) in r.elements(tnode, "step")?.into_iter().enumerate() {
                 tb.steps.push(r.step(snode, id, tid, i).map_err(|e| attach(e, id, tid, i))?);
@@ -605,6 +618,13 @@ pub fn parse(text: &str) -> Result<(Program, SourceMap), MscclError> {
         }
         map.gpus.push(gmap);
         program.gpus.push(gpu);
+    }
+    // The runtime divides a buffer into nchunksperloop chunks: the largest input or output.
+    let used = program.gpus.iter().map(|g| g.i_chunks.max(g.o_chunks)).max().unwrap_or(0);
+    if program.nchunksperloop == 0 || program.nchunksperloop != used {
+        let value = program.nchunksperloop.to_string();
+        let expected = format!("the largest i_chunks/o_chunks of the gpus ({used})");
+        return Err(r.bad(algo, "nchunksperloop", &value, &expected));
     }
     Ok((program, map))
 }
