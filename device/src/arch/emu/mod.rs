@@ -315,7 +315,7 @@ pub fn reserve(dims: LaunchDims, launches: usize) -> Result<(), EmuError> {
         ))
     };
     let blocks = blocks.ok_or_else(|| too_big("too many blocks".into()))?;
-    let limit = stack::max_threads();
+    let limit = stack::max_threads()?;
     match blocks.checked_mul(threads) {
         Some(total) if total <= limit => {}
         total => {

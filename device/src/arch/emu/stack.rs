@@ -36,14 +36,17 @@ pub fn set_max_threads(n: usize) {
     MAX_THREADS.store(n, Ordering::Relaxed);
 }
 
-/// The current limit on emulated threads per set of concurrent launches.
-pub fn max_threads() -> usize {
+/// The current limit on emulated threads per set of concurrent launches, or why
+/// `RSCCL_EMU_MAX_THREADS` is refused.
+pub fn max_threads() -> Result<usize, EmuError> {
     match MAX_THREADS.load(Ordering::Relaxed) {
-        0 => std::env::var("RSCCL_EMU_MAX_THREADS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_MAX_THREADS),
-        n => n,
+        0 => match std::env::var("RSCCL_EMU_MAX_THREADS") {
+            Err(_) => Ok(DEFAULT_MAX_THREADS),
+            Ok(v) => v.trim().parse().map_err(|_| {
+                EmuError::InvalidLaunch(format!("RSCCL_EMU_MAX_THREADS={v:?} is not a number of threads"))
+            }),
+        },
+        n => Ok(n),
     }
 }
 
