@@ -192,7 +192,11 @@ pub fn build_ptx(opts: &Options) -> Result<Vec<BuiltModule>, String> {
 }
 
 /// The function that compiles the device crate for an arch and kernel set to PTX text.
-type CompileFn<'a> = &'a dyn Fn(Arch, KernelSet) -> Result<String, String>;
+type CompileFn<'a> = &'a (dyn Fn(Arch, KernelSet) -> Result<String, String> + Sync);
+
+/// Compiles that run at once: each fat-LTO compile is single-threaded, so two keep a 2-core
+/// machine busy (ptxas workers take what is left).
+const COMPILE_LANES: usize = 2;
 
 /// The build after the nightly check, with the compile step and the ptxas cache given (tests
 /// feed hand-written PTX through the rest of the path).
@@ -213,41 +217,71 @@ fn build(
         cache.display()
     );
 
+    // Compiles run COMPILE_LANES at a time; their results are split and submitted in the fixed
+    // (arch, set) order, so the output does not depend on which ends first.
+    let jobs: Vec<(Arch, KernelSet)> =
+        opts.archs.iter().flat_map(|&a| KernelSet::ALL.map(move |set| (a, set))).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
     // ptxas workers start with the first compile's modules while the next compiles run.
     let (mut modules, assembled) = std::thread::scope(|s| -> Result<_, String> {
         let pool = audit::Pool::start(s, &ptxas, cache)?;
         let mut first_submit = None;
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<(usize, Result<String, String>)>();
+        let compile_start = Instant::now();
+        for _ in 0..COMPILE_LANES.min(jobs.len()) {
+            let (jobs, next, done_tx) = (&jobs, &next, done_tx.clone());
+            s.spawn(move || loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&(arch, set)) = jobs.get(k) else { break };
+                if done_tx.send((k, compile(arch, set))).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(done_tx);
+        let mut finished: std::collections::BTreeMap<usize, Result<String, String>> = Default::default();
         let compiled = (|| -> Result<Vec<BuiltModule>, String> {
             let mut modules: Vec<BuiltModule> = Vec::new();
-            for &arch in &opts.archs {
-                for set in KernelSet::ALL {
-                    let text = phases.time("compile", || compile(arch, set))?;
-                    let monolith = out.join(set.monolith(arch));
-                    std::fs::write(&monolith, &text)
-                        .map_err(|e| format!("cannot write {}: {e}", monolith.display()))?;
-                    let split = phases.time("split", || split_modules(arch, set, &text)).map_err(|e| {
-                        format!("{} ({}, {}):\n{e}", monolith.display(), arch.name(), set.label())
-                    })?;
-                    let assemble = set == KernelSet::Library || opts.assemble_tests;
-                    println!(
-                        "{} {}: {} entries, {:.1} MB PTX{}",
-                        arch.name(),
-                        set.label(),
-                        split.len(),
-                        text.len() as f64 / 1e6,
-                        if assemble { "; assembling" } else { "" }
-                    );
-                    if assemble && !split.is_empty() {
-                        first_submit.get_or_insert_with(Instant::now);
-                        pool.submit(
-                            split.iter().enumerate().map(|(k, m)| (modules.len() + k, m.job())).collect(),
-                        );
+            for (k, &(arch, set)) in jobs.iter().enumerate() {
+                let text = loop {
+                    if let Some(r) = finished.remove(&k) {
+                        break r;
                     }
-                    modules.extend(split);
+                    let (j, r) = done_rx.recv().map_err(|_| "a compile thread ended early".to_string())?;
+                    finished.insert(j, r);
+                }?;
+                if k + 1 == jobs.len() {
+                    phases.0.push(("compile (wall)".into(), compile_start.elapsed().as_secs_f64()));
                 }
+                let monolith = out.join(set.monolith(arch));
+                std::fs::write(&monolith, &text)
+                    .map_err(|e| format!("cannot write {}: {e}", monolith.display()))?;
+                let split = phases.time("split", || split_modules(arch, set, &text)).map_err(|e| {
+                    format!("{} ({}, {}):\n{e}", monolith.display(), arch.name(), set.label())
+                })?;
+                let assemble = set == KernelSet::Library || opts.assemble_tests;
+                println!(
+                    "{} {}: {} entries, {:.1} MB PTX{}",
+                    arch.name(),
+                    set.label(),
+                    split.len(),
+                    text.len() as f64 / 1e6,
+                    if assemble { "; assembling" } else { "" }
+                );
+                if assemble && !split.is_empty() {
+                    first_submit.get_or_insert_with(Instant::now);
+                    pool.submit(
+                        split.iter().enumerate().map(|(k, m)| (modules.len() + k, m.job())).collect(),
+                    );
+                }
+                modules.extend(split);
             }
             Ok(modules)
         })();
+        if compiled.is_err() {
+            // Queued compiles are not started; the running ones end on their own.
+            next.store(jobs.len(), std::sync::atomic::Ordering::Relaxed);
+        }
         match compiled {
             Ok(modules) => {
                 let assembled = pool.finish();
