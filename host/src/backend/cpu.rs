@@ -1,6 +1,7 @@
 //! The CPU backend: kernels from the device crate's host registry, run by its emulator.
 use super::{validate_launch, Backend, BackendKind, DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
+use rsccl_device::arch::emu::mapping::Mapping;
 use rsccl_device::arch::emu::{self, LaunchDims, MAX_DYNAMIC_SMEM};
 use rsccl_device::{kernels, DevPtr};
 use std::alloc::Layout;
@@ -8,13 +9,11 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 
 /// Host memory that emulated kernels read and write through raw addresses: zeroed, 16-byte
-/// aligned, and for large buffers mapped directly so the OS commits pages when first touched
-/// and takes them back on free (large FIFOs cost only what is used, whatever the allocator's
-/// reuse policy).
-struct HostMemory {
-    ptr: *mut u8,
-    bytes: usize,
-    mapped: bool,
+/// aligned; large buffers are an emulator [`Mapping`], committed page by page when touched and
+/// returned on free (large FIFOs cost only what is used, whatever the allocator's reuse policy).
+enum HostMemory {
+    Heap { ptr: *mut u8, layout: Layout },
+    Mapped(Mapping),
 }
 // SAFETY: the memory is only reached through device addresses by kernels and by the backend's
 // copies, which are ordered by synchronisation (copies wait for launches), as on a GPU.
@@ -29,44 +28,30 @@ impl HostMemory {
     fn zeroed(bytes: usize) -> Result<Self> {
         let size = bytes.max(16);
         if size >= MAP_THRESHOLD {
-            // SAFETY: a fresh private anonymous mapping (zero-filled, page aligned).
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    size,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(Error::OutOfMemory { bytes });
-            }
-            return Ok(HostMemory { ptr: p as *mut u8, bytes: size, mapped: true });
+            return Mapping::new(size).map(HostMemory::Mapped).map_err(|_| Error::OutOfMemory { bytes });
         }
-        let layout = Self::layout(size)?;
+        let layout = Layout::from_size_align(size, 16).map_err(|_| Error::OutOfMemory { bytes })?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
             return Err(Error::OutOfMemory { bytes });
         }
-        Ok(HostMemory { ptr, bytes: size, mapped: false })
+        Ok(HostMemory::Heap { ptr, layout })
     }
 
-    fn layout(size: usize) -> Result<Layout> {
-        Layout::from_size_align(size, 16).map_err(|_| Error::OutOfMemory { bytes: size })
+    fn ptr(&self) -> *mut u8 {
+        match self {
+            HostMemory::Heap { ptr, .. } => *ptr,
+            HostMemory::Mapped(m) => m.as_ptr(),
+        }
     }
 }
 
 impl Drop for HostMemory {
     fn drop(&mut self) {
-        if self.mapped {
-            // SAFETY: the mapping made in `zeroed`; buffers outlive the launches using them.
-            unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.bytes) };
-        } else if let Ok(layout) = Self::layout(self.bytes) {
-            // SAFETY: allocated in `zeroed` with this layout.
-            unsafe { std::alloc::dealloc(self.ptr, layout) };
+        if let HostMemory::Heap { ptr, layout } = *self {
+            // SAFETY: allocated in `zeroed` with this layout; buffers outlive their launches.
+            unsafe { std::alloc::dealloc(ptr, layout) };
         }
     }
 }
@@ -109,13 +94,13 @@ impl Backend for CpuBackend {
 
     fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
         let mem = HostMemory::zeroed(bytes)?;
-        let ptr = if bytes == 0 { DevPtr::NULL } else { DevPtr(mem.ptr as u64) };
+        let ptr = if bytes == 0 { DevPtr::NULL } else { DevPtr(mem.ptr() as u64) };
         Ok(DeviceBuffer::new(ptr, bytes, Box::new(mem)))
     }
 
     fn alloc_mapped(&self, bytes: usize) -> Result<super::HostMapped> {
         let mem = HostMemory::zeroed(bytes)?;
-        let p = mem.ptr;
+        let p = mem.ptr();
         Ok(super::HostMapped::new(DevPtr(p as u64), p, bytes, Box::new(mem)))
     }
 

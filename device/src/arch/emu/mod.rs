@@ -11,6 +11,7 @@
 //!
 //! A thread that traps (or panics) aborts the launch: every other thread of it unwinds at its
 //! next barrier, warp collective or spin hint, so a failing kernel ends instead of hanging.
+pub mod mapping;
 pub mod multicast;
 pub mod ops;
 pub mod stack;

@@ -11,6 +11,7 @@
 //! into the emulator (every barrier, warp collective, memory-model operation and index query),
 //! so running out is a clear launch error naming the thread and `RSCCL_EMU_STACK_KB`, with room
 //! left to unwind.
+use super::mapping::Mapping;
 use super::EmuError;
 use corosensei::stack::{Stack, StackPointer};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,15 +89,11 @@ pub fn stack_bytes_from_env() -> Result<usize, EmuError> {
 
 /// One mapping holding the stacks of a block's threads, a guard page below them.
 pub(crate) struct Slab {
-    base: *mut u8,
-    len: usize,
+    map: Mapping,
     guard: usize,
     stacks: usize,
     stack_bytes: usize,
 }
-
-// SAFETY: the slab is plain memory owned by one block at a time (or by the pool).
-unsafe impl Send for Slab {}
 
 impl Slab {
     /// Maps `stacks` stacks of `stack_bytes` each (a multiple of the page size).
@@ -108,37 +105,21 @@ impl Slab {
             ))
         };
         let len = stacks.checked_mul(stack_bytes).and_then(|b| b.checked_add(guard)).ok_or_else(too_big)?;
-        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(EmuError::Spawn(format!(
-                "could not map {} MiB of stacks for {stacks} emulated threads ({} KiB each): {}",
+        let map = Mapping::new(len).map_err(|e| {
+            EmuError::Spawn(format!(
+                "could not map {} MiB of stacks for {stacks} emulated threads ({} KiB each): {e}",
                 len >> 20,
-                stack_bytes >> 10,
-                std::io::Error::last_os_error()
-            )));
-        }
-        let slab = Slab { base: base as *mut u8, len, guard, stacks, stack_bytes };
-        // SAFETY: the first page of the mapping just made.
-        if unsafe { libc::mprotect(base, guard, libc::PROT_NONE) } != 0 {
-            return Err(EmuError::Spawn(format!("guard page: {}", std::io::Error::last_os_error())));
-        }
-        Ok(slab)
+                stack_bytes >> 10
+            ))
+        })?;
+        map.guard_front(guard).map_err(|e| EmuError::Spawn(format!("guard page: {e}")))?;
+        Ok(Slab { map, guard, stacks, stack_bytes })
     }
 
     /// Stack `i` (< `stacks`): its usable range.
     pub(crate) fn stack(&self, i: usize) -> SlabStack {
         assert!(i < self.stacks, "stack {i} of a slab of {}", self.stacks);
-        let limit = self.base as usize + self.guard + i * self.stack_bytes;
+        let limit = self.map.as_ptr() as usize + self.guard + i * self.stack_bytes;
         SlabStack { limit, base: limit + self.stack_bytes - (i % COLORS) * COLOR_STRIDE }
     }
 
@@ -146,13 +127,13 @@ impl Slab {
     /// are committed on first touch and stay so while the slab lives).
     fn high_water(&self) -> usize {
         let page = self.guard;
-        let pages = (self.len - self.guard) / page;
+        let pages = (self.map.len() - self.guard) / page;
         let mut resident = vec![0u8; pages];
         // SAFETY: the range is this mapping (page aligned); the vector has a byte per page.
         let rc = unsafe {
             libc::mincore(
-                self.base.add(self.guard) as *mut libc::c_void,
-                self.len - self.guard,
+                self.map.as_ptr().add(self.guard) as *mut libc::c_void,
+                self.map.len() - self.guard,
                 resident.as_mut_ptr(),
             )
         };
@@ -168,14 +149,6 @@ impl Slab {
             })
             .max()
             .unwrap_or(0)
-    }
-}
-
-impl Drop for Slab {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`; no coroutine runs on it any more (slabs are only
-        // returned after every coroutine on them has finished).
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
 }
 
