@@ -43,9 +43,9 @@ impl<T: Elem> DataMover for RedMover<T> {
     }
 }
 
-/// Not inlined: the primitives call it from many operations, and one copy per type keeps the
-/// kernel small. Every argument is a scalar or a pointer (the slices point at the pointers the
-/// roles published in shared memory), so the call needs no per-thread local memory.
+/// The data movement of one type, taking scalars and pointers only (the slices point at the
+/// pointers the roles published in shared memory): passing the mover's fields one by one keeps
+/// it out of per-thread local memory.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn move_data<T: Elem>(

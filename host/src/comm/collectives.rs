@@ -70,21 +70,21 @@ fn check_overlaps(
     let bad = |why: String| Error::InvalidConfig(format!("{coll:?}: {why}"));
     // Reduce writes only the root's receive buffer.
     let writes = |r: usize| coll != Collective::Reduce || r == root;
-    for r in 0..send.len() {
+    for r in (0..send.len()).filter(|&r| writes(r)) {
         let (s, d) = (range(&send[r], send_bytes), range(&recv[r], recv_bytes));
         let in_place = match coll {
             Collective::ReduceScatter => d.start == s.start + (r * block) as u64,
             Collective::AllGather => s.start == d.start + (r * block) as u64,
             _ => s.start == d.start,
         };
-        if writes(r) && overlap(&s, &d) && !in_place {
+        if overlap(&s, &d) && !in_place {
             return Err(bad(format!(
                 "rank {r}'s send and receive buffers overlap without being in place \
                  (send {:#x}+{send_bytes}, receive {:#x}+{recv_bytes})",
                 s.start, d.start
             )));
         }
-        for q in (0..send.len()).filter(|&q| q != r && writes(r)) {
+        for q in (0..send.len()).filter(|&q| q != r) {
             for (what, other) in
                 [("receive", range(&recv[q], recv_bytes)), ("send", range(&send[q], send_bytes))]
             {

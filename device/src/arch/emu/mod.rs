@@ -3,9 +3,10 @@
 //! A [`launch`] runs a kernel body over a grid of blocks × threads. Every block gets an OS thread,
 //! and all blocks run at once (device algorithms wait on each other across blocks and across
 //! launches, so blocks must make progress concurrently, as resident blocks do on a GPU). Within
-//! a block, each GPU thread is a coroutine with its own stack, scheduled round-robin: a thread
-//! runs until it waits (barrier, warp collective, spin loop) or ends, so a barrier costs a few
-//! context switches in user space instead of hundreds of OS thread wake-ups. Each block has 16
+//! a block, each GPU thread is a coroutine with its own stack (see [`stack`]), scheduled
+//! round-robin: a thread runs until it waits (barrier, warp collective, spin loop) or ends; a
+//! thread waiting at a barrier or warp collective is parked until it is released, so a barrier
+//! costs a few context switches in user space instead of hundreds of OS thread wake-ups. Each block has 16
 //! named barriers that release after exactly the given number of arrivals, one rendezvous per warp
 //! for votes and shuffles, and its own zeroed dynamic shared memory.
 //!
@@ -303,6 +304,11 @@ pub fn launch(dims: LaunchDims, body: &(dyn Fn() + Sync)) -> Result<(), EmuError
 /// emu::reserve(dims, 8).unwrap();
 /// ```
 pub fn reserve(dims: LaunchDims, launches: usize) -> Result<(), EmuError> {
+    reserve_stacks(dims, launches).map(|_| ())
+}
+
+/// [`reserve`], returning the stack size of each emulated thread.
+fn reserve_stacks(dims: LaunchDims, launches: usize) -> Result<usize, EmuError> {
     dims.validate()?;
     let stack = stack::stack_bytes_from_env()?;
     let blocks = usize::try_from(dims.grid.volume()).ok().and_then(|b| b.checked_mul(launches));
@@ -326,7 +332,8 @@ pub fn reserve(dims: LaunchDims, launches: usize) -> Result<(), EmuError> {
             )))
         }
     }
-    stack::reserve(threads, stack, blocks).map_err(|e| too_big(e.to_string()))
+    stack::reserve(threads, stack, blocks).map_err(|e| too_big(e.to_string()))?;
+    Ok(stack)
 }
 
 /// [`launch`] with an explicit bound on how long any barrier or warp collective may wait
@@ -337,13 +344,12 @@ pub fn launch_with_deadlock_timeout(
     body: &(dyn Fn() + Sync),
 ) -> Result<(), EmuError> {
     // Every block's stacks are mapped before any block starts.
-    reserve(dims, 1)?;
+    let stack = reserve_stacks(dims, 1)?;
     let launch = Arc::new(LaunchShared {
         aborted: AtomicBool::new(false),
         first_error: Mutex::new(None),
         deadlock_after,
     });
-    let stack = stack::stack_bytes_from_env()?;
     std::thread::scope(|scope| {
         for b in 0..dims.grid.volume() {
             let launch2 = launch.clone();
