@@ -7,8 +7,9 @@
 //! line that `cargo xtask build-ptx` turns into the entry's `.maxntid N, 1, 1` (NCCL's
 //! `__launch_bounds__`), and both backends refuse a launch with more threads.
 //!
-//! Kernels come in two sets, each compiled into its own PTX (`--cfg rsccl_kernels="lib"` or
-//! `"test"`): [`KernelSet::Library`], what the library launches and embeds, and
+//! Kernels come in two sets, each compiled into its own PTX (cargo feature `kernels-lib` or
+//! `kernels-test`; a feature, not a `--cfg`, so both compiles of an arch share one build of
+//! `core`): [`KernelSet::Library`], what the library launches and embeds, and
 //! [`KernelSet::Test`], self-tests and reduce-copy kernels for tests, benchmarks and the GPU
 //! bundle. The host registry holds both.
 use crate::copy::{copy_kernel, CopyArgs};
@@ -44,23 +45,23 @@ pub struct KernelEntry {
 #[macro_export]
 macro_rules! kernel_table {
     ($table:ident, lib { $($body:tt)* }) => {
-        $crate::kernel_table!(@emit $table, "lib", Library { $($body)* });
+        $crate::kernel_table!(@emit $table, "kernels-lib", Library { $($body)* });
     };
     ($table:ident, test { $($body:tt)* }) => {
-        $crate::kernel_table!(@emit $table, "test", Test { $($body)* });
+        $crate::kernel_table!(@emit $table, "kernels-test", Test { $($body)* });
     };
     (@emit $table:ident, $set:literal, $kind:ident {
         $( $(#[$m:meta])* $name:ident($args:ty) [$threads:expr] => $body:path; )*
     }) => {
         $(
             $(#[$m])*
-            #[cfg(all(target_arch = "nvptx64", rsccl_kernels = $set))]
+            #[cfg(all(target_arch = "nvptx64", feature = $set))]
             #[no_mangle]
             pub unsafe extern "ptx-kernel" fn $name(args: $args) {
                 $body(&args)
             }
             // The launch bound travels in the PTX; build-ptx makes it the entry's `.maxntid`.
-            #[cfg(all(target_arch = "nvptx64", rsccl_kernels = $set))]
+            #[cfg(all(target_arch = "nvptx64", feature = $set))]
             core::arch::global_asm!(
                 concat!("// rsccl.kernel ", stringify!($name), " maxntid={0}"),
                 const $threads

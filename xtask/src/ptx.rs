@@ -41,18 +41,19 @@ impl Arch {
     fn static_name(self) -> String {
         self.name().to_ascii_uppercase()
     }
-    fn rustflags(self, set: KernelSet) -> String {
+    fn rustflags(self) -> String {
         // immediate-abort: a failed check is `trap; exit;` with no panic strings, so the PTX
-        // holds no source paths and is byte-for-byte reproducible (CI compares it).
+        // holds no source paths and is byte-for-byte reproducible (CI compares it). The flags
+        // reach `core` too, so they name the arch only: the kernel set is a cargo feature, and
+        // both sets of an arch reuse one build of `core`.
         format!(
-            "-Ctarget-cpu={} -Ctarget-feature=+ptx82 -Zunstable-options -Cpanic=immediate-abort --cfg rsccl_kernels=\"{}\"",
-            self.name(),
-            set.cfg()
+            "-Ctarget-cpu={} -Ctarget-feature=+ptx82 -Zunstable-options -Cpanic=immediate-abort",
+            self.name()
         )
     }
 }
 
-/// Which kernels a compile of the device crate exports (`--cfg rsccl_kernels="…"`).
+/// Which kernels a compile of the device crate exports (its cargo feature `kernels-…`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum KernelSet {
     /// What the library launches: embedded with cubins, always assembled and audited.
@@ -66,10 +67,11 @@ impl KernelSet {
     /// Both sets, in build order.
     pub const ALL: [KernelSet; 2] = [KernelSet::Library, KernelSet::Test];
 
-    fn cfg(self) -> &'static str {
+    /// The device crate's feature that exports the set's entries.
+    fn feature(self) -> &'static str {
         match self {
-            KernelSet::Library => "lib",
-            KernelSet::Test => "test",
+            KernelSet::Library => "kernels-lib",
+            KernelSet::Test => "kernels-test",
         }
     }
     fn label(self) -> &'static str {
@@ -219,8 +221,10 @@ fn build(
 
     // Compiles run COMPILE_LANES at a time; their results are split and submitted in the fixed
     // (arch, set) order, so the output does not depend on which ends first.
+    // Library compiles first, one per arch, so each lane starts on its own arch (the two sets
+    // of an arch share a target directory and run one after the other).
     let jobs: Vec<(Arch, KernelSet)> =
-        opts.archs.iter().flat_map(|&a| KernelSet::ALL.map(move |set| (a, set))).collect();
+        KernelSet::ALL.iter().flat_map(|&set| opts.archs.iter().map(move |&a| (a, set))).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     // ptxas workers start with the first compile's modules while the next compiles run.
     let (mut modules, assembled) = std::thread::scope(|s| -> Result<_, String> {
@@ -348,10 +352,11 @@ fn fix_command(opts: &Options) -> String {
     cmd
 }
 
-/// Compiles the device crate for `arch` with kernel set `set`; returns the PTX text. Each
-/// (arch, set) has its own target directory, so switching between them rebuilds nothing.
+/// Compiles the device crate for `arch` with kernel set `set`; returns the PTX text. Each arch
+/// has its own target directory (its `core` is built once for both sets: the set is a feature,
+/// which changes only the device crate's hash), so switching between them rebuilds nothing.
 fn compile(arch: Arch, set: KernelSet, root: &Path) -> Result<String, String> {
-    let target_dir = root.join("target").join(format!("ptx-{}-{}", arch.name(), set.cfg()));
+    let target_dir = root.join("target").join(format!("ptx-{}", arch.name()));
     // Cargo does not track the --emit=asm file: when the crate is fresh it writes nothing. So
     // the file lives at a fixed path beside the build it came from (the path is part of the
     // build's fingerprint) and is read from there; if it went missing, force one rebuild.
@@ -360,8 +365,9 @@ fn compile(arch: Arch, set: KernelSet, root: &Path) -> Result<String, String> {
     let run = || {
         toolchain::nightly("cargo")
             .current_dir(root)
-            .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS", arch.rustflags(set))
-            .args(["rustc", "--profile", "ptx", "-p", "rsccl-device", "--crate-type", "staticlib"])
+            .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS", arch.rustflags())
+            .args(["rustc", "--profile", "ptx", "-p", "rsccl-device", "--features", set.feature()])
+            .args(["--crate-type", "staticlib"])
             .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core", "--target-dir"])
             .arg(&target_dir)
             .arg("--")
@@ -372,7 +378,13 @@ fn compile(arch: Arch, set: KernelSet, root: &Path) -> Result<String, String> {
     };
     let mut ok = run()?.success();
     if ok && !emitted.exists() {
-        let _ = std::fs::remove_dir_all(target_dir.join("nvptx64-nvidia-cuda/ptx/.fingerprint"));
+        // Only the device crate's fingerprints: `core` stays built.
+        let fingerprints = target_dir.join("nvptx64-nvidia-cuda/ptx/.fingerprint");
+        for e in std::fs::read_dir(&fingerprints).into_iter().flatten().flatten() {
+            if e.file_name().to_string_lossy().starts_with("rsccl-device-") {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
         ok = run()?.success();
     }
     if !ok || !emitted.exists() {
