@@ -368,6 +368,12 @@ fn compile(arch: Arch, set: KernelSet, root: &Path) -> Result<String, String> {
             .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS", arch.rustflags())
             .args(["rustc", "--profile", "ptx", "-p", "rsccl-device", "--features", set.feature()])
             .args(["--crate-type", "staticlib"])
+            // `core` and compiler_builtins reach the PTX only through the fat-LTO step, which
+            // optimizes the merged module again: built unoptimized, the library PTX stays
+            // byte-identical (checked) and each compile saves about a quarter of its time. (Given
+            // here, not in Cargo.toml, where every other build would warn that no `core` matched.)
+            .args(["--config", "profile.ptx.package.core.opt-level=0"])
+            .args(["--config", "profile.ptx.package.compiler_builtins.opt-level=0"])
             .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core", "--target-dir"])
             .arg(&target_dir)
             .arg("--")
