@@ -140,6 +140,38 @@ fn mask(t: DataType) -> u64 {
     }
 }
 
+/// Every rank's input elements for `c` (deterministic in `c.seed`).
+pub fn inputs(c: &Case) -> Vec<Vec<u64>> {
+    let in_elems = elems(c).0;
+    let mut seed = c.seed | 1;
+    (0..c.n).map(|_| (0..in_elems).map(|_| value(c.dtype, c.exact, &mut seed)).collect()).collect()
+}
+
+/// Elements of each rank's send and receive buffers.
+pub fn elems(c: &Case) -> (usize, usize) {
+    match c.coll {
+        Collective::ReduceScatter => (c.count * c.n, c.count),
+        Collective::AllGather => (c.count, c.count * c.n),
+        _ => (c.count, c.count),
+    }
+}
+
+/// Byte offsets of rank `r`'s send and receive data in its buffers: in place, one buffer holds
+/// both, in NCCL's layout (reduce-scatter's result, all-gather's input at block r).
+pub fn offsets(c: &Case, r: usize) -> (usize, usize) {
+    let eb = c.dtype.size();
+    match (c.in_place, c.coll) {
+        (true, Collective::ReduceScatter) => (0, r * c.count * eb),
+        (true, Collective::AllGather) => (r * c.count * eb, 0),
+        _ => (0, 0),
+    }
+}
+
+/// Elements as little-endian bytes of `t`.
+pub fn to_bytes(t: DataType, v: &[u64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()[..t.size()].to_vec()).collect()
+}
+
 /// Runs `c` on `be` and compares every output element with the reference.
 pub fn run(be: &Arc<dyn Backend>, c: &Case) -> Result<(), String> {
     let mut cfg = GroupConfig::new(c.n, c.nch);
@@ -148,15 +180,8 @@ pub fn run(be: &Arc<dyn Backend>, c: &Case) -> Result<(), String> {
     let group = LocalGroup::new(be, cfg).map_err(|e| e.to_string())?;
     let (t, n, count) = (c.dtype, c.n, c.count);
     let eb = t.size();
-    let (in_elems, out_elems) = match c.coll {
-        Collective::ReduceScatter => (count * n, count),
-        Collective::AllGather => (count, count * n),
-        _ => (count, count),
-    };
-    let mut seed = c.seed | 1;
-    let inputs: Vec<Vec<u64>> =
-        (0..n).map(|_| (0..in_elems).map(|_| value(t, c.exact, &mut seed)).collect()).collect();
-    let to_bytes = |v: &[u64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()[..eb].to_vec()).collect() };
+    let (in_elems, out_elems) = elems(c);
+    let inputs = inputs(c);
     // Buffers: out of place, separate send and recv; in place, one buffer per rank.
     let big = in_elems.max(out_elems) * eb;
     let sends: Vec<_> = (0..n).map(|_| be.alloc(big.max(1)).unwrap()).collect();
@@ -164,14 +189,10 @@ pub fn run(be: &Arc<dyn Backend>, c: &Case) -> Result<(), String> {
     let mut send_refs = Vec::new();
     let mut recv_refs = Vec::new();
     for r in 0..n {
-        let (s_off, r_off) = match (c.in_place, c.coll) {
-            (true, Collective::ReduceScatter) => (0, r * count * eb),
-            (true, Collective::AllGather) => (r * count * eb, 0),
-            _ => (0, 0),
-        };
+        let (s_off, r_off) = offsets(c, r);
         let sbuf = &sends[r];
         let rbuf = if c.in_place { &sends[r] } else { &recvs[r] };
-        be.copy_in(sbuf, s_off, &to_bytes(&inputs[r])).map_err(|e| e.to_string())?;
+        be.copy_in(sbuf, s_off, &to_bytes(t, &inputs[r])).map_err(|e| e.to_string())?;
         send_refs.push(BufRef { buf: sbuf, offset: s_off });
         recv_refs.push(BufRef { buf: rbuf, offset: r_off });
     }
@@ -183,59 +204,62 @@ pub fn run(be: &Arc<dyn Backend>, c: &Case) -> Result<(), String> {
         Collective::Reduce => group.reduce(&send_refs, &recv_refs, count, t, c.op, c.root),
     };
     res.map_err(|e| e.to_string())?;
-    let (red, arg) = c.op.resolve(t, n);
-    let part = partition(
-        c,
-        match c.coll {
-            Collective::AllGather => count,
-            _ => count,
-        },
-    );
-    for r in 0..n {
+    for (r, recv) in recv_refs.iter().enumerate() {
         if c.coll == Collective::Reduce && r != c.root {
             continue;
         }
         let mut bytes = vec![0u8; out_elems * eb];
-        be.copy_out(recv_refs[r].buf, recv_refs[r].offset, &mut bytes).map_err(|e| e.to_string())?;
-        for i in 0..out_elems {
-            let mut w = [0u8; 8];
-            w[..eb].copy_from_slice(&bytes[i * eb..(i + 1) * eb]);
-            let got = u64::from_le_bytes(w);
-            let want = match c.coll {
-                Collective::AllGather => inputs[i / count][i % count],
-                Collective::Broadcast => inputs[c.root][i],
-                Collective::AllReduce => {
-                    let (ch, k) = part[i];
-                    ring_fold(c, red, arg, &ring(c, ch), k, |q| inputs[q][i])
-                }
-                Collective::ReduceScatter => {
-                    let rg = ring(c, part[i].0);
-                    let owner = rg.iter().position(|&x| x == r).unwrap();
-                    ring_fold(c, red, arg, &rg, owner, |q| inputs[q][r * count + i])
-                }
-                Collective::Reduce => {
-                    let rg = ring(c, part[i].0);
-                    let owner = rg.iter().position(|&x| x == c.root).unwrap();
-                    ring_fold(c, red, arg, &rg, owner, |q| inputs[q][i])
-                }
-            } & mask(t);
-            if !reference::same(t, got, want) {
-                return Err(format!("rank {r} element {i}: got {got:#x}, reference {want:#x}"));
+        be.copy_out(recv.buf, recv.offset, &mut bytes).map_err(|e| e.to_string())?;
+        check_output(c, &inputs, r, &bytes)?;
+    }
+    Ok(())
+}
+
+/// Compares rank `r`'s output `bytes` of case `c` with the reference built from `inputs`.
+pub fn check_output(c: &Case, inputs: &[Vec<u64>], r: usize, bytes: &[u8]) -> Result<(), String> {
+    let (t, n, count) = (c.dtype, c.n, c.count);
+    let eb = t.size();
+    let out_elems = elems(c).1;
+    let (red, arg) = c.op.resolve(t, n);
+    let part = partition(c, count);
+    for i in 0..out_elems {
+        let mut w = [0u8; 8];
+        w[..eb].copy_from_slice(&bytes[i * eb..(i + 1) * eb]);
+        let got = u64::from_le_bytes(w);
+        let want = match c.coll {
+            Collective::AllGather => inputs[i / count][i % count],
+            Collective::Broadcast => inputs[c.root][i],
+            Collective::AllReduce => {
+                let (ch, k) = part[i];
+                ring_fold(c, red, arg, &ring(c, ch), k, |q| inputs[q][i])
             }
-            // Exact inputs stay exact under Sum/Min/Max/SumPostDiv and the ×0.5 pre-op (not ×1/n
-            // for Avg, not Prod, whose partial products may overflow the narrow types), except in
-            // FP8, whose 2-3 mantissa bits cannot hold sums of 8 small integers.
-            let avg_scaled = red == RedOp::PreMulSum && c.op == ReduceOp::Avg;
-            let order_free = !(red == RedOp::Prod || avg_scaled || t.requires_sm90());
-            if c.exact && order_free && matches!(c.coll, Collective::AllReduce | Collective::Reduce) {
-                // Exact inputs: any order gives the same result, e.g. a plain rank-order fold.
-                let col: Vec<u64> = (0..n).map(|q| inputs[q][i]).collect();
-                let plain = reference::fold(t, red, arg, &col, n, red == RedOp::SumPostDiv) & mask(t);
-                if !reference::same(t, plain, got) {
-                    return Err(format!(
-                        "rank {r} element {i}: {got:#x} differs from the rank-order fold {plain:#x}"
-                    ));
-                }
+            Collective::ReduceScatter => {
+                let rg = ring(c, part[i].0);
+                let owner = rg.iter().position(|&x| x == r).unwrap();
+                ring_fold(c, red, arg, &rg, owner, |q| inputs[q][r * count + i])
+            }
+            Collective::Reduce => {
+                let rg = ring(c, part[i].0);
+                let owner = rg.iter().position(|&x| x == c.root).unwrap();
+                ring_fold(c, red, arg, &rg, owner, |q| inputs[q][i])
+            }
+        } & mask(t);
+        if !reference::same(t, got, want) {
+            return Err(format!("rank {r} element {i}: got {got:#x}, reference {want:#x}"));
+        }
+        // Exact inputs stay exact under Sum/Min/Max/SumPostDiv and the ×0.5 pre-op (not ×1/n
+        // for Avg, not Prod, whose partial products may overflow the narrow types), except in
+        // FP8, whose 2-3 mantissa bits cannot hold sums of 8 small integers.
+        let avg_scaled = red == RedOp::PreMulSum && c.op == ReduceOp::Avg;
+        let order_free = !(red == RedOp::Prod || avg_scaled || t.requires_sm90());
+        if c.exact && order_free && matches!(c.coll, Collective::AllReduce | Collective::Reduce) {
+            // Exact inputs: any order gives the same result, e.g. a plain rank-order fold.
+            let col: Vec<u64> = (0..n).map(|q| inputs[q][i]).collect();
+            let plain = reference::fold(t, red, arg, &col, n, red == RedOp::SumPostDiv) & mask(t);
+            if !reference::same(t, plain, got) {
+                return Err(format!(
+                    "rank {r} element {i}: {got:#x} differs from the rank-order fold {plain:#x}"
+                ));
             }
         }
     }

@@ -67,6 +67,20 @@ pub enum Error {
         /// Size of the buffer.
         len: usize,
     },
+    /// Setting up or using the bootstrap network (unique id, root, ranks' sockets) failed.
+    Bootstrap(crate::bootstrap::BootstrapError),
+    /// The launcher's environment (rank, world size, rendezvous) is missing or not acceptable,
+    /// or `rsccl run` could not start its processes.
+    Launch(String),
+    /// A collective failed because peer processes on this host died.
+    PeerDied {
+        /// The rank reporting.
+        rank: usize,
+        /// The ranks whose processes are gone, with their process ids.
+        dead: Vec<(usize, u32)>,
+        /// What this rank's channels reported.
+        failures: Vec<crate::comm::RankFailure>,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -100,6 +114,19 @@ impl std::fmt::Display for Error {
             Error::OutOfRange { what, offset, bytes, len } => {
                 // Formatting must not overflow where the range itself did.
                 write!(f, "{what}: {bytes} bytes at offset {offset} are outside the buffer of {len} bytes")
+            }
+            Error::Bootstrap(e) => write!(f, "bootstrap: {e}"),
+            Error::Launch(why) => write!(f, "launch: {why}"),
+            Error::PeerDied { rank, dead, failures } => {
+                write!(f, "rank {rank}: collective failed: ")?;
+                for (i, (r, pid)) in dead.iter().enumerate() {
+                    write!(f, "{}rank {r} (pid {pid})", if i > 0 { ", " } else { "" })?;
+                }
+                write!(f, " died")?;
+                if let Some(x) = failures.first() {
+                    write!(f, " ({x})")?;
+                }
+                Ok(())
             }
         }
     }

@@ -20,15 +20,19 @@
 //! # Ok::<(), rsccl::Error>(())
 //! ```
 pub mod backend;
+pub mod bootstrap;
 pub mod channels;
 pub mod comm;
 pub mod error;
+pub mod launch;
 pub mod msccl;
 pub mod ptx;
 pub mod topology;
+pub mod transport;
 
 pub use backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig, Preference};
-pub use comm::{Algorithm, BufRef, GroupConfig, LocalGroup, ReduceOp};
+pub use bootstrap::UniqueId;
+pub use comm::{Algorithm, BufRef, Comm, CommConfig, GroupConfig, LocalGroup, ReduceOp};
 pub use error::{Error, Result};
 pub use rsccl_device::dtype::DataType;
 pub use rsccl_device::DevPtr;

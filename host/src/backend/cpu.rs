@@ -177,6 +177,16 @@ impl Backend for CpuBackend {
         Ok(std::sync::Arc::new(CpuBackend::new()))
     }
 
+    unsafe fn register_host(
+        &self,
+        host: *mut u8,
+        len: usize,
+    ) -> Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        // Emulated kernels use host addresses as device addresses: nothing to register.
+        let _ = len;
+        Ok((DevPtr(host as u64), Box::new(())))
+    }
+
     fn reserve_launches(&self, cfg: LaunchConfig, launches: usize) -> Result<()> {
         let dims = LaunchDims { grid: cfg.grid, block: cfg.block, smem_bytes: cfg.smem_bytes };
         emu::reserve(dims, launches)

@@ -173,6 +173,25 @@ pub trait Backend: Send + Sync {
         let _ = (cfg, launches);
         Ok(())
     }
+    /// Makes `len` bytes of host memory at `host` (a shared-memory segment this process mapped)
+    /// reachable by this backend's kernels: returns their device address and a guard that undoes
+    /// the registration when dropped. The CPU emulator uses the address as it is; a GPU pins and
+    /// maps it (`cuMemHostRegister`).
+    ///
+    /// # Safety
+    /// `host..host + len` must stay mapped, readable and writable until the guard is dropped,
+    /// and no kernel may use the device address after that.
+    unsafe fn register_host(
+        &self,
+        host: *mut u8,
+        len: usize,
+    ) -> Result<(DevPtr, Box<dyn Any + Send + Sync>)> {
+        let _ = (host, len);
+        Err(Error::InvalidConfig(format!(
+            "{}: host memory shared between processes (the SHM transport) is not supported on this backend yet",
+            self.describe()
+        )))
+    }
 }
 
 impl dyn Backend + '_ {

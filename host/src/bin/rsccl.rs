@@ -1,4 +1,4 @@
-//! The `rsccl` command-line tool: topology reports and MSCCL compilation.
+//! The `rsccl` command-line tool: topology reports, MSCCL compilation and a local launcher.
 //!
 //! Exit status: 0 on success (and for `--help` / `--version`), 1 when a subcommand's input is
 //! invalid, 2 on a command line that cannot be run (usage printed on stderr).
@@ -10,19 +10,21 @@ usage: rsccl <command> [ARGS...]
 commands:
   topo     report a topology file (or this machine): paths, rings, trees, NVLS
   msccl    compile or check MSCCL algorithm XML
+  run      start N local processes of a program as the ranks of one job
   help     print this help
 
 options:
   -h, --help       print this help
   -V, --version    print the version
 
-Each command has its own help: `rsccl topo --help`, `rsccl msccl --help`.";
+Each command has its own help: `rsccl topo --help`, `rsccl msccl --help`, `rsccl run --help`.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("msccl") => rsccl::msccl::cli::run(&args[1..]),
         Some("topo") => rsccl::topology::cli::run(&args[1..]),
+        Some("run") => rsccl::launch::cli::run(&args[1..]),
         // Asked-for help goes to stdout with success, so `rsccl --help | less` works.
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");

@@ -53,8 +53,12 @@ impl ReduceOp {
 /// for all-gather the send block there in the receive buffer), and what one rank writes
 /// overlaps nothing another rank reads or writes. NCCL leaves such calls undefined; in one
 /// process they can be checked.
-fn check_overlaps(
+///
+/// `send[i]`/`recv[i]` are rank `first_rank + i`'s (a [`super::Comm`] checks its own rank only).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_overlaps(
     coll: Collective,
+    first_rank: usize,
     send: &[BufRef],
     recv: &[BufRef],
     send_bytes: usize,
@@ -69,9 +73,10 @@ fn check_overlaps(
     let overlap = |a: &std::ops::Range<u64>, b: &std::ops::Range<u64>| a.start < b.end && b.start < a.end;
     let bad = |why: String| Error::InvalidConfig(format!("{coll:?}: {why}"));
     // Reduce writes only the root's receive buffer.
-    let writes = |r: usize| coll != Collective::Reduce || r == root;
-    for r in (0..send.len()).filter(|&r| writes(r)) {
-        let (s, d) = (range(&send[r], send_bytes), range(&recv[r], recv_bytes));
+    let writes = |i: usize| coll != Collective::Reduce || first_rank + i == root;
+    for i in (0..send.len()).filter(|&i| writes(i)) {
+        let r = first_rank + i;
+        let (s, d) = (range(&send[i], send_bytes), range(&recv[i], recv_bytes));
         let in_place = match coll {
             Collective::ReduceScatter => d.start == s.start + (r * block) as u64,
             Collective::AllGather => s.start == d.start + (r * block) as u64,
@@ -84,11 +89,12 @@ fn check_overlaps(
                 s.start, d.start
             )));
         }
-        for q in (0..send.len()).filter(|&q| q != r) {
+        for j in (0..send.len()).filter(|&j| j != i) {
             for (what, other) in
-                [("receive", range(&recv[q], recv_bytes)), ("send", range(&send[q], send_bytes))]
+                [("receive", range(&recv[j], recv_bytes)), ("send", range(&send[j], send_bytes))]
             {
-                if overlap(&d, &other) && (what == "send" || writes(q)) {
+                if overlap(&d, &other) && (what == "send" || writes(j)) {
+                    let q = first_rank + j;
                     return Err(bad(format!("rank {r}'s receive buffer overlaps rank {q}'s {what} buffer")));
                 }
             }
@@ -179,13 +185,58 @@ impl<'a> From<&'a DeviceBuffer> for BufRef<'a> {
 }
 
 impl BufRef<'_> {
-    fn ptr(&self) -> DevPtr {
+    pub(crate) fn ptr(&self) -> DevPtr {
         self.buf.ptr().offset(self.offset as u64)
     }
 }
 
+/// The byte sizes of one rank's send and receive buffers and of one block, for `count`
+/// elements of `dtype` over `n` ranks, after checking that rank `r`'s buffers hold them and are
+/// aligned (checked arithmetic: a count that overflows is an error, not a wrap).
+pub(crate) fn check_rank(
+    coll: Collective,
+    r: usize,
+    n: usize,
+    s: &BufRef,
+    d: &BufRef,
+    count: usize,
+    dtype: DataType,
+) -> Result<(usize, usize, usize)> {
+    let bad = |why: String| Error::InvalidConfig(why);
+    let eb = dtype.size();
+    let overflow =
+        || bad(format!("{coll:?}: {count} elements of {} over {n} ranks overflow a byte size", dtype.name()));
+    let block = count.checked_mul(eb).ok_or_else(overflow)?;
+    let all = block.checked_mul(n).ok_or_else(overflow)?;
+    let (send_bytes, recv_bytes) = match coll {
+        Collective::AllReduce | Collective::Broadcast | Collective::Reduce => (block, block),
+        Collective::ReduceScatter => (all, block),
+        Collective::AllGather => (block, all),
+    };
+    for (what, b, need) in [("send", s, send_bytes), ("receive", d, recv_bytes)] {
+        // Non-root ranks of broadcast/reduce do not read or write some buffers, but NCCL
+        // requires them to be valid; so do we.
+        let have = b.buf.len().saturating_sub(b.offset);
+        if b.offset > b.buf.len() || have < need {
+            return Err(bad(format!(
+                "{coll:?} rank {r}: {what} buffer has {have} bytes after offset {}, needs {need} ({count} × {} {})",
+                b.offset,
+                eb,
+                dtype.name()
+            )));
+        }
+        if !b.ptr().is_aligned(eb as u64) {
+            return Err(bad(format!(
+                "{coll:?} rank {r}: {what} buffer address {:#x} is not aligned to {eb} bytes ({})",
+                b.ptr().0,
+                dtype.name()
+            )));
+        }
+    }
+    Ok((send_bytes, recv_bytes, block))
+}
+
 impl LocalGroup {
-    #[allow(clippy::too_many_arguments)]
     #[allow(clippy::too_many_arguments)]
     fn checked(
         &self,
@@ -220,40 +271,12 @@ impl LocalGroup {
                 }
             }
         }
-        let eb = dtype.size();
-        let overflow = || {
-            bad(format!("{coll:?}: {count} elements of {} over {n} ranks overflow a byte size", dtype.name()))
-        };
-        let block = count.checked_mul(eb).ok_or_else(overflow)?;
-        let all = block.checked_mul(n).ok_or_else(overflow)?;
-        let (send_bytes, recv_bytes) = match coll {
-            Collective::AllReduce | Collective::Broadcast | Collective::Reduce => (block, block),
-            Collective::ReduceScatter => (all, block),
-            Collective::AllGather => (block, all),
-        };
+        let mut sizes = (0, 0, 0);
         for (r, (s, d)) in send.iter().zip(recv).enumerate() {
-            for (what, b, need) in [("send", s, send_bytes), ("receive", d, recv_bytes)] {
-                // Non-root ranks of broadcast/reduce do not read or write some buffers, but NCCL
-                // requires them to be valid; so do we.
-                let have = b.buf.len().saturating_sub(b.offset);
-                if b.offset > b.buf.len() || have < need {
-                    return Err(bad(format!(
-                        "{coll:?} rank {r}: {what} buffer has {have} bytes after offset {}, needs {need} ({count} × {} {})",
-                        b.offset,
-                        eb,
-                        dtype.name()
-                    )));
-                }
-                if !b.ptr().is_aligned(eb as u64) {
-                    return Err(bad(format!(
-                        "{coll:?} rank {r}: {what} buffer address {:#x} is not aligned to {eb} bytes ({})",
-                        b.ptr().0,
-                        dtype.name()
-                    )));
-                }
-            }
+            sizes = check_rank(coll, r, n, s, d, count, dtype)?;
         }
-        check_overlaps(coll, send, recv, send_bytes, recv_bytes, block, root)?;
+        let (send_bytes, recv_bytes, block) = sizes;
+        check_overlaps(coll, 0, send, recv, send_bytes, recv_bytes, block, root)?;
         if let ReduceOp::PreMulSum(s) = op {
             check_scalar(dtype, s)?;
         }

@@ -1,19 +1,21 @@
-//! N ranks in one process, connected in rings.
-use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
+//! N ranks in one process: one [`Comm`] per rank, driven together.
+use super::communicator::{Comm, CommConfig};
+use crate::backend::{Backend, LaunchConfig};
 use crate::error::{Error, Result};
-use rsccl_device::coll::kernels::{CollKernel, SIMPLE_THREADS};
-use rsccl_device::coll::one_rank::OneRankArgs;
-use rsccl_device::coll::ring::{RingArgs, RingChannel};
-use rsccl_device::coll::tree::{TreeChannel, TREE_ARITY};
+use rsccl_device::coll::kernels::SIMPLE_THREADS;
+use rsccl_device::coll::tree::TREE_ARITY;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
-use rsccl_device::prims::conn::{decode_status, ConnInfo, ErrorCode, PrimsStatus, NCCL_STEPS};
+use rsccl_device::prims::conn::ErrorCode;
 use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// How long a group's ranks may take to meet over their bootstrap (all in this process: it
+/// only runs out when threads cannot be made).
+const INIT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Shape of a [`LocalGroup`].
 #[derive(Clone, Debug)]
@@ -145,17 +147,9 @@ impl std::fmt::Display for RankFailure {
     }
 }
 
-/// Resources of one rank.
-struct RankRes {
-    stream: Arc<dyn Backend>,
-    channels: DeviceBuffer,
-    tree_channels: DeviceBuffer,
-    status: DeviceBuffer,
-    _user_ranks: DeviceBuffer,
-}
-
-/// N ranks in one process connected by ring channels. Each rank launches on its own stream, so
-/// all ranks' kernels run concurrently, as on N GPUs.
+/// N ranks in one process: a [`Comm`] per rank made by [`Comm::init_all`] (each on its own
+/// stream, so all ranks' kernels run concurrently, as on N GPUs), driven together — the same
+/// bootstrap, transports and kernels as ranks in separate processes.
 ///
 /// **Threads.** A group is `Send + Sync`, and its collectives take `&self`: calls made from
 /// several threads at once run one after another, each whole (launch to completion), in the
@@ -180,47 +174,13 @@ struct RankRes {
 pub struct LocalGroup {
     cfg: GroupConfig,
     cc: Option<(i32, i32)>,
-    ranks: Vec<RankRes>,
-    _conns: Vec<DeviceBuffer>,
-    abort: HostMapped,
-    /// Set when a collective failed: FIFO steps are then inconsistent and the group unusable.
-    poisoned: AtomicBool,
+    comms: Vec<Comm>,
     /// Held for the whole of each collective: the FIFOs carry one collective at a time.
     turn: Mutex<()>,
 }
 
-/// Layout of one connection's allocation: the FIFO, then head, tail, sender step, receiver
-/// step, then the sizes FIFO.
-fn conn_bytes(step_bytes: u64) -> u64 {
-    NCCL_STEPS * step_bytes + 4 * 8 + NCCL_STEPS * 8
-}
-
-/// One FIFO from `from` to `to`: its memory and the sender's and receiver's views.
-fn fifo(
-    backend: &Arc<dyn Backend>,
-    step_bytes: u64,
-    from: usize,
-    to: usize,
-) -> Result<(DeviceBuffer, ConnInfo, ConnInfo)> {
-    let buf = backend.alloc(conn_bytes(step_bytes) as usize)?;
-    let base = buf.ptr();
-    let words = base.offset(NCCL_STEPS * step_bytes);
-    let info = |step: DevPtr, peer: usize| ConnInfo {
-        buff: base,
-        head: words,
-        tail: words.offset(8),
-        step,
-        sizes_fifo: words.offset(32),
-        step_bytes,
-        flags: 0,
-        peer: peer as u64,
-    };
-    let (send, recv) = (info(words.offset(16), to), info(words.offset(24), from));
-    Ok((buf, send, recv))
-}
-
 /// Checks one channel's tree (`parent[r]`): one root, no cycle, at most 3 children each.
-fn check_tree(c: usize, parent: &[Option<usize>], n: usize) -> std::result::Result<(), String> {
+pub(crate) fn check_tree(c: usize, parent: &[Option<usize>], n: usize) -> std::result::Result<(), String> {
     if parent.len() != n {
         return Err(format!("tree of channel {c} has {} ranks, expected {n}", parent.len()));
     }
@@ -296,115 +256,19 @@ impl LocalGroup {
                 cfg.step_bytes
             )));
         }
-        let rings: Vec<Vec<usize>> = match &cfg.rings {
-            Some(r) => r.clone(),
-            None => (0..cfg.nchannels)
-                .map(|c| if c % 2 == 0 { (0..n).collect() } else { (0..n).rev().collect() })
-                .collect(),
+        let ccfg = CommConfig {
+            nchannels: cfg.nchannels,
+            nthreads: cfg.nthreads,
+            step_bytes: cfg.step_bytes,
+            timeout: cfg.timeout,
+            bootstrap_timeout: INIT_TIMEOUT,
+            rings: cfg.rings.clone(),
+            trees: cfg.trees.clone(),
         };
-        if rings.len() != cfg.nchannels {
-            return Err(bad(format!("{} rings given for {} channels", rings.len(), cfg.nchannels)));
-        }
-        for (c, ring) in rings.iter().enumerate() {
-            let mut seen = vec![false; n];
-            for &r in ring {
-                if r >= n || std::mem::replace(&mut seen[r], true) {
-                    return Err(bad(format!("ring of channel {c} is not a permutation of 0..{n}: {ring:?}")));
-                }
-            }
-            if ring.len() != n {
-                return Err(bad(format!("ring of channel {c} has {} ranks, expected {n}", ring.len())));
-            }
-        }
-        let mut conns = Vec::new();
-        // channels[rank][c] = (recv, send, index)
-        let mut wiring = vec![vec![(ConnInfo::default(), ConnInfo::default(), 0u64); cfg.nchannels]; n];
-        for (c, ring) in rings.iter().enumerate() {
-            for (i, &from) in ring.iter().enumerate() {
-                let to = ring[(i + 1) % n];
-                let (buf, send, recv) = fifo(backend, cfg.step_bytes, from, to)?;
-                wiring[from][c].1 = send;
-                wiring[to][c].0 = recv;
-                wiring[from][c].2 = i as u64;
-                conns.push(buf);
-            }
-        }
-        let trees: Vec<Vec<Option<usize>>> = match &cfg.trees {
-            Some(t) => t.clone(),
-            None => rings
-                .iter()
-                .map(|ring| {
-                    let mut parent = vec![None; n];
-                    for w in ring.windows(2) {
-                        parent[w[1]] = Some(w[0]);
-                    }
-                    parent
-                })
-                .collect(),
-        };
-        if trees.len() != cfg.nchannels {
-            return Err(bad(format!("{} trees given for {} channels", trees.len(), cfg.nchannels)));
-        }
-        let mut tree_wiring = vec![vec![TreeChannel::default(); cfg.nchannels]; n];
-        for (c, parent) in trees.iter().enumerate() {
-            check_tree(c, parent, n).map_err(bad)?;
-            let mut kids = vec![0usize; n];
-            for (r, p) in parent.iter().enumerate() {
-                let Some(p) = *p else { continue };
-                let k = kids[p];
-                kids[p] += 1;
-                let (up, send, recv) = fifo(backend, cfg.step_bytes, r, p)?;
-                tree_wiring[r][c].up_send = send;
-                tree_wiring[p][c].down_recv[k] = recv;
-                let (down, send, recv) = fifo(backend, cfg.step_bytes, p, r)?;
-                tree_wiring[p][c].down_send[k] = send;
-                tree_wiring[r][c].up_recv = recv;
-                conns.push(up);
-                conns.push(down);
-            }
-        }
-        let mut ranks = Vec::with_capacity(n);
-        for (r, w) in wiring.iter().enumerate() {
-            let user_ranks = backend.alloc(4 * n * cfg.nchannels)?;
-            let mut ur = Vec::with_capacity(n * cfg.nchannels);
-            for ring in &rings {
-                let me = ring.iter().position(|&x| x == r).expect("validated permutation");
-                ur.extend((0..n).map(|k| ring[(me + k) % n] as u32));
-            }
-            backend.copy_in(&user_ranks, 0, bytemuck::cast_slice(&ur))?;
-            let chans: Vec<RingChannel> = w
-                .iter()
-                .enumerate()
-                .map(|(c, &(recv, send, index))| RingChannel {
-                    recv,
-                    send,
-                    user_ranks: user_ranks.ptr().offset((4 * n * c) as u64),
-                    index,
-                })
-                .collect();
-            let channels = backend.alloc(std::mem::size_of_val(chans.as_slice()))?;
-            backend.copy_in(&channels, 0, bytemuck::cast_slice(&chans))?;
-            let status = backend.alloc(8 * cfg.nchannels)?;
-            let tree_channels = backend.alloc(std::mem::size_of_val(tree_wiring[r].as_slice()))?;
-            backend.copy_in(&tree_channels, 0, bytemuck::cast_slice(&tree_wiring[r]))?;
-            ranks.push(RankRes {
-                stream: backend.fork_stream()?,
-                channels,
-                tree_channels,
-                status,
-                _user_ranks: user_ranks,
-            });
-        }
-        let abort = backend.alloc_mapped(4)?;
-        Ok(LocalGroup {
-            cfg,
-            cc: backend.compute_capability(),
-            ranks,
-            _conns: conns,
-            abort,
-            poisoned: AtomicBool::new(false),
-            turn: Mutex::new(()),
-        })
+        // Shape errors (rings, trees) come before any thread or socket is made.
+        ccfg.shape(n)?;
+        let comms = Comm::init_all(backend, n, ccfg)?;
+        Ok(LocalGroup { cfg, cc: backend.compute_capability(), comms, turn: Mutex::new(()) })
     }
 
     /// Number of ranks.
@@ -423,7 +287,7 @@ impl LocalGroup {
 
     /// Asks every running collective of this group to stop (its waits give up at once).
     pub fn abort(&self) -> Result<()> {
-        self.abort.store_u32(0, 1)
+        self.comms.iter().try_for_each(Comm::abort)
     }
 
     /// Low-level: runs ring collective `coll` of `dtype`/`op` on every rank with
@@ -441,40 +305,6 @@ impl LocalGroup {
         red_op_arg: u64,
     ) -> Result<()> {
         self.run(dtype, false, coll, op, bufs, count, root, red_op_arg)
-    }
-
-    /// One rank: nothing to exchange. The result is the input with the op's pre- and post-op
-    /// applied (all-reduce, reduce-scatter, reduce) or the input itself — one reduce-copy, as
-    /// NCCL launches for a one-rank communicator.
-    fn run_one_rank(
-        &self,
-        coll: Collective,
-        dtype: DataType,
-        op: RedOp,
-        bufs: &[(DevPtr, DevPtr)],
-        count: u64,
-        red_op_arg: u64,
-    ) -> Result<()> {
-        let Some(&(send, recv)) = bufs.first() else { return Ok(()) };
-        if count == 0 {
-            return Ok(());
-        }
-        let reduces = matches!(coll, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce);
-        let args = OneRankArgs {
-            src: send,
-            dst: recv,
-            count,
-            red_op_arg: if reduces { red_op_arg } else { 0 },
-            op: op as u32,
-            apply_op: reduces as u32,
-        };
-        let kernel = CollKernel::OneRank(dtype);
-        let blocks = (count / (1 << 16)).clamp(1, 32) as u32;
-        let res = &self.ranks[0];
-        res.stream
-            .launch(&kernel.name(), LaunchConfig::linear(blocks, self.cfg.nthreads), &args)
-            .and_then(|_| res.stream.synchronize())
-            .map_err(|e| Error::Rank { rank: 0, source: Box::new(e) })
     }
 
     /// Low-level: tree all-reduce of `dtype`/`op` on every rank (see [`LocalGroup::run_ring`]).
@@ -502,36 +332,29 @@ impl LocalGroup {
         red_op_arg: u64,
     ) -> Result<()> {
         // One collective at a time; a panic in another caller leaves nothing half-done here
-        // (the poisoned flag, not the lock's, records a failed collective).
+        // (each Comm's poisoned flag, not the lock's, records a failed collective).
         let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
-        if self.poisoned.load(Ordering::SeqCst) {
+        if self.comms.iter().any(Comm::is_poisoned) {
             return Err(Error::InvalidConfig(
                 "this group's connections are inconsistent after a failed collective; create a new group"
                     .into(),
             ));
         }
         let n = self.cfg.nranks;
-        if n == 1 {
-            return self.run_one_rank(coll, dtype, op, bufs, count, red_op_arg);
+        if bufs.len() != n {
+            return Err(Error::InvalidConfig(format!("{} buffer pairs given for {n} ranks", bufs.len())));
         }
-        let kernel = if tree { CollKernel::TreeAllReduce(dtype) } else { CollKernel::ring(coll, dtype) };
-        // Byte kernels (all-gather, broadcast) count bytes, whatever the type.
-        let count = if kernel.counts_bytes() {
-            count.checked_mul(dtype.size() as u64).ok_or_else(|| {
-                Error::InvalidConfig(format!("{count} elements of {dtype:?} overflow a byte count"))
-            })?
-        } else {
-            count
-        };
-        let name = kernel.name();
-        let kernel = name.as_str();
-        self.abort.store_u32(0, 0)?;
-        let cfg = LaunchConfig::linear(self.cfg.nchannels as u32, self.cfg.nthreads).with_smem(shm_bytes(1));
-        // Every rank's launch must be able to start, or those that did would wait on the others.
-        self.ranks[0].stream.reserve_launches(cfg, n)?;
+        if n > 1 {
+            // Every rank's launch must be able to start, or those that did would wait on the others.
+            let cfg =
+                LaunchConfig::linear(self.cfg.nchannels as u32, self.cfg.nthreads).with_smem(shm_bytes(1));
+            self.comms[0].stream_reserve(cfg, n)?;
+        }
         let mut launch_errors = Vec::new();
-        for (r, res) in self.ranks.iter().enumerate() {
-            res.stream.copy_in(&res.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
+        let mut launched = vec![false; n];
+        // Armed before any launch, so an abort arriving mid-loop reaches every rank.
+        self.comms.iter().try_for_each(Comm::arm)?;
+        for (r, comm) in self.comms.iter().enumerate() {
             if self.cfg.fault == Some(Fault::RankNeverLaunches(r)) {
                 continue;
             }
@@ -540,53 +363,32 @@ impl LocalGroup {
                 let pseudo = (r as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
                 std::thread::sleep(Duration::from_nanos(pseudo % ns));
             }
-            let args = RingArgs {
-                sendbuff: bufs[r].0,
-                recvbuff: bufs[r].1,
-                count,
-                channels: if tree { res.tree_channels.ptr() } else { res.channels.ptr() },
-                status: PrimsStatus {
-                    status: res.status.ptr(),
-                    abort_flag: self.abort.ptr(),
-                    // At most MAX_TIMEOUT (checked by new): fits in u64 nanoseconds.
-                    timeout_ns: self.cfg.timeout.as_nanos() as u64,
-                },
-                step_bytes: self.cfg.step_bytes,
-                root: root as u64,
-                rank: r as u64,
-                nranks: n as u64,
-                coll: coll as u32,
-                op: op as u32,
-                red_op_arg,
-            };
-            if let Err(e) = res.stream.launch(kernel, cfg, &args) {
-                launch_errors.push((r, e));
+            match comm.launch(coll, dtype, op, tree, bufs[r], count, root, red_op_arg) {
+                Ok(()) => launched[r] = true,
+                Err(e) => launch_errors.push((r, e)),
             }
         }
         let mut failures = Vec::new();
-        let mut kernel_errors = Vec::new();
-        for (r, res) in self.ranks.iter().enumerate() {
-            if let Err(e) = res.stream.synchronize() {
-                kernel_errors.push((r, e));
+        let mut other_errors = Vec::new();
+        for (r, comm) in self.comms.iter().enumerate() {
+            if !launched[r] {
                 continue;
             }
-            let mut words = vec![0u8; 8 * self.cfg.nchannels];
-            res.stream.copy_out(&res.status, 0, &mut words)?;
-            for (c, w) in words.chunks_exact(8).enumerate() {
-                let (code, peer, step) = decode_status(u64::from_le_bytes(w.try_into().unwrap()));
-                if code != ErrorCode::None {
-                    failures.push(RankFailure { rank: r, channel: c, code, peer: peer as usize, step });
-                }
+            match comm.finish() {
+                Ok(()) => {}
+                Err(Error::Collective { failures: f }) => failures.extend(f),
+                Err(e) => other_errors.push((r, e)),
             }
         }
         if let Some((r, e)) = launch_errors.into_iter().next() {
             // Other ranks launched and may have timed out against this one.
-            self.poisoned.store(!failures.is_empty(), Ordering::SeqCst);
-            return Err(Error::Rank { rank: r, source: Box::new(e) });
+            return Err(match e {
+                e @ Error::Rank { .. } => e,
+                e => Error::Rank { rank: r, source: Box::new(e) },
+            });
         }
-        if let Some((r, e)) = kernel_errors.into_iter().next() {
-            self.poisoned.store(true, Ordering::SeqCst);
-            return Err(Error::Rank { rank: r, source: Box::new(e) });
+        if let Some((_, e)) = other_errors.into_iter().next() {
+            return Err(e);
         }
         if let Some(Fault::RankNeverLaunches(r)) = self.cfg.fault {
             if failures.is_empty() && n > 1 {
@@ -594,7 +396,6 @@ impl LocalGroup {
             }
         }
         if !failures.is_empty() {
-            self.poisoned.store(true, Ordering::SeqCst);
             return Err(Error::Collective { failures });
         }
         Ok(())

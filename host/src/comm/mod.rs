@@ -1,8 +1,11 @@
-//! Communicators. [`LocalGroup`] runs N ranks in one process — threads on the CPU backend,
+//! Communicators. [`Comm`] is one rank of a communicator, in its own process or beside others
+//! (`Comm::init_rank`, `Comm::init_all`), meeting over the TCP bootstrap. [`LocalGroup`] runs N ranks in one process — threads on the CPU backend,
 //! concurrent streams on one GPU — with ring channels between them; it is how every algorithm
 //! is tested without a GPU cluster.
 mod collectives;
+mod communicator;
 mod local;
 
 pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};
+pub use communicator::{Comm, CommConfig, MAX_CHANNELS};
 pub use local::{Fault, GroupConfig, LocalGroup, RankFailure, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT};

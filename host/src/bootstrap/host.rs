@@ -1,0 +1,80 @@
+//! This host's identity, as NCCL's `getHostHash`: the host name and the kernel's boot id, so that
+//! two containers on one machine with the same name but another boot id count as one host only
+//! when they really share the kernel. `RSCCL_HOSTID` overrides both (as `NCCL_HOSTID`).
+use super::wire::MAX_HOSTNAME;
+
+/// Who this host is.
+#[derive(Debug, Clone)]
+pub(crate) struct HostId {
+    /// Hash of the host name and boot id (or of `RSCCL_HOSTID`).
+    pub hash: u64,
+    /// The host name, for messages.
+    pub name: String,
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    let s = std::fs::read_to_string(path).ok()?;
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+/// This host's identity.
+pub(crate) fn identity() -> HostId {
+    let name = read_trimmed("/proc/sys/kernel/hostname")
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| "localhost".to_string());
+    let name = truncate(name, MAX_HOSTNAME);
+    if let Some(id) = std::env::var("RSCCL_HOSTID").ok().filter(|h| !h.is_empty()) {
+        return HostId { hash: fnv1a64(FNV_OFFSET, id.as_bytes()), name };
+    }
+    let boot = read_trimmed("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let mut h = fnv1a64(FNV_OFFSET, name.as_bytes());
+    h = fnv1a64(h, b"\0");
+    h = fnv1a64(h, boot.as_bytes());
+    HostId { hash: h, name }
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+pub(crate) fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+/// The FNV-1a 64-bit offset basis.
+pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a over `bytes`, continuing from `h`. Not cryptographic.
+pub(crate) fn fnv1a64(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// SplitMix64's finalizer: spreads every input bit over the output.
+pub(crate) fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_is_stable_and_named() {
+        let (a, b) = (identity(), identity());
+        assert_eq!(a.hash, b.hash);
+        assert!(!a.name.is_empty() && a.name.len() <= MAX_HOSTNAME);
+        assert_eq!(truncate("héllo".into(), 2), "h");
+        assert_ne!(fnv1a64(FNV_OFFSET, b"a"), fnv1a64(FNV_OFFSET, b"b"));
+    }
+}

@@ -1,0 +1,462 @@
+//! Bootstrap: how the ranks of a communicator, in one process or many, find each other before
+//! any GPU traffic — NCCL's `bootstrap.cc`, over TCP with `std::net`.
+//!
+//! 1. One process makes a [`UniqueId`]: the root's address and a random 128-bit secret. Making
+//!    it starts the root listener in the background.
+//! 2. The id travels to every rank by any means (bytes or text).
+//! 3. Every rank calls [`Bootstrap::init`]: it opens its own listener (on the interface that
+//!    reaches the root), connects to the root and sends its rank, the number of ranks, its
+//!    listener's address, its host identity, its pid and a bounded payload. The root checks
+//!    that the ranks agree, waits for all of them and answers each with the table of all ranks.
+//!    Each rank then connects to its ring successor and waits for its predecessor.
+//! 4. The [`Bootstrap`] then carries small collectives ([`all_gather`](Bootstrap::all_gather),
+//!    [`barrier`](Bootstrap::barrier), [`broadcast`](Bootstrap::broadcast),
+//!    [`intra_node_broadcast`](Bootstrap::intra_node_broadcast)) and tagged point-to-point
+//!    messages ([`send`](Bootstrap::send) / [`recv`](Bootstrap::recv), connecting on demand).
+//!
+//! Every frame carries a magic, a version, the secret, a kind and a bounded length (see
+//! [`wire`]). A connection that fails a check — or sends nothing within [`HANDSHAKE_TIMEOUT`] —
+//! is dropped and logged (`rsccl bootstrap: …` on stderr, or to [`set_log_hook`]), and bootstrap
+//! goes on: a port scanner cannot stall or crash the root or a rank. Every wait of a call — each
+//! socket read and write, each receive — has a deadline derived from the timeout given to
+//! [`Bootstrap::init`]; nothing blocks forever. (A rank's background readers wait on idle peer
+//! connections for as long as the [`Bootstrap`] lives; dropping it shuts them down.)
+//!
+//! ```
+//! use rsccl::bootstrap::Bootstrap;
+//! use rsccl::UniqueId;
+//! use std::time::Duration;
+//!
+//! let id = UniqueId::with_addr("127.0.0.1:0".parse().unwrap())?;
+//! let nranks = 3;
+//! let threads: Vec<_> = (0..nranks)
+//!     .map(|rank| {
+//!         std::thread::spawn(move || -> rsccl::Result<Vec<Vec<u8>>> {
+//!             let mut b = Bootstrap::init(&id, rank, nranks, b"", Duration::from_secs(10))?;
+//!             b.all_gather(format!("rank {rank}").as_bytes())
+//!         })
+//!     })
+//!     .collect();
+//! for t in threads {
+//!     let all = t.join().unwrap()?;
+//!     assert_eq!(all, [b"rank 0".to_vec(), b"rank 1".to_vec(), b"rank 2".to_vec()]);
+//! }
+//! # Ok::<(), rsccl::Error>(())
+//! ```
+mod error;
+mod host;
+mod listen;
+mod mailbox;
+mod msg;
+mod ring;
+mod root;
+mod unique_id;
+pub mod wire;
+
+pub use error::BootstrapError;
+pub use unique_id::{UniqueId, COMM_ID_VAR, COMM_SECRET_VAR, DEFAULT_ROOT_TIMEOUT};
+pub use wire::{MAX_BOOTSTRAP_MSG, MAX_LOCAL_INFO, MAX_RANKS};
+
+use crate::Result;
+use error::fmt_duration;
+use mailbox::{Mailbox, RecvError};
+use msg::{decode_entry, Lane, RankHello, RootErr};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use wire::{read_frame, write_frame, FrameError, Kind, Wait, MAX_CONTROL_LEN};
+
+/// How long a new connection (to the root or to a rank) may take to send its first frame
+/// before it is dropped.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What every rank learns about every rank at [`Bootstrap::init`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// The rank.
+    pub rank: usize,
+    /// Where the rank's bootstrap listener is.
+    pub addr: SocketAddr,
+    /// The rank's host identity: a hash of host name and boot id (or of `RSCCL_HOSTID`), equal
+    /// for ranks on one host.
+    pub host_hash: u64,
+    /// The rank's host name.
+    pub hostname: String,
+    /// The rank's process id.
+    pub pid: u32,
+    /// The payload the rank gave to [`Bootstrap::init`].
+    pub info: Vec<u8>,
+}
+
+/// A hook that receives the bootstrap's log lines.
+pub type LogHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+static LOG_HOOK: RwLock<Option<LogHook>> = RwLock::new(None);
+
+/// Sends the bootstrap's log lines (refused connections, failures; each starting with
+/// `rsccl bootstrap:`) to `hook` instead of stderr; `None` restores stderr. Process-wide.
+pub fn set_log_hook(hook: Option<LogHook>) {
+    *LOG_HOOK.write().unwrap_or_else(|e| e.into_inner()) = hook;
+}
+
+/// Logs one line, `rsccl bootstrap: …`.
+pub(crate) fn log(args: std::fmt::Arguments<'_>) {
+    let line = format!("rsccl bootstrap: {args}");
+    match LOG_HOOK.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        Some(h) => h(&line),
+        None => eprintln!("{line}"),
+    }
+}
+
+/// "pid P on HOST (listening at ADDR)": which process a rank is, for messages.
+pub(crate) fn describe(p: &PeerInfo) -> String {
+    format!("pid {} on {} (listening at {})", p.pid, p.hostname, p.addr)
+}
+
+/// Connects to `addr`, retrying (the listener may not be up yet) until `deadline`.
+pub(crate) fn connect(addr: SocketAddr, deadline: Instant) -> std::result::Result<TcpStream, String> {
+    let mut pause = Duration::from_millis(2);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("could not connect in time".into());
+        }
+        let err = match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(2))) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Err(e) => e,
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left <= pause {
+            return Err(format!("could not connect: {err}"));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// Sends `me` to the root on `rs` and reads the table of all `nranks` ranks from it, or the
+/// root's reason why there is none, by `deadline`.
+fn join_root(
+    mut rs: TcpStream,
+    root: SocketAddr,
+    secret: &[u8; 16],
+    me: &PeerInfo,
+    nranks: usize,
+    deadline: Instant,
+    timeout: Duration,
+) -> std::result::Result<Vec<PeerInfo>, BootstrapError> {
+    let rank = me.rank;
+    let link = |what: String| BootstrapError::Link { rank, peer: None, addr: root, what };
+    // A root that closes the connection before it answers anything never took this rank in (it
+    // was swamped, or this rank was too slow to speak): connect again.
+    let mut peers = Vec::with_capacity(nranks);
+    let mut pause = Duration::from_millis(10);
+    while peers.len() < nranks {
+        let got = if peers.is_empty() {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            let hello = RankHello { nranks, wait, info: me.clone() }.encode();
+            write_frame(&mut rs, secret, Kind::RankInfo, &hello, deadline)
+                .and_then(|()| read_frame(&mut rs, secret, Wait::Until(deadline), MAX_CONTROL_LEN))
+        } else {
+            read_frame(&mut rs, secret, Wait::Until(deadline), MAX_CONTROL_LEN)
+        };
+        let (kind, payload) = match got {
+            Ok(x) => x,
+            Err(FrameError::Eof { got: 0 } | FrameError::Reset)
+                if peers.is_empty() && Instant::now() + pause < deadline =>
+            {
+                log(format_args!("rank {rank}: the root at {root} dropped this rank's connection; retrying"));
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(200));
+                rs = connect(root, deadline).map_err(|e| link(format!("reconnecting: {e}")))?;
+                continue;
+            }
+            Err(FrameError::TimedOut) => {
+                return Err(link(format!(
+                    "the root did not answer within {} (it says which ranks are missing before a \
+                     rank's timeout: is it alive?)",
+                    fmt_duration(timeout)
+                )))
+            }
+            Err(FrameError::Eof { .. } | FrameError::Reset) => {
+                return Err(link("the root closed the connection before answering".into()))
+            }
+            Err(e) => return Err(link(format!("talking to the root failed: {e}"))),
+        };
+        match kind {
+            Kind::PeerInfo => {
+                let p = decode_entry(&payload).map_err(|e| link(format!("bad table from the root: {e}")))?;
+                if p.rank != peers.len() {
+                    return Err(link(format!("the root's table has rank {} at {}", p.rank, peers.len())));
+                }
+                peers.push(p);
+            }
+            Kind::RootError => {
+                let e =
+                    RootErr::decode(&payload).map_err(|e| link(format!("bad error from the root: {e}")))?;
+                return Err(match e {
+                    RootErr::Missing { nranks, missing, .. } => {
+                        BootstrapError::MissingRanks { rank, nranks, missing, root, timeout }
+                    }
+                    RootErr::Duplicate { claimed, claimants } => {
+                        BootstrapError::DuplicateRank { rank, claimed, claimants, root }
+                    }
+                    RootErr::Mismatch { first, second } => {
+                        BootstrapError::NranksMismatch { rank, first, second, root }
+                    }
+                    RootErr::Other(why) => link(format!("the root refused: {why}")),
+                });
+            }
+            k => return Err(link(format!("unexpected {k:?} message from the root"))),
+        }
+    }
+    Ok(peers)
+}
+
+/// One rank's bootstrap network: the table of all ranks, a ring of connections, and
+/// connections to other ranks made on demand. Dropping it closes them all.
+///
+/// Collective calls ([`all_gather`](Self::all_gather), [`barrier`](Self::barrier),
+/// [`broadcast`](Self::broadcast)) must be made by every rank in the same order;
+/// [`intra_node_broadcast`](Self::intra_node_broadcast) by every rank of a host. Each call waits
+/// at most the bootstrap's [`timeout`](Self::timeout).
+pub struct Bootstrap {
+    rank: usize,
+    nranks: usize,
+    root: SocketAddr,
+    timeout: Duration,
+    peers: Vec<PeerInfo>,
+    local: Vec<usize>,
+    mailbox: Mailbox,
+    /// Collective calls made so far: each call's messages carry its number as their tag.
+    ring_seq: u64,
+    intra_seq: u64,
+}
+
+impl std::fmt::Debug for Bootstrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bootstrap")
+            .field("rank", &self.rank)
+            .field("nranks", &self.nranks)
+            .field("root", &self.root)
+            .field("addr", &self.peers[self.rank].addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Bootstrap {
+    /// Joins the bootstrap of `id` as `rank` of `nranks`, handing `local_info` (at most
+    /// [`MAX_LOCAL_INFO`] bytes) to every rank (see [`peers`](Self::peers)). Returns once every
+    /// rank has reached the root and this rank's ring connections stand, or fails within
+    /// `timeout`: naming the ranks that never arrived, a rank claimed twice, ranks that disagree
+    /// on `nranks`, or the root or peer that could not be reached. `timeout` also bounds every
+    /// later call.
+    pub fn init(
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+        local_info: &[u8],
+        timeout: Duration,
+    ) -> Result<Bootstrap> {
+        let invalid = |why: String| BootstrapError::InvalidArgument(why).into();
+        if nranks == 0 || nranks > MAX_RANKS {
+            return Err(invalid(format!("{nranks} ranks: must be 1 to {MAX_RANKS}")));
+        }
+        if rank >= nranks {
+            return Err(invalid(format!("rank {rank} is not below the number of ranks, {nranks}")));
+        }
+        if local_info.len() > MAX_LOCAL_INFO {
+            return Err(invalid(format!(
+                "{} bytes of local info, more than {MAX_LOCAL_INFO}",
+                local_info.len()
+            )));
+        }
+        if timeout.is_zero() {
+            return Err(invalid("a zero timeout".into()));
+        }
+        let deadline = Instant::now() + timeout;
+        let (root, secret) = (id.root_addr(), *id.secret());
+        let link = |what: String| BootstrapError::Link { rank, peer: None, addr: root, what };
+        let local = |what: String| BootstrapError::Local { rank: Some(rank), what };
+        let host = host::identity();
+
+        let rs = connect(root, deadline)
+            .map_err(|e| link(format!("{e}; gave up after {}", fmt_duration(timeout))))?;
+        // Listen where the root's connection leaves this host: peers reach us the same way.
+        let ip = rs.local_addr().map_err(|e| local(format!("bootstrap socket: {e}")))?.ip();
+        let listener =
+            TcpListener::bind((ip, 0)).map_err(|e| local(format!("cannot listen on {ip}: {e}")))?;
+        let addr = listener.local_addr().map_err(|e| local(format!("bootstrap listener: {e}")))?;
+        let mailbox = Mailbox::new(listener, addr, rank, nranks, secret, timeout)
+            .map_err(|e| local(format!("cannot start the bootstrap listener: {e}")))?;
+
+        let me = PeerInfo {
+            rank,
+            addr,
+            host_hash: host.hash,
+            hostname: host.name,
+            pid: std::process::id(),
+            info: local_info.to_vec(),
+        };
+        let peers = join_root(rs, root, &secret, &me, nranks, deadline, timeout)?;
+
+        let local_ranks = peers.iter().filter(|p| p.host_hash == host.hash).map(|p| p.rank).collect();
+        let mut b = Bootstrap {
+            rank,
+            nranks,
+            root,
+            timeout,
+            peers,
+            local: local_ranks,
+            mailbox,
+            ring_seq: 0,
+            intra_seq: 0,
+        };
+        if nranks > 1 {
+            let (next, prev) = (b.next(), b.prev());
+            let next_addr = b.peers[next].addr;
+            if let Err(e) = b.mailbox.connection(next, next_addr, deadline) {
+                return Err(b.link_err(next, format!("connecting to the ring successor failed: {e}")));
+            }
+            b.mailbox.wait_hello(prev, deadline).map_err(|e| b.recv_err("forming the ring", prev, e))?;
+        }
+        Ok(b)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    /// The root's address.
+    pub fn root_addr(&self) -> SocketAddr {
+        self.root
+    }
+
+    /// How long each call waits at most.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Changes how long each later call waits at most (zero is refused).
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
+        if timeout.is_zero() {
+            return Err(BootstrapError::InvalidArgument("a zero timeout".into()).into());
+        }
+        self.timeout = timeout;
+        Ok(())
+    }
+
+    /// Every rank's entry, in rank order (this rank's included).
+    pub fn peers(&self) -> &[PeerInfo] {
+        &self.peers
+    }
+
+    /// The ranks on this rank's host (same host identity), ascending; this rank among them.
+    pub fn local_ranks(&self) -> &[usize] {
+        &self.local
+    }
+
+    /// This rank's index among [`local_ranks`](Self::local_ranks).
+    pub fn local_rank(&self) -> usize {
+        self.local.iter().position(|&r| r == self.rank).expect("a rank is on its own host")
+    }
+
+    /// The ring successor.
+    fn next(&self) -> usize {
+        (self.rank + 1) % self.nranks
+    }
+
+    /// The ring predecessor.
+    fn prev(&self) -> usize {
+        (self.rank + self.nranks - 1) % self.nranks
+    }
+
+    /// A failure talking to `peer`.
+    fn link_err(&self, peer: usize, what: String) -> crate::Error {
+        BootstrapError::Link { rank: self.rank, peer: Some(peer), addr: self.peers[peer].addr, what }.into()
+    }
+
+    /// A failed receive from `peer` during `op`.
+    fn recv_err(&self, op: &str, peer: usize, e: RecvError) -> crate::Error {
+        let what = match e {
+            RecvError::TimedOut => {
+                format!("{op}: nothing from rank {peer} within {}", fmt_duration(self.timeout))
+            }
+            RecvError::Gone(why) => format!("{op}: rank {peer} is gone ({why})"),
+        };
+        self.link_err(peer, what)
+    }
+
+    /// Checks a peer argument.
+    fn check_peer(&self, what: &str, peer: usize) -> Result<()> {
+        if peer >= self.nranks {
+            return Err(BootstrapError::InvalidArgument(format!(
+                "{what} {peer} is not below the number of ranks, {}",
+                self.nranks
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Checks a message size.
+    fn check_len(what: &str, len: usize) -> Result<()> {
+        if len > MAX_BOOTSTRAP_MSG {
+            return Err(BootstrapError::InvalidArgument(format!(
+                "{what} of {len} bytes, more than MAX_BOOTSTRAP_MSG ({MAX_BOOTSTRAP_MSG})"
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Sends on `lane` to `peer`, for `op`.
+    fn send_on(
+        &mut self,
+        op: &str,
+        lane: Lane,
+        peer: usize,
+        tag: u64,
+        data: &[u8],
+        deadline: Instant,
+    ) -> Result<()> {
+        let addr = self.peers[peer].addr;
+        self.mailbox
+            .send(lane, peer, addr, tag, data, deadline)
+            .map_err(|e| self.link_err(peer, format!("{op}: {e}")))
+    }
+
+    /// Receives on `lane` from `peer`, for `op`.
+    fn recv_on(&mut self, op: &str, lane: Lane, peer: usize, tag: u64, deadline: Instant) -> Result<Vec<u8>> {
+        self.mailbox.recv(lane, peer, tag, deadline).map_err(|e| self.recv_err(op, peer, e))
+    }
+
+    /// Sends `data` (at most [`MAX_BOOTSTRAP_MSG`] bytes) to `peer` with `tag`, as NCCL's
+    /// `bootstrapSend`: the first message to a peer opens a connection to its listener. Returns
+    /// once the bytes are with the kernel; the peer takes them with [`recv`](Self::recv). A
+    /// message to this rank itself is kept for its own `recv`.
+    pub fn send(&mut self, peer: usize, tag: u64, data: &[u8]) -> Result<()> {
+        self.check_peer("peer", peer)?;
+        Self::check_len("a message", data.len())?;
+        let deadline = Instant::now() + self.timeout;
+        self.send_on("send", Lane::User, peer, tag, data, deadline)
+    }
+
+    /// The next message `peer` sent with `tag`, waiting at most the timeout. Messages with
+    /// other tags (or from other peers) that arrive meanwhile are kept for the calls that ask
+    /// for them; messages from one peer with one tag come in the order they were sent.
+    pub fn recv(&mut self, peer: usize, tag: u64) -> Result<Vec<u8>> {
+        self.check_peer("peer", peer)?;
+        let deadline = Instant::now() + self.timeout;
+        self.recv_on("recv", Lane::User, peer, tag, deadline)
+    }
+}

@@ -1,0 +1,829 @@
+//! [`Comm`]: one rank of a communicator, in its own process or beside others in one process
+//! (NCCL's `ncclComm_t`). Ranks meet over the TCP [`Bootstrap`], choose a transport per peer
+//! (in-process, shared memory), exchange connection handles, and run the same ring and tree
+//! kernels as every other path.
+use super::collectives::{check_rank, check_scalar};
+use super::local::{check_tree, MAX_STEP_BYTES, MAX_TIMEOUT};
+use super::{BufRef, RankFailure, ReduceOp};
+use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
+use crate::bootstrap::{Bootstrap, PeerInfo, UniqueId};
+use crate::error::{Error, Result};
+use crate::transport::{self, ConnHandle, ConnLayout, ConnMem, Side, TransportKind, MAX_HANDLE_BYTES};
+use rsccl_device::coll::kernels::{CollKernel, SIMPLE_THREADS};
+use rsccl_device::coll::one_rank::OneRankArgs;
+use rsccl_device::coll::ring::{RingArgs, RingChannel};
+use rsccl_device::coll::tree::TreeChannel;
+use rsccl_device::coll::Collective;
+use rsccl_device::dtype::DataType;
+use rsccl_device::prims::conn::{decode_status, ConnInfo, ErrorCode, PrimsStatus};
+use rsccl_device::prims::simple::shm_bytes;
+use rsccl_device::redop::RedOp;
+use rsccl_device::DevPtr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Most channels of a communicator (NCCL's `MAXCHANNELS`).
+pub const MAX_CHANNELS: usize = 64;
+
+/// How a communicator is shaped. Every rank must pass the same values; `init_rank` checks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CommConfig {
+    /// Ring channels (one block each), 1..=[`MAX_CHANNELS`].
+    pub nchannels: usize,
+    /// Threads per block: a multiple of 32 in 64..=[`SIMPLE_THREADS`].
+    pub nthreads: u32,
+    /// FIFO slot size: a multiple of 128 in 128..=[`MAX_STEP_BYTES`].
+    pub step_bytes: u64,
+    /// How long a collective may wait for a peer before it fails (0 = forever; at most
+    /// [`MAX_TIMEOUT`]).
+    pub timeout: Duration,
+    /// How long `init_rank` waits for every rank to arrive.
+    pub bootstrap_timeout: Duration,
+    /// Ring order per channel; `None`: channel c uses 0..n, reversed on odd channels.
+    pub rings: Option<Vec<Vec<usize>>>,
+    /// Parent of each rank per channel for tree all-reduce; `None`: the chain of each ring.
+    pub trees: Option<Vec<Vec<Option<usize>>>>,
+}
+
+impl Default for CommConfig {
+    /// Two channels, NCCL's Simple protocol shape (512 threads, 512 KiB steps), 30 s timeouts.
+    fn default() -> Self {
+        CommConfig {
+            nchannels: 2,
+            nthreads: SIMPLE_THREADS,
+            step_bytes: 512 * 1024,
+            timeout: Duration::from_secs(30),
+            bootstrap_timeout: Duration::from_secs(30),
+            rings: None,
+            trees: None,
+        }
+    }
+}
+
+impl CommConfig {
+    /// Checks the fields for `n` ranks and returns the rings and trees to build.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn shape(&self, n: usize) -> Result<(Vec<Vec<usize>>, Vec<Vec<Option<usize>>>)> {
+        let bad = |why: String| Error::InvalidConfig(why);
+        if self.nchannels == 0 || self.nchannels > MAX_CHANNELS {
+            return Err(bad(format!("nchannels {} is outside 1..={MAX_CHANNELS}", self.nchannels)));
+        }
+        if self.nthreads > SIMPLE_THREADS || self.nthreads < 64 || !self.nthreads.is_multiple_of(32) {
+            return Err(bad(format!(
+                "nthreads {} must be a multiple of 32 in 64..={SIMPLE_THREADS} (the collective kernels' block size)",
+                self.nthreads
+            )));
+        }
+        if self.step_bytes < 128 || self.step_bytes > MAX_STEP_BYTES || !self.step_bytes.is_multiple_of(128) {
+            return Err(bad(format!(
+                "step_bytes {} must be a multiple of 128 in 128..={MAX_STEP_BYTES}",
+                self.step_bytes
+            )));
+        }
+        for (what, t) in [("timeout", self.timeout), ("bootstrap_timeout", self.bootstrap_timeout)] {
+            if t > MAX_TIMEOUT {
+                return Err(bad(format!("{what} {t:?} exceeds the limit of {MAX_TIMEOUT:?}")));
+            }
+        }
+        if self.bootstrap_timeout.is_zero() {
+            return Err(bad("bootstrap_timeout must be above zero".into()));
+        }
+        let rings: Vec<Vec<usize>> = match &self.rings {
+            Some(r) => r.clone(),
+            None => (0..self.nchannels)
+                .map(|c| if c % 2 == 0 { (0..n).collect() } else { (0..n).rev().collect() })
+                .collect(),
+        };
+        if rings.len() != self.nchannels {
+            return Err(bad(format!("{} rings given for {} channels", rings.len(), self.nchannels)));
+        }
+        for (c, ring) in rings.iter().enumerate() {
+            let mut seen = vec![false; n];
+            if ring.len() != n || ring.iter().any(|&r| r >= n || std::mem::replace(&mut seen[r], true)) {
+                return Err(bad(format!("ring of channel {c} is not a permutation of 0..{n}")));
+            }
+        }
+        let trees: Vec<Vec<Option<usize>>> = match &self.trees {
+            Some(t) => t.clone(),
+            None => rings
+                .iter()
+                .map(|ring| {
+                    let mut parent = vec![None; n];
+                    for w in ring.windows(2) {
+                        parent[w[1]] = Some(w[0]);
+                    }
+                    parent
+                })
+                .collect(),
+        };
+        if trees.len() != self.nchannels {
+            return Err(bad(format!("{} trees given for {} channels", trees.len(), self.nchannels)));
+        }
+        for (c, parent) in trees.iter().enumerate() {
+            check_tree(c, parent, n).map_err(bad)?;
+        }
+        Ok((rings, trees))
+    }
+
+    /// What every rank must agree on, as text (compared across ranks at init).
+    fn fingerprint(&self, rings: &[Vec<usize>], trees: &[Vec<Option<usize>>]) -> String {
+        format!(
+            "nchannels={} nthreads={} step_bytes={} timeout={:?} rings={rings:?} trees={trees:?}",
+            self.nchannels, self.nthreads, self.step_bytes, self.timeout
+        )
+    }
+}
+
+/// Which of a channel's connections a bootstrap message is about (part of its tag).
+#[derive(Clone, Copy)]
+enum Edge {
+    Ring = 1,
+    TreeUp = 2,
+    TreeDown = 3,
+}
+
+/// The bootstrap tag of connection (`edge`, channel `c`, `from` → `to`); the top bit keeps it
+/// apart from any other use of point-to-point messages.
+fn conn_tag(edge: Edge, c: usize, from: usize, to: usize) -> u64 {
+    1 << 63 | (edge as u64) << 56 | (c as u64) << 48 | (from as u64) << 24 | to as u64
+}
+
+/// One connection this rank sets up: which peer, which side, where its view goes.
+struct Wire {
+    tag: u64,
+    peer: usize,
+    side: Side,
+    slot: Slot,
+}
+
+/// Where a connection's view goes in the channel tables.
+#[derive(Clone, Copy)]
+enum Slot {
+    RingRecv(usize),
+    RingSend(usize),
+    UpRecv(usize),
+    UpSend(usize),
+    DownRecv(usize, usize),
+    DownSend(usize, usize),
+}
+
+/// One rank of a communicator.
+///
+/// **Threads.** A `Comm` is `Send + Sync`; its collectives take `&self` and run one at a time,
+/// each whole, under its lock (NCCL's one-thread-per-communicator rule, enforced); [`Comm::abort`]
+/// never waits for it. A collective returns when this rank's part is done: the buffers it was
+/// given are no longer touched, so a safe call cannot leave a kernel writing freed memory.
+///
+/// ```
+/// use rsccl::{backend, BufRef, Comm, CommConfig, DataType, ReduceOp, UniqueId};
+///
+/// // Two ranks as two threads of this process (they could be two processes: pass `id` along).
+/// let id = UniqueId::with_addr("127.0.0.1:0".parse().unwrap())?;
+/// let ranks: Vec<_> = (0..2)
+///     .map(|rank| {
+///         std::thread::spawn(move || -> rsccl::Result<Vec<f32>> {
+///             let be = backend::cpu();
+///             let comm = Comm::init_rank(&be, 2, rank, &id, CommConfig::default())?;
+///             let buf = be.upload(&[rank as f32 + 1.0; 4])?;
+///             comm.all_reduce(BufRef::from(&buf), BufRef::from(&buf), 4, DataType::F32, ReduceOp::Sum)?;
+///             be.download(&buf, 4)
+///         })
+///     })
+///     .collect();
+/// for r in ranks {
+///     assert_eq!(r.join().unwrap()?, [3.0; 4]);
+/// }
+/// # Ok::<(), rsccl::Error>(())
+/// ```
+pub struct Comm {
+    rank: usize,
+    nranks: usize,
+    cfg: CommConfig,
+    stream: Arc<dyn Backend>,
+    peers: Vec<PeerInfo>,
+    transports: Vec<Option<TransportKind>>,
+    channels: DeviceBuffer,
+    tree_channels: DeviceBuffer,
+    status: DeviceBuffer,
+    _user_ranks: DeviceBuffer,
+    _conns: Vec<ConnMem>,
+    abort: HostMapped,
+    bootstrap: Mutex<Bootstrap>,
+    poisoned: AtomicBool,
+    turn: Mutex<()>,
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Comm").field("rank", &self.rank).field("nranks", &self.nranks).finish_non_exhaustive()
+    }
+}
+
+/// This process's identity in the payload every rank hands to the bootstrap.
+fn local_info() -> Vec<u8> {
+    std::process::id().to_le_bytes().to_vec()
+}
+
+impl Comm {
+    /// Joins the communicator of `id` as `rank` of `nranks`, with kernels on `backend` (each
+    /// communicator gets its own stream of it). Blocks until every rank has arrived and every
+    /// connection stands, or fails within `cfg.bootstrap_timeout` naming the ranks that did not
+    /// come, a rank whose configuration differs, or a peer no transport reaches.
+    pub fn init_rank(
+        backend: &Arc<dyn Backend>,
+        nranks: usize,
+        rank: usize,
+        id: &UniqueId,
+        cfg: CommConfig,
+    ) -> Result<Comm> {
+        let (rings, trees) = cfg.shape(nranks)?;
+        let mut boot = Bootstrap::init(id, rank, nranks, &local_info(), cfg.bootstrap_timeout)?;
+        let peers = boot.peers().to_vec();
+        // Every rank must build the same channels: compare what each was given.
+        let mine = cfg.fingerprint(&rings, &trees);
+        let all = boot.all_gather(mine.as_bytes())?;
+        if let Some(r) = all.iter().position(|f| f != mine.as_bytes()) {
+            return Err(Error::InvalidConfig(format!(
+                "rank {r}'s configuration differs from rank {rank}'s: {} vs {mine}",
+                String::from_utf8_lossy(&all[r])
+            )));
+        }
+        let me = &peers[rank];
+        let transports: Vec<Option<TransportKind>> = peers
+            .iter()
+            .map(|p| {
+                TransportKind::choose(
+                    p.pid == me.pid && p.host_hash == me.host_hash,
+                    p.host_hash == me.host_hash,
+                )
+            })
+            .collect();
+        let stream = backend.fork_stream()?;
+        let wires = wires(rank, nranks, &rings, &trees);
+        for w in &wires {
+            if transports[w.peer].is_none() {
+                return Err(Error::InvalidConfig(format!(
+                    "rank {rank} on {} cannot reach rank {} on {}: the network transport is not built yet",
+                    me.hostname, w.peer, peers[w.peer].hostname
+                )));
+            }
+        }
+        let layout = ConnLayout { step_bytes: cfg.step_bytes };
+        let key_base = u128::from_le_bytes(*id.secret());
+        let transport_of =
+            |peer: usize| transport::transport(transports[peer].expect("checked above"), &stream);
+        // Receivers first: allocate and send each handle to its sender; then senders attach.
+        let mut conns = Vec::with_capacity(wires.len());
+        let mut views: Vec<(Slot, ConnInfo)> = Vec::with_capacity(wires.len());
+        for w in wires.iter().filter(|w| w.side == Side::Recv) {
+            let (mem, handle) = transport_of(w.peer).listen(layout, key_base ^ w.tag as u128)?;
+            boot.send(w.peer, w.tag, &handle.0)?;
+            views.push((w.slot, layout.view(mem.base(), Side::Recv, w.peer)));
+            conns.push(mem);
+        }
+        for w in wires.iter().filter(|w| w.side == Side::Send) {
+            let handle = boot.recv(w.peer, w.tag)?;
+            if handle.len() > MAX_HANDLE_BYTES {
+                return Err(Error::InvalidConfig(format!(
+                    "rank {}: a connection handle of {} bytes",
+                    w.peer,
+                    handle.len()
+                )));
+            }
+            let mem = transport_of(w.peer).connect(layout, &ConnHandle(handle)).map_err(|e| Error::Rank {
+                rank,
+                source: Box::new(Error::InvalidConfig(format!("connecting to rank {}: {e}", w.peer))),
+            })?;
+            views.push((w.slot, layout.view(mem.base(), Side::Send, w.peer)));
+            conns.push(mem);
+        }
+        // Both sides attached everywhere before anyone launches (SHM names are unlinked by now).
+        boot.barrier()?;
+
+        let nch = cfg.nchannels;
+        let mut ring_tab = vec![(ConnInfo::default(), ConnInfo::default()); nch];
+        let mut tree_tab = vec![TreeChannel::default(); nch];
+        for (slot, v) in views {
+            match slot {
+                Slot::RingRecv(c) => ring_tab[c].0 = v,
+                Slot::RingSend(c) => ring_tab[c].1 = v,
+                Slot::UpRecv(c) => tree_tab[c].up_recv = v,
+                Slot::UpSend(c) => tree_tab[c].up_send = v,
+                Slot::DownRecv(c, k) => tree_tab[c].down_recv[k] = v,
+                Slot::DownSend(c, k) => tree_tab[c].down_send[k] = v,
+            }
+        }
+        let ur_bytes =
+            nranks.checked_mul(nch * 4).ok_or_else(|| Error::InvalidConfig("too many ranks".into()))?;
+        let user_ranks = stream.alloc(ur_bytes)?;
+        let mut ur = Vec::with_capacity(nranks * nch);
+        for ring in &rings {
+            let me = ring.iter().position(|&x| x == rank).expect("validated permutation");
+            ur.extend((0..nranks).map(|k| ring[(me + k) % nranks] as u32));
+        }
+        stream.copy_in(&user_ranks, 0, bytemuck::cast_slice(&ur))?;
+        let chans: Vec<RingChannel> = (0..nch)
+            .map(|c| RingChannel {
+                recv: ring_tab[c].0,
+                send: ring_tab[c].1,
+                user_ranks: user_ranks.ptr().offset((4 * nranks * c) as u64),
+                index: rings[c].iter().position(|&x| x == rank).expect("permutation") as u64,
+            })
+            .collect();
+        let channels = stream.alloc(std::mem::size_of_val(chans.as_slice()))?;
+        stream.copy_in(&channels, 0, bytemuck::cast_slice(&chans))?;
+        let tree_channels = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
+        stream.copy_in(&tree_channels, 0, bytemuck::cast_slice(&tree_tab))?;
+        let status = stream.alloc(8 * nch)?;
+        let abort = stream.alloc_mapped(4)?;
+        Ok(Comm {
+            rank,
+            nranks,
+            cfg,
+            stream,
+            peers,
+            transports,
+            channels,
+            tree_channels,
+            status,
+            _user_ranks: user_ranks,
+            _conns: conns,
+            abort,
+            bootstrap: Mutex::new(boot),
+            poisoned: AtomicBool::new(false),
+            turn: Mutex::new(()),
+        })
+    }
+
+    /// Joins the communicator a launcher started this process in: rank and size from torchrun
+    /// (`RANK`, `WORLD_SIZE`), Open MPI, PMI or Slurm variables, the rendezvous from
+    /// `RSCCL_COMM_ID=host:port` or `MASTER_ADDR:MASTER_PORT` (see
+    /// [`crate::launch::LaunchEnv`]); rank 0 hosts the bootstrap root there. Under torchrun
+    /// itself (`TORCHELASTIC_RUN_ID` set), whose agent holds `MASTER_PORT` for its own store, the
+    /// root listens on `MASTER_PORT + 1` unless `RSCCL_COMM_ID` says where. `rsccl run` sets
+    /// `RSCCL_COMM_ID`. Fails naming the variables it looked for when none are set.
+    pub fn from_env(backend: &Arc<dyn Backend>, cfg: CommConfig) -> Result<Comm> {
+        let env = crate::launch::LaunchEnv::from_env()?;
+        let torch_agent = std::env::var_os("TORCHELASTIC_RUN_ID").is_some()
+            && std::env::var_os(crate::launch::COMM_ID_VAR).is_none();
+        let rendezvous = rendezvous_of(&env, torch_agent)?;
+        let id = UniqueId::from_rendezvous(&rendezvous, env.rank)?;
+        Comm::init_rank(backend, env.world_size, env.rank, &id, cfg)
+    }
+
+    /// `nranks` ranks in this process (NCCL's `ncclCommInitAll`): each initialised on its own
+    /// thread with its own stream of `backend`, meeting over a bootstrap on 127.0.0.1, exactly
+    /// as ranks in separate processes do. Returns them in rank order.
+    pub fn init_all(backend: &Arc<dyn Backend>, nranks: usize, cfg: CommConfig) -> Result<Vec<Comm>> {
+        cfg.shape(nranks)?;
+        let id = UniqueId::with_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let results: Vec<Result<Comm>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..nranks)
+                .map(|rank| {
+                    let cfg = cfg.clone();
+                    s.spawn(move || Comm::init_rank(backend, nranks, rank, &id, cfg))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::InvalidConfig("a rank's init thread panicked".into())))
+                })
+                .collect()
+        });
+        results.into_iter().collect()
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Ranks in the communicator.
+    pub fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    /// The configuration every rank agreed on.
+    pub fn config(&self) -> &CommConfig {
+        &self.cfg
+    }
+
+    /// Every rank's process and host, as the bootstrap learned them.
+    pub fn peers(&self) -> &[PeerInfo] {
+        &self.peers
+    }
+
+    /// The transport this rank uses to reach `peer` (`None` for itself is never asked; `None`
+    /// means no transport reaches it).
+    pub fn transport_to(&self, peer: usize) -> Option<TransportKind> {
+        self.transports.get(peer).copied().flatten()
+    }
+
+    /// Asks a running collective of this rank to stop: its waits give up at once and the call
+    /// returns an error (peers then time out on this rank). Does not wait for the collective.
+    pub fn abort(&self) -> Result<()> {
+        self.abort.store_u32(0, 1)
+    }
+
+    /// Waits until every rank has called `barrier` (over the bootstrap network).
+    pub fn barrier(&self) -> Result<()> {
+        self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).barrier()
+    }
+
+    /// Every rank's `recv` gets the reduction of all ranks' `send` (`count` elements).
+    pub fn all_reduce(
+        &self,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.checked(Collective::AllReduce, send, recv, count, dtype, op, 0, false)
+    }
+
+    /// [`Comm::all_reduce`] on the trees (reduce up, broadcast down) instead of the rings.
+    pub fn all_reduce_tree(
+        &self,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.checked(Collective::AllReduce, send, recv, count, dtype, op, 0, true)
+    }
+
+    /// Rank r's `recv` (`recv_count` elements) gets block r of the reduction of all `send`s.
+    pub fn reduce_scatter(
+        &self,
+        send: BufRef,
+        recv: BufRef,
+        recv_count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.checked(Collective::ReduceScatter, send, recv, recv_count, dtype, op, 0, false)
+    }
+
+    /// Every rank's `recv` (`nranks × send_count` elements) gets all `send`s in rank order.
+    pub fn all_gather(&self, send: BufRef, recv: BufRef, send_count: usize, dtype: DataType) -> Result<()> {
+        self.checked(Collective::AllGather, send, recv, send_count, dtype, ReduceOp::Sum, 0, false)
+    }
+
+    /// Every rank's `recv` gets `root`'s `send`.
+    pub fn broadcast(
+        &self,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        root: usize,
+    ) -> Result<()> {
+        self.checked(Collective::Broadcast, send, recv, count, dtype, ReduceOp::Sum, root, false)
+    }
+
+    /// `root`'s `recv` gets the reduction of all `send`s.
+    pub fn reduce(
+        &self,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        self.checked(Collective::Reduce, send, recv, count, dtype, op, root, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn checked(
+        &self,
+        coll: Collective,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        root: usize,
+        tree: bool,
+    ) -> Result<()> {
+        let n = self.nranks;
+        let bad = |why: String| Error::InvalidConfig(why);
+        if matches!(coll, Collective::Broadcast | Collective::Reduce) && root >= n {
+            return Err(bad(format!("{coll:?}: root {root} is not a rank of this {n}-rank communicator")));
+        }
+        if let (true, Some((major, minor))) = (dtype.requires_sm90(), self.stream.compute_capability()) {
+            if major < 9 {
+                return Err(bad(format!(
+                    "{} needs sm_90 or newer; this GPU is sm_{major}{minor}",
+                    dtype.name()
+                )));
+            }
+        }
+        let (send_bytes, recv_bytes, block) = check_rank(coll, self.rank, n, &send, &recv, count, dtype)?;
+        super::collectives::check_overlaps(
+            coll,
+            self.rank,
+            std::slice::from_ref(&send),
+            std::slice::from_ref(&recv),
+            send_bytes,
+            recv_bytes,
+            block,
+            root,
+        )?;
+        if let ReduceOp::PreMulSum(s) = op {
+            check_scalar(dtype, s)?;
+        }
+        let (red, arg) = op.resolve(dtype, n);
+        let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
+        self.arm()?;
+        self.launch(coll, dtype, red, tree, (send.ptr(), recv.ptr()), count as u64, root, arg)?;
+        self.finish()
+    }
+
+    /// Whether a failed collective left this rank's connections inconsistent.
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::SeqCst)
+    }
+
+    /// Clears the abort flag before a collective (an abort after this stops it).
+    pub(crate) fn arm(&self) -> Result<()> {
+        self.abort.store_u32(0, 0)
+    }
+
+    /// Makes sure `launches` launches of shape `cfg` can run at once on this rank's backend.
+    pub(crate) fn stream_reserve(&self, cfg: LaunchConfig, launches: usize) -> Result<()> {
+        self.stream.reserve_launches(cfg, launches)
+    }
+
+    /// Enqueues this rank's kernel of a collective on its stream (buffers already checked).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch(
+        &self,
+        coll: Collective,
+        dtype: DataType,
+        op: RedOp,
+        tree: bool,
+        (send, recv): (DevPtr, DevPtr),
+        count: u64,
+        root: usize,
+        red_op_arg: u64,
+    ) -> Result<()> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(Error::InvalidConfig(
+                "this communicator's connections are inconsistent after a failed collective; create a new one".into(),
+            ));
+        }
+        if self.nranks == 1 {
+            if count == 0 {
+                return Ok(());
+            }
+            let reduces =
+                matches!(coll, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce);
+            let args = OneRankArgs {
+                src: send,
+                dst: recv,
+                count,
+                red_op_arg: if reduces { red_op_arg } else { 0 },
+                op: op as u32,
+                apply_op: reduces as u32,
+            };
+            let blocks = (count / (1 << 16)).clamp(1, 32) as u32;
+            let kernel = CollKernel::OneRank(dtype).name();
+            return self.stream.launch(&kernel, LaunchConfig::linear(blocks, self.cfg.nthreads), &args);
+        }
+        let kernel = if tree { CollKernel::TreeAllReduce(dtype) } else { CollKernel::ring(coll, dtype) };
+        // Byte kernels (all-gather, broadcast) count bytes, whatever the type.
+        let count = if kernel.counts_bytes() {
+            count.checked_mul(dtype.size() as u64).ok_or_else(|| {
+                Error::InvalidConfig(format!("{count} elements of {dtype:?} overflow a byte count"))
+            })?
+        } else {
+            count
+        };
+        self.stream.copy_in(&self.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
+        let cfg = LaunchConfig::linear(self.cfg.nchannels as u32, self.cfg.nthreads).with_smem(shm_bytes(1));
+        let args = RingArgs {
+            sendbuff: send,
+            recvbuff: recv,
+            count,
+            channels: if tree { self.tree_channels.ptr() } else { self.channels.ptr() },
+            status: PrimsStatus {
+                status: self.status.ptr(),
+                abort_flag: self.abort.ptr(),
+                // At most MAX_TIMEOUT (checked by shape): fits in u64 nanoseconds.
+                timeout_ns: self.cfg.timeout.as_nanos() as u64,
+            },
+            step_bytes: self.cfg.step_bytes,
+            root: root as u64,
+            rank: self.rank as u64,
+            nranks: self.nranks as u64,
+            coll: coll as u32,
+            op: op as u32,
+            red_op_arg,
+        };
+        self.stream.launch(&kernel.name(), cfg, &args)
+    }
+
+    /// Waits for this rank's enqueued collective and reports its failures, naming the peers it
+    /// waited for and any rank whose process has died.
+    pub(crate) fn finish(&self) -> Result<()> {
+        if let Err(e) = self.stream.synchronize() {
+            self.poisoned.store(true, Ordering::SeqCst);
+            return Err(Error::Rank { rank: self.rank, source: Box::new(e) });
+        }
+        if self.nranks == 1 {
+            return Ok(());
+        }
+        let mut words = vec![0u8; 8 * self.cfg.nchannels];
+        self.stream.copy_out(&self.status, 0, &mut words)?;
+        let failures: Vec<RankFailure> = words
+            .chunks_exact(8)
+            .enumerate()
+            .filter_map(|(c, w)| {
+                let (code, peer, step) = decode_status(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+                (code != ErrorCode::None).then_some(RankFailure {
+                    rank: self.rank,
+                    channel: c,
+                    code,
+                    peer: peer as usize,
+                    step,
+                })
+            })
+            .collect();
+        if failures.is_empty() {
+            return Ok(());
+        }
+        self.poisoned.store(true, Ordering::SeqCst);
+        let dead: Vec<(usize, u32)> = self
+            .peers
+            .iter()
+            .filter(|p| {
+                p.rank != self.rank && p.host_hash == self.peers[self.rank].host_hash && !process_alive(p.pid)
+            })
+            .map(|p| (p.rank, p.pid))
+            .collect();
+        if dead.is_empty() {
+            Err(Error::Collective { failures })
+        } else {
+            Err(Error::PeerDied { rank: self.rank, dead, failures })
+        }
+    }
+}
+
+/// The `host:port` rank 0's bootstrap root listens on for a launcher's environment: the
+/// rendezvous itself, or its port + 1 under a torchrun agent that holds that port.
+fn rendezvous_of(env: &crate::launch::LaunchEnv, torch_agent: bool) -> Result<String> {
+    let rdv = env.rendezvous.clone().ok_or_else(|| {
+        Error::Launch(format!(
+            "{} started this process (rank {} of {}) but no rendezvous is set: set {}=host:port, or MASTER_ADDR and MASTER_PORT",
+            env.launcher.name(),
+            env.rank,
+            env.world_size,
+            crate::launch::COMM_ID_VAR
+        ))
+    })?;
+    if !torch_agent {
+        return Ok(rdv);
+    }
+    let (host, port) =
+        rdv.rsplit_once(':').ok_or_else(|| Error::Launch(format!("rendezvous `{rdv}` has no port")))?;
+    let port: u16 = port.parse().map_err(|_| Error::Launch(format!("rendezvous `{rdv}`: bad port")))?;
+    let next = port.checked_add(1).ok_or_else(|| {
+        Error::Launch(format!(
+            "MASTER_PORT {port} leaves no port above it for rsccl's root; set RSCCL_COMM_ID"
+        ))
+    })?;
+    Ok(format!("{host}:{next}"))
+}
+
+/// Whether process `pid` on this host still runs (a zombie, dead but not yet reaped by its
+/// parent, does not).
+fn process_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 checks existence and permission only; nothing is sent.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    // /proc/PID/stat: "pid (comm) S ..."; the state follows the last ')'.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some('Z') | Some('X'))
+}
+
+/// The connections `rank` sets up: per channel its ring's receive (from the previous rank) and
+/// send (to the next), and per tree edge one connection each way.
+fn wires(rank: usize, n: usize, rings: &[Vec<usize>], trees: &[Vec<Option<usize>>]) -> Vec<Wire> {
+    let mut out = Vec::new();
+    if n == 1 {
+        return out;
+    }
+    for (c, ring) in rings.iter().enumerate() {
+        let pos = ring.iter().position(|&x| x == rank).expect("validated permutation");
+        let (prev, next) = (ring[(pos + n - 1) % n], ring[(pos + 1) % n]);
+        out.push(Wire {
+            tag: conn_tag(Edge::Ring, c, prev, rank),
+            peer: prev,
+            side: Side::Recv,
+            slot: Slot::RingRecv(c),
+        });
+        out.push(Wire {
+            tag: conn_tag(Edge::Ring, c, rank, next),
+            peer: next,
+            side: Side::Send,
+            slot: Slot::RingSend(c),
+        });
+    }
+    for (c, parent) in trees.iter().enumerate() {
+        if let Some(p) = parent[rank] {
+            out.push(Wire {
+                tag: conn_tag(Edge::TreeUp, c, rank, p),
+                peer: p,
+                side: Side::Send,
+                slot: Slot::UpSend(c),
+            });
+            out.push(Wire {
+                tag: conn_tag(Edge::TreeDown, c, p, rank),
+                peer: p,
+                side: Side::Recv,
+                slot: Slot::UpRecv(c),
+            });
+        }
+        // Children in rank order: slot k of this rank is its k-th child (as LocalGroup numbers them).
+        for (k, child) in (0..n).filter(|&q| parent[q] == Some(rank)).enumerate() {
+            out.push(Wire {
+                tag: conn_tag(Edge::TreeUp, c, child, rank),
+                peer: child,
+                side: Side::Recv,
+                slot: Slot::DownRecv(c, k),
+            });
+            out.push(Wire {
+                tag: conn_tag(Edge::TreeDown, c, rank, child),
+                peer: child,
+                side: Side::Send,
+                slot: Slot::DownSend(c, k),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_connection_has_one_sender_and_one_receiver() {
+        let n = 5;
+        let cfg = CommConfig { nchannels: 3, ..CommConfig::default() };
+        let (rings, trees) = cfg.shape(n).unwrap();
+        let mut sides = std::collections::HashMap::new();
+        for r in 0..n {
+            for w in wires(r, n, &rings, &trees) {
+                let e = sides.entry(w.tag).or_insert((0, 0));
+                match w.side {
+                    Side::Send => e.0 += 1,
+                    Side::Recv => e.1 += 1,
+                }
+            }
+        }
+        assert!(sides.values().all(|&v| v == (1, 1)), "{sides:?}");
+        // Rings: n per channel; trees: two per edge, n-1 edges per channel.
+        assert_eq!(sides.len(), 3 * n + 3 * 2 * (n - 1));
+    }
+
+    #[test]
+    fn the_root_moves_off_a_torchrun_agents_port() {
+        let env = crate::launch::LaunchEnv::from_vars(|v| {
+            match v {
+                "RANK" => Some("1"),
+                "WORLD_SIZE" => Some("2"),
+                "MASTER_ADDR" => Some("127.0.0.1"),
+                "MASTER_PORT" => Some("29500"),
+                _ => None,
+            }
+            .map(String::from)
+        })
+        .unwrap();
+        assert_eq!(rendezvous_of(&env, false).unwrap(), "127.0.0.1:29500");
+        assert_eq!(rendezvous_of(&env, true).unwrap(), "127.0.0.1:29501");
+        let none = crate::launch::LaunchEnv { rendezvous: None, ..env };
+        let e = rendezvous_of(&none, false).unwrap_err().to_string();
+        assert!(e.contains("RSCCL_COMM_ID") && e.contains("MASTER_ADDR"), "{e}");
+    }
+
+    #[test]
+    fn a_dead_process_is_found_dead() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!process_alive(pid), "a zombie is dead");
+        child.wait().unwrap();
+        assert!(!process_alive(pid), "a reaped process is dead");
+        assert!(process_alive(std::process::id()));
+    }
+}

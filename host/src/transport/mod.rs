@@ -1,0 +1,197 @@
+//! Transports: where a connection's FIFO lives and how both ends reach it.
+//!
+//! A connection (one direction between two ranks) is set up in NCCL's phases: the **receiver**
+//! allocates the FIFO memory ([`Transport::listen`]) and hands the sender a small
+//! [`ConnHandle`] over the bootstrap; the **sender** attaches to it ([`Transport::connect`]);
+//! each side then builds the [`ConnInfo`] its kernel sees from its own address of that memory
+//! ([`ConnLayout::view`]). Dropping a [`ConnMem`] releases that side's mapping; memory stays
+//! valid while either side holds it.
+//!
+//! Which transport a peer gets is chosen as NCCL chooses (P2P, then SHM, then NET): a peer in
+//! this process gets the in-process transport ([`local`]), a peer on this host shared memory
+//! ([`shm`]); other hosts need the network transport (not built yet).
+pub mod local;
+pub mod shm;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use rsccl_device::prims::conn::{ConnInfo, NCCL_STEPS};
+use rsccl_device::DevPtr;
+use std::any::Any;
+use std::sync::Arc;
+
+/// The byte layout of one connection's memory: the FIFO (`NCCL_STEPS` slots of `step_bytes`),
+/// then the head, tail, sender-step and receiver-step words, then the sizes FIFO. The one
+/// definition every transport and both sides use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnLayout {
+    /// Bytes per FIFO slot.
+    pub step_bytes: u64,
+}
+
+/// Which end of a connection a view is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// Writes the FIFO, advances `tail`.
+    Send,
+    /// Reads the FIFO, advances `head`.
+    Recv,
+}
+
+impl ConnLayout {
+    const HEAD: u64 = 0;
+    const TAIL: u64 = 8;
+    const SEND_STEP: u64 = 16;
+    const RECV_STEP: u64 = 24;
+    const SIZES: u64 = 32;
+
+    /// Bytes of one connection's memory, or an error when `step_bytes` makes it overflow.
+    ///
+    /// ```
+    /// use rsccl::transport::ConnLayout;
+    /// assert_eq!(ConnLayout { step_bytes: 128 }.bytes().unwrap(), 8 * 128 + 32 + 64);
+    /// assert!(ConnLayout { step_bytes: u64::MAX / 4 }.bytes().is_err());
+    /// ```
+    pub fn bytes(&self) -> Result<usize> {
+        NCCL_STEPS
+            .checked_mul(self.step_bytes)
+            .and_then(|fifo| fifo.checked_add(Self::SIZES + NCCL_STEPS * 8))
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(|| {
+                Error::InvalidConfig(format!("step_bytes {} makes a connection overflow", self.step_bytes))
+            })
+    }
+
+    /// The view of `side` of a connection whose memory starts at `base` in this process, with
+    /// `peer` the rank at the other end.
+    pub fn view(&self, base: DevPtr, side: Side, peer: usize) -> ConnInfo {
+        let words = base.offset(NCCL_STEPS * self.step_bytes);
+        ConnInfo {
+            buff: base,
+            head: words.offset(Self::HEAD),
+            tail: words.offset(Self::TAIL),
+            step: words.offset(match side {
+                Side::Send => Self::SEND_STEP,
+                Side::Recv => Self::RECV_STEP,
+            }),
+            sizes_fifo: words.offset(Self::SIZES),
+            step_bytes: self.step_bytes,
+            flags: 0,
+            peer: peer as u64,
+        }
+    }
+}
+
+/// One side's hold on a connection's memory: its address in this process and whatever keeps
+/// it alive (a buffer shared with the other side, a mapping of a segment).
+pub struct ConnMem {
+    base: DevPtr,
+    len: usize,
+    _keep: Box<dyn Any + Send + Sync>,
+}
+
+impl ConnMem {
+    pub(crate) fn new(base: DevPtr, len: usize, keep: Box<dyn Any + Send + Sync>) -> Self {
+        ConnMem { base, len, _keep: keep }
+    }
+    /// The device address of the connection's first byte in this process.
+    pub fn base(&self) -> DevPtr {
+        self.base
+    }
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether it is empty (never: a connection has at least its FIFO).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::fmt::Debug for ConnMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ConnMem({:#x}, {} bytes)", self.base.0, self.len)
+    }
+}
+
+/// What the receiver sends the sender so it can attach: transport-specific bytes (at most
+/// [`MAX_HANDLE_BYTES`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnHandle(pub Vec<u8>);
+
+/// Largest [`ConnHandle`] a sender accepts.
+pub const MAX_HANDLE_BYTES: usize = 512;
+
+/// Which transport connects two ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    /// Both ranks in one process: memory of the shared backend.
+    InProcess,
+    /// Ranks on one host: a POSIX shared-memory segment both map.
+    Shm,
+}
+
+impl TransportKind {
+    /// NCCL's choice for a peer: in-process when it is this process, shared memory when it is
+    /// on this host; `None` for another host (the network transport is not built yet).
+    pub fn choose(same_process: bool, same_host: bool) -> Option<TransportKind> {
+        match (same_process, same_host) {
+            (true, _) => Some(TransportKind::InProcess),
+            (false, true) => Some(TransportKind::Shm),
+            (false, false) => None,
+        }
+    }
+
+    /// The transport's short name, for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::InProcess => "in-process",
+            TransportKind::Shm => "SHM",
+        }
+    }
+}
+
+/// Sets up and attaches connection memory for one transport.
+pub trait Transport {
+    /// Receiver side: allocates a connection of `layout` and returns this side's memory and the
+    /// handle for the sender. `key` names the connection uniquely in this communicator.
+    fn listen(&self, layout: ConnLayout, key: u128) -> Result<(ConnMem, ConnHandle)>;
+    /// Sender side: attaches to the receiver's connection from its handle, checking that it is
+    /// a connection of `layout`.
+    fn connect(&self, layout: ConnLayout, handle: &ConnHandle) -> Result<ConnMem>;
+}
+
+/// The transport of `kind` for a rank whose kernels run on `backend`.
+pub fn transport(kind: TransportKind, backend: &Arc<dyn Backend>) -> Box<dyn Transport> {
+    match kind {
+        TransportKind::InProcess => Box::new(local::InProcess::new(backend.clone())),
+        TransportKind::Shm => Box::new(shm::Shm::new(backend.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_of_both_sides_share_the_words_but_not_the_step() {
+        let l = ConnLayout { step_bytes: 256 };
+        let (s, r) = (l.view(DevPtr(0x1000), Side::Send, 1), l.view(DevPtr(0x1000), Side::Recv, 0));
+        assert_eq!((s.buff, s.head, s.tail, s.sizes_fifo), (r.buff, r.head, r.tail, r.sizes_fifo));
+        assert_ne!(s.step, r.step);
+        assert_eq!(s.head, DevPtr(0x1000 + 8 * 256));
+        // Every word lies inside the connection.
+        let end = 0x1000 + l.bytes().unwrap() as u64;
+        for p in [s.head, s.tail, s.step, r.step] {
+            assert!(p.0 + 8 <= end);
+        }
+        assert!(s.sizes_fifo.0 + 8 * NCCL_STEPS <= end);
+    }
+
+    #[test]
+    fn transports_are_chosen_as_nccl_chooses() {
+        assert_eq!(TransportKind::choose(true, true), Some(TransportKind::InProcess));
+        assert_eq!(TransportKind::choose(false, true), Some(TransportKind::Shm));
+        assert_eq!(TransportKind::choose(false, false), None);
+    }
+}

@@ -1,0 +1,435 @@
+//! Communicators across real processes on this machine (CPU backend, shared-memory transport):
+//! each test re-runs this binary as N child ranks that meet over the TCP bootstrap, run every
+//! collective, and check their own output bit for bit against the ring reference of
+//! `tests/ring_collectives.rs`. Faults: a rank that never starts, a rank SIGKILLed in the middle
+//! of an all-reduce. Every child is bounded in time and killed if it overruns; no shared-memory
+//! segment may be left behind.
+use rsccl::bootstrap::UniqueId;
+use rsccl::comm::{BufRef, Comm, CommConfig, ReduceOp};
+use rsccl::transport::{shm, TransportKind};
+use rsccl::{backend, Error};
+use rsccl_device::coll::Collective;
+use rsccl_device::dtype::DataType;
+use rsccl_suite::ring_check::{self, Case};
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHILD_VAR: &str = "RSCCL_TEST_COMM_CHILD";
+
+/// The shape every rank of the sweep uses (and the reference assumes).
+fn sweep_config() -> CommConfig {
+    CommConfig {
+        nchannels: 2,
+        nthreads: 128,
+        step_bytes: 4096,
+        timeout: Duration::from_secs(30),
+        bootstrap_timeout: Duration::from_secs(20),
+        ..CommConfig::default()
+    }
+}
+
+const COUNTS: [usize; 7] = [0, 1, 7, 255, 1000, 4099, 65_537];
+
+/// Up to this many ranks the sweep runs in full; above, the emulated ranks of 4 and 8
+/// processes share 2 cores and every ring hop costs a scheduling round, so each combination
+/// runs once (in place or not, alternately), with counts up to 4099 and one large all-reduce.
+const FULL_SWEEP_RANKS: usize = 3;
+
+/// Every collective × dtype × op × in/out of place, counts cycling through [`COUNTS`], plus
+/// cases of a million elements or more (see [`FULL_SWEEP_RANKS`]).
+fn sweep_cases(n: usize) -> Vec<Case> {
+    let full = n <= FULL_SWEEP_RANKS;
+    let counts: &[usize] = if full { &COUNTS } else { &COUNTS[..6] };
+    let cfg = sweep_config();
+    let mut cases = Vec::new();
+    let mut k = 0usize;
+    let ops = |t: DataType| {
+        let scalar = if t.is_float() { 0.5 } else { 2.0 };
+        [
+            ReduceOp::Sum,
+            ReduceOp::Prod,
+            ReduceOp::Min,
+            ReduceOp::Max,
+            ReduceOp::Avg,
+            ReduceOp::PreMulSum(scalar),
+        ]
+    };
+    let colls = [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast,
+        Collective::Reduce,
+    ];
+    for coll in colls {
+        for dtype in DataType::ALL {
+            let reduces = !matches!(coll, Collective::AllGather | Collective::Broadcast);
+            let op_list: Vec<ReduceOp> = if reduces { ops(dtype).to_vec() } else { vec![ReduceOp::Sum] };
+            for op in op_list {
+                for in_place in [false, true] {
+                    if !full && in_place != k.is_multiple_of(2) {
+                        continue;
+                    }
+                    k += 1;
+                    cases.push(Case {
+                        coll,
+                        n,
+                        nch: cfg.nchannels,
+                        dtype,
+                        op,
+                        count: counts[k % counts.len()],
+                        in_place,
+                        nthreads: cfg.nthreads,
+                        step_bytes: cfg.step_bytes,
+                        exact: !dtype.is_float() || k.is_multiple_of(2),
+                        root: k % n,
+                        seed: k as u64 * 0x9E37_79B9,
+                    });
+                }
+            }
+        }
+    }
+    let big = [
+        (Collective::AllReduce, DataType::F32, 1_048_583),
+        (Collective::ReduceScatter, DataType::BF16, 1_000_003),
+        (Collective::AllGather, DataType::U8, 1_000_003),
+    ];
+    for (coll, dtype, count) in big.into_iter().take(if full { 3 } else { 1 }) {
+        k += 1;
+        cases.push(Case {
+            coll,
+            n,
+            nch: cfg.nchannels,
+            dtype,
+            op: ReduceOp::Sum,
+            count,
+            in_place: false,
+            nthreads: cfg.nthreads,
+            step_bytes: cfg.step_bytes,
+            exact: true,
+            root: 0,
+            seed: k as u64,
+        });
+    }
+    cases
+}
+
+/// Runs case `c` as rank `r` of `comm` and checks this rank's output.
+fn run_case(comm: &Comm, be: &std::sync::Arc<dyn rsccl::Backend>, c: &Case) -> Result<(), String> {
+    let r = comm.rank();
+    let t = c.dtype;
+    let inputs = ring_check::inputs(c);
+    let (in_elems, out_elems) = ring_check::elems(c);
+    let big = (in_elems.max(out_elems) * t.size()).max(1);
+    let (s_off, r_off) = ring_check::offsets(c, r);
+    let sbuf = be.alloc(big).map_err(|e| e.to_string())?;
+    let rbuf = be.alloc(big).map_err(|e| e.to_string())?;
+    be.copy_in(&sbuf, s_off, &ring_check::to_bytes(t, &inputs[r])).map_err(|e| e.to_string())?;
+    let send = BufRef { buf: &sbuf, offset: s_off };
+    let recv = BufRef { buf: if c.in_place { &sbuf } else { &rbuf }, offset: r_off };
+    let res = match c.coll {
+        Collective::AllReduce => comm.all_reduce(send, recv, c.count, t, c.op),
+        Collective::ReduceScatter => comm.reduce_scatter(send, recv, c.count, t, c.op),
+        Collective::AllGather => comm.all_gather(send, recv, c.count, t),
+        Collective::Broadcast => comm.broadcast(send, recv, c.count, t, c.root),
+        Collective::Reduce => comm.reduce(send, recv, c.count, t, c.op, c.root),
+    };
+    res.map_err(|e| format!("{c:?}: {e}"))?;
+    if c.coll == Collective::Reduce && r != c.root {
+        return Ok(());
+    }
+    let mut bytes = vec![0u8; out_elems * t.size()];
+    be.copy_out(recv.buf, recv.offset, &mut bytes).map_err(|e| e.to_string())?;
+    ring_check::check_output(c, &inputs, r, &bytes).map_err(|e| format!("{c:?}: {e}"))
+}
+
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"))
+}
+
+/// The child side: one rank, what it does chosen by `RSCCL_TEST_COMM_CHILD`.
+#[test]
+fn comm_child() {
+    let Ok(role) = std::env::var(CHILD_VAR) else { return };
+    let id: UniqueId = var("RSCCL_TEST_ID").parse().unwrap();
+    let rank: usize = var("RSCCL_TEST_RANK").parse().unwrap();
+    let n: usize = var("RSCCL_TEST_N").parse().unwrap();
+    let be = backend::cpu();
+    match role.as_str() {
+        "sweep" => {
+            let comm = Comm::init_rank(&be, n, rank, &id, sweep_config()).unwrap();
+            for p in (0..n).filter(|&p| p != rank) {
+                assert_eq!(comm.transport_to(p), Some(TransportKind::Shm), "peer {p}");
+            }
+            let cases = sweep_cases(n);
+            for c in &cases {
+                if let Err(e) = run_case(&comm, &be, c) {
+                    panic!("rank {rank}: {e}");
+                }
+            }
+            println!("rank {rank}: {} cases ok", cases.len());
+        }
+        "never" => {
+            let cfg = CommConfig { bootstrap_timeout: Duration::from_secs(2), ..sweep_config() };
+            let err = Comm::init_rank(&be, n, rank, &id, cfg).unwrap_err().to_string();
+            println!("INIT-ERROR {err}");
+        }
+        "kill" => {
+            let cfg = CommConfig { timeout: Duration::from_secs(3), ..sweep_config() };
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            let count = 4 << 20;
+            let buf = be.alloc(count * 4).unwrap();
+            println!("STARTED");
+            let started = Instant::now();
+            loop {
+                let res = comm.all_reduce(
+                    BufRef::from(&buf),
+                    BufRef::from(&buf),
+                    count,
+                    DataType::F32,
+                    ReduceOp::Sum,
+                );
+                if let Err(e) = res {
+                    println!("CALL-ERROR after {:.1} s: {e}", started.elapsed().as_secs_f64());
+                    if let Error::PeerDied { dead, .. } = &e {
+                        println!("DEAD {:?}", dead.iter().map(|d| d.0).collect::<Vec<_>>());
+                    }
+                    // Stay alive a little: a survivor that exits at once would look dead to
+                    // the other survivors still checking.
+                    std::thread::sleep(Duration::from_secs(2));
+                    break;
+                }
+                assert!(started.elapsed() < Duration::from_secs(60), "rank {rank}: never failed");
+            }
+        }
+        other => panic!("unknown child role {other}"),
+    }
+}
+
+/// N child ranks of this test binary.
+struct Ranks {
+    children: Vec<Child>,
+}
+
+impl Ranks {
+    fn start(role: &str, id: &UniqueId, n: usize, ranks: impl Iterator<Item = usize>) -> Ranks {
+        let exe = std::env::current_exe().unwrap();
+        let children = ranks
+            .map(|r| {
+                Command::new(&exe)
+                    .args(["--exact", "comm_child", "--nocapture", "--test-threads", "1"])
+                    .env(CHILD_VAR, role)
+                    .env("RSCCL_TEST_ID", id.to_string())
+                    .env("RSCCL_TEST_RANK", r.to_string())
+                    .env("RSCCL_TEST_N", n.to_string())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        Ranks { children }
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(|c| c.id()).collect()
+    }
+
+    /// Waits for every child up to `limit`; returns (success, stdout + stderr) per child.
+    fn wait(&mut self, limit: Duration) -> Vec<(bool, String)> {
+        let start = Instant::now();
+        let mut out = Vec::new();
+        for c in &mut self.children {
+            let status = loop {
+                if let Some(s) = c.try_wait().unwrap() {
+                    break Some(s);
+                }
+                if start.elapsed() > limit {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let mut text = String::new();
+            c.stdout.take().unwrap().read_to_string(&mut text).unwrap();
+            c.stderr.take().unwrap().read_to_string(&mut text).unwrap();
+            if status.is_none() {
+                text.push_str(&format!("\n[killed after {limit:?}]"));
+            }
+            out.push((status.is_some_and(|s| s.success()), text));
+        }
+        out
+    }
+}
+
+impl Drop for Ranks {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn loopback_id() -> UniqueId {
+    UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap()
+}
+
+fn assert_no_segments(pids: &[u32]) {
+    for &pid in pids {
+        let left = shm::leftover_segments(pid);
+        assert!(left.is_empty(), "pid {pid} left shared memory behind: {left:?}");
+    }
+}
+
+fn sweep(n: usize) {
+    let id = loopback_id();
+    let mut ranks = Ranks::start("sweep", &id, n, 0..n);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(600));
+    let failed: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter(|(r, (ok, text))| {
+            !ok || !text.contains(&format!("rank {r}: {} cases ok", sweep_cases(n).len()))
+        })
+        .map(|(r, (_, text))| format!("rank {r} of {n}:\n{text}"))
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert_no_segments(&pids);
+}
+
+#[test]
+fn two_processes_run_every_collective_bit_exact() {
+    sweep(2);
+}
+
+#[test]
+fn three_processes_run_every_collective_bit_exact() {
+    sweep(3);
+}
+
+#[test]
+fn four_processes_run_every_collective_bit_exact() {
+    sweep(4);
+}
+
+#[test]
+fn eight_processes_run_every_collective_bit_exact() {
+    sweep(8);
+}
+
+#[test]
+fn a_rank_that_never_starts_is_named_by_every_other_rank() {
+    let id = loopback_id();
+    let start = Instant::now();
+    let mut ranks = Ranks::start("never", &id, 3, 0..2);
+    let results = ranks.wait(Duration::from_secs(30));
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{text}");
+        let line =
+            text.lines().find_map(|l| l.split_once("INIT-ERROR")).unwrap_or_else(|| panic!("{text}")).1;
+        assert!(line.contains("rank 2"), "rank {r} does not name the missing rank: {line}");
+    }
+    assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
+}
+
+#[test]
+fn a_rank_killed_mid_all_reduce_is_named_and_leaves_no_shared_memory() {
+    let n = 3;
+    let id = loopback_id();
+    let mut ranks = Ranks::start("kill", &id, n, 0..n);
+    let pids = ranks.pids();
+    // Let every rank reach its all-reduce loop, then SIGKILL rank 1.
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed_at = Instant::now();
+    ranks.children[1].kill().unwrap();
+    ranks.children[1].wait().unwrap();
+    let results = ranks.wait(Duration::from_secs(30));
+    for r in [0, 2] {
+        let (ok, text) = &results[r];
+        assert!(ok, "rank {r}:\n{text}");
+        assert!(text.contains("STARTED"), "rank {r} never started its all-reduce:\n{text}");
+        assert!(text.contains("CALL-ERROR"), "rank {r}:\n{text}");
+        assert!(text.contains("DEAD [1]"), "rank {r} does not name rank 1 as dead:\n{text}");
+    }
+    // Timeout 3 s per wait: every survivor gave up well within 3 × that.
+    assert!(killed_at.elapsed() < Duration::from_secs(15), "{:?}", killed_at.elapsed());
+    assert_no_segments(&pids);
+}
+
+#[test]
+fn abort_from_another_thread_ends_a_running_collective() {
+    let be = backend::cpu();
+    let cfg = CommConfig { timeout: Duration::from_secs(60), ..sweep_config() };
+    let comms = Comm::init_all(&be, 2, cfg).unwrap();
+    let buf = be.alloc(4096).unwrap();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        // Rank 1 never joins: rank 0 would wait the whole minute.
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            comms[0].abort().unwrap();
+        });
+        let err = comms[0]
+            .all_reduce(BufRef::from(&buf), BufRef::from(&buf), 1024, DataType::F32, ReduceOp::Sum)
+            .unwrap_err();
+        assert!(err.to_string().contains("abort"), "{err}");
+    });
+    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+}
+
+#[test]
+fn two_communicators_in_one_process_and_ranks_as_threads() {
+    let be = backend::cpu();
+    let a = Comm::init_all(&be, 3, sweep_config()).unwrap();
+    let b = Comm::init_all(&be, 2, CommConfig { nchannels: 1, ..sweep_config() }).unwrap();
+    assert_eq!(a[0].transport_to(1), Some(TransportKind::InProcess));
+    for round in 0..3u64 {
+        for (comms, n) in [(&a, 3usize), (&b, 2)] {
+            let c = Case {
+                coll: Collective::AllReduce,
+                n,
+                nch: comms[0].config().nchannels,
+                dtype: DataType::I32,
+                op: ReduceOp::Sum,
+                count: 5000 + round as usize,
+                in_place: round % 2 == 1,
+                nthreads: 128,
+                step_bytes: 4096,
+                exact: true,
+                root: 0,
+                seed: round + 1,
+            };
+            std::thread::scope(|s| {
+                let hs: Vec<_> = comms.iter().map(|comm| s.spawn(|| run_case(comm, &be, &c))).collect();
+                for h in hs {
+                    h.join().unwrap().unwrap();
+                }
+            });
+        }
+    }
+}
+
+#[test]
+fn ranks_that_disagree_on_the_configuration_fail_naming_it() {
+    let be = backend::cpu();
+    let id = loopback_id();
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let be = &be;
+                s.spawn(move || {
+                    let cfg = CommConfig { nchannels: 1 + r, ..sweep_config() };
+                    Comm::init_rank(be, 2, r, &id, cfg).unwrap_err().to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for e in errs {
+        assert!(e.contains("configuration differs"), "{e}");
+    }
+}
