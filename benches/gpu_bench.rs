@@ -39,7 +39,9 @@ fn ring_all_reduce(gpu: &Arc<dyn Backend>, copy_bytes_per_s: f64) {
     let bufs: Vec<_> =
         (0..n).map(|_| (gpu.alloc(bytes).expect("send"), gpu.alloc(bytes).expect("recv"))).collect();
     let ptrs: Vec<_> = bufs.iter().map(|(s, r)| (s.ptr(), r.ptr())).collect();
-    let run = || group.run_ring(Collective::AllReduce, DataType::F32, RedOp::Sum, &ptrs, count, 0, 0);
+    // SAFETY: every rank's send and receive buffers are live 1 GiB allocations: `count` f32.
+    let run =
+        || unsafe { group.run_ring(Collective::AllReduce, DataType::F32, RedOp::Sum, &ptrs, count, 0, 0) };
     if let Err(e) = run() {
         return println!("  ring all-reduce: FAILED: {e}");
     }
@@ -79,7 +81,8 @@ fn main() {
     let args = CopyArgs { dst: dst.ptr(), src: src.ptr(), bytes: bytes as u64 };
     for (blocks, threads) in [(132 * 4, 512), (132 * 8, 256)] {
         let t = best_of(5, || {
-            be.launch("rsccl_copy", LaunchConfig::linear(blocks, threads), &args).expect("launch");
+            // SAFETY: src and dst are live 1 GiB buffers; the copy moves `bytes` of them.
+            unsafe { be.launch("rsccl_copy", LaunchConfig::linear(blocks, threads), &args) }.expect("launch");
             be.synchronize().expect("sync");
         });
         println!(
@@ -104,7 +107,8 @@ fn main() {
         a.dsts[0] = dst.ptr();
         let name = reduce_kernels::kernel_name(DataType::F32);
         let t = best_of(5, || {
-            be.launch(&name, LaunchConfig::linear(132 * 4, 512), &a).expect("launch");
+            // SAFETY: every source and the destination are live buffers of `nelem` f32.
+            unsafe { be.launch(&name, LaunchConfig::linear(132 * 4, 512), &a) }.expect("launch");
             be.synchronize().expect("sync");
         });
         // Bytes moved: every source read once and the destination written once.

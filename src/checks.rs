@@ -31,7 +31,8 @@ fn run_selftest(
     let out = be.alloc(out_bytes).map_err(e)?;
     let scratch = be.alloc(scratch_bytes).map_err(e)?;
     let args = SelfTestArgs { out: out.ptr(), scratch: scratch.ptr(), n, param };
-    be.launch(kernel, cfg, &args).map_err(e)?;
+    // SAFETY: `out` and `scratch` are sized above for what the self-test writes for `n`.
+    unsafe { be.launch(kernel, cfg, &args) }.map_err(e)?;
     be.synchronize().map_err(e)?;
     drop(scratch);
     Ok(out)
@@ -128,7 +129,8 @@ pub fn atomics(be: &dyn Backend, blocks: u32, threads: u32) -> CheckResult {
     let out = be.alloc(8).map_err(e)?;
     let scratch = be.alloc(32).map_err(e)?;
     let args = SelfTestArgs { out: out.ptr(), scratch: scratch.ptr(), n: 0, param: 0 };
-    be.launch("rsccl_selftest_atomics", cfg, &args).map_err(e)?;
+    // SAFETY: the atomics self-test writes 8 bytes of `out` and 32 of `scratch`, both live.
+    unsafe { be.launch("rsccl_selftest_atomics", cfg, &args) }.map_err(e)?;
     let cas = read_u32(be, &out, 2)?;
     let mut s = [0u8; 32];
     be.copy_out(&scratch, 0, &mut s).map_err(e)?;
@@ -156,7 +158,8 @@ pub fn timer(be: &dyn Backend) -> CheckResult {
 pub fn trap_reports_error(be: &dyn Backend) -> CheckResult {
     let out = be.alloc(4).map_err(e)?;
     let args = SelfTestArgs { out: out.ptr(), scratch: out.ptr(), n: 0, param: 37 };
-    be.launch("rsccl_selftest_trap", LaunchConfig::linear(2, 64), &args).map_err(e)?;
+    // SAFETY: the trap self-test writes at most one word of `out` before it traps.
+    unsafe { be.launch("rsccl_selftest_trap", LaunchConfig::linear(2, 64), &args) }.map_err(e)?;
     match be.synchronize() {
         Err(Error::KernelFailed { .. }) => Ok(()),
         other => Err(format!("trap: expected KernelFailed, got {other:?}")),
@@ -184,7 +187,8 @@ pub fn copy_bytes(
         src: src.ptr().offset(src_off as u64),
         bytes: len as u64,
     };
-    be.launch("rsccl_copy", LaunchConfig::linear(blocks, threads), &args).map_err(e)?;
+    // SAFETY: the caller's ranges were checked against both buffers above.
+    unsafe { be.launch("rsccl_copy", LaunchConfig::linear(blocks, threads), &args) }.map_err(e)?;
     let mut out = vec![0u8; dst_len];
     be.copy_out(&dst, 0, &mut out).map_err(e)?;
     Ok(out)
@@ -218,7 +222,9 @@ pub fn bad_launches_are_rejected(be: &dyn Backend) -> CheckResult {
         ("unknown kernel", "rsccl_no_such_kernel", LaunchConfig::linear(1, 32)),
     ];
     for (what, kernel, cfg) in cases {
-        match be.launch(kernel, cfg, &args) {
+        // SAFETY: every case is refused before launching (that is what is checked); the
+        // arguments point at live buffers anyway.
+        match unsafe { be.launch(kernel, cfg, &args) } {
             Err(Error::InvalidLaunch { .. }) | Err(Error::UnknownKernel(_)) => {}
             other => return Err(format!("{what}: expected a launch error, got {other:?}")),
         }

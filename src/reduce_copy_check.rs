@@ -76,7 +76,9 @@ pub fn run(
     args.pre_op_srcs = if op == RedOp::PreMulSum { 1 } else { 0 };
     args.post_op = (op == RedOp::SumPostDiv) as u32;
     let blocks = (nelem / 65_536).clamp(1, 64) as u32;
-    be.launch(&kernel_name(t), LaunchConfig::linear(blocks, 256), &args).map_err(e)?;
+    // SAFETY: every source and destination is a live buffer of `bytes` bytes at offset `off`,
+    // holding the `nelem` elements the kernel reads or writes.
+    unsafe { be.launch(&kernel_name(t), LaunchConfig::linear(blocks, 256), &args) }.map_err(e)?;
     be.synchronize().map_err(e)?;
     for (k, d) in dsts.iter().enumerate() {
         let mut out = vec![0u8; bytes];

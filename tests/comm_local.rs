@@ -47,8 +47,8 @@ fn a_launch_above_the_kernels_declared_block_size_is_refused_by_the_backend() {
     let k = CollKernel::ring(Collective::AllReduce, DataType::F32).name();
     let entry = rsccl_device::kernels::find(&k).expect("registered");
     assert_eq!(entry.max_threads, SIMPLE_THREADS);
-    let err = (*be)
-        .launch(&k, LaunchConfig::linear(1, SIMPLE_THREADS + 32), &RingArgs::default())
+    // SAFETY: refused before launching (what is checked); nothing would run.
+    let err = unsafe { (*be).launch(&k, LaunchConfig::linear(1, SIMPLE_THREADS + 32), &RingArgs::default()) }
         .expect_err("more threads than .maxntid must be refused");
     assert!(err.to_string().contains("544 threads per block exceeds the 512"), "{err}");
     let _: &dyn Backend = &*be;

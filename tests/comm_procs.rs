@@ -433,3 +433,46 @@ fn ranks_that_disagree_on_the_configuration_fail_naming_it() {
         assert!(e.contains("configuration differs"), "{e}");
     }
 }
+
+/// The safe calls check every buffer before a kernel is launched (this is what makes them
+/// safe: a kernel only touches what `check_rank` showed the buffers hold), so a bad call on one
+/// rank returns at once with an error naming the rank, and launches nothing.
+#[test]
+fn comm_calls_with_bad_buffers_are_refused_before_any_kernel_runs() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, sweep_config()).unwrap();
+    let c = &comms[1];
+    let small = be.alloc(16).unwrap();
+    let big = be.alloc(64).unwrap();
+    let at = |buf, offset| BufRef { buf, offset };
+    let f32s = DataType::F32;
+    let cases: Vec<(&str, rsccl::Result<()>)> = vec![
+        ("send buffer has 16 bytes", c.all_reduce(at(&small, 0), at(&big, 0), 5, f32s, ReduceOp::Sum)),
+        ("overflow a byte size", c.all_reduce(at(&big, 0), at(&big, 0), usize::MAX, f32s, ReduceOp::Sum)),
+        ("overflow a byte size", c.all_gather(at(&big, 0), at(&big, 0), usize::MAX / 3, f32s)),
+        ("after offset 80", c.all_reduce(at(&big, 80), at(&big, 0), 1, f32s, ReduceOp::Sum)),
+        ("not aligned to 4 bytes", c.all_reduce(at(&big, 2), at(&big, 2), 1, f32s, ReduceOp::Sum)),
+        ("root 2 is not a rank", c.broadcast(at(&big, 0), at(&big, 0), 1, f32s, 2)),
+        ("root 9 is not a rank", c.reduce(at(&big, 0), at(&big, 0), 1, f32s, ReduceOp::Sum, 9)),
+        ("0.5", c.all_reduce(at(&big, 0), at(&big, 0), 1, DataType::I32, ReduceOp::PreMulSum(0.5))),
+        // Rank 1's in-place reduce-scatter result lives at block 1 of its send buffer, not 0.
+        (
+            "overlap without being in place",
+            c.reduce_scatter(at(&big, 0), at(&big, 0), 4, f32s, ReduceOp::Sum),
+        ),
+    ];
+    let start = Instant::now();
+    for (want, res) in cases {
+        let e = res.expect_err(want).to_string();
+        assert!(e.contains(want), "expected `{want}` in: {e}");
+    }
+    // Refused at once: rank 0 never joined, so a launched kernel would have waited 30 s.
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // The correct in-place layout is accepted (and runs) once rank 0 joins too.
+    let b0 = be.alloc(64).unwrap();
+    std::thread::scope(|s| {
+        let h = s.spawn(|| comms[0].reduce_scatter(at(&b0, 0), at(&b0, 0), 4, f32s, ReduceOp::Sum));
+        c.reduce_scatter(at(&big, 0), at(&big, 16), 4, f32s, ReduceOp::Sum).unwrap();
+        h.join().unwrap().unwrap();
+    });
+}

@@ -64,7 +64,8 @@ fn bad_launches_are_rejected_with_clear_errors() {
     let be = cpu();
     checks::bad_launches_are_rejected(&*be).unwrap();
     let buf = be.alloc(16).unwrap();
-    let err = be.launch_raw("rsccl_copy", LaunchConfig::linear(1, 32), &[0u8; 8]).unwrap_err();
+    // SAFETY: refused before launching (the argument size is what is checked).
+    let err = unsafe { be.launch_raw("rsccl_copy", LaunchConfig::linear(1, 32), &[0u8; 8]) }.unwrap_err();
     assert!(err.to_string().contains("argument struct is 8 bytes, the kernel takes 24"), "{err}");
     let err = be.copy_in(&buf, 8, &[0u8; 16]).unwrap_err();
     assert!(err.to_string().contains("16 bytes at offset 8 are outside the buffer of 16 bytes"), "{err}");

@@ -148,7 +148,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()> {
+    unsafe fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()> {
         let entry = kernels::find(kernel).ok_or_else(|| Error::UnknownKernel(kernel.to_string()))?;
         validate_launch(kernel, &cfg, args, Some(entry), MAX_DYNAMIC_SMEM)?;
         let dims = LaunchDims { grid: cfg.grid, block: cfg.block, smem_bytes: cfg.smem_bytes };

@@ -310,7 +310,7 @@ impl Backend for GpuBackend {
         unsafe { result::memcpy_dtod_sync(dst.ptr().0, src.ptr().0, bytes) }.map_err(driver("cuMemcpyDtoD"))
     }
 
-    fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()> {
+    unsafe fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()> {
         self.bind()?;
         let (f, allowed) = self.function(kernel)?;
         validate_launch(kernel, &cfg, args, rsccl_device::kernels::find(kernel), self.shared.max_smem_optin)?;

@@ -159,8 +159,16 @@ pub trait Backend: Send + Sync {
     /// Copies `bytes` bytes between device buffers (the driver's copy engine on a GPU); the
     /// baseline that bandwidth benchmarks are reported against.
     fn copy_device(&self, dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize) -> Result<()>;
-    /// Launches `kernel` with its argument struct given as bytes.
-    fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()>;
+    /// Launches `kernel` with its argument struct given as bytes. The backend checks the
+    /// kernel's name, the argument size and the launch shape, but not the device addresses and
+    /// sizes inside the arguments.
+    ///
+    /// # Safety
+    /// Every address and size in `args` must describe memory the kernel may read and write
+    /// (live buffers of this backend, large enough for what the kernel does with them), and that
+    /// memory must stay alive until the launch is synchronized. The safe entry points are the
+    /// collectives of [`crate::Comm`] and [`crate::LocalGroup`], which check their buffers.
+    unsafe fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()>;
     /// Waits for every launch so far; reports the first failure.
     fn synchronize(&self) -> Result<()>;
     /// A handle to the same device and memory with its own stream, so launches on it run
@@ -196,8 +204,12 @@ pub trait Backend: Send + Sync {
 
 impl dyn Backend + '_ {
     /// Launches `kernel` with its `#[repr(C)]` argument struct.
-    pub fn launch<A: bytemuck::Pod>(&self, kernel: &str, cfg: LaunchConfig, args: &A) -> Result<()> {
-        self.launch_raw(kernel, cfg, bytemuck::bytes_of(args))
+    ///
+    /// # Safety
+    /// As [`Backend::launch_raw`]: the addresses and sizes in `args` are the caller's promise.
+    pub unsafe fn launch<A: bytemuck::Pod>(&self, kernel: &str, cfg: LaunchConfig, args: &A) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.launch_raw(kernel, cfg, bytemuck::bytes_of(args)) }
     }
 
     /// A new buffer holding `data` (any plain element type: `f32`, `i32`, `u8`, …).

@@ -282,9 +282,12 @@ impl LocalGroup {
         }
         let (red, arg) = op.resolve(dtype, n);
         let bufs: Vec<(DevPtr, DevPtr)> = send.iter().zip(recv).map(|(s, d)| (s.ptr(), d.ptr())).collect();
+        // SAFETY: check_rank showed every rank's buffers hold what it reads and writes, and
+        // check_overlaps that no rank writes what another reads; the borrows keep them alive
+        // until the run returns, which waits for every launched kernel.
         match algo {
-            Algorithm::Tree => self.run_tree(dtype, red, &bufs, count as u64, arg),
-            _ => self.run_ring(coll, dtype, red, &bufs, count as u64, root, arg),
+            Algorithm::Tree => unsafe { self.run_tree(dtype, red, &bufs, count as u64, arg) },
+            _ => unsafe { self.run_ring(coll, dtype, red, &bufs, count as u64, root, arg) },
         }
     }
 

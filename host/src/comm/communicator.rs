@@ -541,7 +541,9 @@ impl Comm {
         let (red, arg) = op.resolve(dtype, n);
         let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
         self.arm()?;
-        self.launch(coll, dtype, red, tree, (send.ptr(), recv.ptr()), count as u64, root, arg)?;
+        // SAFETY: check_rank showed both buffers hold what this rank reads and writes; the
+        // borrows keep them alive, and finish waits for the kernel before this returns.
+        unsafe { self.launch(coll, dtype, red, tree, (send.ptr(), recv.ptr()), count as u64, root, arg) }?;
         self.finish()
     }
 
@@ -560,9 +562,13 @@ impl Comm {
         self.stream.reserve_launches(cfg, launches)
     }
 
-    /// Enqueues this rank's kernel of a collective on its stream (buffers already checked).
+    /// Enqueues this rank's kernel of a collective on its stream.
+    ///
+    /// # Safety
+    /// `send` and `recv` must hold what `coll` reads and writes for `count` elements of `dtype`
+    /// on this rank (as [`check_rank`] checks) and stay alive until [`Comm::finish`] returns.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn launch(
+    pub(crate) unsafe fn launch(
         &self,
         coll: Collective,
         dtype: DataType,
@@ -594,7 +600,10 @@ impl Comm {
             };
             let blocks = (count / (1 << 16)).clamp(1, 32) as u32;
             let kernel = CollKernel::OneRank(dtype).name();
-            return self.stream.launch(&kernel, LaunchConfig::linear(blocks, self.cfg.nthreads), &args);
+            // SAFETY: the buffers are the caller's promise; the kernel copies `count` elements.
+            return unsafe {
+                self.stream.launch(&kernel, LaunchConfig::linear(blocks, self.cfg.nthreads), &args)
+            };
         }
         let kernel = if tree { CollKernel::TreeAllReduce(dtype) } else { CollKernel::ring(coll, dtype) };
         // Byte kernels (all-gather, broadcast) count bytes, whatever the type.
@@ -626,7 +635,9 @@ impl Comm {
             op: op as u32,
             red_op_arg,
         };
-        self.stream.launch(&kernel.name(), cfg, &args)
+        // SAFETY: the user buffers are the caller's promise; the channel tables, status words and
+        // connections are this Comm's own, alive as long as it is, and sized for its channels.
+        unsafe { self.stream.launch(&kernel.name(), cfg, &args) }
     }
 
     /// Waits for this rank's enqueued collective and reports its failures, naming the peers it

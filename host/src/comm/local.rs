@@ -293,8 +293,13 @@ impl LocalGroup {
     /// Low-level: runs ring collective `coll` of `dtype`/`op` on every rank with
     /// `bufs[r] = (sendbuff, recvbuff)` (not checked against any buffer: see the typed calls),
     /// waits for all, and reports per-rank failures.
+    ///
+    /// # Safety
+    /// Every `bufs[r]` must point at live memory of this group's backend holding what `coll`
+    /// reads and writes on rank r for `count` elements of `dtype` (see the typed calls'
+    /// checks), and stay alive until this returns.
     #[allow(clippy::too_many_arguments)]
-    pub fn run_ring(
+    pub unsafe fn run_ring(
         &self,
         coll: Collective,
         dtype: DataType,
@@ -308,7 +313,10 @@ impl LocalGroup {
     }
 
     /// Low-level: tree all-reduce of `dtype`/`op` on every rank (see [`LocalGroup::run_ring`]).
-    pub fn run_tree(
+    ///
+    /// # Safety
+    /// As [`LocalGroup::run_ring`].
+    pub unsafe fn run_tree(
         &self,
         dtype: DataType,
         op: RedOp,
@@ -363,7 +371,9 @@ impl LocalGroup {
                 let pseudo = (r as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
                 std::thread::sleep(Duration::from_nanos(pseudo % ns));
             }
-            match comm.launch(coll, dtype, op, tree, bufs[r], count, root, red_op_arg) {
+            // SAFETY: the caller's promise (run_ring/run_tree) or the typed calls' checks; every
+            // launched rank is finished below before this returns.
+            match unsafe { comm.launch(coll, dtype, op, tree, bufs[r], count, root, red_op_arg) } {
                 Ok(()) => launched[r] = true,
                 Err(e) => launch_errors.push((r, e)),
             }
