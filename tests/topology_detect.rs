@@ -488,3 +488,66 @@ fn gpu_selection_by_bus_id() {
     assert_eq!(all.gpus().unwrap().len(), 2);
     assert_eq!(canonical_bus_id("00000000:0A:00.0").as_deref(), Some("0000:0a:00.0"));
 }
+
+/// The ring graph (`id="0"`) of a graph file: its channel count.
+fn ring_channels(path: &Path) -> String {
+    let doc = xml::read_file(path).unwrap();
+    assert_eq!(doc.root.name, "graphs", "{}", path.display());
+    let ring = doc.root.children.iter().find(|g| g.attr("id") == Some("0")).expect("no ring graph");
+    ring.attr("nchannels").unwrap().to_string()
+}
+
+/// `rsccl topo --detect` reads and writes the files init does: `RSCCL_GRAPH_FILE` replaces the
+/// search, `RSCCL_GRAPH_DUMP_FILE` receives the result, `--graph` / `--graph-dump` take
+/// precedence, and a report of a file (another machine) ignores them. The machine's GPUs come
+/// from `RSCCL_TOPO_FILE` here: where NVML sees GPUs they would be fused in, so the test says
+/// so and stops.
+#[test]
+fn detect_honours_the_graph_files_init_reads() {
+    use rsccl::topology::cli::run_with_env;
+    use rsccl::topology::init::InitEnv;
+    use std::process::ExitCode;
+    if let Ok(g) = NvmlSource::new().gpus() {
+        if !g.is_empty() {
+            eprintln!("skipped: NVML sees {} GPU(s), which --detect would fuse into the fixture", g.len());
+            return;
+        }
+    }
+    let dir = TempDir::new("detect-graph");
+    let args = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let topo = fixture("Azure_ncv4-topo.pre2024.xml");
+    let graph = fixture("Azure_ncv4-graph.xml");
+    let (env_dump, flag_dump) = (dir.0.join("env-dump.xml"), dir.0.join("flag-dump.xml"));
+
+    // Searched, and the result dumped where RSCCL_GRAPH_DUMP_FILE says.
+    let mut env = InitEnv {
+        topo: TopoEnv { topo_file: Some(topo.clone()), dump_file: None },
+        graph_file: None,
+        graph_dump_file: Some(env_dump.clone()),
+    };
+    assert_eq!(run_with_env(&args(&["--detect"]), &env), ExitCode::SUCCESS);
+    // The search finds one ring channel on ncv4; Azure's hand-made graph file has two.
+    assert_eq!(ring_channels(&env_dump), "1");
+
+    // RSCCL_GRAPH_FILE replaces the search: its two channels are dumped.
+    env.graph_file = Some(graph.clone());
+    assert_eq!(run_with_env(&args(&["--detect"]), &env), ExitCode::SUCCESS);
+    assert_eq!(ring_channels(&env_dump), ring_channels(&graph));
+    assert_eq!(ring_channels(&graph), "2");
+
+    // --graph-dump takes precedence over RSCCL_GRAPH_DUMP_FILE.
+    fs::remove_file(&env_dump).unwrap();
+    let flag = flag_dump.to_str().unwrap();
+    assert_eq!(run_with_env(&args(&["--detect", "--graph-dump", flag]), &env), ExitCode::SUCCESS);
+    assert_eq!(ring_channels(&flag_dump), "2");
+    assert!(!env_dump.exists(), "RSCCL_GRAPH_DUMP_FILE written although --graph-dump was given");
+
+    // A report of a file stands for another machine: the variables are not used.
+    fs::remove_file(&flag_dump).unwrap();
+    assert_eq!(run_with_env(&args(&[topo.to_str().unwrap()]), &env), ExitCode::SUCCESS);
+    assert!(!env_dump.exists(), "RSCCL_GRAPH_DUMP_FILE written by a report of a file");
+
+    // A bad RSCCL_GRAPH_FILE is an error (exit 1), as it is at init.
+    env.graph_file = Some(dir.0.join("missing-graph.xml"));
+    assert_eq!(run_with_env(&args(&["--detect"]), &env), ExitCode::from(1));
+}

@@ -93,3 +93,40 @@ fn deeply_nested_files_are_errors_not_crashes() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `rsccl topo --detect` takes `RSCCL_TOPO_FILE`, `RSCCL_GRAPH_FILE` and `RSCCL_GRAPH_DUMP_FILE`
+/// from the environment as init does: the graph file's two ring channels (the search finds one
+/// on this machine) end up in the dump. Where NVML sees GPUs they would be fused into the
+/// fixture, so the test stops there.
+#[test]
+fn detect_reads_the_graph_file_and_writes_the_dump_from_the_environment() {
+    use rsccl::topology::detect::{GpuSource, NvmlSource};
+    if NvmlSource::new().gpus().is_ok_and(|g| !g.is_empty()) {
+        eprintln!("skipped: NVML sees GPUs, which --detect would fuse into the fixture");
+        return;
+    }
+    let shared = match std::env::var_os("RSCCL_SHARED") {
+        Some(d) if !d.is_empty() => std::path::PathBuf::from(d),
+        _ => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"),
+    };
+    let fixture = |name: &str| shared.join("fixtures/topology").join(name);
+    let dir = std::env::temp_dir().join(format!("rsccl-cli-detect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dump = dir.join("graph-dump.xml");
+    let out = Command::new(env!("CARGO_BIN_EXE_rsccl"))
+        .args(["topo", "--detect"])
+        .env("RSCCL_TOPO_FILE", fixture("Azure_ncv4-topo.pre2024.xml"))
+        .env("RSCCL_GRAPH_FILE", fixture("Azure_ncv4-graph.xml"))
+        .env("RSCCL_GRAPH_DUMP_FILE", &dump)
+        .env_remove("RSCCL_TOPO_DUMP_FILE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("Graphs read from") && stdout.contains("Azure_ncv4-graph.xml"), "{stdout}");
+    assert!(stdout.contains(&format!("written to {}", dump.display())), "{stdout}");
+    let written = std::fs::read_to_string(&dump).unwrap();
+    let ring = written.lines().find(|l| l.contains("<graph id=\"0\"")).unwrap();
+    assert!(ring.contains("nchannels=\"2\""), "{ring}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -532,14 +532,13 @@ impl Reader {
 /// Errors carry the line but no file name (see [`read_file`]).
 pub fn parse(text: &str) -> Result<(Program, SourceMap), MscclError> {
     // The XML parser recurses once per level: bound the nesting before it runs.
-    if let Some((depth, at)) = crate::topology::xml::too_deep(text) {
-        let line = text[..at].matches('\n').count() as u32 + 1;
+    // The XML parser recurses once per level, and its cost grows with the square of an
+    // element's attributes: bound both before it runs.
+    if let Some(r) = crate::topology::xml::refusal(text) {
+        let line = text[..r.at].matches('\n').count() as u32 + 1;
         return Err(MscclError::Xml {
             at: Location { line: Some(line), ..Default::default() },
-            message: format!(
-                "elements nest {depth} deep here, more than the {} an MSCCL-IR file may",
-                crate::topology::xml::MAX_XML_DEPTH
-            ),
+            message: r.message("an MSCCL-IR file"),
         });
     }
     let doc = roxmltree::Document::parse(text).map_err(|e| {
@@ -584,6 +583,9 @@ pub fn parse(text: &str) -> Result<(Program, SourceMap), MscclError> {
         ));
     }
     let mut map = SourceMap { algo: r.line(algo), gpus: Vec::new() };
+    // Buffer slots of all gpus so far: the checker keeps a value for each, so a few lines
+    // declaring 32768-chunk buffers on hundreds of gpus (17 KB) made it take 2.5 GB.
+    let mut slots = 0u64;
     for gnode in r.elements(algo, "gpu")? {
         let id = Rank(r.num(gnode, "id", "a rank")?);
         let mut gpu = Gpu {
@@ -593,6 +595,19 @@ pub fn parse(text: &str) -> Result<(Program, SourceMap), MscclError> {
             s_chunks: r.num(gnode, "s_chunks", "a chunk count")?,
             tbs: Vec::new(),
         };
+        // A buffer over MAX_CHUNKS is the checker's error, reported before it allocates: count
+        // it at that size here, so that error names it.
+        let max = super::limits::MAX_CHUNKS;
+        slots +=
+            [gpu.i_chunks, gpu.o_chunks, gpu.s_chunks].iter().map(|&c| u64::from(c.min(max))).sum::<u64>();
+        if slots > super::limits::MAX_SLOTS {
+            let expected = format!(
+                "buffers that, summed over the gpus, stay within the {} chunks a program may have \
+                 (MAX_SLOTS); the gpus up to this one have {slots}",
+                super::limits::MAX_SLOTS
+            );
+            return Err(r.bad(gnode, "i_chunks", &gpu.i_chunks.to_string(), &expected));
+        }
         let mut gmap = (r.line(gnode), Vec::new());
         for tnode in r.elements(gnode, "tb")? {
             let tid = TbId(r.num(tnode, "id", "a threadblock id")?);
@@ -639,11 +654,20 @@ fn attach(mut e: MscclError, gpu: Rank, tb: TbId, step: usize) -> MscclError {
     e
 }
 
-/// Reads an MSCCL-IR file; errors name the file and line.
+/// Reads an MSCCL-IR file of at most [`super::limits::MAX_IR_FILE_BYTES`]; errors name the file
+/// and line.
 pub fn read_file(path: &std::path::Path) -> Result<(Program, SourceMap), MscclError> {
+    use super::limits::MAX_IR_FILE_BYTES;
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| MscclError::Io { path: name.clone(), message: e.to_string() })?;
+    let text =
+        crate::topology::xml::read_text(path, MAX_IR_FILE_BYTES, "an MSCCL-IR file", "MAX_IR_FILE_BYTES")
+            .map_err(|(line, message)| match line {
+                None => MscclError::Io { path: name.clone(), message },
+                Some(line) => MscclError::Xml {
+                    at: Location { file: Some(name.clone()), line: Some(line), ..Default::default() },
+                    message,
+                },
+            })?;
     parse(&text).map_err(|e| e.in_file(&name, |_| None))
 }
 

@@ -41,8 +41,18 @@ pub const MAX_WORK: u64 = 1 << 22;
 /// Buffer slots the DSL traces (ranks × chunks of every buffer): it keeps each slot's symbolic
 /// value, a few dozen bytes, so 2^24 slots stay under a GiB. Looser than [`MAX_WORK`] because a
 /// slot costs far less than a compiled transfer (in-place all-reduce has twice as many slots
-/// as its buffers, since its output aliases its input).
+/// as its buffers, since its output aliases its input). The MSCCL-IR reader bounds the chunks
+/// of all gpus' buffers, summed, by it too: the checker keeps about 100 bytes a slot, so a
+/// file at the limit takes up to about 1.6 GiB to check however short it is.
 pub const MAX_SLOTS: u64 = 1 << 24;
+
+/// Largest MSCCL-IR file `msccl check` (and [`ir::read_file`]) reads: 256 MiB. Checking costs
+/// about 10 bytes of memory per byte of the file (a 3.9 MB ring all-reduce on 128 ranks peaks at
+/// 37 MB), so a file at the limit stays within about the 3.5 GiB a compile at [`MAX_WORK`] may
+/// take. Files the runtime can load are far smaller ([`RUNTIME_MAX_STEPS`] steps of about 130
+/// bytes in each of [`RUNTIME_MAX_THREADBLOCKS`] threadblocks is 7 MB a GPU); the largest
+/// compile (`MAX_WORK` transfers) writes about 500 MB, which this refuses to check.
+pub const MAX_IR_FILE_BYTES: u64 = 256 << 20;
 
 /// Steps per threadblock the runtime loads: `MSCCL_MAX_NUM_STEPS`, 256 in microsoft/msccl
 /// (64 in msccl-executor-nccl); its parser rejects a `<step s>` at or beyond it.

@@ -4,22 +4,25 @@
 //! ```text
 //! rsccl topo FILE.xml [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N] [--graph GRAPH.xml]
 //!                      [--compare NCCL_GRAPH.xml]
-//! rsccl topo --detect [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N]
+//! rsccl topo --detect [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N] [--graph GRAPH.xml]
 //! ```
 //! `--graph-dump` writes the search result in NCCL's `NCCL_GRAPH_DUMP_FILE` format (the same as
 //! `RSCCL_GRAPH_DUMP_FILE` at init); `--graph` replaces the search by a graph file, as
 //! `NCCL_GRAPH_FILE` does; `--nodes N` searches for N such nodes (channels through the NICs);
-//! `--detect` reports this machine (sysfs/NVML, `RSCCL_TOPO_FILE` fused in); `--compare`
+//! `--detect` reports this machine as init sees it (sysfs/NVML, `RSCCL_TOPO_FILE` fused in,
+//! `RSCCL_TOPO_DUMP_FILE` written; `RSCCL_GRAPH_FILE` replaces the search and
+//! `RSCCL_GRAPH_DUMP_FILE` receives its result, `--graph` / `--graph-dump` taking precedence over
+//! these two); `--compare`
 //! checks the search against a graph dump NCCL wrote for the same machine, graph by graph.
 //! A file without GPUs cannot be searched (exit 1), except a provider skeleton, whose GPUs are
 //! filled in at run time: it is reported without a search, as is `--detect` on a machine
 //! without NVML.
 //! Exit status: 0 on success, 1 when a file is invalid or `--compare` finds a difference, 2 on a
 //! command line that cannot be run.
-use super::detect::{Detector, GpuSource, NvmlSource, TopoEnv};
+use super::detect::{Detector, GpuSource, NvmlSource};
 use super::dump::graphs_from_xml;
 use super::graph::{LinkKind, NodeKind, System};
-use super::init::{no_gpu_error, search_with_files};
+use super::init::{no_gpu_error, search_with_files, InitEnv};
 use super::paths::{PathOptions, Paths};
 use super::search::{Graph, Graphs, Pattern, SearchOptions};
 use super::xml::{self, TopoError, XmlDoc};
@@ -31,7 +34,9 @@ const USAGE: &str = "\
 usage:
   rsccl topo FILE.xml [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N] [--graph GRAPH.xml]
                       [--compare NCCL_GRAPH.xml]
-  rsccl topo --detect [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N]";
+  rsccl topo --detect [--dot OUT.dot] [--graph-dump OUT.xml] [--nodes N] [--graph GRAPH.xml]
+(--detect reads RSCCL_TOPO_FILE, RSCCL_GRAPH_FILE and writes RSCCL_TOPO_DUMP_FILE,
+RSCCL_GRAPH_DUMP_FILE as init does; --graph and --graph-dump take precedence)";
 
 struct Args {
     file: Option<PathBuf>,
@@ -77,25 +82,42 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
     Ok(a)
 }
 
-/// Runs `rsccl topo` with the arguments after `topo`.
+/// Runs `rsccl topo` with the arguments after `topo`; `--detect` reads the files init reads
+/// from the process environment ([`InitEnv::from_env`]).
 pub fn run(args: &[String]) -> ExitCode {
+    run_with_env(args, &InitEnv::from_env())
+}
+
+/// [`run`] with the init files given rather than read from the environment: `--detect` uses
+/// all of `env`, a report of a file none of it (a file stands for another machine).
+pub fn run_with_env(args: &[String], env: &InitEnv) -> ExitCode {
     if matches!(args.first().map(String::as_str), Some("-h" | "--help" | "help")) {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    let a = match parse_args(args) {
+    let mut a = match parse_args(args) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("error: {e}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
-    match report(&a) {
+    if a.detect {
+        // As at init: the graph files named in the environment, unless the command line names
+        // others.
+        a.graph = a.graph.take().or_else(|| env.graph_file.clone());
+        a.graph_dump = a.graph_dump.take().or_else(|| env.graph_dump_file.clone());
+    }
+    match report(&a, env) {
         Ok((text, same)) => {
             print!("{text}");
             if same {
                 ExitCode::SUCCESS
             } else {
+                // Every failing exit says why on stderr, where scripts look, not only in the
+                // report on stdout.
+                let theirs = a.compare.as_deref().map_or_else(String::new, |p| p.display().to_string());
+                eprintln!("error: the search differs from {theirs} (see \"Compared with\" in the report)");
                 ExitCode::from(1)
             }
         }
@@ -106,7 +128,7 @@ pub fn run(args: &[String]) -> ExitCode {
     }
 }
 
-fn report(a: &Args) -> Result<(String, bool), TopoError> {
+fn report(a: &Args, env: &InitEnv) -> Result<(String, bool), TopoError> {
     let doc: XmlDoc = match &a.file {
         Some(f) => xml::read_file(f)?,
         None => {
@@ -115,7 +137,7 @@ fn report(a: &Args) -> Result<(String, bool), TopoError> {
                 eprintln!("note: {e}; reporting the machine without GPUs");
                 Vec::new()
             });
-            Detector::new().local_topology(&gpus, &TopoEnv::from_env())?
+            Detector::new().local_topology(&gpus, &env.topo)?
         }
     };
     let sys = System::from_xml(&doc)?;
@@ -135,6 +157,10 @@ fn report(a: &Args) -> Result<(String, bool), TopoError> {
     let (searched, graphs) = search_with_files(&sys, &opts, a.graph.as_deref(), a.graph_dump.as_deref())?;
     write_report(&mut out, &sys, &graphs, a.nodes);
     write_dot(&mut out, &sys, a.dot.as_deref())?;
+    if let Some(p) = &a.graph {
+        let _ =
+            writeln!(out, "Graphs read from {} (NCCL_GRAPH_FILE format) instead of searched", p.display());
+    }
     if let Some(p) = &a.graph_dump {
         let _ = writeln!(out, "Graph dump (NCCL_GRAPH_DUMP_FILE format) written to {}", p.display());
     }

@@ -149,11 +149,63 @@ impl XmlDoc {
 /// ten deep): deeper input is refused before anything walks it recursively.
 pub const MAX_XML_DEPTH: usize = 64;
 
-/// The first element nested deeper than [`MAX_XML_DEPTH`] in `text` (its depth and byte
-/// offset). The XML parser recurses once per level, so readers of every XML format call this
-/// on the text before parsing it.
-pub(crate) fn too_deep(text: &str) -> Option<(usize, usize)> {
-    scan(text, MAX_XML_DEPTH).too_deep
+/// Most attributes one element of a topology, graph or MSCCL-IR file may have (NCCL's elements
+/// have at most 13, an MSCCL-IR step 12). The XML parser compares each attribute of an element
+/// with the ones before it, so without a bound one element with 100,000 attributes (1 MB) took
+/// 44 s to refuse.
+pub const MAX_XML_ATTRIBUTES: usize = 64;
+
+/// Most namespace declarations (`xmlns` attributes) a file may have; these formats use none.
+/// The XML parser copies the declarations in scope into every element that declares another,
+/// so without a bound a few hundred declarations made each small element cost kilobytes.
+pub const MAX_XML_NAMESPACES: usize = 16;
+
+/// Why the pre-parse scan refused a text: the byte offset of the element at fault and what is
+/// wrong with it, to be completed by the kind of file (see [`Refusal::message`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// Byte offset of the start tag at fault.
+    pub at: usize,
+    kind: RefusalKind,
+}
+
+/// Which limit the scan stopped at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RefusalKind {
+    /// Nested this deep.
+    Depth(usize),
+    /// This element has too many attributes.
+    Attributes(String),
+    /// The file has too many namespace declarations.
+    Namespaces,
+}
+
+impl Refusal {
+    /// The message, for a file described as `what` ("a topology or graph file").
+    pub fn message(&self, what: &str) -> String {
+        match &self.kind {
+            RefusalKind::Depth(depth) => {
+                format!("elements nest {depth} deep here, more than the {MAX_XML_DEPTH} {what} may")
+            }
+            RefusalKind::Attributes(name) => format!(
+                "<{name}> has more than the {MAX_XML_ATTRIBUTES} attributes an element of {what} may have \
+                 (MAX_XML_ATTRIBUTES)"
+            ),
+            RefusalKind::Namespaces => format!(
+                "more than {MAX_XML_NAMESPACES} namespace (xmlns) declarations, which {what} does not use \
+                 (MAX_XML_NAMESPACES)"
+            ),
+        }
+    }
+}
+
+/// What makes `text` too costly to hand to the XML parser: the first element nested deeper than
+/// [`MAX_XML_DEPTH`] (the parser recurses once per level), with more than
+/// [`MAX_XML_ATTRIBUTES`], or past [`MAX_XML_NAMESPACES`] declarations (the parser's time and
+/// memory grow with their square). Readers of every XML format call this on the text before
+/// parsing it.
+pub(crate) fn refusal(text: &str) -> Option<Refusal> {
+    scan(text, MAX_XML_DEPTH).refused
 }
 
 /// Parses XML text; `source` names it in errors. Comments may appear anywhere.
@@ -161,14 +213,8 @@ pub fn parse(text: &str, source: &str) -> Result<XmlDoc, TopoError> {
     let line_starts: Vec<usize> =
         std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
     let line_at = |offset: usize| line_starts.partition_point(|&s| s <= offset) as u32;
-    if let Some((depth, at)) = too_deep(text) {
-        return Err(TopoError::at(
-            source,
-            Some(line_at(at)),
-            format!(
-                "elements nest {depth} deep here, more than the {MAX_XML_DEPTH} a topology or graph file may"
-            ),
-        ));
+    if let Some(r) = refusal(text) {
+        return Err(TopoError::at(source, Some(line_at(r.at)), r.message("a topology or graph file")));
     }
     let doc = roxmltree::Document::parse(text).map_err(|e| xml_error(text, source, &e, &line_starts))?;
     let line_of = |n: roxmltree::Node| line_at(n.range().start);
@@ -190,8 +236,9 @@ pub fn parse(text: &str, source: &str) -> Result<XmlDoc, TopoError> {
 struct Unfinished<'a> {
     cut: Option<(String, usize)>,
     open: Vec<(&'a str, usize)>,
-    /// Set when the scan stopped at an element nested deeper than its limit (depth, offset).
-    too_deep: Option<(usize, usize)>,
+    /// Set when the scan stopped at an element nested deeper than its limit, or with too many
+    /// attributes or namespace declarations.
+    refused: Option<Refusal>,
 }
 
 /// Scans `text` for the element nesting at its end (for text the XML parser rejected at its end).
@@ -200,7 +247,7 @@ fn unfinished(text: &str) -> Unfinished<'_> {
 }
 
 /// The element nesting of `text` up to where it ends, or up to the first element nested deeper
-/// than `max_depth`. It follows tags, quotes, comments, CDATA and `<?..?>`/`<!..>` markup
+/// than `max_depth` or over the attribute and namespace limits. It follows tags, quotes, comments, CDATA and `<?..?>`/`<!..>` markup
 /// without checking the rest of the syntax (the XML parser does that), and allocates nothing
 /// per element: it runs on every file before the parser.
 fn scan(text: &str, max_depth: usize) -> Unfinished<'_> {
@@ -211,6 +258,7 @@ fn scan(text: &str, max_depth: usize) -> Unfinished<'_> {
         ("<!", ">", "a <!...> declaration"),
     ];
     let mut u = Unfinished::default();
+    let mut namespaces = 0;
     let mut i = 0;
     while let Some(off) = text[i..].find('<') {
         let start = i + off;
@@ -235,6 +283,7 @@ fn scan(text: &str, max_depth: usize) -> Unfinished<'_> {
         let after_name = name_start + name_len;
         let mut quote = None;
         let mut end = None;
+        let mut attrs = 0;
         for (k, c) in text[after_name..].char_indices() {
             match (quote, c) {
                 (Some(q), c) if c == q => quote = None,
@@ -243,6 +292,25 @@ fn scan(text: &str, max_depth: usize) -> Unfinished<'_> {
                 (None, '>') => {
                     end = Some(after_name + k);
                     break;
+                }
+                // Each attribute has one `=` outside quotes (malformed text may count extra,
+                // and is refused either way).
+                (None, '=') => {
+                    attrs += 1;
+                    let key = text[after_name..after_name + k].trim_end();
+                    let key = key.rsplit(|c: char| c.is_whitespace()).next().unwrap_or("");
+                    namespaces += usize::from(key.starts_with("xmlns"));
+                    let kind = if attrs > MAX_XML_ATTRIBUTES {
+                        RefusalKind::Attributes(name.to_string())
+                    } else if namespaces > MAX_XML_NAMESPACES {
+                        RefusalKind::Namespaces
+                    } else {
+                        continue;
+                    };
+                    if max_depth != usize::MAX {
+                        u.refused = Some(Refusal { at: start, kind });
+                        return u;
+                    }
                 }
                 _ => {}
             }
@@ -264,7 +332,7 @@ fn scan(text: &str, max_depth: usize) -> Unfinished<'_> {
         } else if !text[..end].ends_with('/') {
             u.open.push((name, start));
             if u.open.len() > max_depth {
-                u.too_deep = Some((u.open.len(), start));
+                u.refused = Some(Refusal { at: start, kind: RefusalKind::Depth(u.open.len()) });
                 return u;
             }
         }
@@ -332,11 +400,57 @@ fn xml_error(text: &str, source: &str, e: &roxmltree::Error, line_starts: &[usiz
     TopoError::at(source, Some(last), format!("malformed XML: {message}"))
 }
 
-/// Reads and parses a file.
+/// Largest topology or graph file [`read_file`] reads: 16 MiB. NCCL's dumps are a few KB (the
+/// largest fixture, an 8-GPU H100 machine, is 10 KB; a graph dump of 64 channels over 576 GPUs,
+/// NCCL's most, would be about 4 MB), while the parsed tree costs up to about 46 bytes of memory
+/// per byte of input (`<a/>` repeated): a file at the limit peaks under 800 MiB, where a 200 MB
+/// file used to take 2.5 GB and 25 s before being refused for its content.
+pub const MAX_TOPO_FILE_BYTES: u64 = 16 << 20;
+
+/// The text of `path`, refused when it is over `limit` bytes: a regular file by its size, before
+/// anything is read; anything else (a pipe, `/dev/zero`) after reading one byte past the limit.
+/// `what` names the kind of file and `limit_name` the constant in the message. Text that is not
+/// UTF-8 is refused with the line of the first bad byte. The error is the line, if any, and the
+/// message, for the caller to put the file name in front.
+pub(crate) fn read_text(
+    path: &Path,
+    limit: u64,
+    what: &str,
+    limit_name: &str,
+) -> Result<String, (Option<u32>, String)> {
+    use std::io::Read as _;
+    let over = |size: Option<u64>| {
+        let is = match size {
+            Some(n) => format!("the file is {n} bytes, more than"),
+            None => "the input goes on past".to_string(),
+        };
+        format!("{is} the {limit} bytes ({} MiB) {what} may have ({limit_name})", limit >> 20)
+    };
+    let cannot = |e: std::io::Error| (None, format!("cannot read: {e}"));
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if meta.is_file() && meta.len() > limit {
+        return Err((None, over(Some(meta.len()))));
+    }
+    // A regular file's size is known, so its buffer is allocated once; a stream grows its own.
+    let mut bytes = Vec::with_capacity(if meta.is_file() { meta.len() as usize + 1 } else { 0 });
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() as u64 > limit {
+        return Err((None, over(None)));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+        let line = u32::try_from(line).unwrap_or(u32::MAX);
+        (Some(line), format!("not UTF-8 text: byte {at} is not part of a UTF-8 character"))
+    })
+}
+
+/// Reads and parses a file of at most [`MAX_TOPO_FILE_BYTES`].
 pub fn read_file(path: &Path) -> Result<XmlDoc, TopoError> {
     let name = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|e| TopoError::at(&name, None, format!("cannot read: {e}")))?;
+    let text = read_text(path, MAX_TOPO_FILE_BYTES, "a topology or graph file", "MAX_TOPO_FILE_BYTES")
+        .map_err(|(line, m)| TopoError::at(&name, line, m))?;
     parse(&text, &name)
 }
 
