@@ -152,6 +152,17 @@ fn var(name: &str) -> String {
 #[test]
 fn comm_child() {
     let Ok(role) = std::env::var(CHILD_VAR) else { return };
+    if role == "from_env" {
+        // A launcher's variables only: rank, size and rendezvous come from them.
+        let be = backend::cpu();
+        let comm = Comm::from_env(&be, CommConfig { nchannels: 1, ..sweep_config() }).unwrap();
+        let buf = be.upload(&[comm.rank() as i64 + 1; 5]).unwrap();
+        comm.all_reduce(BufRef::from(&buf), BufRef::from(&buf), 5, DataType::I64, ReduceOp::Sum).unwrap();
+        let n = comm.nranks() as i64;
+        assert_eq!(be.download::<i64>(&buf, 5).unwrap(), vec![n * (n + 1) / 2; 5]);
+        println!("FROM-ENV rank {} of {n} ok", comm.rank());
+        return;
+    }
     let id: UniqueId = var("RSCCL_TEST_ID").parse().unwrap();
     let rank: usize = var("RSCCL_TEST_RANK").parse().unwrap();
     let n: usize = var("RSCCL_TEST_N").parse().unwrap();
@@ -475,4 +486,139 @@ fn comm_calls_with_bad_buffers_are_refused_before_any_kernel_runs() {
         c.reduce_scatter(at(&big, 0), at(&big, 16), 4, f32s, ReduceOp::Sum).unwrap();
         h.join().unwrap().unwrap();
     });
+}
+
+#[test]
+fn split_communicators_by_color_and_key() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 5, CommConfig { nchannels: 1, ..sweep_config() }).unwrap();
+    let results: Vec<Option<(usize, usize, Vec<i32>)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|comm| {
+                let be = &be;
+                s.spawn(move || {
+                    let r = comm.rank();
+                    // Ranks 0, 2 → color 0; 1, 3 → color 1 (keys reverse the order); 4 → none.
+                    let color = (r < 4).then_some((r % 2) as u32);
+                    let sub = comm
+                        .split(color, -(r as i64), CommConfig { nchannels: 1, ..sweep_config() })
+                        .unwrap()?;
+                    let buf = be.upload(&[r as i32 + 1; 3]).unwrap();
+                    sub.all_reduce(BufRef::from(&buf), BufRef::from(&buf), 3, DataType::I32, ReduceOp::Sum)
+                        .unwrap();
+                    Some((sub.rank(), sub.nranks(), be.download(&buf, 3).unwrap()))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(results[0], Some((1, 2, vec![4; 3]))); // ranks 0 and 2: 1 + 3; key -0 > -2
+    assert_eq!(results[2], Some((0, 2, vec![4; 3])));
+    assert_eq!(results[1], Some((1, 2, vec![6; 3]))); // ranks 1 and 3: 2 + 4
+    assert_eq!(results[3], Some((0, 2, vec![6; 3])));
+    assert_eq!(results[4], None);
+}
+
+/// A free port on 127.0.0.1 (bound, then released for a child to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn from_env_under_each_launchers_variables() {
+    let exe = std::env::current_exe().unwrap();
+    let n = 3;
+    type Vars = Vec<(&'static str, String)>;
+    let launchers: Vec<(&str, Box<dyn Fn(usize, u16) -> Vars>)> = vec![
+        (
+            "torchrun",
+            Box::new(|r, port| {
+                vec![
+                    ("RANK", r.to_string()),
+                    ("WORLD_SIZE", "3".into()),
+                    ("LOCAL_RANK", r.to_string()),
+                    ("MASTER_ADDR", "127.0.0.1".into()),
+                    ("MASTER_PORT", port.to_string()),
+                ]
+            }),
+        ),
+        (
+            "Open MPI",
+            Box::new(|r, port| {
+                vec![
+                    ("OMPI_COMM_WORLD_RANK", r.to_string()),
+                    ("OMPI_COMM_WORLD_SIZE", "3".into()),
+                    ("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string()),
+                    ("RSCCL_COMM_ID", format!("127.0.0.1:{port}")),
+                ]
+            }),
+        ),
+        (
+            "PMI",
+            Box::new(|r, port| {
+                vec![
+                    ("PMI_RANK", r.to_string()),
+                    ("PMI_SIZE", "3".into()),
+                    ("RSCCL_COMM_ID", format!("127.0.0.1:{port}")),
+                ]
+            }),
+        ),
+        (
+            "Slurm",
+            Box::new(|r, port| {
+                vec![
+                    ("SLURM_PROCID", r.to_string()),
+                    ("SLURM_NTASKS", "3".into()),
+                    ("SLURM_LOCALID", r.to_string()),
+                    ("MASTER_ADDR", "127.0.0.1".into()),
+                    ("MASTER_PORT", port.to_string()),
+                ]
+            }),
+        ),
+    ];
+    // Variables of every launcher, cleared so only the one under test is seen.
+    let all_vars = [
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RSCCL_COMM_ID",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "PMI_RANK",
+        "PMI_SIZE",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        "SLURM_LOCALID",
+        "TORCHELASTIC_RUN_ID",
+    ];
+    for (name, vars) in &launchers {
+        let port = free_port();
+        let children = (0..n)
+            .map(|r| {
+                let mut cmd = Command::new(&exe);
+                cmd.args(["--exact", "comm_child", "--nocapture", "--test-threads", "1"])
+                    .env(CHILD_VAR, "from_env")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                for v in all_vars {
+                    cmd.env_remove(v);
+                }
+                cmd.envs(vars(r, port));
+                cmd.spawn().unwrap()
+            })
+            .collect();
+        let mut ranks = Ranks { children };
+        for (r, (ok, text)) in ranks.wait(Duration::from_secs(60)).iter().enumerate() {
+            assert!(
+                *ok && text.contains(&format!("FROM-ENV rank {r} of {n} ok")),
+                "{name}, rank {r}:\n{text}"
+            );
+        }
+    }
 }
