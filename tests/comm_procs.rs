@@ -530,7 +530,8 @@ fn from_env_under_each_launchers_variables() {
     let exe = std::env::current_exe().unwrap();
     let n = 3;
     type Vars = Vec<(&'static str, String)>;
-    let launchers: Vec<(&str, Box<dyn Fn(usize, u16) -> Vars>)> = vec![
+    type VarsOf = Box<dyn Fn(usize, u16) -> Vars>;
+    let launchers: Vec<(&str, VarsOf)> = vec![
         (
             "torchrun",
             Box::new(|r, port| {

@@ -102,15 +102,25 @@ enum Kind {
     Msccl,
 }
 
-/// A fresh scratch directory for this process (removed by the OS's temp cleaning, and by
-/// [`Scratch`] on success).
+/// A fresh scratch directory for this process, under cargo's temporary directory for
+/// integration tests (`target/tmp`), so nothing accumulates in `/tmp`; its files are removed
+/// by [`Scratch`] and [`RemoveDir`] as they go.
 fn scratch_dir() -> &'static Path {
     static D: OnceLock<PathBuf> = OnceLock::new();
     D.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("rsccl-fuzz-readers-{}", std::process::id()));
+        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rsccl-fuzz-readers-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
     })
+}
+
+/// A directory removed (with what is in it) on drop.
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A file of the scratch directory, removed on drop.
@@ -195,8 +205,15 @@ fn peak_rss(pid: u32) -> Option<u64> {
 /// mark, so a sample after the peak sees it; only growth in the last 2 ms before exit could be
 /// missed) — and a child over budget is stopped before it can take the machine's memory.
 fn run_rsccl(args: &[&str], budget: u64, env: &[(&str, &str)]) -> Outcome {
+    // Flags may name output files (`--dot --detect` writes a file called `--detect`): each run
+    // gets its own empty working directory, removed afterwards, so nothing lands in the
+    // repository or stays behind.
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let cwd = scratch_dir().join(format!("cwd-{}", RUNS.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir_all(&cwd).unwrap();
+    let _cleanup = RemoveDir(cwd.clone());
     let mut cmd = Command::new(rsccl_bin());
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    cmd.args(args).current_dir(&cwd).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("RSCCL_") {
             cmd.env_remove(k);

@@ -26,6 +26,7 @@ pub mod comm;
 pub mod error;
 pub mod launch;
 pub mod msccl;
+pub mod perf;
 pub mod ptx;
 pub mod topology;
 pub mod transport;

@@ -11,13 +11,15 @@ commands:
   topo     report a topology file (or this machine): paths, rings, trees, NVLS
   msccl    compile or check MSCCL algorithm XML
   run      start N local processes of a program as the ranks of one job
+  perf     benchmark a collective as nccl-tests do (all_reduce, all_gather, ...)
   help     print this help
 
 options:
   -h, --help       print this help
   -V, --version    print the version
 
-Each command has its own help: `rsccl topo --help`, `rsccl msccl --help`, `rsccl run --help`.";
+Each command has its own help: `rsccl topo --help`, `rsccl msccl --help`, `rsccl run --help`,
+`rsccl perf --help`.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -25,6 +27,7 @@ fn main() -> ExitCode {
         Some("msccl") => rsccl::msccl::cli::run(&args[1..]),
         Some("topo") => rsccl::topology::cli::run(&args[1..]),
         Some("run") => rsccl::launch::cli::run(&args[1..]),
+        Some("perf") => rsccl::perf::cli::run(&args[1..]),
         // Asked-for help goes to stdout with success, so `rsccl --help | less` works.
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
