@@ -69,9 +69,16 @@ impl CommConfig {
         if self.nchannels == 0 || self.nchannels > MAX_CHANNELS {
             return Err(bad(format!("nchannels {} is outside 1..={MAX_CHANNELS}", self.nchannels)));
         }
-        if self.nthreads > SIMPLE_THREADS || self.nthreads < 64 || !self.nthreads.is_multiple_of(32) {
+        if self.nthreads > SIMPLE_THREADS {
             return Err(bad(format!(
-                "nthreads {} must be a multiple of 32 in 64..={SIMPLE_THREADS} (the collective kernels' block size)",
+                "nthreads {} exceeds the {SIMPLE_THREADS} threads per block the collective kernels are built for \
+                 (their PTX .maxntid: registers are budgeted for {SIMPLE_THREADS}); use at most {SIMPLE_THREADS}",
+                self.nthreads
+            )));
+        }
+        if self.nthreads < 64 || !self.nthreads.is_multiple_of(32) {
+            return Err(bad(format!(
+                "nthreads {} must be a multiple of 32 in 64..={SIMPLE_THREADS}",
                 self.nthreads
             )));
         }
@@ -81,10 +88,17 @@ impl CommConfig {
                 self.step_bytes
             )));
         }
-        for (what, t) in [("timeout", self.timeout), ("bootstrap_timeout", self.bootstrap_timeout)] {
-            if t > MAX_TIMEOUT {
-                return Err(bad(format!("{what} {t:?} exceeds the limit of {MAX_TIMEOUT:?}")));
-            }
+        if self.timeout > MAX_TIMEOUT {
+            return Err(bad(format!(
+                "timeout {:?} exceeds the limit of {MAX_TIMEOUT:?} (0 waits forever)",
+                self.timeout
+            )));
+        }
+        if self.bootstrap_timeout > MAX_TIMEOUT {
+            return Err(bad(format!(
+                "bootstrap_timeout {:?} exceeds the limit of {MAX_TIMEOUT:?}",
+                self.bootstrap_timeout
+            )));
         }
         if self.bootstrap_timeout.is_zero() {
             return Err(bad("bootstrap_timeout must be above zero".into()));

@@ -223,38 +223,10 @@ impl LocalGroup {
                 "nranks {n} exceeds the limit of {MAX_LOCAL_RANKS} ranks in one process"
             )));
         }
-        if cfg.nchannels == 0 || cfg.nchannels > 64 {
-            return Err(bad(format!("nchannels {} is outside 1..=64", cfg.nchannels)));
-        }
-        if cfg.nthreads > SIMPLE_THREADS {
-            return Err(bad(format!(
-                "nthreads {} exceeds the {SIMPLE_THREADS} threads per block the collective kernels are built for \
-                 (their PTX .maxntid: registers are budgeted for {SIMPLE_THREADS}); use at most {SIMPLE_THREADS}",
-                cfg.nthreads
-            )));
-        }
-        if cfg.nthreads < 64 || !cfg.nthreads.is_multiple_of(32) {
-            return Err(bad(format!(
-                "nthreads {} must be a multiple of 32 in 64..={SIMPLE_THREADS}",
-                cfg.nthreads
-            )));
-        }
         if let Some(Fault::RankNeverLaunches(r)) = cfg.fault {
             if r >= n {
                 return Err(bad(format!("fault names rank {r}, which is not a rank of this {n}-rank group")));
             }
-        }
-        if cfg.timeout > MAX_TIMEOUT {
-            return Err(bad(format!(
-                "timeout {:?} exceeds the limit of {MAX_TIMEOUT:?} (0 waits forever)",
-                cfg.timeout
-            )));
-        }
-        if cfg.step_bytes < 128 || cfg.step_bytes > MAX_STEP_BYTES || !cfg.step_bytes.is_multiple_of(128) {
-            return Err(bad(format!(
-                "step_bytes {} must be a multiple of 128 in 128..={MAX_STEP_BYTES}",
-                cfg.step_bytes
-            )));
         }
         let ccfg = CommConfig {
             nchannels: cfg.nchannels,
@@ -265,7 +237,8 @@ impl LocalGroup {
             rings: cfg.rings.clone(),
             trees: cfg.trees.clone(),
         };
-        // Shape errors (rings, trees) come before any thread or socket is made.
+        // Every field (channels, threads, step bytes, timeout, rings, trees) is checked, with
+        // the same messages as a Comm's, before any thread or socket is made.
         ccfg.shape(n)?;
         let comms = Comm::init_all(backend, n, ccfg)?;
         Ok(LocalGroup { cfg, cc: backend.compute_capability(), comms, turn: Mutex::new(()) })
