@@ -6,6 +6,8 @@
 //! segment may be left behind.
 use rsccl::bootstrap::UniqueId;
 use rsccl::comm::{BufRef, Comm, CommConfig, ReduceOp};
+use rsccl::topology::search::{search_all, SearchOptions};
+use rsccl::topology::{xml, System};
 use rsccl::transport::{shm, TransportKind};
 use rsccl::{backend, Error};
 use rsccl_device::coll::Collective;
@@ -213,6 +215,31 @@ fn comm_child() {
                 }
                 assert!(started.elapsed() < Duration::from_secs(60), "rank {rank}: never failed");
             }
+        }
+        "topo" => {
+            // Every rank runs the channel search on the same machine file and must agree.
+            let p = rsccl_suite::shared_dir()
+                .join("fixtures/topology/simllm_perlmutter_a100_nid001056_nccl_topo.xml");
+            let sys = System::from_xml(&xml::read_file(&p).unwrap()).unwrap();
+            let mut cfg = CommConfig::from_topology(&search_all(&sys, &SearchOptions::default())).unwrap();
+            cfg.nthreads = 64;
+            cfg.step_bytes = 1024;
+            let nch = cfg.nchannels;
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            let count = 4099;
+            for tree in [false, true] {
+                let buf = be.upload(&(0..count).map(|i| (i % 13 + rank) as i32).collect::<Vec<_>>()).unwrap();
+                let (s, d) = (BufRef::from(&buf), BufRef::from(&buf));
+                let res = if tree {
+                    comm.all_reduce_tree(s, d, count, DataType::I32, ReduceOp::Sum)
+                } else {
+                    comm.all_reduce(s, d, count, DataType::I32, ReduceOp::Sum)
+                };
+                res.unwrap();
+                let want: Vec<i32> = (0..count).map(|i| (n * (i % 13) + n * (n - 1) / 2) as i32).collect();
+                assert_eq!(be.download::<i32>(&buf, count).unwrap(), want, "tree {tree}");
+            }
+            println!("TOPO rank {rank}: {nch} channels ok");
         }
         other => panic!("unknown child role {other}"),
     }
@@ -622,4 +649,16 @@ fn from_env_under_each_launchers_variables() {
             );
         }
     }
+}
+
+#[test]
+fn processes_agree_on_the_channels_of_the_topology_search() {
+    // Perlmutter: 4 A100s, 24 channels over six different rings, trees from the search.
+    let id = loopback_id();
+    let mut ranks = Ranks::start("topo", &id, 4, 0..4);
+    let pids = ranks.pids();
+    for (r, (ok, text)) in ranks.wait(Duration::from_secs(300)).iter().enumerate() {
+        assert!(*ok && text.contains(&format!("TOPO rank {r}: 24 channels ok")), "rank {r}:\n{text}");
+    }
+    assert_no_segments(&pids);
 }

@@ -62,6 +62,34 @@ impl Default for CommConfig {
 }
 
 impl CommConfig {
+    /// The channels of a node as NCCL's init sets them up from the topology search: one rank
+    /// per GPU, the rings [`crate::channels::ring_orders`] gives (twice the search's channels, at
+    /// most [`MAX_CHANNELS`]) and each channel's tree from [`crate::channels::connect`]. Every
+    /// rank that reads the same topology (`RSCCL_TOPO_FILE`) computes the same configuration;
+    /// `init_rank` checks that they agree.
+    pub fn from_topology(graphs: &crate::topology::search::Graphs) -> Result<Self> {
+        let nranks = graphs.ring.ngpus();
+        if nranks == 0 {
+            return Err(Error::InvalidConfig(
+                "the topology search found no GPU (a provider skeleton lists its GPUs only at run time): \
+                 no rank to build a group for"
+                    .into(),
+            ));
+        }
+        let peers: Vec<crate::channels::RankChannels> = (0..nranks)
+            .map(|r| crate::channels::connect(graphs, 1, crate::topology::Rank(r as u32)))
+            .collect::<Result<_>>()?;
+        let rings: Vec<Vec<usize>> = crate::channels::ring_orders_of(&peers)
+            .iter()
+            .take(MAX_CHANNELS)
+            .map(|o| o.iter().map(|r| r.0 as usize).collect())
+            .collect();
+        let trees: Vec<Vec<Option<usize>>> = (0..rings.len())
+            .map(|c| peers.iter().map(|p| p.tree.get(c).and_then(|t| t.up).map(|u| u.0 as usize)).collect())
+            .collect();
+        Ok(CommConfig { nchannels: rings.len().max(1), rings: Some(rings), trees: Some(trees), ..CommConfig::default() })
+    }
+
     /// Checks the fields for `n` ranks and returns the rings and trees to build.
     #[allow(clippy::type_complexity)]
     pub(crate) fn shape(&self, n: usize) -> Result<(Vec<Vec<usize>>, Vec<Vec<Option<usize>>>)> {

@@ -63,28 +63,11 @@ impl GroupConfig {
     /// assert_eq!(cfg.rings.as_ref().unwrap().len(), cfg.nchannels);
     /// ```
     pub fn from_topology(graphs: &crate::topology::search::Graphs) -> Result<Self> {
+        let c = CommConfig::from_topology(graphs)?;
         let nranks = graphs.ring.ngpus();
-        if nranks == 0 {
-            return Err(Error::InvalidConfig(
-                "the topology search found no GPU (a provider skeleton lists its GPUs only at run time): \
-                 no rank to build a group for"
-                    .into(),
-            ));
-        }
-        let peers: Vec<crate::channels::RankChannels> = (0..nranks)
-            .map(|r| crate::channels::connect(graphs, 1, crate::topology::Rank(r as u32)))
-            .collect::<Result<_>>()?;
-        let rings: Vec<Vec<usize>> = crate::channels::ring_orders_of(&peers)
-            .iter()
-            .take(64)
-            .map(|o| o.iter().map(|r| r.0 as usize).collect())
-            .collect();
-        let trees: Vec<Vec<Option<usize>>> = (0..rings.len())
-            .map(|c| peers.iter().map(|p| p.tree.get(c).and_then(|t| t.up).map(|u| u.0 as usize)).collect())
-            .collect();
-        let mut cfg = GroupConfig::new(nranks, rings.len().max(1));
-        cfg.rings = Some(rings);
-        cfg.trees = Some(trees);
+        let mut cfg = GroupConfig::new(nranks, c.nchannels);
+        cfg.rings = c.rings;
+        cfg.trees = c.trees;
         Ok(cfg)
     }
 
