@@ -411,10 +411,16 @@ fn abort_from_another_thread_ends_a_running_collective() {
             std::thread::sleep(Duration::from_millis(300));
             comms[0].abort().unwrap();
         });
+        assert_eq!(comms[0].async_error(), Ok(()));
         let err = comms[0]
             .all_reduce(BufRef::from(&buf), BufRef::from(&buf), 1024, DataType::F32, ReduceOp::Sum)
             .unwrap_err();
         assert!(err.to_string().contains("abort"), "{err}");
+        // The failure stays visible to any thread, and later calls are refused.
+        assert_eq!(comms[0].async_error(), Err(err));
+        assert!(comms[0]
+            .all_reduce(BufRef::from(&buf), BufRef::from(&buf), 1, DataType::F32, ReduceOp::Sum)
+            .is_err());
     });
     assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
 }

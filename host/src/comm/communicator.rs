@@ -87,7 +87,12 @@ impl CommConfig {
         let trees: Vec<Vec<Option<usize>>> = (0..rings.len())
             .map(|c| peers.iter().map(|p| p.tree.get(c).and_then(|t| t.up).map(|u| u.0 as usize)).collect())
             .collect();
-        Ok(CommConfig { nchannels: rings.len().max(1), rings: Some(rings), trees: Some(trees), ..CommConfig::default() })
+        Ok(CommConfig {
+            nchannels: rings.len().max(1),
+            rings: Some(rings),
+            trees: Some(trees),
+            ..CommConfig::default()
+        })
     }
 
     /// Checks the fields for `n` ranks and returns the rings and trees to build.
@@ -255,6 +260,8 @@ pub struct Comm {
     abort: HostMapped,
     bootstrap: Mutex<Bootstrap>,
     poisoned: AtomicBool,
+    /// What made the communicator unusable, for [`Comm::async_error`].
+    failure: Mutex<Option<Error>>,
     turn: Mutex<()>,
     /// Splits made so far (every rank makes them in the same order: part of their tags).
     splits: std::sync::atomic::AtomicU64,
@@ -399,6 +406,7 @@ impl Comm {
             abort,
             bootstrap: Mutex::new(boot),
             poisoned: AtomicBool::new(false),
+            failure: Mutex::new(None),
             turn: Mutex::new(()),
             splits: std::sync::atomic::AtomicU64::new(0),
         })
@@ -639,6 +647,25 @@ impl Comm {
         self.finish()
     }
 
+    /// The error that left this communicator unusable (NCCL's `ncclCommGetAsyncError`): `Ok`
+    /// while collectives can run; after a failed collective (a peer that died or timed out, an
+    /// abort, a kernel fault) that failure, for every later call to report. Callable from any
+    /// thread at any time.
+    pub fn async_error(&self) -> Result<()> {
+        match &*self.failure.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a failure that left the connections inconsistent, and returns it.
+    fn fail(&self, e: Error) -> Error {
+        self.poisoned.store(true, Ordering::SeqCst);
+        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        f.get_or_insert_with(|| e.clone());
+        e
+    }
+
     /// Whether a failed collective left this rank's connections inconsistent.
     pub(crate) fn is_poisoned(&self) -> bool {
         self.poisoned.load(Ordering::SeqCst)
@@ -736,8 +763,7 @@ impl Comm {
     /// waited for and any rank whose process has died.
     pub(crate) fn finish(&self) -> Result<()> {
         if let Err(e) = self.stream.synchronize() {
-            self.poisoned.store(true, Ordering::SeqCst);
-            return Err(Error::Rank { rank: self.rank, source: Box::new(e) });
+            return Err(self.fail(Error::Rank { rank: self.rank, source: Box::new(e) }));
         }
         if self.nranks == 1 {
             return Ok(());
@@ -761,7 +787,6 @@ impl Comm {
         if failures.is_empty() {
             return Ok(());
         }
-        self.poisoned.store(true, Ordering::SeqCst);
         let dead: Vec<(usize, u32)> = self
             .peers
             .iter()
@@ -770,11 +795,11 @@ impl Comm {
             })
             .map(|p| (p.rank, p.pid))
             .collect();
-        if dead.is_empty() {
-            Err(Error::Collective { failures })
+        Err(self.fail(if dead.is_empty() {
+            Error::Collective { failures }
         } else {
-            Err(Error::PeerDied { rank: self.rank, dead, failures })
-        }
+            Error::PeerDied { rank: self.rank, dead, failures }
+        }))
     }
 }
 
