@@ -96,6 +96,25 @@ impl Drop for PinnedMemory {
     }
 }
 
+/// Host memory registered with CUDA by [`GpuBackend::register_host`], unregistered on drop.
+struct HostRegistration {
+    host: *mut c_void,
+    shared: Arc<Shared>,
+}
+// SAFETY: only the registration is owned; the memory belongs to the caller's mapping.
+unsafe impl Send for HostRegistration {}
+// SAFETY: as above.
+unsafe impl Sync for HostRegistration {}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        if self.shared.ctx.bind_to_thread().is_ok() {
+            // SAFETY: registered by register_host in this context, unregistered once.
+            let _ = unsafe { sys::cuMemHostUnregister(self.host) };
+        }
+    }
+}
+
 /// A stream created by [`GpuBackend::fork_stream`], destroyed with its handle.
 struct Stream {
     raw: sys::CUstream,
@@ -277,6 +296,27 @@ impl Backend for GpuBackend {
             .result()
             .map_err(driver("cuMemHostGetDevicePointer"))?;
         Ok(super::HostMapped::new(DevPtr(dev), host as *mut u8, bytes, Box::new(mem)))
+    }
+
+    unsafe fn register_host(
+        &self,
+        host: *mut u8,
+        len: usize,
+    ) -> Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        self.bind()?;
+        // CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP: pinned for every context,
+        // mapped into the device's address space (NCCL's SHM transport does the same).
+        // SAFETY: the caller keeps host..host+len mapped until the guard drops.
+        unsafe { sys::cuMemHostRegister_v2(host as *mut c_void, len, 0x1 | 0x2) }
+            .result()
+            .map_err(driver("cuMemHostRegister"))?;
+        let guard = HostRegistration { host: host as *mut c_void, shared: self.shared.clone() };
+        let mut dev: sys::CUdeviceptr = 0;
+        // SAFETY: host was registered with DEVICEMAP in this context just above.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host as *mut c_void, 0) }
+            .result()
+            .map_err(driver("cuMemHostGetDevicePointer"))?;
+        Ok((DevPtr(dev), Box::new(guard)))
     }
 
     fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<()> {
