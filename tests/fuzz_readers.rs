@@ -60,10 +60,13 @@ fn shared() -> PathBuf {
     rsccl_suite::shared_dir().join("fixtures")
 }
 
-/// The fixture files: (kind, path).
+/// The fixture files: (kind, path of a copy in the scratch directory, bytes). Commands get the
+/// copies, never the shared originals: a flag that lost its value can turn an input path into
+/// an output path (`--dot FIXTURE`), and the originals must stay as they are.
 fn fixtures() -> &'static [(Kind, PathBuf, Vec<u8>)] {
     static F: OnceLock<Vec<(Kind, PathBuf, Vec<u8>)>> = OnceLock::new();
     F.get_or_init(|| {
+        originals();
         let mut out = Vec::new();
         for (dir, kind) in [("topology", None), ("msccl", Some(Kind::Msccl))] {
             let mut paths: Vec<PathBuf> = std::fs::read_dir(shared().join(dir))
@@ -76,7 +79,10 @@ fn fixtures() -> &'static [(Kind, PathBuf, Vec<u8>)] {
                 let name = p.file_name().unwrap().to_string_lossy().into_owned();
                 let kind = kind.unwrap_or(if name.contains("graph") { Kind::Graph } else { Kind::Topology });
                 let bytes = std::fs::read(&p).unwrap();
-                out.push((kind, p, bytes));
+                let copy = scratch_dir().join("fixtures").join(dir).join(&name);
+                std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+                std::fs::write(&copy, &bytes).unwrap();
+                out.push((kind, copy, bytes));
             }
         }
         assert!(out.iter().any(|f| f.0 == Kind::Graph) && out.iter().any(|f| f.0 == Kind::Msccl));
@@ -92,7 +98,36 @@ fn topology_for(graph: &Path) -> PathBuf {
     } else {
         name.replace("_graph.xml", "_topo.xml")
     };
-    shared().join("topology").join(topo)
+    graph.parent().unwrap().join(topo)
+}
+
+/// Fails if any shared fixture no longer holds the bytes it held when the tests started.
+fn assert_fixtures_untouched() {
+    for (dir, name, bytes) in originals() {
+        let now = std::fs::read(shared().join(dir).join(name)).unwrap();
+        assert!(&now == bytes, "the shared fixture {dir}/{name} was modified by a command under test");
+    }
+}
+
+/// The shared fixtures' bytes when first read: (folder, file name, bytes).
+fn originals() -> &'static [(&'static str, String, Vec<u8>)] {
+    static O: OnceLock<Vec<(&'static str, String, Vec<u8>)>> = OnceLock::new();
+    O.get_or_init(|| {
+        let mut out = Vec::new();
+        for dir in ["topology", "msccl"] {
+            for e in std::fs::read_dir(shared().join(dir)).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_file() {
+                    out.push((
+                        dir,
+                        p.file_name().unwrap().to_string_lossy().into_owned(),
+                        std::fs::read(&p).unwrap(),
+                    ));
+                }
+            }
+        }
+        out
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,7 +143,8 @@ enum Kind {
 fn scratch_dir() -> &'static Path {
     static D: OnceLock<PathBuf> = OnceLock::new();
     D.get_or_init(|| {
-        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rsccl-fuzz-readers-{}", std::process::id()));
+        let d =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rsccl-fuzz-readers-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
     })
@@ -380,7 +416,12 @@ fn every_reader(kind: Option<Kind>, bytes: &[u8], base_topology: &Path) -> Resul
 }
 
 fn h200_topology() -> PathBuf {
-    shared().join("topology/simllm_vastai_hgx_h200_8x_nccl_topo.xml")
+    fixtures()
+        .iter()
+        .map(|f| &f.1)
+        .find(|p| p.ends_with("simllm_vastai_hgx_h200_8x_nccl_topo.xml"))
+        .expect("the H200 fixture")
+        .clone()
 }
 
 /// A value for a numeric flag: small valid ones, and 2^31, 2^63, u64::MAX, negatives, garbage.
@@ -522,6 +563,7 @@ proptest! {
     fn topo_flags(args in topo_args()) {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
         check_run(&a, input_bytes(&args))?;
+        assert_fixtures_untouched();
     }
 
     /// Every flag of `rsccl msccl compile` and `check`, with hostile values, in any order.
@@ -529,6 +571,7 @@ proptest! {
     fn msccl_flags(args in msccl_args()) {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
         check_run(&a, input_bytes(&args))?;
+        assert_fixtures_untouched();
     }
 }
 
