@@ -10,7 +10,8 @@
 //! let dst = be.alloc(64).unwrap();
 //! be.copy_in(&src, 0, &[7u8; 64]).unwrap();
 //! let args = CopyArgs { dst: dst.ptr(), src: src.ptr(), bytes: 64 };
-//! be.launch("rsccl_copy", LaunchConfig::linear(1, 32), &args).unwrap();
+//! // SAFETY: both buffers are live and hold the 64 bytes the copy reads and writes.
+//! unsafe { be.launch("rsccl_copy", LaunchConfig::linear(1, 32), &args) }.unwrap();
 //! let mut out = [0u8; 64];
 //! be.copy_out(&dst, 0, &mut out).unwrap();
 //! assert_eq!(out, [7u8; 64]);
