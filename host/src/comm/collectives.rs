@@ -236,6 +236,45 @@ pub(crate) fn check_rank(
     Ok((send_bytes, recv_bytes, block))
 }
 
+/// Everything a collective call is checked for before a kernel is launched, for the ranks
+/// `first_rank..` whose buffers are `send`/`recv` (all of a [`LocalGroup`]'s, or a
+/// [`super::Comm`]'s own) in an `n`-rank communicator on a GPU of compute capability `cc`: the
+/// root, the element type on this GPU, each rank's buffers ([`check_rank`]), races between
+/// them ([`check_overlaps`]) and PreMulSum's scalar. Returns the device operator and argument.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_call(
+    coll: Collective,
+    first_rank: usize,
+    n: usize,
+    send: &[BufRef],
+    recv: &[BufRef],
+    count: usize,
+    dtype: DataType,
+    op: ReduceOp,
+    root: usize,
+    cc: Option<(i32, i32)>,
+) -> Result<(RedOp, u64)> {
+    let bad = |why: String| Error::InvalidConfig(why);
+    if matches!(coll, Collective::Broadcast | Collective::Reduce) && root >= n {
+        return Err(bad(format!("{coll:?}: root {root} is not a rank of this {n}-rank communicator")));
+    }
+    if let (true, Some((major, minor))) = (dtype.requires_sm90(), cc) {
+        if major < 9 {
+            return Err(bad(format!("{} needs sm_90 or newer; this GPU is sm_{major}{minor}", dtype.name())));
+        }
+    }
+    let mut sizes = (0, 0, 0);
+    for (i, (s, d)) in send.iter().zip(recv).enumerate() {
+        sizes = check_rank(coll, first_rank + i, n, s, d, count, dtype)?;
+    }
+    let (send_bytes, recv_bytes, block) = sizes;
+    check_overlaps(coll, first_rank, send, recv, send_bytes, recv_bytes, block, root)?;
+    if let ReduceOp::PreMulSum(s) = op {
+        check_scalar(dtype, s)?;
+    }
+    Ok(op.resolve(dtype, n))
+}
+
 impl LocalGroup {
     #[allow(clippy::too_many_arguments)]
     fn checked(
@@ -258,29 +297,7 @@ impl LocalGroup {
                 recv.len()
             )));
         }
-        if matches!(coll, Collective::Broadcast | Collective::Reduce) && root >= n {
-            return Err(bad(format!("{coll:?}: root {root} is not a rank of this {n}-rank group")));
-        }
-        if dtype.requires_sm90() {
-            if let Some((major, minor)) = self.backend_cc() {
-                if major < 9 {
-                    return Err(bad(format!(
-                        "{} needs sm_90 or newer; this GPU is sm_{major}{minor}",
-                        dtype.name()
-                    )));
-                }
-            }
-        }
-        let mut sizes = (0, 0, 0);
-        for (r, (s, d)) in send.iter().zip(recv).enumerate() {
-            sizes = check_rank(coll, r, n, s, d, count, dtype)?;
-        }
-        let (send_bytes, recv_bytes, block) = sizes;
-        check_overlaps(coll, 0, send, recv, send_bytes, recv_bytes, block, root)?;
-        if let ReduceOp::PreMulSum(s) = op {
-            check_scalar(dtype, s)?;
-        }
-        let (red, arg) = op.resolve(dtype, n);
+        let (red, arg) = check_call(coll, 0, n, send, recv, count, dtype, op, root, self.backend_cc())?;
         let bufs: Vec<(DevPtr, DevPtr)> = send.iter().zip(recv).map(|(s, d)| (s.ptr(), d.ptr())).collect();
         // SAFETY: check_rank showed every rank's buffers hold what it reads and writes, and
         // check_overlaps that no rank writes what another reads; the borrows keep them alive

@@ -2,7 +2,7 @@
 //! (NCCL's `ncclComm_t`). Ranks meet over the TCP [`Bootstrap`], choose a transport per peer
 //! (in-process, shared memory), exchange connection handles, and run the same ring and tree
 //! kernels as every other path.
-use super::collectives::{check_rank, check_scalar};
+use super::collectives::check_call;
 use super::local::{check_tree, MAX_STEP_BYTES, MAX_TIMEOUT};
 use super::{BufRef, RankFailure, ReduceOp};
 use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
@@ -611,37 +611,21 @@ impl Comm {
         root: usize,
         tree: bool,
     ) -> Result<()> {
-        let n = self.nranks;
-        let bad = |why: String| Error::InvalidConfig(why);
-        if matches!(coll, Collective::Broadcast | Collective::Reduce) && root >= n {
-            return Err(bad(format!("{coll:?}: root {root} is not a rank of this {n}-rank communicator")));
-        }
-        if let (true, Some((major, minor))) = (dtype.requires_sm90(), self.stream.compute_capability()) {
-            if major < 9 {
-                return Err(bad(format!(
-                    "{} needs sm_90 or newer; this GPU is sm_{major}{minor}",
-                    dtype.name()
-                )));
-            }
-        }
-        let (send_bytes, recv_bytes, block) = check_rank(coll, self.rank, n, &send, &recv, count, dtype)?;
-        super::collectives::check_overlaps(
+        let (red, arg) = check_call(
             coll,
             self.rank,
+            self.nranks,
             std::slice::from_ref(&send),
             std::slice::from_ref(&recv),
-            send_bytes,
-            recv_bytes,
-            block,
+            count,
+            dtype,
+            op,
             root,
+            self.stream.compute_capability(),
         )?;
-        if let ReduceOp::PreMulSum(s) = op {
-            check_scalar(dtype, s)?;
-        }
-        let (red, arg) = op.resolve(dtype, n);
         let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
         self.arm()?;
-        // SAFETY: check_rank showed both buffers hold what this rank reads and writes; the
+        // SAFETY: check_call showed both buffers hold what this rank reads and writes; the
         // borrows keep them alive, and finish waits for the kernel before this returns.
         unsafe { self.launch(coll, dtype, red, tree, (send.ptr(), recv.ptr()), count as u64, root, arg) }?;
         self.finish()
@@ -685,7 +669,7 @@ impl Comm {
     ///
     /// # Safety
     /// `send` and `recv` must hold what `coll` reads and writes for `count` elements of `dtype`
-    /// on this rank (as [`check_rank`] checks) and stay alive until [`Comm::finish`] returns.
+    /// on this rank (as [`check_call`] checks) and stay alive until [`Comm::finish`] returns.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn launch(
         &self,
