@@ -23,6 +23,7 @@ pub mod backend;
 pub mod bootstrap;
 pub mod channels;
 pub mod comm;
+pub mod debug;
 pub mod error;
 pub mod launch;
 pub mod msccl;
