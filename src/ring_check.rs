@@ -25,6 +25,8 @@ pub struct Case {
     pub exact: bool,
     pub root: usize,
     pub seed: u64,
+    /// Ring order per channel; `None`: `0..n`, reversed on odd channels (the default rings).
+    pub rings: Option<Vec<Vec<usize>>>,
 }
 
 fn xorshift(s: &mut u64) -> u64 {
@@ -59,6 +61,9 @@ fn value(t: DataType, exact: bool, s: &mut u64) -> u64 {
 }
 
 fn ring(c: &Case, ch: usize) -> Vec<usize> {
+    if let Some(r) = &c.rings {
+        return r[ch].clone();
+    }
     if ch.is_multiple_of(2) {
         (0..c.n).collect()
     } else {
@@ -177,6 +182,7 @@ pub fn run(be: &Arc<dyn Backend>, c: &Case) -> Result<(), String> {
     let mut cfg = GroupConfig::new(c.n, c.nch);
     cfg.nthreads = c.nthreads;
     cfg.step_bytes = c.step_bytes;
+    cfg.rings = c.rings.clone();
     let group = LocalGroup::new(be, cfg).map_err(|e| e.to_string())?;
     let (t, n, count) = (c.dtype, c.n, c.count);
     let eb = t.size();

@@ -87,6 +87,7 @@ fn sweep_cases(n: usize) -> Vec<Case> {
                         exact: !dtype.is_float() || k.is_multiple_of(2),
                         root: k % n,
                         seed: k as u64 * 0x9E37_79B9,
+                        rings: None,
                     });
                 }
             }
@@ -112,6 +113,7 @@ fn sweep_cases(n: usize) -> Vec<Case> {
             exact: true,
             root: 0,
             seed: k as u64,
+            rings: None,
         });
     }
     cases
@@ -446,6 +448,7 @@ fn two_communicators_in_one_process_and_ranks_as_threads() {
                 exact: true,
                 root: 0,
                 seed: round + 1,
+                rings: None,
             };
             std::thread::scope(|s| {
                 let hs: Vec<_> = comms.iter().map(|comm| s.spawn(|| run_case(comm, &be, &c))).collect();

@@ -90,6 +90,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
                     exact: false,
                     root: n / 2,
                     seed: 5,
+                    rings: None,
                 };
                 ring_check::run(&gpu, &c).map_err(|e| format!("{e}\n{c:?}"))?;
             }

@@ -55,6 +55,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
             exact,
             root: (seed as usize) % n,
             seed,
+            rings: None,
         },
     )
 }
@@ -97,6 +98,7 @@ fn every_collective_type_and_op_once() {
                     exact: false,
                     root: 1,
                     seed: 7,
+                    rings: None,
                 };
                 run(&backend::cpu(), &c).unwrap_or_else(|e| panic!("{e}\n{c:?}"));
             }
@@ -121,6 +123,7 @@ fn minimum_step_jitter_and_512_threads() {
             exact: false,
             root: 0,
             seed: 99,
+            rings: None,
         };
         run(&backend::cpu(), &c).unwrap_or_else(|e| panic!("{e}\n{c:?}"));
     }

@@ -72,6 +72,20 @@ pub enum Error {
     /// The launcher's environment (rank, world size, rendezvous) is missing or not acceptable,
     /// or `rsccl run` could not start its processes.
     Launch(String),
+    /// The network transport failed (a socket, an interface, a peer's bytes).
+    Network(String),
+    /// A collective failed because a network connection to a peer broke (the peer died, closed
+    /// the connection or sent what it must not).
+    PeerLost {
+        /// The rank reporting.
+        rank: usize,
+        /// The peer at the other end.
+        peer: usize,
+        /// The peer's host name.
+        host: String,
+        /// What happened.
+        what: String,
+    },
     /// A collective failed because peer processes on this host died.
     PeerDied {
         /// The rank reporting.
@@ -117,6 +131,10 @@ impl std::fmt::Display for Error {
             }
             Error::Bootstrap(e) => write!(f, "bootstrap: {e}"),
             Error::Launch(why) => write!(f, "launch: {why}"),
+            Error::Network(why) => write!(f, "network: {why}"),
+            Error::PeerLost { rank, peer, host, what } => {
+                write!(f, "rank {rank}: collective failed: connection to rank {peer} on {host} lost: {what}")
+            }
             Error::PeerDied { rank, dead, failures } => {
                 write!(f, "rank {rank}: collective failed: ")?;
                 for (i, (r, pid)) in dead.iter().enumerate() {

@@ -1,11 +1,13 @@
 //! `rsccl run` as a user calls it: the ranks' variables and output, a failing rank stopping the
-//! others, the timeout, signals, and the command line's errors.
+//! others, the timeout, signals, the command line's errors, and jobs of several nodes made of
+//! one launcher per node (here all on this machine, meeting on 127.0.0.1).
 //!
 //! Every test bounds its time: a launcher still running at its limit is killed (with its
 //! process group) and the test fails, and the ranks it started die with it (they get SIGTERM
 //! when their parent dies). The launchers whose ranks print their pids are checked to have
 //! left none of them running.
 use std::io::{BufRead, BufReader, Read};
+use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
@@ -325,4 +327,173 @@ fn a_program_that_cannot_start_is_an_error() {
         d.stderr
     );
     assert!(d.status.signal().is_none());
+}
+
+/// A port nobody listened on a moment ago, on 127.0.0.1.
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap().local_addr().unwrap().port()
+}
+
+/// What a rank prints of the variables `rsccl run` sets (and of one that `--env` sets).
+const PRINT_ENV: &str = "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $NODE_RANK \
+                         $GROUP_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $RSCCL_COMM_ID $RSCCL_HOSTID";
+
+/// Two launchers, as on two machines: node K's ranks are 2K and 2K+1 of 4, every rank is told
+/// the same rendezvous, and `--env` makes the two look like different hosts.
+#[test]
+fn two_nodes_share_out_the_ranks_of_one_job() {
+    let port = free_port();
+    let master = format!("127.0.0.1:{port}");
+    let master_eq = format!("--master={master}");
+    let node0 = Launcher::start(&[
+        "run",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--master",
+        &master,
+        "-n",
+        "2",
+        "--env",
+        "RSCCL_HOSTID=nodeA",
+        "--timeout",
+        "20",
+        "--",
+        "sh",
+        "-c",
+        PRINT_ENV,
+    ]);
+    // The `--opt=value` forms, on the other node.
+    let node1 = Launcher::start(&[
+        "run",
+        "--nnodes=2",
+        "--node-rank=1",
+        &master_eq,
+        "-n2",
+        "--env=RSCCL_HOSTID=nodeB",
+        "--timeout=20",
+        "sh",
+        "-c",
+        PRINT_ENV,
+    ]);
+    for (k, (l, host)) in [(node0, "nodeA"), (node1, "nodeB")].into_iter().enumerate() {
+        let d = l.finish(Duration::from_secs(20));
+        assert_eq!(d.status.code(), Some(0), "node {k}: {}", d.stderr);
+        assert!(d.stderr.is_empty(), "node {k}: {}", d.stderr);
+        let mut lines: Vec<&str> = d.stdout.lines().collect();
+        lines.sort();
+        let want: Vec<String> = (0..2)
+            .map(|local| {
+                let rank = 2 * k + local;
+                format!("[rank {rank}] {rank} 4 {local} 2 {k} {k} 2 127.0.0.1 {port} {master} {host}")
+            })
+            .collect();
+        assert_eq!(lines, want, "node {k}");
+    }
+}
+
+/// `--nnodes 1` without `--master` is the single-node run: a fresh port, ranks 0 to N-1.
+#[test]
+fn one_node_is_the_plain_run() {
+    let d = rsccl(&["run", "--nnodes", "1", "-n", "2", "--env", "RSCCL_HOSTID=solo", "sh", "-c", PRINT_ENV]);
+    assert_eq!(d.status.code(), Some(0), "{}", d.stderr);
+    let mut lines: Vec<&str> = d.stdout.lines().collect();
+    lines.sort();
+    assert_eq!(lines.len(), 2, "{}", d.stdout);
+    for (rank, line) in lines.iter().enumerate() {
+        let rest = line
+            .strip_prefix(&format!("[rank {rank}] {rank} 2 {rank} 2 0 0 1 127.0.0.1 "))
+            .unwrap_or_else(|| panic!("{line}"));
+        let (port, rest) = rest.split_once(' ').unwrap_or_else(|| panic!("{line}"));
+        let port: u16 = port.parse().unwrap_or_else(|_| panic!("{line}"));
+        assert_ne!(port, 0);
+        assert_eq!(rest, format!("127.0.0.1:{port} solo"), "{line}");
+    }
+}
+
+/// A real job across two launchers: `rsccl perf` meets at the master and runs an all-reduce
+/// between two "hosts" (different `RSCCL_HOSTID`s, one rank each).
+#[test]
+fn a_two_node_job_meets_at_the_master() {
+    let exe = env!("CARGO_BIN_EXE_rsccl");
+    let master = format!("127.0.0.1:{}", free_port());
+    let launchers: Vec<Launcher> = ["nodeA", "nodeB"]
+        .iter()
+        .enumerate()
+        .map(|(k, host)| {
+            Launcher::start(&[
+                "run",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                &k.to_string(),
+                "--master",
+                &master,
+                "-n",
+                "1",
+                "--env",
+                &format!("RSCCL_HOSTID={host}"),
+                "--env",
+                "RSCCL_BACKEND=cpu",
+                "--timeout",
+                "120",
+                "--",
+                exe,
+                "perf",
+                "all_reduce",
+                "-b",
+                "1K",
+                "-e",
+                "1K",
+                "-n",
+                "2",
+            ])
+        })
+        .collect();
+    let done: Vec<Done> = launchers.into_iter().map(|l| l.finish(Duration::from_secs(150))).collect();
+    for (k, d) in done.iter().enumerate() {
+        assert_eq!(d.status.code(), Some(0), "node {k}:\n{}\n{}", d.stdout, d.stderr);
+    }
+    let table = &done[0].stdout;
+    assert!(table.contains("[rank 0] # nThread 1 nGpus 1 minBytes 1024 maxBytes 1024 "), "{table}");
+    assert!(table.contains("[rank 0] # Out of bounds values : 0 OK"), "{table}");
+    assert!(!done[1].stdout.contains("# nThread"), "only rank 0 prints the table:\n{}", done[1].stdout);
+}
+
+#[test]
+fn bad_node_and_env_flags_are_named() {
+    let help = rsccl(&["run", "--help"]);
+    for want in ["--nnodes M", "--node-rank K", "--master ADDR:PORT", "--env NAME=VALUE", "K*N to K*N+N-1"] {
+        assert!(help.stdout.contains(want), "{want}: {}", help.stdout);
+    }
+    for (args, want) in [
+        (&["run", "--nnodes", "2", "-n", "2", "true"][..], "--nnodes 2 needs --master ADDR:PORT"),
+        (&["run", "--nnodes", "0", "-n", "2", "true"], "--nnodes 0: give at least 1 node"),
+        (&["run", "--nnodes", "x", "-n", "2", "true"], "--nnodes x: not a number of nodes"),
+        (&["run", "--nnodes", "65537", "-n", "1", "true"], "--nnodes 65537: above the limit of 65536 nodes"),
+        (
+            &["run", "--nnodes", "2", "--node-rank", "2", "--master", "127.0.0.1:29500", "-n", "1", "true"],
+            "--node-rank 2 is not below --nnodes 2",
+        ),
+        (&["run", "--node-rank", "1", "-n", "1", "true"], "--node-rank 1 is not below --nnodes 1"),
+        (
+            &["run", "--nnodes=300", "--master=127.0.0.1:29500", "-n", "256", "true"],
+            "--nnodes 300 with -n 256 is 76800 ranks: above the limit of 65536",
+        ),
+        (
+            &["run", "--nnodes", "2", "--master", "127.0.0.1", "-n", "1", "true"],
+            "--master \"127.0.0.1\" is not ADDR:PORT",
+        ),
+        (&["run", "--master", "::1:29500", "-n", "1", "true"], "--master \"::1:29500\" is not ADDR:PORT"),
+        (&["run", "--env", "FOO", "-n", "1", "true"], "--env FOO: not NAME=VALUE"),
+        (&["run", "--env", "=bar", "-n", "1", "true"], "--env =bar: no variable name"),
+        (&["run", "--env", "RANK=7", "-n", "1", "true"], "--env RANK=7: RANK is set by rsccl run itself"),
+    ] {
+        let d = rsccl(args);
+        assert_eq!(d.status.code(), Some(2), "{args:?}: {}", d.stderr);
+        assert!(d.stderr.contains(want), "{args:?}: {}", d.stderr);
+        assert!(d.stderr.contains("usage: rsccl run"), "{args:?}: {}", d.stderr);
+        assert!(d.stdout.is_empty(), "{args:?}: {}", d.stdout);
+    }
 }

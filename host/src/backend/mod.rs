@@ -119,6 +119,18 @@ impl HostMapped {
     pub fn ptr(&self) -> DevPtr {
         self.dev
     }
+    /// The host address of the first byte (for host threads such as the network proxy).
+    pub(crate) fn host_ptr(&self) -> *mut u8 {
+        self.host
+    }
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
     /// Stores a u32 at `offset` (4-aligned), visible to running kernels.
     pub fn store_u32(&self, offset: usize, v: u32) -> Result<()> {
         if !offset.is_multiple_of(4) || offset + 4 > self.len {

@@ -44,7 +44,7 @@
 //! # Ok::<(), rsccl::Error>(())
 //! ```
 mod error;
-mod host;
+pub(crate) mod host;
 mod listen;
 mod mailbox;
 mod msg;

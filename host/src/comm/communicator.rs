@@ -8,7 +8,12 @@ use super::{BufRef, RankFailure, ReduceOp};
 use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
 use crate::bootstrap::{Bootstrap, PeerInfo, UniqueId};
 use crate::error::{Error, Result};
-use crate::transport::{self, ConnHandle, ConnLayout, ConnMem, Side, TransportKind, MAX_HANDLE_BYTES};
+use crate::transport::net::proxy::Proxy;
+use crate::transport::net::socket::{SocketConfig, SocketNet};
+use crate::transport::net::{Net, NetSetup};
+use crate::transport::{
+    self, ConnHandle, ConnLayout, ConnMem, Side, Transport, TransportKind, MAX_HANDLE_BYTES,
+};
 use rsccl_device::coll::kernels::{CollKernel, SIMPLE_THREADS};
 use rsccl_device::coll::one_rank::OneRankArgs;
 use rsccl_device::coll::ring::{RingArgs, RingChannel};
@@ -68,16 +73,30 @@ impl CommConfig {
     /// rank that reads the same topology (`RSCCL_TOPO_FILE`) computes the same configuration;
     /// `init_rank` checks that they agree.
     pub fn from_topology(graphs: &crate::topology::search::Graphs) -> Result<Self> {
-        let nranks = graphs.ring.ngpus();
-        if nranks == 0 {
+        Self::from_topology_nodes(graphs, 1)
+    }
+
+    /// The channels of `nodes` nodes that each have the topology `graphs` was searched on
+    /// (with `SearchOptions::nodes` = `nodes`, so that rings enter and leave each node through
+    /// its NICs), as NCCL connects them: rank `node × gpus + g` is GPU `g` of `node`; each
+    /// channel's ring runs through every node in turn, and its tree is a chain inside each node
+    /// with the nodes' heads in a double binary tree (even channels the first tree, odd the
+    /// second).
+    pub fn from_topology_nodes(graphs: &crate::topology::search::Graphs, nodes: usize) -> Result<Self> {
+        let local = graphs.ring.ngpus();
+        if local == 0 {
             return Err(Error::InvalidConfig(
                 "the topology search found no GPU (a provider skeleton lists its GPUs only at run time): \
                  no rank to build a group for"
                     .into(),
             ));
         }
+        let nranks =
+            local.checked_mul(nodes).filter(|&n| n > 0 && n <= crate::bootstrap::MAX_RANKS).ok_or_else(
+                || Error::InvalidConfig(format!("{nodes} nodes of {local} GPUs is not a valid rank count")),
+            )?;
         let peers: Vec<crate::channels::RankChannels> = (0..nranks)
-            .map(|r| crate::channels::connect(graphs, 1, crate::topology::Rank(r as u32)))
+            .map(|r| crate::channels::connect(graphs, nodes, crate::topology::Rank(r as u32)))
             .collect::<Result<_>>()?;
         let rings: Vec<Vec<usize>> = crate::channels::ring_orders_of(&peers)
             .iter()
@@ -204,6 +223,17 @@ struct Wire {
     slot: Slot,
 }
 
+impl Wire {
+    /// "channel 0 ring", "channel 1 tree up", … for logs.
+    fn describe(&self) -> String {
+        match self.slot {
+            Slot::RingRecv(c) | Slot::RingSend(c) => format!("channel {c} ring"),
+            Slot::UpRecv(c) | Slot::UpSend(c) => format!("channel {c} tree up"),
+            Slot::DownRecv(c, k) | Slot::DownSend(c, k) => format!("channel {c} tree down {k}"),
+        }
+    }
+}
+
 /// Where a connection's view goes in the channel tables.
 #[derive(Clone, Copy)]
 enum Slot {
@@ -251,13 +281,15 @@ pub struct Comm {
     backend: Arc<dyn Backend>,
     stream: Arc<dyn Backend>,
     peers: Vec<PeerInfo>,
-    transports: Vec<Option<TransportKind>>,
+    transports: Vec<TransportKind>,
     channels: DeviceBuffer,
     tree_channels: DeviceBuffer,
     status: DeviceBuffer,
     _user_ranks: DeviceBuffer,
     _conns: Vec<ConnMem>,
-    abort: HostMapped,
+    abort: Arc<HostMapped>,
+    /// The proxy thread of this rank's network connections (none without any).
+    proxy: Option<Proxy>,
     bootstrap: Mutex<Bootstrap>,
     poisoned: AtomicBool,
     /// What made the communicator unusable, for [`Comm::async_error`].
@@ -290,6 +322,7 @@ impl Comm {
         id: &UniqueId,
         cfg: CommConfig,
     ) -> Result<Comm> {
+        crate::debug::init();
         let (rings, trees) = cfg.shape(nranks)?;
         let mut boot = Bootstrap::init(id, rank, nranks, &local_info(), cfg.bootstrap_timeout)?;
         let peers = boot.peers().to_vec();
@@ -303,7 +336,7 @@ impl Comm {
             )));
         }
         let me = &peers[rank];
-        let transports: Vec<Option<TransportKind>> = peers
+        let transports: Vec<TransportKind> = peers
             .iter()
             .map(|p| {
                 TransportKind::choose(
@@ -313,19 +346,63 @@ impl Comm {
             })
             .collect();
         let stream = backend.fork_stream()?;
+        // The word this rank's kernels watch: set by `abort` and by the proxy when a network
+        // connection breaks.
+        let abort = Arc::new(stream.alloc_mapped(4)?);
         let wires = wires(rank, nranks, &rings, &trees);
-        for w in &wires {
-            if transports[w.peer].is_none() {
-                return Err(Error::InvalidConfig(format!(
-                    "rank {rank} on {} cannot reach rank {} on {}: the network transport is not built yet",
-                    me.hostname, w.peer, peers[w.peer].hostname
-                )));
-            }
-        }
         let layout = ConnLayout { step_bytes: cfg.step_bytes };
         let key_base = u128::from_le_bytes(*id.secret());
-        let transport_of =
-            |peer: usize| transport::transport(transports[peer].expect("checked above"), &stream);
+        let net = if wires.iter().any(|w| transports[w.peer] == TransportKind::Net) {
+            let sock = SocketConfig::from_env()?;
+            tracing::info!(
+                rank,
+                "NET/socket: using {} ({}), {} thread(s) x {} socket(s) per connection",
+                sock.ifname,
+                sock.ip,
+                sock.nthreads,
+                sock.nsocks_per_thread
+            );
+            let plugin: Arc<dyn Net> = Arc::new(SocketNet::new(sock, *id.secret()));
+            Some(NetSetup::new(plugin, stream.clone(), std::time::Instant::now() + cfg.bootstrap_timeout))
+        } else {
+            None
+        };
+        let transport_of = |peer: usize| -> Box<dyn Transport + '_> {
+            match transport::transport(transports[peer], &stream) {
+                Some(t) => t,
+                None => Box::new(net.as_ref().expect("made above").to_peer(peer, &peers[peer].hostname)),
+            }
+        };
+        let nhosts = {
+            let mut h: Vec<u64> = peers.iter().map(|p| p.host_hash).collect();
+            h.sort_unstable();
+            h.dedup();
+            h.len()
+        };
+        tracing::info!(
+            rank,
+            "init: rank {rank} of {nranks} on {} ({nhosts} host(s)), {} channel(s), {} threads, {} B steps",
+            me.hostname,
+            cfg.nchannels,
+            cfg.nthreads,
+            cfg.step_bytes
+        );
+        for (c, (ring, tree)) in rings.iter().zip(&trees).enumerate() {
+            let ring: Vec<String> = ring.iter().map(|r| r.to_string()).collect();
+            let up = tree[rank].map_or("-".to_string(), |p| p.to_string());
+            tracing::info!(rank, "channel {c}: ring {} | tree up {up}", ring.join(" "));
+        }
+        for w in &wires {
+            tracing::info!(
+                rank,
+                "connection {} {} rank {} ({}) via {}",
+                w.describe(),
+                if w.side == Side::Send { "to" } else { "from" },
+                w.peer,
+                peers[w.peer].hostname,
+                transports[w.peer].name()
+            );
+        }
         // Receivers first: allocate and send each handle to its sender; then senders attach.
         let mut conns = Vec::with_capacity(wires.len());
         let mut views: Vec<(Slot, ConnInfo)> = Vec::with_capacity(wires.len());
@@ -351,6 +428,11 @@ impl Comm {
             views.push((w.slot, layout.view(mem.base(), Side::Send, w.peer)));
             conns.push(mem);
         }
+        // Network receivers wait for their senders; then one proxy thread serves them all.
+        let proxy = match net {
+            Some(setup) => Some(setup.start(rank, abort.clone())?),
+            None => None,
+        };
         // Both sides attached everywhere before anyone launches (SHM names are unlinked by now).
         boot.barrier()?;
 
@@ -389,7 +471,6 @@ impl Comm {
         let tree_channels = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
         stream.copy_in(&tree_channels, 0, bytemuck::cast_slice(&tree_tab))?;
         let status = stream.alloc(8 * nch)?;
-        let abort = stream.alloc_mapped(4)?;
         Ok(Comm {
             rank,
             nranks,
@@ -404,6 +485,7 @@ impl Comm {
             _user_ranks: user_ranks,
             _conns: conns,
             abort,
+            proxy,
             bootstrap: Mutex::new(boot),
             poisoned: AtomicBool::new(false),
             failure: Mutex::new(None),
@@ -516,15 +598,20 @@ impl Comm {
         &self.peers
     }
 
-    /// The transport this rank uses to reach `peer` (`None` for itself is never asked; `None`
-    /// means no transport reaches it).
+    /// The transport this rank uses to reach `peer` (`None` for a rank outside the
+    /// communicator). Whether a connection exists depends on the channels: ring and tree
+    /// neighbours only.
     pub fn transport_to(&self, peer: usize) -> Option<TransportKind> {
-        self.transports.get(peer).copied().flatten()
+        self.transports.get(peer).copied()
     }
 
     /// Asks a running collective of this rank to stop: its waits give up at once and the call
     /// returns an error (peers then time out on this rank). Does not wait for the collective.
     pub fn abort(&self) -> Result<()> {
+        if let Some(p) = &self.proxy {
+            // The connections cannot be trusted after an aborted collective: close them.
+            p.shutdown();
+        }
         self.abort.store_u32(0, 1)
     }
 
@@ -657,6 +744,15 @@ impl Comm {
 
     /// Clears the abort flag before a collective (an abort after this stops it).
     pub(crate) fn arm(&self) -> Result<()> {
+        if let Some(e) = self.proxy.as_ref().and_then(Proxy::failure) {
+            return Err(self.fail(e));
+        }
+        if self.proxy.as_ref().is_some_and(Proxy::is_stopped) {
+            return Err(self.fail(Error::InvalidConfig(format!(
+                "rank {}: the communicator was aborted; create a new one",
+                self.rank
+            ))));
+        }
         self.abort.store_u32(0, 0)
     }
 
@@ -770,6 +866,10 @@ impl Comm {
             .collect();
         if failures.is_empty() {
             return Ok(());
+        }
+        // A broken network connection names its peer and host: the clearest report there is.
+        if let Some(e) = self.proxy.as_ref().and_then(Proxy::failure) {
+            return Err(self.fail(e));
         }
         let dead: Vec<(usize, u32)> = self
             .peers

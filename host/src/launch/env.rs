@@ -353,18 +353,29 @@ fn rendezvous(var: &mut impl FnMut(&str) -> Option<String>) -> Result<Option<Str
 /// `RSCCL_COMM_ID`: `host:port`, where a host with colons (IPv6) must be bracketed so that the
 /// port is unambiguous.
 fn comm_id(id: &str) -> Result<String> {
-    let bad = |why: &str| launch_error(format!("{COMM_ID_VAR}={id:?} is not host:port ({why})"));
-    let (host, port) = id.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+    match split_host_port(id) {
+        Ok(_) => Ok(id.to_string()),
+        Err(why) => Err(launch_error(format!("{COMM_ID_VAR}={id:?} is not host:port ({why})"))),
+    }
+}
+
+/// `host:port` (an IPv6 host in brackets, `[::1]:29500`) split into the host, without its
+/// brackets, and the port; otherwise why not, in a few words. Used for `RSCCL_COMM_ID` and
+/// `rsccl run --master`.
+pub(super) fn split_host_port(addr: &str) -> std::result::Result<(&str, u16), String> {
+    let (host, port) = addr.rsplit_once(':').ok_or("no port")?;
     let inner = match host.strip_prefix('[') {
-        Some(rest) => rest.strip_suffix(']').ok_or_else(|| bad("unclosed bracket"))?,
-        None if host.contains(':') => return Err(bad("an IPv6 host must be in brackets, as [::1]:port")),
+        Some(rest) => rest.strip_suffix(']').ok_or("unclosed bracket")?,
+        None if host.contains(':') => return Err("an IPv6 host must be in brackets, as [::1]:port".into()),
         None => host,
     };
-    if inner.is_empty() || inner.contains(char::is_whitespace) {
-        return Err(bad("no host"));
+    if inner.is_empty() || inner.contains(char::is_whitespace) || inner.contains(['[', ']']) {
+        return Err("no host".into());
     }
-    port_number(COMM_ID_VAR, port)?;
-    Ok(id.to_string())
+    match number("port", port) {
+        Ok(p @ 1..=65535) => Ok((inner, p as u16)),
+        _ => Err(format!("{port:?} is not a port number (1 to 65535)")),
+    }
 }
 
 fn port_number(name: &str, value: &str) -> Result<u16> {
@@ -634,9 +645,29 @@ mod tests {
             ("[::1:29500", "unclosed bracket"),
             ("[]:29500", "no host"),
             ("node0:99999", "not a port number"),
+            ("[[::1]]:29500", "no host"),
         ] {
             let got = with(&[("RSCCL_COMM_ID", id)]);
             assert!(got.contains(why) && got.contains("RSCCL_COMM_ID"), "{id}: {got}");
+        }
+    }
+
+    #[test]
+    fn host_port_splits() {
+        assert_eq!(split_host_port("127.0.0.1:29500"), Ok(("127.0.0.1", 29500)));
+        assert_eq!(split_host_port("node-0.cluster:1"), Ok(("node-0.cluster", 1)));
+        assert_eq!(split_host_port("[::1]:65535"), Ok(("::1", 65535)));
+        for (addr, why) in [
+            ("node0", "no port"),
+            ("node0:0", "\"0\" is not a port number (1 to 65535)"),
+            ("node0:+80", "is not a port number"),
+            (":80", "no host"),
+            ("a b:80", "no host"),
+            ("::1:80", "in brackets"),
+            ("[::1:80", "unclosed bracket"),
+        ] {
+            let got = split_host_port(addr).unwrap_err();
+            assert!(got.contains(why), "{addr}: {got}");
         }
     }
 

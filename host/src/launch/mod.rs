@@ -5,6 +5,8 @@
 //!   [`Launcher::PRECEDENCE`]; what a multi-process communicator reads at start.
 //! - [`run`]: starts N local processes with torchrun's variables, forwards their output behind
 //!   `[rank K] ` and stops them all when one fails; `rsccl run -n N PROGRAM ARGS...` ([`cli`]).
+//!   Once per machine with `--nnodes M --node-rank K --master ADDR:PORT`, the N processes of
+//!   each are ranks `K*N` to `K*N+N-1` of one job of `M*N`.
 //!
 //! ```
 //! use rsccl::launch::{LaunchEnv, Launcher};
@@ -26,4 +28,4 @@ mod runner;
 mod signals;
 
 pub use env::{LaunchEnv, Launcher, COMM_ID_VAR, MAX_WORLD_SIZE};
-pub use runner::{run, run_to, RunOptions, DEFAULT_GRACE};
+pub use runner::{run, run_to, RunOptions, DEFAULT_GRACE, LAUNCHER_VARS, MAX_NODES};

@@ -9,7 +9,11 @@
 //! Each rank runs in its own process group, so that stopping it also stops what it started (a
 //! shell's `sleep`, a Python worker pool): those would otherwise keep the output pipes open and
 //! the launcher waiting. A terminal's Ctrl-C then reaches only the launcher, which forwards it.
-use super::env::{COMM_ID_VAR, MAX_WORLD_SIZE};
+//!
+//! A job of several nodes is one `rsccl run` per node, each with the same node count, processes
+//! per node and rendezvous and its own node rank (torchrun's `--nnodes`, `--node-rank`); each
+//! launcher starts and watches only its own node's ranks.
+use super::env::{split_host_port, COMM_ID_VAR, MAX_WORLD_SIZE};
 use super::signals;
 use crate::error::{Error, Result};
 use std::ffi::OsString;
@@ -32,6 +36,32 @@ const TICK_MS: libc::c_int = 20;
 /// that never writes a newline can make the launcher hold.
 const MAX_LINE: usize = 64 * 1024;
 
+/// The largest node count `rsccl run --nnodes` takes. A node runs at least one rank, so a job
+/// of more nodes would be above [`MAX_WORLD_SIZE`] anyway.
+///
+/// ```
+/// assert_eq!(rsccl::launch::MAX_NODES, rsccl::launch::MAX_WORLD_SIZE);
+/// ```
+pub const MAX_NODES: usize = MAX_WORLD_SIZE;
+
+/// The variables `rsccl run` sets for every rank itself, which [`RunOptions::env`] cannot set.
+///
+/// ```
+/// assert!(rsccl::launch::LAUNCHER_VARS.contains(&"RSCCL_COMM_ID"));
+/// ```
+pub const LAUNCHER_VARS: [&str; 10] = [
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "GROUP_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    COMM_ID_VAR,
+];
+
 /// What `rsccl run` starts and how long it lets it run.
 ///
 /// ```
@@ -41,11 +71,32 @@ const MAX_LINE: usize = 64 * 1024;
 /// let opts = RunOptions::new(4, "python3").with_args(["train.py", "--epochs", "1"])
 ///     .with_timeout(Duration::from_secs(600));
 /// assert_eq!((opts.nprocs, opts.args.len(), opts.grace), (4, 3, rsccl::launch::DEFAULT_GRACE));
+/// assert_eq!((opts.nnodes, opts.node_rank, opts.master), (1, 0, None));
+///
+/// // Node 1 of 2, 4 ranks each: ranks 4 to 7 of 8, meeting where node 0's rank 0 listens.
+/// let node1 = RunOptions::new(4, "python3").with_args(["train.py"])
+///     .with_nodes(2, 1).with_master("10.0.0.1:29500").with_env("RSCCL_HOSTID", "node1");
+/// assert!(node1.check().is_ok());
+/// assert_eq!(node1.world_size(), Some(8));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunOptions {
-    /// The number of processes (ranks), 1 to [`MAX_WORLD_SIZE`].
+    /// The number of processes (ranks) on this node, 1 to [`MAX_WORLD_SIZE`].
     pub nprocs: usize,
+    /// The number of nodes of the job (torchrun's `--nnodes`), 1 to [`MAX_NODES`], each running
+    /// `nprocs` ranks under its own launcher; the world size is `nnodes * nprocs`, at most
+    /// [`MAX_WORLD_SIZE`]. 1 by default.
+    pub nnodes: usize,
+    /// This node's rank, below `nnodes`: its ranks are `node_rank * nprocs` to
+    /// `node_rank * nprocs + nprocs - 1`. 0 by default.
+    pub node_rank: usize,
+    /// Where global rank 0 hosts the bootstrap root, as `host:port` (an IPv6 host in brackets),
+    /// reachable from every node; required when `nnodes > 1`. `None`: `127.0.0.1` and a port
+    /// that is free when the run starts.
+    pub master: Option<String>,
+    /// Variables set in every rank's environment, over the inherited ones (`rsccl run --env`);
+    /// none of [`LAUNCHER_VARS`].
+    pub env: Vec<(OsString, OsString)>,
     /// The program each rank runs (looked up in `PATH` when it has no slash).
     pub program: OsString,
     /// Its arguments, the same for every rank.
@@ -57,9 +108,111 @@ pub struct RunOptions {
 }
 
 impl RunOptions {
-    /// `nprocs` ranks of `program` without arguments, no timeout, [`DEFAULT_GRACE`].
+    /// `nprocs` ranks of `program` without arguments on one node, no timeout, [`DEFAULT_GRACE`].
     pub fn new(nprocs: usize, program: impl Into<OsString>) -> Self {
-        RunOptions { nprocs, program: program.into(), args: Vec::new(), timeout: None, grace: DEFAULT_GRACE }
+        RunOptions {
+            nprocs,
+            nnodes: 1,
+            node_rank: 0,
+            master: None,
+            env: Vec::new(),
+            program: program.into(),
+            args: Vec::new(),
+            timeout: None,
+            grace: DEFAULT_GRACE,
+        }
+    }
+
+    /// As node `node_rank` of `nnodes` (give [`RunOptions::with_master`] too when there are
+    /// several).
+    pub fn with_nodes(mut self, nnodes: usize, node_rank: usize) -> Self {
+        self.nnodes = nnodes;
+        self.node_rank = node_rank;
+        self
+    }
+
+    /// With the rendezvous at `addr` (`host:port`) instead of 127.0.0.1 and a free port.
+    pub fn with_master(mut self, addr: impl Into<String>) -> Self {
+        self.master = Some(addr.into());
+        self
+    }
+
+    /// With `name=value` in every rank's environment (a later value for the same name wins).
+    pub fn with_env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// The world size, `nnodes * nprocs`; `None` when that overflows.
+    pub fn world_size(&self) -> Option<usize> {
+        self.nnodes.checked_mul(self.nprocs)
+    }
+
+    /// Checks the options as [`run_to`] does before starting anything; the message names the
+    /// `rsccl run` flag at fault (`--node-rank 2 is not below --nnodes 2`).
+    ///
+    /// ```
+    /// use rsccl::launch::RunOptions;
+    ///
+    /// let e = RunOptions::new(2, "true").with_nodes(2, 0).check().unwrap_err();
+    /// assert!(e.starts_with("--nnodes 2 needs --master ADDR:PORT"), "{e}");
+    /// let e = RunOptions::new(2, "true").with_env("A=B", "c").check().unwrap_err();
+    /// assert!(e.contains("--env"), "{e}");
+    /// ```
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let (n, m, k) = (self.nprocs, self.nnodes, self.node_rank);
+        if n == 0 || n > MAX_WORLD_SIZE {
+            return Err(format!("-n {n}: give 1 to {MAX_WORLD_SIZE} processes"));
+        }
+        if m == 0 {
+            return Err("--nnodes 0: give at least 1 node".into());
+        }
+        if m > MAX_NODES {
+            return Err(format!("--nnodes {m}: above the limit of {MAX_NODES} nodes"));
+        }
+        if k >= m {
+            return Err(format!("--node-rank {k} is not below --nnodes {m} (node ranks are 0 to {})", m - 1));
+        }
+        match self.world_size() {
+            Some(w) if w <= MAX_WORLD_SIZE => {}
+            w => {
+                let w = w.map_or_else(|| "more than that".to_string(), |w| w.to_string());
+                return Err(format!(
+                    "--nnodes {m} with -n {n} is {w} ranks: above the limit of {MAX_WORLD_SIZE}"
+                ));
+            }
+        }
+        match &self.master {
+            None if m > 1 => {
+                return Err(format!(
+                    "--nnodes {m} needs --master ADDR:PORT, where rank 0 (on node 0) hosts the \
+                     rendezvous for every node"
+                ))
+            }
+            Some(addr) => {
+                if let Err(why) = split_host_port(addr) {
+                    return Err(format!("--master {addr:?} is not ADDR:PORT ({why})"));
+                }
+            }
+            None => {}
+        }
+        for (name, value) in &self.env {
+            let shown = format!("--env {}={}", name.to_string_lossy(), value.to_string_lossy());
+            let bytes = name.as_encoded_bytes();
+            if bytes.is_empty() {
+                return Err(format!("{shown}: no variable name before the ="));
+            }
+            if bytes.contains(&b'=') {
+                return Err(format!("{shown}: a variable name cannot contain ="));
+            }
+            if bytes.contains(&0) || value.as_encoded_bytes().contains(&0) {
+                return Err(format!("{shown}: a variable cannot hold a NUL byte"));
+            }
+            if let Some(v) = LAUNCHER_VARS.iter().find(|v| name == **v) {
+                return Err(format!("{shown}: {v} is set by rsccl run itself"));
+            }
+        }
+        Ok(())
     }
 
     /// With these arguments for the program.
@@ -90,14 +243,18 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
 /// status for the launcher.
 ///
 /// Each rank gets torchrun's variables, which [`LaunchEnv::from_env`](super::LaunchEnv::from_env)
-/// reads: `RANK`, `WORLD_SIZE`, `LOCAL_RANK` (= `RANK`), `LOCAL_WORLD_SIZE` (= `WORLD_SIZE`),
-/// `MASTER_ADDR=127.0.0.1`, `MASTER_PORT` (a port that was free on 127.0.0.1 just before the
-/// start) and `RSCCL_COMM_ID=127.0.0.1:<port>`; the rest of the environment is inherited, stdin
-/// is `/dev/null` (a rank in its own process group reading the terminal would be stopped).
+/// reads. With `N = opts.nprocs`, `M = opts.nnodes` and `K = opts.node_rank` (1 and 0 by
+/// default): `RANK` (`K*N` to `K*N+N-1`), `WORLD_SIZE` (`M*N`), `LOCAL_RANK` (0 to `N-1`),
+/// `LOCAL_WORLD_SIZE` (`N`), `GROUP_RANK` and `NODE_RANK` (`K`), `GROUP_WORLD_SIZE` (`M`),
+/// `MASTER_ADDR` and `MASTER_PORT` from `opts.master` (its host without brackets), else
+/// `127.0.0.1` and a port that was free on it just before the start, and `RSCCL_COMM_ID` the
+/// same as `host:port`, where global rank 0 hosts the bootstrap root. `opts.env` comes on top
+/// of the inherited environment; stdin is `/dev/null` (a rank in its own process group reading
+/// the terminal would be stopped).
 ///
 /// Every line a rank writes to stdout goes to `out`, every line to stderr to `err`, behind
-/// `[rank K] `; bytes are passed through as they are (not necessarily UTF-8), a last line
-/// without a newline gets one, and a line longer than 64 KiB is split.
+/// `[rank K] ` with its global rank; bytes are passed through as they are (not necessarily
+/// UTF-8), a last line without a newline gets one, and a line longer than 64 KiB is split.
 ///
 /// The result: 0 when every rank exits with 0. When one exits otherwise, its rank and how it
 /// ended go to `err` (`rsccl run: rank 2 exited with status 3`, `... killed by signal 9
@@ -107,8 +264,12 @@ pub fn run(opts: &RunOptions) -> Result<i32> {
 /// result is 128 + the signal. A second one kills the ranks at once. Whatever happens, every
 /// rank has been waited for when this returns.
 ///
-/// Errors ([`Error::Launch`]): `nprocs` out of range, no free port, a rank that cannot be
-/// started (the ranks already started are stopped first).
+/// This launcher watches only its own node's ranks: a rank failing on another node reaches the
+/// ranks here as a failed connection (or not at all, hence `opts.timeout`).
+///
+/// Errors ([`Error::Launch`]): `nprocs` out of range, options that [`RunOptions::check`]
+/// rejects, no free port, a rank that cannot be started (the ranks already started are
+/// stopped first).
 ///
 /// ```
 /// use rsccl::launch::{run_to, RunOptions};
@@ -127,8 +288,20 @@ pub fn run_to(opts: &RunOptions, out: &mut dyn Write, err: &mut dyn Write) -> Re
             opts.nprocs
         )));
     }
+    opts.check().map_err(Error::Launch)?;
     let start = Instant::now();
-    let port = free_port()?;
+    let rendezvous = match &opts.master {
+        Some(addr) => {
+            let (host, port) = split_host_port(addr).map_err(Error::Launch)?;
+            Rendezvous { addr: host.to_string(), port, comm_id: addr.clone() }
+        }
+        None => {
+            let port = free_port()?;
+            Rendezvous { addr: "127.0.0.1".into(), port, comm_id: format!("127.0.0.1:{port}") }
+        }
+    };
+    // The global rank of this node's local rank 0; no overflow, as check() bounded the product.
+    let base = opts.node_rank * opts.nprocs;
     // Before the first spawn, so that a Ctrl-C during a long start is forwarded, not fatal.
     let mut signals = signals::Guard::install();
     let mut sup = Supervisor {
@@ -139,8 +312,9 @@ pub fn run_to(opts: &RunOptions, out: &mut dyn Write, err: &mut dyn Write) -> Re
         killed: false,
     };
     let mut stop = None;
-    for rank in 0..opts.nprocs {
-        match spawn(opts, rank, port) {
+    for local in 0..opts.nprocs {
+        let rank = base + local;
+        match spawn(opts, local, &rendezvous) {
             Ok(mut child) => {
                 // Both pipes were asked for, so both are there.
                 let (Some(o), Some(e)) = (child.stdout.take(), child.stderr.take()) else {
@@ -171,7 +345,7 @@ pub fn run_to(opts: &RunOptions, out: &mut dyn Write, err: &mut dyn Write) -> Re
                 let alive = sup.alive().len();
                 let rest =
                     if alive > 0 { format!("; stopping {alive} other rank(s)") } else { String::new() };
-                say(err, &format!("rank {rank} {}{rest}", describe(status)));
+                say(err, &format!("rank {} {}{rest}", base + rank, describe(status)));
                 stop = Some(Stop::Failed(status));
                 sup.stop_all(libc::SIGTERM);
             }
@@ -197,7 +371,7 @@ pub fn run_to(opts: &RunOptions, out: &mut dyn Write, err: &mut dyn Write) -> Re
         if !sup.killed && sup.kill_at.is_some_and(|t| now >= t) {
             let alive = sup.alive();
             if !alive.is_empty() {
-                let ranks: Vec<String> = alive.iter().map(usize::to_string).collect();
+                let ranks: Vec<String> = alive.iter().map(|r| (base + r).to_string()).collect();
                 say(
                     err,
                     &format!(
@@ -448,16 +622,30 @@ impl Lines {
     }
 }
 
-fn spawn(opts: &RunOptions, rank: usize, port: u16) -> std::io::Result<Child> {
+/// Where the ranks meet: `MASTER_ADDR` (no brackets), `MASTER_PORT` and `RSCCL_COMM_ID`.
+struct Rendezvous {
+    addr: String,
+    port: u16,
+    comm_id: String,
+}
+
+/// Starts local rank `local` of this node.
+fn spawn(opts: &RunOptions, local: usize, rendezvous: &Rendezvous) -> std::io::Result<Child> {
     let mut cmd = Command::new(&opts.program);
+    let world = opts.nnodes * opts.nprocs;
+    // The launcher's own last, though check() already refused them in `opts.env`.
     cmd.args(&opts.args)
-        .env("RANK", rank.to_string())
-        .env("WORLD_SIZE", opts.nprocs.to_string())
-        .env("LOCAL_RANK", rank.to_string())
+        .envs(opts.env.iter().map(|(k, v)| (k, v)))
+        .env("RANK", (opts.node_rank * opts.nprocs + local).to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_RANK", local.to_string())
         .env("LOCAL_WORLD_SIZE", opts.nprocs.to_string())
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", port.to_string())
-        .env(COMM_ID_VAR, format!("127.0.0.1:{port}"))
+        .env("GROUP_RANK", opts.node_rank.to_string())
+        .env("NODE_RANK", opts.node_rank.to_string())
+        .env("GROUP_WORLD_SIZE", opts.nnodes.to_string())
+        .env("MASTER_ADDR", &rendezvous.addr)
+        .env("MASTER_PORT", rendezvous.port.to_string())
+        .env(COMM_ID_VAR, &rendezvous.comm_id)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -587,6 +775,75 @@ mod tests {
             let e = run_to(&RunOptions::new(n, "true"), &mut Vec::new(), &mut Vec::new()).unwrap_err();
             assert!(matches!(&e, Error::Launch(m) if m.contains("give 1 to 65536")), "{e}");
         }
+    }
+
+    #[test]
+    fn bad_node_options_are_named() {
+        let base = || RunOptions::new(4, "true");
+        for (opts, want) in [
+            (base().with_nodes(0, 0), "--nnodes 0: give at least 1 node"),
+            (base().with_nodes(MAX_NODES + 1, 0), "--nnodes 65537: above the limit of 65536 nodes"),
+            (base().with_nodes(2, 2).with_master("h:1"), "--node-rank 2 is not below --nnodes 2"),
+            (base().with_nodes(1, 1), "--node-rank 1 is not below --nnodes 1"),
+            (base().with_nodes(16385, 0).with_master("h:1"), "--nnodes 16385 with -n 4 is 65540 ranks"),
+            (base().with_nodes(3, 0), "--nnodes 3 needs --master ADDR:PORT"),
+            (base().with_master("127.0.0.1"), "--master \"127.0.0.1\" is not ADDR:PORT (no port)"),
+            (base().with_nodes(2, 1).with_master("::1:80"), "--master \"::1:80\" is not ADDR:PORT (an IPv6"),
+            (base().with_env("", "x"), "--env =x: no variable name"),
+            (base().with_env("A=B", "x"), "--env A=B=x: a variable name cannot contain ="),
+            (base().with_env("A", "x\0y"), "a variable cannot hold a NUL byte"),
+            (base().with_env("WORLD_SIZE", "9"), "--env WORLD_SIZE=9: WORLD_SIZE is set by rsccl run itself"),
+        ] {
+            let why = opts.check().unwrap_err();
+            assert!(why.starts_with(want) || why.contains(want), "{opts:?}: {why}");
+            let e = run_to(&opts, &mut Vec::new(), &mut Vec::new()).unwrap_err();
+            assert!(matches!(&e, Error::Launch(m) if *m == why), "{e}");
+        }
+        // Overflow is caught, not wrapped.
+        let mut huge = base().with_nodes(2, 0).with_master("h:1");
+        huge.nprocs = usize::MAX;
+        assert_eq!(huge.world_size(), None);
+        huge.nprocs = MAX_WORLD_SIZE;
+        assert!(huge.check().unwrap_err().contains("is 131072 ranks: above the limit of 65536"));
+        assert!(base().with_nodes(1, 0).check().is_ok());
+        assert!(base().with_nodes(16384, 16383).with_master("[::1]:29500").check().is_ok());
+    }
+
+    #[test]
+    fn a_node_of_several_gets_its_share_of_the_ranks() {
+        let script = "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $NODE_RANK \
+                      $GROUP_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $RSCCL_COMM_ID $RSCCL_HOSTID $EXTRA";
+        let opts = RunOptions::new(2, "sh")
+            .with_args(["-c", script])
+            .with_nodes(3, 2)
+            .with_master("[::1]:29511")
+            .with_env("RSCCL_HOSTID", "nodeC")
+            .with_env("EXTRA", "a b=c");
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(run_to(&opts, &mut out, &mut err).unwrap(), 0, "{}", String::from_utf8_lossy(&err));
+        let out = String::from_utf8(out).unwrap();
+        let mut lines: Vec<&str> = out.lines().collect();
+        lines.sort();
+        assert_eq!(
+            lines,
+            [
+                "[rank 4] 4 6 0 2 2 2 3 ::1 29511 [::1]:29511 nodeC a b=c",
+                "[rank 5] 5 6 1 2 2 2 3 ::1 29511 [::1]:29511 nodeC a b=c",
+            ]
+        );
+    }
+
+    #[test]
+    fn failures_on_a_later_node_name_global_ranks() {
+        let opts = RunOptions::new(2, "sh")
+            .with_args(["-c", "exit $((LOCAL_RANK + 3))"])
+            .with_nodes(2, 1)
+            .with_master("127.0.0.1:29512");
+        let mut err = Vec::new();
+        let code = run_to(&opts, &mut Vec::new(), &mut err).unwrap();
+        let err = String::from_utf8(err).unwrap();
+        assert!(code == 3 || code == 4, "{code}: {err}");
+        assert!(err.contains(&format!("rsccl run: rank {} exited with status {code}", code - 1)), "{err}");
     }
 
     #[test]

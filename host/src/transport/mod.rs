@@ -9,8 +9,9 @@
 //!
 //! Which transport a peer gets is chosen as NCCL chooses (P2P, then SHM, then NET): a peer in
 //! this process gets the in-process transport ([`local`]), a peer on this host shared memory
-//! ([`shm`]); other hosts need the network transport (not built yet).
+//! ([`shm`]), a peer on another host the network ([`net`]: a proxy thread and a network plugin).
 pub mod local;
+pub mod net;
 pub mod shm;
 
 use crate::backend::Backend;
@@ -129,16 +130,19 @@ pub enum TransportKind {
     InProcess,
     /// Ranks on one host: a POSIX shared-memory segment both map.
     Shm,
+    /// Ranks on different hosts: each side's FIFO in its own host memory, a proxy thread on
+    /// each side moving slices over the network.
+    Net,
 }
 
 impl TransportKind {
     /// NCCL's choice for a peer: in-process when it is this process, shared memory when it is
-    /// on this host; `None` for another host (the network transport is not built yet).
-    pub fn choose(same_process: bool, same_host: bool) -> Option<TransportKind> {
+    /// on this host, the network otherwise.
+    pub fn choose(same_process: bool, same_host: bool) -> TransportKind {
         match (same_process, same_host) {
-            (true, _) => Some(TransportKind::InProcess),
-            (false, true) => Some(TransportKind::Shm),
-            (false, false) => None,
+            (true, _) => TransportKind::InProcess,
+            (false, true) => TransportKind::Shm,
+            (false, false) => TransportKind::Net,
         }
     }
 
@@ -147,6 +151,7 @@ impl TransportKind {
         match self {
             TransportKind::InProcess => "in-process",
             TransportKind::Shm => "SHM",
+            TransportKind::Net => "NET",
         }
     }
 }
@@ -161,11 +166,13 @@ pub trait Transport {
     fn connect(&self, layout: ConnLayout, handle: &ConnHandle) -> Result<ConnMem>;
 }
 
-/// The transport of `kind` for a rank whose kernels run on `backend`.
-pub fn transport(kind: TransportKind, backend: &Arc<dyn Backend>) -> Box<dyn Transport> {
+/// The transport of `kind` for a rank whose kernels run on `backend`; `None` for the network,
+/// whose connections belong to a communicator's [`net::NetSetup`].
+pub fn transport(kind: TransportKind, backend: &Arc<dyn Backend>) -> Option<Box<dyn Transport>> {
     match kind {
-        TransportKind::InProcess => Box::new(local::InProcess::new(backend.clone())),
-        TransportKind::Shm => Box::new(shm::Shm::new(backend.clone())),
+        TransportKind::InProcess => Some(Box::new(local::InProcess::new(backend.clone()))),
+        TransportKind::Shm => Some(Box::new(shm::Shm::new(backend.clone()))),
+        TransportKind::Net => None,
     }
 }
 
@@ -190,8 +197,8 @@ mod tests {
 
     #[test]
     fn transports_are_chosen_as_nccl_chooses() {
-        assert_eq!(TransportKind::choose(true, true), Some(TransportKind::InProcess));
-        assert_eq!(TransportKind::choose(false, true), Some(TransportKind::Shm));
-        assert_eq!(TransportKind::choose(false, false), None);
+        assert_eq!(TransportKind::choose(true, true), TransportKind::InProcess);
+        assert_eq!(TransportKind::choose(false, true), TransportKind::Shm);
+        assert_eq!(TransportKind::choose(false, false), TransportKind::Net);
     }
 }

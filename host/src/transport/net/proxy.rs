@@ -1,0 +1,601 @@
+//! The proxy thread: the host side of every network connection of one rank (NCCL's
+//! `proxy.cc` + `net.cc` progress functions).
+//!
+//! **Sending side.** The kernel fills FIFO slots, writes the slice's byte count into the `sizes`
+//! FIFO at its first step and advances `tail`. The proxy sends, for each slice the tail covers,
+//! a [`Ctrl`] (first step, steps covered, bytes) and then the bytes straight from the slot, and
+//! advances `head` (the kernel's credit) when the plugin reports the send done. A slice's first
+//! step is the one with a size: the others the tail passed are its continuation, or steps the
+//! kernel skipped when it aligned its step at launch, which ride along with the next slice.
+//!
+//! **Receiving side.** The proxy receives a `Ctrl`, waits until the kernel has freed the slots
+//! it covers (`head`), receives the bytes straight into them and advances `tail`.
+//!
+//! A broken connection (the peer died or closed it, garbage, a plugin error) stops that
+//! connection, records which peer it was for the communicator to report, and sets the abort word
+//! so that the rank's kernels stop waiting at once. Dropping the [`Proxy`] stops the thread and
+//! closes every connection.
+use super::wire::{Ctrl, CTRL_BYTES};
+use super::{NetRecvComm, NetRequest, NetSendComm, NO_SIZE};
+use crate::backend::HostMapped;
+use crate::error::{Error, Result};
+use crate::transport::{ConnLayout, Side};
+use rsccl_device::prims::conn::NCCL_STEPS;
+use rsccl_device::DevPtr;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A connection's plugin side.
+pub(crate) enum Comm {
+    Send(Box<dyn NetSendComm>),
+    Recv(Box<dyn NetRecvComm>),
+}
+
+/// The words of one side of a connection, as host addresses.
+struct Words {
+    fifo: *mut u8,
+    head: *const AtomicU64,
+    tail: *const AtomicU64,
+    sizes: *const AtomicU64,
+    step_bytes: u64,
+}
+
+impl Words {
+    fn of(mem: &HostMapped, layout: ConnLayout, side: Side) -> Words {
+        let v = layout.view(DevPtr(mem.host_ptr() as u64), side, 0);
+        Words {
+            fifo: v.buff.0 as *mut u8,
+            head: v.head.0 as *const AtomicU64,
+            tail: v.tail.0 as *const AtomicU64,
+            sizes: v.sizes_fifo.0 as *const AtomicU64,
+            step_bytes: layout.step_bytes,
+        }
+    }
+    fn head(&self) -> &AtomicU64 {
+        // SAFETY: inside the connection's memory (ConnLayout::view), 8-aligned, alive as long as
+        // the ProxyConn holding the HostMapped.
+        unsafe { &*self.head }
+    }
+    fn tail(&self) -> &AtomicU64 {
+        // SAFETY: as head.
+        unsafe { &*self.tail }
+    }
+    fn size(&self, step: u64) -> &AtomicU64 {
+        // SAFETY: the sizes FIFO has NCCL_STEPS words inside the connection's memory.
+        unsafe { &*self.sizes.add((step % NCCL_STEPS) as usize) }
+    }
+    fn slot(&self, step: u64) -> *mut u8 {
+        // SAFETY: slot step % NCCL_STEPS is inside the FIFO.
+        unsafe { self.fifo.add(((step % NCCL_STEPS) * self.step_bytes) as usize) }
+    }
+    /// Bytes from step's slot to the end of the FIFO.
+    fn room(&self, step: u64) -> u64 {
+        (NCCL_STEPS - step % NCCL_STEPS) * self.step_bytes
+    }
+}
+
+/// A send in flight: its two requests (None once done) and the step its credit reaches.
+struct InFlight {
+    ctrl: Option<NetRequest>,
+    data: Option<NetRequest>,
+    end: u64,
+}
+
+enum RecvState {
+    Idle,
+    /// The sender said goodbye: nothing more will come.
+    Closed,
+    Ctrl(NetRequest),
+    Slots(Ctrl),
+    Data(NetRequest, Ctrl),
+}
+
+/// One network connection as the proxy drives it.
+pub(crate) struct ProxyConn {
+    peer: usize,
+    host: String,
+    words: Words,
+    comm: Comm,
+    /// Sending: the first step not sent yet. Receiving: the first step not received yet.
+    next: u64,
+    inflight: VecDeque<InFlight>,
+    /// Control messages being sent (one per slice in flight) or received.
+    ctrl: Box<[[u8; CTRL_BYTES]; NCCL_STEPS as usize]>,
+    sent: u64,
+    recv: RecvState,
+    dead: bool,
+    /// Keeps the memory the words point into alive.
+    _mem: Arc<HostMapped>,
+}
+
+// SAFETY: the raw word pointers point into `_mem`, which the ProxyConn owns a share of; they
+// are only used through atomics and by the plugin under its isend/irecv contract.
+unsafe impl Send for ProxyConn {}
+
+impl ProxyConn {
+    pub(crate) fn new(
+        peer: usize,
+        host: String,
+        layout: ConnLayout,
+        mem: Arc<HostMapped>,
+        comm: Comm,
+    ) -> Self {
+        let side = match comm {
+            Comm::Send(_) => Side::Send,
+            Comm::Recv(_) => Side::Recv,
+        };
+        ProxyConn {
+            peer,
+            host,
+            words: Words::of(&mem, layout, side),
+            comm,
+            next: 0,
+            inflight: VecDeque::new(),
+            ctrl: Box::new([[0; CTRL_BYTES]; NCCL_STEPS as usize]),
+            sent: 0,
+            recv: RecvState::Idle,
+            dead: false,
+            _mem: mem,
+        }
+    }
+
+    /// Moves what it can without blocking; true when something moved.
+    fn progress(&mut self) -> std::result::Result<bool, String> {
+        match &mut self.comm {
+            Comm::Send(_) => self.progress_send(),
+            Comm::Recv(_) => self.progress_recv(),
+        }
+    }
+
+    fn progress_send(&mut self) -> std::result::Result<bool, String> {
+        let Comm::Send(comm) = &mut self.comm else { unreachable!("a send connection") };
+        let mut moved = false;
+        // Completions, in order: each gives the kernel credit up to its end.
+        while let Some(f) = self.inflight.front_mut() {
+            for r in [&mut f.ctrl, &mut f.data] {
+                if let Some(req) = *r {
+                    if comm.test(req).map_err(|e| e.to_string())?.is_some() {
+                        *r = None;
+                    }
+                }
+            }
+            if f.ctrl.is_some() || f.data.is_some() {
+                break;
+            }
+            self.words.head().store(f.end, Ordering::Release);
+            self.inflight.pop_front();
+            moved = true;
+        }
+        // New slices.
+        let tail = self.words.tail().load(Ordering::Acquire);
+        while self.next < tail && self.inflight.len() < NCCL_STEPS as usize {
+            let mut s = self.next;
+            while s < tail && self.words.size(s).load(Ordering::Acquire) == NO_SIZE {
+                s += 1;
+            }
+            if s == tail {
+                break; // Steps the kernel skipped: they go with the next slice.
+            }
+            let bytes = self.words.size(s).swap(NO_SIZE, Ordering::AcqRel);
+            let mut end = s + 1;
+            while end < tail
+                && end - s < NCCL_STEPS
+                && self.words.size(end).load(Ordering::Acquire) == NO_SIZE
+            {
+                end += 1;
+            }
+            if bytes > self.words.room(s) {
+                return Err(format!(
+                    "the kernel wrote a slice of {bytes} bytes at step {s}, more than the {} bytes left in the FIFO",
+                    self.words.room(s)
+                ));
+            }
+            let k = (self.sent % NCCL_STEPS) as usize;
+            self.ctrl[k] = Ctrl { step: s, steps: end - s, bytes }.encode();
+            // SAFETY: the control buffer is ours and not reused until this slice is done (at
+            // most NCCL_STEPS in flight); the slot holds `bytes` bytes the kernel wrote before
+            // advancing tail, and it will not rewrite them before the head store above.
+            let (c, d) = unsafe {
+                (
+                    comm.isend(self.ctrl[k].as_ptr(), CTRL_BYTES),
+                    comm.isend(self.words.slot(s), bytes as usize),
+                )
+            };
+            let (c, d) = (c.map_err(|e| e.to_string())?, d.map_err(|e| e.to_string())?);
+            self.inflight.push_back(InFlight { ctrl: Some(c), data: Some(d), end });
+            self.sent += 1;
+            self.next = end;
+            moved = true;
+        }
+        Ok(moved)
+    }
+
+    fn progress_recv(&mut self) -> std::result::Result<bool, String> {
+        let Comm::Recv(comm) = &mut self.comm else { unreachable!("a receive connection") };
+        let mut moved = false;
+        loop {
+            match std::mem::replace(&mut self.recv, RecvState::Idle) {
+                RecvState::Closed => {
+                    self.recv = RecvState::Closed;
+                    return Ok(moved);
+                }
+                RecvState::Idle => {
+                    // SAFETY: the control buffer is ours until the request is done.
+                    let r = unsafe { comm.irecv(self.ctrl[0].as_mut_ptr(), CTRL_BYTES) };
+                    self.recv = RecvState::Ctrl(r.map_err(|e| e.to_string())?);
+                }
+                RecvState::Ctrl(req) => match comm.test(req).map_err(|e| e.to_string())? {
+                    None => {
+                        self.recv = RecvState::Ctrl(req);
+                        return Ok(moved);
+                    }
+                    Some(n) if n != CTRL_BYTES => return Err(format!("a control message of {n} bytes")),
+                    Some(_) => {
+                        let c =
+                            Ctrl::decode(&self.ctrl[0], self.next, self.words.step_bytes).map_err(|e| e.0)?;
+                        if c == Ctrl::GOODBYE {
+                            tracing::debug!(
+                                "network: rank {} on {} closed its connection in order",
+                                self.peer,
+                                self.host
+                            );
+                            self.recv = RecvState::Closed;
+                            return Ok(true);
+                        }
+                        self.recv = RecvState::Slots(c);
+                        moved = true;
+                    }
+                },
+                RecvState::Slots(c) => {
+                    if c.step + c.steps > self.words.head().load(Ordering::Acquire) + NCCL_STEPS {
+                        self.recv = RecvState::Slots(c);
+                        return Ok(moved); // The kernel still reads those slots.
+                    }
+                    // SAFETY: Ctrl::decode checked the bytes fit from the slot to the FIFO's end;
+                    // the kernel released these slots (head) and reads them only after tail.
+                    let r = unsafe { comm.irecv(self.words.slot(c.step), c.bytes as usize) };
+                    self.recv = RecvState::Data(r.map_err(|e| e.to_string())?, c);
+                }
+                RecvState::Data(req, c) => match comm.test(req).map_err(|e| e.to_string())? {
+                    None => {
+                        self.recv = RecvState::Data(req, c);
+                        return Ok(moved);
+                    }
+                    Some(n) if n as u64 != c.bytes => {
+                        return Err(format!("a slice of {n} bytes where {} were announced", c.bytes))
+                    }
+                    Some(n) => {
+                        self.words.size(c.step).store(n as u64, Ordering::Relaxed);
+                        self.next = c.step + c.steps;
+                        self.words.tail().store(self.next, Ordering::Release);
+                        moved = true;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Whether everything the kernel handed this connection has been sent (receiving sides
+    /// have nothing to flush).
+    fn drained(&self) -> bool {
+        match self.comm {
+            Comm::Send(_) => {
+                self.inflight.is_empty() && self.next >= self.words.tail().load(Ordering::Acquire)
+            }
+            Comm::Recv(_) => true,
+        }
+    }
+
+    /// Tells the receiver that nothing more comes (waits at most `until` for the send).
+    fn goodbye(&mut self, until: std::time::Instant) {
+        let Comm::Send(comm) = &mut self.comm else { return };
+        let k = (self.sent % NCCL_STEPS) as usize;
+        self.ctrl[k] = Ctrl::GOODBYE.encode();
+        // SAFETY: the control buffer lives until the loop below sees the send done or the
+        // connection is closed (close joins the threads that use it).
+        let Ok(req) = (unsafe { comm.isend(self.ctrl[k].as_ptr(), CTRL_BYTES) }) else { return };
+        while std::time::Instant::now() < until {
+            match comm.test(req) {
+                Ok(None) => std::thread::sleep(Duration::from_micros(50)),
+                _ => return,
+            }
+        }
+    }
+
+    fn close(&mut self) {
+        match &mut self.comm {
+            Comm::Send(c) => c.close(),
+            Comm::Recv(c) => c.close(),
+        }
+    }
+}
+
+/// What the proxy thread and the communicator share.
+struct Shared {
+    rank: usize,
+    abort: Arc<HostMapped>,
+    stop: AtomicBool,
+    /// Set with `stop` by a drop: send what the kernels left in the FIFOs first.
+    drain: AtomicBool,
+    failure: Mutex<Option<Error>>,
+}
+
+/// The proxy thread of one rank and its connections.
+pub struct Proxy {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    peers: Vec<(usize, bool)>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Proxy(rank {}, {} connections)", self.shared.rank, self.peers.len())
+    }
+}
+
+/// How long a dropped proxy keeps sending what its kernels left before it closes anyway.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a dropped proxy waits for its goodbyes to go out.
+const GOODBYE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Longest sleep of an idle proxy between looks at its connections.
+const MAX_IDLE_SLEEP: Duration = Duration::from_micros(200);
+
+impl Proxy {
+    pub(crate) fn start(rank: usize, abort: Arc<HostMapped>, mut conns: Vec<ProxyConn>) -> Result<Proxy> {
+        let shared = Arc::new(Shared {
+            rank,
+            abort,
+            stop: AtomicBool::new(false),
+            drain: AtomicBool::new(false),
+            failure: Mutex::new(None),
+        });
+        let peers = conns.iter().map(|c| (c.peer, matches!(c.comm, Comm::Send(_)))).collect();
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("rsccl-proxy-{rank}"))
+            .spawn(move || {
+                let mut idle = 0u32;
+                let mut drain_until = None;
+                loop {
+                    if sh.stop.load(Ordering::Acquire) {
+                        // A collective returns once its kernel wrote the FIFOs: the last slices
+                        // may still be here. A drop sends them (bounded); an abort does not.
+                        let until =
+                            *drain_until.get_or_insert_with(|| std::time::Instant::now() + DRAIN_TIMEOUT);
+                        let done = conns.iter().all(|c| c.dead || c.drained());
+                        if done || !sh.drain.load(Ordering::Acquire) || std::time::Instant::now() > until {
+                            break;
+                        }
+                    }
+                    let mut moved = false;
+                    for c in conns.iter_mut().filter(|c| !c.dead) {
+                        match c.progress() {
+                            Ok(m) => moved |= m,
+                            Err(what) => {
+                                c.dead = true;
+                                sh.fail(c, what);
+                            }
+                        }
+                    }
+                    if moved {
+                        idle = 0;
+                    } else {
+                        idle = idle.saturating_add(1);
+                        if idle < 64 {
+                            std::hint::spin_loop();
+                        } else if idle < 256 {
+                            std::thread::yield_now();
+                        } else {
+                            std::thread::sleep(
+                                Duration::from_micros(u64::from(idle - 255).min(200)).min(MAX_IDLE_SLEEP),
+                            );
+                        }
+                    }
+                }
+                if sh.drain.load(Ordering::Acquire) {
+                    let until = std::time::Instant::now() + GOODBYE_TIMEOUT;
+                    for c in conns.iter_mut().filter(|c| !c.dead) {
+                        c.goodbye(until);
+                    }
+                }
+                for c in &mut conns {
+                    c.close();
+                }
+            })
+            .map_err(|e| Error::Network(format!("starting the proxy thread: {e}")))?;
+        Ok(Proxy { shared, thread: Some(thread), peers })
+    }
+
+    /// The first connection failure, if any.
+    pub fn failure(&self) -> Option<Error> {
+        self.shared.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The connections served: (peer, whether this side sends).
+    pub fn connections(&self) -> &[(usize, bool)] {
+        &self.peers
+    }
+
+    /// Asks the thread to stop and close every connection; returns at once.
+    pub fn shutdown(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Proxy::shutdown`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::Acquire)
+    }
+
+    /// Sends what the kernels left in the FIFOs (for at most [`DRAIN_TIMEOUT`]), then stops
+    /// the thread and closes every connection (also on drop).
+    pub fn stop(&mut self) {
+        // After `shutdown` (an abort) nothing is flushed.
+        if !self.shared.stop.load(Ordering::Acquire) {
+            self.shared.drain.store(true, Ordering::Release);
+        }
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Shared {
+    fn fail(&self, c: &ProxyConn, what: String) {
+        let dir = if matches!(c.comm, Comm::Send(_)) { "sending to" } else { "receiving from" };
+        tracing::warn!(rank = self.rank, "network: {dir} rank {} on {}: {what}", c.peer, c.host);
+        let e = Error::PeerLost {
+            rank: self.rank,
+            peer: c.peer,
+            host: c.host.clone(),
+            what: format!("{dir} it: {what}"),
+        };
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        // The kernels waiting on this connection would otherwise wait for their timeout.
+        let _ = self.abort.store_u32(0, 1);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::transport::net::socket::{SocketConfig, SocketNet};
+    use crate::transport::net::{Net, NetSetup};
+    use crate::transport::{ConnLayout, Side, Transport};
+    use rsccl_device::prims::conn::{ConnInfo, NCCL_STEPS};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    fn word(p: rsccl_device::DevPtr) -> &'static AtomicU64 {
+        // SAFETY: a word of a live connection (the test keeps the ConnMem until the end).
+        unsafe { &*(p.0 as *const AtomicU64) }
+    }
+
+    /// The slices a kernel would move: (alignment unit, steps per slice, bytes) per slice,
+    /// including the step skips of launches that align their first step.
+    fn schedule(step_bytes: u64) -> Vec<(u64, u64, u64)> {
+        let mut v = Vec::new();
+        for k in 0..400u64 {
+            let (unit, sps) = match k % 7 {
+                0..=2 => (4, 2),
+                3 | 4 => (1, 1),
+                5 => (2, 2),
+                _ => (4, 1),
+            };
+            let bytes = match k % 5 {
+                0 => 0,
+                1 => sps * step_bytes,
+                _ => (k * 977) % (sps * step_bytes) + 1,
+            };
+            v.push((unit, sps, bytes));
+        }
+        v
+    }
+
+    fn fill(k: usize, i: usize) -> u8 {
+        (k * 131 + i * 7) as u8
+    }
+
+    fn wait(deadline: Instant, mut f: impl FnMut() -> bool) {
+        while !f() {
+            assert!(Instant::now() < deadline, "the proxy stalled");
+            std::thread::yield_now();
+        }
+    }
+
+    /// Two emulated kernels (a sender and a receiver thread) and two proxies over loopback TCP:
+    /// every slice arrives whole, in its slot, across skipped steps and FIFO wrap-arounds.
+    #[test]
+    fn slices_cross_the_network_through_the_proxies() {
+        let be = crate::backend::cpu();
+        let layout = ConnLayout { step_bytes: 1024 };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let net: Arc<dyn Net> = Arc::new(SocketNet::new(
+            SocketConfig { nthreads: 2, nsocks_per_thread: 2, ..SocketConfig::loopback() },
+            [9; 16],
+        ));
+        let (rx_setup, tx_setup) =
+            (NetSetup::new(net.clone(), be.clone(), deadline), NetSetup::new(net, be.clone(), deadline));
+        let (rx_mem, handle) = rx_setup.to_peer(1, "sender-host").listen(layout, 0).unwrap();
+        let tx_mem = tx_setup.to_peer(0, "receiver-host").connect(layout, &handle).unwrap();
+        let (rx_abort, tx_abort) =
+            (Arc::new(be.alloc_mapped(4).unwrap()), Arc::new(be.alloc_mapped(4).unwrap()));
+        let rx_proxy = rx_setup.start(0, rx_abort).unwrap();
+        let tx_proxy = tx_setup.start(1, tx_abort).unwrap();
+        let (tx, rx): (ConnInfo, ConnInfo) =
+            (layout.view(tx_mem.base(), Side::Send, 0), layout.view(rx_mem.base(), Side::Recv, 1));
+        let sched = schedule(layout.step_bytes);
+        let sender = {
+            let sched = sched.clone();
+            std::thread::spawn(move || {
+                let mut step = 0u64;
+                for (k, &(unit, sps, bytes)) in sched.iter().enumerate() {
+                    step = step.div_ceil(unit) * unit;
+                    wait(deadline, || word(tx.head).load(Ordering::Acquire) + NCCL_STEPS >= step + sps);
+                    let slot = (tx.buff.0 + (step % NCCL_STEPS) * tx.step_bytes) as *mut u8;
+                    for i in 0..bytes as usize {
+                        // SAFETY: bytes <= sps slots from an sps-aligned step: inside the FIFO.
+                        unsafe { slot.add(i).write(fill(k, i)) };
+                    }
+                    // SAFETY: the sizes FIFO has NCCL_STEPS words.
+                    unsafe {
+                        (*(tx.sizes_fifo.0 as *const AtomicU64).add((step % NCCL_STEPS) as usize))
+                            .store(bytes, Ordering::Relaxed)
+                    };
+                    step += sps;
+                    word(tx.tail).store(step, Ordering::Release);
+                }
+            })
+        };
+        let mut step = 0u64;
+        for (k, &(unit, sps, bytes)) in sched.iter().enumerate() {
+            step = step.div_ceil(unit) * unit;
+            wait(deadline, || word(rx.tail).load(Ordering::Acquire) >= step + sps);
+            let slot = (rx.buff.0 + (step % NCCL_STEPS) * rx.step_bytes) as *const u8;
+            for i in 0..bytes as usize {
+                // SAFETY: as above, on the receiving side.
+                assert_eq!(unsafe { slot.add(i).read() }, fill(k, i), "slice {k} byte {i}");
+            }
+            step += sps;
+            word(rx.head).store(step, Ordering::Release);
+        }
+        sender.join().unwrap();
+        assert!(rx_proxy.failure().is_none() && tx_proxy.failure().is_none());
+        drop((rx_mem, tx_mem));
+    }
+
+    /// A peer that goes away: the proxy records which peer and sets the abort word.
+    #[test]
+    fn a_lost_peer_is_named_and_aborts_the_kernels() {
+        let be = crate::backend::cpu();
+        let layout = ConnLayout { step_bytes: 256 };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let net: Arc<dyn Net> = Arc::new(SocketNet::new(SocketConfig::loopback(), [1; 16]));
+        let (rx_setup, tx_setup) =
+            (NetSetup::new(net.clone(), be.clone(), deadline), NetSetup::new(net, be.clone(), deadline));
+        let (_rx_mem, handle) = rx_setup.to_peer(5, "far-host").listen(layout, 0).unwrap();
+        let _tx_mem = tx_setup.to_peer(2, "near-host").connect(layout, &handle).unwrap();
+        let abort = Arc::new(be.alloc_mapped(4).unwrap());
+        let rx_proxy = rx_setup.start(2, abort.clone()).unwrap();
+        let tx_proxy = tx_setup.start(5, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();
+        // The sending process is gone without a goodbye (as if killed): its sockets close.
+        tx_proxy.shutdown();
+        drop(tx_proxy);
+        wait(deadline, || rx_proxy.failure().is_some());
+        let e = rx_proxy.failure().unwrap().to_string();
+        assert!(e.contains("rank 2") && e.contains("rank 5 on far-host") && e.contains("closed"), "{e}");
+        // SAFETY: the abort word is a live u32 of the mapping.
+        assert_eq!(unsafe { (abort.host_ptr() as *const u32).read_volatile() }, 1);
+    }
+}
