@@ -519,3 +519,138 @@ fn bootstrap_and_ids_can_move_between_threads() {
     send_sync::<UniqueId>();
     send_sync::<BootstrapError>();
 }
+
+/// A `StatusQuery` frame from `from` to `to` of `nranks`, presenting `secret`.
+fn status_query(secret: [u8; 16], from: u32, to: u32, nranks: u32) -> Vec<u8> {
+    let mut q = header(wire::Kind::StatusQuery, secret, 12);
+    for v in [from, to, nranks] {
+        q.extend_from_slice(&v.to_le_bytes());
+    }
+    q
+}
+
+#[test]
+fn status_queries_are_answered_while_owners_are_blocked_and_gone_ranks_fail_fast() {
+    let id = loopback_id();
+    let nranks = 3;
+    // Phases: A) rank 0 has asked while ranks 1 and 2 were blocked; B) rank 2 is gone;
+    // C) rank 0 has asked again.
+    let phase = Arc::new(std::sync::Barrier::new(nranks));
+    let recv_returned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let long = vec![b'x'; bootstrap::MAX_STATUS_BYTES + 1000];
+    on_threads(&[0, 1, 2], move |r| {
+        let mut b = Bootstrap::init(&id, r, nranks, &[], T).expect("init");
+        let mine: Vec<u8> = match r {
+            2 => long.clone(),
+            _ => format!("rank {r}: waiting in all_reduce #812").into_bytes(),
+        };
+        b.set_status_provider(Arc::new(move || mine.clone()));
+        b.barrier().expect("barrier");
+        match r {
+            0 => {
+                // Give rank 1 time to block in its recv and rank 2 in its sleep.
+                std::thread::sleep(Duration::from_millis(300));
+                let t = Instant::now();
+                let all = b.query_status(Duration::from_secs(2));
+                let took = t.elapsed();
+                assert!(
+                    !recv_returned.load(std::sync::atomic::Ordering::SeqCst),
+                    "rank 1 was not blocked while it answered"
+                );
+                assert!(took < Duration::from_millis(2500), "query took {took:?}");
+                assert_eq!(all[0].as_deref(), Ok(&b"rank 0: waiting in all_reduce #812"[..]));
+                assert_eq!(all[1].as_deref(), Ok(&b"rank 1: waiting in all_reduce #812"[..]));
+                assert_eq!(all[2].as_deref(), Ok(&[b'x'; bootstrap::MAX_STATUS_BYTES][..]));
+                phase.wait(); // A
+                phase.wait(); // B
+                let t = Instant::now();
+                let all = b.query_status(Duration::from_secs(10));
+                let took = t.elapsed();
+                assert!(took < Duration::from_secs(2), "a gone rank took {took:?} to fail");
+                assert_eq!(all[1].as_deref(), Ok(&b"rank 1: waiting in all_reduce #812"[..]));
+                let why = all[2].as_ref().expect_err("rank 2 is gone");
+                assert!(why.contains("unreachable") || why.contains("closed"), "{why}");
+                println!("status of a gone rank: {why:?}, in {took:?}");
+                phase.wait(); // C
+            }
+            1 => {
+                // Blocked in a receive that never comes.
+                b.set_timeout(Duration::from_secs(3)).unwrap();
+                assert!(b.recv(0, 99).is_err());
+                recv_returned.store(true, std::sync::atomic::Ordering::SeqCst);
+                phase.wait(); // A
+                phase.wait(); // B
+                phase.wait(); // C
+            }
+            _ => {
+                std::thread::sleep(Duration::from_secs(3));
+                phase.wait(); // A
+                drop(b);
+                phase.wait(); // B
+                phase.wait(); // C
+            }
+        }
+    });
+}
+
+#[test]
+fn a_rank_answers_its_own_status_and_empty_until_a_provider_is_installed() {
+    let id = loopback_id();
+    on_threads(&[0, 1], move |r| {
+        let mut b = Bootstrap::init(&id, r, 2, &[], T).expect("init");
+        assert_eq!(b.query_status(Duration::from_secs(5)), [Ok(Vec::new()), Ok(Vec::new())]);
+        b.barrier().unwrap();
+        b.set_status_provider(Arc::new(|| b"first".to_vec()));
+        b.set_status_provider(Arc::new(move || format!("rank {r}").into_bytes()));
+        b.barrier().unwrap();
+        assert_eq!(b.query_status(Duration::from_secs(5)), [Ok(b"rank 0".to_vec()), Ok(b"rank 1".to_vec())]);
+        b.barrier().unwrap();
+    });
+}
+
+#[test]
+fn a_status_query_with_a_wrong_secret_gets_no_answer() {
+    let log = capture_log();
+    let id = loopback_id();
+    let secret = secret_of(&id);
+    let victims = on_threads(&[0, 1], move |r| {
+        let mut b = Bootstrap::init(&id, r, 2, &[], T).expect("init");
+        b.set_status_provider(Arc::new(|| b"busy".to_vec()));
+        b.barrier().unwrap();
+        let victim = b.peers()[1].addr;
+        if r == 0 {
+            let read_all = |q: Vec<u8>| {
+                let mut s = TcpStream::connect(victim).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                s.write_all(&q).unwrap();
+                let mut got = Vec::new();
+                // Ends at the listener's close (or a reset), not at the read timeout.
+                let t = Instant::now();
+                let _ = s.read_to_end(&mut got);
+                assert!(t.elapsed() < Duration::from_secs(4), "the connection was left open");
+                got
+            };
+            assert_eq!(read_all(status_query([0x55; 16], 0, 1, 2)), b"");
+            // Right secret, but not a rank of this communicator: no answer either.
+            assert_eq!(read_all(status_query(secret, 7, 1, 2)), b"");
+            // The same frame with the right secret is answered.
+            let mut want = header(wire::Kind::StatusReply, secret, 4);
+            want.extend_from_slice(b"busy");
+            assert_eq!(read_all(status_query(secret, 0, 1, 2)), want);
+        }
+        // The bootstrap goes on.
+        b.barrier().unwrap();
+        assert_eq!(b.all_gather(&[r as u8]).unwrap(), [[0], [1]]);
+        assert_eq!(b.query_status(Duration::from_secs(5))[1 - r].as_deref(), Ok(&b"busy"[..]));
+        b.barrier().unwrap();
+        victim
+    });
+    let victim = victims[0].to_string();
+    let start = Instant::now();
+    for why in ["wrong secret", "refused status query"] {
+        while !log.lock().unwrap().iter().any(|l| l.contains(&victim) && l.contains(why)) {
+            assert!(start.elapsed() < Duration::from_secs(5), "no refusal for {why:?} logged");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

@@ -230,6 +230,34 @@ fn net_child() {
                 assert!(started.elapsed() < Duration::from_secs(90), "rank {rank}: never failed");
             }
         }
+        "lag" => {
+            // Every rank runs all-reduce #1; then rank 3 stays away from #2 (busy elsewhere).
+            cfg.timeout = Duration::from_secs(5);
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            let buf = be.alloc(4096 * 4).unwrap();
+            let ar = || {
+                comm.all_reduce(BufRef::from(&buf), BufRef::from(&buf), 4096, DataType::F32, ReduceOp::Sum)
+            };
+            ar().unwrap();
+            if rank == 3 {
+                std::thread::sleep(Duration::from_secs(15));
+                println!("LAGGARD done");
+                return;
+            }
+            match ar() {
+                Err(Error::Hang { headline, ranks, .. }) => {
+                    println!("HANG {headline}");
+                    for l in ranks {
+                        println!("HANG-RANK {l}");
+                    }
+                }
+                // A node-mate that failed first and left: the report comes with the lost peer.
+                Err(Error::PeerLost { report: Some(headline), peer, .. }) => {
+                    println!("HANG {headline} (lost {peer})")
+                }
+                other => println!("UNEXPECTED {other:?}"),
+            }
+        }
         other => panic!("unknown child role {other}"),
     }
 }
@@ -399,4 +427,26 @@ fn a_rank_killed_on_another_node_is_named_by_every_rank() {
         assert!(named, "rank {r} does not name rank {victim}: {line}");
     }
     assert_no_segments(&pids);
+}
+
+#[test]
+fn a_rank_that_never_calls_the_collective_is_named_with_its_number() {
+    let mut ranks = Ranks::start("lag", 2, 2);
+    let results = ranks.wait(Duration::from_secs(120));
+    for (r, (_, text)) in results.iter().enumerate().take(3) {
+        // (The test harness may print its "test net_child ... " before it on the same line.)
+        let head = text
+            .lines()
+            .find_map(|l| l.find("HANG rank").map(|i| &l[i..]))
+            .unwrap_or_else(|| panic!("rank {r}:\n{text}"));
+        assert!(head.starts_with("HANG rank 3 never entered all_reduce #2;"), "rank {r}: {head}");
+        assert!(
+            head.contains("(lost ")
+                || text.contains(
+                    "HANG-RANK rank 3: never entered all_reduce #2: between collectives, last completed #1"
+                ),
+            "rank {r}:\n{text}"
+        );
+    }
+    assert!(results[3].1.contains("LAGGARD done"), "{}", results[3].1);
 }

@@ -85,6 +85,22 @@ pub enum Error {
         host: String,
         /// What happened.
         what: String,
+        /// The hang report's headline when the communicator could ask the other ranks where
+        /// they were (the lost peer may have left because another rank never came).
+        report: Option<String>,
+    },
+    /// A collective timed out and the hang report says who is behind: which ranks never
+    /// entered the collective (by its sequence number), which wait in it, which did not answer.
+    Hang {
+        /// The rank reporting.
+        rank: usize,
+        /// One line naming who is behind ("rank 5 never entered all_reduce #812; ranks 0–4,
+        /// 6–7 wait in it").
+        headline: String,
+        /// Every rank's state, a line each.
+        ranks: Vec<String>,
+        /// What this rank's channels reported.
+        failures: Vec<crate::comm::RankFailure>,
     },
     /// A collective failed because peer processes on this host died.
     PeerDied {
@@ -132,8 +148,25 @@ impl std::fmt::Display for Error {
             Error::Bootstrap(e) => write!(f, "bootstrap: {e}"),
             Error::Launch(why) => write!(f, "launch: {why}"),
             Error::Network(why) => write!(f, "network: {why}"),
-            Error::PeerLost { rank, peer, host, what } => {
-                write!(f, "rank {rank}: collective failed: connection to rank {peer} on {host} lost: {what}")
+            Error::Hang { rank, headline, ranks, failures } => {
+                write!(f, "rank {rank}: collective timed out: {headline}")?;
+                if let Some(x) = failures.first() {
+                    write!(f, " ({x})")?;
+                }
+                for l in ranks {
+                    write!(f, "\n  {l}")?;
+                }
+                Ok(())
+            }
+            Error::PeerLost { rank, peer, host, what, report } => {
+                write!(
+                    f,
+                    "rank {rank}: collective failed: connection to rank {peer} on {host} lost: {what}"
+                )?;
+                if let Some(r) = report {
+                    write!(f, "; the ranks say: {r}")?;
+                }
+                Ok(())
             }
             Error::PeerDied { rank, dead, failures } => {
                 write!(f, "rank {rank}: collective failed: ")?;

@@ -1,9 +1,12 @@
 //! A rank's connections to its peers: its listener, one reader thread per incoming connection
 //! (which proves the connection with a `Hello`, then turns its frames into [`Event`]s), the
 //! outgoing connections made on demand, and the messages that arrived before they were asked
-//! for, kept by (lane, peer, tag) as NCCL's unexpected-connection list.
+//! for, kept by (lane, peer, tag) as NCCL's unexpected-connection list. A connection whose first
+//! frame is a `StatusQuery` instead of a `Hello` is answered by [`status`](super::status) and
+//! never reaches the mailbox.
 use super::listen::{Acceptor, Handler, PendingSlot};
 use super::msg::{decode_data, encode_data, Lane, PeerHello};
+use super::status::{serve_query, StatusBoard};
 use super::wire::{read_frame, write_frame, FrameError, Kind, Wait, MAX_CONTROL_LEN, MAX_DATA_LEN};
 use super::{connect, log, HANDSHAKE_TIMEOUT};
 use std::collections::{HashMap, VecDeque};
@@ -50,7 +53,7 @@ pub(crate) struct Mailbox {
 
 impl Mailbox {
     /// Serves `listener` (announced as `addr`) for `rank` of `nranks`; a frame, once started,
-    /// must arrive whole within `frame_timeout`.
+    /// must arrive whole within `frame_timeout`. Status queries are answered from `status`.
     pub fn new(
         listener: TcpListener,
         addr: SocketAddr,
@@ -58,12 +61,13 @@ impl Mailbox {
         nranks: usize,
         secret: [u8; 16],
         frame_timeout: Duration,
+        status: Arc<StatusBoard>,
     ) -> std::io::Result<Mailbox> {
         let (tx, rx) = mpsc::channel();
         let incoming: Incoming = Arc::new(Mutex::new(Some(Vec::new())));
         let inc = incoming.clone();
         let handler: Handler = Arc::new(move |s: TcpStream, peer: SocketAddr, slot: PendingSlot| {
-            serve_peer(s, peer, slot, (rank, addr), nranks, &secret, frame_timeout, &tx, &inc)
+            serve_peer(s, peer, slot, (rank, addr), nranks, &secret, frame_timeout, &tx, &inc, &status)
         });
         let acceptor = Acceptor::spawn(listener, addr, format!("rsccl-bootstrap-r{rank}"), handler)?;
         Ok(Mailbox {
@@ -188,7 +192,8 @@ impl Drop for Mailbox {
     }
 }
 
-/// A reader thread: proves the connection, then delivers its frames until it ends.
+/// A reader thread: proves the connection, then delivers its frames until it ends; or, where the
+/// connection is a status query, answers it and ends.
 #[allow(clippy::too_many_arguments)]
 fn serve_peer(
     mut s: TcpStream,
@@ -200,13 +205,21 @@ fn serve_peer(
     frame_timeout: Duration,
     tx: &Sender<Event>,
     incoming: &Incoming,
+    status: &StatusBoard,
 ) {
     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-    let hello =
-        read_frame(&mut s, secret, Wait::Until(deadline), MAX_CONTROL_LEN).and_then(|(k, p)| match k {
-            Kind::Hello => PeerHello::decode(&p),
-            k => Err(FrameError::Unexpected(k)),
-        });
+    let hello = match read_frame(&mut s, secret, Wait::Until(deadline), MAX_CONTROL_LEN) {
+        Ok((Kind::Hello, p)) => PeerHello::decode(&p),
+        Ok((Kind::StatusQuery, p)) => {
+            // Answered while still holding the pending slot: queries count against the
+            // listener's cap on unproven connections like any other.
+            serve_query(s, peer, &p, (rank, addr), nranks, secret, status);
+            drop(slot);
+            return;
+        }
+        Ok((k, _)) => Err(FrameError::Unexpected(k)),
+        Err(e) => Err(e),
+    };
     let from = match hello {
         Ok(h) if h.to == rank && h.nranks == nranks && h.from < nranks && h.from != rank => h.from,
         Ok(h) => {

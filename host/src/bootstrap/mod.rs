@@ -13,6 +13,10 @@
 //!    [`barrier`](Bootstrap::barrier), [`broadcast`](Bootstrap::broadcast),
 //!    [`intra_node_broadcast`](Bootstrap::intra_node_broadcast)) and tagged point-to-point
 //!    messages ([`send`](Bootstrap::send) / [`recv`](Bootstrap::recv), connecting on demand).
+//! 5. For hang reports, any rank can ask every other rank what it is doing
+//!    ([`query_status`](Bootstrap::query_status)); each answers with what its
+//!    [`set_status_provider`](Bootstrap::set_status_provider) installed, from its listener's
+//!    threads, so even a rank whose owner is blocked answers.
 //!
 //! Every frame carries a magic, a version, the secret, a kind and a bounded length (see
 //! [`wire`]). A connection that fails a check — or sends nothing within [`HANDSHAKE_TIMEOUT`] —
@@ -50,17 +54,19 @@ mod mailbox;
 mod msg;
 mod ring;
 mod root;
+mod status;
 mod unique_id;
 pub mod wire;
 
 pub use error::BootstrapError;
 pub use unique_id::{UniqueId, COMM_ID_VAR, COMM_SECRET_VAR, DEFAULT_ROOT_TIMEOUT};
-pub use wire::{MAX_BOOTSTRAP_MSG, MAX_LOCAL_INFO, MAX_RANKS};
+pub use wire::{MAX_BOOTSTRAP_MSG, MAX_LOCAL_INFO, MAX_RANKS, MAX_STATUS_BYTES};
 
 use crate::Result;
 use error::fmt_duration;
 use mailbox::{Mailbox, RecvError};
 use msg::{decode_entry, Lane, RankHello, RootErr};
+use status::StatusBoard;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -231,6 +237,10 @@ pub struct Bootstrap {
     peers: Vec<PeerInfo>,
     local: Vec<usize>,
     mailbox: Mailbox,
+    /// The bootstrap's secret, for status queries (the mailbox keeps its own copy).
+    secret: [u8; 16],
+    /// What this rank answers to status queries, shared with the listener's threads.
+    status: Arc<StatusBoard>,
     /// Collective calls made so far: each call's messages carry its number as their tag.
     ring_seq: u64,
     intra_seq: u64,
@@ -290,7 +300,8 @@ impl Bootstrap {
         let listener =
             TcpListener::bind((ip, 0)).map_err(|e| local(format!("cannot listen on {ip}: {e}")))?;
         let addr = listener.local_addr().map_err(|e| local(format!("bootstrap listener: {e}")))?;
-        let mailbox = Mailbox::new(listener, addr, rank, nranks, secret, timeout)
+        let status = Arc::new(StatusBoard::default());
+        let mailbox = Mailbox::new(listener, addr, rank, nranks, secret, timeout, status.clone())
             .map_err(|e| local(format!("cannot start the bootstrap listener: {e}")))?;
 
         let me = PeerInfo {
@@ -312,6 +323,8 @@ impl Bootstrap {
             peers,
             local: local_ranks,
             mailbox,
+            secret,
+            status,
             ring_seq: 0,
             intra_seq: 0,
         };
@@ -368,6 +381,33 @@ impl Bootstrap {
     /// This rank's index among [`local_ranks`](Self::local_ranks).
     pub fn local_rank(&self) -> usize {
         self.local.iter().position(|&r| r == self.rank).expect("a rank is on its own host")
+    }
+
+    /// Installs what this rank answers when another rank of the communicator asks for its
+    /// status (at most [`MAX_STATUS_BYTES`]; longer answers are cut). Answered by the
+    /// bootstrap's own listener threads, so it works while the owner of the `Bootstrap` is
+    /// blocked. Replaces any earlier provider. Until one is installed the answer is empty.
+    ///
+    /// The provider runs on a listener thread while the owner may be stuck anywhere: it should
+    /// read a snapshot (atomics, a small lock the owner never holds while blocking), not wait
+    /// on the owner. Calls are made one at a time; while one hangs, later queries go unanswered
+    /// after [`HANDSHAKE_TIMEOUT`], and one that panics answers nothing.
+    pub fn set_status_provider(&self, provider: Arc<dyn Fn() -> Vec<u8> + Send + Sync>) {
+        self.status.set(provider);
+    }
+
+    /// Asks every other rank for its status, all in parallel, each bounded by `timeout`
+    /// (connect + request + reply). Entry `r` is `Ok(bytes)` for a rank that answered,
+    /// `Err(reason)` otherwise ("unreachable: connection refused", "no answer within 2 s", …);
+    /// this rank's own entry is its own provider's answer. Never blocks longer than about
+    /// `timeout`.
+    ///
+    /// Each query is a fresh connection to the rank's listener, apart from the connections
+    /// that carry messages: it neither waits for nor disturbs a collective in flight. Ranks
+    /// are asked up to 64 at a time; with more ranks than that and many silent ones, ranks
+    /// whose turn comes after `timeout` are reported as not answering within it.
+    pub fn query_status(&self, timeout: Duration) -> Vec<std::result::Result<Vec<u8>, String>> {
+        status::query_all(self.rank, &self.peers, &self.secret, &self.status, timeout)
     }
 
     /// The ring successor.

@@ -141,7 +141,8 @@ impl RootErr {
     }
 }
 
-/// `Kind::Hello`: the first frame on a connection between ranks.
+/// `Kind::Hello`: the first frame on a connection between ranks. `Kind::StatusQuery` carries the
+/// same fields (who asks whom, in a communicator of how many), checked the same way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PeerHello {
     pub from: usize,

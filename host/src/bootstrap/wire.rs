@@ -31,6 +31,10 @@ pub const MAX_BOOTSTRAP_MSG: usize = 16 << 20;
 pub const MAX_LOCAL_INFO: usize = 64 << 10;
 /// The most ranks a bootstrap may have.
 pub const MAX_RANKS: usize = 1 << 16;
+/// Largest status a rank answers with (see
+/// [`Bootstrap::set_status_provider`](super::Bootstrap::set_status_provider)); longer answers
+/// are cut, and a longer reply on the wire is refused before anything is allocated.
+pub const MAX_STATUS_BYTES: usize = 4096;
 /// The longest host name carried (longer ones are cut).
 pub(crate) const MAX_HOSTNAME: usize = 255;
 /// Payload bound of the frames a peer sends before it is known (rank info, hellos, root errors).
@@ -52,6 +56,12 @@ pub enum Kind {
     Hello = 4,
     /// Rank → rank: a message (lane, tag, bytes).
     Data = 5,
+    /// Any rank → rank: "what are you doing?", the first and only frame of a short-lived
+    /// connection (who asks whom, as a `Hello`).
+    StatusQuery = 6,
+    /// Rank → asker: the answer to a `StatusQuery` (at most [`MAX_STATUS_BYTES`]); then the
+    /// connection closes.
+    StatusReply = 7,
 }
 
 impl Kind {
@@ -63,6 +73,8 @@ impl Kind {
             3 => Kind::RootError,
             4 => Kind::Hello,
             5 => Kind::Data,
+            6 => Kind::StatusQuery,
+            7 => Kind::StatusReply,
             _ => return None,
         })
     }

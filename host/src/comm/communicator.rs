@@ -3,6 +3,7 @@
 //! (in-process, shared memory), exchange connection handles, and run the same ring and tree
 //! kernels as every other path.
 use super::collectives::check_call;
+use super::hang::{self, Progress};
 use super::local::{check_tree, MAX_STEP_BYTES, MAX_TIMEOUT};
 use super::{BufRef, RankFailure, ReduceOp};
 use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
@@ -27,6 +28,9 @@ use rsccl_device::DevPtr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// How long a rank whose collective timed out waits for the others' status answers.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Most channels of a communicator (NCCL's `MAXCHANNELS`).
 pub const MAX_CHANNELS: usize = 64;
@@ -297,6 +301,10 @@ pub struct Comm {
     turn: Mutex<()>,
     /// Splits made so far (every rank makes them in the same order: part of their tags).
     splits: std::sync::atomic::AtomicU64,
+    /// Which collective this rank is in (answers other ranks' status queries).
+    progress: Arc<Progress>,
+    /// The collective launched and not finished yet: (number, collective, tree).
+    current: Mutex<Option<(u64, Collective, bool)>>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -433,6 +441,10 @@ impl Comm {
             Some(setup) => Some(setup.start(rank, abort.clone())?),
             None => None,
         };
+        // Other ranks may ask where this one is (hang reports), even while it is blocked.
+        let progress = Arc::new(Progress::default());
+        let p = progress.clone();
+        boot.set_status_provider(Arc::new(move || p.encode()));
         // Both sides attached everywhere before anyone launches (SHM names are unlinked by now).
         boot.barrier()?;
 
@@ -491,6 +503,8 @@ impl Comm {
             failure: Mutex::new(None),
             turn: Mutex::new(()),
             splits: std::sync::atomic::AtomicU64::new(0),
+            progress,
+            current: Mutex::new(None),
         })
     }
 
@@ -783,6 +797,8 @@ impl Comm {
                 "this communicator's connections are inconsistent after a failed collective; create a new one".into(),
             ));
         }
+        let seq = self.progress.enter(coll, tree);
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some((seq, coll, tree));
         if self.nranks == 1 {
             if count == 0 {
                 return Ok(());
@@ -842,6 +858,15 @@ impl Comm {
     /// Waits for this rank's enqueued collective and reports its failures, naming the peers it
     /// waited for and any rank whose process has died.
     pub(crate) fn finish(&self) -> Result<()> {
+        let current = self.current.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let res = self.finish_inner(current);
+        if let Some((seq, ..)) = current {
+            self.progress.finish(seq);
+        }
+        res
+    }
+
+    fn finish_inner(&self, current: Option<(u64, Collective, bool)>) -> Result<()> {
         if let Err(e) = self.stream.synchronize() {
             return Err(self.fail(Error::Rank { rank: self.rank, source: Box::new(e) }));
         }
@@ -867,23 +892,56 @@ impl Comm {
         if failures.is_empty() {
             return Ok(());
         }
-        // A broken network connection names its peer and host: the clearest report there is.
-        if let Some(e) = self.proxy.as_ref().and_then(Proxy::failure) {
+        // A broken network connection names its peer and host; the other ranks' states say
+        // whether that peer left because someone else never came.
+        if let Some(mut e) = self.proxy.as_ref().and_then(Proxy::failure) {
+            if let (Error::PeerLost { report, .. }, Some((seq, coll, tree))) = (&mut e, current) {
+                let answers =
+                    self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).query_status(STATUS_TIMEOUT);
+                *report = Some(hang::report(self.rank, seq, coll, tree, &answers).0);
+            }
             return Err(self.fail(e));
         }
+        // A dead process this rank waited on is the answer; ranks that died after failing
+        // elsewhere are not (the hang report below lists them as unreachable).
         let dead: Vec<(usize, u32)> = self
             .peers
             .iter()
             .filter(|p| {
-                p.rank != self.rank && p.host_hash == self.peers[self.rank].host_hash && !process_alive(p.pid)
+                p.rank != self.rank
+                    && failures.iter().any(|f| f.peer == p.rank)
+                    && p.host_hash == self.peers[self.rank].host_hash
+                    && !process_alive(p.pid)
             })
             .map(|p| (p.rank, p.pid))
             .collect();
-        Err(self.fail(if dead.is_empty() {
-            Error::Collective { failures }
-        } else {
-            Error::PeerDied { rank: self.rank, dead, failures }
-        }))
+        if !dead.is_empty() {
+            return Err(self.fail(Error::PeerDied { rank: self.rank, dead, failures }));
+        }
+        // A wait timed out and nobody is known dead: ask every rank where it is.
+        let timed_out =
+            failures.iter().any(|f| matches!(f.code, ErrorCode::RecvTimeout | ErrorCode::SendTimeout));
+        if let (true, Some((seq, coll, tree))) = (timed_out, current) {
+            let answers =
+                self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).query_status(STATUS_TIMEOUT);
+            let (headline, ranks) = hang::report(self.rank, seq, coll, tree, &answers);
+            tracing::warn!(rank = self.rank, "hang report: {headline}");
+            for l in &ranks {
+                tracing::warn!(rank = self.rank, "hang report: {l}");
+            }
+            return Err(self.fail(Error::Hang { rank: self.rank, headline, ranks, failures }));
+        }
+        Err(self.fail(Error::Collective { failures }))
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        // After a failed collective the FIFOs hold slices no peer will read: close at once
+        // instead of trying to send them (a healthy communicator's proxy sends what is left).
+        if let Some(mut p) = self.proxy.take() {
+            p.stop_with(!self.is_poisoned());
+        }
     }
 }
 

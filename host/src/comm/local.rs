@@ -342,7 +342,10 @@ impl LocalGroup {
             }
             match comm.finish() {
                 Ok(()) => {}
-                Err(Error::Collective { failures: f }) => failures.extend(f),
+                // The group sees every rank's failures at once: one report of them all.
+                Err(Error::Collective { failures: f }) | Err(Error::Hang { failures: f, .. }) => {
+                    failures.extend(f)
+                }
                 Err(e) => other_errors.push((r, e)),
             }
         }

@@ -4,6 +4,7 @@
 //! is tested without a GPU cluster.
 mod collectives;
 mod communicator;
+mod hang;
 mod local;
 
 pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};

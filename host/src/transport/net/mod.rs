@@ -135,6 +135,7 @@ impl NetSetup {
                                 peer: c.peer,
                                 host: c.host.clone(),
                                 what: format!("it never connected: {e}"),
+                                report: None,
                             });
                             continue;
                         }

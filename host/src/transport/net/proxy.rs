@@ -320,6 +320,8 @@ struct Shared {
     stop: AtomicBool,
     /// Set with `stop` by a drop: send what the kernels left in the FIFOs first.
     drain: AtomicBool,
+    /// Set with `stop` by a drop: say goodbye on every connection before closing it.
+    farewell: AtomicBool,
     failure: Mutex<Option<Error>>,
 }
 
@@ -352,6 +354,7 @@ impl Proxy {
             abort,
             stop: AtomicBool::new(false),
             drain: AtomicBool::new(false),
+            farewell: AtomicBool::new(false),
             failure: Mutex::new(None),
         });
         let peers = conns.iter().map(|c| (c.peer, matches!(c.comm, Comm::Send(_)))).collect();
@@ -397,7 +400,7 @@ impl Proxy {
                         }
                     }
                 }
-                if sh.drain.load(Ordering::Acquire) {
+                if sh.farewell.load(Ordering::Acquire) {
                     let until = std::time::Instant::now() + GOODBYE_TIMEOUT;
                     for c in conns.iter_mut().filter(|c| !c.dead) {
                         c.goodbye(until);
@@ -431,12 +434,20 @@ impl Proxy {
         self.shared.stop.load(Ordering::Acquire)
     }
 
-    /// Sends what the kernels left in the FIFOs (for at most [`DRAIN_TIMEOUT`]), then stops
-    /// the thread and closes every connection (also on drop).
+    /// Sends what the kernels left in the FIFOs (for at most [`DRAIN_TIMEOUT`]), says goodbye
+    /// on every connection, then stops the thread and closes them (also on drop).
     pub fn stop(&mut self) {
-        // After `shutdown` (an abort) nothing is flushed.
+        self.stop_with(true);
+    }
+
+    /// Stops the thread: `drain` first sends what the kernels left in the FIFOs (pointless
+    /// after a failed collective, whose slices no peer reads); either way each connection says
+    /// goodbye, so that peers see an orderly close rather than a lost peer. After
+    /// [`Proxy::shutdown`] (an abort) neither happens.
+    pub fn stop_with(&mut self, drain: bool) {
         if !self.shared.stop.load(Ordering::Acquire) {
-            self.shared.drain.store(true, Ordering::Release);
+            self.shared.drain.store(drain, Ordering::Release);
+            self.shared.farewell.store(true, Ordering::Release);
         }
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
@@ -454,6 +465,7 @@ impl Shared {
             peer: c.peer,
             host: c.host.clone(),
             what: format!("{dir} it: {what}"),
+            report: None,
         };
         self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
         // The kernels waiting on this connection would otherwise wait for their timeout.

@@ -1,0 +1,213 @@
+//! Hang reports: every collective of a communicator carries a sequence number (every rank
+//! calls them in the same order, so the numbers match across ranks). A rank whose collective
+//! times out asks every other rank, over the bootstrap network, which collective it last
+//! entered and finished, and says who is behind: "rank 5 never entered all_reduce #812 (last
+//! completed #811); ranks 0–4, 6–7 wait in it" — the question NCCL users are left with after a
+//! watchdog timeout.
+use rsccl_device::coll::Collective;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where one rank is in its communicator's sequence of collectives. Shared with the bootstrap's
+/// listener threads, which answer status queries from it while the rank is blocked.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// Number of the last collective entered (1-based; 0: none yet).
+    entered: AtomicU64,
+    /// Number of the last collective finished (successfully or not).
+    done: AtomicU64,
+    /// What the last entered collective is ([`op_code`]).
+    what: AtomicU64,
+}
+
+/// A collective as a small code for the status answer.
+fn op_code(coll: Collective, tree: bool) -> u64 {
+    coll as u64 * 2 + u64::from(tree)
+}
+
+/// The name users know a collective by, for code `c` of [`op_code`].
+fn op_name(c: u64) -> &'static str {
+    match c {
+        0 => "all_reduce",
+        1 => "all_reduce(tree)",
+        2 | 3 => "reduce_scatter",
+        4 | 5 => "all_gather",
+        6 | 7 => "broadcast",
+        8 | 9 => "reduce",
+        _ => "collective",
+    }
+}
+
+impl Progress {
+    /// Enters the next collective; returns its number.
+    pub(crate) fn enter(&self, coll: Collective, tree: bool) -> u64 {
+        self.what.store(op_code(coll, tree), Ordering::Relaxed);
+        self.entered.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Marks collective `seq` finished.
+    pub(crate) fn finish(&self, seq: u64) {
+        self.done.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// The status answer: `rsccl-progress entered done what`.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        format!(
+            "rsccl-progress {} {} {}",
+            self.entered.load(Ordering::Acquire),
+            self.done.load(Ordering::Acquire),
+            self.what.load(Ordering::Relaxed)
+        )
+        .into_bytes()
+    }
+}
+
+/// A rank's answer, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RankState {
+    pub entered: u64,
+    pub done: u64,
+    pub what: u64,
+}
+
+impl RankState {
+    /// Reads an answer; `None` for anything that is not one.
+    pub(crate) fn decode(b: &[u8]) -> Option<RankState> {
+        let s = std::str::from_utf8(b).ok()?;
+        let mut it = s.strip_prefix("rsccl-progress ")?.split(' ');
+        let mut num = || it.next()?.parse::<u64>().ok();
+        let st = RankState { entered: num()?, done: num()?, what: num()? };
+        (st.done <= st.entered).then_some(st)
+    }
+}
+
+/// "0–4, 6, 8–9".
+pub(crate) fn ranges(ranks: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j { ranks[i].to_string() } else { format!("{}–{}", ranks[i], ranks[j]) });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
+fn plural(ranks: &[usize]) -> String {
+    format!("{} {}", if ranks.len() == 1 { "rank" } else { "ranks" }, ranges(ranks))
+}
+
+/// The report for rank `me`, whose collective `seq` (`coll`, `tree`) timed out, from every
+/// rank's answer: a headline naming who is behind, and a line per rank.
+pub(crate) fn report(
+    me: usize,
+    seq: u64,
+    coll: Collective,
+    tree: bool,
+    answers: &[Result<Vec<u8>, String>],
+) -> (String, Vec<String>) {
+    let name = op_name(op_code(coll, tree));
+    let (mut behind, mut inside, mut past, mut silent) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut lines = Vec::with_capacity(answers.len());
+    for (r, a) in answers.iter().enumerate() {
+        let st = match a {
+            Ok(b) => {
+                RankState::decode(b).ok_or_else(|| "answered something that is not a status".to_string())
+            }
+            Err(e) => Err(e.clone()),
+        };
+        let line = match st {
+            Err(why) => {
+                silent.push(r);
+                format!("rank {r}: no answer ({why})")
+            }
+            Ok(s) if s.entered < seq => {
+                behind.push(r);
+                let at = if s.entered > s.done {
+                    format!("in {} #{}", op_name(s.what), s.entered)
+                } else {
+                    "between collectives".to_string()
+                };
+                format!("rank {r}: never entered {name} #{seq}: {at}, last completed #{}", s.done)
+            }
+            Ok(s) if s.done < seq => {
+                inside.push(r);
+                format!("rank {r}: waits in {name} #{seq}{}", if r == me { " (this rank)" } else { "" })
+            }
+            Ok(s) => {
+                past.push(r);
+                format!("rank {r}: finished {name} #{seq}, last completed #{}", s.done)
+            }
+        };
+        lines.push(line);
+    }
+    let headline = if !behind.is_empty() {
+        format!(
+            "{} never entered {name} #{seq}; {} {} in it",
+            plural(&behind),
+            plural(&inside),
+            if inside.len() == 1 { "waits" } else { "wait" }
+        )
+    } else if !silent.is_empty() {
+        format!("{} did not answer; {} wait in {name} #{seq}", plural(&silent), plural(&inside))
+    } else {
+        format!(
+            "every rank entered {name} #{seq}; {} still wait in it{} (a peer too slow for the timeout, or a lost connection)",
+            plural(&inside),
+            if past.is_empty() { String::new() } else { format!(", {} finished it", plural(&past)) }
+        )
+    };
+    (headline, lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_round_trips_and_garbage_is_refused() {
+        let p = Progress::default();
+        assert_eq!(p.enter(Collective::Broadcast, false), 1);
+        p.finish(1);
+        assert_eq!(p.enter(Collective::AllReduce, true), 2);
+        assert_eq!(RankState::decode(&p.encode()), Some(RankState { entered: 2, done: 1, what: 1 }));
+        for bad in [
+            &b""[..],
+            b"rsccl-progress",
+            b"rsccl-progress 1 2 0",
+            b"x 1 1 1",
+            b"rsccl-progress 1 a 0",
+            &[0xff; 9],
+        ] {
+            assert_eq!(RankState::decode(bad), None, "{bad:?}");
+        }
+        assert_eq!(ranges(&[0, 1, 2, 3, 4, 6, 7, 9]), "0–4, 6–7, 9");
+    }
+
+    #[test]
+    fn the_rank_that_never_came_is_named_first() {
+        let st = |e: u64, d: u64| Ok(format!("rsccl-progress {e} {d} 0").into_bytes());
+        let mut answers: Vec<Result<Vec<u8>, String>> = (0..8).map(|_| st(812, 811)).collect();
+        answers[5] = st(811, 811);
+        let (head, lines) = report(0, 812, Collective::AllReduce, false, &answers);
+        assert_eq!(head, "rank 5 never entered all_reduce #812; ranks 0–4, 6–7 wait in it");
+        assert_eq!(
+            lines[5],
+            "rank 5: never entered all_reduce #812: between collectives, last completed #811"
+        );
+        assert_eq!(lines[0], "rank 0: waits in all_reduce #812 (this rank)");
+        answers[5] = Err("no answer within 2 s".into());
+        let (head, _) = report(0, 812, Collective::AllReduce, false, &answers);
+        assert_eq!(head, "rank 5 did not answer; ranks 0–4, 6–7 wait in all_reduce #812");
+        answers[5] = st(812, 812);
+        let (head, _) = report(1, 812, Collective::AllReduce, false, &answers);
+        assert!(
+            head.starts_with(
+                "every rank entered all_reduce #812; ranks 0–4, 6–7 still wait in it, rank 5 finished it"
+            ),
+            "{head}"
+        );
+    }
+}
