@@ -10,6 +10,7 @@
 //! the socket copies, so the ratio says how much of the machine the transport leaves to the
 //! data; `RSCCL_NET_BENCH_ITERS` (default 3) timed iterations after one warmup.
 use rsccl::launch::{run_to, RunOptions};
+use rsccl_suite::procs::avg_busbw;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
@@ -25,12 +26,6 @@ fn perf_args(iters: usize) -> Vec<String> {
         .map(|s| s.to_string())
         .chain([iters.to_string()])
         .collect()
-}
-
-fn avg_busbw(report: &str) -> Option<f64> {
-    report
-        .lines()
-        .find_map(|l| l.split_once("# Avg bus bandwidth    : ")?.1.split_whitespace().next()?.parse().ok())
 }
 
 /// GB/s of `BYTES` through one loopback TCP connection (TCP_NODELAY, 1 MiB writes), best of 3.

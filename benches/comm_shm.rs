@@ -10,6 +10,7 @@
 //! second or more: few iterations (`RSCCL_SHM_BENCH_ITERS`, default 3; one warmup). On a
 //! GPU (`RSCCL_BACKEND`), the same code measures the GPU path.
 use rsccl::launch::{run_to, RunOptions};
+use rsccl_suite::procs::avg_busbw;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,13 +26,6 @@ fn perf_args(iters: usize) -> Vec<String> {
         .map(|s| s.to_string())
         .chain([iters.to_string()])
         .collect()
-}
-
-/// The `# Avg bus bandwidth` figure of a report (lines may carry `[rank 0] `).
-fn avg_busbw(report: &str) -> Option<f64> {
-    report
-        .lines()
-        .find_map(|l| l.split_once("# Avg bus bandwidth    : ")?.1.split_whitespace().next()?.parse().ok())
 }
 
 fn main() -> ExitCode {

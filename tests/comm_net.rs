@@ -15,10 +15,9 @@ use rsccl::transport::{shm, TransportKind};
 use rsccl::{backend, Error};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
-use rsccl_suite::ring_check::{self, Case};
+use rsccl_suite::procs::{run_ring_case, Children};
+use rsccl_suite::ring_check::Case;
 use rsccl_suite::{reference, tree_check};
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CHILD_VAR: &str = "RSCCL_TEST_NET_CHILD";
@@ -105,34 +104,6 @@ fn case(
     }
 }
 
-fn run_case(comm: &Comm, be: &std::sync::Arc<dyn rsccl::Backend>, c: &Case) -> Result<(), String> {
-    let r = comm.rank();
-    let t = c.dtype;
-    let inputs = ring_check::inputs(c);
-    let (in_elems, out_elems) = ring_check::elems(c);
-    let big = (in_elems.max(out_elems) * t.size()).max(1);
-    let (s_off, r_off) = ring_check::offsets(c, r);
-    let sbuf = be.alloc(big).map_err(|e| e.to_string())?;
-    let rbuf = be.alloc(big).map_err(|e| e.to_string())?;
-    be.copy_in(&sbuf, s_off, &ring_check::to_bytes(t, &inputs[r])).map_err(|e| e.to_string())?;
-    let send = BufRef { buf: &sbuf, offset: s_off };
-    let recv = BufRef { buf: if c.in_place { &sbuf } else { &rbuf }, offset: r_off };
-    let res = match c.coll {
-        Collective::AllReduce => comm.all_reduce(send, recv, c.count, t, c.op),
-        Collective::ReduceScatter => comm.reduce_scatter(send, recv, c.count, t, c.op),
-        Collective::AllGather => comm.all_gather(send, recv, c.count, t),
-        Collective::Broadcast => comm.broadcast(send, recv, c.count, t, c.root),
-        Collective::Reduce => comm.reduce(send, recv, c.count, t, c.op, c.root),
-    };
-    res.map_err(|e| format!("{c:?}: {e}"))?;
-    if c.coll == Collective::Reduce && r != c.root {
-        return Ok(());
-    }
-    let mut bytes = vec![0u8; out_elems * t.size()];
-    be.copy_out(recv.buf, recv.offset, &mut bytes).map_err(|e| e.to_string())?;
-    ring_check::check_output(c, &inputs, r, &bytes).map_err(|e| format!("{c:?}: {e}"))
-}
-
 /// Tree all-reduce of `count` elements, checked against a plain fold of every rank's input.
 fn run_tree(
     comm: &Comm,
@@ -183,7 +154,7 @@ fn net_child() {
             }
             let cs = cases(&cfg, n);
             for c in &cs {
-                run_case(&comm, &be, c).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+                run_ring_case(&comm, &be, c).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
             }
             let mut trees = 0;
             for (t, op) in [
@@ -263,74 +234,24 @@ fn net_child() {
 }
 
 /// The child ranks of one run: rank r on node r / local (`RSCCL_HOSTID=node<k>`).
-struct Ranks {
-    children: Vec<Child>,
-}
-
-impl Ranks {
-    fn start(role: &str, nodes: usize, local: usize) -> Ranks {
-        let id = UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
-        let exe = std::env::current_exe().unwrap();
-        let children = (0..nodes * local)
-            .map(|r| {
-                Command::new(&exe)
-                    .args(["--exact", "net_child", "--nocapture", "--test-threads", "1"])
-                    .env(CHILD_VAR, role)
-                    .env("RSCCL_TEST_ID", id.to_string())
-                    .env("RSCCL_TEST_RANK", r.to_string())
-                    .env("RSCCL_TEST_NODES", nodes.to_string())
-                    .env("RSCCL_TEST_LOCAL", local.to_string())
-                    .env("RSCCL_HOSTID", format!("node{}", r / local))
-                    .env("RSCCL_SOCKET_IFNAME", "lo")
-                    .env("RSCCL_DEBUG", "INFO")
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        Ranks { children }
-    }
-
-    fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(|c| c.id()).collect()
-    }
-
-    /// Waits for every child up to `limit`; returns (success, stdout + stderr) per child.
-    fn wait(&mut self, limit: Duration) -> Vec<(bool, String)> {
-        let start = Instant::now();
-        let mut out = Vec::new();
-        for c in &mut self.children {
-            let status = loop {
-                if let Some(s) = c.try_wait().unwrap() {
-                    break Some(s);
-                }
-                if start.elapsed() > limit {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    break None;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            let mut text = String::new();
-            c.stdout.take().unwrap().read_to_string(&mut text).unwrap();
-            c.stderr.take().unwrap().read_to_string(&mut text).unwrap();
-            if status.is_none() {
-                text.push_str(&format!("\n[killed after {limit:?}]"));
-            }
-            out.push((status.is_some_and(|s| s.success()), text));
-        }
-        out
-    }
-}
-
-impl Drop for Ranks {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+fn start_ranks(role: &str, nodes: usize, local: usize) -> Children {
+    let id = UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    let envs = (0..nodes * local).map(|r| {
+        [
+            (CHILD_VAR, role.to_string()),
+            ("RSCCL_TEST_ID", id.to_string()),
+            ("RSCCL_TEST_RANK", r.to_string()),
+            ("RSCCL_TEST_NODES", nodes.to_string()),
+            ("RSCCL_TEST_LOCAL", local.to_string()),
+            ("RSCCL_HOSTID", format!("node{}", r / local)),
+            ("RSCCL_SOCKET_IFNAME", "lo".to_string()),
+            ("RSCCL_DEBUG", "INFO".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    });
+    Children::spawn("net_child", envs)
 }
 
 fn assert_no_segments(pids: &[u32]) {
@@ -354,7 +275,7 @@ fn logged_transports(text: &str) -> Vec<(usize, String)> {
 
 fn sweep(nodes: usize, local: usize) {
     let n = nodes * local;
-    let mut ranks = Ranks::start("sweep", nodes, local);
+    let mut ranks = start_ranks("sweep", nodes, local);
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(600));
     let mut failed = Vec::new();
@@ -403,7 +324,7 @@ fn four_nodes_of_one_rank() {
 #[test]
 fn a_rank_killed_on_another_node_is_named_by_every_rank() {
     let (nodes, local) = (2, 2);
-    let mut ranks = Ranks::start("kill", nodes, local);
+    let mut ranks = start_ranks("kill", nodes, local);
     // Wait until every rank runs all-reduces, then SIGKILL rank 3 (node 1).
     let victim = 3;
     std::thread::sleep(Duration::from_secs(4));
@@ -431,7 +352,7 @@ fn a_rank_killed_on_another_node_is_named_by_every_rank() {
 
 #[test]
 fn a_rank_that_never_calls_the_collective_is_named_with_its_number() {
-    let mut ranks = Ranks::start("lag", 2, 2);
+    let mut ranks = start_ranks("lag", 2, 2);
     let results = ranks.wait(Duration::from_secs(120));
     for (r, (_, text)) in results.iter().enumerate().take(3) {
         // (The test harness may print its "test net_child ... " before it on the same line.)

@@ -12,9 +12,9 @@ use rsccl::transport::{shm, TransportKind};
 use rsccl::{backend, Error};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
-use rsccl_suite::ring_check::{self, Case};
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
+use rsccl_suite::procs::{run_ring_case, Children};
+use rsccl_suite::ring_check::Case;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CHILD_VAR: &str = "RSCCL_TEST_COMM_CHILD";
@@ -119,35 +119,6 @@ fn sweep_cases(n: usize) -> Vec<Case> {
     cases
 }
 
-/// Runs case `c` as rank `r` of `comm` and checks this rank's output.
-fn run_case(comm: &Comm, be: &std::sync::Arc<dyn rsccl::Backend>, c: &Case) -> Result<(), String> {
-    let r = comm.rank();
-    let t = c.dtype;
-    let inputs = ring_check::inputs(c);
-    let (in_elems, out_elems) = ring_check::elems(c);
-    let big = (in_elems.max(out_elems) * t.size()).max(1);
-    let (s_off, r_off) = ring_check::offsets(c, r);
-    let sbuf = be.alloc(big).map_err(|e| e.to_string())?;
-    let rbuf = be.alloc(big).map_err(|e| e.to_string())?;
-    be.copy_in(&sbuf, s_off, &ring_check::to_bytes(t, &inputs[r])).map_err(|e| e.to_string())?;
-    let send = BufRef { buf: &sbuf, offset: s_off };
-    let recv = BufRef { buf: if c.in_place { &sbuf } else { &rbuf }, offset: r_off };
-    let res = match c.coll {
-        Collective::AllReduce => comm.all_reduce(send, recv, c.count, t, c.op),
-        Collective::ReduceScatter => comm.reduce_scatter(send, recv, c.count, t, c.op),
-        Collective::AllGather => comm.all_gather(send, recv, c.count, t),
-        Collective::Broadcast => comm.broadcast(send, recv, c.count, t, c.root),
-        Collective::Reduce => comm.reduce(send, recv, c.count, t, c.op, c.root),
-    };
-    res.map_err(|e| format!("{c:?}: {e}"))?;
-    if c.coll == Collective::Reduce && r != c.root {
-        return Ok(());
-    }
-    let mut bytes = vec![0u8; out_elems * t.size()];
-    be.copy_out(recv.buf, recv.offset, &mut bytes).map_err(|e| e.to_string())?;
-    ring_check::check_output(c, &inputs, r, &bytes).map_err(|e| format!("{c:?}: {e}"))
-}
-
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"))
 }
@@ -179,7 +150,7 @@ fn comm_child() {
             }
             let cases = sweep_cases(n);
             for c in &cases {
-                if let Err(e) = run_case(&comm, &be, c) {
+                if let Err(e) = run_ring_case(&comm, &be, c) {
                     panic!("rank {rank}: {e}");
                 }
             }
@@ -248,69 +219,16 @@ fn comm_child() {
 }
 
 /// N child ranks of this test binary.
-struct Ranks {
-    children: Vec<Child>,
-}
-
-impl Ranks {
-    fn start(role: &str, id: &UniqueId, n: usize, ranks: impl Iterator<Item = usize>) -> Ranks {
-        let exe = std::env::current_exe().unwrap();
-        let children = ranks
-            .map(|r| {
-                Command::new(&exe)
-                    .args(["--exact", "comm_child", "--nocapture", "--test-threads", "1"])
-                    .env(CHILD_VAR, role)
-                    .env("RSCCL_TEST_ID", id.to_string())
-                    .env("RSCCL_TEST_RANK", r.to_string())
-                    .env("RSCCL_TEST_N", n.to_string())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        Ranks { children }
-    }
-
-    fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(|c| c.id()).collect()
-    }
-
-    /// Waits for every child up to `limit`; returns (success, stdout + stderr) per child.
-    fn wait(&mut self, limit: Duration) -> Vec<(bool, String)> {
-        let start = Instant::now();
-        let mut out = Vec::new();
-        for c in &mut self.children {
-            let status = loop {
-                if let Some(s) = c.try_wait().unwrap() {
-                    break Some(s);
-                }
-                if start.elapsed() > limit {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    break None;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            let mut text = String::new();
-            c.stdout.take().unwrap().read_to_string(&mut text).unwrap();
-            c.stderr.take().unwrap().read_to_string(&mut text).unwrap();
-            if status.is_none() {
-                text.push_str(&format!("\n[killed after {limit:?}]"));
-            }
-            out.push((status.is_some_and(|s| s.success()), text));
-        }
-        out
-    }
-}
-
-impl Drop for Ranks {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+fn start_ranks(role: &str, id: &UniqueId, n: usize, ranks: impl Iterator<Item = usize>) -> Children {
+    let envs = ranks.map(|r| {
+        vec![
+            (CHILD_VAR.to_string(), role.to_string()),
+            ("RSCCL_TEST_ID".to_string(), id.to_string()),
+            ("RSCCL_TEST_RANK".to_string(), r.to_string()),
+            ("RSCCL_TEST_N".to_string(), n.to_string()),
+        ]
+    });
+    Children::spawn("comm_child", envs)
 }
 
 fn loopback_id() -> UniqueId {
@@ -326,7 +244,7 @@ fn assert_no_segments(pids: &[u32]) {
 
 fn sweep(n: usize) {
     let id = loopback_id();
-    let mut ranks = Ranks::start("sweep", &id, n, 0..n);
+    let mut ranks = start_ranks("sweep", &id, n, 0..n);
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(600));
     let failed: Vec<String> = results
@@ -365,7 +283,7 @@ fn eight_processes_run_every_collective_bit_exact() {
 fn a_rank_that_never_starts_is_named_by_every_other_rank() {
     let id = loopback_id();
     let start = Instant::now();
-    let mut ranks = Ranks::start("never", &id, 3, 0..2);
+    let mut ranks = start_ranks("never", &id, 3, 0..2);
     let results = ranks.wait(Duration::from_secs(30));
     for (r, (ok, text)) in results.iter().enumerate() {
         assert!(ok, "rank {r}:\n{text}");
@@ -380,7 +298,7 @@ fn a_rank_that_never_starts_is_named_by_every_other_rank() {
 fn a_rank_killed_mid_all_reduce_is_named_and_leaves_no_shared_memory() {
     let n = 3;
     let id = loopback_id();
-    let mut ranks = Ranks::start("kill", &id, n, 0..n);
+    let mut ranks = start_ranks("kill", &id, n, 0..n);
     let pids = ranks.pids();
     // Let every rank reach its all-reduce loop, then SIGKILL rank 1.
     std::thread::sleep(Duration::from_millis(1500));
@@ -451,7 +369,7 @@ fn two_communicators_in_one_process_and_ranks_as_threads() {
                 rings: None,
             };
             std::thread::scope(|s| {
-                let hs: Vec<_> = comms.iter().map(|comm| s.spawn(|| run_case(comm, &be, &c))).collect();
+                let hs: Vec<_> = comms.iter().map(|comm| s.spawn(|| run_ring_case(comm, &be, &c))).collect();
                 for h in hs {
                     h.join().unwrap().unwrap();
                 }
@@ -650,7 +568,7 @@ fn from_env_under_each_launchers_variables() {
                 cmd.spawn().unwrap()
             })
             .collect();
-        let mut ranks = Ranks { children };
+        let mut ranks = Children { children };
         for (r, (ok, text)) in ranks.wait(Duration::from_secs(60)).iter().enumerate() {
             assert!(
                 *ok && text.contains(&format!("FROM-ENV rank {r} of {n} ok")),
@@ -664,7 +582,7 @@ fn from_env_under_each_launchers_variables() {
 fn processes_agree_on_the_channels_of_the_topology_search() {
     // Perlmutter: 4 A100s, 24 channels over six different rings, trees from the search.
     let id = loopback_id();
-    let mut ranks = Ranks::start("topo", &id, 4, 0..4);
+    let mut ranks = start_ranks("topo", &id, 4, 0..4);
     let pids = ranks.pids();
     for (r, (ok, text)) in ranks.wait(Duration::from_secs(300)).iter().enumerate() {
         assert!(*ok && text.contains(&format!("TOPO rank {r}: 24 channels ok")), "rank {r}:\n{text}");

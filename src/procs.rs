@@ -1,0 +1,120 @@
+//! Child processes for the multi-process tests: a test re-runs its own binary once per rank
+//! (the child side is a test function that does nothing unless its variables are set), and
+//! every child is bounded in time and killed if it overruns or the test ends.
+use rsccl::comm::{BufRef, Comm};
+use rsccl_device::coll::Collective;
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::ring_check::{self, Case};
+
+/// The children of one test.
+pub struct Children {
+    /// In spawn order.
+    pub children: Vec<Child>,
+}
+
+impl Children {
+    /// Runs the test `test` of this binary once per entry of `envs`, each child with those
+    /// variables set and its output captured.
+    pub fn spawn(test: &str, envs: impl IntoIterator<Item = Vec<(String, String)>>) -> Children {
+        let exe = std::env::current_exe().expect("this test's path");
+        let children = envs
+            .into_iter()
+            .map(|vars| {
+                Command::new(&exe)
+                    .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+                    .envs(vars)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("start a child")
+            })
+            .collect();
+        Children { children }
+    }
+
+    /// The children's process ids.
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(|c| c.id()).collect()
+    }
+
+    /// Waits for every child up to `limit` in all (killing those still running then);
+    /// returns (success, stdout + stderr) per child.
+    pub fn wait(&mut self, limit: Duration) -> Vec<(bool, String)> {
+        let start = Instant::now();
+        let mut out = Vec::new();
+        for c in &mut self.children {
+            let status = loop {
+                if let Some(s) = c.try_wait().expect("wait for a child") {
+                    break Some(s);
+                }
+                if start.elapsed() > limit {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let mut text = String::new();
+            if let Some(mut o) = c.stdout.take() {
+                let _ = o.read_to_string(&mut text);
+            }
+            if let Some(mut e) = c.stderr.take() {
+                let _ = e.read_to_string(&mut text);
+            }
+            if status.is_none() {
+                text.push_str(&format!("\n[killed after {limit:?}]"));
+            }
+            out.push((status.is_some_and(|s| s.success()), text));
+        }
+        out
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs ring case `c` as rank `comm.rank()` and checks this rank's output against the reference.
+pub fn run_ring_case(comm: &Comm, be: &std::sync::Arc<dyn rsccl::Backend>, c: &Case) -> Result<(), String> {
+    let r = comm.rank();
+    let t = c.dtype;
+    let inputs = ring_check::inputs(c);
+    let (in_elems, out_elems) = ring_check::elems(c);
+    let big = (in_elems.max(out_elems) * t.size()).max(1);
+    let (s_off, r_off) = ring_check::offsets(c, r);
+    let sbuf = be.alloc(big).map_err(|e| e.to_string())?;
+    let rbuf = be.alloc(big).map_err(|e| e.to_string())?;
+    be.copy_in(&sbuf, s_off, &ring_check::to_bytes(t, &inputs[r])).map_err(|e| e.to_string())?;
+    let send = BufRef { buf: &sbuf, offset: s_off };
+    let recv = BufRef { buf: if c.in_place { &sbuf } else { &rbuf }, offset: r_off };
+    let res = match c.coll {
+        Collective::AllReduce => comm.all_reduce(send, recv, c.count, t, c.op),
+        Collective::ReduceScatter => comm.reduce_scatter(send, recv, c.count, t, c.op),
+        Collective::AllGather => comm.all_gather(send, recv, c.count, t),
+        Collective::Broadcast => comm.broadcast(send, recv, c.count, t, c.root),
+        Collective::Reduce => comm.reduce(send, recv, c.count, t, c.op, c.root),
+    };
+    res.map_err(|e| format!("{c:?}: {e}"))?;
+    if c.coll == Collective::Reduce && r != c.root {
+        return Ok(());
+    }
+    let mut bytes = vec![0u8; out_elems * t.size()];
+    be.copy_out(recv.buf, recv.offset, &mut bytes).map_err(|e| e.to_string())?;
+    ring_check::check_output(c, &inputs, r, &bytes).map_err(|e| format!("{c:?}: {e}"))
+}
+
+/// The `# Avg bus bandwidth` figure of an nccl-tests style report (lines may carry a
+/// launcher's `[rank 0] ` prefix).
+pub fn avg_busbw(report: &str) -> Option<f64> {
+    report
+        .lines()
+        .find_map(|l| l.split_once("# Avg bus bandwidth    : ")?.1.split_whitespace().next()?.parse().ok())
+}
