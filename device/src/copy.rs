@@ -5,7 +5,7 @@ use crate::DevPtr;
 
 /// Arguments of the `rsccl_copy` kernel.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CopyArgs {
     /// Destination address.
     pub dst: DevPtr,
@@ -14,6 +14,8 @@ pub struct CopyArgs {
     /// Bytes to copy.
     pub bytes: u64,
 }
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(CopyArgs { dst, src, bytes });
 
 /// Kernel body: every thread of the grid copies its share of `args.bytes`.
 ///

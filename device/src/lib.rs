@@ -26,6 +26,7 @@ pub mod dtype;
 pub mod kernels;
 pub mod multimem;
 pub mod pack;
+mod pod;
 pub mod prims;
 pub mod ptr;
 pub mod redop;

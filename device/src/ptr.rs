@@ -10,10 +10,10 @@
 /// assert!(p.is_aligned(16));
 /// ```
 #[repr(transparent)]
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, bytemuck::Pod, bytemuck::Zeroable,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DevPtr(pub u64);
+// SAFETY: repr(transparent); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(DevPtr { 0 });
 
 impl DevPtr {
     /// The null device address.

@@ -92,20 +92,28 @@ impl RedOp {
 
 /// IEEE binary16, as stored.
 #[repr(transparent)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct F16(pub u16);
+// SAFETY: repr(transparent); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(F16 { 0 });
 /// bfloat16, as stored.
 #[repr(transparent)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BF16(pub u16);
+// SAFETY: repr(transparent); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(BF16 { 0 });
 /// FP8 E4M3, as stored.
 #[repr(transparent)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Fp8E4M3(pub u8);
+// SAFETY: repr(transparent); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(Fp8E4M3 { 0 });
 /// FP8 E5M2, as stored.
 #[repr(transparent)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Fp8E5M2(pub u8);
+// SAFETY: repr(transparent); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(Fp8E5M2 { 0 });
 
 /// An element type reductions work on.
 pub trait Elem: Copy + Send + Sync + 'static {

@@ -11,7 +11,7 @@ use crate::{arch, DevPtr};
 /// contiguous slice whose length is a multiple of 1024 elements, so every block's pointers keep
 /// the alignment of the whole operands.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RedCopyArgs {
     /// Sources; the first `nsrcs` are used, the first `multimem_srcs` of them multicast.
     pub srcs: [DevPtr; MAX_SRCS],
@@ -38,6 +38,21 @@ pub struct RedCopyArgs {
     /// Unused (zero): keeps the struct free of padding.
     pub reserved: u32,
 }
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(RedCopyArgs {
+    srcs,
+    dsts,
+    nelem,
+    arg,
+    nsrcs,
+    ndsts,
+    multimem_srcs,
+    multimem_dsts,
+    pre_op_srcs,
+    post_op,
+    op,
+    reserved
+});
 
 /// Block-size bound of the reduce-copy kernels.
 pub const REDCOPY_THREADS: u32 = 512;
@@ -82,51 +97,52 @@ pub fn kernel_name(t: DataType) -> String {
     format!("rsccl_redcopy_{}", t.name())
 }
 
-/// Declares the kernel of element type `$t` (named `$tn`).
+/// Declares the kernel `$name` of element type `$t` and the body `$body` it calls (the names
+/// are spelled out at each use, so no proc macro pastes them).
 macro_rules! redcopy_kernels {
-    ($table:ident, $t:ty, $tn:ident) => {
-        paste::paste! {
-            crate::kernel_table!($table, test {
-                /// reduceCopy over the grid with the op of the arguments.
-                [<rsccl_redcopy_ $tn>](RedCopyArgs) [REDCOPY_THREADS] => [<redcopy_ $tn>];
-            });
-            #[inline(always)]
-            fn [<redcopy_ $tn>](a: &RedCopyArgs) {
-                let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
-                redcopy_kernel::<$t>(a, op)
-            }
+    ($table:ident, $t:ty, $name:ident => $body:ident) => {
+        crate::kernel_table!($table, test {
+            /// reduceCopy over the grid with the op of the arguments.
+            $name(RedCopyArgs) [REDCOPY_THREADS] => $body;
+        });
+        #[inline(always)]
+        fn $body(a: &RedCopyArgs) {
+            let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
+            redcopy_kernel::<$t>(a, op)
         }
     };
 }
 
-redcopy_kernels!(REDCOPY_I8, i8, i8);
-redcopy_kernels!(REDCOPY_U8, u8, u8);
-redcopy_kernels!(REDCOPY_I32, i32, i32);
-redcopy_kernels!(REDCOPY_U32, u32, u32);
-redcopy_kernels!(REDCOPY_I64, i64, i64);
-redcopy_kernels!(REDCOPY_U64, u64, u64);
-redcopy_kernels!(REDCOPY_F16, F16, f16);
-redcopy_kernels!(REDCOPY_BF16, BF16, bf16);
-redcopy_kernels!(REDCOPY_F32, f32, f32);
-redcopy_kernels!(REDCOPY_F64, f64, f64);
+redcopy_kernels!(REDCOPY_I8, i8, rsccl_redcopy_i8 => redcopy_i8);
+redcopy_kernels!(REDCOPY_U8, u8, rsccl_redcopy_u8 => redcopy_u8);
+redcopy_kernels!(REDCOPY_I32, i32, rsccl_redcopy_i32 => redcopy_i32);
+redcopy_kernels!(REDCOPY_U32, u32, rsccl_redcopy_u32 => redcopy_u32);
+redcopy_kernels!(REDCOPY_I64, i64, rsccl_redcopy_i64 => redcopy_i64);
+redcopy_kernels!(REDCOPY_U64, u64, rsccl_redcopy_u64 => redcopy_u64);
+redcopy_kernels!(REDCOPY_F16, F16, rsccl_redcopy_f16 => redcopy_f16);
+redcopy_kernels!(REDCOPY_BF16, BF16, rsccl_redcopy_bf16 => redcopy_bf16);
+redcopy_kernels!(REDCOPY_F32, f32, rsccl_redcopy_f32 => redcopy_f32);
+redcopy_kernels!(REDCOPY_F64, f64, rsccl_redcopy_f64 => redcopy_f64);
 
 /// FP8 and the multimem polling kernel exist only in the sm_90 module (and on the host).
 #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
 mod sm90 {
     use super::*;
     use crate::redop::{Fp8E4M3, Fp8E5M2};
-    redcopy_kernels!(REDCOPY_E4M3, Fp8E4M3, e4m3);
-    redcopy_kernels!(REDCOPY_E5M2, Fp8E5M2, e5m2);
+    redcopy_kernels!(REDCOPY_E4M3, Fp8E4M3, rsccl_redcopy_e4m3 => redcopy_e4m3);
+    redcopy_kernels!(REDCOPY_E5M2, Fp8E5M2, rsccl_redcopy_e5m2 => redcopy_e5m2);
 
     /// Arguments of `rsccl_multimem_poll_min_u64`.
     #[repr(C)]
-    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct PollArgs {
         /// Multicast address of the step words.
         pub step: DevPtr,
         /// Unicast u64 the result is written to.
         pub out: DevPtr,
     }
+    // SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+    crate::pod::unsafe_impl_pod!(PollArgs { step, out });
 
     /// Thread 0 reads the smallest posted step with the NVLS acquire load and writes it out.
     fn poll_min(a: &PollArgs) {

@@ -7,7 +7,7 @@ use crate::DevPtr;
 
 /// Arguments shared by the self-test kernels.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SelfTestArgs {
     /// Result words (u32 unless a kernel says otherwise).
     pub out: DevPtr,
@@ -18,6 +18,8 @@ pub struct SelfTestArgs {
     /// A kernel-specific parameter.
     pub param: u64,
 }
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(SelfTestArgs { out, scratch, n, param });
 
 #[inline(always)]
 fn tid() -> u32 {

@@ -1,11 +1,11 @@
 //! Assembling kernel modules with ptxas in parallel, caching the results by content, and
 //! auditing each entry's resource use against the limits the library promises.
 use crate::ptx::Arch;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Registers an SM gives one block (sm_80 and sm_90): `registers × maxntid` must fit.
@@ -233,14 +233,14 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
     std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-/// Assembles one job (or takes it from `cache`).
+/// Assembles one job whose cache key is `key` (or takes it from `cache`).
 fn assemble_one(
     ptxas: &Ptxas,
     job: &Job,
+    key: &str,
     cache: &Path,
     work: &Path,
 ) -> Result<(Vec<u8>, String, f64, bool), String> {
-    let key = cache_key(ptxas, job.arch, &job.ptx);
     let (cubin_path, log_path) = (cache.join(format!("{key}.cubin")), cache.join(format!("{key}.log")));
     if let (Ok(cubin), Ok(log)) = (std::fs::read(&cubin_path), std::fs::read_to_string(&log_path)) {
         // A hit renews the entry's age, which `prune_cache` goes by.
@@ -303,49 +303,141 @@ pub fn prune_cache(cache: &Path) {
 /// ptxas worker threads that assemble modules as they are submitted (so assembling overlaps the
 /// compiles still running), taking unchanged modules from the cache and printing a line per
 /// module as it finishes.
+///
+/// The workers leave a core to each compile running (`compiling` counts them): a compile is one
+/// long single-threaded process the build waits for, while modules are many and short. Cores no
+/// compile uses (while the first compile runs alone, say) go to speculative modules: the PTX
+/// committed in the embed directory, which the compile most likely reproduces. A submitted
+/// module whose PTX a speculative run is assembling waits for that run (the cache is keyed by
+/// content) and is reported with its time.
 pub struct Pool<'scope> {
-    jobs: Option<mpsc::Sender<(usize, Job)>>,
+    ptxas: Ptxas,
+    shared: Arc<Shared>,
     results: mpsc::Receiver<(usize, Result<Assembled, String>)>,
-    submitted: Arc<AtomicUsize>,
-    cancelled: Arc<AtomicBool>,
     _scope: std::marker::PhantomData<&'scope ()>,
 }
 
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when the queue changes or a module ends.
+    changed: Condvar,
+}
+
+/// A module waiting for a worker: its id (none when speculative), cache key and job.
+type Queued = (Option<usize>, String, Job);
+
+#[derive(Default)]
+struct Queue {
+    /// Submitted modules, in the order they go to workers.
+    submitted: VecDeque<Queued>,
+    /// Speculative modules, taken when no submitted one can start.
+    speculative: VecDeque<Queued>,
+    /// Cache keys being assembled now.
+    in_flight: HashSet<String>,
+    /// Seconds ptxas ran for the speculative modules this build assembled (by cache key).
+    speculated: HashMap<String, f64>,
+    /// ptxas processes running.
+    running: usize,
+    /// Modules submitted so far.
+    count: usize,
+    /// No more modules will be submitted; speculative ones are dropped.
+    closed: bool,
+    /// Stop: queued modules are dropped.
+    cancelled: bool,
+}
+
+impl Queue {
+    /// The next module a worker may start with `slots` ptxas processes allowed: a submitted one
+    /// first, one whose content is not being assembled already.
+    fn take(&mut self, slots: usize) -> Option<Queued> {
+        if self.running >= slots {
+            return None;
+        }
+        let free =
+            |q: &VecDeque<Queued>, busy: &HashSet<String>| q.iter().position(|(_, k, _)| !busy.contains(k));
+        let picked = match free(&self.submitted, &self.in_flight) {
+            Some(i) => self.submitted.remove(i),
+            None => free(&self.speculative, &self.in_flight).and_then(|i| self.speculative.remove(i)),
+        }?;
+        self.running += 1;
+        self.in_flight.insert(picked.1.clone());
+        Some(picked)
+    }
+}
+
+/// How often idle workers look again at how many compiles run.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Blocks until a module may start (see [`Queue::take`]); `None` when the pool is done.
+fn next_module(shared: &Shared, threads: usize, compiling: &AtomicUsize) -> Option<Queued> {
+    let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if q.cancelled {
+            return None;
+        }
+        let slots = threads.saturating_sub(compiling.load(Ordering::Relaxed));
+        if let Some(m) = q.take(slots) {
+            return Some(m);
+        }
+        if q.closed && q.submitted.is_empty() {
+            return None;
+        }
+        // Compiles starting and ending are not signalled: look again after a while.
+        q = shared.changed.wait_timeout(q, POLL).unwrap_or_else(|e| e.into_inner()).0;
+    }
+}
+
+/// Largest PTX first, so the longest ptxas runs do not start last.
+fn largest_first(mut jobs: Vec<Queued>) -> Vec<Queued> {
+    jobs.sort_by_key(|(_, _, j)| std::cmp::Reverse(j.ptx.len()));
+    jobs
+}
+
 impl<'scope> Pool<'scope> {
-    /// Starts `available_parallelism()` workers in `scope`.
+    /// Starts `available_parallelism()` workers in `scope`; while `compiling` compiles run, that
+    /// many fewer assemble at once.
     pub fn start<'env>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         ptxas: &'env Ptxas,
         cache: &'env Path,
+        compiling: &'env AtomicUsize,
     ) -> Result<Pool<'scope>, String> {
         let work = cache.join("work");
         std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
-        let (job_tx, job_rx) = mpsc::channel::<(usize, Job)>();
-        let job_rx = Arc::new(Mutex::new(job_rx));
+        let shared = Arc::new(Shared { queue: Mutex::new(Queue::default()), changed: Condvar::new() });
         let (result_tx, results) = mpsc::channel();
-        let submitted = Arc::new(AtomicUsize::new(0));
         let done = Arc::new(AtomicUsize::new(0));
-        let cancelled = Arc::new(AtomicBool::new(false));
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
         for _ in 0..threads {
-            {
-                let (job_rx, result_tx, work) = (Arc::clone(&job_rx), result_tx.clone(), work.clone());
-                let (submitted, done, cancelled) =
-                    (Arc::clone(&submitted), Arc::clone(&done), Arc::clone(&cancelled));
-                scope.spawn(move || loop {
-                    let next = job_rx.lock().map_err(|_| ()).and_then(|rx| rx.recv().map_err(|_| ()));
-                    let Ok((id, job)) = next else { break };
-                    if cancelled.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let r =
-                        assemble_one(ptxas, &job, cache, &work).and_then(|(cubin, log, seconds, cached)| {
-                            let report = parse_report(&log, &job.entry)
-                                .map_err(|e| format!("{} {}: {e}", job.arch.name(), job.entry))?;
-                            Ok(Assembled { job: id, report, cubin, seconds, cached })
-                        });
+            let (shared, result_tx, work, done) =
+                (Arc::clone(&shared), result_tx.clone(), work.clone(), Arc::clone(&done));
+            scope.spawn(move || {
+                while let Some((id, key, job)) = next_module(&shared, threads, compiling) {
+                    let r = assemble_one(ptxas, &job, &key, cache, &work);
+                    let speculated = {
+                        let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+                        q.running -= 1;
+                        q.in_flight.remove(&key);
+                        if let (None, Ok((_, _, seconds, false))) = (id, &r) {
+                            q.speculated.insert(key.clone(), *seconds);
+                        }
+                        shared.changed.notify_all();
+                        q.speculated.get(&key).copied()
+                    };
+                    // A speculative module is only a cache entry: its failure is the submitted one's.
+                    let Some(id) = id else { continue };
+                    let r = r.and_then(|(cubin, log, seconds, cached)| {
+                        let report = parse_report(&log, &job.entry)
+                            .map_err(|e| format!("{} {}: {e}", job.arch.name(), job.entry))?;
+                        // Served by this build's speculative run: report that run, not a cache hit.
+                        let (seconds, cached) = match speculated {
+                            Some(s) if cached => (s, false),
+                            _ => (seconds, cached),
+                        };
+                        Ok(Assembled { job: id, report, cubin, seconds, cached })
+                    });
                     let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    let total = submitted.load(Ordering::Relaxed);
+                    let total = shared.queue.lock().map_or(0, |q| q.count);
                     let what = match &r {
                         Ok(a) if a.cached => format!("{:>8}  {:>3} regs", "(cached)", a.report.registers),
                         Ok(a) => format!("{:>6.1} s  {:>3} regs", a.seconds, a.report.registers),
@@ -355,28 +447,48 @@ impl<'scope> Pool<'scope> {
                     if result_tx.send((id, r)).is_err() {
                         break;
                     }
-                });
-            }
+                }
+            });
         }
-        Ok(Pool { jobs: Some(job_tx), results, submitted, cancelled, _scope: std::marker::PhantomData })
+        Ok(Pool { ptxas: ptxas.clone(), shared, results, _scope: std::marker::PhantomData })
     }
 
-    /// Queues `jobs` (id, job), largest module first so the longest ptxas runs do not start last.
-    pub fn submit(&self, mut jobs: Vec<(usize, Job)>) {
-        jobs.sort_by_key(|(_, j)| std::cmp::Reverse(j.ptx.len()));
-        self.submitted.fetch_add(jobs.len(), Ordering::Relaxed);
-        if let Some(tx) = &self.jobs {
-            for job in jobs {
-                // A send fails only when every worker has stopped; `finish` reports what is missing.
-                let _ = tx.send(job);
-            }
-        }
+    /// The cache key of `job`.
+    fn key(&self, job: &Job) -> String {
+        cache_key(&self.ptxas, job.arch, &job.ptx)
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.shared.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `jobs` (id, job), largest module first.
+    pub fn submit(&self, jobs: Vec<(usize, Job)>) {
+        let queued = largest_first(jobs.into_iter().map(|(id, j)| (Some(id), self.key(&j), j)).collect());
+        let mut q = self.queue();
+        q.count += queued.len();
+        q.submitted.extend(queued);
+        self.shared.changed.notify_all();
+    }
+
+    /// Queues `jobs` to assemble on speculation when a core is free (see [`Pool`]).
+    pub fn speculate(&self, jobs: Vec<Job>) {
+        let queued = largest_first(jobs.into_iter().map(|j| (None, self.key(&j), j)).collect());
+        let mut q = self.queue();
+        q.speculative.extend(queued);
+        self.shared.changed.notify_all();
     }
 
     /// Waits for every submitted job; fails (naming each module) if ptxas rejected any.
-    pub fn finish(mut self) -> Result<Vec<Assembled>, String> {
-        drop(self.jobs.take());
-        let expected = self.submitted.load(Ordering::Relaxed);
+    /// Speculative modules not started yet are dropped.
+    pub fn finish(self) -> Result<Vec<Assembled>, String> {
+        let expected = {
+            let mut q = self.queue();
+            q.closed = true;
+            q.speculative.clear();
+            self.shared.changed.notify_all();
+            q.count
+        };
         let mut done = Vec::with_capacity(expected);
         let mut errors = Vec::new();
         for (_, r) in self.results.iter().take(expected) {
@@ -396,18 +508,26 @@ impl<'scope> Pool<'scope> {
     }
 
     /// Stops the workers after the modules they are assembling (queued ones are dropped).
-    pub fn cancel(mut self) {
-        self.cancelled.store(true, Ordering::Relaxed);
-        drop(self.jobs.take());
+    pub fn cancel(self) {
+        let mut q = self.queue();
+        q.cancelled = true;
+        q.closed = true;
+        q.submitted.clear();
+        q.speculative.clear();
+        self.shared.changed.notify_all();
     }
 }
+
+/// No compile runs beside [`assemble_all`].
+#[cfg(test)]
+static NO_COMPILES: AtomicUsize = AtomicUsize::new(0);
 
 /// Assembles `jobs` on a [`Pool`]; the results are in the order of `jobs` (`Assembled::job` is
 /// the index).
 #[cfg(test)]
 pub fn assemble_all(ptxas: &Ptxas, jobs: &[Job], cache: &Path) -> Result<Vec<Assembled>, String> {
     std::thread::scope(|s| {
-        let pool = Pool::start(s, ptxas, cache)?;
+        let pool = Pool::start(s, ptxas, cache, &NO_COMPILES)?;
         pool.submit(jobs.iter().cloned().enumerate().collect());
         pool.finish()
     })

@@ -1,12 +1,15 @@
 //! `build-ptx`: the device crate → one PTX per arch and kernel set (staticlib + fat LTO +
-//! `--emit=asm`), split into one module per kernel entry with its launch bounds, assembled by
-//! ptxas in parallel (cached by content), audited, and written to the embed directory
+//! `--emit=asm`, all linking one build of `core`), split into one module per kernel entry with
+//! its launch bounds, assembled by ptxas in parallel (cached by content; cores the compiles
+//! leave free start on the committed modules), audited, and written to the embed directory
 //! (`host/ptx/`) with a generated index the host crate includes.
 use crate::audit::{self, Job, Ptxas, Report};
 use crate::{split, toolchain};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// A GPU architecture we emit PTX for.
@@ -41,16 +44,30 @@ impl Arch {
     fn static_name(self) -> String {
         self.name().to_ascii_uppercase()
     }
-    fn rustflags(self) -> String {
-        // immediate-abort: a failed check is `trap; exit;` with no panic strings, so the PTX
-        // holds no source paths and is byte-for-byte reproducible (CI compares it). The flags
-        // reach `core` too, so they name the arch only: the kernel set is a cargo feature, and
-        // both sets of an arch reuse one build of `core`.
-        format!(
-            "-Ctarget-cpu={} -Ctarget-feature=+ptx82 -Zunstable-options -Cpanic=immediate-abort",
-            self.name()
-        )
+    /// The flag that picks the arch: given to the device crate only, so every arch and kernel
+    /// set links the one build of `core` (and the arch's sm_90-only code is gated by the crate's
+    /// `cfg(target_feature)`). `core` is built for the target's default CPU: its bitcode is
+    /// only merged into the device crate's, which the fat-LTO step compiles for this arch
+    /// (checked: the PTX is byte-identical to building `core` for each arch).
+    fn target_cpu_flag(self) -> String {
+        format!("-Ctarget-cpu={}", self.name())
     }
+}
+
+/// Flags every crate of a PTX compile gets, `core` and compiler_builtins included.
+/// immediate-abort: a failed check is `trap; exit;` with no panic strings, so the PTX holds no
+/// source paths and is byte-for-byte reproducible (CI compares it).
+const TARGET_RUSTFLAGS: [&str; 3] =
+    ["-Ctarget-feature=+ptx82", "-Zunstable-options", "-Cpanic=immediate-abort"];
+
+/// The target every PTX compile is for.
+const TARGET: &str = "nvptx64-nvidia-cuda";
+
+/// `flags` as `CARGO_ENCODED_RUSTFLAGS` (which, unlike `RUSTFLAGS`, allows spaces in a flag,
+/// and wins over any target rustflags the environment sets). With `--target` they reach only
+/// the target's crates, not build scripts.
+fn encoded_rustflags<'a>(flags: impl IntoIterator<Item = &'a str>) -> String {
+    flags.into_iter().collect::<Vec<_>>().join("\x1f")
 }
 
 /// Which kernels a compile of the device crate exports (its cargo feature `kernels-…`).
@@ -181,9 +198,18 @@ pub fn build_ptx(opts: &Options) -> Result<Vec<BuiltModule>, String> {
     let started = Instant::now();
     let mut phases = Phases::default();
     let root = crate::workspace_root();
+    let sysroot = OnceLock::new();
+    let prepare = || -> Result<(), String> {
+        let _ = sysroot.set(build_core(&root)?);
+        Ok(())
+    };
+    let compile = |arch, set| {
+        let sysroot = sysroot.get().ok_or("core was not built")?;
+        compile(arch, set, &root, sysroot)
+    };
     let result = phases
         .time("toolchain", toolchain::ensure_nightly)
-        .and_then(|_| build(opts, &mut phases, &cache_dir(), &|arch, set| compile(arch, set, &root)));
+        .and_then(|_| build(opts, &mut phases, &cache_dir(), &prepare, &compile));
     let mut line = String::from("phases:");
     for (name, secs) in &phases.0 {
         let _ = write!(line, " {name} {secs:.1} s,");
@@ -195,17 +221,55 @@ pub fn build_ptx(opts: &Options) -> Result<Vec<BuiltModule>, String> {
 
 /// The function that compiles the device crate for an arch and kernel set to PTX text.
 type CompileFn<'a> = &'a (dyn Fn(Arch, KernelSet) -> Result<String, String> + Sync);
+/// What every compile needs first, run once (building `core`).
+type PrepareFn<'a> = &'a (dyn Fn() -> Result<(), String> + Sync);
 
-/// Compiles that run at once: each fat-LTO compile is single-threaded, so two keep a 2-core
-/// machine busy (ptxas workers take what is left).
-const COMPILE_LANES: usize = 2;
+/// Counts one running compile while alive (the ptxas workers leave it a core).
+struct Compiling<'a>(&'a AtomicUsize);
 
-/// The build after the nightly check, with the compile step and the ptxas cache given (tests
+impl<'a> Compiling<'a> {
+    fn start(count: &'a AtomicUsize) -> Compiling<'a> {
+        count.fetch_add(1, Ordering::Relaxed);
+        Compiling(count)
+    }
+}
+
+impl Drop for Compiling<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The committed modules of the sets the build assembles, read from the embed directory: what
+/// the ptxas workers assemble on speculation until the compiles deliver (see [`audit::Pool`]).
+fn committed_modules(opts: &Options, embed: &Path) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    for set in KernelSet::ALL.into_iter().filter(|&s| s == KernelSet::Library || opts.assemble_tests) {
+        for &arch in &opts.archs {
+            let dir = embed.join(set.subdir()).join(arch.name());
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = e.path();
+                let (Some(entry), Some("ptx")) =
+                    (path.file_stem().and_then(|s| s.to_str()), path.extension().and_then(|s| s.to_str()))
+                else {
+                    continue;
+                };
+                if let Ok(ptx) = std::fs::read_to_string(&path) {
+                    jobs.push(Job { arch, entry: entry.to_string(), ptx });
+                }
+            }
+        }
+    }
+    jobs
+}
+
+/// The build after the nightly check, with the compile steps and the ptxas cache given (tests
 /// feed hand-written PTX through the rest of the path).
 fn build(
     opts: &Options,
     phases: &mut Phases,
     cache: &Path,
+    prepare: PrepareFn,
     compile: CompileFn,
 ) -> Result<Vec<BuiltModule>, String> {
     let out = opts.out.clone().unwrap_or_else(|| crate::workspace_root().join("target/ptx"));
@@ -219,30 +283,46 @@ fn build(
         cache.display()
     );
 
-    // Compiles run COMPILE_LANES at a time; their results are split and submitted in the fixed
-    // (arch, set) order, so the output does not depend on which ends first.
-    // Library compiles first, one per arch, so each lane starts on its own arch (the two sets
-    // of an arch share a target directory and run one after the other).
+    // One compile lane per arch (an arch's two sets share a target directory, so they run one
+    // after the other), each starting once `prepare` is done. Their results are split and
+    // submitted in the fixed (set, arch) order, so the output does not depend on which ends
+    // first.
     let jobs: Vec<(Arch, KernelSet)> =
         KernelSet::ALL.iter().flat_map(|&set| opts.archs.iter().map(move |&a| (a, set))).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    // ptxas workers start with the first compile's modules while the next compiles run.
+    let stop = AtomicBool::new(false);
+    let compiling = AtomicUsize::new(0);
+    let prepared: OnceLock<Result<(), String>> = OnceLock::new();
+    let preparing = std::sync::Mutex::new(Some(Compiling::start(&compiling)));
     let (mut modules, assembled) = std::thread::scope(|s| -> Result<_, String> {
-        let pool = audit::Pool::start(s, &ptxas, cache)?;
+        let pool = audit::Pool::start(s, &ptxas, cache, &compiling)?;
         let mut first_submit = None;
         let (done_tx, done_rx) = std::sync::mpsc::channel::<(usize, Result<String, String>)>();
         let compile_start = Instant::now();
-        for _ in 0..COMPILE_LANES.min(jobs.len()) {
-            let (jobs, next, done_tx) = (&jobs, &next, done_tx.clone());
-            s.spawn(move || loop {
-                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&(arch, set)) = jobs.get(k) else { break };
-                if done_tx.send((k, compile(arch, set))).is_err() {
-                    break;
+        for &arch in &opts.archs {
+            let (jobs, stop, compiling, prepared, preparing, done_tx) =
+                (&jobs, &stop, &compiling, &prepared, &preparing, done_tx.clone());
+            s.spawn(move || {
+                // The first lane here runs `prepare` (counted as a compile from the start, before
+                // the ptxas workers take both cores); the others wait for it.
+                let ready = prepared.get_or_init(|| {
+                    let _counted = preparing.lock().map(|mut p| p.take());
+                    prepare()
+                });
+                let _counted = Compiling::start(compiling);
+                for (k, _) in jobs.iter().enumerate().filter(|(_, &(a, _))| a == arch) {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let r = ready.clone().and_then(|()| compile(arch, jobs[k].1));
+                    if done_tx.send((k, r)).is_err() {
+                        break;
+                    }
                 }
             });
         }
         drop(done_tx);
+        // ptxas workers start on the committed modules while `core` and the first compiles build.
+        pool.speculate(committed_modules(opts, &embed));
         let mut finished: std::collections::BTreeMap<usize, Result<String, String>> = Default::default();
         let compiled = (|| -> Result<Vec<BuiltModule>, String> {
             let mut modules: Vec<BuiltModule> = Vec::new();
@@ -284,7 +364,7 @@ fn build(
         })();
         if compiled.is_err() {
             // Queued compiles are not started; the running ones end on their own.
-            next.store(jobs.len(), std::sync::atomic::Ordering::Relaxed);
+            stop.store(true, Ordering::Relaxed);
         }
         match compiled {
             Ok(modules) => {
@@ -352,31 +432,112 @@ fn fix_command(opts: &Options) -> String {
     cmd
 }
 
-/// Compiles the device crate for `arch` with kernel set `set`; returns the PTX text. Each arch
-/// has its own target directory (its `core` is built once for both sets: the set is a feature,
-/// which changes only the device crate's hash), so switching between them rebuilds nothing.
-fn compile(arch: Arch, set: KernelSet, root: &Path) -> Result<String, String> {
+/// Builds `core` and compiler_builtins for the target once for every arch and kernel set
+/// (`-Zbuild-std` in each compile built them once per arch: about 13 s of CPU each) and puts
+/// them in a sysroot of their own; returns the sysroot.
+fn build_core(root: &Path) -> Result<PathBuf, String> {
+    let target_dir = root.join("target/ptx-core");
+    let started = Instant::now();
+    println!("compiling core for {TARGET} (shared by every arch and kernel set)…");
+    // Any crate built for the target pulls in core and compiler_builtins; the device crate's
+    // one dependency there (bytemuck) is the least else to build. The JSON messages name the
+    // artifacts (builds of core with other flags stay in the deps folder); diagnostics still
+    // go to the terminal.
+    let output = toolchain::nightly("cargo")
+        .current_dir(root)
+        .env("CARGO_ENCODED_RUSTFLAGS", encoded_rustflags(TARGET_RUSTFLAGS))
+        .args(["build", "--profile", "ptx", "-p", "bytemuck", "--message-format=json-render-diagnostics"])
+        // `core` and compiler_builtins reach the PTX only through the fat-LTO step, which
+        // optimizes the merged module again: built unoptimized, the library PTX stays
+        // byte-identical (checked) and each build of them takes about a quarter less time.
+        // (Given here, not in Cargo.toml, where every other build would warn that no `core`
+        // matched.)
+        .args(["--config", "profile.ptx.package.core.opt-level=0"])
+        .args(["--config", "profile.ptx.package.compiler_builtins.opt-level=0"])
+        .args(["--target", TARGET, "-Zbuild-std=core", "--target-dir"])
+        .arg(&target_dir)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo with the nightly toolchain: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("building core for {TARGET} failed"));
+    }
+    let rlibs = artifact_rlibs(&String::from_utf8_lossy(&output.stdout), &["core", "compiler_builtins"])?;
+    // Named by the artifacts (their names carry cargo's hash of the toolchain and flags), so a
+    // compile's flags, and with them its fingerprint, change whenever `core` does.
+    let stems: Vec<&str> =
+        rlibs.iter().filter_map(|p| p.file_stem()?.to_str()?.strip_prefix("lib")).collect();
+    let sysroots = target_dir.join("sysroot");
+    let sysroot = sysroots.join(stems.join("-"));
+    let lib = sysroot.join("lib/rustlib").join(TARGET).join("lib");
+    std::fs::create_dir_all(&lib).map_err(|e| format!("cannot create {}: {e}", lib.display()))?;
+    for rlib in &rlibs {
+        let dest = lib.join(rlib.file_name().unwrap_or_default());
+        let bytes = std::fs::read(rlib).map_err(|e| format!("cannot read {}: {e}", rlib.display()))?;
+        if std::fs::read(&dest).ok().as_ref() != Some(&bytes) {
+            std::fs::write(&dest, &bytes).map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+        }
+    }
+    // Older sysroots go: a compile must not find two builds of `core`.
+    for e in std::fs::read_dir(&sysroots).into_iter().flatten().flatten() {
+        if e.path() != sysroot {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+    println!("core built in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(sysroot)
+}
+
+/// The `.rlib` files cargo's JSON messages (`--message-format=json…` output) name for each of
+/// `crates`, in that order.
+fn artifact_rlibs(json: &str, crates: &[&str]) -> Result<Vec<PathBuf>, String> {
+    let mut found: Vec<Option<PathBuf>> = vec![None; crates.len()];
+    for line in json.lines().filter(|l| l.contains("\"reason\":\"compiler-artifact\"")) {
+        let Some(list) = line.split("\"filenames\":[").nth(1).and_then(|r| r.split(']').next()) else {
+            continue;
+        };
+        for name in list.split(',') {
+            let path = name.trim().trim_matches('"').replace("\\\\", "\\");
+            let path = PathBuf::from(path);
+            let Some(file) = path.file_name().and_then(|f| f.to_str()) else { continue };
+            for (i, krate) in crates.iter().enumerate() {
+                if file.starts_with(&format!("lib{krate}-")) && file.ends_with(".rlib") {
+                    found[i] = Some(path.clone());
+                }
+            }
+        }
+    }
+    found
+        .into_iter()
+        .zip(crates)
+        .map(|(p, krate)| p.ok_or_else(|| format!("cargo built no {krate} rlib for {TARGET}")))
+        .collect()
+}
+
+/// Compiles the device crate for `arch` with kernel set `set` against the `core` in `sysroot`;
+/// returns the PTX text. Each arch has its own target directory (the set is a feature, which
+/// changes only the device crate's hash, while the arch is a flag of the device crate alone, so
+/// two archs would take turns in one directory and rebuild each time).
+fn compile(arch: Arch, set: KernelSet, root: &Path, sysroot: &Path) -> Result<String, String> {
     let target_dir = root.join("target").join(format!("ptx-{}", arch.name()));
     // Cargo does not track the --emit=asm file: when the crate is fresh it writes nothing. So
     // the file lives at a fixed path beside the build it came from (the path is part of the
     // build's fingerprint) and is read from there; if it went missing, force one rebuild.
     let emitted = target_dir.join(set.monolith(arch));
     println!("compiling rsccl-device for {} ({})…", arch.name(), set.label());
+    let sysroot = sysroot.to_str().ok_or_else(|| format!("{} is not UTF-8", sysroot.display()))?;
     let run = || {
         toolchain::nightly("cargo")
             .current_dir(root)
-            .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUSTFLAGS", arch.rustflags())
+            .env(
+                "CARGO_ENCODED_RUSTFLAGS",
+                encoded_rustflags(["--sysroot", sysroot].into_iter().chain(TARGET_RUSTFLAGS)),
+            )
             .args(["rustc", "--profile", "ptx", "-p", "rsccl-device", "--features", set.feature()])
-            .args(["--crate-type", "staticlib"])
-            // `core` and compiler_builtins reach the PTX only through the fat-LTO step, which
-            // optimizes the merged module again: built unoptimized, the library PTX stays
-            // byte-identical (checked) and each compile saves about a quarter of its time. (Given
-            // here, not in Cargo.toml, where every other build would warn that no `core` matched.)
-            .args(["--config", "profile.ptx.package.core.opt-level=0"])
-            .args(["--config", "profile.ptx.package.compiler_builtins.opt-level=0"])
-            .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core", "--target-dir"])
+            .args(["--crate-type", "staticlib", "--target", TARGET, "--target-dir"])
             .arg(&target_dir)
             .arg("--")
+            .arg(arch.target_cpu_flag())
             .arg(format!("--emit=asm={}", emitted.display()))
             .arg("-Awarnings")
             .status()
@@ -384,7 +545,7 @@ fn compile(arch: Arch, set: KernelSet, root: &Path) -> Result<String, String> {
     };
     let mut ok = run()?.success();
     if ok && !emitted.exists() {
-        // Only the device crate's fingerprints: `core` stays built.
+        // Only the device crate's fingerprints.
         let fingerprints = target_dir.join("nvptx64-nvidia-cuda/ptx/.fingerprint");
         for e in std::fs::read_dir(&fingerprints).into_iter().flatten().flatten() {
             if e.file_name().to_string_lossy().starts_with("rsccl-device-") {

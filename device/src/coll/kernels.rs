@@ -88,60 +88,137 @@ fn mover<T: Elem>(a: &RingArgs) -> RedMover<T> {
     RedMover::new(op, a.red_op_arg)
 }
 
-/// Declares the kernels of element type `$t` named `$tn`.
+/// Declares the kernels of element type `$t`: each exported entry (`rsccl_…_<type>`) and the
+/// body it calls (the names are spelled out at each use, so no proc macro pastes them).
 macro_rules! typed_kernels {
-    ($table:ident, $t:ty, $tn:ident) => {
-        paste::paste! {
-            crate::kernel_table!($table, lib {
-                /// Ring all-reduce.
-                [<rsccl_all_reduce_ring_ $tn>](RingArgs) [SIMPLE_THREADS] => [<all_reduce_ring_ $tn>];
-                /// Ring reduce-scatter.
-                [<rsccl_reduce_scatter_ring_ $tn>](RingArgs) [SIMPLE_THREADS] => [<reduce_scatter_ring_ $tn>];
-                /// Ring reduce.
-                [<rsccl_reduce_ring_ $tn>](RingArgs) [SIMPLE_THREADS] => [<reduce_ring_ $tn>];
-                /// Tree all-reduce.
-                [<rsccl_all_reduce_tree_ $tn>](RingArgs) [SIMPLE_THREADS] => [<all_reduce_tree_ $tn>];
-                /// One rank.
-                [<rsccl_one_rank_ $tn>](OneRankArgs) [SIMPLE_THREADS] => one_rank_kernel::<$t>;
-            });
-            #[inline(always)]
-            fn [<all_reduce_ring_ $tn>](a: &RingArgs) {
-                ring::all_reduce(a, &mover::<$t>(a))
-            }
-            #[inline(always)]
-            fn [<reduce_scatter_ring_ $tn>](a: &RingArgs) {
-                ring::reduce_scatter(a, &mover::<$t>(a))
-            }
-            #[inline(always)]
-            fn [<reduce_ring_ $tn>](a: &RingArgs) {
-                ring::reduce(a, &mover::<$t>(a))
-            }
-            #[inline(always)]
-            fn [<all_reduce_tree_ $tn>](a: &RingArgs) {
-                tree_kernel(a, &mover::<$t>(a))
-            }
+    ($table:ident, $t:ty {
+        all_reduce_ring: $ar_ring:ident => $ar_ring_fn:ident,
+        reduce_scatter_ring: $rs_ring:ident => $rs_ring_fn:ident,
+        reduce_ring: $r_ring:ident => $r_ring_fn:ident,
+        all_reduce_tree: $ar_tree:ident => $ar_tree_fn:ident,
+        one_rank: $one_rank:ident $(,)?
+    }) => {
+        crate::kernel_table!($table, lib {
+            /// Ring all-reduce.
+            $ar_ring(RingArgs) [SIMPLE_THREADS] => $ar_ring_fn;
+            /// Ring reduce-scatter.
+            $rs_ring(RingArgs) [SIMPLE_THREADS] => $rs_ring_fn;
+            /// Ring reduce.
+            $r_ring(RingArgs) [SIMPLE_THREADS] => $r_ring_fn;
+            /// Tree all-reduce.
+            $ar_tree(RingArgs) [SIMPLE_THREADS] => $ar_tree_fn;
+            /// One rank.
+            $one_rank(OneRankArgs) [SIMPLE_THREADS] => one_rank_kernel::<$t>;
+        });
+        #[inline(always)]
+        fn $ar_ring_fn(a: &RingArgs) {
+            ring::all_reduce(a, &mover::<$t>(a))
+        }
+        #[inline(always)]
+        fn $rs_ring_fn(a: &RingArgs) {
+            ring::reduce_scatter(a, &mover::<$t>(a))
+        }
+        #[inline(always)]
+        fn $r_ring_fn(a: &RingArgs) {
+            ring::reduce(a, &mover::<$t>(a))
+        }
+        #[inline(always)]
+        fn $ar_tree_fn(a: &RingArgs) {
+            tree_kernel(a, &mover::<$t>(a))
         }
     };
 }
 
-typed_kernels!(KERNELS_I8, i8, i8);
-typed_kernels!(KERNELS_U8, u8, u8);
-typed_kernels!(KERNELS_I32, i32, i32);
-typed_kernels!(KERNELS_U32, u32, u32);
-typed_kernels!(KERNELS_I64, i64, i64);
-typed_kernels!(KERNELS_U64, u64, u64);
-typed_kernels!(KERNELS_F16, crate::redop::F16, f16);
-typed_kernels!(KERNELS_F32, f32, f32);
-typed_kernels!(KERNELS_F64, f64, f64);
-typed_kernels!(KERNELS_BF16, crate::redop::BF16, bf16);
+typed_kernels!(KERNELS_I8, i8 {
+    all_reduce_ring: rsccl_all_reduce_ring_i8 => all_reduce_ring_i8,
+    reduce_scatter_ring: rsccl_reduce_scatter_ring_i8 => reduce_scatter_ring_i8,
+    reduce_ring: rsccl_reduce_ring_i8 => reduce_ring_i8,
+    all_reduce_tree: rsccl_all_reduce_tree_i8 => all_reduce_tree_i8,
+    one_rank: rsccl_one_rank_i8,
+});
+typed_kernels!(KERNELS_U8, u8 {
+    all_reduce_ring: rsccl_all_reduce_ring_u8 => all_reduce_ring_u8,
+    reduce_scatter_ring: rsccl_reduce_scatter_ring_u8 => reduce_scatter_ring_u8,
+    reduce_ring: rsccl_reduce_ring_u8 => reduce_ring_u8,
+    all_reduce_tree: rsccl_all_reduce_tree_u8 => all_reduce_tree_u8,
+    one_rank: rsccl_one_rank_u8,
+});
+typed_kernels!(KERNELS_I32, i32 {
+    all_reduce_ring: rsccl_all_reduce_ring_i32 => all_reduce_ring_i32,
+    reduce_scatter_ring: rsccl_reduce_scatter_ring_i32 => reduce_scatter_ring_i32,
+    reduce_ring: rsccl_reduce_ring_i32 => reduce_ring_i32,
+    all_reduce_tree: rsccl_all_reduce_tree_i32 => all_reduce_tree_i32,
+    one_rank: rsccl_one_rank_i32,
+});
+typed_kernels!(KERNELS_U32, u32 {
+    all_reduce_ring: rsccl_all_reduce_ring_u32 => all_reduce_ring_u32,
+    reduce_scatter_ring: rsccl_reduce_scatter_ring_u32 => reduce_scatter_ring_u32,
+    reduce_ring: rsccl_reduce_ring_u32 => reduce_ring_u32,
+    all_reduce_tree: rsccl_all_reduce_tree_u32 => all_reduce_tree_u32,
+    one_rank: rsccl_one_rank_u32,
+});
+typed_kernels!(KERNELS_I64, i64 {
+    all_reduce_ring: rsccl_all_reduce_ring_i64 => all_reduce_ring_i64,
+    reduce_scatter_ring: rsccl_reduce_scatter_ring_i64 => reduce_scatter_ring_i64,
+    reduce_ring: rsccl_reduce_ring_i64 => reduce_ring_i64,
+    all_reduce_tree: rsccl_all_reduce_tree_i64 => all_reduce_tree_i64,
+    one_rank: rsccl_one_rank_i64,
+});
+typed_kernels!(KERNELS_U64, u64 {
+    all_reduce_ring: rsccl_all_reduce_ring_u64 => all_reduce_ring_u64,
+    reduce_scatter_ring: rsccl_reduce_scatter_ring_u64 => reduce_scatter_ring_u64,
+    reduce_ring: rsccl_reduce_ring_u64 => reduce_ring_u64,
+    all_reduce_tree: rsccl_all_reduce_tree_u64 => all_reduce_tree_u64,
+    one_rank: rsccl_one_rank_u64,
+});
+typed_kernels!(KERNELS_F16, crate::redop::F16 {
+    all_reduce_ring: rsccl_all_reduce_ring_f16 => all_reduce_ring_f16,
+    reduce_scatter_ring: rsccl_reduce_scatter_ring_f16 => reduce_scatter_ring_f16,
+    reduce_ring: rsccl_reduce_ring_f16 => reduce_ring_f16,
+    all_reduce_tree: rsccl_all_reduce_tree_f16 => all_reduce_tree_f16,
+    one_rank: rsccl_one_rank_f16,
+});
+typed_kernels!(KERNELS_F32, f32 {
+    all_reduce_ring: rsccl_all_reduce_ring_f32 => all_reduce_ring_f32,
+    reduce_scatter_ring: rsccl_reduce_scatter_ring_f32 => reduce_scatter_ring_f32,
+    reduce_ring: rsccl_reduce_ring_f32 => reduce_ring_f32,
+    all_reduce_tree: rsccl_all_reduce_tree_f32 => all_reduce_tree_f32,
+    one_rank: rsccl_one_rank_f32,
+});
+typed_kernels!(KERNELS_F64, f64 {
+    all_reduce_ring: rsccl_all_reduce_ring_f64 => all_reduce_ring_f64,
+    reduce_scatter_ring: rsccl_reduce_scatter_ring_f64 => reduce_scatter_ring_f64,
+    reduce_ring: rsccl_reduce_ring_f64 => reduce_ring_f64,
+    all_reduce_tree: rsccl_all_reduce_tree_f64 => all_reduce_tree_f64,
+    one_rank: rsccl_one_rank_f64,
+});
+typed_kernels!(KERNELS_BF16, crate::redop::BF16 {
+    all_reduce_ring: rsccl_all_reduce_ring_bf16 => all_reduce_ring_bf16,
+    reduce_scatter_ring: rsccl_reduce_scatter_ring_bf16 => reduce_scatter_ring_bf16,
+    reduce_ring: rsccl_reduce_ring_bf16 => reduce_ring_bf16,
+    all_reduce_tree: rsccl_all_reduce_tree_bf16 => all_reduce_tree_bf16,
+    one_rank: rsccl_one_rank_bf16,
+});
 
 /// FP8 kernels exist only in the sm_90 module (and on the host); the host API refuses FP8 on
 /// older GPUs.
 #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
 mod fp8 {
     use super::*;
-    typed_kernels!(KERNELS_E4M3, crate::redop::Fp8E4M3, e4m3);
-    typed_kernels!(KERNELS_E5M2, crate::redop::Fp8E5M2, e5m2);
+    typed_kernels!(KERNELS_E4M3, crate::redop::Fp8E4M3 {
+        all_reduce_ring: rsccl_all_reduce_ring_e4m3 => all_reduce_ring_e4m3,
+        reduce_scatter_ring: rsccl_reduce_scatter_ring_e4m3 => reduce_scatter_ring_e4m3,
+        reduce_ring: rsccl_reduce_ring_e4m3 => reduce_ring_e4m3,
+        all_reduce_tree: rsccl_all_reduce_tree_e4m3 => all_reduce_tree_e4m3,
+        one_rank: rsccl_one_rank_e4m3,
+    });
+    typed_kernels!(KERNELS_E5M2, crate::redop::Fp8E5M2 {
+        all_reduce_ring: rsccl_all_reduce_ring_e5m2 => all_reduce_ring_e5m2,
+        reduce_scatter_ring: rsccl_reduce_scatter_ring_e5m2 => reduce_scatter_ring_e5m2,
+        reduce_ring: rsccl_reduce_ring_e5m2 => reduce_ring_e5m2,
+        all_reduce_tree: rsccl_all_reduce_tree_e5m2 => all_reduce_tree_e5m2,
+        one_rank: rsccl_one_rank_e5m2,
+    });
 }
 
 #[inline(always)]

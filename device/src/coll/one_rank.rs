@@ -7,7 +7,7 @@ use crate::{arch, DevPtr};
 
 /// Arguments of the `rsccl_one_rank_<type>` kernels.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OneRankArgs {
     /// Input.
     pub src: DevPtr,
@@ -22,6 +22,8 @@ pub struct OneRankArgs {
     /// Nonzero: apply the op's pre- and post-operation (reducing collectives); zero: copy.
     pub apply_op: u32,
 }
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(OneRankArgs { src, dst, count, red_op_arg, op, apply_op });
 
 /// Elements per block slice are a multiple of this, so every block keeps the operands'
 /// alignment.

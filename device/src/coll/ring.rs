@@ -10,7 +10,7 @@ use crate::{arch, DevPtr};
 /// Per-channel ring wiring, built by the host: the connection from the previous rank and to the
 /// next, and the ring's user ranks starting with this rank.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RingChannel {
     /// Connection receiving from the previous rank in the ring.
     pub recv: ConnInfo,
@@ -21,10 +21,12 @@ pub struct RingChannel {
     /// This rank's position in the ring (`ring->index`).
     pub index: u64,
 }
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(RingChannel { recv, send, user_ranks, index });
 
 /// Arguments of the ring and tree collective kernels (see [`super::kernels::CollKernel`]).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RingArgs {
     /// Input buffer.
     pub sendbuff: DevPtr,
@@ -52,6 +54,21 @@ pub struct RingArgs {
     /// The op's scalar argument (PreMulSum's factor bits, SumPostDiv's divisor).
     pub red_op_arg: u64,
 }
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(RingArgs {
+    sendbuff,
+    recvbuff,
+    count,
+    channels,
+    status,
+    step_bytes,
+    root,
+    rank,
+    nranks,
+    coll,
+    op,
+    red_op_arg
+});
 
 /// All-reduce, reduce-scatter and all-gather use 2 slices of 2 steps per chunk; broadcast and
 /// reduce 1 × 1 (NCCL's `*_CHUNKSTEPS` / `*_SLICESTEPS`).

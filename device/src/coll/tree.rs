@@ -16,7 +16,7 @@ pub const TREE_ARITY: usize = 3;
 /// Per-channel tree wiring, built by the host. Unconnected slots are all-zero; children fill
 /// the first slots.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TreeChannel {
     /// Receiving the result from the parent (broadcast phase); unconnected at the root.
     pub up_recv: ConnInfo,
@@ -27,6 +27,8 @@ pub struct TreeChannel {
     /// Sending the result to each child (broadcast phase).
     pub down_send: [ConnInfo; TREE_ARITY],
 }
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(TreeChannel { up_recv, up_send, down_recv, down_send });
 
 /// Kernel body: tree all-reduce of `args.count` elements on channel `blockIdx.x` (the tree
 /// kernels take the ring kernels' arguments; `args.channels` points at `TreeChannel`s).

@@ -17,7 +17,7 @@ pub const CONN_NVLS_MIN_POLL: u64 = 1;
 /// One side's view of a connection (`ncclConnInfo`). Both sides point at the same `buff`,
 /// `head` and `tail`; each has its own `step` word.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ConnInfo {
     /// FIFO base: `NCCL_STEPS` slots of `step_bytes`, in memory the receiver can read and the
     /// sender can write.
@@ -37,6 +37,8 @@ pub struct ConnInfo {
     /// The peer's rank, for error reports.
     pub peer: u64,
 }
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(ConnInfo { buff, head, tail, step, sizes_fifo, step_bytes, flags, peer });
 
 impl ConnInfo {
     /// Whether this connection is present (a null FIFO means "no peer").
@@ -75,7 +77,7 @@ impl ErrorCode {
 /// per channel (block): `code | peer << 8 | waited_step << 32`, written by the thread that gave
 /// up; `abort_flag` is a u32 the host may set at any time; a wait gives up after `timeout_ns`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PrimsStatus {
     /// Per-channel status words (u64 each).
     pub status: DevPtr,
@@ -84,6 +86,8 @@ pub struct PrimsStatus {
     /// How long one wait may spin before giving up, in ns (0 = forever).
     pub timeout_ns: u64,
 }
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(PrimsStatus { status, abort_flag, timeout_ns });
 
 /// Encodes a status word.
 pub const fn encode_status(code: ErrorCode, peer: u64, step: u64) -> u64 {

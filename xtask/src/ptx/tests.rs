@@ -146,6 +146,55 @@ fn lean_kernel_passes_and_cubins_are_deterministic_and_cached() {
     assert_eq!(fresh[0].cubin, lean.cubin, "ptxas output is not deterministic");
 }
 
+/// The cubins (one per ptxas run that succeeded) in a cache directory.
+fn cached_cubins(cache: &Path) -> usize {
+    std::fs::read_dir(cache)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().extension() == Some("cubin".as_ref()))
+        .count()
+}
+
+#[test]
+fn speculative_modules_wait_for_free_cores_and_serve_submitted_ones() {
+    let scratch = Scratch::new("spec");
+    let cache = scratch.0.join("cache");
+    let ptxas = ptxas();
+    let job = |name: &str| Job {
+        arch: Arch::Sm90,
+        entry: name.into(),
+        ptx: HEADER.to_string() + &lean_entry(name),
+    };
+    // Every core is taken by a compile: nothing starts.
+    let compiling = AtomicUsize::new(std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let assembled = std::thread::scope(|s| {
+        let pool = audit::Pool::start(s, &ptxas, &cache, &compiling).expect("pool");
+        pool.speculate(vec![job("kspec"), job("kextra")]);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(cached_cubins(&cache), 0, "speculation ran while every core compiled");
+        // The compiles end: both speculative modules are assembled (once each).
+        compiling.store(0, Ordering::Relaxed);
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        while cached_cubins(&cache) < 2 && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(cached_cubins(&cache), 2);
+        pool.submit(vec![(0, job("kspec"))]);
+        pool.finish()
+    })
+    .expect("assembled");
+    assert_eq!(assembled.len(), 1);
+    let a = &assembled[0];
+    // Served by the speculative run: reported with its time, not as a cache hit of an older build.
+    assert!(!a.cached && a.seconds > 0.0, "{} s, cached {}", a.seconds, a.cached);
+    assert_eq!(cached_cubins(&cache), 2, "ptxas ran again for a module speculation had assembled");
+    // A later build finds it in the cache.
+    let again = audit::assemble_all(&ptxas, &[job("kspec")], &cache).expect("cached");
+    assert!(again[0].cached);
+    assert_eq!(again[0].cubin, a.cubin);
+}
+
 #[test]
 fn missing_marker_fails_the_build_naming_the_kernel() {
     let scratch = Scratch::new("marker");
@@ -331,7 +380,8 @@ fn build_writes_checks_and_refuses_a_broken_kernel() {
         check: false,
         assemble_tests: false,
     };
-    let run = |opts: &Options, compile: CompileFn| build(opts, &mut Phases::default(), &cache, compile);
+    let run =
+        |opts: &Options, compile: CompileFn| build(opts, &mut Phases::default(), &cache, &|| Ok(()), compile);
     std::fs::create_dir_all(&embed).expect("mkdir");
     std::fs::write(embed.join("rsccl_sm_90.ptx"), "old monolith").expect("write");
 
