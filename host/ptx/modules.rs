@@ -68,7 +68,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_all_reduce_ring_i64",
         max_threads: 512,
-        registers: 120,
+        registers: 118,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_all_reduce_ring_i64.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_all_reduce_ring_i64.cubin")),
@@ -100,7 +100,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_all_reduce_ring_u8",
         max_threads: 512,
-        registers: 128,
+        registers: 126,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_all_reduce_ring_u8.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_all_reduce_ring_u8.cubin")),
@@ -460,7 +460,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_reduce_scatter_ring_i32",
         max_threads: 512,
-        registers: 120,
+        registers: 119,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_reduce_scatter_ring_i32.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_reduce_scatter_ring_i32.cubin")),
@@ -484,7 +484,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_reduce_scatter_ring_u32",
         max_threads: 512,
-        registers: 120,
+        registers: 119,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_reduce_scatter_ring_u32.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_reduce_scatter_ring_u32.cubin")),
@@ -492,7 +492,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_reduce_scatter_ring_u64",
         max_threads: 512,
-        registers: 128,
+        registers: 126,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_reduce_scatter_ring_u64.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_reduce_scatter_ring_u64.cubin")),
@@ -500,7 +500,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_reduce_scatter_ring_u8",
         max_threads: 512,
-        registers: 128,
+        registers: 126,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_reduce_scatter_ring_u8.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_reduce_scatter_ring_u8.cubin")),
@@ -511,7 +511,7 @@ pub static SM_80: &[Module] = &[
     Module {
         entry: "rsccl_all_gather_ring",
         max_threads: 512,
-        registers: 128,
+        registers: 127,
         stack_bytes: 0,
         ptx: include_str!("sm_80/rsccl_all_gather_ring.ptx"),
         cubin: Some(include_bytes!("sm_80/rsccl_all_gather_ring.cubin")),
@@ -559,7 +559,7 @@ pub static SM_80: &[Module] = &[
     Module {
         entry: "rsccl_all_reduce_ring_i64",
         max_threads: 512,
-        registers: 128,
+        registers: 126,
         stack_bytes: 0,
         ptx: include_str!("sm_80/rsccl_all_reduce_ring_i64.ptx"),
         cubin: Some(include_bytes!("sm_80/rsccl_all_reduce_ring_i64.cubin")),

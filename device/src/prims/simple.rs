@@ -416,6 +416,11 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
             if posts_send && data_stored {
                 arch::fence_acq_rel_sys();
             }
+            // After a wait of this block gave up, the slice was not moved: publishing it would
+            // hand the peer garbage it takes for data (it must time out and report instead).
+            if self.shm_aborted() {
+                return;
+            }
             // SAFETY: conn_step_ptr is this connection's head (PostRecv) or tail (PostSend).
             unsafe { arch::st_relaxed_sys_u64(self.conn_step_ptr, self.step) };
         }
