@@ -292,6 +292,11 @@ impl ProxyConn {
     /// Tells the receiver that nothing more comes (waits at most `until` for the send).
     fn goodbye(&mut self, until: std::time::Instant) {
         let Comm::Send(comm) = &mut self.comm else { return };
+        // Every control buffer still in use by an unfinished send (a drain that timed out, or
+        // none after a failure): there is none to say goodbye with; the peer sees a lost peer.
+        if self.inflight.len() >= NCCL_STEPS as usize {
+            return;
+        }
         let k = (self.sent % NCCL_STEPS) as usize;
         self.ctrl[k] = Ctrl::GOODBYE.encode();
         // SAFETY: the control buffer lives until the loop below sees the send done or the
