@@ -118,3 +118,39 @@ pub fn avg_busbw(report: &str) -> Option<f64> {
         .lines()
         .find_map(|l| l.split_once("# Avg bus bandwidth    : ")?.1.split_whitespace().next()?.parse().ok())
 }
+
+/// The child side of the kill tests: runs in-place f32 all-reduces of `count` elements on
+/// `comm` until one fails, then prints `CALL-ERROR after S s: ERROR` and the ranks it names
+/// (`LOST P` for a lost network peer, `DEAD [R, …]` for dead processes on this host), and stays
+/// alive 2 s (a survivor that exits at once would look dead to the survivors still checking).
+/// Panics if nothing failed within `limit`.
+pub fn all_reduce_until_error(
+    comm: &Comm,
+    be: &std::sync::Arc<dyn rsccl::Backend>,
+    count: usize,
+    limit: Duration,
+) {
+    use rsccl::comm::ReduceOp;
+    use rsccl::Error;
+    use rsccl_device::dtype::DataType;
+    let buf = be.alloc(count * 4).expect("the all-reduce buffer");
+    println!("STARTED");
+    let started = Instant::now();
+    loop {
+        let res =
+            comm.all_reduce(BufRef::from(&buf), BufRef::from(&buf), count, DataType::F32, ReduceOp::Sum);
+        if let Err(e) = res {
+            println!("CALL-ERROR after {:.1} s: {e}", started.elapsed().as_secs_f64());
+            match &e {
+                Error::PeerLost { peer, .. } => println!("LOST {peer}"),
+                Error::PeerDied { dead, .. } => {
+                    println!("DEAD {:?}", dead.iter().map(|d| d.0).collect::<Vec<_>>())
+                }
+                _ => {}
+            }
+            std::thread::sleep(Duration::from_secs(2));
+            return;
+        }
+        assert!(started.elapsed() < limit, "rank {}: never failed", comm.rank());
+    }
+}

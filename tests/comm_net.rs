@@ -15,10 +15,10 @@ use rsccl::transport::{shm, TransportKind};
 use rsccl::{backend, Error};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
-use rsccl_suite::procs::{run_ring_case, Children};
+use rsccl_suite::procs::{all_reduce_until_error, run_ring_case, Children};
 use rsccl_suite::ring_check::Case;
 use rsccl_suite::{reference, tree_check};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CHILD_VAR: &str = "RSCCL_TEST_NET_CHILD";
 const FIXTURE: &str = "fixtures/topology/simllm_perlmutter_a100_nid001056_nccl_topo.xml";
@@ -174,32 +174,7 @@ fn net_child() {
         "kill" => {
             cfg.timeout = Duration::from_secs(20);
             let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
-            let count = 1 << 20;
-            let buf = be.alloc(count * 4).unwrap();
-            println!("STARTED");
-            let started = Instant::now();
-            loop {
-                let res = comm.all_reduce(
-                    BufRef::from(&buf),
-                    BufRef::from(&buf),
-                    count,
-                    DataType::F32,
-                    ReduceOp::Sum,
-                );
-                if let Err(e) = res {
-                    println!("CALL-ERROR after {:.1} s: {e}", started.elapsed().as_secs_f64());
-                    match &e {
-                        Error::PeerLost { peer, .. } => println!("LOST {peer}"),
-                        Error::PeerDied { dead, .. } => {
-                            println!("DEAD {:?}", dead.iter().map(|d| d.0).collect::<Vec<_>>())
-                        }
-                        _ => {}
-                    }
-                    std::thread::sleep(Duration::from_secs(2));
-                    break;
-                }
-                assert!(started.elapsed() < Duration::from_secs(90), "rank {rank}: never failed");
-            }
+            all_reduce_until_error(&comm, &be, 1 << 20, Duration::from_secs(90));
         }
         "lag" => {
             // Every rank runs all-reduce #1; then rank 3 stays away from #2 (busy elsewhere).
@@ -228,6 +203,9 @@ fn net_child() {
                 }
                 other => println!("UNEXPECTED {other:?}"),
             }
+            // Stay alive a little (as the kill test's survivors): a rank that exits at once
+            // would look dead to a neighbour still waiting on it, which would name it instead.
+            std::thread::sleep(Duration::from_secs(3));
         }
         other => panic!("unknown child role {other}"),
     }

@@ -4,15 +4,15 @@
 //! `tests/ring_collectives.rs`. Faults: a rank that never starts, a rank SIGKILLed in the middle
 //! of an all-reduce. Every child is bounded in time and killed if it overruns; no shared-memory
 //! segment may be left behind.
+use rsccl::backend;
 use rsccl::bootstrap::UniqueId;
 use rsccl::comm::{BufRef, Comm, CommConfig, ReduceOp};
 use rsccl::topology::search::{search_all, SearchOptions};
 use rsccl::topology::{xml, System};
 use rsccl::transport::{shm, TransportKind};
-use rsccl::{backend, Error};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
-use rsccl_suite::procs::{run_ring_case, Children};
+use rsccl_suite::procs::{all_reduce_until_error, run_ring_case, Children};
 use rsccl_suite::ring_check::Case;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -164,30 +164,7 @@ fn comm_child() {
         "kill" => {
             let cfg = CommConfig { timeout: Duration::from_secs(3), ..sweep_config() };
             let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
-            let count = 4 << 20;
-            let buf = be.alloc(count * 4).unwrap();
-            println!("STARTED");
-            let started = Instant::now();
-            loop {
-                let res = comm.all_reduce(
-                    BufRef::from(&buf),
-                    BufRef::from(&buf),
-                    count,
-                    DataType::F32,
-                    ReduceOp::Sum,
-                );
-                if let Err(e) = res {
-                    println!("CALL-ERROR after {:.1} s: {e}", started.elapsed().as_secs_f64());
-                    if let Error::PeerDied { dead, .. } = &e {
-                        println!("DEAD {:?}", dead.iter().map(|d| d.0).collect::<Vec<_>>());
-                    }
-                    // Stay alive a little: a survivor that exits at once would look dead to
-                    // the other survivors still checking.
-                    std::thread::sleep(Duration::from_secs(2));
-                    break;
-                }
-                assert!(started.elapsed() < Duration::from_secs(60), "rank {rank}: never failed");
-            }
+            all_reduce_until_error(&comm, &be, 4 << 20, Duration::from_secs(60));
         }
         "topo" => {
             // Every rank runs the channel search on the same machine file and must agree.

@@ -303,8 +303,6 @@ pub struct Comm {
     splits: std::sync::atomic::AtomicU64,
     /// Which collective this rank is in (answers other ranks' status queries).
     progress: Arc<Progress>,
-    /// The collective launched and not finished yet: (number, collective, tree).
-    current: Mutex<Option<(u64, Collective, bool)>>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -504,7 +502,6 @@ impl Comm {
             turn: Mutex::new(()),
             splits: std::sync::atomic::AtomicU64::new(0),
             progress,
-            current: Mutex::new(None),
         })
     }
 
@@ -797,8 +794,7 @@ impl Comm {
                 "this communicator's connections are inconsistent after a failed collective; create a new one".into(),
             ));
         }
-        let seq = self.progress.enter(coll, tree);
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some((seq, coll, tree));
+        self.progress.enter(coll, tree);
         if self.nranks == 1 {
             if count == 0 {
                 return Ok(());
@@ -858,15 +854,22 @@ impl Comm {
     /// Waits for this rank's enqueued collective and reports its failures, naming the peers it
     /// waited for and any rank whose process has died.
     pub(crate) fn finish(&self) -> Result<()> {
-        let current = self.current.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let current = self.progress.in_flight();
         let res = self.finish_inner(current);
-        if let Some((seq, ..)) = current {
+        if let Some((seq, _)) = current {
             self.progress.finish(seq);
         }
         res
     }
 
-    fn finish_inner(&self, current: Option<(u64, Collective, bool)>) -> Result<()> {
+    /// Asks every rank where it is and reports on collective `seq` (`what`): the hang report.
+    fn ask_ranks(&self, seq: u64, what: u64) -> (String, Vec<String>) {
+        let answers = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).query_status(STATUS_TIMEOUT);
+        hang::report(self.rank, seq, what, &answers)
+    }
+
+    /// [`Comm::finish`] for the collective in flight (`current`: its number and what it is).
+    fn finish_inner(&self, current: Option<(u64, u64)>) -> Result<()> {
         if let Err(e) = self.stream.synchronize() {
             return Err(self.fail(Error::Rank { rank: self.rank, source: Box::new(e) }));
         }
@@ -895,10 +898,8 @@ impl Comm {
         // A broken network connection names its peer and host; the other ranks' states say
         // whether that peer left because someone else never came.
         if let Some(mut e) = self.proxy.as_ref().and_then(Proxy::failure) {
-            if let (Error::PeerLost { report, .. }, Some((seq, coll, tree))) = (&mut e, current) {
-                let answers =
-                    self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).query_status(STATUS_TIMEOUT);
-                *report = Some(hang::report(self.rank, seq, coll, tree, &answers).0);
+            if let (Error::PeerLost { report, .. }, Some((seq, what))) = (&mut e, current) {
+                *report = Some(self.ask_ranks(seq, what).0);
             }
             return Err(self.fail(e));
         }
@@ -921,10 +922,8 @@ impl Comm {
         // A wait timed out and nobody is known dead: ask every rank where it is.
         let timed_out =
             failures.iter().any(|f| matches!(f.code, ErrorCode::RecvTimeout | ErrorCode::SendTimeout));
-        if let (true, Some((seq, coll, tree))) = (timed_out, current) {
-            let answers =
-                self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).query_status(STATUS_TIMEOUT);
-            let (headline, ranks) = hang::report(self.rank, seq, coll, tree, &answers);
+        if let (true, Some((seq, what))) = (timed_out, current) {
+            let (headline, ranks) = self.ask_ranks(seq, what);
             tracing::warn!(rank = self.rank, "hang report: {headline}");
             for l in &ranks {
                 tracing::warn!(rank = self.rank, "hang report: {l}");

@@ -49,6 +49,12 @@ impl Progress {
         self.done.fetch_max(seq, Ordering::AcqRel);
     }
 
+    /// The collective entered and not finished yet, if any: (its number, what it is).
+    pub(crate) fn in_flight(&self) -> Option<(u64, u64)> {
+        let entered = self.entered.load(Ordering::Acquire);
+        (entered > self.done.load(Ordering::Acquire)).then(|| (entered, self.what.load(Ordering::Relaxed)))
+    }
+
     /// The status answer: `rsccl-progress entered done what`.
     pub(crate) fn encode(&self) -> Vec<u8> {
         format!(
@@ -99,16 +105,15 @@ fn plural(ranks: &[usize]) -> String {
     format!("{} {}", if ranks.len() == 1 { "rank" } else { "ranks" }, ranges(ranks))
 }
 
-/// The report for rank `me`, whose collective `seq` (`coll`, `tree`) timed out, from every
-/// rank's answer: a headline naming who is behind, and a line per rank.
+/// The report for rank `me`, whose collective `seq` (`what`, as [`Progress::in_flight`] gives
+/// it) timed out, from every rank's answer: a headline naming who is behind, and a line per rank.
 pub(crate) fn report(
     me: usize,
     seq: u64,
-    coll: Collective,
-    tree: bool,
+    what: u64,
     answers: &[Result<Vec<u8>, String>],
 ) -> (String, Vec<String>) {
-    let name = op_name(op_code(coll, tree));
+    let name = op_name(what);
     let (mut behind, mut inside, mut past, mut silent) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut lines = Vec::with_capacity(answers.len());
     for (r, a) in answers.iter().enumerate() {
@@ -170,7 +175,9 @@ mod tests {
     fn progress_round_trips_and_garbage_is_refused() {
         let p = Progress::default();
         assert_eq!(p.enter(Collective::Broadcast, false), 1);
+        assert_eq!(p.in_flight(), Some((1, op_code(Collective::Broadcast, false))));
         p.finish(1);
+        assert_eq!(p.in_flight(), None);
         assert_eq!(p.enter(Collective::AllReduce, true), 2);
         assert_eq!(RankState::decode(&p.encode()), Some(RankState { entered: 2, done: 1, what: 1 }));
         for bad in [
@@ -191,7 +198,7 @@ mod tests {
         let st = |e: u64, d: u64| Ok(format!("rsccl-progress {e} {d} 0").into_bytes());
         let mut answers: Vec<Result<Vec<u8>, String>> = (0..8).map(|_| st(812, 811)).collect();
         answers[5] = st(811, 811);
-        let (head, lines) = report(0, 812, Collective::AllReduce, false, &answers);
+        let (head, lines) = report(0, 812, op_code(Collective::AllReduce, false), &answers);
         assert_eq!(head, "rank 5 never entered all_reduce #812; ranks 0–4, 6–7 wait in it");
         assert_eq!(
             lines[5],
@@ -199,10 +206,10 @@ mod tests {
         );
         assert_eq!(lines[0], "rank 0: waits in all_reduce #812 (this rank)");
         answers[5] = Err("no answer within 2 s".into());
-        let (head, _) = report(0, 812, Collective::AllReduce, false, &answers);
+        let (head, _) = report(0, 812, op_code(Collective::AllReduce, false), &answers);
         assert_eq!(head, "rank 5 did not answer; ranks 0–4, 6–7 wait in all_reduce #812");
         answers[5] = st(812, 812);
-        let (head, _) = report(1, 812, Collective::AllReduce, false, &answers);
+        let (head, _) = report(1, 812, op_code(Collective::AllReduce, false), &answers);
         assert!(
             head.starts_with(
                 "every rank entered all_reduce #812; ranks 0–4, 6–7 still wait in it, rank 5 finished it"
