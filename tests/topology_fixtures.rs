@@ -114,17 +114,18 @@ fn every_topology_yields_paths_and_channels() {
         if !sys.ids(NodeKind::Net).is_empty() {
             let two = search_all(&sys, &SearchOptions { nodes: 2, ..Default::default() });
             assert!(two.ring.n_channels >= 1, "{}", path.display());
-            check_rings_and_trees(&two, 2);
+            check_rings_and_trees(&[&two, &two]);
         }
     }
 }
 
-/// Across all ranks: every ring channel is one cycle through all ranks; every tree channel is
-/// one tree (a root, each other rank with a parent that lists it as a child).
-fn check_rings_and_trees(graphs: &Graphs, nodes: usize) {
-    let n = graphs.ring.ngpus() * nodes;
+/// Across all ranks of nodes that searched `graphs` (one per node): every ring channel is one
+/// cycle through all ranks; every tree channel is one tree (a root, each other rank with a
+/// parent that lists it as a child).
+fn check_rings_and_trees(graphs: &[&Graphs]) {
+    let n = graphs[0].ring.ngpus() * graphs.len();
     let all: Vec<RankChannels> =
-        (0..n).map(|r| channels::connect(graphs, nodes, Rank(r as u32)).unwrap()).collect();
+        (0..n).map(|r| channels::connect_nodes(graphs, Rank(r as u32)).unwrap()).collect();
     let nch = all[0].ring.len();
     for c in 0..nch {
         let mut seen = vec![false; n];
@@ -151,6 +152,37 @@ fn check_rings_and_trees(graphs: &Graphs, nodes: usize) {
             }
         }
     }
+}
+
+/// Two different machines of 8 GPUs as the two nodes of one communicator (each searched on
+/// its own): one ring and one tree per channel over both, each node's GPUs in its own order,
+/// as many channels as the poorer node found.
+#[test]
+fn different_nodes_connect_into_one_ring_and_tree_per_channel() {
+    let search = |f: &str| search_all(&load(f), &SearchOptions { nodes: 2, ..Default::default() });
+    let (a, b) =
+        (search("ibm-cloud-docs_vpc_h100-gx3d-topo.xml"), search("simllm_vastai_hgx_h200_8x_nccl_topo.xml"));
+    assert_eq!((a.ring.ngpus(), b.ring.ngpus()), (8, 8));
+    let shape = |g: &Graphs| (g.ring.n_channels, g.ring.channel(0).to_vec(), g.tree.channel(0).to_vec());
+    assert_ne!(shape(&a), shape(&b), "the two machines should search differently");
+    for graphs in [[&a, &b], [&b, &a]] {
+        check_rings_and_trees(&graphs);
+        let ch = channels::connect_nodes(&graphs, Rank(9)).unwrap();
+        let fewest = graphs.iter().map(|g| g.ring.n_channels.min(g.tree.n_channels)).min().unwrap();
+        assert_eq!(ch.ring.len(), 2 * fewest);
+        // Rank 9 is GPU 1 of node 1: its ring neighbours inside the node follow node 1's order.
+        for c in 0..fewest {
+            let order = graphs[1].ring.channel(c);
+            let i = order.iter().position(|r| r.0 == 1).unwrap();
+            if i + 1 < 8 {
+                assert_eq!(ch.ring[c].next, Rank(8 + order[i + 1].0), "channel {c}");
+            }
+        }
+    }
+    // A node with fewer GPUs cannot join.
+    let four = search_all(&load("simllm_perlmutter_a100_nid001056_nccl_topo.xml"), &SearchOptions::default());
+    let err = channels::connect_nodes(&[&a, &four], Rank(0)).unwrap_err().to_string();
+    assert!(err.contains("node 1 has 4 GPUs and node 0 has 8"), "{err}");
 }
 
 #[test]
@@ -441,7 +473,7 @@ fn multi_node_channels_use_the_nics() {
     for c in 0..g.ring.n_channels {
         assert!(nets.contains(&g.ring.inter[2 * c]) && nets.contains(&g.ring.inter[2 * c + 1]));
     }
-    check_rings_and_trees(&g, 4);
+    check_rings_and_trees(&[&g, &g, &g, &g]);
     let rank5 = channels::connect(&g, 4, Rank(5)).unwrap();
     let nvls = rank5.nvls.expect("H100 + NVSwitch: NVLS heads");
     assert!(!nvls.heads.is_empty());

@@ -1,8 +1,9 @@
 //! Per-rank channel wiring from the topology search, as NCCL connects it at init: ring
 //! `prev`/`next`, tree `up`/`down[3]`, and NVLS heads.
 //!
-//! Every node runs the same search (homogeneous nodes), so a graph's channel `c` gives each
-//! node's GPU order for that channel. Global ranks are `node × gpus_per_node + local rank`.
+//! Each node runs the search on its own topology ([`connect_nodes`]; [`connect`] when every node
+//! is the same), so node `n`'s graph channel `c` gives its GPU order for that channel. Global
+//! ranks here are `node × gpus_per_node + local rank` (a communicator maps them onto its own).
 //! - Rings: inside a node the GPUs follow the channel order; node `n`'s last GPU sends to node
 //!   `n+1`'s first (through the network), closing one ring over all ranks.
 //! - Trees: inside a node a chain in the channel order; across nodes a double binary tree, so
@@ -143,9 +144,25 @@ pub struct RankChannels {
 
 /// Connects `rank` (global, over `nodes` nodes of `graphs.ring.ngpus()` GPUs each).
 pub fn connect(graphs: &Graphs, nodes: usize, rank: Rank) -> Result<RankChannels> {
-    let local = graphs.ring.ngpus();
+    connect_nodes(&vec![graphs; nodes], rank)
+}
+
+/// Connects `rank` over nodes that each searched their own topology: `graphs[n]` is node
+/// `n`'s search (every node with the same GPU count; global rank `n × gpus + local rank`).
+/// Nodes may have found different orders and channel counts: each node's GPUs follow its own
+/// orders, a link into another node lands on the GPU that node's orders put there, and the
+/// channel count is the smallest any node found (NCCL takes the minimum over ranks too).
+pub fn connect_nodes(graphs: &[&Graphs], rank: Rank) -> Result<RankChannels> {
+    let nodes = graphs.len();
+    let local = graphs.first().map_or(0, |g| g.ring.ngpus());
     if local == 0 || nodes == 0 {
         return Err(Error::InvalidConfig("no GPUs to connect".into()));
+    }
+    if let Some(n) = graphs.iter().position(|g| g.ring.ngpus() != local) {
+        return Err(Error::InvalidConfig(format!(
+            "node {n} has {} GPUs and node 0 has {local}: channels across nodes need the same count on each",
+            graphs[n].ring.ngpus()
+        )));
     }
     let nranks = nodes * local;
     if rank.0 as usize >= nranks {
@@ -153,16 +170,18 @@ pub fn connect(graphs: &Graphs, nodes: usize, rank: Rank) -> Result<RankChannels
             "{rank} is outside {nranks} ranks ({nodes} nodes x {local} GPUs)"
         )));
     }
-    for g in [&graphs.ring, &graphs.tree] {
-        for c in 0..g.n_channels {
-            let mut seen = vec![false; local];
-            for r in g.channel(c) {
-                let i = r.0 as usize;
-                if i >= local || std::mem::replace(&mut seen[i], true) {
-                    return Err(Error::InvalidConfig(format!(
-                        "graph {} channel {c}: local ranks must be 0..{local} once each, found {r}",
-                        g.id
-                    )));
+    for (node, graphs) in graphs.iter().enumerate() {
+        for g in [&graphs.ring, &graphs.tree] {
+            for c in 0..g.n_channels {
+                let mut seen = vec![false; local];
+                for r in g.channel(c) {
+                    let i = r.0 as usize;
+                    if i >= local || std::mem::replace(&mut seen[i], true) {
+                        return Err(Error::InvalidConfig(format!(
+                            "node {node} graph {} channel {c}: local ranks must be 0..{local} once each, found {r}",
+                            g.id
+                        )));
+                    }
                 }
             }
         }
@@ -170,51 +189,64 @@ pub fn connect(graphs: &Graphs, nodes: usize, rank: Rank) -> Result<RankChannels
     let node = rank.0 as usize / local;
     let me = rank.0 as usize % local;
     let global = |n: usize, r: Rank| Rank((n * local) as u32 + r.0);
-    let n = graphs.ring.n_channels.min(graphs.tree.n_channels);
+    let n = graphs.iter().map(|g| g.ring.n_channels.min(g.tree.n_channels)).min().unwrap_or(0);
+    // Which GPU of node `x` talks to its tree parent, and which to its children of each side
+    // (`down[0]` / `down[1]`, which is also the child's `child_type`), as NCCL's tree patterns
+    // (a split tree gives the children to the chain's second GPU).
+    let to_parent = |x: usize, c: usize| graphs[x].tree.channel(c)[0];
+    let to_child = |x: usize, c: usize, side: usize| {
+        let (chain, pattern) = (graphs[x].tree.channel(c), graphs[x].tree.pattern);
+        let i = if side == 0 {
+            usize::from(pattern != Pattern::Tree && local > 1)
+        } else {
+            usize::from(pattern == Pattern::SplitTree && local > 1)
+        };
+        chain[i]
+    };
     let mut ring = Vec::with_capacity(2 * n);
     let mut tree = vec![TreePeers::default(); 2 * n];
     let (t0, t1) = dtree(nodes, node);
     for c in 0..n {
         // Ring: inside the node in channel order, then to the next node's first GPU.
-        let order = graphs.ring.channel(c);
+        let order = graphs[node].ring.channel(c);
         let i = order.iter().position(|r| r.0 as usize == me).expect("validated above");
         let prev = if i == 0 {
-            global((node + nodes - 1) % nodes, order[local - 1])
+            let p = (node + nodes - 1) % nodes;
+            global(p, graphs[p].ring.channel(c)[local - 1])
         } else {
             global(node, order[i - 1])
         };
-        let next =
-            if i == local - 1 { global((node + 1) % nodes, order[0]) } else { global(node, order[i + 1]) };
+        let next = if i == local - 1 {
+            let x = (node + 1) % nodes;
+            global(x, graphs[x].ring.channel(c)[0])
+        } else {
+            global(node, order[i + 1])
+        };
         ring.push(RingPeers { prev, next });
 
         // Tree: a chain inside the node; the first GPUs talk to the other nodes.
-        let chain = graphs.tree.channel(c);
+        let chain = graphs[node].tree.channel(c);
         let j = chain.iter().position(|r| r.0 as usize == me).expect("validated above");
         let mut peers = TreePeers {
             up: (j > 0).then(|| global(node, chain[j - 1])),
             down: [(j + 1 < local).then(|| global(node, chain[j + 1])), None, None],
         };
         let mut peers1 = peers;
-        let pattern = graphs.tree.pattern;
-        let to_parent = chain[0];
-        let to_child0 = chain[if pattern == Pattern::Tree || local == 1 { 0 } else { 1 }];
-        let to_child1 = chain[if pattern == Pattern::SplitTree && local > 1 { 1 } else { 0 }];
-        let child_side = |t: &TreeLinks| if t.child_type == 0 { to_child0 } else { to_child1 };
-        if me == to_parent.0 as usize {
+        if me == to_parent(node, c).0 as usize {
             if let Some(u) = t0.up {
-                peers.up = Some(global(u, child_side(&t0)));
+                peers.up = Some(global(u, to_child(u, c, t0.child_type)));
             }
             if let Some(u) = t1.up {
-                peers1.up = Some(global(u, child_side(&t1)));
+                peers1.up = Some(global(u, to_child(u, c, t1.child_type)));
             }
         }
-        for (child, side) in [(to_child0, 0), (to_child1, 1)] {
-            if me == child.0 as usize {
+        for side in 0..2 {
+            if me == to_child(node, c, side).0 as usize {
                 if let Some(d) = t0.down[side] {
-                    peers.add_down(global(d, to_parent))?;
+                    peers.add_down(global(d, to_parent(d, c)))?;
                 }
                 if let Some(d) = t1.down[side] {
-                    peers1.add_down(global(d, to_parent))?;
+                    peers1.add_down(global(d, to_parent(d, c)))?;
                 }
             }
         }
@@ -227,7 +259,7 @@ pub fn connect(graphs: &Graphs, nodes: usize, rank: Rank) -> Result<RankChannels
     }
     ring.truncate(MAXCHANNELS);
     tree.truncate(MAXCHANNELS);
-    let nvls = connect_nvls(&graphs.nvls, nodes, node, me, local);
+    let nvls = connect_nvls(&graphs[node].nvls, nodes, node, me, local);
     Ok(RankChannels { rank, ring, tree, nvls })
 }
 

@@ -41,6 +41,8 @@ struct Shared {
     max_smem_optin: u32,
     name: String,
     cc: (i32, i32),
+    /// `dddd:bb:dd.0`, from the device's PCI attributes.
+    bus_id: String,
 }
 
 // SAFETY: CUDA driver handles may be used from any thread once the context is bound, which every
@@ -156,6 +158,12 @@ impl GpuBackend {
         let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         let max_smem_optin = attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
         let name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
+        let bus_id = format!(
+            "{:04x}:{:02x}:{:02x}.0",
+            attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
+        );
         let arch = crate::ptx::arch_for(major, minor).ok_or(Error::UnsupportedArch { major, minor })?;
         // Modules load lazily, per kernel, on first launch: opening a device JIT-compiles nothing.
         Ok(GpuBackend {
@@ -166,6 +174,7 @@ impl GpuBackend {
                 max_smem_optin,
                 name,
                 cc: (major, minor),
+                bus_id,
             }),
             stream: None,
         })
@@ -266,6 +275,10 @@ impl Backend for GpuBackend {
 
     fn compute_capability(&self) -> Option<(i32, i32)> {
         Some(self.shared.cc)
+    }
+
+    fn pci_bus_id(&self) -> Option<String> {
+        Some(self.shared.bus_id.clone())
     }
 
     fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {

@@ -161,6 +161,11 @@ pub trait Backend: Send + Sync {
     fn compute_capability(&self) -> Option<(i32, i32)> {
         None
     }
+    /// The GPU's PCI bus id (`0000:07:00.0`), by which a communicator finds it in the
+    /// topology; `None` for the CPU emulator, which plays a GPU of a topology file instead.
+    fn pci_bus_id(&self) -> Option<String> {
+        None
+    }
     /// Allocates `bytes` of zeroed device memory.
     fn alloc(&self, bytes: usize) -> Result<DeviceBuffer>;
     /// Allocates `bytes` of zeroed host memory mapped into the device's address space.

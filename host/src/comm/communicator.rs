@@ -5,6 +5,7 @@
 use super::collectives::check_call;
 use super::hang::{self, Progress};
 use super::local::{check_tree, MAX_STEP_BYTES, MAX_TIMEOUT};
+use super::topo::TopologyConfig;
 use super::{BufRef, RankFailure, ReduceOp};
 use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
 use crate::bootstrap::{Bootstrap, PeerInfo, UniqueId};
@@ -53,6 +54,10 @@ pub struct CommConfig {
     pub rings: Option<Vec<Vec<usize>>>,
     /// Parent of each rank per channel for tree all-reduce; `None`: the chain of each ring.
     pub trees: Option<Vec<Vec<Option<usize>>>>,
+    /// Search the channels at init from every rank's view of its host (NCCL's way): replaces
+    /// `nchannels`, `rings` and `trees` (which must then be `None`). `None`: they apply as given.
+    /// [`Comm::from_env`] turns it on when `RSCCL_TOPO_FILE` is set and no rings are given.
+    pub topology: Option<TopologyConfig>,
 }
 
 impl Default for CommConfig {
@@ -66,6 +71,7 @@ impl Default for CommConfig {
             bootstrap_timeout: Duration::from_secs(30),
             rings: None,
             trees: None,
+            topology: None,
         }
     }
 }
@@ -158,6 +164,11 @@ impl CommConfig {
         }
         if self.bootstrap_timeout.is_zero() {
             return Err(bad("bootstrap_timeout must be above zero".into()));
+        }
+        if self.topology.is_some() && (self.rings.is_some() || self.trees.is_some()) {
+            return Err(bad(
+                "give either topology (channels searched at init) or rings/trees, not both".into()
+            ));
         }
         let rings: Vec<Vec<usize>> = match &self.rings {
             Some(r) => r.clone(),
@@ -329,9 +340,17 @@ impl Comm {
         cfg: CommConfig,
     ) -> Result<Comm> {
         crate::debug::init();
-        let (rings, trees) = cfg.shape(nranks)?;
+        let mut cfg = cfg;
+        let (mut rings, mut trees) = cfg.shape(nranks)?;
         let mut boot = Bootstrap::init(id, rank, nranks, &local_info(), cfg.bootstrap_timeout)?;
         let peers = boot.peers().to_vec();
+        if let Some(topo) = &cfg.topology {
+            if let Some((r, t)) = super::topo::channels_at_init(&mut boot, rank, &peers, topo, &**backend)? {
+                // Searched once: `config()` (and a split given it) sees the result.
+                (cfg.nchannels, cfg.rings, cfg.trees, cfg.topology) = (r.len(), Some(r), Some(t), None);
+                (rings, trees) = cfg.shape(nranks)?;
+            }
+        }
         // Every rank must build the same channels: compare what each was given.
         let mine = cfg.fingerprint(&rings, &trees);
         let all = boot.all_gather(mine.as_bytes())?;
@@ -511,9 +530,18 @@ impl Comm {
     /// [`crate::launch::LaunchEnv`]); rank 0 hosts the bootstrap root there. Under torchrun
     /// itself (`TORCHELASTIC_RUN_ID` set), whose agent holds `MASTER_PORT` for its own store, the
     /// root listens on `MASTER_PORT + 1` unless `RSCCL_COMM_ID` says where. `rsccl run` sets
-    /// `RSCCL_COMM_ID`. Fails naming the variables it looked for when none are set.
+    /// `RSCCL_COMM_ID`. Fails naming the variables it looked for when none are set. With
+    /// `RSCCL_TOPO_FILE` set and no rings given, the channels are searched at init
+    /// ([`CommConfig::topology`]).
     pub fn from_env(backend: &Arc<dyn Backend>, cfg: CommConfig) -> Result<Comm> {
         let env = crate::launch::LaunchEnv::from_env()?;
+        let mut cfg = cfg;
+        if cfg.topology.is_none() && cfg.rings.is_none() && cfg.trees.is_none() {
+            let topo = TopologyConfig::from_env()?;
+            if topo.env.topo.topo_file.is_some() {
+                cfg.topology = Some(topo);
+            }
+        }
         let torch_agent = std::env::var_os("TORCHELASTIC_RUN_ID").is_some()
             && std::env::var_os(crate::launch::COMM_ID_VAR).is_none();
         let rendezvous = rendezvous_of(&env, torch_agent)?;

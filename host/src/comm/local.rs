@@ -219,6 +219,7 @@ impl LocalGroup {
             bootstrap_timeout: INIT_TIMEOUT,
             rings: cfg.rings.clone(),
             trees: cfg.trees.clone(),
+            topology: None,
         };
         // Every field (channels, threads, step bytes, timeout, rings, trees) is checked, with
         // the same messages as a Comm's, before any thread or socket is made.

@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod detect;
 pub mod dump;
+pub mod fuse;
 pub mod graph;
 pub mod init;
 pub mod paths;

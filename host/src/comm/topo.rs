@@ -1,0 +1,305 @@
+//! The topology phase of [`crate::Comm::init_rank`] (NCCL's `ncclTopoGetSystem`, search and
+//! `ncclTopoPostset`, across ranks): each rank contributes its view of its host, the ranks of a
+//! host fuse their views into one `<system>`, each host's system is searched, and every rank
+//! derives the same rings and trees from the hosts' searches.
+//!
+//! Every rank receives every view (one bootstrap all-gather) and computes every host's system
+//! and search itself, in rank order: the search is deterministic, so all ranks agree without a
+//! second exchange (`init_rank` still compares what they derived). Hosts whose fused systems are
+//! the same are searched once.
+use crate::backend::Backend;
+use crate::bootstrap::{Bootstrap, PeerInfo};
+use crate::channels::{connect_nodes, ring_orders_of, RankChannels};
+use crate::error::{Error, Result};
+use crate::topology::detect::{canonical_bus_id, Detector, GpuSource, NvmlSource, TopoEnv};
+use crate::topology::fuse::{for_each_gpu_mut, fuse, gpus, keep_ranked_gpus};
+use crate::topology::init::{search_with_files, InitEnv};
+use crate::topology::search::{Graphs, SearchOptions};
+use crate::topology::xml::{self, XmlDoc, XmlNode};
+use crate::topology::{Rank, System};
+use std::collections::HashMap;
+
+use super::MAX_CHANNELS;
+
+/// Most bytes of one rank's view of its host (XML text) sent at init.
+pub const MAX_VIEW_BYTES: usize = 8 << 20;
+
+/// Where a communicator's channels come from when they are searched at init
+/// ([`crate::CommConfig::topology`]).
+///
+/// ```
+/// use rsccl::comm::TopologyConfig;
+/// // RSCCL_TOPO_FILE, RSCCL_GRAPH_FILE, RSCCL_TOPO_DUMP_FILE, RSCCL_GRAPH_DUMP_FILE as NCCL's.
+/// let topo = TopologyConfig { max_channels: 4, ..TopologyConfig::from_env()? };
+/// let cfg = rsccl::CommConfig { topology: Some(topo), ..Default::default() };
+/// # let _ = cfg;
+/// # Ok::<(), rsccl::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopologyConfig {
+    /// The topology file (`RSCCL_TOPO_FILE`: on a GPU fused with detection; on the CPU emulator
+    /// the machine it emulates), graph file and dump files.
+    pub env: InitEnv,
+    /// On the CPU emulator, which GPU of the topology file this rank plays (its `dev`); `None`:
+    /// the rank's index among the ranks on its host (as `LOCAL_RANK` picks a GPU). A GPU
+    /// backend always contributes its own device.
+    pub device: Option<u32>,
+    /// At most this many channels (NCCL's `NCCL_MAX_NCHANNELS`), 1..=[`MAX_CHANNELS`].
+    pub max_channels: usize,
+}
+
+impl Default for TopologyConfig {
+    fn default() -> Self {
+        TopologyConfig { env: InitEnv::default(), device: None, max_channels: MAX_CHANNELS }
+    }
+}
+
+/// The variable that caps the channels (NCCL's `NCCL_MAX_NCHANNELS`).
+pub const MAX_NCHANNELS_VAR: &str = "RSCCL_MAX_NCHANNELS";
+
+impl TopologyConfig {
+    /// The files from the environment (see [`InitEnv::from_env`]) and the channel cap from
+    /// `RSCCL_MAX_NCHANNELS` (1..=[`MAX_CHANNELS`]; unset or empty: [`MAX_CHANNELS`]).
+    pub fn from_env() -> Result<Self> {
+        let max_channels = match std::env::var(MAX_NCHANNELS_VAR) {
+            Ok(v) if !v.trim().is_empty() => {
+                v.trim().parse::<usize>().ok().filter(|n| (1..=MAX_CHANNELS).contains(n)).ok_or_else(
+                    || {
+                        Error::InvalidConfig(format!(
+                            "{MAX_NCHANNELS_VAR}=\"{v}\" is not a channel count in 1..={MAX_CHANNELS}"
+                        ))
+                    },
+                )?
+            }
+            _ => MAX_CHANNELS,
+        };
+        Ok(TopologyConfig { env: InitEnv::from_env(), max_channels, ..Default::default() })
+    }
+}
+
+/// Rings and trees derived at init (`CommConfig::rings` / `trees` shape).
+pub(crate) type Derived = (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>);
+
+/// The ranks of each host, hosts in the order of their lowest rank.
+pub(crate) fn hosts_of(peers: &[PeerInfo]) -> Vec<Vec<usize>> {
+    let mut order: Vec<u64> = Vec::new();
+    let mut hosts: Vec<Vec<usize>> = Vec::new();
+    for p in peers {
+        match order.iter().position(|&h| h == p.host_hash) {
+            Some(i) => hosts[i].push(p.rank),
+            None => {
+                order.push(p.host_hash);
+                hosts.push(vec![p.rank]);
+            }
+        }
+    }
+    hosts
+}
+
+/// This rank's view of its host: the `<system>` with only its own GPU ranked (`rank` = this
+/// rank), or `None` when there is nothing to describe (CPU emulator without a topology file).
+fn my_view(
+    topo: &TopologyConfig,
+    backend: &dyn Backend,
+    rank: usize,
+    local_index: usize,
+) -> Result<Option<XmlNode>> {
+    // Dumps are written once, from the fused system, not from each view.
+    let env = TopoEnv { topo_file: topo.env.topo.topo_file.clone(), dump_file: None };
+    let (mut root, mine) = match backend.pci_bus_id() {
+        Some(bus) => {
+            let want = canonical_bus_id(&bus).unwrap_or(bus.clone());
+            let all = NvmlSource::new().gpus()?;
+            let gpu = all
+                .into_iter()
+                .find(|g| canonical_bus_id(&g.bus_id).as_deref() == Some(want.as_str()))
+                .ok_or_else(|| {
+                    Error::InvalidConfig(format!(
+                        "rank {rank}: NVML does not list this rank's GPU {want}: its topology cannot be detected"
+                    ))
+                })?;
+            (Detector::new().local_topology(std::slice::from_ref(&gpu), &env)?.root, want)
+        }
+        None => {
+            let Some(file) = &env.topo_file else { return Ok(None) };
+            let doc = xml::read_file(file)?;
+            if doc.root.name != "system" {
+                return Err(doc.err(&doc.root, "a topology file's root must be <system>").into());
+            }
+            let dev = topo.device.unwrap_or(local_index as u32);
+            let listed = gpus(&doc.root);
+            let bus = listed
+                .iter()
+                .find(|(_, g)| g.attr("dev").and_then(xml::parse_int) == Some(dev as i64))
+                .map(|(b, _)| b.to_ascii_lowercase())
+                .ok_or_else(|| {
+                    let devs: Vec<&str> = listed.iter().filter_map(|(_, g)| g.attr("dev")).collect();
+                    Error::InvalidConfig(format!(
+                        "rank {rank}: the topology file {} has no GPU with dev={dev} to play (it lists dev {}); \
+                         a host's ranks play GPUs 0, 1, … in turn unless TopologyConfig::device says",
+                        file.display(),
+                        if devs.is_empty() { "none".to_string() } else { devs.join(", ") }
+                    ))
+                })?;
+            (doc.root, bus)
+        }
+    };
+    for_each_gpu_mut(&mut root, &mut |b, g| {
+        if b.eq_ignore_ascii_case(&mine) {
+            g.set_attr("rank", rank.to_string());
+        }
+    });
+    keep_ranked_gpus(&mut root, &|b| b.eq_ignore_ascii_case(&mine));
+    Ok(Some(root))
+}
+
+/// The bus id of the GPU a view ranks (`rank` attribute present), if exactly one.
+fn ranked_gpu(view: &XmlNode) -> Option<String> {
+    let mut ranked = gpus(view).into_iter().filter(|(_, g)| g.attr("rank").is_some());
+    let first = ranked.next()?.0.to_ascii_lowercase();
+    ranked.next().is_none().then_some(first)
+}
+
+/// The rings and trees for this communicator from every rank's view of its host, or `None`
+/// when no rank has a view (nothing to search: the caller's rings apply).
+pub(crate) fn channels_at_init(
+    boot: &mut Bootstrap,
+    rank: usize,
+    peers: &[PeerInfo],
+    topo: &TopologyConfig,
+    backend: &dyn Backend,
+) -> Result<Option<Derived>> {
+    if topo.max_channels == 0 || topo.max_channels > MAX_CHANNELS {
+        return Err(Error::InvalidConfig(format!(
+            "TopologyConfig::max_channels {} is outside 1..={MAX_CHANNELS}",
+            topo.max_channels
+        )));
+    }
+    let hosts = hosts_of(peers);
+    let local_index = hosts.iter().find_map(|h| h.iter().position(|&r| r == rank)).unwrap_or(0);
+    let text = my_view(topo, backend, rank, local_index)?.map(|v| xml::write(&v)).unwrap_or_default();
+    if text.len() > MAX_VIEW_BYTES {
+        return Err(Error::InvalidConfig(format!(
+            "rank {rank}: its topology is {} bytes, over the limit of {MAX_VIEW_BYTES}",
+            text.len()
+        )));
+    }
+    let all = boot.all_gather(text.as_bytes())?;
+    let with: Vec<usize> = (0..all.len()).filter(|&r| !all[r].is_empty()).collect();
+    if with.is_empty() {
+        tracing::info!(rank, "topology: no rank has one (no GPU, RSCCL_TOPO_FILE unset): default rings");
+        return Ok(None);
+    }
+    if let Some(r) = (0..all.len()).find(|r| all[*r].is_empty()) {
+        return Err(Error::InvalidConfig(format!(
+            "rank {r} has no topology (RSCCL_TOPO_FILE unset there, no GPU) while rank {} has one: \
+             set it for every rank",
+            with[0]
+        )));
+    }
+    let views: Vec<XmlNode> = all
+        .iter()
+        .enumerate()
+        .map(|(r, bytes)| {
+            let text = std::str::from_utf8(bytes)
+                .map_err(|_| Error::InvalidConfig(format!("rank {r}'s topology is not UTF-8")))?;
+            Ok(xml::parse(text, &format!("rank {r}'s topology"))?.root)
+        })
+        .collect::<Result<_>>()?;
+
+    let nodes = hosts.len();
+    let local = hosts[0].len();
+    if let Some(h) = hosts.iter().position(|h| h.len() != local) {
+        return Err(Error::InvalidConfig(format!(
+            "host {} has {} ranks and host {} has {local}: channels from the topology need the same \
+             number of ranks on every host (or give CommConfig::rings and trees yourself)",
+            peers[hosts[h][0]].hostname,
+            hosts[h].len(),
+            peers[hosts[0][0]].hostname
+        )));
+    }
+    let opts = SearchOptions { nodes, ..SearchOptions::default() };
+    let mut searched: HashMap<String, Graphs> = HashMap::new();
+    let mut per_host: Vec<String> = Vec::with_capacity(nodes);
+    for (h, ranks) in hosts.iter().enumerate() {
+        let host = &peers[ranks[0]].hostname;
+        // Each rank of the host names one GPU, and no two the same.
+        let mut bus_of: Vec<String> = Vec::with_capacity(ranks.len());
+        for &r in ranks {
+            let bus = ranked_gpu(&views[r]).ok_or_else(|| {
+                Error::InvalidConfig(format!("rank {r}'s topology does not name exactly one GPU of its own"))
+            })?;
+            if let Some(i) = bus_of.iter().position(|b| *b == bus) {
+                return Err(Error::InvalidConfig(format!(
+                    "ranks {} and {r} on host {host} both drive GPU {bus}",
+                    ranks[i]
+                )));
+            }
+            bus_of.push(bus);
+        }
+        let mut root = views[ranks[0]].clone();
+        for &r in &ranks[1..] {
+            fuse(&mut root, &views[r]);
+        }
+        // The search numbers a host's GPUs 0..local in rank order.
+        for_each_gpu_mut(
+            &mut root,
+            &mut |b, g| match bus_of.iter().position(|x| x.eq_ignore_ascii_case(b)) {
+                Some(i) => g.set_attr("rank", i.to_string()),
+                None => g.attrs.retain(|(k, _)| k != "rank"),
+            },
+        );
+        if rank == 0 && h == 0 {
+            if let Some(f) = &topo.env.topo.dump_file {
+                xml::write_file(&root, f)?;
+            }
+        }
+        let key = xml::write(&root);
+        if !searched.contains_key(&key) {
+            let doc = XmlDoc { source: format!("the topology of host {host}"), root };
+            let system = System::from_xml(&doc)?;
+            let dump = if rank == 0 && h == 0 { topo.env.graph_dump_file.as_deref() } else { None };
+            let (_, graphs) = search_with_files(&system, &opts, topo.env.graph_file.as_deref(), dump)?;
+            tracing::info!(
+                rank,
+                "topology: host {host}: {} GPU(s) of ranks {ranks:?}; search: ring {} channel(s), tree {}, nvls {}",
+                ranks.len(),
+                graphs.ring.n_channels,
+                graphs.tree.n_channels,
+                graphs.nvls.n_channels
+            );
+            searched.insert(key.clone(), graphs);
+        }
+        per_host.push(key);
+    }
+    let graphs: Vec<&Graphs> = per_host.iter().map(|k| &searched[k]).collect();
+    derive(&graphs, &hosts, topo.max_channels).map(Some)
+}
+
+/// Rings and trees over the communicator's ranks from each host's search: the channel wiring
+/// is built in host-major numbering (`host × local + index`) and mapped onto the ranks.
+pub(crate) fn derive(graphs: &[&Graphs], hosts: &[Vec<usize>], max_channels: usize) -> Result<Derived> {
+    let local = hosts.first().map_or(0, Vec::len);
+    let actual = |canonical: Rank| hosts[canonical.0 as usize / local][canonical.0 as usize % local];
+    let nranks = hosts.len() * local;
+    let wiring: Vec<RankChannels> =
+        (0..nranks).map(|c| connect_nodes(graphs, Rank(c as u32))).collect::<Result<_>>()?;
+    let rings: Vec<Vec<usize>> = ring_orders_of(&wiring)
+        .into_iter()
+        .take(max_channels)
+        .map(|o| o.into_iter().map(actual).collect())
+        .collect();
+    if rings.is_empty() {
+        return Err(Error::InvalidConfig("the topology search found no channel".into()));
+    }
+    let trees: Vec<Vec<Option<usize>>> = (0..rings.len())
+        .map(|c| {
+            let mut parent = vec![None; nranks];
+            for w in &wiring {
+                parent[actual(w.rank)] = w.tree.get(c).and_then(|t| t.up).map(actual);
+            }
+            parent
+        })
+        .collect();
+    Ok((rings, trees))
+}

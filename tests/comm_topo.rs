@@ -1,0 +1,290 @@
+//! Channels searched at init (`CommConfig::topology`): each rank contributes its view of its
+//! host (on the CPU emulator, the GPU of `RSCCL_TOPO_FILE` it plays), the ranks of a host fuse
+//! their views, each host is searched, and every rank derives the same rings and trees.
+//! Checked against the search run here on the fixture trimmed to the ranks' GPUs (the path the
+//! caller took before), mapped onto the ranks by hand; then collectives run on the result.
+use rsccl::bootstrap::UniqueId;
+use rsccl::comm::{BufRef, Comm, CommConfig, ReduceOp, TopologyConfig};
+use rsccl::topology::init::InitEnv;
+use rsccl::topology::search::{search_all, SearchOptions};
+use rsccl::topology::{xml, NodeKind, System};
+use rsccl::transport::{shm, TransportKind};
+use rsccl::{backend, Error};
+use rsccl_device::coll::Collective;
+use rsccl_device::dtype::DataType;
+use rsccl_suite::procs::{run_ring_case, Children};
+use rsccl_suite::ring_check::Case;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const CHILD_VAR: &str = "RSCCL_TEST_TOPO_CHILD";
+const FIXTURE: &str = "fixtures/topology/simllm_perlmutter_a100_nid001056_nccl_topo.xml";
+const MAX_CH: usize = 2;
+
+fn fixture() -> PathBuf {
+    rsccl_suite::shared_dir().join(FIXTURE)
+}
+
+/// What the caller computed by hand before: the fixture's machine trimmed to its first `local`
+/// GPUs, searched for `nodes` nodes; at most `cap` rings and trees, in host-major numbering.
+#[allow(clippy::type_complexity)]
+fn by_hand(nodes: usize, local: usize, cap: usize) -> (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>) {
+    let sys = System::from_xml(&xml::read_file(&fixture()).unwrap()).unwrap();
+    let sys =
+        sys.retain(|_, n| n.kind != NodeKind::Gpu || n.gpu().is_some_and(|g| (g.rank.0 as usize) < local));
+    let graphs = search_all(&sys, &SearchOptions { nodes, ..SearchOptions::default() });
+    let cfg = CommConfig::from_topology_nodes(&graphs, nodes).unwrap();
+    let mut rings = cfg.rings.unwrap();
+    let mut trees = cfg.trees.unwrap();
+    rings.truncate(cap);
+    trees.truncate(cap);
+    (rings, trees)
+}
+
+/// `by_hand` with rank `canonical` renamed to `hosts[canonical / local][canonical % local]`,
+/// each ring rotated to start at rank 0 (as a ring order is printed).
+#[allow(clippy::type_complexity)]
+fn renamed(
+    (rings, trees): (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>),
+    hosts: &[Vec<usize>],
+) -> (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>) {
+    let local = hosts[0].len();
+    let name = |c: usize| hosts[c / local][c % local];
+    let rings = rings
+        .into_iter()
+        .map(|ring| {
+            let mut r: Vec<usize> = ring.into_iter().map(name).collect();
+            let at = r.iter().position(|&x| x == 0).unwrap();
+            r.rotate_left(at);
+            r
+        })
+        .collect();
+    let trees = trees
+        .into_iter()
+        .map(|parent| {
+            let mut out = vec![None; parent.len()];
+            for (c, p) in parent.into_iter().enumerate() {
+                out[name(c)] = p.map(name);
+            }
+            out
+        })
+        .collect();
+    (rings, trees)
+}
+
+fn topo_config(topo: TopologyConfig) -> CommConfig {
+    CommConfig {
+        nthreads: 128,
+        step_bytes: 4096,
+        timeout: Duration::from_secs(30),
+        bootstrap_timeout: Duration::from_secs(30),
+        topology: Some(topo),
+        ..CommConfig::default()
+    }
+}
+
+fn file_topology() -> TopologyConfig {
+    TopologyConfig {
+        env: InitEnv {
+            topo: rsccl::topology::detect::TopoEnv { topo_file: Some(fixture()), dump_file: None },
+            ..InitEnv::default()
+        },
+        max_channels: MAX_CH,
+        ..TopologyConfig::default()
+    }
+}
+
+/// A ring case for `comm`'s channels.
+fn case(comm: &Comm, coll: Collective, dtype: DataType, op: ReduceOp, count: usize, k: usize) -> Case {
+    let cfg = comm.config();
+    Case {
+        coll,
+        n: comm.nranks(),
+        nch: cfg.nchannels,
+        dtype,
+        op,
+        count,
+        in_place: k.is_multiple_of(2),
+        nthreads: cfg.nthreads,
+        step_bytes: cfg.step_bytes,
+        exact: true,
+        root: k % comm.nranks(),
+        seed: 0x5EED + k as u64,
+        rings: cfg.rings.clone(),
+    }
+}
+
+fn some_cases(comm: &Comm) -> Vec<Case> {
+    vec![
+        case(comm, Collective::AllReduce, DataType::F32, ReduceOp::Sum, 65_537, 1),
+        case(comm, Collective::ReduceScatter, DataType::BF16, ReduceOp::Max, 4099, 2),
+        case(comm, Collective::AllGather, DataType::U8, ReduceOp::Sum, 1001, 3),
+        case(comm, Collective::Broadcast, DataType::I64, ReduceOp::Sum, 7, 4),
+        case(comm, Collective::Reduce, DataType::F64, ReduceOp::Avg, 3000, 5),
+    ]
+}
+
+/// Four ranks in one process are one host: their views fuse into the fixture's four GPUs,
+/// the channels equal the hand-made ones, and the fused system is dumped by rank 0.
+#[test]
+fn one_host_fuses_into_the_hand_made_channels() {
+    let dump = std::env::temp_dir().join(format!("rsccl-topo-dump-{}.xml", std::process::id()));
+    let mut topo = file_topology();
+    topo.env.topo.dump_file = Some(dump.clone());
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 4, topo_config(topo)).unwrap();
+    let (rings, trees) = renamed(by_hand(1, 4, MAX_CH), &[vec![0, 1, 2, 3]]);
+    for c in &comms {
+        assert_eq!(c.config().rings.as_ref(), Some(&rings), "rank {}", c.rank());
+        assert_eq!(c.config().trees.as_ref(), Some(&trees), "rank {}", c.rank());
+        assert_eq!(c.config().nchannels, MAX_CH);
+    }
+    let fused = System::from_xml(&xml::read_file(&dump).unwrap()).unwrap();
+    std::fs::remove_file(&dump).unwrap();
+    assert_eq!(fused.count(NodeKind::Gpu), 4);
+    let cases = some_cases(&comms[0]);
+    std::thread::scope(|s| {
+        for comm in &comms {
+            let (be, cases) = (&be, &cases);
+            s.spawn(move || {
+                for c in cases {
+                    run_ring_case(comm, be, c).unwrap_or_else(|e| panic!("rank {}: {e}", comm.rank()));
+                }
+            });
+        }
+    });
+}
+
+/// Two ranks that say they play the same GPU: every rank's init fails naming both.
+#[test]
+fn two_ranks_on_one_gpu_are_refused() {
+    let be = backend::cpu();
+    let topo = TopologyConfig { device: Some(1), ..file_topology() };
+    let err = Comm::init_all(&be, 2, topo_config(topo)).unwrap_err().to_string();
+    assert!(err.contains("ranks 0 and 1 on host") && err.contains("both drive GPU"), "{err}");
+}
+
+/// A GPU the file does not have, and a rank without any view, are named.
+#[test]
+fn missing_gpus_and_views_are_named() {
+    let be = backend::cpu();
+    let topo = TopologyConfig { device: Some(9), ..file_topology() };
+    let err = Comm::init_all(&be, 2, topo_config(topo)).unwrap_err().to_string();
+    assert!(
+        err.contains("has no GPU with dev=9") && err.contains(FIXTURE.rsplit('/').next().unwrap()),
+        "{err}"
+    );
+
+    // Rank 1 has no topology file: both ranks fail naming it.
+    let id = UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|rank| {
+                let be = be.clone();
+                s.spawn(move || {
+                    let topo = if rank == 0 { file_topology() } else { TopologyConfig::default() };
+                    Comm::init_rank(&be, 2, rank, &id, topo_config(topo)).unwrap_err().to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for e in &errs {
+        assert!(e.contains("rank 1 has no topology"), "{e}");
+    }
+    // Rings and a topology together are refused before anything starts.
+    let mut cfg = topo_config(file_topology());
+    cfg.rings = Some(vec![vec![0, 1]]);
+    assert!(matches!(Comm::init_all(&be, 2, cfg), Err(Error::InvalidConfig(m)) if m.contains("not both")));
+}
+
+/// The child side: one rank of a multi-process job, from a launcher's variables, with
+/// `RSCCL_TOPO_FILE` set (so `from_env` searches at init).
+#[test]
+fn topo_child() {
+    if std::env::var(CHILD_VAR).is_err() {
+        return;
+    }
+    let be = backend::cpu();
+    let cfg = CommConfig {
+        nthreads: 128,
+        step_bytes: 4096,
+        timeout: Duration::from_secs(30),
+        bootstrap_timeout: Duration::from_secs(30),
+        ..CommConfig::default()
+    };
+    let comm = Comm::from_env(&be, cfg).unwrap();
+    let rank = comm.rank();
+    println!("RINGS {:?}", comm.config().rings.as_ref().unwrap());
+    println!("TREES {:?}", comm.config().trees.as_ref().unwrap());
+    for c in some_cases(&comm) {
+        run_ring_case(&comm, &be, &c).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+    }
+    // The derived trees carry a tree all-reduce.
+    let (n, count) = (comm.nranks(), 70_001usize);
+    let buf = be.upload(&(0..count).map(|i| (i % 31 * (rank + 1)) as i32).collect::<Vec<_>>()).unwrap();
+    comm.all_reduce_tree(BufRef::from(&buf), BufRef::from(&buf), count, DataType::I32, ReduceOp::Sum)
+        .unwrap();
+    let want: Vec<i32> = (0..count).map(|i| (i % 31 * n * (n + 1) / 2) as i32).collect();
+    assert_eq!(be.download::<i32>(&buf, count).unwrap(), want, "rank {rank}: tree all-reduce");
+    let kinds: Vec<Option<TransportKind>> = (0..comm.nranks()).map(|p| comm.transport_to(p)).collect();
+    println!("TRANSPORTS {kinds:?}");
+    println!("rank {rank}: ok");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Two "hosts" of two processes each, hosts interleaved (ranks 0 and 2 on one, 1 and 3 on the
+/// other), channels capped by `RSCCL_MAX_NCHANNELS`: the channels are the hand-made two-node
+/// ones with host-major ranks renamed, the same on every rank, NET only between hosts, and collectives are bit-exact on them.
+#[test]
+fn interleaved_hosts_get_the_renamed_multi_node_channels() {
+    let (nodes, local) = (2usize, 2usize);
+    let n = nodes * local;
+    let port = free_port();
+    let envs = (0..n).map(|r| {
+        [
+            (CHILD_VAR, "1".to_string()),
+            ("RANK", r.to_string()),
+            ("WORLD_SIZE", n.to_string()),
+            ("LOCAL_RANK", (r / nodes).to_string()),
+            ("RSCCL_COMM_ID", format!("127.0.0.1:{port}")),
+            ("RSCCL_TOPO_FILE", fixture().display().to_string()),
+            ("RSCCL_MAX_NCHANNELS", "3".to_string()),
+            ("RSCCL_HOSTID", format!("host{}", r % nodes)),
+            ("RSCCL_SOCKET_IFNAME", "lo".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    });
+    let mut ranks = Children::spawn("topo_child", envs);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(240));
+    let hosts = vec![vec![0, 2], vec![1, 3]];
+    let (rings, trees) = renamed(by_hand(nodes, local, 3), &hosts);
+    assert_eq!(rings.len(), 3, "the search found fewer channels than the cap");
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(*ok && text.contains(&format!("rank {r}: ok")), "rank {r}:\n{text}");
+        let line = |tag: &str| text.lines().find_map(|l| l.split_once(tag)).unwrap().1.trim().to_string();
+        assert_eq!(line("RINGS "), format!("{rings:?}"), "rank {r}");
+        assert_eq!(line("TREES "), format!("{trees:?}"), "rank {r}");
+        let want: Vec<Option<TransportKind>> = (0..n)
+            .map(|p| {
+                Some(if p == r {
+                    TransportKind::InProcess
+                } else if p % nodes == r % nodes {
+                    TransportKind::Shm
+                } else {
+                    TransportKind::Net
+                })
+            })
+            .collect();
+        assert_eq!(line("TRANSPORTS "), format!("{want:?}"), "rank {r}");
+    }
+    for pid in pids {
+        assert!(shm::leftover_segments(pid).is_empty(), "pid {pid} left shared memory behind");
+    }
+}
