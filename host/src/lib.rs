@@ -34,7 +34,7 @@ pub mod transport;
 
 pub use backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig, Preference};
 pub use bootstrap::UniqueId;
-pub use comm::{Algorithm, BufRef, Comm, CommConfig, GroupConfig, LocalGroup, ReduceOp};
+pub use comm::{Algorithm, BufRef, Comm, CommConfig, GroupConfig, LocalGroup, ReduceOp, Work};
 pub use error::{Error, Result};
 pub use rsccl_device::dtype::DataType;
 pub use rsccl_device::DevPtr;

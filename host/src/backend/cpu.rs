@@ -106,6 +106,7 @@ impl Backend for CpuBackend {
 
     fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<()> {
         dst.check_range("copy_in", offset, src.len())?;
+        dst.wait_idle();
         self.synchronize()?;
         if !src.is_empty() {
             // SAFETY: the range is inside dst (checked) and no kernel runs (synchronized).
@@ -122,6 +123,7 @@ impl Backend for CpuBackend {
 
     fn copy_out(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
         src.check_range("copy_out", offset, dst.len())?;
+        src.wait_idle();
         self.synchronize()?;
         if !dst.is_empty() {
             // SAFETY: the range is inside src (checked) and no kernel runs (synchronized).
@@ -139,6 +141,8 @@ impl Backend for CpuBackend {
     fn copy_device(&self, dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize) -> Result<()> {
         dst.check_range("copy_device destination", 0, bytes)?;
         src.check_range("copy_device source", 0, bytes)?;
+        dst.wait_idle();
+        src.wait_idle();
         self.synchronize()?;
         if bytes > 0 {
             // SAFETY: both ranges are inside their buffers (checked), distinct allocations
@@ -171,6 +175,32 @@ impl Backend for CpuBackend {
 
     fn synchronize(&self) -> Result<()> {
         join(self.take_last())
+    }
+
+    fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        // A stream entry of its own: it runs `f` after the launches before it, whether they
+        // failed or not, and passes their result on to whoever synchronizes. Shared so that a
+        // failed spawn gives both back to run here.
+        let job = std::sync::Arc::new(Mutex::new(Some((last.take(), f))));
+        let mine = job.clone();
+        let spawned = std::thread::Builder::new().name("cpu-stream-host-fn".into()).spawn(move || {
+            let (previous, f) = mine.lock().unwrap_or_else(|p| p.into_inner()).take().expect("taken once");
+            let r = join(previous);
+            f();
+            r
+        });
+        match spawned {
+            Ok(h) => *last = Some(h),
+            Err(_) => {
+                if let Some((previous, f)) = job.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    if let Err(e) = join(previous) {
+                        tracing::warn!("a kernel failed before a host function ran: {e}");
+                    }
+                    f();
+                }
+            }
+        }
     }
 
     fn fork_stream(&self) -> Result<std::sync::Arc<dyn Backend>> {

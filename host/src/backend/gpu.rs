@@ -334,6 +334,7 @@ impl Backend for GpuBackend {
 
     fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<()> {
         dst.check_range("copy_in", offset, src.len())?;
+        dst.wait_idle();
         self.synchronize()?;
         if src.is_empty() {
             return Ok(());
@@ -344,6 +345,7 @@ impl Backend for GpuBackend {
 
     fn copy_out(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
         src.check_range("copy_out", offset, dst.len())?;
+        src.wait_idle();
         self.synchronize()?;
         if dst.is_empty() {
             return Ok(());
@@ -355,6 +357,8 @@ impl Backend for GpuBackend {
     fn copy_device(&self, dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize) -> Result<()> {
         dst.check_range("copy_device destination", 0, bytes)?;
         src.check_range("copy_device source", 0, bytes)?;
+        dst.wait_idle();
+        src.wait_idle();
         self.bind()?;
         if bytes == 0 {
             return Ok(());
@@ -408,6 +412,53 @@ impl Backend for GpuBackend {
         unsafe { sys::cuStreamSynchronize(self.raw_stream()) }
             .result()
             .map_err(|e| Error::KernelFailed { kernel: "(last launch)".into(), detail: format!("{e:?}") })
+    }
+
+    fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
+        // Not a CUDA host function: `f` may free device memory, which a host function may not
+        // do. An event after the work so far, waited for by a thread of its own, then `f`.
+        let recorded = self.bind().ok().and_then(|()| {
+            let ev = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).ok()?;
+            // SAFETY: a fresh event and our stream, in the bound context.
+            match unsafe { result::event::record(ev, self.raw_stream()) } {
+                Ok(()) => Some(ev),
+                Err(_) => {
+                    // SAFETY: created above, destroyed once.
+                    let _ = unsafe { result::event::destroy(ev) };
+                    None
+                }
+            }
+        });
+        let Some(ev) = recorded else {
+            let _ = self.synchronize();
+            return f();
+        };
+        /// The event handle, moved to the waiting thread.
+        struct Event(sys::CUevent);
+        // SAFETY: an event handle may be used from any thread with its context bound.
+        unsafe impl Send for Event {}
+        let (shared, ev) = (self.shared.clone(), Event(ev));
+        let job = Arc::new(Mutex::new(Some(f)));
+        let mine = job.clone();
+        let spawned = std::thread::Builder::new().name("gpu-stream-host-fn".into()).spawn(move || {
+            let ev = ev;
+            if shared.ctx.bind_to_thread().is_ok() {
+                // SAFETY: recorded above; destroyed once, after the wait.
+                unsafe {
+                    let _ = result::event::synchronize(ev.0);
+                    let _ = result::event::destroy(ev.0);
+                }
+            }
+            if let Some(f) = mine.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                f();
+            }
+        });
+        if spawned.is_err() {
+            let _ = self.synchronize();
+            if let Some(f) = job.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                f();
+            }
+        }
     }
 
     fn fork_stream(&self) -> Result<Arc<dyn Backend>> {

@@ -59,16 +59,53 @@ pub enum BackendKind {
     Cpu,
 }
 
-/// Device memory owned by a backend; freed when dropped.
+/// Device memory owned by a backend; freed when dropped and no enqueued collective still
+/// uses it.
 pub struct DeviceBuffer {
     ptr: DevPtr,
     len: usize,
-    _owner: Box<dyn Any + Send + Sync>,
+    owner: Arc<Owner>,
+}
+
+/// The memory of a [`DeviceBuffer`] and how many enqueued collectives still use it: the
+/// memory lives until the last of them completes, and copies wait for them (as CUDA's
+/// synchronous copies wait for the device), so a collective in flight never races the host.
+struct Owner {
+    _mem: Box<dyn Any + Send + Sync>,
+    users: std::sync::Mutex<usize>,
+    idle: std::sync::Condvar,
+}
+
+/// One enqueued collective's use of a buffer: keeps its memory alive and its copies waiting
+/// until dropped (by the stream, once the kernel completed).
+pub(crate) struct Hold(Arc<Owner>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut n = self.0.users.lock().unwrap_or_else(|p| p.into_inner());
+        *n -= 1;
+        if *n == 0 {
+            self.0.idle.notify_all();
+        }
+    }
 }
 
 impl DeviceBuffer {
     pub(crate) fn new(ptr: DevPtr, len: usize, owner: Box<dyn Any + Send + Sync>) -> Self {
-        DeviceBuffer { ptr, len, _owner: owner }
+        let owner = Arc::new(Owner { _mem: owner, users: Default::default(), idle: Default::default() });
+        DeviceBuffer { ptr, len, owner }
+    }
+    /// Marks the buffer in use by an enqueued collective until the returned hold is dropped.
+    pub(crate) fn hold(&self) -> Hold {
+        *self.owner.users.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        Hold(self.owner.clone())
+    }
+    /// Waits until no enqueued collective uses the buffer.
+    pub(crate) fn wait_idle(&self) {
+        let mut n = self.owner.users.lock().unwrap_or_else(|p| p.into_inner());
+        while *n > 0 {
+            n = self.owner.idle.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
     }
     /// Device address of the first byte (16-byte aligned on both backends).
     pub fn ptr(&self) -> DevPtr {
@@ -189,6 +226,13 @@ pub trait Backend: Send + Sync {
     unsafe fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()>;
     /// Waits for every launch so far; reports the first failure.
     fn synchronize(&self) -> Result<()>;
+    /// Runs `f` once every launch enqueued so far has completed (or failed), without waiting
+    /// for it here when the backend can (CUDA's `cuLaunchHostFunc`). This default waits, then
+    /// runs `f`.
+    fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
+        let _ = self.synchronize();
+        f();
+    }
     /// A handle to the same device and memory with its own stream, so launches on it run
     /// concurrently with this one's (one per emulated rank or per channel group).
     fn fork_stream(&self) -> Result<Arc<dyn Backend>>;

@@ -6,6 +6,7 @@ use super::collectives::check_call;
 use super::hang::{self, Progress};
 use super::local::{check_tree, MAX_STEP_BYTES, MAX_TIMEOUT};
 use super::topo::TopologyConfig;
+use super::work::{Enqueue, Work};
 use super::{BufRef, RankFailure, ReduceOp};
 use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
 use crate::bootstrap::{Bootstrap, PeerInfo, UniqueId};
@@ -260,6 +261,15 @@ enum Slot {
     DownSend(usize, usize),
 }
 
+/// A communicator's collectives between enqueue and [`Work::wait`].
+#[derive(Default)]
+struct Queue {
+    /// The number of the collective whose kernel may still run.
+    in_flight: Option<u64>,
+    /// Finished collectives whose [`Work`] has not asked yet: (number, result).
+    unclaimed: Vec<(u64, Result<()>)>,
+}
+
 /// One rank of a communicator.
 ///
 /// **Threads.** A `Comm` is `Send + Sync`; its collectives take `&self` and run one at a time,
@@ -309,7 +319,8 @@ pub struct Comm {
     poisoned: AtomicBool,
     /// What made the communicator unusable, for [`Comm::async_error`].
     failure: Mutex<Option<Error>>,
-    turn: Mutex<()>,
+    /// The collective in flight and the results nobody claimed yet (see [`Work`]).
+    queue: Mutex<Queue>,
     /// Splits made so far (every rank makes them in the same order: part of their tags).
     splits: std::sync::atomic::AtomicU64,
     /// Which collective this rank is in (answers other ranks' status queries).
@@ -518,7 +529,7 @@ impl Comm {
             bootstrap: Mutex::new(boot),
             poisoned: AtomicBool::new(false),
             failure: Mutex::new(None),
-            turn: Mutex::new(()),
+            queue: Mutex::new(Queue::default()),
             splits: std::sync::atomic::AtomicU64::new(0),
             progress,
         })
@@ -725,6 +736,11 @@ impl Comm {
         self.checked(Collective::Reduce, send, recv, count, dtype, op, root, false)
     }
 
+    /// Starts collectives without waiting for them (see [`Enqueue`]).
+    pub fn enqueue(&self) -> Enqueue<'_> {
+        Enqueue { comm: self }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn checked(
         &self,
@@ -737,6 +753,23 @@ impl Comm {
         root: usize,
         tree: bool,
     ) -> Result<()> {
+        self.start(coll, send, recv, count, dtype, op, root, tree)?.wait()
+    }
+
+    /// Checks a collective's arguments and enqueues its kernel after the one in flight, which
+    /// it completes first; returns its [`Work`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start(
+        &self,
+        coll: Collective,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        root: usize,
+        tree: bool,
+    ) -> Result<Work<'_>> {
         let (red, arg) = check_call(
             coll,
             self.rank,
@@ -749,12 +782,54 @@ impl Comm {
             root,
             self.stream.compute_capability(),
         )?;
-        let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.complete_in_flight(&mut q);
+        // No other collective (of any communicator) may still use these buffers.
+        send.buf.wait_idle();
+        recv.buf.wait_idle();
         self.arm()?;
+        let holds = [send.buf.hold(), recv.buf.hold()];
         // SAFETY: check_call showed both buffers hold what this rank reads and writes; the
-        // borrows keep them alive, and finish waits for the kernel before this returns.
-        unsafe { self.launch(coll, dtype, red, tree, (send.ptr(), recv.ptr()), count as u64, root, arg) }?;
-        self.finish()
+        // holds keep their memory alive, and their copies waiting, until the kernel completed.
+        let launched =
+            unsafe { self.launch(coll, dtype, red, tree, (send.ptr(), recv.ptr()), count as u64, root, arg) };
+        let seq = self.progress.in_flight().map(|(s, _)| s);
+        if let Err(e) = launched {
+            if let Some(seq) = seq {
+                self.progress.finish(seq);
+            }
+            return Err(e);
+        }
+        let seq = seq.expect("launch entered a collective");
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        self.stream.host_fn(Box::new(move || {
+            drop(holds);
+            flag.store(true, Ordering::Release);
+        }));
+        q.in_flight = Some(seq);
+        Ok(Work::new(self, seq, done))
+    }
+
+    /// Waits for collective `seq` (if it is the one in flight) and returns its result.
+    pub(super) fn complete(&self, seq: u64) -> Result<()> {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if q.in_flight == Some(seq) {
+            q.in_flight = None;
+            return self.finish();
+        }
+        match q.unclaimed.iter().position(|(s, _)| *s == seq) {
+            Some(i) => q.unclaimed.swap_remove(i).1,
+            None => Ok(()),
+        }
+    }
+
+    /// Completes the collective in flight, if any, keeping its result for its [`Work`].
+    fn complete_in_flight(&self, q: &mut Queue) {
+        if let Some(seq) = q.in_flight.take() {
+            let r = self.finish();
+            q.unclaimed.push((seq, r));
+        }
     }
 
     /// The error that left this communicator unusable (NCCL's `ncclCommGetAsyncError`): `Ok`
@@ -964,6 +1039,10 @@ impl Comm {
 
 impl Drop for Comm {
     fn drop(&mut self) {
+        // A collective whose Work was forgotten still runs: let it end (its own timeout bounds
+        // it) before the connections and the memory its kernel uses go.
+        let mut q = std::mem::take(self.queue.get_mut().unwrap_or_else(|p| p.into_inner()));
+        self.complete_in_flight(&mut q);
         // After a failed collective the FIFOs hold slices no peer will read: close at once
         // instead of trying to send them (a healthy communicator's proxy sends what is left).
         if let Some(mut p) = self.proxy.take() {

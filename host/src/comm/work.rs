@@ -1,0 +1,160 @@
+//! Nonblocking collectives: [`Enqueue`] starts one on the communicator's stream and returns a
+//! [`Work`] (NCCL's enqueue-and-return; PyTorch's `Work`). The blocking calls of
+//! [`Comm`] are an enqueue followed by [`Work::wait`]: one path.
+//!
+//! The buffers a collective was given stay alive until its kernel completes, whatever the
+//! caller drops meanwhile, and the backend's copies of them wait for it: the stream, not the
+//! caller's discipline, decides when their memory may be reused.
+use super::communicator::Comm;
+use super::{BufRef, ReduceOp};
+use crate::error::Result;
+use rsccl_device::coll::Collective;
+use rsccl_device::dtype::DataType;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Starts collectives without waiting for them; from [`Comm::enqueue`].
+///
+/// Collectives of one communicator run one after the other in the order they were enqueued;
+/// while one is in flight, enqueuing the next waits for the previous kernel to finish (one in
+/// flight per communicator).
+///
+/// ```
+/// use rsccl::{backend, BufRef, Comm, CommConfig, DataType, ReduceOp};
+///
+/// let be = backend::cpu();
+/// let comms = Comm::init_all(&be, 2, CommConfig::default())?;
+/// let bufs: Vec<_> = (0..2).map(|r| be.upload(&[r as f32 + 1.0; 8])).collect::<Result<_, _>>()?;
+/// // Both ranks start their all-reduce from this one thread, then wait for both.
+/// let work: Vec<_> = comms
+///     .iter()
+///     .zip(&bufs)
+///     .map(|(c, b)| c.enqueue().all_reduce(b.into(), b.into(), 8, DataType::F32, ReduceOp::Sum))
+///     .collect::<Result<_, _>>()?;
+/// for w in work {
+///     w.wait()?;
+/// }
+/// assert_eq!(be.download::<f32>(&bufs[1], 8)?, [3.0; 8]);
+/// # Ok::<(), rsccl::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Enqueue<'c> {
+    pub(super) comm: &'c Comm,
+}
+
+/// A collective in flight. [`Work::wait`] returns its result — the same errors the blocking
+/// call returns; dropping it without waiting waits too (a failure then stays for
+/// [`Comm::async_error`]).
+#[must_use = "a collective in flight: wait for it to see its result"]
+#[derive(Debug)]
+pub struct Work<'c> {
+    comm: &'c Comm,
+    seq: u64,
+    done: Arc<AtomicBool>,
+    claimed: bool,
+}
+
+impl<'c> Work<'c> {
+    pub(super) fn new(comm: &'c Comm, seq: u64, done: Arc<AtomicBool>) -> Self {
+        Work { comm, seq, done, claimed: false }
+    }
+
+    /// Waits for the collective and returns its result.
+    pub fn wait(mut self) -> Result<()> {
+        self.claimed = true;
+        self.comm.complete(self.seq)
+    }
+
+    /// Whether its kernel has finished on this rank (a poll: the result still comes from
+    /// [`Work::wait`]).
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// The collective's number in this communicator (the one hang reports name).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+impl Drop for Work<'_> {
+    fn drop(&mut self) {
+        if !self.claimed {
+            let _ = self.comm.complete(self.seq);
+        }
+    }
+}
+
+impl<'c> Enqueue<'c> {
+    /// Nonblocking [`Comm::all_reduce`].
+    pub fn all_reduce(
+        self,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<Work<'c>> {
+        self.comm.start(Collective::AllReduce, send, recv, count, dtype, op, 0, false)
+    }
+
+    /// Nonblocking [`Comm::all_reduce_tree`].
+    pub fn all_reduce_tree(
+        self,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<Work<'c>> {
+        self.comm.start(Collective::AllReduce, send, recv, count, dtype, op, 0, true)
+    }
+
+    /// Nonblocking [`Comm::reduce_scatter`].
+    pub fn reduce_scatter(
+        self,
+        send: BufRef,
+        recv: BufRef,
+        recv_count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<Work<'c>> {
+        self.comm.start(Collective::ReduceScatter, send, recv, recv_count, dtype, op, 0, false)
+    }
+
+    /// Nonblocking [`Comm::all_gather`].
+    pub fn all_gather(
+        self,
+        send: BufRef,
+        recv: BufRef,
+        send_count: usize,
+        dtype: DataType,
+    ) -> Result<Work<'c>> {
+        self.comm.start(Collective::AllGather, send, recv, send_count, dtype, ReduceOp::Sum, 0, false)
+    }
+
+    /// Nonblocking [`Comm::broadcast`].
+    pub fn broadcast(
+        self,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        root: usize,
+    ) -> Result<Work<'c>> {
+        self.comm.start(Collective::Broadcast, send, recv, count, dtype, ReduceOp::Sum, root, false)
+    }
+
+    /// Nonblocking [`Comm::reduce`].
+    pub fn reduce(
+        self,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Work<'c>> {
+        self.comm.start(Collective::Reduce, send, recv, count, dtype, op, root, false)
+    }
+}
