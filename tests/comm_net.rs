@@ -5,22 +5,31 @@
 //! (Perlmutter's A100 node, trimmed to the GPUs the node's ranks use) and the channels come
 //! from the multi-node search. Checked: all five collectives, ring and tree, bit for bit
 //! against the independent references; the transport of every connection as `RSCCL_DEBUG=INFO`
-//! prints it; a rank SIGKILLed on another node. Every child is bounded in time and killed if
-//! it overruns; no shared-memory segment may be left behind.
+//! prints it; a rank SIGKILLed on another node; strangers (garbage, a wrong secret, silence) at
+//! every network and bootstrap listener of a running job. Every child is bounded in time and
+//! killed if it overruns; no shared-memory segment may be left behind.
 use rsccl::bootstrap::UniqueId;
 use rsccl::comm::{BufRef, Comm, CommConfig, ReduceOp};
 use rsccl::topology::search::{search_all, SearchOptions};
 use rsccl::topology::{xml, NodeKind, System};
 use rsccl::transport::{shm, TransportKind};
-use rsccl::{backend, Error};
+use rsccl::{backend, Backend, Error};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_suite::procs::{all_reduce_until_error, run_ring_case, Children};
 use rsccl_suite::ring_check::Case;
 use rsccl_suite::{reference, tree_check};
-use std::time::Duration;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 const CHILD_VAR: &str = "RSCCL_TEST_NET_CHILD";
+/// The strangers test's directory: each rank's log (`rankR.log`), its markers (`rankR.gated`,
+/// `rankR.running`) and the test's orders (`go`, `stop`).
+const DIR_VAR: &str = "RSCCL_TEST_NET_DIR";
 const FIXTURE: &str = "fixtures/topology/simllm_perlmutter_a100_nid001056_nccl_topo.xml";
 
 fn var(name: &str) -> usize {
@@ -207,12 +216,183 @@ fn net_child() {
             // would look dead to a neighbour still waiting on it, which would name it instead.
             std::thread::sleep(Duration::from_secs(3));
         }
+        "strangers" => {
+            let dir = PathBuf::from(std::env::var(DIR_VAR).unwrap());
+            let gate = Arc::new(Gate { rank, dir: dir.clone(), passed: AtomicBool::new(false) });
+            let be: Arc<dyn Backend> = Arc::new(Gated { inner: be, gate });
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg.clone()).unwrap();
+            let cs: Vec<Case> = [
+                (DataType::F32, ReduceOp::Sum, 4099),
+                (DataType::BF16, ReduceOp::Max, 1000),
+                (DataType::I64, ReduceOp::Prod, 65_537),
+                (DataType::F64, ReduceOp::Avg, 7),
+                (DataType::U8, ReduceOp::PreMulSum(2.0), 300),
+            ]
+            .into_iter()
+            .enumerate()
+            .map(|(k, (t, op, count))| case(&cfg, n, Collective::AllReduce, t, op, count, k))
+            .collect();
+            let flag = be.alloc(4).unwrap();
+            let (mut calls, mut rounds, started) = (0, 0, Instant::now());
+            loop {
+                for c in &cs {
+                    run_ring_case(&comm, &be, c).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+                }
+                run_tree(&comm, &be, DataType::F32, ReduceOp::Sum, 4099)
+                    .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+                (calls, rounds) = (calls + cs.len() + 1, rounds + 1);
+                if rounds == 1 {
+                    std::fs::write(dir.join(format!("rank{rank}.running")), b"").unwrap();
+                }
+                // The ranks stop together: an all-reduce (max) of "the test said stop".
+                let stop = i32::from(dir.join("stop").exists());
+                be.copy_in(&flag, 0, &stop.to_le_bytes()).unwrap();
+                comm.all_reduce(BufRef::from(&flag), BufRef::from(&flag), 1, DataType::I32, ReduceOp::Max)
+                    .unwrap();
+                let mut b = [0u8; 4];
+                be.copy_out(&flag, 0, &mut b).unwrap();
+                if i32::from_le_bytes(b) != 0 {
+                    break;
+                }
+                assert!(started.elapsed() < Duration::from_secs(60), "rank {rank}: never told to stop");
+            }
+            println!("rank {rank}: {calls} all-reduces in {rounds} rounds ok");
+        }
         other => panic!("unknown child role {other}"),
     }
 }
 
+/// Where a "strangers" rank waits for the test: the first host-mapped allocation it makes
+/// once it has logged a listener for every network connection it receives. That allocation is
+/// its first sending side's (a network sender allocates, then connects; a receiver allocates,
+/// then listens and logs the address), so while every rank waits there, every network listener
+/// of the job is open and no sender has connected to it yet.
+struct Gate {
+    rank: usize,
+    dir: PathBuf,
+    passed: AtomicBool,
+}
+
+impl Gate {
+    fn before_alloc(&self) {
+        if self.passed.load(Ordering::Acquire) {
+            return;
+        }
+        let log =
+            std::fs::read_to_string(self.dir.join(format!("rank{}.log", self.rank))).unwrap_or_default();
+        // Before the connections are logged (the abort word's allocation): not yet.
+        if !log.contains(" RSCCL INFO init: rank ") {
+            return;
+        }
+        if net_listeners(&log).len() < net_receivers(&log) {
+            return;
+        }
+        self.passed.store(true, Ordering::Release);
+        std::fs::write(self.dir.join(format!("rank{}.gated", self.rank)), b"").unwrap();
+        let start = Instant::now();
+        while !self.dir.join("go").exists() {
+            assert!(start.elapsed() < Duration::from_secs(60), "rank {}: never told to go on", self.rank);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// The CPU emulator with a [`Gate`] before each host-mapped allocation (its streams too).
+struct Gated {
+    inner: Arc<dyn Backend>,
+    gate: Arc<Gate>,
+}
+
+impl Backend for Gated {
+    fn kind(&self) -> rsccl::BackendKind {
+        self.inner.kind()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn compute_capability(&self) -> Option<(i32, i32)> {
+        self.inner.compute_capability()
+    }
+    fn pci_bus_id(&self) -> Option<String> {
+        self.inner.pci_bus_id()
+    }
+    fn alloc(&self, bytes: usize) -> rsccl::Result<rsccl::DeviceBuffer> {
+        self.inner.alloc(bytes)
+    }
+    fn alloc_mapped(&self, bytes: usize) -> rsccl::Result<rsccl::backend::HostMapped> {
+        self.gate.before_alloc();
+        self.inner.alloc_mapped(bytes)
+    }
+    fn copy_in(&self, dst: &rsccl::DeviceBuffer, offset: usize, src: &[u8]) -> rsccl::Result<()> {
+        self.inner.copy_in(dst, offset, src)
+    }
+    fn copy_out(&self, src: &rsccl::DeviceBuffer, offset: usize, dst: &mut [u8]) -> rsccl::Result<()> {
+        self.inner.copy_out(src, offset, dst)
+    }
+    fn copy_device(
+        &self,
+        dst: &rsccl::DeviceBuffer,
+        src: &rsccl::DeviceBuffer,
+        bytes: usize,
+    ) -> rsccl::Result<()> {
+        self.inner.copy_device(dst, src, bytes)
+    }
+    unsafe fn launch_raw(&self, kernel: &str, cfg: rsccl::LaunchConfig, args: &[u8]) -> rsccl::Result<()> {
+        // SAFETY: the caller's guarantees, passed on unchanged.
+        unsafe { self.inner.launch_raw(kernel, cfg, args) }
+    }
+    fn synchronize(&self) -> rsccl::Result<()> {
+        self.inner.synchronize()
+    }
+    fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
+        self.inner.host_fn(f)
+    }
+    fn fork_stream(&self) -> rsccl::Result<Arc<dyn Backend>> {
+        Ok(Arc::new(Gated { inner: self.inner.fork_stream()?, gate: self.gate.clone() }))
+    }
+    fn reserve_launches(&self, cfg: rsccl::LaunchConfig, launches: usize) -> rsccl::Result<()> {
+        self.inner.reserve_launches(cfg, launches)
+    }
+    unsafe fn register_host(
+        &self,
+        host: *mut u8,
+        len: usize,
+    ) -> rsccl::Result<(rsccl::DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        // SAFETY: the caller's guarantees, passed on unchanged.
+        unsafe { self.inner.register_host(host, len) }
+    }
+}
+
+/// How many network connections a rank's log says it receives (`connection ... from rank P
+/// (HOST) via NET`).
+fn net_receivers(log: &str) -> usize {
+    log.lines()
+        .filter(|l| {
+            l.contains(" RSCCL INFO connection ") && l.contains(" from rank ") && l.ends_with(" via NET")
+        })
+        .count()
+}
+
+/// The network listeners a rank's log names (`NET/socket: listening on ADDR`), in order.
+fn net_listeners(log: &str) -> Vec<SocketAddr> {
+    log.lines()
+        .filter_map(|l| l.split_once(" RSCCL INFO NET/socket: listening on "))
+        .map(|(_, rest)| rest.split_whitespace().next().unwrap().parse().unwrap())
+        .collect()
+}
+
 /// The child ranks of one run: rank r on node r / local (`RSCCL_HOSTID=node<k>`).
 fn start_ranks(role: &str, nodes: usize, local: usize) -> Children {
+    start_ranks_with(role, nodes, local, |_| Vec::new())
+}
+
+/// [`start_ranks`], with the variables `extra(r)` added for rank r.
+fn start_ranks_with(
+    role: &str,
+    nodes: usize,
+    local: usize,
+    extra: impl Fn(usize) -> Vec<(&'static str, String)>,
+) -> Children {
     let id = UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
     let envs = (0..nodes * local).map(|r| {
         [
@@ -226,6 +406,7 @@ fn start_ranks(role: &str, nodes: usize, local: usize) -> Children {
             ("RSCCL_DEBUG", "INFO".to_string()),
         ]
         .into_iter()
+        .chain(extra(r))
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     });
@@ -348,4 +529,188 @@ fn a_rank_that_never_calls_the_collective_is_named_with_its_number() {
         );
     }
     assert!(results[3].1.contains("LAGGARD done"), "{}", results[3].1);
+}
+
+/// A directory of this test's own, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let p = std::env::temp_dir().join(format!("rsccl-{what}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A connection to `to`: sends `bytes` and hangs up, or with `None` stays open and silent
+/// (returned, to keep). Also returns the connection's own address, as the listener logs it.
+fn stranger(to: SocketAddr, bytes: Option<&[u8]>) -> (SocketAddr, Option<TcpStream>) {
+    let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("a stranger connecting to {to}: {e}"));
+    let me = s.local_addr().unwrap();
+    match bytes {
+        Some(b) => {
+            s.write_all(b).unwrap_or_else(|e| panic!("a stranger writing to {to}: {e}"));
+            (me, None)
+        }
+        None => (me, Some(s)),
+    }
+}
+
+/// Waits (polling) up to `limit` until `done()`; panics naming `what` and showing `state()`.
+fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool, state: impl Fn() -> String) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}\n{}", state());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Strangers at every listener of a running two-node job, from this process: on each rank's
+/// network listeners (the NET transport's receiving sides, open while the ranks are held at
+/// their first connect) and on each rank's bootstrap listener (while the ranks run
+/// all-reduces), one sending garbage, one a well-formed hello or frame with a wrong secret, one
+/// saying nothing. Every one is refused and logged with its address and reason, only they are,
+/// and every all-reduce is bit-exact.
+#[test]
+fn strangers_at_every_listener_are_refused_and_collectives_go_on() {
+    let (nodes, local) = (2, 1);
+    let n = nodes * local;
+    let dir = TempDir::new("strangers");
+    let d = dir.0.clone();
+    let log_path = |r: usize| d.join(format!("rank{r}.log"));
+    let mut ranks = start_ranks_with("strangers", nodes, local, |r| {
+        vec![
+            (DIR_VAR, d.display().to_string()),
+            (rsccl::debug::DEBUG_FILE_VAR, log_path(r).display().to_string()),
+        ]
+    });
+    let pids = ranks.pids();
+    // stderr (the bootstrap's refusals) as it comes.
+    let errs: Vec<Arc<Mutex<String>>> = (0..n).map(|_| Arc::new(Mutex::new(String::new()))).collect();
+    let readers: Vec<_> = ranks
+        .children
+        .iter_mut()
+        .zip(&errs)
+        .map(|(c, buf)| {
+            let (mut pipe, buf) = (c.stderr.take().unwrap(), buf.clone());
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 4096];
+                while let Ok(k @ 1..) = pipe.read(&mut chunk) {
+                    buf.lock().unwrap().push_str(&String::from_utf8_lossy(&chunk[..k]));
+                }
+            })
+        })
+        .collect();
+    let log = |r: usize| std::fs::read_to_string(log_path(r)).unwrap_or_default();
+    let err = |r: usize| errs[r].lock().unwrap().clone();
+    let state = || {
+        (0..n).map(|r| format!("rank {r} log:\n{}\nrank {r} stderr:\n{}", log(r), err(r))).collect::<String>()
+    };
+    let started = Instant::now();
+
+    // (a) The network listeners, while every rank waits before its first connect.
+    let all_there = |what: &str| (0..n).all(|r| d.join(format!("rank{r}.{what}")).exists());
+    until("every rank at its first network connect", Duration::from_secs(30), || all_there("gated"), state);
+    let garbage: Vec<u8> = b"GET / HTTP/1.1\r\n".iter().copied().cycle().take(64).collect();
+    let bad_hello =
+        rsccl::transport::net::wire::Hello { secret: [0xa5; 16], conn_id: 1, index: 0, nsocks: 1 }.encode();
+    let mut silent = Vec::new();
+    // (rank, line its log or stderr must have), one per stranger.
+    let mut net_want = Vec::new();
+    for r in 0..n {
+        let text = log(r);
+        let receivers = net_receivers(&text);
+        let listeners = net_listeners(&text);
+        assert!(
+            receivers > 0 && listeners.len() == receivers,
+            "rank {r}: {receivers} network receivers:\n{text}"
+        );
+        for to in listeners {
+            let why = [
+                (Some(&garbage[..]), "hello: bad magic 0x20544547 (not an rsccl network peer)"),
+                (Some(&bad_hello[..]), "hello: wrong secret (not a member of this communicator)"),
+                (None, "reading hello: "),
+            ];
+            for (bytes, why) in why {
+                let (me, keep) = stranger(to, bytes);
+                silent.extend(keep);
+                net_want.push((r, format!(" RSCCL WARN network: dropped a connection from {me}: {why}")));
+            }
+        }
+    }
+    std::fs::write(d.join("go"), b"").unwrap();
+
+    // (b) The bootstrap listeners, while the ranks run all-reduces.
+    until("every rank running all-reduces", Duration::from_secs(30), || all_there("running"), state);
+    let bad_frame: Vec<u8> = rsccl::bootstrap::wire::Header {
+        kind: rsccl::bootstrap::wire::Kind::Hello,
+        secret: [0xa5; 16],
+        len: 12,
+    }
+    .encode()
+    .into_iter()
+    .chain([0u8; 12])
+    .collect();
+    let mut boot_want = Vec::new();
+    for r in 0..n {
+        let text = log(r);
+        let at: SocketAddr = text
+            .lines()
+            .find_map(|l| l.split_once(&format!(" RSCCL INFO bootstrap: rank {r} listening on ")))
+            .map(|(_, a)| a.trim().parse().unwrap())
+            .unwrap_or_else(|| panic!("rank {r} logged no bootstrap listener:\n{text}"));
+        let why = [
+            (Some(&garbage[..]), "wrong magic (not an rsccl bootstrap peer)"),
+            (Some(&bad_frame[..]), "wrong secret (not of this bootstrap)"),
+            (None, "timed out"),
+        ];
+        for (bytes, why) in why {
+            let (me, keep) = stranger(at, bytes);
+            silent.extend(keep);
+            boot_want
+                .push((r, format!("rsccl bootstrap: rank {r} at {at}: refused connection from {me}: {why}")));
+        }
+    }
+    let missing = |log: &dyn Fn(usize) -> String, want: &[(usize, String)]| -> Vec<String> {
+        want.iter()
+            .filter(|(r, line)| !log(*r).contains(line.as_str()))
+            .map(|(r, l)| format!("rank {r}: {l}"))
+            .collect()
+    };
+    until(
+        "every stranger refused",
+        Duration::from_secs(20),
+        || missing(&log, &net_want).is_empty() && missing(&err, &boot_want).is_empty(),
+        || format!("missing {:?} {:?}\n{}", missing(&log, &net_want), missing(&err, &boot_want), state()),
+    );
+    drop(silent);
+    std::fs::write(d.join("stop"), b"").unwrap();
+
+    let results = ranks.wait(Duration::from_secs(60));
+    for r in readers {
+        r.join().unwrap();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    for (r, (ok, out)) in results.iter().enumerate() {
+        let (text, err) = (log(r), err(r));
+        assert!(
+            *ok && out.contains(&format!("rank {r}: ")) && out.contains(" all-reduces in "),
+            "rank {r} failed:\n{out}\n{err}\n{text}"
+        );
+        // Only the strangers were refused: the job's own connections all got through.
+        let dropped = text.lines().filter(|l| l.contains(" network: dropped a connection from ")).count();
+        assert_eq!(dropped, net_want.iter().filter(|(q, _)| *q == r).count(), "rank {r}:\n{text}");
+        let refused = err.lines().filter(|l| l.contains(": refused connection from ")).count();
+        assert_eq!(refused, 3, "rank {r}:\n{err}");
+    }
+    println!("strangers refused, all-reduces bit-exact, in {secs:.1} s");
+    assert_no_segments(&pids);
 }

@@ -300,6 +300,7 @@ impl Bootstrap {
         let listener =
             TcpListener::bind((ip, 0)).map_err(|e| local(format!("cannot listen on {ip}: {e}")))?;
         let addr = listener.local_addr().map_err(|e| local(format!("bootstrap listener: {e}")))?;
+        tracing::info!(rank, "bootstrap: rank {rank} listening on {addr}");
         let status = Arc::new(StatusBoard::default());
         let mailbox = Mailbox::new(listener, addr, rank, nranks, secret, timeout, status.clone())
             .map_err(|e| local(format!("cannot start the bootstrap listener: {e}")))?;

@@ -209,6 +209,7 @@ impl Net for SocketNet {
         let listener = TcpListener::bind(SocketAddr::new(self.cfg.ip, 0))
             .map_err(|e| net_err(format!("listening on {} ({}): {e}", self.cfg.ip, self.cfg.ifname)))?;
         let addr = listener.local_addr().map_err(|e| net_err(format!("listener address: {e}")))?;
+        tracing::info!("NET/socket: listening on {addr} ({})", self.cfg.ifname);
         let conn_id = fresh_conn_id();
         let handle = Handle { addr, conn_id }.encode().to_vec();
         Ok((
