@@ -177,10 +177,124 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
     ));
     // Last: a trap leaves a CUDA context unusable, so nothing may run after it.
     v.push(("trap_reports_error", Box::new(checks::trap_reports_error)));
+    v.push(("comm_across_processes_over_p2p", Box::new(|_| comm_across_processes(&[]))));
+    v.push((
+        "comm_across_processes_over_shm",
+        Box::new(|_| comm_across_processes(&[(rsccl::transport::p2p::P2P_DISABLE_VAR, "1")])),
+    ));
     v
 }
 
+/// Set in the child processes of `comm_across_processes`: which role the child plays.
+const COMM_CHILD_VAR: &str = "RSCCL_GPU_COMM_CHILD";
+/// Set (with [`COMM_CHILD_VAR`]) when the children run on the CPU emulator.
+const COMM_ON_CPU_VAR: &str = "RSCCL_GPU_COMM_ON_CPU";
+
+/// One rank of a two-process communicator on GPU 0: every connection by P2P (CUDA IPC; the
+/// same GPU reaches itself) or, with `RSCCL_P2P_DISABLE=1`, by shared memory registered with
+/// CUDA; blocking and enqueued collectives checked against sums computed here.
+fn comm_child() -> Result<(), String> {
+    use rsccl::transport::TransportKind;
+    use rsccl::{BufRef, Comm, CommConfig, UniqueId};
+    let var = |k: &str| std::env::var(k).map_err(|_| format!("{k} not set"));
+    let id: UniqueId = var("RSCCL_TEST_ID")?.parse().map_err(|e| format!("{e}"))?;
+    let rank: usize = var("RSCCL_TEST_RANK")?.parse().map_err(|_| "bad rank".to_string())?;
+    // The harness checks itself on the CPU emulator where there is no GPU (shared memory).
+    let on_cpu = std::env::var_os(COMM_ON_CPU_VAR).is_some();
+    let be = if on_cpu { backend::cpu() } else { backend::gpu().map_err(|e| e.to_string())? };
+    let comm = Comm::init_rank(&be, 2, rank, &id, CommConfig::default()).map_err(|e| e.to_string())?;
+    let want = if on_cpu || rsccl::transport::p2p::disabled_by_env() {
+        TransportKind::Shm
+    } else {
+        TransportKind::P2p
+    };
+    let got = comm.transport_to(1 - rank);
+    if got != Some(want) {
+        return Err(format!("rank {rank}: transport {got:?}, expected {want:?}"));
+    }
+    let count = (1 << 20) + 3;
+    let input = |r: usize, i: usize| ((i * 7 + r * 13) % 1000) as f32;
+    let mine: Vec<f32> = (0..count).map(|i| input(rank, i)).collect();
+    let send = be.upload(&mine).map_err(|e| e.to_string())?;
+    let recv = be.alloc(4 * count).map_err(|e| e.to_string())?;
+    comm.all_reduce(BufRef::from(&send), BufRef::from(&recv), count, DataType::F32, ReduceOp::Sum)
+        .map_err(|e| format!("rank {rank}: all_reduce: {e}"))?;
+    let sum: Vec<f32> = (0..count).map(|i| input(0, i) + input(1, i)).collect();
+    if be.download::<f32>(&recv, count).map_err(|e| e.to_string())? != sum {
+        return Err(format!("rank {rank}: all_reduce result differs"));
+    }
+    let gathered = be.alloc(8 * count).map_err(|e| e.to_string())?;
+    let work = comm
+        .enqueue()
+        .all_gather(BufRef::from(&send), BufRef::from(&gathered), count, DataType::F32)
+        .map_err(|e| format!("rank {rank}: enqueue all_gather: {e}"))?;
+    drop(send); // held until the kernel is done
+    work.wait().map_err(|e| format!("rank {rank}: all_gather: {e}"))?;
+    let all: Vec<f32> = (0..2).flat_map(|r| (0..count).map(move |i| input(r, i))).collect();
+    if be.download::<f32>(&gathered, 2 * count).map_err(|e| e.to_string())? != all {
+        return Err(format!("rank {rank}: all_gather result differs"));
+    }
+    Ok(())
+}
+
+/// Two processes on this GPU form a communicator, with `extra` in their environment.
+fn comm_across_processes(extra: &[(&str, &str)]) -> CheckResult {
+    let id =
+        rsccl::UniqueId::with_addr("127.0.0.1:0".parse().expect("an address")).map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut children = Vec::new();
+    for rank in 0..2 {
+        let child = std::process::Command::new(&exe)
+            .env(COMM_CHILD_VAR, "1")
+            .env("RSCCL_TEST_ID", id.to_string())
+            .env("RSCCL_TEST_RANK", rank.to_string())
+            .envs(extra.iter().copied())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        children.push(child);
+    }
+    let start = std::time::Instant::now();
+    let mut failures = Vec::new();
+    for (rank, mut c) in children.into_iter().enumerate() {
+        let status = loop {
+            if let Some(s) = c.try_wait().map_err(|e| e.to_string())? {
+                break Some(s);
+            }
+            if start.elapsed() > std::time::Duration::from_secs(180) {
+                let _ = c.kill();
+                let _ = c.wait();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let out = c.wait_with_output().map_err(|e| e.to_string())?;
+        if !status.is_some_and(|s| s.success()) {
+            failures.push(format!(
+                "rank {rank} ({status:?}): {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    }
+}
+
 fn main() -> ExitCode {
+    if std::env::var_os(COMM_CHILD_VAR).is_some() {
+        return match comm_child() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                println!("comm child: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cpu = backend::cpu();
     let all = cases(cpu);
     rsccl_suite::test_kernels::register();
@@ -188,8 +302,11 @@ fn main() -> ExitCode {
         Ok(g) => g,
         Err(e) => {
             println!("gpu-tests: SKIPPED, did not run: {e}");
-            println!("gpu-tests: 0 passed, 0 failed, {} skipped", all.len());
-            return ExitCode::SUCCESS;
+            // What can run here: the multi-process harness itself, on the CPU emulator.
+            let harness = comm_across_processes(&[(COMM_ON_CPU_VAR, "1")]);
+            println!("gpu-tests: harness self-check (two processes on the CPU emulator): {harness:?}");
+            println!("gpu-tests: 0 passed, {} failed, {} skipped", u8::from(harness.is_err()), all.len());
+            return if harness.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
         }
     };
     println!("gpu-tests: running on {}", gpu.describe());

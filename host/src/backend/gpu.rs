@@ -294,6 +294,72 @@ impl Backend for GpuBackend {
         Ok(DeviceBuffer::new(DevPtr(ptr), bytes, Box::new(mem)))
     }
 
+    fn alloc_exported(&self, bytes: usize) -> Result<(DeviceBuffer, Vec<u8>)> {
+        // cuMemAlloc memory: its base address is what an IPC handle names.
+        let buf = self.alloc(bytes.max(1))?;
+        // SAFETY: an all-zero handle is a valid out-parameter.
+        let mut handle: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
+        // SAFETY: buf.ptr() is the base of a live cuMemAlloc allocation in the bound context.
+        unsafe { sys::cuIpcGetMemHandle(&mut handle, buf.ptr().0) }
+            .result()
+            .map_err(driver("cuIpcGetMemHandle"))?;
+        let bytes: Vec<u8> = handle.reserved.iter().map(|&c| c as u8).collect();
+        debug_assert_eq!(bytes.len(), super::IPC_HANDLE_BYTES);
+        Ok((buf, bytes))
+    }
+
+    fn open_exported(&self, handle: &[u8]) -> Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        if handle.len() != super::IPC_HANDLE_BYTES {
+            return Err(Error::InvalidConfig(format!(
+                "a CUDA IPC handle of {} bytes (expected {})",
+                handle.len(),
+                super::IPC_HANDLE_BYTES
+            )));
+        }
+        self.bind()?;
+        // SAFETY: an all-zero handle is valid to fill.
+        let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
+        for (d, &b) in h.reserved.iter_mut().zip(handle) {
+            *d = b as std::ffi::c_char;
+        }
+        let mut dev: sys::CUdeviceptr = 0;
+        // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: peer access is enabled if the memory is on
+        // another GPU. SAFETY: a handle of the right size; the driver checks its contents.
+        unsafe { sys::cuIpcOpenMemHandle_v2(&mut dev, h, 0x1) }
+            .result()
+            .map_err(driver("cuIpcOpenMemHandle"))?;
+        /// An opened IPC mapping, closed with the context bound.
+        struct Opened {
+            dev: sys::CUdeviceptr,
+            shared: Arc<Shared>,
+        }
+        impl Drop for Opened {
+            fn drop(&mut self) {
+                if self.shared.ctx.bind_to_thread().is_ok() {
+                    // SAFETY: opened once by cuIpcOpenMemHandle in this context, closed once.
+                    let _ = unsafe { sys::cuIpcCloseMemHandle(self.dev) };
+                }
+            }
+        }
+        Ok((DevPtr(dev), Box::new(Opened { dev, shared: self.shared.clone() })))
+    }
+
+    fn can_access_peer(&self, bus_id: &str) -> bool {
+        if bus_id.eq_ignore_ascii_case(&self.shared.bus_id) {
+            return true;
+        }
+        let (Ok(()), Ok(cbus)) = (self.bind(), CString::new(bus_id)) else { return false };
+        let mut peer: sys::CUdevice = 0;
+        // SAFETY: a NUL-terminated bus id and an out-parameter.
+        if unsafe { sys::cuDeviceGetByPCIBusId(&mut peer, cbus.as_ptr()) }.result().is_err() {
+            return false;
+        }
+        let mut can: std::ffi::c_int = 0;
+        // SAFETY: two device handles and an out-parameter.
+        let ok = unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.shared.ctx.cu_device(), peer) }.result();
+        ok.is_ok() && can != 0
+    }
+
     fn alloc_mapped(&self, bytes: usize) -> Result<super::HostMapped> {
         self.bind()?;
         // CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP

@@ -59,6 +59,9 @@ pub enum BackendKind {
     Cpu,
 }
 
+/// Bytes of a handle from [`Backend::alloc_exported`] (CUDA's `CUipcMemHandle`).
+pub const IPC_HANDLE_BYTES: usize = 64;
+
 /// Device memory owned by a backend; freed when dropped and no enqueued collective still
 /// uses it.
 pub struct DeviceBuffer {
@@ -236,6 +239,26 @@ pub trait Backend: Send + Sync {
     /// A handle to the same device and memory with its own stream, so launches on it run
     /// concurrently with this one's (one per emulated rank or per channel group).
     fn fork_stream(&self) -> Result<Arc<dyn Backend>>;
+    /// Allocates `bytes` of zeroed device memory that another process on this host can map
+    /// (a CUDA IPC handle on a GPU), for the P2P transport: the buffer and the handle bytes
+    /// ([`IPC_HANDLE_BYTES`]) that open it there. The CPU emulator has none (its peers in
+    /// other processes use shared memory).
+    fn alloc_exported(&self, bytes: usize) -> Result<(DeviceBuffer, Vec<u8>)> {
+        let _ = bytes;
+        Err(Error::InvalidConfig(format!("{}: no memory another process can map", self.describe())))
+    }
+    /// Maps memory another process made with [`Backend::alloc_exported`], from its handle:
+    /// returns its address here and a guard that unmaps it when dropped.
+    fn open_exported(&self, handle: &[u8]) -> Result<(DevPtr, Box<dyn Any + Send + Sync>)> {
+        let _ = handle;
+        Err(Error::InvalidConfig(format!("{}: cannot map another process's memory", self.describe())))
+    }
+    /// Whether kernels here can read and write memory of the GPU at PCI `bus_id` (the same
+    /// GPU, or one it has peer access to over NVLink or PCIe).
+    fn can_access_peer(&self, bus_id: &str) -> bool {
+        let _ = bus_id;
+        false
+    }
     /// Makes sure `launches` launches of shape `cfg` can run at once, before any of them starts:
     /// a group launches one per rank, and a rank whose launch fails would leave the others
     /// waiting on it. The CPU emulator maps their thread stacks here; a GPU needs nothing.

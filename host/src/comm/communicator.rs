@@ -333,9 +333,10 @@ impl std::fmt::Debug for Comm {
     }
 }
 
-/// This process's identity in the payload every rank hands to the bootstrap.
-fn local_info() -> Vec<u8> {
-    std::process::id().to_le_bytes().to_vec()
+/// What every rank hands to the bootstrap beside its address and process: its GPU's PCI bus
+/// id (empty on the CPU emulator), for the choice of P2P between processes.
+fn local_info(backend: &dyn Backend) -> Vec<u8> {
+    backend.pci_bus_id().unwrap_or_default().into_bytes()
 }
 
 impl Comm {
@@ -353,7 +354,7 @@ impl Comm {
         crate::debug::init();
         let mut cfg = cfg;
         let (mut rings, mut trees) = cfg.shape(nranks)?;
-        let mut boot = Bootstrap::init(id, rank, nranks, &local_info(), cfg.bootstrap_timeout)?;
+        let mut boot = Bootstrap::init(id, rank, nranks, &local_info(&**backend), cfg.bootstrap_timeout)?;
         let peers = boot.peers().to_vec();
         if let Some(topo) = &cfg.topology {
             if let Some((r, t)) = super::topo::channels_at_init(&mut boot, rank, &peers, topo, &**backend)? {
@@ -372,15 +373,39 @@ impl Comm {
             )));
         }
         let me = &peers[rank];
+        // P2P to a GPU this one reaches (write mode: this rank's kernels write into the
+        // receiver's memory, and the peer's into this rank's).
+        let p2p_off = transport::p2p::disabled_by_env();
+        let reaches = |p: &PeerInfo| {
+            !p2p_off
+                && !me.info.is_empty()
+                && std::str::from_utf8(&p.info)
+                    .is_ok_and(|bus| !bus.is_empty() && backend.can_access_peer(bus))
+        };
         let transports: Vec<TransportKind> = peers
             .iter()
             .map(|p| {
-                TransportKind::choose(
-                    p.pid == me.pid && p.host_hash == me.host_hash,
-                    p.host_hash == me.host_hash,
+                let same_host = p.host_hash == me.host_hash;
+                TransportKind::choose_with_p2p(
+                    p.pid == me.pid && same_host,
+                    same_host,
+                    same_host && reaches(p),
                 )
             })
             .collect();
+        // Both ends of a connection must pick the same transport (peer access could be one-way).
+        let row: Vec<u8> = transports.iter().map(|&t| t as u8).collect();
+        let rows = boot.all_gather(&row)?;
+        for (p, theirs) in rows.iter().enumerate() {
+            if theirs.get(rank) != Some(&row[p]) {
+                return Err(Error::InvalidConfig(format!(
+                    "rank {rank} reaches rank {p} by {} but rank {p} reaches rank {rank} otherwise \
+                     (peer access one way only?); set {}=1",
+                    transports[p].name(),
+                    transport::p2p::P2P_DISABLE_VAR
+                )));
+            }
+        }
         let stream = backend.fork_stream()?;
         // The word this rank's kernels watch: set by `abort` and by the proxy when a network
         // connection breaks.

@@ -8,10 +8,13 @@
 //! valid while either side holds it.
 //!
 //! Which transport a peer gets is chosen as NCCL chooses (P2P, then SHM, then NET): a peer in
-//! this process gets the in-process transport ([`local`]), a peer on this host shared memory
-//! ([`shm`]), a peer on another host the network ([`net`]: a proxy thread and a network plugin).
+//! this process gets the in-process transport ([`local`]), a peer on this host device memory
+//! mapped across processes when both are GPUs that reach each other ([`p2p`]), else shared
+//! memory ([`shm`]), a peer on another host the network ([`net`]: a proxy thread and a network
+//! plugin).
 pub mod local;
 pub mod net;
+pub mod p2p;
 pub mod shm;
 
 use crate::backend::Backend;
@@ -128,6 +131,9 @@ pub const MAX_HANDLE_BYTES: usize = 512;
 pub enum TransportKind {
     /// Both ranks in one process: memory of the shared backend.
     InProcess,
+    /// GPU ranks in different processes of one host whose devices reach each other: the
+    /// receiver's device memory, mapped by the sender (CUDA IPC).
+    P2p,
     /// Ranks on one host: a POSIX shared-memory segment both map.
     Shm,
     /// Ranks on different hosts: each side's FIFO in its own host memory, a proxy thread on
@@ -137,12 +143,19 @@ pub enum TransportKind {
 
 impl TransportKind {
     /// NCCL's choice for a peer: in-process when it is this process, shared memory when it is
-    /// on this host, the network otherwise.
+    /// on this host, the network otherwise (see [`TransportKind::choose_with_p2p`] for GPUs).
     pub fn choose(same_process: bool, same_host: bool) -> TransportKind {
-        match (same_process, same_host) {
-            (true, _) => TransportKind::InProcess,
-            (false, true) => TransportKind::Shm,
-            (false, false) => TransportKind::Net,
+        Self::choose_with_p2p(same_process, same_host, false)
+    }
+
+    /// [`TransportKind::choose`], with P2P before shared memory when `p2p` (both ranks on GPUs
+    /// that reach each other, P2P not disabled).
+    pub fn choose_with_p2p(same_process: bool, same_host: bool, p2p: bool) -> TransportKind {
+        match (same_process, same_host, p2p) {
+            (true, _, _) => TransportKind::InProcess,
+            (false, true, true) => TransportKind::P2p,
+            (false, true, false) => TransportKind::Shm,
+            (false, false, _) => TransportKind::Net,
         }
     }
 
@@ -150,6 +163,7 @@ impl TransportKind {
     pub fn name(self) -> &'static str {
         match self {
             TransportKind::InProcess => "in-process",
+            TransportKind::P2p => "P2P",
             TransportKind::Shm => "SHM",
             TransportKind::Net => "NET",
         }
@@ -171,6 +185,7 @@ pub trait Transport {
 pub fn transport(kind: TransportKind, backend: &Arc<dyn Backend>) -> Option<Box<dyn Transport>> {
     match kind {
         TransportKind::InProcess => Some(Box::new(local::InProcess::new(backend.clone()))),
+        TransportKind::P2p => Some(Box::new(p2p::P2p::new(backend.clone()))),
         TransportKind::Shm => Some(Box::new(shm::Shm::new(backend.clone()))),
         TransportKind::Net => None,
     }
@@ -200,5 +215,8 @@ mod tests {
         assert_eq!(TransportKind::choose(true, true), TransportKind::InProcess);
         assert_eq!(TransportKind::choose(false, true), TransportKind::Shm);
         assert_eq!(TransportKind::choose(false, false), TransportKind::Net);
+        assert_eq!(TransportKind::choose_with_p2p(false, true, true), TransportKind::P2p);
+        assert_eq!(TransportKind::choose_with_p2p(true, true, true), TransportKind::InProcess);
+        assert_eq!(TransportKind::choose_with_p2p(false, false, true), TransportKind::Net);
     }
 }
