@@ -115,3 +115,28 @@ fn test_modules_export_a_redcopy_kernel_per_type() {
         assert_eq!(on80, !t.requires_sm90(), "sm_80 and {name}");
     }
 }
+
+/// The NVLS kernels: one per type of the multimem table, in sm_90 only, each with the
+/// multicast reduce-load and store its collectives use (and the 8-byte flag store).
+#[test]
+fn nvls_kernels_are_sm90_only_and_use_multimem() {
+    let types = [
+        (DataType::F32, "multimem.ld_reduce.relaxed.sys.global.add.v4.f32"),
+        (DataType::F16, "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.f16x2"),
+        (DataType::BF16, "multimem.ld_reduce.relaxed.sys.global.add.acc::f32.v4.bf16x2"),
+        (DataType::F64, "multimem.ld_reduce.relaxed.sys.global.add.f64"),
+        (DataType::I32, "multimem.ld_reduce.relaxed.sys.global.add.u32"),
+        (DataType::U32, "multimem.ld_reduce.relaxed.sys.global.add.u32"),
+        (DataType::I64, "multimem.ld_reduce.relaxed.sys.global.add.u64"),
+        (DataType::U64, "multimem.ld_reduce.relaxed.sys.global.min.u64"),
+    ];
+    for (t, ins) in types {
+        let name = CollKernel::Nvls(t).name();
+        let m = ptx::find("sm_90", &name).unwrap_or_else(|| panic!("sm_90 lacks {name}"));
+        assert!(m.ptx.contains(ins), "{name} lacks `{ins}`");
+        assert!(m.ptx.contains("multimem.st.relaxed.sys.global"), "{name} has no multimem.st");
+        assert!(m.ptx.contains("multimem.st.relaxed.sys.global.b64"), "{name}: no flag store");
+        assert!(ptx::find("sm_80", &name).is_none(), "sm_80 ships {name}");
+    }
+    assert!(!text(ptx::library("sm_80")).contains("multimem."), "sm_80 modules use multimem");
+}

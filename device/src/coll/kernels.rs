@@ -4,6 +4,7 @@
 //! measurable next to the memory traffic). All-gather and broadcast only move bytes: one kernel
 //! each serves every type ([`CollKernel::counts_bytes`]). [`CollKernel`] names them.
 use super::mover::RedMover;
+use super::nvls::{nvls_kernel, NvlsArgs, NVLS_THREADS};
 use super::one_rank::{one_rank_kernel, OneRankArgs};
 use super::ring::{self, RingArgs};
 use super::tree::tree_kernel;
@@ -40,6 +41,9 @@ pub enum CollKernel {
     TreeAllReduce(DataType),
     /// One rank: the input through the op's pre/post-operation, or a copy.
     OneRank(DataType),
+    /// NVLS all-reduce, reduce-scatter or all-gather of one element type (sm_90 only; the
+    /// types of NCCL's multimem table).
+    Nvls(DataType),
 }
 
 impl CollKernel {
@@ -58,7 +62,10 @@ impl CollKernel {
 
     /// The block size the kernel is built for and launched with.
     pub const fn max_threads(self) -> u32 {
-        SIMPLE_THREADS
+        match self {
+            CollKernel::Nvls(_) => NVLS_THREADS,
+            _ => SIMPLE_THREADS,
+        }
     }
 
     /// The exported symbol.
@@ -76,6 +83,7 @@ impl CollKernel {
             CollKernel::RingBytes(c) => format!("rsccl_{}_ring", coll(c)),
             CollKernel::TreeAllReduce(t) => format!("rsccl_all_reduce_tree_{}", t.name()),
             CollKernel::OneRank(t) => format!("rsccl_one_rank_{}", t.name()),
+            CollKernel::Nvls(t) => format!("rsccl_nvls_{}", t.name()),
         }
     }
 }
@@ -237,6 +245,30 @@ crate::kernel_table!(KERNELS_BYTES, lib {
     rsccl_broadcast_ring(RingArgs) [SIMPLE_THREADS] => broadcast_ring;
 });
 
+/// NVLS kernels: sm_90 only (multimem), for the types of NCCL's multimem table.
+#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
+mod nvls_kernels {
+    use super::*;
+    crate::kernel_table!(KERNELS_NVLS, lib {
+        /// NVLS collective on f32.
+        rsccl_nvls_f32(NvlsArgs) [NVLS_THREADS] => nvls_kernel::<f32>;
+        /// NVLS collective on f16.
+        rsccl_nvls_f16(NvlsArgs) [NVLS_THREADS] => nvls_kernel::<crate::redop::F16>;
+        /// NVLS collective on bf16.
+        rsccl_nvls_bf16(NvlsArgs) [NVLS_THREADS] => nvls_kernel::<crate::redop::BF16>;
+        /// NVLS collective on f64.
+        rsccl_nvls_f64(NvlsArgs) [NVLS_THREADS] => nvls_kernel::<f64>;
+        /// NVLS collective on i32.
+        rsccl_nvls_i32(NvlsArgs) [NVLS_THREADS] => nvls_kernel::<i32>;
+        /// NVLS collective on u32.
+        rsccl_nvls_u32(NvlsArgs) [NVLS_THREADS] => nvls_kernel::<u32>;
+        /// NVLS collective on i64.
+        rsccl_nvls_i64(NvlsArgs) [NVLS_THREADS] => nvls_kernel::<i64>;
+        /// NVLS collective on u64.
+        rsccl_nvls_u64(NvlsArgs) [NVLS_THREADS] => nvls_kernel::<u64>;
+    });
+}
+
 /// Every table of this module (host registry).
 #[cfg(not(target_arch = "nvptx64"))]
 pub static TABLES: &[&[crate::kernels::KernelEntry]] = &[
@@ -253,4 +285,5 @@ pub static TABLES: &[&[crate::kernels::KernelEntry]] = &[
     fp8::KERNELS_E4M3,
     fp8::KERNELS_E5M2,
     KERNELS_BYTES,
+    nvls_kernels::KERNELS_NVLS,
 ];

@@ -217,6 +217,26 @@ impl Backend for CpuBackend {
         Ok((DevPtr(host as u64), Box::new(())))
     }
 
+    fn multicast_bind(
+        &self,
+        unicast: &[DevPtr],
+        bytes: usize,
+    ) -> Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        use rsccl_device::arch::emu::multicast;
+        if unicast.is_empty() || unicast.len() > multicast::MAX_BOUND {
+            return Err(Error::InvalidConfig(format!(
+                "multicast: {} buffers to bind (the emulator binds 1..={})",
+                unicast.len(),
+                multicast::MAX_BOUND
+            )));
+        }
+        if bytes as u64 >= 1 << 40 {
+            return Err(Error::InvalidConfig(format!("multicast: a range of {bytes} bytes is too large")));
+        }
+        let mc = multicast::bind(unicast, bytes as u64);
+        Ok((mc.addr(), Box::new(mc)))
+    }
+
     fn reserve_launches(&self, cfg: LaunchConfig, launches: usize) -> Result<()> {
         let dims = LaunchDims { grid: cfg.grid, block: cfg.block, smem_bytes: cfg.smem_bytes };
         emu::reserve(dims, launches)

@@ -253,6 +253,18 @@ pub trait Backend: Send + Sync {
         let _ = handle;
         Err(Error::InvalidConfig(format!("{}: cannot map another process's memory", self.describe())))
     }
+    /// Binds `unicast` buffers (one per rank of a node, each at least `bytes` long, in this
+    /// order) to one multicast range of `bytes` bytes, for NVLS: returns its address and a
+    /// guard that unbinds it. The CPU emulator binds buffers of this process (its multicast
+    /// objects live in the process); without multicast support, an error saying so.
+    fn multicast_bind(
+        &self,
+        unicast: &[DevPtr],
+        bytes: usize,
+    ) -> Result<(DevPtr, Box<dyn Any + Send + Sync>)> {
+        let _ = (unicast, bytes);
+        Err(Error::InvalidConfig(format!("{}: no multicast support", self.describe())))
+    }
     /// Whether kernels here can read and write memory of the GPU at PCI `bus_id` (the same
     /// GPU, or one it has peer access to over NVLink or PCIe).
     fn can_access_peer(&self, bus_id: &str) -> bool {

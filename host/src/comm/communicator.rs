@@ -5,6 +5,7 @@
 use super::collectives::check_call;
 use super::hang::{self, Progress};
 use super::local::{check_tree, MAX_STEP_BYTES, MAX_TIMEOUT};
+use super::nvls::{self, Nvls, NvlsPolicy};
 use super::topo::TopologyConfig;
 use super::work::{Enqueue, Work};
 use super::{BufRef, RankFailure, ReduceOp};
@@ -59,6 +60,12 @@ pub struct CommConfig {
     /// `nchannels`, `rings` and `trees` (which must then be `None`). `None`: they apply as given.
     /// [`Comm::from_env`] turns it on when `RSCCL_TOPO_FILE` is set and no rings are given.
     pub topology: Option<TopologyConfig>,
+    /// Use NVLS where it applies (set by the topology constructors when the search found NVLS
+    /// heads on a single node); see [`super::nvls`].
+    pub nvls: bool,
+    /// The algorithms allowed, in `RSCCL_ALGO`'s syntax (NCCL's `NCCL_ALGO`: `nvls`, `^nvls`,
+    /// `ring,tree`, …); `None`: the variable's value.
+    pub algo: Option<String>,
 }
 
 impl Default for CommConfig {
@@ -73,6 +80,8 @@ impl Default for CommConfig {
             rings: None,
             trees: None,
             topology: None,
+            nvls: false,
+            algo: None,
         }
     }
 }
@@ -121,6 +130,7 @@ impl CommConfig {
             nchannels: rings.len().max(1),
             rings: Some(rings),
             trees: Some(trees),
+            nvls: nodes == 1 && graphs.nvls.n_channels > 0,
             ..CommConfig::default()
         })
     }
@@ -211,8 +221,8 @@ impl CommConfig {
     /// What every rank must agree on, as text (compared across ranks at init).
     fn fingerprint(&self, rings: &[Vec<usize>], trees: &[Vec<Option<usize>>]) -> String {
         format!(
-            "nchannels={} nthreads={} step_bytes={} timeout={:?} rings={rings:?} trees={trees:?}",
-            self.nchannels, self.nthreads, self.step_bytes, self.timeout
+            "nchannels={} nthreads={} step_bytes={} timeout={:?} nvls={} rings={rings:?} trees={trees:?}",
+            self.nchannels, self.nthreads, self.step_bytes, self.timeout, self.nvls
         )
     }
 }
@@ -325,6 +335,9 @@ pub struct Comm {
     splits: std::sync::atomic::AtomicU64,
     /// Which collective this rank is in (answers other ranks' status queries).
     progress: Arc<Progress>,
+    /// NVLS resources, when NVLS applies to this communicator.
+    nvls: Option<Nvls>,
+    nvls_policy: NvlsPolicy,
 }
 
 impl std::fmt::Debug for Comm {
@@ -357,9 +370,12 @@ impl Comm {
         let mut boot = Bootstrap::init(id, rank, nranks, &local_info(&**backend), cfg.bootstrap_timeout)?;
         let peers = boot.peers().to_vec();
         if let Some(topo) = &cfg.topology {
-            if let Some((r, t)) = super::topo::channels_at_init(&mut boot, rank, &peers, topo, &**backend)? {
+            if let Some((r, t, nvls)) =
+                super::topo::channels_at_init(&mut boot, rank, &peers, topo, &**backend)?
+            {
                 // Searched once: `config()` (and a split given it) sees the result.
                 (cfg.nchannels, cfg.rings, cfg.trees, cfg.topology) = (r.len(), Some(r), Some(t), None);
+                cfg.nvls = nvls;
                 (rings, trees) = cfg.shape(nranks)?;
             }
         }
@@ -372,6 +388,9 @@ impl Comm {
                 String::from_utf8_lossy(&all[r])
             )));
         }
+        let env_algo = std::env::var(nvls::ALGO_VAR).ok();
+        let nvls_policy = NvlsPolicy::parse(cfg.algo.as_deref().or(env_algo.as_deref()))?;
+        let try_nvls = nvls::plan(cfg.nvls, &peers, backend.kind(), nvls_policy)?;
         let me = &peers[rank];
         // P2P to a GPU this one reaches (write mode: this rank's kernels write into the
         // receiver's memory, and the peer's into this rank's).
@@ -498,6 +517,11 @@ impl Comm {
         let progress = Arc::new(Progress::default());
         let p = progress.clone();
         boot.set_status_provider(Arc::new(move || p.encode()));
+        let nvls = if try_nvls {
+            nvls::setup(&mut boot, rank, &peers, &stream, cfg.nchannels, nvls_policy)?
+        } else {
+            None
+        };
         // Both sides attached everywhere before anyone launches (SHM names are unlinked by now).
         boot.barrier()?;
 
@@ -557,6 +581,8 @@ impl Comm {
             queue: Mutex::new(Queue::default()),
             splits: std::sync::atomic::AtomicU64::new(0),
             progress,
+            nvls,
+            nvls_policy,
         })
     }
 
@@ -678,6 +704,12 @@ impl Comm {
     /// neighbours only.
     pub fn transport_to(&self, peer: usize) -> Option<TransportKind> {
         self.transports.get(peer).copied()
+    }
+
+    /// Whether NVLS serves this communicator's all-reduce, reduce-scatter and all-gather where
+    /// the type and op have a multimem form (see [`super::nvls`]).
+    pub fn uses_nvls(&self) -> bool {
+        self.nvls.is_some()
     }
 
     /// Asks a running collective of this rank to stop: its waits give up at once and the call
@@ -813,11 +845,25 @@ impl Comm {
         send.buf.wait_idle();
         recv.buf.wait_idle();
         self.arm()?;
+        let use_nvls = !tree && self.nvls.is_some() && nvls::applies(coll, dtype, red);
+        if self.nvls_policy == NvlsPolicy::Forced && !tree && !use_nvls {
+            return Err(Error::InvalidConfig(format!(
+                "{}=nvls, but NVLS has no {coll:?} of {} with {red:?} (it serves all-reduce and reduce-scatter \
+                 with sum/min/max of the types multimem reduces, and all-gather of those types)",
+                nvls::ALGO_VAR,
+                dtype.name()
+            )));
+        }
         let holds = [send.buf.hold(), recv.buf.hold()];
         // SAFETY: check_call showed both buffers hold what this rank reads and writes; the
         // holds keep their memory alive, and their copies waiting, until the kernel completed.
-        let launched =
-            unsafe { self.launch(coll, dtype, red, tree, (send.ptr(), recv.ptr()), count as u64, root, arg) };
+        let launched = unsafe {
+            if use_nvls {
+                self.launch_nvls(coll, dtype, red, (send.ptr(), recv.ptr()), count as u64)
+            } else {
+                self.launch(coll, dtype, red, tree, (send.ptr(), recv.ptr()), count as u64, root, arg)
+            }
+        };
         let seq = self.progress.in_flight().map(|(s, _)| s);
         if let Err(e) = launched {
             if let Some(seq) = seq {
@@ -976,6 +1022,69 @@ impl Comm {
         };
         // SAFETY: the user buffers are the caller's promise; the channel tables, status words and
         // connections are this Comm's own, alive as long as it is, and sized for its channels.
+        unsafe { self.stream.launch(&kernel.name(), cfg, &args) }
+    }
+
+    /// Enqueues this rank's NVLS kernel of `coll` (all-reduce, reduce-scatter, all-gather).
+    ///
+    /// # Safety
+    /// As [`Comm::launch`]; `coll` on `dtype` with `op` is one [`nvls::applies`] to.
+    unsafe fn launch_nvls(
+        &self,
+        coll: Collective,
+        dtype: DataType,
+        op: RedOp,
+        (send, recv): (DevPtr, DevPtr),
+        count: u64,
+    ) -> Result<()> {
+        let n = self.nvls.as_ref().expect("the caller checked");
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(Error::InvalidConfig(
+                "this communicator's connections are inconsistent after a failed collective; create a new one".into(),
+            ));
+        }
+        let seq = self.progress.enter(coll, false);
+        let eb = dtype.size() as u64;
+        let slice_elems = nvls::NVLS_SLICE_BYTES / eb;
+        let barriers = rsccl_device::coll::nvls::max_barriers(
+            count,
+            slice_elems,
+            self.nranks as u64,
+            n.grid as u64,
+            coll,
+        );
+        if barriers >= 1 << 32 || seq >= 1 << 31 {
+            return Err(Error::InvalidConfig(format!("NVLS: {count} elements need too many barriers")));
+        }
+        self.stream.copy_in(&self.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
+        let one_shot =
+            coll == Collective::AllReduce && count.saturating_mul(eb) <= nvls::NVLS_ONE_SHOT_MAX_BYTES;
+        let args = rsccl_device::coll::nvls::NvlsArgs {
+            sendbuff: send,
+            recvbuff: recv,
+            count,
+            uc_scratch: n.scratch.ptr(),
+            mc_scratch: n.mc_scratch,
+            uc_flags: n.flags.ptr(),
+            mc_flags: n.mc_flags,
+            slice_bytes: nvls::NVLS_SLICE_BYTES,
+            epoch_base: seq << 32,
+            status: PrimsStatus {
+                status: self.status.ptr(),
+                abort_flag: self.abort.ptr(),
+                timeout_ns: self.cfg.timeout.as_nanos() as u64,
+            },
+            rank: self.rank as u64,
+            nranks: self.nranks as u64,
+            coll: coll as u32,
+            op: op as u32,
+            mode: if one_shot { rsccl_device::coll::nvls::NVLS_ONE_SHOT } else { 0 },
+            pad: 0,
+        };
+        let kernel = CollKernel::Nvls(dtype);
+        let cfg = LaunchConfig::linear(n.grid, self.cfg.nthreads.min(kernel.max_threads()));
+        // SAFETY: the user buffers are the caller's promise; scratch, flags and their multicast
+        // ranges are this Comm's, sized for its grid and ranks, alive as long as it is.
         unsafe { self.stream.launch(&kernel.name(), cfg, &args) }
     }
 

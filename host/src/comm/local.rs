@@ -220,6 +220,8 @@ impl LocalGroup {
             rings: cfg.rings.clone(),
             trees: cfg.trees.clone(),
             topology: None,
+            nvls: false,
+            algo: Some("^nvls".into()),
         };
         // Every field (channels, threads, step bytes, timeout, rings, trees) is checked, with
         // the same messages as a Comm's, before any thread or socket is made.

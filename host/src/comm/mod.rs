@@ -6,11 +6,13 @@ mod collectives;
 mod communicator;
 mod hang;
 mod local;
+pub mod nvls;
 mod topo;
 mod work;
 
 pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};
 pub use communicator::{Comm, CommConfig, MAX_CHANNELS};
 pub use local::{Fault, GroupConfig, LocalGroup, RankFailure, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT};
+pub use nvls::NvlsPolicy;
 pub use topo::{TopologyConfig, MAX_NCHANNELS_VAR, MAX_VIEW_BYTES};
 pub use work::{Enqueue, Work};

@@ -80,6 +80,9 @@ impl TopologyConfig {
 /// Rings and trees derived at init (`CommConfig::rings` / `trees` shape).
 pub(crate) type Derived = (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>);
 
+/// [`Derived`] and whether NVLS applies (one host whose search found NVLS heads).
+pub(crate) type DerivedWithNvls = (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>, bool);
+
 /// The ranks of each host, hosts in the order of their lowest rank.
 pub(crate) fn hosts_of(peers: &[PeerInfo]) -> Vec<Vec<usize>> {
     let mut order: Vec<u64> = Vec::new();
@@ -168,7 +171,7 @@ pub(crate) fn channels_at_init(
     peers: &[PeerInfo],
     topo: &TopologyConfig,
     backend: &dyn Backend,
-) -> Result<Option<Derived>> {
+) -> Result<Option<DerivedWithNvls>> {
     if topo.max_channels == 0 || topo.max_channels > MAX_CHANNELS {
         return Err(Error::InvalidConfig(format!(
             "TopologyConfig::max_channels {} is outside 1..={MAX_CHANNELS}",
@@ -273,7 +276,9 @@ pub(crate) fn channels_at_init(
         per_host.push(key);
     }
     let graphs: Vec<&Graphs> = per_host.iter().map(|k| &searched[k]).collect();
-    derive(&graphs, &hosts, topo.max_channels).map(Some)
+    let nvls = nodes == 1 && graphs[0].nvls.n_channels > 0;
+    let (rings, trees) = derive(&graphs, &hosts, topo.max_channels)?;
+    Ok(Some((rings, trees, nvls)))
 }
 
 /// Rings and trees over the communicator's ranks from each host's search: the channel wiring

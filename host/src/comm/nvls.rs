@@ -1,0 +1,192 @@
+//! NVLS for a communicator on one node: the scratch and barrier flags every rank binds into
+//! multicast ranges at init, when NVLS applies, and the choice per call (NCCL's rules: NVLS
+//! heads in the topology, more than two ranks, one node, a multimem form for the type and op,
+//! multicast support; `RSCCL_ALGO` as `NCCL_ALGO` forces or forbids it).
+use crate::backend::{Backend, BackendKind, DeviceBuffer};
+use crate::bootstrap::{Bootstrap, PeerInfo};
+use crate::error::{Error, Result};
+use rsccl_device::coll::Collective;
+use rsccl_device::dtype::DataType;
+use rsccl_device::multimem;
+use rsccl_device::redop::RedOp;
+use rsccl_device::DevPtr;
+use std::any::Any;
+
+/// Bytes of one NVLS slice: per block and rank, the unit a barrier moves.
+pub const NVLS_SLICE_BYTES: u64 = 32 << 10;
+
+/// All-reduces of at most this many bytes run one-shot (every rank reduce-loads the whole
+/// buffer), larger ones two-shot.
+pub const NVLS_ONE_SHOT_MAX_BYTES: u64 = 64 << 10;
+
+/// The variable naming the algorithms a communicator may use (NCCL's `NCCL_ALGO`).
+pub const ALGO_VAR: &str = "RSCCL_ALGO";
+
+/// What `RSCCL_ALGO` says about NVLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NvlsPolicy {
+    /// Where it applies (unset, or NVLS in the allowed list with others).
+    Auto,
+    /// Only NVLS (`nvls`): a call or communicator it cannot serve is an error.
+    Forced,
+    /// Never (`^nvls`, or a list without it).
+    Off,
+}
+
+impl NvlsPolicy {
+    /// Parses NCCL's syntax: a comma-separated list of `ring`, `tree`, `nvls`, `nvlstree`,
+    /// `collnet*`, `pat` (case-insensitive), allowed ones, or excluded ones after a `^`.
+    ///
+    /// ```
+    /// use rsccl::comm::NvlsPolicy;
+    /// assert_eq!(NvlsPolicy::parse(None).unwrap(), NvlsPolicy::Auto);
+    /// assert_eq!(NvlsPolicy::parse(Some("NVLS")).unwrap(), NvlsPolicy::Forced);
+    /// assert_eq!(NvlsPolicy::parse(Some("ring,nvls")).unwrap(), NvlsPolicy::Auto);
+    /// assert_eq!(NvlsPolicy::parse(Some("^nvls")).unwrap(), NvlsPolicy::Off);
+    /// assert_eq!(NvlsPolicy::parse(Some("ring,tree")).unwrap(), NvlsPolicy::Off);
+    /// assert!(NvlsPolicy::parse(Some("warp")).is_err());
+    /// ```
+    pub fn parse(value: Option<&str>) -> Result<NvlsPolicy> {
+        let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else { return Ok(NvlsPolicy::Auto) };
+        let (exclude, list) = match v.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, v),
+        };
+        let mut nvls = false;
+        let mut others = false;
+        for name in list.split(',').map(|s| s.trim().to_ascii_lowercase()) {
+            match name.as_str() {
+                "nvls" => nvls = true,
+                "ring" | "tree" | "nvlstree" | "collnet" | "collnetdirect" | "collnetchain" | "pat" => {
+                    others = true
+                }
+                _ => {
+                    return Err(Error::InvalidConfig(format!(
+                        "{ALGO_VAR}=\"{v}\": unknown algorithm \"{name}\" (ring, tree, nvls, nvlstree, collnetdirect, collnetchain, pat)"
+                    )))
+                }
+            }
+        }
+        Ok(match (exclude, nvls, others) {
+            (true, true, _) => NvlsPolicy::Off,
+            (true, false, _) => NvlsPolicy::Auto,
+            (false, true, false) => NvlsPolicy::Forced,
+            (false, true, true) => NvlsPolicy::Auto,
+            (false, false, _) => NvlsPolicy::Off,
+        })
+    }
+}
+
+/// Whether NVLS serves `coll` on `dtype` with `op` (all-gather moves bytes: any type with a
+/// multimem store).
+pub fn applies(coll: Collective, dtype: DataType, op: RedOp) -> bool {
+    match coll {
+        Collective::AllReduce | Collective::ReduceScatter => multimem::supported(op, dtype),
+        Collective::AllGather => multimem::supported(RedOp::Sum, dtype),
+        _ => false,
+    }
+}
+
+/// One rank's NVLS resources: its scratch and flags and their multicast addresses.
+pub(crate) struct Nvls {
+    pub(crate) scratch: DeviceBuffer,
+    pub(crate) flags: DeviceBuffer,
+    pub(crate) mc_scratch: DevPtr,
+    pub(crate) mc_flags: DevPtr,
+    /// Blocks of a launch (each its own scratch window and flags).
+    pub(crate) grid: u32,
+    _binds: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+/// Why NVLS cannot run, from what every rank knows alike (so all decide the same), or `None`.
+fn unavailable(want: bool, nranks: usize, peers: &[PeerInfo], kind: BackendKind) -> Option<String> {
+    if !want {
+        return Some("the topology has no NVLS heads (CommConfig::nvls is off)".into());
+    }
+    if nranks <= 2 {
+        return Some(format!("{nranks} ranks: NVLS needs more than 2 on a node"));
+    }
+    if peers.iter().any(|p| p.host_hash != peers[0].host_hash) {
+        return Some("the ranks span several nodes (NVLS_TREE is not built yet)".into());
+    }
+    if kind == BackendKind::Cpu && peers.iter().any(|p| p.pid != peers[0].pid) {
+        return Some("the CPU emulator's multicast binds buffers of one process only".into());
+    }
+    None
+}
+
+/// Whether to set NVLS up, decided at init from what every rank knows alike (before any
+/// connection, so that a forced NVLS that cannot run fails every rank the same way).
+pub(crate) fn plan(want: bool, peers: &[PeerInfo], kind: BackendKind, policy: NvlsPolicy) -> Result<bool> {
+    if policy == NvlsPolicy::Off {
+        return Ok(false);
+    }
+    match unavailable(want, peers.len(), peers, kind) {
+        None => Ok(true),
+        Some(why) if policy == NvlsPolicy::Forced => Err(forced(why)),
+        Some(_) => Ok(false),
+    }
+}
+
+fn forced(why: String) -> Error {
+    Error::InvalidConfig(format!("{ALGO_VAR}=nvls, but NVLS cannot run on this communicator: {why}"))
+}
+
+/// Sets NVLS up (after [`plan`] said so): every rank allocates its scratch and flags, the
+/// ranks exchange their addresses, and each binds them in rank order. `None` when binding
+/// failed on some rank (an error when `policy` forces NVLS).
+pub(crate) fn setup(
+    boot: &mut Bootstrap,
+    rank: usize,
+    peers: &[PeerInfo],
+    backend: &std::sync::Arc<dyn Backend>,
+    nchannels: usize,
+    policy: NvlsPolicy,
+) -> Result<Option<Nvls>> {
+    let nranks = peers.len();
+    let grid = nchannels as u32;
+    let scratch_bytes = (nchannels as u64)
+        .checked_mul(2 * nranks as u64 * NVLS_SLICE_BYTES)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| Error::InvalidConfig("NVLS scratch size overflows".into()))?;
+    let flag_bytes = nchannels * nranks * 8;
+    let scratch = backend.alloc(scratch_bytes)?;
+    let flags = backend.alloc(flag_bytes)?;
+    let mut mine = scratch.ptr().0.to_le_bytes().to_vec();
+    mine.extend_from_slice(&flags.ptr().0.to_le_bytes());
+    let all = boot.all_gather(&mine)?;
+    let word = |b: &[u8], i: usize| {
+        b.get(8 * i..8 * i + 8).map(|w| DevPtr(u64::from_le_bytes(w.try_into().expect("8 bytes"))))
+    };
+    let mut uc_scratch = Vec::with_capacity(nranks);
+    let mut uc_flags = Vec::with_capacity(nranks);
+    for (r, b) in all.iter().enumerate() {
+        match (word(b, 0), word(b, 1)) {
+            (Some(s), Some(f)) if b.len() == 16 => {
+                uc_scratch.push(s);
+                uc_flags.push(f);
+            }
+            _ => {
+                return Err(Error::InvalidConfig(format!(
+                    "rank {r} sent an NVLS address of {} bytes",
+                    b.len()
+                )))
+            }
+        }
+    }
+    let bound = backend
+        .multicast_bind(&uc_scratch, scratch_bytes)
+        .and_then(|s| backend.multicast_bind(&uc_flags, flag_bytes).map(|f| (s, f)));
+    // Every rank must have bound before any uses NVLS; all or none.
+    let ok = boot.all_gather(&[u8::from(bound.is_ok())])?;
+    let (Ok(((mc_scratch, bs), (mc_flags, bf))), true) = (bound, ok.iter().all(|b| b == &[1])) else {
+        let why = "binding the multicast ranges failed on some rank".to_string();
+        return if policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(None) };
+    };
+    tracing::info!(
+        rank,
+        "NVLS: {nranks} ranks, {grid} block(s), {} KiB scratch per rank",
+        scratch_bytes >> 10
+    );
+    Ok(Some(Nvls { scratch, flags, mc_scratch, mc_flags, grid, _binds: vec![bs, bf] }))
+}

@@ -1,0 +1,315 @@
+//! NVLS on the CPU emulator: 4 and 8 ranks in one process, their channels searched at init on
+//! the HGX H200 and H100 machines (NVSwitch: the search finds NVLS heads), every rank's scratch
+//! bound into emulated multicast ranges. All-reduce (one-shot and two-shot), reduce-scatter
+//! and all-gather of every type and op of the multimem table are checked against an
+//! independent reference that reduces in rank order, as the emulated `multimem.ld_reduce`
+//! does (f16/bf16 sums accumulate in f32 and round once, as `.acc::f32`); integers and
+//! min/max also against the ring. Then the cases NVLS does not serve, and `RSCCL_ALGO`.
+use rsccl::comm::{Comm, CommConfig, ReduceOp, TopologyConfig};
+use rsccl::topology::detect::TopoEnv;
+use rsccl::topology::init::InitEnv;
+use rsccl::{backend, Backend, BufRef, DataType, DeviceBuffer, Error};
+use rsccl_device::coll::Collective;
+use rsccl_device::redop::RedOp;
+use rsccl_suite::reference;
+use std::sync::Arc;
+use std::time::Duration;
+
+const H200: &str = "fixtures/topology/simllm_vastai_hgx_h200_8x_nccl_topo.xml";
+const H100: &str = "fixtures/topology/ibm-cloud-docs_vpc_h100-gx3d-topo.xml";
+
+fn config(fixture: &str, algo: Option<&str>) -> CommConfig {
+    let topo = TopologyConfig {
+        env: InitEnv {
+            topo: TopoEnv { topo_file: Some(rsccl_suite::shared_dir().join(fixture)), dump_file: None },
+            ..InitEnv::default()
+        },
+        max_channels: 2,
+        ..TopologyConfig::default()
+    };
+    CommConfig {
+        nthreads: 128,
+        step_bytes: 8192,
+        timeout: Duration::from_secs(60),
+        topology: Some(topo),
+        algo: algo.map(str::to_string),
+        ..CommConfig::default()
+    }
+}
+
+/// Element `i` of rank `r`'s input, as bits of `t`: small values, so float sums stay finite.
+fn input(t: DataType, r: usize, i: usize, seed: u64) -> u64 {
+    let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (r as u64 + 1).wrapping_mul(seed | 1);
+    let h = h ^ (h >> 29);
+    let small = ((h % 2001) as f64 - 1000.0) / 128.0;
+    match t {
+        DataType::F32 => (small as f32).to_bits() as u64,
+        DataType::F64 => small.to_bits(),
+        DataType::F16 => half::f16::from_f64(small).to_bits() as u64,
+        DataType::BF16 => half::bf16::from_f64(small).to_bits() as u64,
+        DataType::I32 | DataType::U32 => h & 0xFFFF_FFFF,
+        _ => h,
+    }
+}
+
+/// The reduction of `col` (one element of every rank, in rank order) as the multicast
+/// reduce-load computes it.
+fn nvls_fold(t: DataType, op: RedOp, col: &[u64]) -> u64 {
+    match (t, op) {
+        (DataType::F16, RedOp::Sum) => {
+            let acc = col.iter().fold(0f32, |a, &b| a + half::f16::from_bits(b as u16).to_f32());
+            half::f16::from_f32(acc).to_bits() as u64
+        }
+        (DataType::BF16, RedOp::Sum) => {
+            let acc = col.iter().fold(0f32, |a, &b| a + half::bf16::from_bits(b as u16).to_f32());
+            half::bf16::from_f32(acc).to_bits() as u64
+        }
+        _ => col[1..].iter().fold(col[0], |a, &b| reference::reduce(t, op, a, b)),
+    }
+}
+
+fn to_bytes(t: DataType, v: &[u64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()[..t.size()].to_vec()).collect()
+}
+
+fn from_bytes(t: DataType, b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(t.size())
+        .map(|c| {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            u64::from_le_bytes(w)
+        })
+        .collect()
+}
+
+/// Runs `coll` on every rank from this thread (enqueue all, then wait all) and returns each
+/// rank's output elements.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    be: &Arc<dyn Backend>,
+    comms: &[Comm],
+    coll: Collective,
+    t: DataType,
+    op: ReduceOp,
+    count: usize,
+    in_place: bool,
+    seed: u64,
+) -> Result<Vec<Vec<u64>>, Error> {
+    let n = comms.len();
+    let (send_n, recv_n) = match coll {
+        Collective::AllReduce => (count, count),
+        Collective::ReduceScatter => (count * n, count),
+        _ => (count, count * n),
+    };
+    let eb = t.size();
+    let bufs: Vec<(DeviceBuffer, Option<DeviceBuffer>)> = (0..n)
+        .map(|r| {
+            let data: Vec<u64> = (0..send_n).map(|i| input(t, r, i, seed)).collect();
+            let bytes = to_bytes(t, &data);
+            if in_place {
+                // In place: the input sits where the collective's rule puts it in the output.
+                let buf = be.alloc((recv_n.max(send_n) * eb).max(1)).unwrap();
+                let at = match coll {
+                    Collective::AllGather => r * count * eb,
+                    _ => 0,
+                };
+                be.copy_in(&buf, at, &bytes).unwrap();
+                (buf, None)
+            } else {
+                let s = be.alloc((send_n * eb).max(1)).unwrap();
+                be.copy_in(&s, 0, &bytes).unwrap();
+                (s, Some(be.alloc((recv_n * eb).max(1)).unwrap()))
+            }
+        })
+        .collect();
+    let work: Vec<_> = comms
+        .iter()
+        .zip(&bufs)
+        .enumerate()
+        .map(|(r, (c, (s, d)))| {
+            let at = if in_place && coll == Collective::AllGather { r * count * eb } else { 0 };
+            let send = BufRef { buf: s, offset: at };
+            let recv = BufRef::from(d.as_ref().unwrap_or(s));
+            let q = c.enqueue();
+            match coll {
+                Collective::AllReduce => q.all_reduce(send, recv, count, t, op),
+                Collective::ReduceScatter => {
+                    let recv = if in_place { BufRef { buf: s, offset: r * count * eb } } else { recv };
+                    q.reduce_scatter(BufRef::from(s), recv, count, t, op)
+                }
+                _ => q.all_gather(send, recv, count, t),
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    for w in work {
+        w.wait()?;
+    }
+    Ok(bufs
+        .iter()
+        .enumerate()
+        .map(|(r, (s, d))| {
+            let (buf, at) = match (d, coll) {
+                (Some(d), _) => (d, 0),
+                (None, Collective::ReduceScatter) => (s, r * count * eb),
+                (None, _) => (s, 0),
+            };
+            let mut out = vec![0u8; recv_n * eb];
+            be.copy_out(buf, at, &mut out).unwrap();
+            from_bytes(t, &out)
+        })
+        .collect())
+}
+
+/// The expected outputs of `coll`, from the inputs, every rank's.
+fn expected(coll: Collective, t: DataType, op: RedOp, n: usize, count: usize, seed: u64) -> Vec<Vec<u64>> {
+    let send_n = if coll == Collective::ReduceScatter { count * n } else { count };
+    let inputs: Vec<Vec<u64>> = (0..n).map(|r| (0..send_n).map(|i| input(t, r, i, seed)).collect()).collect();
+    let reduced = |i: usize| nvls_fold(t, op, &inputs.iter().map(|v| v[i]).collect::<Vec<_>>());
+    (0..n)
+        .map(|r| match coll {
+            Collective::AllReduce => (0..count).map(reduced).collect(),
+            Collective::ReduceScatter => (r * count..(r + 1) * count).map(reduced).collect(),
+            _ => inputs.iter().flat_map(|v| v.iter().copied()).collect(),
+        })
+        .collect()
+}
+
+fn red(op: ReduceOp) -> RedOp {
+    match op {
+        ReduceOp::Min => RedOp::Min,
+        ReduceOp::Max => RedOp::Max,
+        _ => RedOp::Sum,
+    }
+}
+
+const TYPES: [DataType; 8] = [
+    DataType::F32,
+    DataType::F16,
+    DataType::BF16,
+    DataType::F64,
+    DataType::I32,
+    DataType::U32,
+    DataType::I64,
+    DataType::U64,
+];
+
+/// Every (collective, type, op) of the table on `n` ranks of `fixture`, odd counts, in and out
+/// of place, one count over a million; integers and min/max also equal the ring's bits.
+fn sweep(fixture: &str, n: usize) {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, n, config(fixture, None)).unwrap();
+    assert!(comms.iter().all(Comm::uses_nvls), "{fixture}: NVLS not set up for {n} ranks");
+    let rings = Comm::init_all(&be, n, config(fixture, Some("^nvls"))).unwrap();
+    assert!(!rings[0].uses_nvls());
+    let counts = [0usize, 1, 7, 1000, 4099, 16_411, 65_537];
+    let mut k = 0usize;
+    for coll in [Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather] {
+        for t in TYPES {
+            let ops: &[ReduceOp] = match coll {
+                Collective::AllGather => &[ReduceOp::Sum],
+                _ => &[ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max],
+            };
+            for &op in ops {
+                if coll != Collective::AllGather && !rsccl_device::multimem::supported(red(op), t) {
+                    continue;
+                }
+                k += 1;
+                let count = counts[k % counts.len()];
+                let in_place = k.is_multiple_of(2);
+                let seed = 0xC0FFEE + k as u64;
+                let what = format!("{fixture} n={n} {coll:?} {t:?} {op:?} count={count} in_place={in_place}");
+                let got = run(&be, &comms, coll, t, op, count, in_place, seed)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let want = expected(coll, t, red(op), n, count, seed);
+                for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+                    if let Some(i) = (0..w.len()).find(|&i| !reference::same(t, g[i], w[i])) {
+                        panic!("{what}: rank {r} element {i}: got {:#x}, want {:#x}", g[i], w[i]);
+                    }
+                }
+                if !t.is_float() || op != ReduceOp::Sum {
+                    let ring = run(&be, &rings, coll, t, op, count, in_place, seed).unwrap();
+                    assert_eq!(got, ring, "{what}: NVLS and ring differ");
+                }
+            }
+        }
+    }
+    // Over a million elements: two-shot all-reduce, many iterations of every block.
+    let count = 1_048_583;
+    let got = run(&be, &comms, Collective::AllReduce, DataType::F32, ReduceOp::Sum, count, false, 7).unwrap();
+    assert_eq!(got, expected(Collective::AllReduce, DataType::F32, RedOp::Sum, n, count, 7));
+}
+
+#[test]
+fn h200_four_ranks() {
+    sweep(H200, 4);
+}
+
+#[test]
+fn h100_eight_ranks() {
+    sweep(H100, 8);
+}
+
+/// What NVLS does not serve runs on the ring, and forcing NVLS there is an error.
+#[test]
+fn unsupported_cases_fall_back_and_forcing_them_is_an_error() {
+    let be = backend::cpu();
+    // Two ranks: no NVLS (NCCL needs more than two), forced: init fails saying why.
+    let two = Comm::init_all(&be, 2, config(H200, None)).unwrap();
+    assert!(!two[0].uses_nvls());
+    let err = Comm::init_all(&be, 2, config(H200, Some("nvls"))).unwrap_err().to_string();
+    assert!(err.contains("RSCCL_ALGO=nvls") && err.contains("2 ranks"), "{err}");
+    // No NVLS heads in the configuration (rings given by hand): none, and forced is an error.
+    let plain = CommConfig { nthreads: 128, step_bytes: 8192, ..CommConfig::default() };
+    assert!(!Comm::init_all(&be, 4, plain.clone()).unwrap()[0].uses_nvls());
+    let err = Comm::init_all(&be, 4, CommConfig { algo: Some("nvls".into()), ..plain }).unwrap_err();
+    assert!(err.to_string().contains("no NVLS heads"), "{err}");
+    // A type or op outside the table: the ring's result; forced, a clear error per call.
+    let comms = Comm::init_all(&be, 4, config(H200, None)).unwrap();
+    for (t, op) in
+        [(DataType::I8, ReduceOp::Sum), (DataType::F32, ReduceOp::Prod), (DataType::F64, ReduceOp::Max)]
+    {
+        let got = run(&be, &comms, Collective::AllReduce, t, op, 4099, false, 3).unwrap();
+        let resolved = match op {
+            ReduceOp::Prod => RedOp::Prod,
+            _ => red(op),
+        };
+        // The ring folds in ring order; integers and max are order-free, f32 products of
+        // these inputs are exact enough to compare through the ring itself instead.
+        if t != DataType::F32 {
+            assert_eq!(got, expected(Collective::AllReduce, t, resolved, 4, 4099, 3), "{t:?} {op:?}");
+        }
+    }
+    let forced = Comm::init_all(&be, 4, config(H200, Some("nvls"))).unwrap();
+    let err =
+        run(&be, &forced, Collective::AllReduce, DataType::F32, ReduceOp::Prod, 64, false, 1).unwrap_err();
+    assert!(err.to_string().contains("NVLS has no AllReduce of f32"), "{err}");
+    // Forced, supported: runs on NVLS.
+    let got = run(&be, &forced, Collective::AllReduce, DataType::I64, ReduceOp::Sum, 4099, true, 5).unwrap();
+    assert_eq!(got, expected(Collective::AllReduce, DataType::I64, RedOp::Sum, 4, 4099, 5));
+    let err = CommConfig { algo: Some("warp".into()), ..config(H200, None) };
+    assert!(Comm::init_all(&be, 4, err).unwrap_err().to_string().contains("unknown algorithm \"warp\""));
+}
+
+/// A rank that never starts its NVLS all-reduce: the others' barriers time out and the hang
+/// report names it.
+#[test]
+fn a_rank_that_never_comes_is_named() {
+    let be = backend::cpu();
+    let cfg = CommConfig { timeout: Duration::from_millis(800), ..config(H200, None) };
+    let comms = Comm::init_all(&be, 4, cfg).unwrap();
+    let bufs: Vec<DeviceBuffer> = (0..4).map(|_| be.upload(&[1i32; 1000]).unwrap()).collect();
+    let work: Vec<_> = (0..3)
+        .map(|r| {
+            let b = BufRef::from(&bufs[r]);
+            comms[r].enqueue().all_reduce(b, b, 1000, DataType::I32, ReduceOp::Sum).unwrap()
+        })
+        .collect();
+    for w in work {
+        match w.wait() {
+            Err(Error::Hang { headline, .. }) => {
+                assert!(headline.contains("rank 3 never entered"), "{headline}")
+            }
+            other => panic!("expected a hang report, got {other:?}"),
+        }
+    }
+}
