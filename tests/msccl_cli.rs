@@ -157,3 +157,39 @@ fn channels_instances_and_chunks_over_the_limits_exit_1() {
         assert_eq!(compile_error(form), (ExitCode::SUCCESS, String::new()), "{form:?}");
     }
 }
+
+/// `msccl check` on in-place programs (issue 16): the all-gather shaped like the refused file
+/// (8 gpus, 16 channels, i_chunks="0", sending its own chunks from `o`) and the other in-place
+/// programs in tests/data/msccl pass; the all-gather reading another rank's chunk before it
+/// arrived exits 1.
+#[test]
+fn check_accepts_inplace_programs_and_refuses_an_early_read() {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/msccl");
+    let files = [
+        "allgather_allpairs_8gpu_16ch_inplace_LL.xml",
+        "allgather_ring_4gpu_inplace_LL.xml",
+        "reducescatter_ring_4gpu_inplace_Simple.xml",
+        "allreduce_ring_4gpu_inplace_Simple.xml",
+    ];
+    for name in files {
+        let path = data.join(name);
+        assert_eq!(run(&args(&["check", path.to_str().unwrap()])), ExitCode::SUCCESS, "{name}");
+        // What `check` prints for it.
+        let summary = rsccl::msccl::verify::check_file(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(summary.to_string().contains(", in-place, "), "{summary}");
+    }
+    let all: Vec<String> = files.iter().map(|f| data.join(f).to_str().unwrap().to_string()).collect();
+    let mut a = args(&["check"]);
+    a.extend(all);
+    assert_eq!(run(&a), ExitCode::SUCCESS);
+    // gpu 3 sends gpu 0's o[0] instead of its own o[6].
+    let text = std::fs::read_to_string(data.join(files[0])).unwrap();
+    let bad =
+        text.replacen("type=\"s\" srcbuf=\"o\" srcoff=\"6\"", "type=\"s\" srcbuf=\"o\" srcoff=\"0\"", 1);
+    assert_ne!(bad, text);
+    let path = tmp("inplace_early_read.xml");
+    std::fs::write(&path, bad).unwrap();
+    assert_eq!(run(&args(&["check", path.to_str().unwrap()])), ExitCode::from(1));
+    let e = rsccl::msccl::verify::check_file(&path).unwrap_err().to_string();
+    assert!(e.contains("gpu 3 tb 0 step 0: reads o[0] before anything wrote it (in-place allgather"), "{e}");
+}

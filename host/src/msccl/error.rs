@@ -98,8 +98,9 @@ pub enum MscclError {
     CountMismatch { at: Location, sent: u32, received: u32 },
     /// No threadblock can make progress: a dependency cycle or inconsistent send/recv order.
     Deadlock { at: Location, waiting_for: String, blocked: usize },
-    /// A step reads a slot no step has written.
-    UninitRead { at: Location, buf: char, index: u32 },
+    /// A step reads a slot no step has written; `note` describes the in-place layout the
+    /// slot was looked up in (empty out of place).
+    UninitRead { at: Location, buf: char, index: u32, note: String },
     /// Two threadblocks touch the same slot and nothing orders them.
     Race { at: Location, buf: char, index: u32, other: Location },
     /// A reduction adds the same contribution twice.
@@ -228,8 +229,12 @@ impl fmt::Display for MscclError {
                 "{at}: deadlock: waits for {waiting_for}, which never happens \
                  ({blocked} threadblock(s) blocked; a dependency cycle or mismatched send/recv order)"
             ),
-            UninitRead { at, buf, index } => {
-                write!(f, "{at}: reads {buf}[{index}] before anything wrote it")
+            UninitRead { at, buf, index, note } => {
+                write!(f, "{at}: reads {buf}[{index}] before anything wrote it")?;
+                if !note.is_empty() {
+                    write!(f, " ({note})")?;
+                }
+                Ok(())
             }
             Race { at, buf, index, other } => write!(
                 f,

@@ -293,9 +293,11 @@ pub struct Threadblock {
 pub struct Gpu {
     /// `id`.
     pub id: Rank,
-    /// Chunks in the input buffer per loop iteration.
+    /// Chunks in the input buffer per loop iteration (0 in msccl-tools' in-place all-gathers,
+    /// whose input lies inside the output: see [`super::verify::Layout`]).
     pub i_chunks: u32,
-    /// Chunks in the output buffer (0 for in-place all-reduce).
+    /// Chunks in the output buffer (0 in msccl-tools' in-place all-reduce and reduce-scatter,
+    /// whose output is, or lies inside, the input).
     pub o_chunks: u32,
     /// Chunks of scratch.
     pub s_chunks: u32,
@@ -329,7 +331,8 @@ pub struct Program {
     pub ngpus: u32,
     /// `coll`.
     pub coll: Collective,
-    /// `inplace`.
+    /// `inplace`: the program runs on one user buffer holding both input and output, laid out
+    /// per collective as [`super::verify::Layout`] describes.
     pub inplace: bool,
     /// `outofplace` (absent in the older format).
     pub outofplace: Option<bool>,

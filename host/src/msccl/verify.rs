@@ -9,7 +9,7 @@
 //! touch without a dependency ordering them, which the GPU would run in either order.
 //! [`check`] runs it over symbolic chunks (which ranks' contributions a slot holds) and over
 //! real numbers and compares the outputs with the collective's definition.
-use super::ir::{Buf, Collective, Program, Step, StepKind};
+use super::ir::{Buf, Collective, Gpu, Program, Step, StepKind};
 use super::{limits, ChunkIdx, Location, MscclError, Rank, StepIdx, TbId};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -287,6 +287,7 @@ pub fn validate(p: &Program) -> Result<(), MscclError> {
                 });
             }
         }
+        let layout = Layout::of(p, g)?;
         let mut send_owner: HashMap<(u32, u32), TbId> = HashMap::new();
         let mut recv_owner: HashMap<(u32, u32), TbId> = HashMap::new();
         for tb in &g.tbs {
@@ -347,7 +348,7 @@ pub fn validate(p: &Program) -> Result<(), MscclError> {
                     });
                 }
                 for (field, loc) in local_fields(s) {
-                    let limit = g.chunks(loc.buf);
+                    let limit = layout.extent(loc.buf);
                     if loc.off < 0 || i64::from(loc.off) + i64::from(s.cnt) > i64::from(limit) {
                         return Err(MscclError::OutOfRange {
                             at,
@@ -428,20 +429,145 @@ pub fn validate(p: &Program) -> Result<(), MscclError> {
     Ok(())
 }
 
-/// Maps a (buffer, index) a step names to where the data lives, for in-place collectives
-/// whose input and output alias (as the runtime passes `sendbuff` inside `recvbuff`).
-fn resolve(p: &Program, rank: Rank, buf: Buf, index: u32, i_chunks: u32) -> (Buf, u32) {
-    if !p.inplace {
-        return (buf, index);
-    }
-    let n = p.ngpus.max(1);
-    match (&p.coll, buf) {
-        (Collective::AllGather, Buf::Input) => (Buf::Output, rank.0 * i_chunks + index),
-        (Collective::ReduceScatter, Buf::Output) => (Buf::Input, rank.0 * (i_chunks / n) + index),
-        (Collective::AllGather, _) | (Collective::ReduceScatter, _) | (_, Buf::Scratch) | (_, Buf::Input) => {
-            (buf, index)
+/// An in-place alias: the buffer steps name as `from` lies inside `into`, so `from[k]` is
+/// `into[base + k]` for `k` below `len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Alias {
+    /// The buffer as steps name it.
+    pub from: Buf,
+    /// The buffer it lies in.
+    pub into: Buf,
+    /// Where it starts in `into`, in chunks.
+    pub base: u32,
+    /// Its chunks: the offsets a step may name in `from`.
+    pub len: u32,
+}
+
+/// Where one rank's buffers lie, with `inplace="1"` resolved as the MSCCL runtime lays them
+/// out.
+///
+/// The runtime only sees pointers: a call is in-place when the user passes one buffer for
+/// both (`sendbuff == recvbuff + rank × sendcount` for all-gather, `recvbuff == sendbuff +
+/// rank × recvcount` for reduce-scatter, `sendbuff == recvbuff` otherwise), and a step's `i`
+/// and `o` offsets are taken from those pointers. So in an in-place program:
+/// - all-gather: rank r's input `i[k]` is `o[r × cpr + k]`, where the chunks per rank `cpr`
+///   are `i_chunks`, or `o_chunks / ngpus` when `i_chunks` is 0 (msccl-tools writes 0: its
+///   in-place all-gathers name only `o`); `o[r × cpr .. (r+1) × cpr]` starts as the input,
+///   and `o_chunks` must be `ngpus × cpr`;
+/// - reduce-scatter: rank r's output `o[k]` is `i[r × cpr + k]`, `cpr` being `o_chunks`, or
+///   `i_chunks / ngpus` when `o_chunks` is 0 (as msccl-tools writes it); `i_chunks` must be
+///   `ngpus × cpr`;
+/// - every other collective (all-reduce, all-to-all, broadcast, reduce, custom): `o` is `i`,
+///   one buffer of `max(i_chunks, o_chunks)` chunks, all of it input.
+///
+/// Out-of-place programs keep the buffers as declared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Layout {
+    /// The rank.
+    pub rank: Rank,
+    /// Chunks of the rank's input the collective starts from (`i[0..input_chunks]`).
+    pub input_chunks: u32,
+    /// The aliased buffer of an in-place program; `None` out of place.
+    pub alias: Option<Alias>,
+    /// Chunks held by `i`, `o` and `s` themselves (0 for a buffer that is all alias).
+    storage: [u32; 3],
+    /// The collective's name, for messages (empty for collectives without one here).
+    coll: &'static str,
+}
+
+impl Layout {
+    /// The layout of `g`'s buffers in `p`; `Err` when an in-place program's chunk counts
+    /// cannot hold the layout the runtime uses (it names the counts and the rule).
+    pub fn of(p: &Program, g: &Gpu) -> Result<Self, MscclError> {
+        let declared = [g.i_chunks, g.o_chunks, g.s_chunks];
+        let coll = match p.coll {
+            Collective::AllGather => "allgather",
+            Collective::ReduceScatter => "reducescatter",
+            Collective::AllReduce => "allreduce",
+            Collective::AllToAll => "alltoall",
+            Collective::Broadcast => "broadcast",
+            Collective::Reduce => "reduce",
+            Collective::Custom => "custom",
+            Collective::Other(_) => "",
+        };
+        if !p.inplace {
+            return Ok(Layout { rank: g.id, input_chunks: g.i_chunks, alias: None, storage: declared, coll });
         }
-        (_, Buf::Output) => (Buf::Input, index),
+        let n = p.ngpus.max(1);
+        let invalid = |reason: String| MscclError::Invalid {
+            at: Location { gpu: Some(g.id), ..Default::default() },
+            reason,
+        };
+        // (aliased buffer, its chunks, what they come from, the buffer it lies in).
+        let (from, cpr, source, into) = match p.coll {
+            Collective::AllGather if g.i_chunks > 0 => (Buf::Input, g.i_chunks, "i_chunks", Buf::Output),
+            Collective::AllGather => (Buf::Input, g.o_chunks / n, "o_chunks / ngpus", Buf::Output),
+            Collective::ReduceScatter if g.o_chunks > 0 => (Buf::Output, g.o_chunks, "o_chunks", Buf::Input),
+            Collective::ReduceScatter => (Buf::Output, g.i_chunks / n, "i_chunks / ngpus", Buf::Input),
+            _ => {
+                let len = g.i_chunks.max(g.o_chunks);
+                return Ok(Layout {
+                    rank: g.id,
+                    input_chunks: len,
+                    alias: Some(Alias { from: Buf::Output, into: Buf::Input, base: 0, len }),
+                    storage: [len, 0, g.s_chunks],
+                    coll,
+                });
+            }
+        };
+        let whole = g.chunks(into);
+        let (what, whose) = if from == Buf::Input { ("input", "o") } else { ("output", "i") };
+        if cpr == 0 || u64::from(cpr) * u64::from(n) != u64::from(whole) {
+            return Err(invalid(format!(
+                "in-place {coll}: each rank's {what} lies at {whose}[rank × chunks per rank], so \
+                 {whose}_chunks=\"{whole}\" must be ngpus={n} × the chunks per rank ({cpr}, from {source}; \
+                 i_chunks=\"{}\" o_chunks=\"{}\")",
+                g.i_chunks, g.o_chunks
+            )));
+        }
+        let base = u64::from(g.id.0) * u64::from(cpr);
+        if base + u64::from(cpr) > u64::from(whole) {
+            return Err(invalid(format!(
+                "in-place {coll}: gpu {}'s {what} would lie at {whose}[{base}..{}], past {whose}_chunks=\"{whole}\"",
+                g.id.0,
+                base + u64::from(cpr)
+            )));
+        }
+        let mut storage = declared;
+        storage[buf_slot(from)] = 0;
+        let input_chunks = if from == Buf::Input { cpr } else { g.i_chunks };
+        let alias = Alias { from, into, base: base as u32, len: cpr };
+        Ok(Layout { rank: g.id, input_chunks, alias: Some(alias), storage, coll })
+    }
+
+    /// Where the data a step names as `buf[index]` lives.
+    pub fn resolve(&self, buf: Buf, index: u32) -> (Buf, u32) {
+        match self.alias {
+            Some(a) if a.from == buf => (a.into, a.base.saturating_add(index)),
+            _ => (buf, index),
+        }
+    }
+
+    /// The chunks a step may name in `buf` (its declared size out of place).
+    pub fn extent(&self, buf: Buf) -> u32 {
+        match self.alias {
+            Some(a) if a.from == buf => a.len,
+            _ => self.storage[buf_slot(buf)],
+        }
+    }
+
+    /// The in-place layout in words, for messages; empty out of place.
+    pub fn describe(&self) -> String {
+        let Some(a) = self.alias else { return String::new() };
+        let coll = if self.coll.is_empty() { String::new() } else { format!(" {}", self.coll) };
+        let (f, t) = (a.from.letter(), a.into.letter());
+        if matches!(self.coll, "allgather" | "reducescatter") {
+            let what = if a.from == Buf::Input { "input" } else { "output" };
+            let end = a.base + a.len;
+            format!("in-place{coll}: {}'s {what} {f}[0..{}] is {t}[{}..{end}]", self.rank, a.len, a.base)
+        } else {
+            format!("in-place{coll}: {f} is {t}, one buffer of {} chunks", a.len)
+        }
     }
 }
 
@@ -449,6 +575,7 @@ fn resolve(p: &Program, rank: Rank, buf: Buf, index: u32, i_chunks: u32) -> (Buf
 pub struct Memory<V> {
     slots: Vec<[Vec<Option<V>>; 3]>,
     gpu_index: Vec<usize>,
+    layouts: Vec<Layout>,
 }
 
 fn buf_slot(b: Buf) -> usize {
@@ -460,10 +587,24 @@ fn buf_slot(b: Buf) -> usize {
 }
 
 impl<V> Memory<V> {
-    /// The value of a slot as the program names it (in-place aliases resolved by the caller).
+    /// The value of a slot of the memory itself, in-place aliases not resolved (see
+    /// [`Memory::named`]); for an out-of-place program the two agree.
     pub fn get(&self, rank: Rank, buf: Buf, index: u32) -> Option<&V> {
         let g = *self.gpu_index.get(rank.idx())?;
         self.slots.get(g)?[buf_slot(buf)].get(index as usize)?.as_ref()
+    }
+
+    /// The value of a slot as a step names it, in-place aliases resolved ([`Layout`]): in an
+    /// in-place all-gather `i[k]` is `o[rank × chunks per rank + k]`.
+    pub fn named(&self, rank: Rank, buf: Buf, index: u32) -> Option<&V> {
+        let g = *self.gpu_index.get(rank.idx())?;
+        let (b, k) = self.layouts.get(g)?.resolve(buf, index);
+        self.slots.get(g)?[buf_slot(b)].get(k as usize)?.as_ref()
+    }
+
+    /// The layout of a rank's buffers in the run.
+    pub fn layout(&self, rank: Rank) -> Option<&Layout> {
+        self.layouts.get(*self.gpu_index.get(rank.idx())?)
     }
 }
 
@@ -485,6 +626,7 @@ struct Engine<'p, V> {
     base: Vec<usize>,
     mem: Vec<[Vec<Option<V>>; 3]>,
     hist: Vec<[Vec<History>; 3]>,
+    layouts: Vec<Layout>,
     pc: Vec<usize>,
     clock: Vec<Vec<u32>>,
     snap: HashMap<(usize, usize), Rc<Vec<u32>>>,
@@ -503,34 +645,13 @@ impl<'p, V: SlotValue> Engine<'p, V> {
         }
         let mut mem = Vec::with_capacity(p.gpus.len());
         let mut hist = Vec::with_capacity(p.gpus.len());
+        let mut layouts = Vec::with_capacity(p.gpus.len());
         for g in &p.gpus {
-            let n = u64::from(p.ngpus);
-            // Aliased storage may extend past the declared size of the buffer it lives in.
-            let aliased = |coll: Collective, chunks: u32| {
-                if p.inplace && p.coll == coll {
-                    u64::from(chunks) * n
-                } else {
-                    0
-                }
-            };
-            let i_len = u64::from(g.i_chunks).max(aliased(Collective::ReduceScatter, g.o_chunks));
-            let o_len = u64::from(g.o_chunks).max(aliased(Collective::AllGather, g.i_chunks));
-            for len in [i_len, o_len] {
-                if len > u64::from(limits::MAX_CHUNKS) {
-                    return Err(MscclError::Invalid {
-                        at: Location { gpu: Some(g.id), ..Default::default() },
-                        reason: format!(
-                            "the in-place buffer spans {len} chunks (chunks × ngpus), over the limit of {}: \
-                             MSCCL keeps step offsets as int16_t",
-                            limits::MAX_CHUNKS
-                        ),
-                    });
-                }
-            }
-            let lens = [i_len as usize, o_len as usize, g.s_chunks as usize];
+            let layout = Layout::of(p, g)?;
+            let lens = layout.storage.map(|c| c as usize);
             let mut m: [Vec<Option<V>>; 3] = [vec![None; lens[0]], vec![None; lens[1]], vec![None; lens[2]]];
-            for j in 0..g.i_chunks {
-                let (b, k) = resolve(p, g.id, Buf::Input, j, g.i_chunks);
+            for j in 0..layout.input_chunks {
+                let (b, k) = layout.resolve(Buf::Input, j);
                 if let Some(slot) = m[buf_slot(b)].get_mut(k as usize) {
                     *slot = Some(V::input(g.id, ChunkIdx(j)));
                 }
@@ -541,6 +662,7 @@ impl<'p, V: SlotValue> Engine<'p, V> {
                 vec![History::default(); lens[2]],
             ]);
             mem.push(m);
+            layouts.push(layout);
         }
         let clock = if races { vec![vec![0; total]; total] } else { Vec::new() };
         Ok(Engine {
@@ -549,6 +671,7 @@ impl<'p, V: SlotValue> Engine<'p, V> {
             base,
             mem,
             hist,
+            layouts,
             pc: vec![0; total],
             clock,
             snap: HashMap::new(),
@@ -577,7 +700,7 @@ impl<'p, V: SlotValue> Engine<'p, V> {
         write: bool,
     ) -> Result<Option<V>, MscclError> {
         let g = &self.p.gpus[gi];
-        let (b, k) = resolve(self.p, g.id, buf, off as u32, g.i_chunks);
+        let (b, k) = self.layouts[gi].resolve(buf, off as u32);
         let (bs, k) = (buf_slot(b), k as usize);
         let at = || Location::step(g.id, g.tbs[me - self.base[gi]].id, StepIdx(step as u32));
         if self.races {
@@ -603,7 +726,8 @@ impl<'p, V: SlotValue> Engine<'p, V> {
         }
         let v = self.mem[gi][bs][k].clone();
         if !write && v.is_none() {
-            return Err(MscclError::UninitRead { at: at(), buf: buf.letter(), index: off as u32 });
+            let note = self.layouts[gi].describe();
+            return Err(MscclError::UninitRead { at: at(), buf: buf.letter(), index: off as u32, note });
         }
         Ok(v)
     }
@@ -622,8 +746,7 @@ impl<'p, V: SlotValue> Engine<'p, V> {
         v: V,
     ) -> Result<(), MscclError> {
         self.access(gi, me, step, buf, off, true)?;
-        let g = &self.p.gpus[gi];
-        let (b, k) = resolve(self.p, g.id, buf, off as u32, g.i_chunks);
+        let (b, k) = self.layouts[gi].resolve(buf, off as u32);
         self.mem[gi][buf_slot(b)][k as usize] = Some(v);
         Ok(())
     }
@@ -768,7 +891,7 @@ impl<'p, V: SlotValue> Engine<'p, V> {
                 return Err(self.deadlock());
             }
         }
-        Ok(Memory { slots: self.mem, gpu_index: self.ix.gpu })
+        Ok(Memory { slots: self.mem, gpu_index: self.ix.gpu, layouts: self.layouts })
     }
 
     fn deadlock(&self) -> MscclError {
@@ -818,8 +941,9 @@ pub struct Expected {
     pub want: ChunkSet,
 }
 
-/// The collective's definition over the program's chunk counts; `None` for collectives the
-/// executor does not know (custom, broadcast, …).
+/// The collective's definition over the program's chunk counts (in place, over its
+/// [`Layout`]: an in-place all-gather's input is `o_chunks / ngpus` chunks when it declares
+/// `i_chunks="0"`); `None` for collectives the executor does not know (custom, broadcast, …).
 pub fn expected(p: &Program) -> Option<Vec<Expected>> {
     let n = p.ngpus;
     let mut out = Vec::new();
@@ -827,14 +951,17 @@ pub fn expected(p: &Program) -> Option<Vec<Expected>> {
     for g in &p.gpus {
         let r = g.id;
         let res_buf = |inplace_buf: Buf| if p.inplace { inplace_buf } else { Buf::Output };
+        // The rank's input: `i_chunks` out of place; in place, what the runtime's layout gives
+        // it (an in-place all-gather may declare i_chunks="0").
+        let input = Layout::of(p, g).map_or(g.i_chunks, |l| l.input_chunks);
         match p.coll {
             Collective::AllReduce => {
-                for j in 0..g.i_chunks {
+                for j in 0..input {
                     out.push(Expected { rank: r, buf: res_buf(Buf::Input), index: j, want: all(j) });
                 }
             }
             Collective::AllGather => {
-                let cf = g.i_chunks;
+                let cf = input;
                 for k in 0..n * cf {
                     out.push(Expected {
                         rank: r,
@@ -851,7 +978,7 @@ pub fn expected(p: &Program) -> Option<Vec<Expected>> {
                 }
             }
             Collective::AllToAll => {
-                let cf = g.i_chunks / n.max(1);
+                let cf = input / n.max(1);
                 for q in 0..n {
                     for j in 0..cf {
                         out.push(Expected {
@@ -876,6 +1003,8 @@ pub struct Summary {
     pub name: String,
     /// `coll` as written.
     pub coll: String,
+    /// `inplace`: checked with the in-place buffer layout ([`Layout`]).
+    pub inplace: bool,
     /// GPUs.
     pub ngpus: u32,
     /// Threadblocks over all GPUs.
@@ -890,8 +1019,13 @@ impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "ok: {} ({}, {} gpus, {} threadblocks, {} steps): ",
-            self.name, self.coll, self.ngpus, self.tbs, self.steps
+            "ok: {} ({}{}, {} gpus, {} threadblocks, {} steps): ",
+            self.name,
+            self.coll,
+            if self.inplace { ", in-place" } else { "" },
+            self.ngpus,
+            self.tbs,
+            self.steps
         )?;
         if self.slots_checked > 0 {
             write!(
@@ -917,13 +1051,8 @@ pub fn check(p: &Program) -> Result<Summary, MscclError> {
     if let Some(exp) = &exp {
         for e in exp {
             let at = Location { gpu: Some(e.rank), ..Default::default() };
-            let got = sym.get(e.rank, e.buf, e.index);
-            let g = &p.gpus[sym.gpu_index[e.rank.idx()]];
-            let (b, k) = resolve(p, e.rank, e.buf, e.index, g.i_chunks);
-            let got = got.or_else(|| sym.get(e.rank, b, k));
-            let got_val =
-                sym.slots[sym.gpu_index[e.rank.idx()]][buf_slot(b)].get(k as usize).cloned().flatten();
-            let _ = got;
+            // As the program names the slot: in place it may lie in the other buffer.
+            let got_val = sym.named(e.rank, e.buf, e.index).cloned();
             if got_val.as_ref() != Some(&e.want) {
                 return Err(MscclError::WrongResult {
                     at,
@@ -934,8 +1063,7 @@ pub fn check(p: &Program) -> Result<Summary, MscclError> {
                 });
             }
             let want_num = e.want.real_sum();
-            let got_num =
-                num.slots[num.gpu_index[e.rank.idx()]][buf_slot(b)].get(k as usize).copied().flatten();
+            let got_num = num.named(e.rank, e.buf, e.index).copied();
             if got_num.map(|x| x.0) != Some(want_num) {
                 return Err(MscclError::WrongResult {
                     at,
@@ -950,6 +1078,7 @@ pub fn check(p: &Program) -> Result<Summary, MscclError> {
     Ok(Summary {
         name: p.name.clone(),
         coll: p.coll.as_str(p.is_legacy()).to_string(),
+        inplace: p.inplace,
         ngpus: p.ngpus,
         tbs: p.gpus.iter().map(|g| g.tbs.len()).sum(),
         steps: p.steps().count(),
@@ -962,4 +1091,96 @@ pub fn check_file(path: &std::path::Path) -> Result<Summary, MscclError> {
     let (p, map) = super::ir::read_file(path)?;
     let name = path.display().to_string();
     check(&p).map_err(|e| e.in_file(&name, |at| map.line_of(&p, at)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msccl::ir::Protocol;
+
+    fn program(coll: Collective, inplace: bool, ngpus: u32, i: u32, o: u32) -> Program {
+        Program {
+            name: "t".into(),
+            proto: Protocol::Simple,
+            nchannels: 1,
+            nchunksperloop: i.max(o),
+            ngpus,
+            coll,
+            inplace,
+            outofplace: Some(!inplace),
+            min_bytes: None,
+            max_bytes: None,
+            nthreads: None,
+            gpus: (0..ngpus)
+                .map(|r| Gpu { id: Rank(r), i_chunks: i, o_chunks: o, s_chunks: 3, tbs: Vec::new() })
+                .collect(),
+        }
+    }
+
+    fn layout(p: &Program, rank: u32) -> Result<Layout, MscclError> {
+        Layout::of(p, &p.gpus[rank as usize])
+    }
+
+    #[test]
+    fn out_of_place_buffers_are_as_declared() {
+        for coll in
+            [Collective::AllGather, Collective::ReduceScatter, Collective::AllReduce, Collective::Custom]
+        {
+            let p = program(coll, false, 4, 2, 8);
+            let l = layout(&p, 3).unwrap();
+            assert_eq!((l.alias, l.input_chunks), (None, 2));
+            assert_eq!([l.extent(Buf::Input), l.extent(Buf::Output), l.extent(Buf::Scratch)], [2, 8, 3]);
+            assert_eq!(l.resolve(Buf::Output, 5), (Buf::Output, 5));
+            assert_eq!(l.describe(), "");
+        }
+    }
+
+    #[test]
+    fn inplace_allgather_input_lies_in_the_output_at_rank_times_chunks_per_rank() {
+        // i_chunks="0" (msccl-tools) and i_chunks = o_chunks / ngpus give the same layout.
+        for i in [0, 2] {
+            let p = program(Collective::AllGather, true, 4, i, 8);
+            let l = layout(&p, 3).unwrap();
+            assert_eq!(l.alias, Some(Alias { from: Buf::Input, into: Buf::Output, base: 6, len: 2 }));
+            assert_eq!((l.input_chunks, l.extent(Buf::Input), l.extent(Buf::Output)), (2, 2, 8));
+            assert_eq!(l.resolve(Buf::Input, 1), (Buf::Output, 7));
+            assert_eq!(l.resolve(Buf::Output, 1), (Buf::Output, 1));
+            assert_eq!(l.describe(), "in-place allgather: gpu 3's input i[0..2] is o[6..8]");
+        }
+        for (i, o) in [(0, 9), (3, 8), (0, 3)] {
+            let e = layout(&program(Collective::AllGather, true, 4, i, o), 0).unwrap_err().to_string();
+            assert!(
+                e.starts_with("gpu 0: in-place allgather") && e.contains(&format!("o_chunks=\"{o}\"")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn inplace_reducescatter_output_lies_in_the_input() {
+        for o in [0, 2] {
+            let p = program(Collective::ReduceScatter, true, 4, 8, o);
+            let l = layout(&p, 1).unwrap();
+            assert_eq!(l.alias, Some(Alias { from: Buf::Output, into: Buf::Input, base: 2, len: 2 }));
+            assert_eq!((l.input_chunks, l.extent(Buf::Input), l.extent(Buf::Output)), (8, 8, 2));
+            assert_eq!(l.resolve(Buf::Output, 1), (Buf::Input, 3));
+        }
+        let e = layout(&program(Collective::ReduceScatter, true, 4, 8, 3), 0).unwrap_err().to_string();
+        assert!(e.contains("i_chunks=\"8\" must be ngpus=4 × the chunks per rank (3, from o_chunks"), "{e}");
+    }
+
+    #[test]
+    fn inplace_allreduce_and_others_are_one_buffer() {
+        for coll in [Collective::AllReduce, Collective::AllToAll, Collective::Custom] {
+            for o in [0, 4] {
+                let p = program(coll.clone(), true, 4, 4, o);
+                let l = layout(&p, 2).unwrap();
+                assert_eq!(l.alias, Some(Alias { from: Buf::Output, into: Buf::Input, base: 0, len: 4 }));
+                assert_eq!((l.input_chunks, l.extent(Buf::Input), l.extent(Buf::Output)), (4, 4, 4));
+                assert_eq!(l.resolve(Buf::Output, 3), (Buf::Input, 3));
+            }
+        }
+        let l = layout(&program(Collective::AllReduce, true, 4, 4, 0), 0).unwrap();
+        assert_eq!(l.describe(), "in-place allreduce: o is i, one buffer of 4 chunks");
+    }
 }
