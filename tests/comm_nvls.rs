@@ -8,6 +8,8 @@
 use rsccl::comm::{Comm, CommConfig, ReduceOp, TopologyConfig};
 use rsccl::topology::detect::TopoEnv;
 use rsccl::topology::init::InitEnv;
+use rsccl::topology::search::{search_all, SearchOptions};
+use rsccl::topology::{xml, NodeKind, System};
 use rsccl::{backend, Backend, BufRef, DataType, DeviceBuffer, Error};
 use rsccl_device::coll::Collective;
 use rsccl_device::redop::RedOp;
@@ -310,6 +312,90 @@ fn a_rank_that_never_comes_is_named() {
                 assert!(headline.contains("rank 3 never entered"), "{headline}")
             }
             other => panic!("expected a hang report, got {other:?}"),
+        }
+    }
+}
+
+/// NVLS_TREE: two "nodes" of four ranks in this process (each rank says its node), the HGX
+/// H200 machine's first four GPUs per node searched for two nodes; all-reduce is NVLS inside
+/// each node and a ring between the nodes, checked against the node sums (rank order, as
+/// `ld_reduce`) combined across the nodes.
+#[test]
+fn nvls_tree_two_nodes_of_four_ranks() {
+    let (nodes, local) = (2usize, 4usize);
+    let n = nodes * local;
+    let sys = System::from_xml(&xml::read_file(&rsccl_suite::shared_dir().join(H200)).unwrap()).unwrap();
+    let sys =
+        sys.retain(|_, x| x.kind != NodeKind::Gpu || x.gpu().is_some_and(|g| (g.rank.0 as usize) < local));
+    let graphs = search_all(&sys, &SearchOptions { nodes, ..SearchOptions::default() });
+    let mut cfg = CommConfig::from_topology_nodes(&graphs, nodes).unwrap();
+    assert!(cfg.nvls, "the search found no NVLS heads");
+    cfg.nchannels = 2;
+    cfg.rings.as_mut().unwrap().truncate(2);
+    cfg.trees.as_mut().unwrap().truncate(2);
+    cfg.nthreads = 128;
+    cfg.step_bytes = 8192;
+    let be = backend::cpu();
+    let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    let cases: Vec<(DataType, ReduceOp, usize, bool)> = vec![
+        (DataType::F32, ReduceOp::Sum, 65_537, false),
+        (DataType::BF16, ReduceOp::Sum, 4099, true),
+        (DataType::F16, ReduceOp::Min, 1001, false),
+        (DataType::I64, ReduceOp::Sum, 300_007, true),
+        (DataType::U32, ReduceOp::Max, 7, false),
+        (DataType::I32, ReduceOp::Sum, 0, true),
+        (DataType::F64, ReduceOp::Sum, 1, false),
+    ];
+    let outs: Vec<Vec<Vec<u64>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (be, cfg, cases) =
+                    (&be, CommConfig { host_id: Some(format!("node{}", r / local)), ..cfg.clone() }, &cases);
+                s.spawn(move || {
+                    let comm = Comm::init_rank(be, n, r, &id, cfg).unwrap();
+                    assert!(comm.uses_nvls_tree() && !comm.uses_nvls(), "rank {r}");
+                    cases
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &(t, op, count, in_place))| {
+                            let data: Vec<u64> = (0..count).map(|i| input(t, r, i, k as u64)).collect();
+                            let send = be.alloc((count * t.size()).max(1)).unwrap();
+                            be.copy_in(&send, 0, &to_bytes(t, &data)).unwrap();
+                            let recv = if in_place {
+                                None
+                            } else {
+                                Some(be.alloc((count * t.size()).max(1)).unwrap())
+                            };
+                            let out = recv.as_ref().unwrap_or(&send);
+                            comm.all_reduce(BufRef::from(&send), BufRef::from(out), count, t, op)
+                                .unwrap_or_else(|e| panic!("rank {r} {t:?} {op:?}: {e}"));
+                            let mut b = vec![0u8; count * t.size()];
+                            be.copy_out(out, 0, &mut b).unwrap();
+                            from_bytes(t, &b)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (k, &(t, op, count, _)) in cases.iter().enumerate() {
+        let want: Vec<u64> = (0..count)
+            .map(|i| {
+                let node = |nd: usize| {
+                    let col: Vec<u64> = (0..local).map(|q| input(t, nd * local + q, i, k as u64)).collect();
+                    nvls_fold(t, red(op), &col)
+                };
+                reference::reduce(t, red(op), node(0), node(1))
+            })
+            .collect();
+        for (r, out) in outs.iter().enumerate() {
+            if let Some(i) = (0..count).find(|&i| !reference::same(t, out[k][i], want[i])) {
+                panic!(
+                    "NVLS_TREE {t:?} {op:?} count {count}: rank {r} element {i}: {:#x} want {:#x}",
+                    out[k][i], want[i]
+                );
+            }
         }
     }
 }

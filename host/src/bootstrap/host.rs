@@ -18,6 +18,17 @@ fn read_trimmed(path: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
 
+/// This host's identity, or the one `host_id` names (as `RSCCL_HOSTID` would).
+pub(crate) fn identity_as(host_id: Option<&str>) -> HostId {
+    match host_id.filter(|h| !h.is_empty()) {
+        Some(id) => {
+            let name = identity().name;
+            HostId { hash: fnv1a64(FNV_OFFSET, id.as_bytes()), name }
+        }
+        None => identity(),
+    }
+}
+
 /// This host's identity.
 pub(crate) fn identity() -> HostId {
     let name = read_trimmed("/proc/sys/kernel/hostname")

@@ -271,6 +271,19 @@ impl Bootstrap {
         local_info: &[u8],
         timeout: Duration,
     ) -> Result<Bootstrap> {
+        Self::init_on_host(id, rank, nranks, local_info, timeout, None)
+    }
+
+    /// [`Bootstrap::init`] for a rank that says which host it is on (`host_id`, as
+    /// `RSCCL_HOSTID` says for a whole process): ranks of one process can play several nodes.
+    pub fn init_on_host(
+        id: &UniqueId,
+        rank: usize,
+        nranks: usize,
+        local_info: &[u8],
+        timeout: Duration,
+        host_id: Option<&str>,
+    ) -> Result<Bootstrap> {
         let invalid = |why: String| BootstrapError::InvalidArgument(why).into();
         if nranks == 0 || nranks > MAX_RANKS {
             return Err(invalid(format!("{nranks} ranks: must be 1 to {MAX_RANKS}")));
@@ -291,7 +304,7 @@ impl Bootstrap {
         let (root, secret) = (id.root_addr(), *id.secret());
         let link = |what: String| BootstrapError::Link { rank, peer: None, addr: root, what };
         let local = |what: String| BootstrapError::Local { rank: Some(rank), what };
-        let host = host::identity();
+        let host = host::identity_as(host_id);
 
         let rs = connect(root, deadline)
             .map_err(|e| link(format!("{e}; gave up after {}", fmt_duration(timeout))))?;

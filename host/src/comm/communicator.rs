@@ -61,11 +61,14 @@ pub struct CommConfig {
     /// [`Comm::from_env`] turns it on when `RSCCL_TOPO_FILE` is set and no rings are given.
     pub topology: Option<TopologyConfig>,
     /// Use NVLS where it applies (set by the topology constructors when the search found NVLS
-    /// heads on a single node); see [`super::nvls`].
+    /// heads): on one node NVLS, across nodes NVLS_TREE; see [`super::nvls`].
     pub nvls: bool,
     /// The algorithms allowed, in `RSCCL_ALGO`'s syntax (NCCL's `NCCL_ALGO`: `nvls`, `^nvls`,
     /// `ring,tree`, …); `None`: the variable's value.
     pub algo: Option<String>,
+    /// This rank's host identity (as `RSCCL_HOSTID`, which it overrides): ranks of one process
+    /// can play several nodes. `None`: the host's own (or `RSCCL_HOSTID`).
+    pub host_id: Option<String>,
 }
 
 impl Default for CommConfig {
@@ -82,6 +85,7 @@ impl Default for CommConfig {
             topology: None,
             nvls: false,
             algo: None,
+            host_id: None,
         }
     }
 }
@@ -130,7 +134,7 @@ impl CommConfig {
             nchannels: rings.len().max(1),
             rings: Some(rings),
             trees: Some(trees),
-            nvls: nodes == 1 && graphs.nvls.n_channels > 0,
+            nvls: graphs.nvls.n_channels > 0,
             ..CommConfig::default()
         })
     }
@@ -337,7 +341,9 @@ pub struct Comm {
     progress: Arc<Progress>,
     /// NVLS resources, when NVLS applies to this communicator.
     nvls: Option<Nvls>,
-    nvls_policy: NvlsPolicy,
+    pub(super) nvls_policy: NvlsPolicy,
+    /// NVLS_TREE: this node's NVLS communicator and the cross-node one of this local rank.
+    pub(super) nvls_tree: Option<Box<nvls::NvlsTree>>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -367,7 +373,14 @@ impl Comm {
         crate::debug::init();
         let mut cfg = cfg;
         let (mut rings, mut trees) = cfg.shape(nranks)?;
-        let mut boot = Bootstrap::init(id, rank, nranks, &local_info(&**backend), cfg.bootstrap_timeout)?;
+        let mut boot = Bootstrap::init_on_host(
+            id,
+            rank,
+            nranks,
+            &local_info(&**backend),
+            cfg.bootstrap_timeout,
+            cfg.host_id.as_deref(),
+        )?;
         let peers = boot.peers().to_vec();
         if let Some(topo) = &cfg.topology {
             if let Some((r, t, nvls)) =
@@ -560,7 +573,7 @@ impl Comm {
         let tree_channels = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
         stream.copy_in(&tree_channels, 0, bytemuck::cast_slice(&tree_tab))?;
         let status = stream.alloc(8 * nch)?;
-        Ok(Comm {
+        let comm = Comm {
             rank,
             nranks,
             cfg,
@@ -583,7 +596,9 @@ impl Comm {
             progress,
             nvls,
             nvls_policy,
-        })
+            nvls_tree: None,
+        };
+        nvls::with_tree(comm)
     }
 
     /// Joins the communicator a launcher started this process in: rank and size from torchrun
@@ -710,6 +725,22 @@ impl Comm {
     /// the type and op have a multimem form (see [`super::nvls`]).
     pub fn uses_nvls(&self) -> bool {
         self.nvls.is_some()
+    }
+
+    /// Whether NVLS_TREE serves this communicator's all-reduce across nodes (NVLS inside each
+    /// node, a ring between the nodes' ranks of each local index).
+    pub fn uses_nvls_tree(&self) -> bool {
+        self.nvls_tree.is_some()
+    }
+
+    /// Every rank's `data`, over the bootstrap (a collective of all ranks).
+    pub(super) fn barrier_all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).all_gather(data)
+    }
+
+    /// This rank's stream (sub-communicators' helpers launch copies on it).
+    pub(super) fn stream(&self) -> &Arc<dyn Backend> {
+        &self.stream
     }
 
     /// Asks a running collective of this rank to stop: its waits give up at once and the call
@@ -845,6 +876,16 @@ impl Comm {
         send.buf.wait_idle();
         recv.buf.wait_idle();
         self.arm()?;
+        if let Some(t) = self.nvls_tree.as_deref() {
+            if !tree && coll == Collective::AllReduce && nvls::applies(coll, dtype, red) {
+                // Runs to completion here (three collectives of the sub-communicators).
+                let seq = self.progress.enter(coll, false);
+                let r = t.all_reduce(self, send, recv, count, dtype, op);
+                self.progress.finish(seq);
+                q.unclaimed.push((seq, r));
+                return Ok(Work::new(self, seq, Arc::new(AtomicBool::new(true))));
+            }
+        }
         let use_nvls = !tree && self.nvls.is_some() && nvls::applies(coll, dtype, red);
         if self.nvls_policy == NvlsPolicy::Forced && !tree && !use_nvls {
             return Err(Error::InvalidConfig(format!(

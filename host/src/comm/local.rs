@@ -222,6 +222,7 @@ impl LocalGroup {
             topology: None,
             nvls: false,
             algo: Some("^nvls".into()),
+            host_id: None,
         };
         // Every field (channels, threads, step bytes, timeout, rings, trees) is checked, with
         // the same messages as a Comm's, before any thread or socket is made.

@@ -2,7 +2,9 @@
 //! multicast ranges at init, when NVLS applies, and the choice per call (NCCL's rules: NVLS
 //! heads in the topology, more than two ranks, one node, a multimem form for the type and op,
 //! multicast support; `RSCCL_ALGO` as `NCCL_ALGO` forces or forbids it).
-use crate::backend::{Backend, BackendKind, DeviceBuffer};
+use super::communicator::{Comm, CommConfig};
+use super::{BufRef, ReduceOp};
+use crate::backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig};
 use crate::bootstrap::{Bootstrap, PeerInfo};
 use crate::error::{Error, Result};
 use rsccl_device::coll::Collective;
@@ -106,9 +108,7 @@ fn unavailable(want: bool, nranks: usize, peers: &[PeerInfo], kind: BackendKind)
     if nranks <= 2 {
         return Some(format!("{nranks} ranks: NVLS needs more than 2 on a node"));
     }
-    if peers.iter().any(|p| p.host_hash != peers[0].host_hash) {
-        return Some("the ranks span several nodes (NVLS_TREE is not built yet)".into());
-    }
+
     if kind == BackendKind::Cpu && peers.iter().any(|p| p.pid != peers[0].pid) {
         return Some("the CPU emulator's multicast binds buffers of one process only".into());
     }
@@ -119,6 +119,10 @@ fn unavailable(want: bool, nranks: usize, peers: &[PeerInfo], kind: BackendKind)
 /// connection, so that a forced NVLS that cannot run fails every rank the same way).
 pub(crate) fn plan(want: bool, peers: &[PeerInfo], kind: BackendKind, policy: NvlsPolicy) -> Result<bool> {
     if policy == NvlsPolicy::Off {
+        return Ok(false);
+    }
+    // Across nodes NVLS_TREE decides (after init, with sub-communicators).
+    if peers.iter().any(|p| p.host_hash != peers[0].host_hash) {
         return Ok(false);
     }
     match unavailable(want, peers.len(), peers, kind) {
@@ -189,4 +193,115 @@ pub(crate) fn setup(
         scratch_bytes >> 10
     );
     Ok(Some(Nvls { scratch, flags, mc_scratch, mc_flags, grid, _binds: vec![bs, bf] }))
+}
+
+/// NVLS_TREE for a communicator across nodes (NCCL's algorithm of that name, composed): the
+/// ranks of each node form an NVLS communicator, the ranks of one local index across the nodes
+/// a ring one. An all-reduce copies the input into a padded buffer, reduce-scatters it inside
+/// the node with NVLS (local rank `l` gets slice `l` of the node's sum), all-reduces slice `l`
+/// across the nodes, and all-gathers the slices inside the node with NVLS.
+pub(crate) struct NvlsTree {
+    intra: Comm,
+    inter: Comm,
+    /// The padded buffer, grown as calls need.
+    tmp: std::sync::Mutex<Option<DeviceBuffer>>,
+}
+
+impl NvlsTree {
+    /// One all-reduce (blocking: the three steps run here, one after the other).
+    pub(crate) fn all_reduce(
+        &self,
+        parent: &Comm,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (nl, l, eb) = (self.intra.nranks(), self.intra.rank(), dtype.size());
+        let c = count.div_ceil(nl);
+        let slice = c * eb;
+        let total = nl
+            .checked_mul(slice)
+            .ok_or_else(|| Error::InvalidConfig(format!("NVLS_TREE: {count} elements overflow")))?;
+        let stream = parent.stream();
+        let mut guard = self.tmp.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.as_ref().is_none_or(|b| b.len() < total.max(1)) {
+            *guard = Some(stream.alloc(total.max(1))?);
+        }
+        let tmp = guard.as_ref().expect("allocated above");
+        let copy = |dst: DevPtr, src: DevPtr, bytes: usize| -> Result<()> {
+            if bytes == 0 {
+                return Ok(());
+            }
+            let args = rsccl_device::copy::CopyArgs { dst, src, bytes: bytes as u64 };
+            let blocks = (bytes / (1 << 20)).clamp(1, 32) as u32;
+            // SAFETY: both ranges were checked by the caller (`check_call` for the user's
+            // buffers, `total` for tmp) and stay alive until the synchronize below.
+            unsafe {
+                stream.launch(
+                    "rsccl_copy",
+                    LaunchConfig::linear(blocks, rsccl_device::kernels::COPY_THREADS),
+                    &args,
+                )
+            }?;
+            stream.synchronize()
+        };
+        copy(tmp.ptr(), send.ptr(), count * eb)?;
+        let mine = BufRef { buf: tmp, offset: l * slice };
+        self.intra.reduce_scatter(BufRef::from(tmp), mine, c, dtype, op)?;
+        self.inter.all_reduce(mine, mine, c, dtype, op)?;
+        self.intra.all_gather(mine, BufRef::from(tmp), c, dtype)?;
+        copy(recv.ptr(), tmp.ptr(), count * eb)
+    }
+}
+
+/// Adds NVLS_TREE to a communicator that spans nodes when NVLS applies (heads in the topology,
+/// the same number of ranks, more than two, on every node, `RSCCL_ALGO` allowing it): splits
+/// it into the nodes' NVLS communicators and the cross-node ones, and keeps them only if every
+/// node's NVLS came up (all ranks agree).
+pub(crate) fn with_tree(mut comm: Comm) -> Result<Comm> {
+    let peers = comm.peers().to_vec();
+    let cfg = comm.config().clone();
+    let hosts = super::topo::hosts_of(&peers);
+    if hosts.len() < 2 || !cfg.nvls || comm.nvls_policy == NvlsPolicy::Off {
+        return Ok(comm);
+    }
+    let local = hosts[0].len();
+    let why = if hosts.iter().any(|h| h.len() != local) {
+        Some("the nodes have different numbers of ranks".to_string())
+    } else if local <= 2 {
+        Some(format!("{local} ranks per node: NVLS needs more than 2"))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return if comm.nvls_policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
+    }
+    let rank = comm.rank();
+    let (h, l) = hosts
+        .iter()
+        .enumerate()
+        .find_map(|(h, rs)| rs.iter().position(|&r| r == rank).map(|l| (h, l)))
+        .expect("every rank is on a host");
+    let sub = |nvls: bool, algo: Option<String>| CommConfig {
+        rings: None,
+        trees: None,
+        topology: None,
+        nvls,
+        algo,
+        ..cfg.clone()
+    };
+    // The node's ranks in rank order, and each local index's ranks node by node.
+    let intra = comm.split(Some(h as u32), rank as i64, sub(true, cfg.algo.clone()))?.expect("a color");
+    let inter = comm.split(Some(l as u32), rank as i64, sub(false, Some("^nvls".into())))?.expect("a color");
+    let up = intra.uses_nvls();
+    let all = comm.barrier_all_gather(&[u8::from(up)])?;
+    if all.iter().any(|b| b != &[1]) {
+        let why = "NVLS did not come up on every node".to_string();
+        return if comm.nvls_policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
+    }
+    tracing::info!(rank, "NVLS_TREE: {} nodes of {local} ranks", hosts.len());
+    comm.nvls_tree = Some(Box::new(NvlsTree { intra, inter, tmp: std::sync::Mutex::new(None) }));
+    Ok(comm)
 }

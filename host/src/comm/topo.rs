@@ -80,7 +80,7 @@ impl TopologyConfig {
 /// Rings and trees derived at init (`CommConfig::rings` / `trees` shape).
 pub(crate) type Derived = (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>);
 
-/// [`Derived`] and whether NVLS applies (one host whose search found NVLS heads).
+/// [`Derived`] and whether NVLS applies (every host's search found NVLS heads).
 pub(crate) type DerivedWithNvls = (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>, bool);
 
 /// The ranks of each host, hosts in the order of their lowest rank.
@@ -276,7 +276,7 @@ pub(crate) fn channels_at_init(
         per_host.push(key);
     }
     let graphs: Vec<&Graphs> = per_host.iter().map(|k| &searched[k]).collect();
-    let nvls = nodes == 1 && graphs[0].nvls.n_channels > 0;
+    let nvls = graphs.iter().all(|g| g.nvls.n_channels > 0);
     let (rings, trees) = derive(&graphs, &hosts, topo.max_channels)?;
     Ok(Some((rings, trees, nvls)))
 }
