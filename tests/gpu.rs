@@ -177,6 +177,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
     ));
     // Last: a trap leaves a CUDA context unusable, so nothing may run after it.
     v.push(("trap_reports_error", Box::new(checks::trap_reports_error)));
+    v.push(("nvls_all_reduce_on_multicast", Box::new(nvls_all_reduce)));
     v.push(("comm_across_processes_over_p2p", Box::new(|_| comm_across_processes(&[]))));
     v.push((
         "comm_across_processes_over_shm",
@@ -233,6 +234,59 @@ fn comm_child() -> Result<(), String> {
     let all: Vec<f32> = (0..2).flat_map(|r| (0..count).map(move |i| input(r, i))).collect();
     if be.download::<f32>(&gathered, 2 * count).map_err(|e| e.to_string())? != all {
         return Err(format!("rank {rank}: all_gather result differs"));
+    }
+    Ok(())
+}
+
+/// NVLS all-reduce on four ranks shaped by the HGX H200 machine, where the backend binds
+/// multicast memory; `SKIPPED: no multicast` where it does not (a check result starting with
+/// `SKIPPED:` counts as skipped).
+fn nvls_all_reduce(_: &dyn Backend) -> CheckResult {
+    use rsccl::comm::{Comm, CommConfig};
+    let be = backend::gpu().map_err(|e| e.to_string())?;
+    const FIXTURE: &str = "fixtures/topology/simllm_vastai_hgx_h200_8x_nccl_topo.xml";
+    // The fixtures beside the checkout, or in `shared/` where the bundle runs from a copy.
+    let file = [rsccl_suite::shared_dir(), std::path::PathBuf::from("shared")]
+        .into_iter()
+        .map(|d| d.join(FIXTURE))
+        .find(|f| f.exists())
+        .ok_or_else(|| {
+            format!("SKIPPED: {FIXTURE} is not here (set RSCCL_SHARED to the fixtures' folder)")
+        })?;
+    // Four ranks on the H200 machine's first four GPUs' channels (all on this one device).
+    let doc = rsccl::topology::xml::read_file(&file).map_err(|e| e.to_string())?;
+    let sys = rsccl::topology::System::from_xml(&doc).map_err(|e| e.to_string())?;
+    let sys =
+        sys.retain(|_, n| n.kind != rsccl::topology::NodeKind::Gpu || n.gpu().is_some_and(|g| g.rank.0 < 4));
+    let graphs = rsccl::topology::search::search_all(&sys, &Default::default());
+    let mut cfg = CommConfig::from_topology(&graphs).map_err(|e| e.to_string())?;
+    cfg.nchannels = 2;
+    if let (Some(r), Some(t)) = (cfg.rings.as_mut(), cfg.trees.as_mut()) {
+        r.truncate(2);
+        t.truncate(2);
+    }
+    let comms = Comm::init_all(&be, 4, cfg).map_err(|e| e.to_string())?;
+    if !comms[0].uses_nvls() {
+        return Err(format!("SKIPPED: no multicast on {} (NVLS fell back to the ring)", be.describe()));
+    }
+    let count = 1 << 20;
+    let bufs: Vec<_> = (0..4)
+        .map(|r| be.upload(&vec![r as f32 + 1.0; count]))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let work: Vec<_> = comms
+        .iter()
+        .zip(&bufs)
+        .map(|(c, b)| c.enqueue().all_reduce(b.into(), b.into(), count, DataType::F32, ReduceOp::Sum))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    for w in work {
+        w.wait().map_err(|e| e.to_string())?;
+    }
+    for b in &bufs {
+        if be.download::<f32>(b, count).map_err(|e| e.to_string())?.iter().any(|&x| x != 10.0) {
+            return Err("NVLS all-reduce result differs".into());
+        }
     }
     Ok(())
 }
@@ -310,7 +364,7 @@ fn main() -> ExitCode {
         }
     };
     println!("gpu-tests: running on {}", gpu.describe());
-    let (mut passed, mut failed) = (0, 0);
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for (name, check) in &all {
         let start = std::time::Instant::now();
         match check(&*gpu) {
@@ -318,13 +372,17 @@ fn main() -> ExitCode {
                 passed += 1;
                 println!("  ok    {name} ({:.2?})", start.elapsed());
             }
+            Err(e) if e.starts_with("SKIPPED:") => {
+                skipped += 1;
+                println!("  skip  {name}: {e}");
+            }
             Err(e) => {
                 failed += 1;
                 println!("  FAIL  {name}: {e}");
             }
         }
     }
-    println!("gpu-tests: {passed} passed, {failed} failed, 0 skipped");
+    println!("gpu-tests: {passed} passed, {failed} failed, {skipped} skipped");
     if failed == 0 {
         ExitCode::SUCCESS
     } else {
