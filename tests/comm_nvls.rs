@@ -399,3 +399,95 @@ fn nvls_tree_two_nodes_of_four_ranks() {
         }
     }
 }
+
+/// Symmetric windows: all-reduce straight on registered buffers (one-shot from the send
+/// window, two-shot when the receive buffer is a window too and large, or in place), at an
+/// offset inside the windows, against the rank-order reference; after deregistering, the same
+/// buffers go through the scratch again.
+#[test]
+fn symmetric_windows_run_without_scratch() {
+    let be = backend::cpu();
+    let n = 4;
+    let comms = Comm::init_all(&be, n, config(H200, None)).unwrap();
+    let win_bytes = 1 << 20;
+    // (type, op, count, byte offset, in place, receive in a window, algorithm expected)
+    let cases: Vec<(DataType, ReduceOp, usize, usize, bool, bool)> = vec![
+        (DataType::F32, ReduceOp::Sum, 1000, 0, false, false),
+        (DataType::BF16, ReduceOp::Sum, 100_003, 64, false, false),
+        (DataType::I64, ReduceOp::Max, 65_537, 16, false, true),
+        (DataType::F32, ReduceOp::Sum, 200_001, 0, false, true),
+        (DataType::U32, ReduceOp::Min, 4099, 32, true, true),
+        (DataType::F16, ReduceOp::Sum, 7, 0, true, true),
+    ];
+    std::thread::scope(|s| {
+        for (r, comm) in comms.iter().enumerate() {
+            let (be, cases) = (&be, &cases);
+            s.spawn(move || {
+                let send = be.alloc(win_bytes).unwrap();
+                let recv = be.alloc(win_bytes).unwrap();
+                let plain = be.alloc(win_bytes).unwrap();
+                let (ws, wr) = (comm.register_window(&send).unwrap(), comm.register_window(&recv).unwrap());
+                for (k, &(t, op, count, off, in_place, recv_in_window)) in cases.iter().enumerate() {
+                    let data: Vec<u64> = (0..count).map(|i| input(t, r, i, 100 + k as u64)).collect();
+                    be.copy_in(&send, off, &to_bytes(t, &data)).unwrap();
+                    let out = if in_place {
+                        &send
+                    } else if recv_in_window {
+                        &recv
+                    } else {
+                        &plain
+                    };
+                    let w = comm
+                        .enqueue()
+                        .all_reduce(
+                            BufRef { buf: &send, offset: off },
+                            BufRef { buf: out, offset: off },
+                            count,
+                            t,
+                            op,
+                        )
+                        .unwrap();
+                    assert_eq!(w.algorithm(), "nvls-symmetric", "rank {r} case {k}");
+                    w.wait().unwrap_or_else(|e| panic!("rank {r} case {k}: {e}"));
+                    let mut b = vec![0u8; count * t.size()];
+                    be.copy_out(out, off, &mut b).unwrap();
+                    let got = from_bytes(t, &b);
+                    for (i, g) in got.iter().enumerate() {
+                        let col: Vec<u64> = (0..n).map(|q| input(t, q, i, 100 + k as u64)).collect();
+                        let want = nvls_fold(t, red(op), &col);
+                        assert!(
+                            reference::same(t, *g, want),
+                            "rank {r} case {k} element {i}: {g:#x} want {want:#x}"
+                        );
+                    }
+                }
+                comm.deregister_window(ws).unwrap();
+                comm.deregister_window(wr).unwrap();
+                let w = comm
+                    .enqueue()
+                    .all_reduce((&send).into(), (&recv).into(), 1000, DataType::F32, ReduceOp::Sum)
+                    .unwrap();
+                assert_eq!(w.algorithm(), "nvls");
+                w.wait().unwrap();
+            });
+        }
+    });
+    // Windows of different sizes are refused, naming the rule; without NVLS there are none.
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let be = &be;
+                s.spawn(move || {
+                    c.register_window(&be.alloc(4096 + 128 * r).unwrap()).unwrap_err().to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(errs.iter().all(|e| e.contains("every rank must give the same size")), "{errs:?}");
+    let two = Comm::init_all(&be, 2, config(H200, None)).unwrap();
+    let err = two[0].register_window(&be.alloc(64).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("symmetric windows need NVLS"), "{err}");
+}

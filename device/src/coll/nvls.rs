@@ -35,8 +35,15 @@ pub const NVLS_THREADS: u32 = 512;
 /// Unroll of the NVLS data movement (multimem loads are long-latency: several in flight).
 const NVLS_UNROLL: usize = 4;
 
-/// `mode` value: one-shot all-reduce.
+/// `mode` value: one-shot all-reduce through the scratch.
 pub const NVLS_ONE_SHOT: u32 = 1;
+/// `mode` value: one-shot all-reduce straight from the user's send buffer, registered as a
+/// symmetric window (`mc_scratch` is its multicast address at the call's offset): every rank
+/// reduce-loads the whole buffer into its receive buffer; no copies.
+pub const NVLS_SYM_ONE_SHOT: u32 = 2;
+/// `mode` value: two-shot all-reduce on symmetric windows: rank r reduce-loads slice r of the
+/// send window and multicast-stores it into every rank's receive window (`mc_recv`).
+pub const NVLS_SYM_TWO_SHOT: u32 = 3;
 
 /// Arguments of the `rsccl_nvls_<type>` kernels (one launch per rank of the node).
 #[repr(C)]
@@ -56,6 +63,8 @@ pub struct NvlsArgs {
     pub uc_flags: DevPtr,
     /// The multicast address of every rank's flags.
     pub mc_flags: DevPtr,
+    /// Symmetric two-shot: the multicast address of the receive window at the call's offset.
+    pub mc_recv: DevPtr,
     /// Bytes of one slice (a multiple of 16).
     pub slice_bytes: u64,
     /// Epochs of this launch's barriers are `epoch_base + 1, + 2, …`.
@@ -84,6 +93,7 @@ crate::pod::unsafe_impl_pod!(NvlsArgs {
     mc_scratch,
     uc_flags,
     mc_flags,
+    mc_recv,
     slice_bytes,
     epoch_base,
     status,
@@ -198,6 +208,10 @@ pub fn nvls_kernel<T: Elem>(a: &NvlsArgs) {
         epoch += 1;
         epoch
     };
+    if coll == Collective::AllReduce && (a.mode == NVLS_SYM_ONE_SHOT || a.mode == NVLS_SYM_TWO_SHOT) {
+        symmetric_all_reduce::<T>(a, op, next());
+        return;
+    }
     match coll {
         Collective::AllReduce => {
             // All blocks together take g × n slices per iteration; this block n of them.
@@ -279,6 +293,42 @@ pub fn nvls_kernel<T: Elem>(a: &NvlsArgs) {
         }
         _ => arch::trap(),
     }
+}
+
+/// All-reduce on symmetric windows (no scratch, no copies): a barrier so every rank's input
+/// is in place, this block's share of the buffer reduce-loaded from the send window's
+/// multicast address (one-shot: all of it into this rank's receive buffer; two-shot: slice
+/// `rank` into every rank's receive window), a barrier so no rank reuses a buffer another
+/// still reads.
+#[inline(always)]
+fn symmetric_all_reduce<T: Elem>(a: &NvlsArgs, op: RedOp, epoch: u64) {
+    let (b, g) = (arch::block_idx().x as u64, arch::grid_dim().x as u64);
+    let eb = T::BYTES as u64;
+    // Each block a contiguous share, in 16-byte-aligned element counts.
+    let grain = (16 / eb).max(1);
+    let per = a.count.div_ceil(g).div_ceil(grain) * grain;
+    let start = (b * per).min(a.count);
+    let len = per.min(a.count - start);
+    if !barrier(a, epoch) {
+        return;
+    }
+    if a.mode == NVLS_SYM_ONE_SHOT {
+        multimem_move::<T>(
+            op,
+            a.mc_scratch.offset(start * eb),
+            true,
+            a.recvbuff.offset(start * eb),
+            false,
+            len,
+        );
+    } else {
+        let part = len.div_ceil(a.nranks).div_ceil(grain) * grain;
+        let s = (a.rank * part).min(len);
+        let mine = part.min(len - s);
+        let at = (start + s) * eb;
+        multimem_move::<T>(op, a.mc_scratch.offset(at), true, a.mc_recv.offset(at), true, mine);
+    }
+    barrier(a, epoch + 1);
 }
 
 /// Barriers one launch of `coll` runs per block, for `count` elements: the host advances the

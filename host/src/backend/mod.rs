@@ -103,6 +103,11 @@ impl DeviceBuffer {
         *self.owner.users.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         Hold(self.owner.clone())
     }
+    /// Keeps the buffer's memory alive (without marking it in use) as long as the returned
+    /// value lives: for registrations such as symmetric windows, which outlive any one call.
+    pub(crate) fn keep_alive(&self) -> Arc<dyn Any + Send + Sync> {
+        self.owner.clone()
+    }
     /// Waits until no enqueued collective uses the buffer.
     pub(crate) fn wait_idle(&self) {
         let mut n = self.owner.users.lock().unwrap_or_else(|p| p.into_inner());

@@ -275,6 +275,12 @@ enum Slot {
     DownSend(usize, usize),
 }
 
+/// A symmetric window of a communicator (from [`Comm::register_window`]).
+#[derive(Debug)]
+pub struct Window {
+    id: u64,
+}
+
 /// A communicator's collectives between enqueue and [`Work::wait`].
 #[derive(Default)]
 struct Queue {
@@ -344,6 +350,10 @@ pub struct Comm {
     pub(super) nvls_policy: NvlsPolicy,
     /// NVLS_TREE: this node's NVLS communicator and the cross-node one of this local rank.
     pub(super) nvls_tree: Option<Box<nvls::NvlsTree>>,
+    /// Symmetric windows registered so far.
+    windows: Mutex<Vec<nvls::WindowEntry>>,
+    /// Window ids handed out so far.
+    window_ids: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Comm {
@@ -597,6 +607,8 @@ impl Comm {
             nvls,
             nvls_policy,
             nvls_tree: None,
+            windows: Mutex::new(Vec::new()),
+            window_ids: std::sync::atomic::AtomicU64::new(0),
         };
         nvls::with_tree(comm)
     }
@@ -725,6 +737,47 @@ impl Comm {
     /// the type and op have a multimem form (see [`super::nvls`]).
     pub fn uses_nvls(&self) -> bool {
         self.nvls.is_some()
+    }
+
+    /// Registers `buf` as this rank's part of a symmetric window (NCCL's
+    /// `ncclCommWindowRegister`; every rank calls it, in the same order, with a buffer of the
+    /// same size): all-reduces whose buffers lie in windows then run NVLS straight on them, with
+    /// no scratch copies (one-shot from the send window; two-shot when the receive buffer is in
+    /// a window too and the message is large, or in place). Every rank must use the same offsets
+    /// into its window. The buffer stays alive while registered. Needs NVLS ([`Comm::uses_nvls`]).
+    pub fn register_window(&self, buf: &DeviceBuffer) -> Result<Window> {
+        if self.nvls.is_none() {
+            return Err(Error::InvalidConfig(
+                "symmetric windows need NVLS, which this communicator does not use (see Comm::uses_nvls)"
+                    .into(),
+            ));
+        }
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.complete_in_flight(&mut q);
+        let id = self.window_ids.fetch_add(1, Ordering::SeqCst);
+        let entry = {
+            let mut boot = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner());
+            nvls::register_window(&mut boot, &self.stream, buf, id)?
+        };
+        self.windows.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
+        Ok(Window { id })
+    }
+
+    /// Deregisters a window (every rank calls it, in the same order): after the collectives
+    /// before it completed on every rank, the binding goes and the buffer is the caller's
+    /// alone again.
+    pub fn deregister_window(&self, window: Window) -> Result<()> {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.complete_in_flight(&mut q);
+        // No rank still runs a collective on it once all are here.
+        self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).barrier()?;
+        let mut w = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let before = w.len();
+        w.retain(|e| e.id != window.id);
+        if w.len() == before {
+            return Err(Error::InvalidConfig(format!("window {} is not registered here", window.id)));
+        }
+        Ok(())
     }
 
     /// Whether NVLS_TREE serves this communicator's all-reduce across nodes (NVLS inside each
@@ -883,7 +936,7 @@ impl Comm {
                 let r = t.all_reduce(self, send, recv, count, dtype, op);
                 self.progress.finish(seq);
                 q.unclaimed.push((seq, r));
-                return Ok(Work::new(self, seq, Arc::new(AtomicBool::new(true))));
+                return Ok(Work::new(self, seq, Arc::new(AtomicBool::new(true)), "nvls-tree"));
             }
         }
         let use_nvls = !tree && self.nvls.is_some() && nvls::applies(coll, dtype, red);
@@ -895,12 +948,27 @@ impl Comm {
                 dtype.name()
             )));
         }
+        // All-reduce buffers in symmetric windows: NVLS straight on them.
+        let symmetric = if use_nvls && coll == Collective::AllReduce {
+            let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+            let bytes = count * dtype.size();
+            nvls::in_window(&windows, send.ptr(), bytes)
+                .map(|ms| (ms, nvls::in_window(&windows, recv.ptr(), bytes)))
+        } else {
+            None
+        };
+        let algorithm = match (use_nvls, symmetric.is_some(), tree) {
+            (true, true, _) => "nvls-symmetric",
+            (true, false, _) => "nvls",
+            (false, _, true) => "tree",
+            (false, _, false) => "ring",
+        };
         let holds = [send.buf.hold(), recv.buf.hold()];
         // SAFETY: check_call showed both buffers hold what this rank reads and writes; the
         // holds keep their memory alive, and their copies waiting, until the kernel completed.
         let launched = unsafe {
             if use_nvls {
-                self.launch_nvls(coll, dtype, red, (send.ptr(), recv.ptr()), count as u64)
+                self.launch_nvls(coll, dtype, red, (send.ptr(), recv.ptr()), count as u64, symmetric)
             } else {
                 self.launch(coll, dtype, red, tree, (send.ptr(), recv.ptr()), count as u64, root, arg)
             }
@@ -920,7 +988,7 @@ impl Comm {
             flag.store(true, Ordering::Release);
         }));
         q.in_flight = Some(seq);
-        Ok(Work::new(self, seq, done))
+        Ok(Work::new(self, seq, done, algorithm))
     }
 
     /// Waits for collective `seq` (if it is the one in flight) and returns its result.
@@ -1077,6 +1145,7 @@ impl Comm {
         op: RedOp,
         (send, recv): (DevPtr, DevPtr),
         count: u64,
+        symmetric: Option<(DevPtr, Option<DevPtr>)>,
     ) -> Result<()> {
         let n = self.nvls.as_ref().expect("the caller checked");
         if self.poisoned.load(Ordering::SeqCst) {
@@ -1100,14 +1169,24 @@ impl Comm {
         self.stream.copy_in(&self.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
         let one_shot =
             coll == Collective::AllReduce && count.saturating_mul(eb) <= nvls::NVLS_ONE_SHOT_MAX_BYTES;
+        use rsccl_device::coll::nvls::{NVLS_ONE_SHOT, NVLS_SYM_ONE_SHOT, NVLS_SYM_TWO_SHOT};
+        // Symmetric windows: one-shot from the send window, unless the receive buffer is a
+        // window too and the message large (or in place, where one-shot would overwrite what
+        // other ranks still read): two-shot.
+        let (mode, mc_send, mc_recv) = match symmetric {
+            Some((ms, Some(mr))) if !one_shot || send == recv => (NVLS_SYM_TWO_SHOT, ms, mr),
+            Some((ms, _)) => (NVLS_SYM_ONE_SHOT, ms, DevPtr::NULL),
+            None => (if one_shot { NVLS_ONE_SHOT } else { 0 }, n.mc_scratch, DevPtr::NULL),
+        };
         let args = rsccl_device::coll::nvls::NvlsArgs {
             sendbuff: send,
             recvbuff: recv,
             count,
             uc_scratch: n.scratch.ptr(),
-            mc_scratch: n.mc_scratch,
+            mc_scratch: mc_send,
             uc_flags: n.flags.ptr(),
             mc_flags: n.mc_flags,
+            mc_recv,
             slice_bytes: nvls::NVLS_SLICE_BYTES,
             epoch_base: seq << 32,
             status: PrimsStatus {
@@ -1119,7 +1198,7 @@ impl Comm {
             nranks: self.nranks as u64,
             coll: coll as u32,
             op: op as u32,
-            mode: if one_shot { rsccl_device::coll::nvls::NVLS_ONE_SHOT } else { 0 },
+            mode,
             pad: 0,
         };
         let kernel = CollKernel::Nvls(dtype);

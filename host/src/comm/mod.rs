@@ -11,7 +11,7 @@ mod topo;
 mod work;
 
 pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};
-pub use communicator::{Comm, CommConfig, MAX_CHANNELS};
+pub use communicator::{Comm, CommConfig, Window, MAX_CHANNELS};
 pub use local::{Fault, GroupConfig, LocalGroup, RankFailure, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT};
 pub use nvls::NvlsPolicy;
 pub use topo::{TopologyConfig, MAX_NCHANNELS_VAR, MAX_VIEW_BYTES};

@@ -305,3 +305,66 @@ pub(crate) fn with_tree(mut comm: Comm) -> Result<Comm> {
     comm.nvls_tree = Some(Box::new(NvlsTree { intra, inter, tmp: std::sync::Mutex::new(None) }));
     Ok(comm)
 }
+
+/// A symmetric window (NCCL 2.27's `ncclCommWindowRegister`): one buffer per rank, the same
+/// size on every rank, bound into one multicast range. All-reduces whose buffers lie in
+/// windows run straight on them (one-shot from the send window; two-shot when the receive
+/// buffer is in a window too), with no scratch copies. Every rank must use the same offsets
+/// into its window (as NCCL requires); a call only ever touches the windows' bounds.
+pub(crate) struct WindowEntry {
+    pub(crate) id: u64,
+    pub(crate) base: DevPtr,
+    pub(crate) len: usize,
+    pub(crate) mc: DevPtr,
+    pub(crate) _bind: Box<dyn Any + Send + Sync>,
+    pub(crate) _keep: std::sync::Arc<dyn Any + Send + Sync>,
+}
+
+/// The window holding `[p, p + bytes)`, if any: its multicast address of `p`.
+pub(crate) fn in_window(windows: &[WindowEntry], p: DevPtr, bytes: usize) -> Option<DevPtr> {
+    windows.iter().find_map(|w| {
+        let off = p.0.checked_sub(w.base.0)?;
+        let end = off.checked_add(bytes as u64)?;
+        (end <= w.len as u64).then(|| w.mc.offset(off))
+    })
+}
+
+/// Registers `buf` as this rank's part of a symmetric window (a collective of all ranks).
+pub(crate) fn register_window(
+    boot: &mut Bootstrap,
+    backend: &std::sync::Arc<dyn Backend>,
+    buf: &DeviceBuffer,
+    id: u64,
+) -> Result<WindowEntry> {
+    let mut mine = buf.ptr().0.to_le_bytes().to_vec();
+    mine.extend_from_slice(&(buf.len() as u64).to_le_bytes());
+    let all = boot.all_gather(&mine)?;
+    let mut ptrs = Vec::with_capacity(all.len());
+    for (r, b) in all.iter().enumerate() {
+        let (Some(p), Some(l)) = (b.get(..8), b.get(8..16)) else {
+            return Err(Error::InvalidConfig(format!("rank {r} sent a window of {} bytes", b.len())));
+        };
+        let (p, l) = (
+            u64::from_le_bytes(p.try_into().expect("8 bytes")),
+            u64::from_le_bytes(l.try_into().expect("8 bytes")),
+        );
+        if l != buf.len() as u64 {
+            return Err(Error::InvalidConfig(format!(
+                "symmetric window: rank {r} registers {l} bytes and this rank {}; every rank must give the same size",
+                buf.len()
+            )));
+        }
+        ptrs.push(DevPtr(p));
+    }
+    let bound = backend.multicast_bind(&ptrs, buf.len());
+    let ok = boot.all_gather(&[u8::from(bound.is_ok())])?;
+    match (bound, ok.iter().all(|b| b == &[1])) {
+        (Ok((mc, bind)), true) => {
+            Ok(WindowEntry { id, base: buf.ptr(), len: buf.len(), mc, _bind: bind, _keep: buf.keep_alive() })
+        }
+        (Err(e), _) => Err(e),
+        (Ok(_), false) => {
+            Err(Error::InvalidConfig("symmetric window: binding failed on another rank".into()))
+        }
+    }
+}

@@ -52,11 +52,18 @@ pub struct Work<'c> {
     seq: u64,
     done: Arc<AtomicBool>,
     claimed: bool,
+    algorithm: &'static str,
 }
 
 impl<'c> Work<'c> {
-    pub(super) fn new(comm: &'c Comm, seq: u64, done: Arc<AtomicBool>) -> Self {
-        Work { comm, seq, done, claimed: false }
+    pub(super) fn new(comm: &'c Comm, seq: u64, done: Arc<AtomicBool>, algorithm: &'static str) -> Self {
+        Work { comm, seq, done, claimed: false, algorithm }
+    }
+
+    /// The algorithm that runs it: `ring`, `tree`, `nvls`, `nvls-symmetric` (on registered
+    /// windows) or `nvls-tree`.
+    pub fn algorithm(&self) -> &'static str {
+        self.algorithm
     }
 
     /// Waits for the collective and returns its result.
