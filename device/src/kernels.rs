@@ -21,6 +21,9 @@ pub enum KernelSet {
     Library,
     /// Self-tests and reduce-copy kernels: built for tests and the GPU bundle only.
     Test,
+    /// Kernels of a crate that embeds this one (`kernel_table!(T, user { … })`): always
+    /// exported when that crate is compiled for nvptx.
+    User,
 }
 
 /// A kernel as the host emulator runs it: its name, argument size, block-size bound and the
@@ -49,6 +52,46 @@ macro_rules! kernel_table {
     };
     ($table:ident, test { $($body:tt)* }) => {
         $crate::kernel_table!(@emit $table, "kernels-test", Test { $($body)* });
+    };
+    ($table:ident, user {
+        $( $(#[$m:meta])* $name:ident($args:ty) [$threads:expr] => $body:path; )*
+    }) => {
+        $(
+            $(#[$m])*
+            #[cfg(target_arch = "nvptx64")]
+            #[no_mangle]
+            pub unsafe extern "ptx-kernel" fn $name(args: $args) {
+                $body(&args)
+            }
+            #[cfg(target_arch = "nvptx64")]
+            core::arch::global_asm!(
+                concat!("// rsccl.kernel ", stringify!($name), " maxntid={0}"),
+                const $threads
+            );
+        )*
+        $crate::kernel_table!(@registry $table, User { $( $(#[$m])* $name($args) [$threads] => $body; )* });
+    };
+    (@registry $table:ident, $kind:ident {
+        $( $(#[$m:meta])* $name:ident($args:ty) [$threads:expr] => $body:path; )*
+    }) => {
+        /// Host registry of the kernels declared with this table.
+        #[cfg(not(target_arch = "nvptx64"))]
+        pub static $table: &[$crate::kernels::KernelEntry] = &[
+            $( $crate::kernels::KernelEntry {
+                name: stringify!($name),
+                set: $crate::kernels::KernelSet::$kind,
+                args_bytes: core::mem::size_of::<$args>(),
+                max_threads: {
+                    const T: u32 = $threads;
+                    const _: () = assert!(T >= 32 && T <= 1024 && T % 32 == 0);
+                    T
+                },
+                body: |bytes| {
+                    let args: $args = $crate::__bytemuck::pod_read_unaligned(bytes);
+                    $body(&args)
+                },
+            }, )*
+        ];
     };
     (@emit $table:ident, $set:literal, $kind:ident {
         $( $(#[$m:meta])* $name:ident($args:ty) [$threads:expr] => $body:path; )*
@@ -80,7 +123,7 @@ macro_rules! kernel_table {
                     T
                 },
                 body: |bytes| {
-                    let args: $args = bytemuck::pod_read_unaligned(bytes);
+                    let args: $args = $crate::__bytemuck::pod_read_unaligned(bytes);
                     $body(&args)
                 },
             }, )*
@@ -114,5 +157,24 @@ pub fn tables() -> impl Iterator<Item = &'static [KernelEntry]> {
 /// ```
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn find(name: &str) -> Option<&'static KernelEntry> {
-    tables().flat_map(|t| t.iter()).find(|k| k.name == name)
+    if let Some(k) = tables().flat_map(|t| t.iter()).find(|k| k.name == name) {
+        return Some(k);
+    }
+    let user = USER_TABLES.read().unwrap_or_else(|e| e.into_inner());
+    user.iter().flat_map(|t| t.iter()).find(|k| k.name == name)
+}
+
+/// Tables of embedding crates registered with [`register_user`].
+#[cfg(not(target_arch = "nvptx64"))]
+static USER_TABLES: std::sync::RwLock<Vec<&'static [KernelEntry]>> = std::sync::RwLock::new(Vec::new());
+
+/// Makes the kernels of an embedding crate's table (`kernel_table!(T, user { … })`) known to
+/// the host emulator, so the CPU backend launches them by name like the library's (a name the
+/// library already uses is not replaced). Registering a table twice is harmless.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn register_user(table: &'static [KernelEntry]) {
+    let mut user = USER_TABLES.write().unwrap_or_else(|e| e.into_inner());
+    if !user.iter().any(|t| core::ptr::eq(*t, table)) {
+        user.push(table);
+    }
 }

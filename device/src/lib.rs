@@ -37,7 +37,55 @@ pub mod unroll;
 
 pub use ptr::DevPtr;
 
-#[cfg(target_arch = "nvptx64")]
+/// The bytemuck this crate's macros name (so an embedding crate need not depend on it).
+#[doc(hidden)]
+pub use bytemuck as __bytemuck;
+
+/// What kernel authors use, in one import: `use rsccl_device::prelude::*;`.
+///
+/// A crate that embeds rsccl's device code is `#![no_std]` on nvptx (with the nightly features
+/// `abi_ptx` and `asm_experimental_arch`), depends on `rsccl-device`, declares its kernels with
+/// [`kernel_table!`](crate::kernel_table) (`user` set: exported from its PTX, and registered on
+/// the host with [`register_user`](crate::kernels::register_user) so the CPU emulator runs them
+/// too), and brings its own `#[panic_handler]` for nvptx (this crate defines one only for its
+/// own PTX builds, or with the `panic-handler` feature).
+///
+/// ```
+/// use rsccl_device::prelude::*;
+///
+/// /// out[i] = x[i] + y[i] for this thread's elements (grid-stride).
+/// fn add(x: DevPtr, y: DevPtr, out: DevPtr, n: u64) {
+///     let mut i = (block_idx().x * block_dim().x + thread_idx().x) as u64;
+///     let stride = (grid_dim().x * block_dim().x) as u64;
+///     while i < n {
+///         // SAFETY: the host passes buffers of n f32 each.
+///         unsafe {
+///             let v = *x.offset(4 * i).as_ptr::<f32>() + *y.offset(4 * i).as_ptr::<f32>();
+///             *out.offset(4 * i).as_ptr::<f32>() = v;
+///         }
+///         i += stride;
+///     }
+/// }
+/// # let _ = add;
+/// ```
+pub mod prelude {
+    pub use crate::arch::{
+        block_dim, block_idx, fence_acq_rel_sys, grid_dim, lane_id, sync_threads, thread_idx, warp_id, Dim3,
+        WARP_SIZE,
+    };
+    pub use crate::coll::Collective;
+    pub use crate::dtype::DataType;
+    pub use crate::multimem;
+    pub use crate::prims::conn::{ConnInfo, PrimsStatus};
+    pub use crate::redop::{Elem, RedOp, Reducer};
+    pub use crate::reduce_copy::{reduce_copy, ReduceCopy, DEFAULT_UNROLL};
+    pub use crate::DevPtr;
+}
+
+#[cfg(all(
+    target_arch = "nvptx64",
+    any(feature = "kernels-lib", feature = "kernels-test", feature = "panic-handler")
+))]
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
     arch::trap()

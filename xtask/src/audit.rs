@@ -519,12 +519,10 @@ impl<'scope> Pool<'scope> {
 }
 
 /// No compile runs beside [`assemble_all`].
-#[cfg(test)]
 static NO_COMPILES: AtomicUsize = AtomicUsize::new(0);
 
 /// Assembles `jobs` on a [`Pool`]; the results are in the order of `jobs` (`Assembled::job` is
 /// the index).
-#[cfg(test)]
 pub fn assemble_all(ptxas: &Ptxas, jobs: &[Job], cache: &Path) -> Result<Vec<Assembled>, String> {
     std::thread::scope(|s| {
         let pool = Pool::start(s, ptxas, cache, &NO_COMPILES)?;

@@ -21,6 +21,11 @@ const USAGE: &str = "usage:
       --out (default target/ptx), with the whole-crate PTX.
       --check           compare with the embed directory instead of refreshing it; fail if stale
       --assemble-tests  also assemble (and report) the test kernels
+  cargo xtask build-user-ptx PACKAGE [--arch sm_90|sm_80|all]
+      Compile a workspace crate that embeds rsccl-device (kernels declared with
+      rsccl_device::kernel_table!(NAME, user { … })) to PTX with the same recipe, one module per
+      kernel with its launch bound, assembled by ptxas and held to the same resource audit;
+      written to target/ptx-user/PACKAGE/sm_XX/.
   cargo xtask gpu-bundle [--out DIR]
       Build both kernel sets for both archs with cubins and the GPU test/bench binaries
       (release) into one folder with run.sh.
@@ -36,6 +41,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("build-ptx") => parse_build_ptx(&args[1..]).and_then(|o| ptx::build_ptx(&o).map(|_| ())),
         Some("gpu-bundle") => parse_out(&args[1..]).and_then(bundle::gpu_bundle),
+        Some("build-user-ptx") => parse_user(&args[1..]).and_then(|(p, a)| ptx::build_user_ptx(&p, &a)),
         _ => Err(format!("unknown or missing task\n{USAGE}")),
     };
     match result {
@@ -51,6 +57,26 @@ fn main() -> ExitCode {
 pub fn workspace_root() -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     here.parent().expect("xtask lives one level below the workspace root").to_path_buf()
+}
+
+fn parse_user(args: &[String]) -> Result<(String, Vec<ptx::Arch>), String> {
+    let mut package = None;
+    let mut archs = ptx::Arch::ALL.to_vec();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--arch" => {
+                let v = it.next().ok_or("--arch needs a value: sm_90, sm_80 or all")?;
+                archs = match v.as_str() {
+                    "all" => ptx::Arch::ALL.to_vec(),
+                    other => vec![ptx::Arch::parse(other)?],
+                };
+            }
+            p if !p.starts_with('-') && package.is_none() => package = Some(p.to_string()),
+            other => return Err(format!("build-user-ptx: unexpected argument {other}\n{USAGE}")),
+        }
+    }
+    Ok((package.ok_or_else(|| format!("build-user-ptx needs a package name\n{USAGE}"))?, archs))
 }
 
 fn parse_build_ptx(args: &[String]) -> Result<ptx::Options, String> {

@@ -525,6 +525,21 @@ fn compile(arch: Arch, set: KernelSet, root: &Path, sysroot: &Path) -> Result<St
     // build's fingerprint) and is read from there; if it went missing, force one rebuild.
     let emitted = target_dir.join(set.monolith(arch));
     println!("compiling rsccl-device for {} ({})…", arch.name(), set.label());
+    compile_package(arch, "rsccl-device", &[set.feature()], &target_dir, &emitted, root, sysroot)
+        .map_err(|e| format!("{e} ({})", set.label()))
+}
+
+/// Compiles workspace package `package` (with `features`) for `arch` into `target_dir` against
+/// the `core` in `sysroot`, its PTX written to `emitted`; returns the PTX text.
+fn compile_package(
+    arch: Arch,
+    package: &str,
+    features: &[&str],
+    target_dir: &Path,
+    emitted: &Path,
+    root: &Path,
+    sysroot: &Path,
+) -> Result<String, String> {
     let sysroot = sysroot.to_str().ok_or_else(|| format!("{} is not UTF-8", sysroot.display()))?;
     let run = || {
         toolchain::nightly("cargo")
@@ -533,9 +548,10 @@ fn compile(arch: Arch, set: KernelSet, root: &Path, sysroot: &Path) -> Result<St
                 "CARGO_ENCODED_RUSTFLAGS",
                 encoded_rustflags(["--sysroot", sysroot].into_iter().chain(TARGET_RUSTFLAGS)),
             )
-            .args(["rustc", "--profile", "ptx", "-p", "rsccl-device", "--features", set.feature()])
+            .args(["rustc", "--profile", "ptx", "-p", package])
+            .args(features.iter().flat_map(|f| ["--features", f]))
             .args(["--crate-type", "staticlib", "--target", TARGET, "--target-dir"])
-            .arg(&target_dir)
+            .arg(target_dir)
             .arg("--")
             .arg(arch.target_cpu_flag())
             .arg(format!("--emit=asm={}", emitted.display()))
@@ -545,19 +561,69 @@ fn compile(arch: Arch, set: KernelSet, root: &Path, sysroot: &Path) -> Result<St
     };
     let mut ok = run()?.success();
     if ok && !emitted.exists() {
-        // Only the device crate's fingerprints.
+        // Only the package's fingerprints.
         let fingerprints = target_dir.join("nvptx64-nvidia-cuda/ptx/.fingerprint");
         for e in std::fs::read_dir(&fingerprints).into_iter().flatten().flatten() {
-            if e.file_name().to_string_lossy().starts_with("rsccl-device-") {
+            if e.file_name().to_string_lossy().starts_with(&format!("{package}-")) {
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }
         ok = run()?.success();
     }
     if !ok || !emitted.exists() {
-        return Err(format!("compiling the device crate for {} ({}) failed", arch.name(), set.label()));
+        return Err(format!("compiling {package} for {} failed", arch.name()));
     }
-    std::fs::read_to_string(&emitted).map_err(|e| format!("cannot read {}: {e}", emitted.display()))
+    std::fs::read_to_string(emitted).map_err(|e| format!("cannot read {}: {e}", emitted.display()))
+}
+
+/// `cargo xtask build-user-ptx PACKAGE`: compiles a crate that embeds rsccl-device (its
+/// kernels declared with `kernel_table!(…, user { … })`) to PTX for `archs` with the same
+/// recipe as the library (pinned nightly, shared `core`), splits it into one module per entry
+/// with its `.maxntid`, assembles each with ptxas and holds it to the library's resource
+/// audit. Writes `target/ptx-user/PACKAGE/sm_XX/ENTRY.ptx` and `.cubin`.
+pub fn build_user_ptx(package: &str, archs: &[Arch]) -> Result<(), String> {
+    let root = crate::workspace_root();
+    toolchain::ensure_nightly()?;
+    let ptxas = Ptxas::new(toolchain::ensure_ptxas()?)?;
+    let sysroot = build_core(&root)?;
+    let out = root.join("target/ptx-user").join(package);
+    let mut modules = Vec::new();
+    for &arch in archs {
+        let target_dir = root.join("target").join(format!("ptx-user-{}", arch.name()));
+        let emitted = target_dir.join(format!("{package}_{}.ptx", arch.name()));
+        println!("compiling {package} for {}…", arch.name());
+        let text = compile_package(arch, package, &[], &target_dir, &emitted, &root, &sysroot)?;
+        let found = split_modules(arch, KernelSet::Library, &text)?;
+        if found.is_empty() {
+            return Err(format!(
+                "{package} exports no kernel for {}: declare them with rsccl_device::kernel_table!(NAME, user {{ … }})",
+                arch.name()
+            ));
+        }
+        modules.extend(found);
+    }
+    let jobs: Vec<Job> = modules.iter().map(BuiltModule::job).collect();
+    let assembled = audit::assemble_all(&ptxas, &jobs, &cache_dir())?;
+    let violations = record(&mut modules, assembled);
+    print_tables(&modules);
+    for m in &modules {
+        let dir = out.join(m.arch.name());
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let write = |ext: &str, bytes: &[u8]| {
+            let p = dir.join(format!("{}.{ext}", m.entry));
+            std::fs::write(&p, bytes).map_err(|e| format!("cannot write {}: {e}", p.display()))
+        };
+        write("ptx", m.ptx.as_bytes())?;
+        if let Some(c) = &m.cubin {
+            write("cubin", c)?;
+        }
+    }
+    println!("{} module(s) of {package} in {}", modules.len(), out.display());
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(violations_error(&violations))
+    }
 }
 
 /// Splits one compile's PTX into its entries' modules (not yet assembled).
