@@ -43,68 +43,36 @@ pub struct KernelEntry {
     pub body: fn(&[u8]),
 }
 
-/// Declares kernels, collected into a named table of one [`KernelSet`] (`lib` or `test`):
-/// `name(ArgsType) [max_threads] => body_fn;`.
+/// Declares kernels, collected into a named table of one [`KernelSet`] (`lib`, `test`, or
+/// `user` for a crate that embeds this one): `name(ArgsType) [max_threads] => body_fn;`.
 #[macro_export]
 macro_rules! kernel_table {
     ($table:ident, lib { $($body:tt)* }) => {
-        $crate::kernel_table!(@emit $table, "kernels-lib", Library { $($body)* });
+        $crate::kernel_table!(@emit $table, [all(target_arch = "nvptx64", feature = "kernels-lib")], Library {
+            $($body)*
+        });
     };
     ($table:ident, test { $($body:tt)* }) => {
-        $crate::kernel_table!(@emit $table, "kernels-test", Test { $($body)* });
+        $crate::kernel_table!(@emit $table, [all(target_arch = "nvptx64", feature = "kernels-test")], Test {
+            $($body)*
+        });
     };
-    ($table:ident, user {
+    // An embedding crate's kernels: exported whenever it is compiled for nvptx.
+    ($table:ident, user { $($body:tt)* }) => {
+        $crate::kernel_table!(@emit $table, [target_arch = "nvptx64"], User { $($body)* });
+    };
+    (@emit $table:ident, [$cfg:meta], $kind:ident {
         $( $(#[$m:meta])* $name:ident($args:ty) [$threads:expr] => $body:path; )*
     }) => {
         $(
             $(#[$m])*
-            #[cfg(target_arch = "nvptx64")]
-            #[no_mangle]
-            pub unsafe extern "ptx-kernel" fn $name(args: $args) {
-                $body(&args)
-            }
-            #[cfg(target_arch = "nvptx64")]
-            core::arch::global_asm!(
-                concat!("// rsccl.kernel ", stringify!($name), " maxntid={0}"),
-                const $threads
-            );
-        )*
-        $crate::kernel_table!(@registry $table, User { $( $(#[$m])* $name($args) [$threads] => $body; )* });
-    };
-    (@registry $table:ident, $kind:ident {
-        $( $(#[$m:meta])* $name:ident($args:ty) [$threads:expr] => $body:path; )*
-    }) => {
-        /// Host registry of the kernels declared with this table.
-        #[cfg(not(target_arch = "nvptx64"))]
-        pub static $table: &[$crate::kernels::KernelEntry] = &[
-            $( $crate::kernels::KernelEntry {
-                name: stringify!($name),
-                set: $crate::kernels::KernelSet::$kind,
-                args_bytes: core::mem::size_of::<$args>(),
-                max_threads: {
-                    const T: u32 = $threads;
-                    const _: () = assert!(T >= 32 && T <= 1024 && T % 32 == 0);
-                    T
-                },
-                body: |bytes| {
-                    let args: $args = $crate::__bytemuck::pod_read_unaligned(bytes);
-                    $body(&args)
-                },
-            }, )*
-        ];
-    };
-    (@emit $table:ident, $set:literal, $kind:ident {
-        $( $(#[$m:meta])* $name:ident($args:ty) [$threads:expr] => $body:path; )*
-    }) => {
-        $(
-            $(#[$m])*
-            #[cfg(all(target_arch = "nvptx64", feature = $set))]
+            #[cfg($cfg)]
             #[no_mangle]
             pub unsafe extern "ptx-kernel" fn $name(args: $args) {
                 $body(&args)
             }
             // The launch bound travels in the PTX; build-ptx makes it the entry's `.maxntid`.
-            #[cfg(all(target_arch = "nvptx64", feature = $set))]
+            #[cfg($cfg)]
             core::arch::global_asm!(
                 concat!("// rsccl.kernel ", stringify!($name), " maxntid={0}"),
                 const $threads
