@@ -140,3 +140,15 @@ fn nvls_kernels_are_sm90_only_and_use_multimem() {
     }
     assert!(!text(ptx::library("sm_80")).contains("multimem."), "sm_80 modules use multimem");
 }
+
+/// The one-sided kernels signal with release-ordered system-scope atomics after a fence and
+/// wait with system-scope acquire loads, in both archs.
+#[test]
+fn one_sided_ops_use_release_and_acquire_forms() {
+    for arch in ["sm_90", "sm_80"] {
+        let m = ptx::find(arch, "rsccl_ppermute").unwrap_or_else(|| panic!("{arch} lacks rsccl_ppermute"));
+        for ins in ["atom.acq_rel.sys.global.add.u64", "ld.acquire.sys.global.u64", "fence.acq_rel.sys"] {
+            assert!(m.ptx.contains(ins), "{arch} rsccl_ppermute lacks `{ins}`");
+        }
+    }
+}

@@ -105,6 +105,8 @@ pub const COPY_THREADS: u32 = 512;
 kernel_table!(COPY_KERNELS, lib {
     /// Vectorised grid-stride copy ([`copy_kernel`]).
     rsccl_copy(CopyArgs) [COPY_THREADS] => copy_kernel;
+    /// One-sided right permute on symmetric memory ([`crate::onesided::ppermute_kernel`]).
+    rsccl_ppermute(crate::onesided::PermuteArgs) [crate::onesided::ONESIDED_THREADS] => crate::onesided::ppermute_kernel;
 });
 
 /// Every kernel table of the crate.

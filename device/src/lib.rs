@@ -25,6 +25,7 @@ pub mod copy;
 pub mod dtype;
 pub mod kernels;
 pub mod multimem;
+pub mod onesided;
 pub mod pack;
 mod pod;
 pub mod prims;
@@ -76,6 +77,7 @@ pub mod prelude {
     pub use crate::coll::Collective;
     pub use crate::dtype::DataType;
     pub use crate::multimem;
+    pub use crate::onesided::{SignalOp, SymmetricHandle};
     pub use crate::prims::conn::{ConnInfo, PrimsStatus};
     pub use crate::redop::{Elem, RedOp, Reducer};
     pub use crate::reduce_copy::{reduce_copy, ReduceCopy, DEFAULT_UNROLL};

@@ -378,6 +378,14 @@ pub static SM_90: &[Module] = &[
         cubin: Some(include_bytes!("sm_90/rsccl_one_rank_u8.cubin")),
     },
     Module {
+        entry: "rsccl_ppermute",
+        max_threads: 256,
+        registers: 46,
+        stack_bytes: 0,
+        ptx: include_str!("sm_90/rsccl_ppermute.ptx"),
+        cubin: Some(include_bytes!("sm_90/rsccl_ppermute.cubin")),
+    },
+    Module {
         entry: "rsccl_reduce_ring_bf16",
         max_threads: 512,
         registers: 124,
@@ -835,6 +843,14 @@ pub static SM_80: &[Module] = &[
         stack_bytes: 0,
         ptx: include_str!("sm_80/rsccl_one_rank_u8.ptx"),
         cubin: Some(include_bytes!("sm_80/rsccl_one_rank_u8.cubin")),
+    },
+    Module {
+        entry: "rsccl_ppermute",
+        max_threads: 256,
+        registers: 49,
+        stack_bytes: 0,
+        ptx: include_str!("sm_80/rsccl_ppermute.ptx"),
+        cubin: Some(include_bytes!("sm_80/rsccl_ppermute.cubin")),
     },
     Module {
         entry: "rsccl_reduce_ring_bf16",

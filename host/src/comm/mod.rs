@@ -7,6 +7,7 @@ mod communicator;
 mod hang;
 mod local;
 pub mod nvls;
+mod onesided;
 mod topo;
 mod work;
 
@@ -14,5 +15,6 @@ pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};
 pub use communicator::{Comm, CommConfig, Window, MAX_CHANNELS};
 pub use local::{Fault, GroupConfig, LocalGroup, RankFailure, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT};
 pub use nvls::NvlsPolicy;
+pub use onesided::{SymmetricMemory, MAX_SYMMETRIC_BYTES};
 pub use topo::{TopologyConfig, MAX_NCHANNELS_VAR, MAX_VIEW_BYTES};
 pub use work::{Enqueue, Work};
