@@ -71,3 +71,38 @@ fn a_rank_that_never_comes_is_named() {
     let err = comms[0].ppermute(&mems[0], BufRef::from(&src), 64, 4090, 1).unwrap_err().to_string();
     assert!(err.contains("the windows 6 after offset 4090"), "{err}");
 }
+
+/// The seed's ring all-gather, one-sided: every rank's block in every window, on 2, 3, 4 and 8
+/// ranks, sizes that do not divide evenly, several launches per window mixed with ppermutes.
+#[test]
+fn ring_all_gather_on_2_3_4_8_ranks() {
+    let be = backend::cpu();
+    for n in [2usize, 3, 4, 8] {
+        let comms = Comm::init_all(&be, n, CommConfig::default()).unwrap();
+        let window = 8 * 70_001 + 64;
+        std::thread::scope(|s| {
+            for (r, comm) in comms.iter().enumerate() {
+                let be = &be;
+                s.spawn(move || {
+                    let mem = comm.alloc_symmetric(window).unwrap();
+                    for (k, len) in [1usize, 4099, 70_001, 333].into_iter().enumerate() {
+                        let src: DeviceBuffer = be.upload(&bytes_of(r, k, len)).unwrap();
+                        let off = 8 * k;
+                        comm.all_gather_onesided(&mem, BufRef::from(&src), len, off)
+                            .unwrap_or_else(|e| panic!("n={n} rank {r} len {len}: {e}"));
+                        let mut got = vec![0u8; n * len];
+                        be.copy_out(mem.buffer().buf, off, &mut got).unwrap();
+                        for q in 0..n {
+                            assert!(
+                                got[q * len..(q + 1) * len] == bytes_of(q, k, len)[..],
+                                "n={n} rank {r} len {len}: block {q} is not rank {q}'s"
+                            );
+                        }
+                        // A ppermute between all-gathers uses its own semaphores.
+                        comm.ppermute(&mem, BufRef::from(&src), len.min(64), 0, 1).unwrap();
+                    }
+                });
+            }
+        });
+    }
+}

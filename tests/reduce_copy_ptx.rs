@@ -146,9 +146,11 @@ fn nvls_kernels_are_sm90_only_and_use_multimem() {
 #[test]
 fn one_sided_ops_use_release_and_acquire_forms() {
     for arch in ["sm_90", "sm_80"] {
-        let m = ptx::find(arch, "rsccl_ppermute").unwrap_or_else(|| panic!("{arch} lacks rsccl_ppermute"));
-        for ins in ["atom.acq_rel.sys.global.add.u64", "ld.acquire.sys.global.u64", "fence.acq_rel.sys"] {
-            assert!(m.ptx.contains(ins), "{arch} rsccl_ppermute lacks `{ins}`");
+        for k in ["rsccl_ppermute", "rsccl_ring_all_gather_onesided"] {
+            let m = ptx::find(arch, k).unwrap_or_else(|| panic!("{arch} lacks {k}"));
+            for ins in ["atom.acq_rel.sys.global.add.u64", "ld.acquire.sys.global.u64", "fence.acq_rel.sys"] {
+                assert!(m.ptx.contains(ins), "{arch} {k} lacks `{ins}`");
+            }
         }
     }
 }

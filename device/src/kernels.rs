@@ -107,6 +107,8 @@ kernel_table!(COPY_KERNELS, lib {
     rsccl_copy(CopyArgs) [COPY_THREADS] => copy_kernel;
     /// One-sided right permute on symmetric memory ([`crate::onesided::ppermute_kernel`]).
     rsccl_ppermute(crate::onesided::PermuteArgs) [crate::onesided::ONESIDED_THREADS] => crate::onesided::ppermute_kernel;
+    /// One-sided ring all-gather on symmetric memory ([`crate::onesided::ring_all_gather_kernel`]).
+    rsccl_ring_all_gather_onesided(crate::onesided::RingGatherArgs) [crate::onesided::ONESIDED_THREADS] => crate::onesided::ring_all_gather_kernel;
 });
 
 /// Every kernel table of the crate.

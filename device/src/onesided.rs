@@ -199,7 +199,7 @@ const fn permute_slots(b: u64) -> (u64, u64) {
 pub fn ppermute_kernel(a: &PermuteArgs) {
     let (b, g) = (arch::block_idx().x as u64, arch::grid_dim().x as u64);
     let n = a.h.nranks;
-    if n == 0 || 2 * g > SEM_SLOTS {
+    if n == 0 || 2 * g > SEM_SLOTS / 2 {
         arch::trap();
     }
     let to = (a.h.rank + a.shift % n) % n;
@@ -221,4 +221,72 @@ pub fn ppermute_kernel(a: &PermuteArgs) {
         a.h.wait_until(data, a.epoch, from);
     }
     arch::sync_threads();
+}
+
+/// Arguments of `rsccl_ring_all_gather_onesided`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingGatherArgs {
+    /// The symmetric memory.
+    pub h: SymmetricHandle,
+    /// This rank's input (local memory, `bytes`).
+    pub src: DevPtr,
+    /// Where the `nranks` blocks land in every window (block q at `dst_off + q × bytes`).
+    pub dst_off: u64,
+    /// Bytes per rank.
+    pub bytes: u64,
+    /// This launch's number among the ring all-gathers on this memory (1, 2, …).
+    pub epoch: u64,
+}
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(RingGatherArgs { h, src, dst_off, bytes, epoch });
+
+/// Semaphore slots of block `b` in [`ring_all_gather_kernel`] (after ppermute's).
+const fn gather_slots(b: u64) -> (u64, u64) {
+    (SEM_SLOTS / 2 + 2 * b, SEM_SLOTS / 2 + 2 * b + 1)
+}
+
+/// Ring all-gather on symmetric memory (the seed's `all_gather`): every rank's block ends in
+/// every window, block q at `dst_off + q × bytes`. The rank first copies its block into its own
+/// window; then, for `n − 1` steps, it puts the block it holds newest to its right neighbour
+/// (same slot there) and signals, and waits for the left neighbour's block. A capacity
+/// handshake at the start (the right neighbour says its window is free) keeps a launch from
+/// overwriting what the previous one left for the neighbour to read.
+#[inline(always)]
+pub fn ring_all_gather_kernel(a: &RingGatherArgs) {
+    let (b, g) = (arch::block_idx().x as u64, arch::grid_dim().x as u64);
+    let (n, r) = (a.h.nranks, a.h.rank);
+    if n == 0 || 2 * g > SEM_SLOTS / 2 {
+        arch::trap();
+    }
+    let (right, left) = ((r + 1) % n, (r + n - 1) % n);
+    let per = a.bytes.div_ceil(g).div_ceil(16) * 16;
+    let start = (b * per).min(a.bytes);
+    let len = per.min(a.bytes - start);
+    let (data, free) = gather_slots(b);
+    let slot = |q: u32| a.dst_off + q as u64 * a.bytes + start;
+    let mut ok = true;
+    if arch::thread_idx().x == 0 {
+        a.h.signal(left, free, 1, SignalOp::Add);
+        ok = a.h.wait_until(free, a.epoch, right);
+    }
+    if arch::bar_red_or(0, arch::block_dim().x, !ok) {
+        return;
+    }
+    // My own block into my window.
+    a.h.put_block(r, slot(r), a.src.offset(start), len);
+    arch::sync_threads();
+    let base = (a.epoch - 1) * (n as u64 - 1);
+    for step in 0..n - 1 {
+        // Forward the block received last (mine at step 0) from my window to the right.
+        let q = (r + n - step) % n;
+        a.h.put_signal_block(right, slot(q), a.h.peer_ptr(r, slot(q)), len, data, 1);
+        let mut ok = true;
+        if arch::thread_idx().x == 0 {
+            ok = a.h.wait_until(data, base + step as u64 + 1, left);
+        }
+        if arch::bar_red_or(0, arch::block_dim().x, !ok) {
+            return;
+        }
+    }
 }

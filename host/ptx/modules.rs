@@ -577,6 +577,14 @@ pub static SM_90: &[Module] = &[
         ptx: include_str!("sm_90/rsccl_reduce_scatter_ring_u8.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_reduce_scatter_ring_u8.cubin")),
     },
+    Module {
+        entry: "rsccl_ring_all_gather_onesided",
+        max_threads: 256,
+        registers: 90,
+        stack_bytes: 0,
+        ptx: include_str!("sm_90/rsccl_ring_all_gather_onesided.ptx"),
+        cubin: Some(include_bytes!("sm_90/rsccl_ring_all_gather_onesided.cubin")),
+    },
 ];
 /// Library kernel modules for sm_80.
 pub static SM_80: &[Module] = &[
@@ -1011,5 +1019,13 @@ pub static SM_80: &[Module] = &[
         stack_bytes: 0,
         ptx: include_str!("sm_80/rsccl_reduce_scatter_ring_u8.ptx"),
         cubin: Some(include_bytes!("sm_80/rsccl_reduce_scatter_ring_u8.cubin")),
+    },
+    Module {
+        entry: "rsccl_ring_all_gather_onesided",
+        max_threads: 256,
+        registers: 94,
+        stack_bytes: 0,
+        ptx: include_str!("sm_80/rsccl_ring_all_gather_onesided.ptx"),
+        cubin: Some(include_bytes!("sm_80/rsccl_ring_all_gather_onesided.cubin")),
     },
 ];

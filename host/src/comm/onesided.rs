@@ -7,7 +7,7 @@ use super::communicator::Comm;
 use super::BufRef;
 use crate::backend::{BackendKind, DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
-use rsccl_device::onesided::{PermuteArgs, SymmetricHandle, ONESIDED_THREADS, SEM_SLOTS};
+use rsccl_device::onesided::{PermuteArgs, RingGatherArgs, SymmetricHandle, ONESIDED_THREADS, SEM_SLOTS};
 use rsccl_device::prims::conn::decode_status;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -23,8 +23,10 @@ pub struct SymmetricMemory {
     _peers: DeviceBuffer,
     status: DeviceBuffer,
     handle: SymmetricHandle,
-    /// One-sided launches on this memory so far (the semaphores' epoch).
+    /// ppermute launches on this memory so far (their semaphores' epoch).
     launches: AtomicU64,
+    /// Ring all-gather launches on this memory so far.
+    gathers: AtomicU64,
 }
 
 impl std::fmt::Debug for SymmetricMemory {
@@ -100,7 +102,14 @@ impl Comm {
         };
         // Every rank has its window before any kernel reaches another's.
         self.barrier()?;
-        Ok(SymmetricMemory { window, _peers: peers, status, handle, launches: AtomicU64::new(0) })
+        Ok(SymmetricMemory {
+            window,
+            _peers: peers,
+            status,
+            handle,
+            launches: AtomicU64::new(0),
+            gathers: AtomicU64::new(0),
+        })
     }
 
     /// Right permute on symmetric memory (Pallas' `ppermute`, one-sided): every rank's `bytes`
@@ -126,9 +135,7 @@ impl Comm {
                 mem.bytes().saturating_sub(dst_offset)
             )));
         }
-        let stream = self.stream();
         let epoch = mem.launches.fetch_add(1, Ordering::SeqCst) + 1;
-        stream.copy_in(&mem.status, 0, &[0u8; 8 * GRID as usize])?;
         let args = PermuteArgs {
             h: mem.handle,
             src: src.ptr(),
@@ -138,20 +145,83 @@ impl Comm {
             shift: (shift % self.nranks().max(1)) as u32,
             pad: 0,
         };
-        let _hold = (src.buf.hold(), mem.window.hold());
         // SAFETY: the source range and the window range were checked above; the kernel reaches
         // other ranks' windows only inside their `bytes` (the handle's bounds, equal on every
-        // rank); everything stays alive until the synchronize below.
-        unsafe { stream.launch("rsccl_ppermute", LaunchConfig::linear(GRID, ONESIDED_THREADS), &args) }?;
+        // rank).
+        unsafe { self.run_onesided(mem, src, "rsccl_ppermute", "ppermute", epoch, bytemuck::bytes_of(&args)) }
+    }
+
+    /// Ring all-gather on symmetric memory (the seed's one-sided `all_gather`): every rank's
+    /// `bytes` from `src` end in every rank's window, rank q's at `dst_offset + q × bytes`.
+    /// Every rank calls it with the same sizes and offset.
+    pub fn all_gather_onesided(
+        &self,
+        mem: &SymmetricMemory,
+        src: BufRef,
+        bytes: usize,
+        dst_offset: usize,
+    ) -> Result<()> {
+        let total = bytes.checked_mul(self.nranks()).and_then(|t| t.checked_add(dst_offset));
+        let in_src = src.offset.checked_add(bytes).is_some_and(|e| e <= src.buf.len());
+        if !in_src || total.is_none_or(|t| t > mem.bytes()) {
+            return Err(Error::InvalidConfig(format!(
+                "one-sided all-gather of {} × {bytes} bytes at offset {dst_offset}: the windows hold {}, the source {} after offset {}",
+                self.nranks(),
+                mem.bytes(),
+                src.buf.len().saturating_sub(src.offset),
+                src.offset
+            )));
+        }
+        let epoch = mem.gathers.fetch_add(1, Ordering::SeqCst) + 1;
+        let args = RingGatherArgs {
+            h: mem.handle,
+            src: src.ptr(),
+            dst_off: dst_offset as u64,
+            bytes: bytes as u64,
+            epoch,
+        };
+        // SAFETY: the source range and every block's window range were checked above (equal
+        // window sizes on every rank).
+        unsafe {
+            self.run_onesided(
+                mem,
+                src,
+                "rsccl_ring_all_gather_onesided",
+                "all-gather",
+                epoch,
+                bytemuck::bytes_of(&args),
+            )
+        }
+    }
+
+    /// Launches one-sided kernel `kernel` with `args` on `mem` and waits for it, reporting a
+    /// wait that timed out with the peer it waited for.
+    ///
+    /// # Safety
+    /// `args` must make the kernel touch only `src` and the windows of `mem`, within bounds.
+    unsafe fn run_onesided(
+        &self,
+        mem: &SymmetricMemory,
+        src: BufRef,
+        kernel: &str,
+        what: &str,
+        epoch: u64,
+        args: &[u8],
+    ) -> Result<()> {
+        let stream = self.stream();
+        stream.copy_in(&mem.status, 0, &[0u8; 8 * GRID as usize])?;
+        let hold = (src.buf.hold(), mem.window.hold());
+        // SAFETY: the caller's promise; everything stays alive until the synchronize below.
+        unsafe { stream.launch_raw(kernel, LaunchConfig::linear(GRID, ONESIDED_THREADS), args) }?;
         stream.synchronize()?;
-        drop(_hold);
+        drop(hold);
         let mut words = [0u8; 8 * GRID as usize];
         stream.copy_out(&mem.status, 0, &mut words)?;
         for w in words.chunks_exact(8) {
             let (code, peer, _) = decode_status(u64::from_le_bytes(w.try_into().expect("8 bytes")));
             if code != rsccl_device::prims::ErrorCode::None {
                 return Err(Error::InvalidConfig(format!(
-                    "rank {}: ppermute #{epoch} timed out waiting for rank {peer}",
+                    "rank {}: {what} #{epoch} timed out waiting for rank {peer}",
                     self.rank()
                 )));
             }
