@@ -476,12 +476,7 @@ impl Comm {
                 None => Box::new(net.as_ref().expect("made above").to_peer(peer, &peers[peer].hostname)),
             }
         };
-        let nhosts = {
-            let mut h: Vec<u64> = peers.iter().map(|p| p.host_hash).collect();
-            h.sort_unstable();
-            h.dedup();
-            h.len()
-        };
+        let nhosts = super::topo::hosts_of(&peers).len();
         tracing::info!(
             rank,
             "init: rank {rank} of {nranks} on {} ({nhosts} host(s)), {} channel(s), {} threads, {} B steps",
@@ -787,7 +782,7 @@ impl Comm {
     }
 
     /// Every rank's `data`, over the bootstrap (a collective of all ranks).
-    pub(super) fn barrier_all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+    pub(super) fn all_gather_bootstrap(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).all_gather(data)
     }
 

@@ -296,7 +296,7 @@ pub(crate) fn with_tree(mut comm: Comm) -> Result<Comm> {
     let intra = comm.split(Some(h as u32), rank as i64, sub(true, cfg.algo.clone()))?.expect("a color");
     let inter = comm.split(Some(l as u32), rank as i64, sub(false, Some("^nvls".into())))?.expect("a color");
     let up = intra.uses_nvls();
-    let all = comm.barrier_all_gather(&[u8::from(up)])?;
+    let all = comm.all_gather_bootstrap(&[u8::from(up)])?;
     if all.iter().any(|b| b != &[1]) {
         let why = "NVLS did not come up on every node".to_string();
         return if comm.nvls_policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
@@ -329,6 +329,40 @@ pub(crate) fn in_window(windows: &[WindowEntry], p: DevPtr, bytes: usize) -> Opt
     })
 }
 
+/// Every rank's address of its part of a window whose part here is `len` bytes at `base`, in
+/// one all-gather (`all_gather`); a rank whose part has another size is refused, named (`what`
+/// says which kind of window).
+pub(crate) fn exchange_windows(
+    all_gather: impl FnOnce(&[u8]) -> Result<Vec<Vec<u8>>>,
+    base: DevPtr,
+    len: u64,
+    what: &str,
+) -> Result<Vec<DevPtr>> {
+    let mut mine = base.0.to_le_bytes().to_vec();
+    mine.extend_from_slice(&len.to_le_bytes());
+    let all = all_gather(&mine)?;
+    let mut ptrs = Vec::with_capacity(all.len());
+    for (r, b) in all.iter().enumerate() {
+        let (Some(p), Some(l), 16) = (b.get(..8), b.get(8..16), b.len()) else {
+            return Err(Error::InvalidConfig(format!(
+                "{what}: rank {r} sent {} bytes for its window",
+                b.len()
+            )));
+        };
+        let (p, l) = (
+            u64::from_le_bytes(p.try_into().expect("8 bytes")),
+            u64::from_le_bytes(l.try_into().expect("8 bytes")),
+        );
+        if l != len {
+            return Err(Error::InvalidConfig(format!(
+                "{what}: rank {r} gives {l} bytes and this rank {len}; every rank must give the same size"
+            )));
+        }
+        ptrs.push(DevPtr(p));
+    }
+    Ok(ptrs)
+}
+
 /// Registers `buf` as this rank's part of a symmetric window (a collective of all ranks).
 pub(crate) fn register_window(
     boot: &mut Bootstrap,
@@ -336,26 +370,7 @@ pub(crate) fn register_window(
     buf: &DeviceBuffer,
     id: u64,
 ) -> Result<WindowEntry> {
-    let mut mine = buf.ptr().0.to_le_bytes().to_vec();
-    mine.extend_from_slice(&(buf.len() as u64).to_le_bytes());
-    let all = boot.all_gather(&mine)?;
-    let mut ptrs = Vec::with_capacity(all.len());
-    for (r, b) in all.iter().enumerate() {
-        let (Some(p), Some(l)) = (b.get(..8), b.get(8..16)) else {
-            return Err(Error::InvalidConfig(format!("rank {r} sent a window of {} bytes", b.len())));
-        };
-        let (p, l) = (
-            u64::from_le_bytes(p.try_into().expect("8 bytes")),
-            u64::from_le_bytes(l.try_into().expect("8 bytes")),
-        );
-        if l != buf.len() as u64 {
-            return Err(Error::InvalidConfig(format!(
-                "symmetric window: rank {r} registers {l} bytes and this rank {}; every rank must give the same size",
-                buf.len()
-            )));
-        }
-        ptrs.push(DevPtr(p));
-    }
+    let ptrs = exchange_windows(|b| boot.all_gather(b), buf.ptr(), buf.len() as u64, "symmetric window")?;
     let bound = backend.multicast_bind(&ptrs, buf.len());
     let ok = boot.all_gather(&[u8::from(bound.is_ok())])?;
     match (bound, ok.iter().all(|b| b == &[1])) {

@@ -76,20 +76,16 @@ impl Comm {
         let data = bytes.div_ceil(8) * 8;
         let total = data + 8 * SEM_SLOTS as usize;
         let window = stream.alloc(total)?;
-        let all = self.barrier_all_gather(&window.ptr().0.to_le_bytes())?;
-        let mut bases = Vec::with_capacity(all.len());
-        for (r, b) in all.iter().enumerate() {
-            let w: [u8; 8] = b.as_slice().try_into().map_err(|_| {
-                Error::InvalidConfig(format!("rank {r} sent a window address of {} bytes", b.len()))
-            })?;
-            bases.push(u64::from_le_bytes(w));
-        }
-        let sizes = self.barrier_all_gather(&(bytes as u64).to_le_bytes())?;
-        if let Some(r) = sizes.iter().position(|s| s.as_slice() != (bytes as u64).to_le_bytes()) {
-            return Err(Error::InvalidConfig(format!(
-                "symmetric memory: rank {r} asked for another size than this rank's {bytes} bytes"
-            )));
-        }
+        // The windows' addresses (the data size is what every rank must agree on).
+        let bases: Vec<u64> = super::nvls::exchange_windows(
+            |b| self.all_gather_bootstrap(b),
+            window.ptr(),
+            bytes as u64,
+            "symmetric memory",
+        )?
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
         let peers = stream.upload(&bases)?;
         let status = stream.alloc(8 * GRID as usize)?;
         let handle = SymmetricHandle {
