@@ -36,7 +36,8 @@ fn xorshift(s: &mut u64) -> u64 {
     *s
 }
 
-fn value(t: DataType, exact: bool, s: &mut u64) -> u64 {
+/// A random element of `t` (bits): small whole numbers when `exact`, else any non-NaN value.
+pub fn value(t: DataType, exact: bool, s: &mut u64) -> u64 {
     let r = xorshift(s);
     let small = (r % 9) as i64 - 4;
     if !t.is_float() {

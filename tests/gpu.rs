@@ -98,6 +98,33 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
         }),
     ));
     v.push((
+        "onesided_psum_and_psum_scatter",
+        Box::new(|_| {
+            // Three ranks of one process on this GPU reach each other's windows by address.
+            let gpu = backend::gpu().map_err(|e| e.to_string())?;
+            for (dtype, op, count, window, in_place) in [
+                (DataType::F32, ReduceOp::Sum, 1usize << 20, 1usize << 20, false),
+                (DataType::BF16, ReduceOp::Avg, 300_001, 64 * 1024, true),
+                (DataType::I32, ReduceOp::Prod, 77_777, 8 * 256, false),
+                (DataType::U8, ReduceOp::Max, 100_003, 1 << 16, true),
+            ] {
+                let c = rsccl_suite::onesided_check::Case {
+                    n: 3,
+                    dtype,
+                    op,
+                    count,
+                    window,
+                    in_place,
+                    exact: false,
+                    seed: 11,
+                };
+                rsccl_suite::onesided_check::run(&gpu, &c, false).map_err(|e| format!("psum: {e}"))?;
+                rsccl_suite::onesided_check::run(&gpu, &c, true).map_err(|e| format!("psum_scatter: {e}"))?;
+            }
+            Ok(())
+        }),
+    ));
+    v.push((
         "tree_all_reduce_matches_the_reference",
         Box::new(|gpu| {
             use rsccl::channels::dtree;

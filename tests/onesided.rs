@@ -1,8 +1,10 @@
-//! One-sided communication on symmetric memory: `ppermute` (Pallas' right permute, with data
-//! and capacity semaphores) on 2, 3, 4 and 8 ranks in one process, every shift, sizes that do
-//! not divide evenly, several launches in a row on one window, against the permutation
-//! computed here; and a rank that never comes is named within the timeout.
-use rsccl::{backend, BufRef, Comm, CommConfig, DeviceBuffer};
+//! One-sided communication on symmetric memory, the seed's kernels against references computed
+//! here: `ppermute` (every shift), ring all-gather, `psum` and bidirectional `psum_scatter`
+//! (every type and op, windows smaller than the data) on 2, 3, 4 and 8 ranks in one process,
+//! sizes that do not divide evenly, several launches in a row on one window; a rank that never
+//! comes is named within the timeout; and the seed's failure modes become errors.
+use rsccl::{backend, BufRef, Comm, CommConfig, DataType, DeviceBuffer, LaunchConfig, ReduceOp};
+use rsccl_suite::onesided_check::{run, Case};
 use std::time::Duration;
 
 fn bytes_of(r: usize, k: usize, len: usize) -> Vec<u8> {
@@ -105,4 +107,178 @@ fn ring_all_gather_on_2_3_4_8_ranks() {
             }
         });
     }
+}
+
+fn op_for(t: DataType, k: usize) -> ReduceOp {
+    match k % 6 {
+        0 => ReduceOp::Sum,
+        1 => ReduceOp::Prod,
+        2 => ReduceOp::Min,
+        3 => ReduceOp::Max,
+        4 => ReduceOp::Avg,
+        _ => ReduceOp::PreMulSum(if t.is_float() { 0.5 } else { 3.0 }),
+    }
+}
+
+/// psum and psum_scatter: every type and op on 3 ranks (random bits for floats: the reference
+/// adds in the kernels' order), counts that split unevenly over blocks and halves, in place and
+/// not.
+#[test]
+fn psum_and_psum_scatter_every_type_and_op() {
+    let be = backend::cpu();
+    for (i, &dtype) in DataType::ALL.iter().enumerate() {
+        for k in 0..6 {
+            let c = Case {
+                n: 3,
+                dtype,
+                op: op_for(dtype, k),
+                count: [1usize, 37, 1001, 4099][(i + k) % 4],
+                window: 1 << 16,
+                in_place: (i + k) % 2 == 0,
+                exact: k % 3 == 0,
+                seed: (i * 6 + k) as u64 * 7919,
+            };
+            run(&be, &c, false).unwrap();
+            run(&be, &c, true).unwrap();
+        }
+    }
+}
+
+/// 2, 3, 4 and 8 ranks; windows far smaller than the data (many pieces per block: the nested
+/// pipeline), sizes that do not divide evenly.
+#[test]
+fn psum_and_psum_scatter_on_2_3_4_8_ranks_through_small_windows() {
+    let be = backend::cpu();
+    for (j, n) in [2usize, 3, 4, 8].into_iter().enumerate() {
+        for (dtype, op, count, window) in [
+            (DataType::F32, ReduceOp::Sum, 30_011, 8 * 256),
+            (DataType::I32, ReduceOp::Prod, 5_003, 1 << 20),
+            (DataType::BF16, ReduceOp::Avg, 12_345, 8 * 512),
+            (DataType::U8, ReduceOp::Max, 70_001, 8 * 1024 + 100),
+        ] {
+            let c =
+                Case { n, dtype, op, count, window, in_place: j % 2 == 1, exact: false, seed: 17 + j as u64 };
+            run(&be, &c, false).unwrap();
+            run(&be, &c, true).unwrap();
+        }
+    }
+}
+
+/// One rank reduces with itself (the pre- and post-op still apply); a window too small to stage
+/// in is refused before anything launches; repeated launches on one window alternate their
+/// semaphore sets.
+#[test]
+fn psum_edges() {
+    let be = backend::cpu();
+    let c = Case {
+        n: 1,
+        dtype: DataType::I32,
+        op: ReduceOp::Avg,
+        count: 999,
+        window: 4096,
+        in_place: false,
+        exact: false,
+        seed: 5,
+    };
+    run(&be, &c, false).unwrap();
+    run(&be, &c, true).unwrap();
+    let comms = Comm::init_all(&be, 2, CommConfig::default()).unwrap();
+    std::thread::scope(|s| {
+        for comm in &comms {
+            let be = &be;
+            s.spawn(move || {
+                let small = comm.alloc_symmetric(1000).unwrap();
+                let buf = be.upload(&[1u32; 64]).unwrap();
+                let err = comm
+                    .psum(&small, BufRef::from(&buf), BufRef::from(&buf), 64, DataType::U32, ReduceOp::Sum)
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains("too small to stage in"), "{err}");
+                let mem = comm.alloc_symmetric(1 << 14).unwrap();
+                for k in 1..=5u32 {
+                    comm.psum(&mem, BufRef::from(&buf), BufRef::from(&buf), 64, DataType::U32, ReduceOp::Sum)
+                        .unwrap();
+                    let mut out = [0u32; 64];
+                    be.copy_out(&buf, 0, bytemuck::cast_slice_mut(&mut out)).unwrap();
+                    assert_eq!(out, [2u32.pow(k); 64]);
+                }
+            });
+        }
+    });
+}
+
+/// The seed's failure modes as errors within the timeout: a copy started and never waited for
+/// (semaphores left non-zero on both ends), a wait for bytes nobody sends (named semaphore and
+/// rank), two writers into one window in one epoch (a race); and the same copies done right.
+#[test]
+fn one_sided_faults_are_reported() {
+    use rsccl_device::onesided::fault::{Fault, FaultArgs};
+    use rsccl_device::onesided::ONESIDED_THREADS;
+    let be = backend::cpu();
+    let n = 3;
+    let comms =
+        Comm::init_all(&be, n, CommConfig { timeout: Duration::from_millis(500), ..CommConfig::default() })
+            .unwrap();
+    let run = |fault: Fault| -> Vec<Result<(), String>> {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .enumerate()
+                .map(|(r, comm)| {
+                    let be = &be;
+                    s.spawn(move || {
+                        let mem = comm.alloc_symmetric(4096).unwrap();
+                        let src = be.upload(&[r as u8 + 1; 64]).unwrap();
+                        let args = FaultArgs {
+                            h: mem.handle(),
+                            src: src.ptr(),
+                            bytes: 64,
+                            fault: fault as u32,
+                            pad: 0,
+                        };
+                        let started = std::time::Instant::now();
+                        // SAFETY: the fault kernel copies 64 bytes of `src` into window offset 0.
+                        let res = unsafe {
+                            comm.launch_onesided(
+                                &mem,
+                                "rsccl_onesided_fault",
+                                LaunchConfig::linear(1, ONESIDED_THREADS),
+                                &args,
+                                &[&src],
+                            )
+                        };
+                        assert!(started.elapsed() < Duration::from_secs(20), "{fault:?} took too long");
+                        if fault == Fault::Correct && res.is_ok() {
+                            let mut got = [0u8; 64];
+                            be.copy_out(mem.buffer().buf, 0, &mut got).unwrap();
+                            assert_eq!(got, [((r + n - 1) % n) as u8 + 1; 64]);
+                        }
+                        res.map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    let res = run(Fault::Correct);
+    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+    let res = run(Fault::StartWithoutWait);
+    let e0 = res[0].as_ref().unwrap_err();
+    assert!(e0.contains("semaphore 128 at 64") && e0.contains("non-zero"), "{e0}");
+    let e1 = res[1].as_ref().unwrap_err();
+    assert!(e1.contains("semaphore 129 at 64"), "{e1}");
+    assert!(res[2].is_ok(), "{res:?}");
+    let res = run(Fault::WaitForNothing);
+    let e1 = res[1].as_ref().unwrap_err();
+    assert!(e1.contains("rank 1") && e1.contains("timed out on semaphore 129 waiting for rank 0"), "{e1}");
+    let res = run(Fault::TwoWriters);
+    let races: Vec<&String> = res.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(races.len(), 1, "{res:?}");
+    assert!(
+        races[0].contains("both wrote rank 0's window at offset 0") && races[0].contains("a race"),
+        "{races:?}"
+    );
+    // The same communicator and windows work afterwards.
+    let res = run(Fault::Correct);
+    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
 }

@@ -141,16 +141,24 @@ fn nvls_kernels_are_sm90_only_and_use_multimem() {
     assert!(!text(ptx::library("sm_80")).contains("multimem."), "sm_80 modules use multimem");
 }
 
-/// The one-sided kernels signal with release-ordered system-scope atomics after a fence and
-/// wait with system-scope acquire loads, in both archs.
+/// The one-sided kernels (ppermute, all-gather, psum / psum_scatter) signal with
+/// release-ordered system-scope atomics after a fence and wait with system-scope acquire
+/// loads, in both archs; FP8 psum exists on sm_90 only.
 #[test]
 fn one_sided_ops_use_release_and_acquire_forms() {
     for arch in ["sm_90", "sm_80"] {
-        for k in ["rsccl_ppermute", "rsccl_ring_all_gather_onesided"] {
+        for k in [
+            "rsccl_ppermute",
+            "rsccl_ring_all_gather_onesided",
+            "rsccl_onesided_reduce_f32",
+            "rsccl_onesided_reduce_i8",
+        ] {
             let m = ptx::find(arch, k).unwrap_or_else(|| panic!("{arch} lacks {k}"));
             for ins in ["atom.acq_rel.sys.global.add.u64", "ld.acquire.sys.global.u64", "fence.acq_rel.sys"] {
                 assert!(m.ptx.contains(ins), "{arch} {k} lacks `{ins}`");
             }
         }
     }
+    assert!(ptx::find("sm_90", "rsccl_onesided_reduce_e4m3").is_some());
+    assert!(ptx::find("sm_80", "rsccl_onesided_reduce_e4m3").is_none());
 }

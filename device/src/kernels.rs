@@ -105,19 +105,20 @@ pub const COPY_THREADS: u32 = 512;
 kernel_table!(COPY_KERNELS, lib {
     /// Vectorised grid-stride copy ([`copy_kernel`]).
     rsccl_copy(CopyArgs) [COPY_THREADS] => copy_kernel;
-    /// One-sided right permute on symmetric memory ([`crate::onesided::ppermute_kernel`]).
-    rsccl_ppermute(crate::onesided::PermuteArgs) [crate::onesided::ONESIDED_THREADS] => crate::onesided::ppermute_kernel;
-    /// One-sided ring all-gather on symmetric memory ([`crate::onesided::ring_all_gather_kernel`]).
-    rsccl_ring_all_gather_onesided(crate::onesided::RingGatherArgs) [crate::onesided::ONESIDED_THREADS] => crate::onesided::ring_all_gather_kernel;
+    /// One-sided right permute on symmetric memory ([`crate::onesided::ring::ppermute_kernel`]).
+    rsccl_ppermute(crate::onesided::ring::PermuteArgs) [crate::onesided::ONESIDED_THREADS] => crate::onesided::ring::ppermute_kernel;
+    /// One-sided ring all-gather on symmetric memory ([`crate::onesided::ring::ring_all_gather_kernel`]).
+    rsccl_ring_all_gather_onesided(crate::onesided::ring::RingGatherArgs) [crate::onesided::ONESIDED_THREADS] => crate::onesided::ring::ring_all_gather_kernel;
 });
 
 /// Every kernel table of the crate.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn tables() -> impl Iterator<Item = &'static [KernelEntry]> {
-    [COPY_KERNELS, crate::selftest::SELFTEST_KERNELS]
+    [COPY_KERNELS, crate::selftest::SELFTEST_KERNELS, crate::onesided::fault::FAULT_KERNELS]
         .into_iter()
         .chain(crate::coll::kernels::TABLES.iter().copied())
         .chain(crate::reduce_kernels::TABLES.iter().copied())
+        .chain(crate::onesided::ring::TABLES.iter().copied())
 }
 
 /// Finds a kernel by its exported name.

@@ -59,6 +59,9 @@ pub enum ErrorCode {
     SendTimeout = 2,
     /// The host set the abort flag.
     Aborted = 3,
+    /// Two ranks wrote the same window bytes with no wait of the owner between (one-sided
+    /// kernels on the emulator).
+    Race = 4,
 }
 
 impl ErrorCode {
@@ -68,6 +71,7 @@ impl ErrorCode {
             1 => ErrorCode::RecvTimeout,
             2 => ErrorCode::SendTimeout,
             3 => ErrorCode::Aborted,
+            4 => ErrorCode::Race,
             _ => ErrorCode::None,
         }
     }

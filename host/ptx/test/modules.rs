@@ -10,6 +10,14 @@ pub static SM_90: &[Module] = &[
         cubin: None,
     },
     Module {
+        entry: "rsccl_onesided_fault",
+        max_threads: 256,
+        registers: 0,
+        stack_bytes: 0,
+        ptx: include_str!("sm_90/rsccl_onesided_fault.ptx"),
+        cubin: None,
+    },
+    Module {
         entry: "rsccl_redcopy_bf16",
         max_threads: 512,
         registers: 0,
@@ -172,6 +180,14 @@ pub static SM_90: &[Module] = &[
 ];
 /// Test kernel modules for sm_80.
 pub static SM_80: &[Module] = &[
+    Module {
+        entry: "rsccl_onesided_fault",
+        max_threads: 256,
+        registers: 0,
+        stack_bytes: 0,
+        ptx: include_str!("sm_80/rsccl_onesided_fault.ptx"),
+        cubin: None,
+    },
     Module {
         entry: "rsccl_redcopy_bf16",
         max_threads: 512,

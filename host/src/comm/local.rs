@@ -124,6 +124,7 @@ impl std::fmt::Display for RankFailure {
             ErrorCode::RecvTimeout => format!("timed out waiting for data from rank {}", self.peer),
             ErrorCode::SendTimeout => format!("timed out waiting for rank {} to free a FIFO slot", self.peer),
             ErrorCode::Aborted => "aborted by the host".to_string(),
+            ErrorCode::Race => "a write race on symmetric memory".to_string(),
             ErrorCode::None => "no error".to_string(),
         };
         write!(f, "rank {} channel {}: {what} (step {})", self.rank, self.channel, self.step)

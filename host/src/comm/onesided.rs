@@ -1,21 +1,38 @@
 //! Symmetric memory for one-sided kernels ([`SymmetricMemory`], from
-//! [`Comm::alloc_symmetric`]) and the collectives written on it ([`Comm::ppermute`]). Every
-//! rank's window has the same size; a kernel reaches any rank's window through the
-//! `#[repr(C)]` [`SymmetricHandle`] it is given by value (MSCCL++'s host/device pair), so a
-//! user's own kernels can do the same ([`SymmetricMemory::handle`]).
+//! [`Comm::alloc_symmetric`]) and the seed's collectives written on it ([`Comm::ppermute`],
+//! [`Comm::all_gather_onesided`], [`Comm::psum`], [`Comm::psum_scatter`]). Every rank's window
+//! has the same size; a kernel reaches any rank's window through the `#[repr(C)]`
+//! [`SymmetricHandle`] it is given by value (MSCCL++'s host/device pair), so a user's own
+//! kernels can do the same ([`SymmetricMemory::handle`], [`Comm::launch_onesided`]).
+//!
+//! After every launch the host reads the block status words (a wait that timed out names its
+//! semaphore and the rank it waited for; on the emulator, a put racing another rank's put is
+//! named with both writers) and checks that the launch left its semaphores at zero (always on
+//! the CPU emulator; on a GPU when `RSCCL_ONESIDED_CHECK=1`).
+use super::collectives::check_call;
 use super::communicator::Comm;
-use super::BufRef;
+use super::{BufRef, ReduceOp};
 use crate::backend::{BackendKind, DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
-use rsccl_device::onesided::{PermuteArgs, RingGatherArgs, SymmetricHandle, ONESIDED_THREADS, SEM_SLOTS};
+use rsccl_device::coll::Collective;
+use rsccl_device::dtype::DataType;
+use rsccl_device::onesided::ring::{
+    reduce_kernel_name, OneSidedReduceArgs, PermuteArgs, ReduceKind, RingGatherArgs, MIN_STAGE,
+};
+use rsccl_device::onesided::{
+    lib_sem_base, race, SemKind, SymmetricHandle, KIND_SLOTS, MAX_GRID, ONESIDED_THREADS, SEM_SLOTS,
+    USER_SEM_BASE,
+};
 use rsccl_device::prims::conn::decode_status;
+use rsccl_device::prims::ErrorCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Most bytes of one rank's window.
 pub const MAX_SYMMETRIC_BYTES: usize = 1 << 40;
 
-/// Blocks of the one-sided collectives (each with its own semaphores).
+/// Blocks of the library's one-sided collectives (each with its own semaphores).
 const GRID: u32 = 4;
+const _: () = assert!(GRID <= MAX_GRID);
 
 /// One rank's part of a communicator's symmetric memory.
 pub struct SymmetricMemory {
@@ -23,15 +40,27 @@ pub struct SymmetricMemory {
     _peers: DeviceBuffer,
     status: DeviceBuffer,
     handle: SymmetricHandle,
-    /// ppermute launches on this memory so far (their semaphores' epoch).
-    launches: AtomicU64,
-    /// Ring all-gather launches on this memory so far.
-    gathers: AtomicU64,
+    /// Launches so far of each [`SemKind`] (their numbers pick the semaphore sets).
+    launches: [AtomicU64; 4],
+    /// Whether launches check their semaphores afterwards.
+    check_sems: bool,
+    /// The shift of the last ppermute ([`NO_SHIFT`] before the first).
+    last_shift: AtomicU64,
 }
+
+/// `last_shift` before any ppermute.
+const NO_SHIFT: u64 = u64::MAX;
 
 impl std::fmt::Debug for SymmetricMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SymmetricMemory").field("handle", &self.handle).finish_non_exhaustive()
+    }
+}
+
+impl Drop for SymmetricMemory {
+    fn drop(&mut self) {
+        // The emulator's race records of this window go with it (its address may be reused).
+        race::forget(self.window.ptr().0);
     }
 }
 
@@ -48,6 +77,17 @@ impl SymmetricMemory {
     pub fn handle(&self) -> SymmetricHandle {
         self.handle
     }
+    fn next_launch(&self, kind: SemKind) -> u64 {
+        self.launches[kind as usize].fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
+/// Which semaphores a launch's check reads: a library kind's set for this launch, or the slots
+/// of user kernels.
+#[derive(Clone, Copy)]
+enum Sems {
+    Lib(SemKind, u64),
+    User,
 }
 
 impl Comm {
@@ -67,9 +107,15 @@ impl Comm {
                     .into(),
             ));
         }
-        if stream.kind() == BackendKind::Gpu && self.nranks() > 1 {
+        // GPU ranks reach each other's windows by address when they share a process and a
+        // device (one context); other processes' windows need IPC mappings, not built yet.
+        let peers = self.peers();
+        if stream.kind() == BackendKind::Gpu
+            && peers.iter().any(|p| p.pid != peers[0].pid || p.info != peers[self.rank()].info)
+        {
             return Err(Error::InvalidConfig(
-                "symmetric memory on GPUs (cuMem/IPC mappings of every rank's window) is not built yet"
+                "symmetric memory on GPUs needs every rank in one process on one device for now \
+                 (cuMem/IPC mappings of other processes' windows are not built yet)"
                     .into(),
             ));
         }
@@ -87,7 +133,7 @@ impl Comm {
         .map(|p| p.0)
         .collect();
         let peers = stream.upload(&bases)?;
-        let status = stream.alloc(8 * GRID as usize)?;
+        let status = stream.alloc(8 * MAX_GRID as usize)?;
         let handle = SymmetricHandle {
             peers: peers.ptr(),
             bytes: bytes as u64,
@@ -96,6 +142,8 @@ impl Comm {
             timeout_ns: self.config().timeout.as_nanos() as u64,
             status: status.ptr(),
         };
+        let check_sems = stream.kind() == BackendKind::Cpu
+            || std::env::var("RSCCL_ONESIDED_CHECK").is_ok_and(|v| v == "1");
         // Every rank has its window before any kernel reaches another's.
         self.barrier()?;
         Ok(SymmetricMemory {
@@ -103,8 +151,9 @@ impl Comm {
             _peers: peers,
             status,
             handle,
-            launches: AtomicU64::new(0),
-            gathers: AtomicU64::new(0),
+            launches: Default::default(),
+            check_sems,
+            last_shift: AtomicU64::new(NO_SHIFT),
         })
     }
 
@@ -131,20 +180,39 @@ impl Comm {
                 mem.bytes().saturating_sub(dst_offset)
             )));
         }
-        let epoch = mem.launches.fetch_add(1, Ordering::SeqCst) + 1;
+        // With a new shift each rank signals other ranks than last time, and one already in
+        // this launch could reach a rank still in the last one: let every rank finish it first.
+        // (With a fixed shift, neighbours never get two launches apart: the semaphore sets of
+        // alternate launches keep them apart.)
+        let shift = shift % self.nranks().max(1);
+        let prev = mem.last_shift.swap(shift as u64, Ordering::SeqCst);
+        if prev != NO_SHIFT && prev != shift as u64 {
+            self.barrier()?;
+        }
+        let launch = mem.next_launch(SemKind::Permute);
         let args = PermuteArgs {
             h: mem.handle,
             src: src.ptr(),
             dst_off: dst_offset as u64,
             bytes: bytes as u64,
-            epoch,
-            shift: (shift % self.nranks().max(1)) as u32,
+            launch,
+            shift: shift as u32,
             pad: 0,
         };
         // SAFETY: the source range and the window range were checked above; the kernel reaches
         // other ranks' windows only inside their `bytes` (the handle's bounds, equal on every
         // rank).
-        unsafe { self.run_onesided(mem, src, "rsccl_ppermute", "ppermute", epoch, bytemuck::bytes_of(&args)) }
+        unsafe {
+            self.run_onesided(
+                mem,
+                &[src.buf],
+                "rsccl_ppermute",
+                GRID,
+                bytemuck::bytes_of(&args),
+                &format!("ppermute #{launch}"),
+                Sems::Lib(SemKind::Permute, launch),
+            )
+        }
     }
 
     /// Ring all-gather on symmetric memory (the seed's one-sided `all_gather`): every rank's
@@ -168,60 +236,285 @@ impl Comm {
                 src.offset
             )));
         }
-        let epoch = mem.gathers.fetch_add(1, Ordering::SeqCst) + 1;
+        let launch = mem.next_launch(SemKind::Gather);
         let args = RingGatherArgs {
             h: mem.handle,
             src: src.ptr(),
             dst_off: dst_offset as u64,
             bytes: bytes as u64,
-            epoch,
+            launch,
         };
         // SAFETY: the source range and every block's window range were checked above (equal
         // window sizes on every rank).
         unsafe {
             self.run_onesided(
                 mem,
-                src,
+                &[src.buf],
                 "rsccl_ring_all_gather_onesided",
-                "all-gather",
-                epoch,
+                GRID,
                 bytemuck::bytes_of(&args),
+                &format!("one-sided all-gather #{launch}"),
+                Sems::Lib(SemKind::Gather, launch),
             )
         }
     }
 
-    /// Launches one-sided kernel `kernel` with `args` on `mem` and waits for it, reporting a
-    /// wait that timed out with the peer it waited for.
-    ///
-    /// # Safety
-    /// `args` must make the kernel touch only `src` and the windows of `mem`, within bounds.
-    unsafe fn run_onesided(
+    /// All-reduce on symmetric memory (the seed's `psum`: a ring with double buffering and
+    /// capacity semaphores): every rank's `dst` gets the reduction of every rank's `src`
+    /// (`count` elements; `dst` may be `src`). The windows are its staging area (their data
+    /// is overwritten); a window smaller than the data only means more passes. Rank r folds
+    /// `x_r, x_{r-1}, …` in that order, so float results can differ between ranks in the last
+    /// bit, as the seed's kernel's do.
+    pub fn psum(
         &self,
         mem: &SymmetricMemory,
         src: BufRef,
+        dst: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.onesided_reduce(mem, ReduceKind::Psum, src, dst, count, dtype, op)
+    }
+
+    /// Bidirectional reduce-scatter on symmetric memory (the seed's `psum_scatter`): rank r's
+    /// `dst` (`recv_count` elements) gets block r of the reduction of every rank's `src`
+    /// (`nranks × recv_count` elements; `dst` may be block r of `src`). Half of each block
+    /// goes around the ring to the right, half to the left, at once; blocks larger than the
+    /// windows' staging slots go through in pieces.
+    pub fn psum_scatter(
+        &self,
+        mem: &SymmetricMemory,
+        src: BufRef,
+        dst: BufRef,
+        recv_count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.onesided_reduce(mem, ReduceKind::PsumScatter, src, dst, recv_count, dtype, op)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn onesided_reduce(
+        &self,
+        mem: &SymmetricMemory,
+        kind: ReduceKind,
+        src: BufRef,
+        dst: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (coll, sem, name) = match kind {
+            ReduceKind::Psum => (Collective::AllReduce, SemKind::Psum, "psum"),
+            ReduceKind::PsumScatter => (Collective::ReduceScatter, SemKind::PsumScatter, "psum_scatter"),
+        };
+        let (red, op_arg) = check_call(
+            coll,
+            self.rank(),
+            self.nranks(),
+            std::slice::from_ref(&src),
+            std::slice::from_ref(&dst),
+            count,
+            dtype,
+            op,
+            0,
+            self.stream().compute_capability(),
+        )?;
+        // Two slots per block, multiples of 16 bytes, no larger than a block's share needs.
+        let slot = (mem.bytes() / (2 * GRID as usize)) / 16 * 16;
+        if (slot as u64) < MIN_STAGE {
+            return Err(Error::InvalidConfig(format!(
+                "{name}: a window of {} bytes is too small to stage in: it needs at least {} ({} slots of {MIN_STAGE})",
+                mem.bytes(),
+                2 * GRID as u64 * MIN_STAGE,
+                2 * GRID
+            )));
+        }
+        let share = count.saturating_mul(dtype.size()).div_ceil(GRID as usize).div_ceil(16) * 16;
+        let stage = slot.min(share.max(MIN_STAGE as usize));
+        let launch = mem.next_launch(sem);
+        let args = OneSidedReduceArgs {
+            h: mem.handle,
+            src: src.ptr(),
+            dst: dst.ptr(),
+            count: count as u64,
+            stage_off: 0,
+            stage: stage as u64,
+            launch,
+            op_arg,
+            op: red as u32,
+            kind: kind as u32,
+        };
+        // SAFETY: check_call checked both buffers' sizes, alignment and overlap for this
+        // collective; the staging slots (2 × GRID × stage bytes) fit every window (equal sizes).
+        unsafe {
+            self.run_onesided(
+                mem,
+                &[src.buf, dst.buf],
+                &reduce_kernel_name(dtype),
+                GRID,
+                bytemuck::bytes_of(&args),
+                &format!("{name} #{launch}"),
+                Sems::Lib(sem, launch),
+            )
+        }
+    }
+
+    /// Launches a user's one-sided kernel `kernel` (one block of `grid` blocks per block
+    /// status word, at most [`MAX_GRID`]) of [`ONESIDED_THREADS`]-or-fewer threads with
+    /// `args`, on this rank, and waits for it; then (every rank having finished, over the
+    /// bootstrap) reports a wait that timed out, a race the emulator saw, and semaphores from
+    /// [`USER_SEM_BASE`] on left non-zero. Every rank calls it.
+    ///
+    /// # Safety
+    /// `args` must make the kernel touch only `mem`'s windows (through the handle) and memory
+    /// in `holds`, within bounds; the kernel must accept `args`' layout.
+    pub unsafe fn launch_onesided<A: bytemuck::Pod>(
+        &self,
+        mem: &SymmetricMemory,
         kernel: &str,
-        what: &str,
-        epoch: u64,
+        cfg: LaunchConfig,
+        args: &A,
+        holds: &[&DeviceBuffer],
+    ) -> Result<()> {
+        if cfg.grid.x > MAX_GRID || cfg.grid.y != 1 || cfg.grid.z != 1 {
+            return Err(Error::InvalidConfig(format!(
+                "{kernel}: a one-sided launch of {:?} blocks: at most {MAX_GRID} in x",
+                cfg.grid
+            )));
+        }
+        // SAFETY: the caller's promise.
+        unsafe {
+            self.run_onesided_cfg(mem, holds, kernel, cfg, bytemuck::bytes_of(args), kernel, Sems::User)
+        }
+    }
+
+    /// Launches one-sided kernel `kernel` on `grid` blocks with `args` and waits for it,
+    /// reporting what went wrong as `what`.
+    ///
+    /// # Safety
+    /// `args` must make the kernel touch only the windows of `mem` and `holds`, within bounds.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_onesided(
+        &self,
+        mem: &SymmetricMemory,
+        holds: &[&DeviceBuffer],
+        kernel: &str,
+        grid: u32,
         args: &[u8],
+        what: &str,
+        sems: Sems,
+    ) -> Result<()> {
+        // SAFETY: the caller's promise.
+        unsafe {
+            self.run_onesided_cfg(
+                mem,
+                holds,
+                kernel,
+                LaunchConfig::linear(grid, ONESIDED_THREADS),
+                args,
+                what,
+                sems,
+            )
+        }
+    }
+
+    /// As [`Comm::run_onesided`], with a launch shape.
+    ///
+    /// # Safety
+    /// As [`Comm::run_onesided`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_onesided_cfg(
+        &self,
+        mem: &SymmetricMemory,
+        holds: &[&DeviceBuffer],
+        kernel: &str,
+        cfg: LaunchConfig,
+        args: &[u8],
+        what: &str,
+        sems: Sems,
     ) -> Result<()> {
         let stream = self.stream();
-        stream.copy_in(&mem.status, 0, &[0u8; 8 * GRID as usize])?;
-        let hold = (src.buf.hold(), mem.window.hold());
+        stream.copy_in(&mem.status, 0, &[0u8; 8 * MAX_GRID as usize])?;
+        let held: Vec<_> = holds.iter().map(|b| b.hold()).chain([mem.window.hold()]).collect();
         // SAFETY: the caller's promise; everything stays alive until the synchronize below.
-        unsafe { stream.launch_raw(kernel, LaunchConfig::linear(GRID, ONESIDED_THREADS), args) }?;
+        unsafe { stream.launch_raw(kernel, cfg, args) }?;
         stream.synchronize()?;
-        drop(hold);
-        let mut words = [0u8; 8 * GRID as usize];
-        stream.copy_out(&mem.status, 0, &mut words)?;
+        drop(held);
+        let failed = self.status_error(mem, what);
+        if !mem.check_sems {
+            return failed;
+        }
+        let user = matches!(sems, Sems::User);
+        let (first, slots) = match sems {
+            Sems::Lib(kind, launch) => (lib_sem_base(kind, launch), KIND_SLOTS),
+            Sems::User => (USER_SEM_BASE, SEM_SLOTS - USER_SEM_BASE),
+        };
+        // A user kernel's neighbours may already be in their next launch: check once every
+        // rank's launch ended, and let none go on before every rank checked. (The library's
+        // kernels use a set per launch parity, which no neighbour can reach early.)
+        if user {
+            self.barrier()?;
+        }
+        let checked = self.semaphores_left(mem, what, first, slots);
+        if user {
+            self.barrier()?;
+        }
+        failed.and(checked)
+    }
+
+    /// The first error a block of the last launch on `mem` recorded.
+    fn status_error(&self, mem: &SymmetricMemory, what: &str) -> Result<()> {
+        let rank = self.rank();
+        let mut words = [0u8; 8 * MAX_GRID as usize];
+        self.stream().copy_out(&mem.status, 0, &mut words)?;
         for w in words.chunks_exact(8) {
-            let (code, peer, _) = decode_status(u64::from_le_bytes(w.try_into().expect("8 bytes")));
-            if code != rsccl_device::prims::ErrorCode::None {
-                return Err(Error::InvalidConfig(format!(
-                    "rank {}: {what} #{epoch} timed out waiting for rank {peer}",
-                    self.rank()
-                )));
+            let (code, peer, value) = decode_status(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+            let who = |p: u64| if p >= 0xFF_FFFF { "any rank".to_string() } else { format!("rank {p}") };
+            match code {
+                ErrorCode::None => {}
+                ErrorCode::Race => {
+                    let (other, owner) = (peer & 0xFFF, peer >> 12);
+                    return Err(Error::InvalidConfig(format!(
+                        "rank {rank}: {what}: ranks {other} and {rank} both wrote rank {owner}'s window at \
+                         offset {value} with no wait of rank {owner} between (a race)"
+                    )));
+                }
+                _ => {
+                    return Err(Error::InvalidConfig(format!(
+                        "rank {rank}: {what} timed out on semaphore {value} waiting for {}",
+                        who(peer)
+                    )))
+                }
             }
         }
         Ok(())
+    }
+
+    /// Checks that semaphores `first..first + slots` of this rank's window are zero; zeroes
+    /// them and names them when not.
+    fn semaphores_left(&self, mem: &SymmetricMemory, what: &str, first: u64, slots: u64) -> Result<()> {
+        let stream = self.stream();
+        let mut sem = vec![0u8; 8 * slots as usize];
+        let at = mem.bytes().div_ceil(8) * 8 + 8 * first as usize;
+        stream.copy_out(&mem.window, at, &mut sem)?;
+        let left: Vec<String> = sem
+            .chunks_exact(8)
+            .enumerate()
+            .map(|(i, w)| (first + i as u64, u64::from_le_bytes(w.try_into().expect("8 bytes"))))
+            .filter(|&(_, v)| v != 0)
+            .map(|(s, v)| format!("semaphore {s} at {v}"))
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        // The next launch must start from zero.
+        stream.copy_in(&mem.window, at, &vec![0u8; sem.len()])?;
+        Err(Error::InvalidConfig(format!(
+            "rank {}: {what} left {} non-zero when it ended (a copy or signal nobody waited for)",
+            self.rank(),
+            left.join(", ")
+        )))
     }
 }

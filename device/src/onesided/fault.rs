@@ -1,0 +1,85 @@
+//! Test kernels that break the one-sided rules on purpose (the seed's failure modes), so the
+//! tests see each reported as an error instead of a hang or silent corruption; and one that
+//! keeps them, as the control. Test kernel set: built for tests and the GPU bundle only.
+use super::{RemoteCopy, SymmetricHandle, ONESIDED_THREADS, USER_SEM_BASE};
+use crate::{arch, DevPtr};
+
+/// What `rsccl_onesided_fault` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Fault {
+    /// Rank 0 starts a copy to rank 1 and nobody waits for it: semaphores left non-zero.
+    StartWithoutWait = 0,
+    /// Rank 1 waits for bytes from rank 0, which sends none: a timeout naming the semaphore.
+    WaitForNothing = 1,
+    /// Ranks 1 and 2 both copy into rank 0's window at offset 0 in one epoch: a race.
+    TwoWriters = 2,
+    /// Every rank copies `bytes` to the next and waits for both ends: no error.
+    Correct = 3,
+}
+
+/// Arguments of `rsccl_onesided_fault`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultArgs {
+    /// The symmetric memory.
+    pub h: SymmetricHandle,
+    /// Local source of the copies.
+    pub src: DevPtr,
+    /// Bytes per copy.
+    pub bytes: u64,
+    /// [`Fault`] discriminant.
+    pub fault: u32,
+    /// Unused (no padding).
+    pub pad: u32,
+}
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(FaultArgs { h, src, bytes, fault, pad });
+
+/// Send and receive semaphores of the copies.
+const SEND: u64 = USER_SEM_BASE;
+const RECV: u64 = USER_SEM_BASE + 1;
+
+/// `rsccl_onesided_fault` (one block).
+#[inline(always)]
+pub fn fault_kernel(a: &FaultArgs) {
+    let (h, r, n) = (&a.h, a.h.rank, a.h.nranks);
+    if n < 3 || arch::grid_dim().x != 1 {
+        arch::trap();
+    }
+    let copy = |to: u32| RemoteCopy::new(a.src, to, 0, a.bytes, SEND, RECV).from(r);
+    match a.fault {
+        0 => {
+            if r == 0 {
+                copy(1).start(h);
+            }
+        }
+        1 => {
+            if r == 1 {
+                copy(2).from(0).wait_recv(h);
+            }
+        }
+        2 => {
+            if r == 1 || r == 2 {
+                let c = copy(0);
+                c.start(h);
+                c.wait_send(h);
+            } else if r == 0 {
+                RemoteCopy::new(a.src, 0, 0, 2 * a.bytes, SEND, RECV).wait_recv(h);
+            }
+        }
+        3 => {
+            let c = copy((r + 1) % n);
+            c.start(h);
+            if c.wait_send(h) {
+                copy(r).from((r + n - 1) % n).wait_recv(h);
+            }
+        }
+        _ => arch::trap(),
+    }
+}
+
+crate::kernel_table!(FAULT_KERNELS, test {
+    /// One-sided rule breakers and their control ([`fault_kernel`]).
+    rsccl_onesided_fault(FaultArgs) [ONESIDED_THREADS] => fault_kernel;
+});
