@@ -1,7 +1,8 @@
 //! A user's kernel crate (`examples/embed/kernel`) embedding rsccl's device code: its kernel,
 //! registered with the host emulator, runs on the CPU backend by name like the library's, and
 //! its output goes through a communicator's all-reduce. (Its nvptx build, with ptxas and the
-//! resource audit, is `cargo xtask build-user-ptx rsccl-embed-kernel`, which CI runs.)
+//! resource audit, is the build script of `examples/embed/host`, with rsccl-build; CI runs that
+//! host program.)
 use rsccl::{backend, BufRef, Comm, CommConfig, DataType, LaunchConfig, ReduceOp};
 use rsccl_embed_kernel::{ScaleAddArgs, THREADS};
 

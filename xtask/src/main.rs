@@ -2,11 +2,8 @@
 //!
 //! The tasks set up what they need themselves (the nightly's `rust-src`, a `ptxas` from the PyPI
 //! package `nvidia-cuda-nvcc`) and, when they cannot, say which command fixes it.
-mod audit;
 mod bundle;
 mod ptx;
-mod split;
-mod toolchain;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,9 +20,10 @@ const USAGE: &str = "usage:
       --assemble-tests  also assemble (and report) the test kernels
   cargo xtask build-user-ptx PACKAGE [--arch sm_90|sm_80|all]
       Compile a workspace crate that embeds rsccl-device (kernels declared with
-      rsccl_device::kernel_table!(NAME, user { … })) to PTX with the same recipe, one module per
-      kernel with its launch bound, assembled by ptxas and held to the same resource audit;
-      written to target/ptx-user/PACKAGE/sm_XX/.
+      rsccl_device::kernel_table!(NAME, user { … })) to PTX with the same recipe (rsccl-build's
+      Builder, which users' build scripts run), one module per kernel with its launch bound,
+      assembled by ptxas and held to the same resource audit; written to
+      target/ptx-user/PACKAGE/sm_XX/ with an index, modules.rs.
   cargo xtask gpu-bundle [--out DIR]
       Build both kernel sets for both archs with cubins and the GPU test/bench binaries
       (release) into one folder with run.sh.

@@ -3,8 +3,13 @@
 //! its launch bounds, assembled by ptxas in parallel (cached by content; cores the compiles
 //! leave free start on the committed modules), audited, and written to the embed directory
 //! (`host/ptx/`) with a generated index the host crate includes.
-use crate::audit::{self, Job, Ptxas, Report};
-use crate::{split, toolchain};
+//!
+//! The recipe's steps (toolchain, `core`, compiling a package, splitting, ptxas and the audit)
+//! are rsccl-build's, the same that users' build scripts run; what is here is rsccl's own: the
+//! two kernel sets, the embed directory, its index and `--check`.
+use rsccl_build::audit::{self, Job, Ptxas, Report, Violation};
+use rsccl_build::index::{index_static, IndexEntry};
+use rsccl_build::{compile, split, toolchain};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -12,63 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// A GPU architecture we emit PTX for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Arch {
-    /// Hopper: PTX ISA 8.2, multimem (NVLink SHARP) and fp8 included.
-    Sm90,
-    /// Ampere: the sm_90-only code is gated out.
-    Sm80,
-}
-
-impl Arch {
-    /// Every arch `--arch all` builds, in the order of the generated index.
-    pub const ALL: [Arch; 2] = [Arch::Sm90, Arch::Sm80];
-
-    /// Parses `sm_90` / `sm_80`.
-    pub fn parse(s: &str) -> Result<Arch, String> {
-        match s {
-            "sm_90" => Ok(Arch::Sm90),
-            "sm_80" => Ok(Arch::Sm80),
-            _ => Err(format!("unknown arch `{s}`: expected sm_90, sm_80 or all")),
-        }
-    }
-    /// The name as ptxas and rustc spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Sm90 => "sm_90",
-            Arch::Sm80 => "sm_80",
-        }
-    }
-    /// The name of the arch's static in the generated index (`SM_90`).
-    fn static_name(self) -> String {
-        self.name().to_ascii_uppercase()
-    }
-    /// The flag that picks the arch: given to the device crate only, so every arch and kernel
-    /// set links the one build of `core` (and the arch's sm_90-only code is gated by the crate's
-    /// `cfg(target_feature)`). `core` is built for the target's default CPU: its bitcode is
-    /// only merged into the device crate's, which the fat-LTO step compiles for this arch
-    /// (checked: the PTX is byte-identical to building `core` for each arch).
-    fn target_cpu_flag(self) -> String {
-        format!("-Ctarget-cpu={}", self.name())
-    }
-}
-
-/// Flags every crate of a PTX compile gets, `core` and compiler_builtins included.
-/// immediate-abort: a failed check is `trap; exit;` with no panic strings, so the PTX holds no
-/// source paths and is byte-for-byte reproducible (CI compares it).
-const TARGET_RUSTFLAGS: [&str; 3] =
-    ["-Ctarget-feature=+ptx82", "-Zunstable-options", "-Cpanic=immediate-abort"];
-
-/// The target every PTX compile is for.
-const TARGET: &str = "nvptx64-nvidia-cuda";
-
-/// `flags` as `CARGO_ENCODED_RUSTFLAGS` (which, unlike `RUSTFLAGS`, allows spaces in a flag,
-/// and wins over any target rustflags the environment sets). With `--target` they reach only
-/// the target's crates, not build scripts.
-fn encoded_rustflags<'a>(flags: impl IntoIterator<Item = &'a str>) -> String {
-    flags.into_iter().collect::<Vec<_>>().join("\x1f")
-}
+pub use rsccl_build::Arch;
 
 /// Which kernels a compile of the device crate exports (its cargo feature `kernels-…`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -200,7 +149,7 @@ pub fn build_ptx(opts: &Options) -> Result<Vec<BuiltModule>, String> {
     let root = crate::workspace_root();
     let sysroot = OnceLock::new();
     let prepare = || -> Result<(), String> {
-        let _ = sysroot.set(build_core(&root)?);
+        let _ = sysroot.set(compile::build_core(&root, &root.join("target"))?);
         Ok(())
     };
     let compile = |arch, set| {
@@ -209,6 +158,7 @@ pub fn build_ptx(opts: &Options) -> Result<Vec<BuiltModule>, String> {
     };
     let result = phases
         .time("toolchain", toolchain::ensure_nightly)
+        .map_err(String::from)
         .and_then(|_| build(opts, &mut phases, &cache_dir(), &prepare, &compile));
     let mut line = String::from("phases:");
     for (name, secs) in &phases.0 {
@@ -274,7 +224,7 @@ fn build(
 ) -> Result<Vec<BuiltModule>, String> {
     let out = opts.out.clone().unwrap_or_else(|| crate::workspace_root().join("target/ptx"));
     let embed = opts.embed_dir.clone().unwrap_or_else(default_embed_dir);
-    let ptxas = phases.time("toolchain", || Ptxas::new(toolchain::ensure_ptxas()?))?;
+    let ptxas = phases.time("toolchain", || toolchain::ensure_ptxas().and_then(Ptxas::new))?;
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     println!(
         "ptxas: {} on {} threads, cache {}",
@@ -406,7 +356,7 @@ fn build(
         }
         sync_dir(&out, &out_files, &owned, false, false)?;
         if !violations.is_empty() {
-            return Err(violations_error(&violations));
+            return Err(audit::summary(&violations));
         }
         let diff = sync_dir(&embed, &embed_files, &owned, true, opts.check)?;
         if opts.check {
@@ -432,198 +382,43 @@ fn fix_command(opts: &Options) -> String {
     cmd
 }
 
-/// Builds `core` and compiler_builtins for the target once for every arch and kernel set
-/// (`-Zbuild-std` in each compile built them once per arch: about 13 s of CPU each) and puts
-/// them in a sysroot of their own; returns the sysroot.
-fn build_core(root: &Path) -> Result<PathBuf, String> {
-    let target_dir = root.join("target/ptx-core");
-    let started = Instant::now();
-    println!("compiling core for {TARGET} (shared by every arch and kernel set)…");
-    // Any crate built for the target pulls in core and compiler_builtins; the device crate's
-    // one dependency there (bytemuck) is the least else to build. The JSON messages name the
-    // artifacts (builds of core with other flags stay in the deps folder); diagnostics still
-    // go to the terminal.
-    let output = toolchain::nightly("cargo")
-        .current_dir(root)
-        .env("CARGO_ENCODED_RUSTFLAGS", encoded_rustflags(TARGET_RUSTFLAGS))
-        .args(["build", "--profile", "ptx", "-p", "bytemuck", "--message-format=json-render-diagnostics"])
-        // `core` and compiler_builtins reach the PTX only through the fat-LTO step, which
-        // optimizes the merged module again: built unoptimized, the library PTX stays
-        // byte-identical (checked) and each build of them takes about a quarter less time.
-        // (Given here, not in Cargo.toml, where every other build would warn that no `core`
-        // matched.)
-        .args(["--config", "profile.ptx.package.core.opt-level=0"])
-        .args(["--config", "profile.ptx.package.compiler_builtins.opt-level=0"])
-        .args(["--target", TARGET, "-Zbuild-std=core", "--target-dir"])
-        .arg(&target_dir)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run cargo with the nightly toolchain: {e}"))?;
-    if !output.status.success() {
-        return Err(format!("building core for {TARGET} failed"));
-    }
-    let rlibs = artifact_rlibs(&String::from_utf8_lossy(&output.stdout), &["core", "compiler_builtins"])?;
-    // Named by the artifacts (their names carry cargo's hash of the toolchain and flags), so a
-    // compile's flags, and with them its fingerprint, change whenever `core` does.
-    let stems: Vec<&str> =
-        rlibs.iter().filter_map(|p| p.file_stem()?.to_str()?.strip_prefix("lib")).collect();
-    let sysroots = target_dir.join("sysroot");
-    let sysroot = sysroots.join(stems.join("-"));
-    let lib = sysroot.join("lib/rustlib").join(TARGET).join("lib");
-    std::fs::create_dir_all(&lib).map_err(|e| format!("cannot create {}: {e}", lib.display()))?;
-    for rlib in &rlibs {
-        let dest = lib.join(rlib.file_name().unwrap_or_default());
-        let bytes = std::fs::read(rlib).map_err(|e| format!("cannot read {}: {e}", rlib.display()))?;
-        if std::fs::read(&dest).ok().as_ref() != Some(&bytes) {
-            std::fs::write(&dest, &bytes).map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
-        }
-    }
-    // Older sysroots go: a compile must not find two builds of `core`.
-    for e in std::fs::read_dir(&sysroots).into_iter().flatten().flatten() {
-        if e.path() != sysroot {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
-    println!("core built in {:.1} s", started.elapsed().as_secs_f64());
-    Ok(sysroot)
-}
-
-/// The `.rlib` files cargo's JSON messages (`--message-format=json…` output) name for each of
-/// `crates`, in that order.
-fn artifact_rlibs(json: &str, crates: &[&str]) -> Result<Vec<PathBuf>, String> {
-    let mut found: Vec<Option<PathBuf>> = vec![None; crates.len()];
-    for line in json.lines().filter(|l| l.contains("\"reason\":\"compiler-artifact\"")) {
-        let Some(list) = line.split("\"filenames\":[").nth(1).and_then(|r| r.split(']').next()) else {
-            continue;
-        };
-        for name in list.split(',') {
-            let path = name.trim().trim_matches('"').replace("\\\\", "\\");
-            let path = PathBuf::from(path);
-            let Some(file) = path.file_name().and_then(|f| f.to_str()) else { continue };
-            for (i, krate) in crates.iter().enumerate() {
-                if file.starts_with(&format!("lib{krate}-")) && file.ends_with(".rlib") {
-                    found[i] = Some(path.clone());
-                }
-            }
-        }
-    }
-    found
-        .into_iter()
-        .zip(crates)
-        .map(|(p, krate)| p.ok_or_else(|| format!("cargo built no {krate} rlib for {TARGET}")))
-        .collect()
-}
-
 /// Compiles the device crate for `arch` with kernel set `set` against the `core` in `sysroot`;
 /// returns the PTX text. Each arch has its own target directory (the set is a feature, which
 /// changes only the device crate's hash, while the arch is a flag of the device crate alone, so
 /// two archs would take turns in one directory and rebuild each time).
 fn compile(arch: Arch, set: KernelSet, root: &Path, sysroot: &Path) -> Result<String, String> {
     let target_dir = root.join("target").join(format!("ptx-{}", arch.name()));
-    // Cargo does not track the --emit=asm file: when the crate is fresh it writes nothing. So
-    // the file lives at a fixed path beside the build it came from (the path is part of the
-    // build's fingerprint) and is read from there; if it went missing, force one rebuild.
+    // The PTX file lives at a fixed path beside the build it came from (see
+    // `compile::compile_package`).
     let emitted = target_dir.join(set.monolith(arch));
     println!("compiling rsccl-device for {} ({})…", arch.name(), set.label());
-    compile_package(arch, "rsccl-device", &[set.feature()], &target_dir, &emitted, root, sysroot)
+    compile::compile_package(arch, "rsccl-device", &[set.feature()], &target_dir, &emitted, root, sysroot)
         .map_err(|e| format!("{e} ({})", set.label()))
 }
 
-/// Compiles workspace package `package` (with `features`) for `arch` into `target_dir` against
-/// the `core` in `sysroot`, its PTX written to `emitted`; returns the PTX text.
-fn compile_package(
-    arch: Arch,
-    package: &str,
-    features: &[&str],
-    target_dir: &Path,
-    emitted: &Path,
-    root: &Path,
-    sysroot: &Path,
-) -> Result<String, String> {
-    let sysroot = sysroot.to_str().ok_or_else(|| format!("{} is not UTF-8", sysroot.display()))?;
-    let run = || {
-        toolchain::nightly("cargo")
-            .current_dir(root)
-            .env(
-                "CARGO_ENCODED_RUSTFLAGS",
-                encoded_rustflags(["--sysroot", sysroot].into_iter().chain(TARGET_RUSTFLAGS)),
-            )
-            .args(["rustc", "--profile", "ptx", "-p", package])
-            .args(features.iter().flat_map(|f| ["--features", f]))
-            .args(["--crate-type", "staticlib", "--target", TARGET, "--target-dir"])
-            .arg(target_dir)
-            .arg("--")
-            .arg(arch.target_cpu_flag())
-            .arg(format!("--emit=asm={}", emitted.display()))
-            .arg("-Awarnings")
-            .status()
-            .map_err(|e| format!("cannot run cargo with the nightly toolchain: {e}"))
-    };
-    let mut ok = run()?.success();
-    if ok && !emitted.exists() {
-        // Only the package's fingerprints.
-        let fingerprints = target_dir.join("nvptx64-nvidia-cuda/ptx/.fingerprint");
-        for e in std::fs::read_dir(&fingerprints).into_iter().flatten().flatten() {
-            if e.file_name().to_string_lossy().starts_with(&format!("{package}-")) {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
-        }
-        ok = run()?.success();
-    }
-    if !ok || !emitted.exists() {
-        return Err(format!("compiling {package} for {} failed", arch.name()));
-    }
-    std::fs::read_to_string(emitted).map_err(|e| format!("cannot read {}: {e}", emitted.display()))
-}
-
-/// `cargo xtask build-user-ptx PACKAGE`: compiles a crate that embeds rsccl-device (its
-/// kernels declared with `kernel_table!(…, user { … })`) to PTX for `archs` with the same
-/// recipe as the library (pinned nightly, shared `core`), splits it into one module per entry
-/// with its `.maxntid`, assembles each with ptxas and holds it to the library's resource
-/// audit. Writes `target/ptx-user/PACKAGE/sm_XX/ENTRY.ptx` and `.cubin`.
+/// `cargo xtask build-user-ptx PACKAGE`: rsccl-build's [`rsccl_build::Builder`] for a
+/// workspace crate that embeds rsccl-device (its kernels declared with
+/// `kernel_table!(…, user { … })`), with ptxas required: one module per entry with its
+/// `.maxntid`, assembled and held to the library's resource audit, in
+/// `target/ptx-user/PACKAGE/sm_XX/ENTRY.ptx` and `.cubin` (and the index `modules.rs`).
 pub fn build_user_ptx(package: &str, archs: &[Arch]) -> Result<(), String> {
     let root = crate::workspace_root();
-    toolchain::ensure_nightly()?;
-    let ptxas = Ptxas::new(toolchain::ensure_ptxas()?)?;
-    let sysroot = build_core(&root)?;
     let out = root.join("target/ptx-user").join(package);
-    let mut modules = Vec::new();
-    for &arch in archs {
-        let target_dir = root.join("target").join(format!("ptx-user-{}", arch.name()));
-        let emitted = target_dir.join(format!("{package}_{}.ptx", arch.name()));
-        println!("compiling {package} for {}…", arch.name());
-        let text = compile_package(arch, package, &[], &target_dir, &emitted, &root, &sysroot)?;
-        let found = split_modules(arch, KernelSet::Library, &text)?;
-        if found.is_empty() {
-            return Err(format!(
-                "{package} exports no kernel for {}: declare them with rsccl_device::kernel_table!(NAME, user {{ … }})",
-                arch.name()
-            ));
-        }
-        modules.extend(found);
-    }
-    let jobs: Vec<Job> = modules.iter().map(BuiltModule::job).collect();
-    let assembled = audit::assemble_all(&ptxas, &jobs, &cache_dir())?;
-    let violations = record(&mut modules, assembled);
-    print_tables(&modules);
-    for m in &modules {
-        let dir = out.join(m.arch.name());
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let write = |ext: &str, bytes: &[u8]| {
-            let p = dir.join(format!("{}.{ext}", m.entry));
-            std::fs::write(&p, bytes).map_err(|e| format!("cannot write {}: {e}", p.display()))
-        };
-        write("ptx", m.ptx.as_bytes())?;
-        if let Some(c) = &m.cubin {
-            write("cubin", c)?;
-        }
-    }
-    println!("{} module(s) of {package} in {}", modules.len(), out.display());
-    if violations.is_empty() {
-        Ok(())
-    } else {
-        Err(violations_error(&violations))
-    }
+    let result = rsccl_build::Builder::new(package)
+        .workspace_dir(&root)
+        .archs(archs)
+        .out_dir(&out)
+        .require_ptxas(true)
+        .build();
+    // The table also when the audit fails: it shows the numbers the error names.
+    let table = match &result {
+        Ok(built) => built,
+        Err(rsccl_build::Error::Audit { built, .. }) => built,
+        Err(e) => return Err(e.to_string()),
+    };
+    table.print_table();
+    println!("{} module(s) of {package} in {}", table.kernels.len(), out.display());
+    result.map(|_| ()).map_err(String::from)
 }
 
 /// Splits one compile's PTX into its entries' modules (not yet assembled).
@@ -653,7 +448,7 @@ impl BuiltModule {
 
 /// Stores ptxas' results in `modules` (`Assembled::job` indexes them); returns the limits the
 /// library kernels break.
-fn record(modules: &mut [BuiltModule], assembled: Vec<audit::Assembled>) -> Vec<String> {
+fn record(modules: &mut [BuiltModule], assembled: Vec<audit::Assembled>) -> Vec<Violation> {
     let mut violations = Vec::new();
     for a in assembled {
         let m = &mut modules[a.job];
@@ -666,41 +461,6 @@ fn record(modules: &mut [BuiltModule], assembled: Vec<audit::Assembled>) -> Vec<
         m.cached = a.cached;
     }
     violations
-}
-
-fn violations_error(violations: &[String]) -> String {
-    format!(
-        "{} library kernel limit(s) broken (registers × threads ≤ {}, no spills, stack ≤ {} B per thread):\n{}",
-        violations.len(),
-        audit::MAX_REGISTERS_PER_BLOCK,
-        audit::MAX_STACK_BYTES_PER_THREAD,
-        violations.join("\n")
-    )
-}
-
-/// Assembles the library modules (and the test modules with `assemble_tests`) in parallel,
-/// prints a table per arch and set, and fails naming every library kernel over a limit.
-#[cfg(test)]
-fn assemble_and_audit(
-    ptxas: &Ptxas,
-    cache: &Path,
-    modules: &mut [BuiltModule],
-    assemble_tests: bool,
-) -> Result<(), String> {
-    let picked: Vec<usize> =
-        (0..modules.len()).filter(|&i| modules[i].set == KernelSet::Library || assemble_tests).collect();
-    let jobs: Vec<Job> = picked.iter().map(|&i| modules[i].job()).collect();
-    let mut assembled = audit::assemble_all(ptxas, &jobs, cache)?;
-    for a in &mut assembled {
-        a.job = picked[a.job];
-    }
-    let violations = record(modules, assembled);
-    print_tables(modules);
-    if violations.is_empty() {
-        Ok(())
-    } else {
-        Err(violations_error(&violations))
-    }
 }
 
 /// A table per (kernel set, arch) of the assembled modules.
@@ -726,23 +486,11 @@ fn print_table(arch: Arch, set: KernelSet, group: &[&BuiltModule]) {
         cubin as f64 / 1e6,
         if set == KernelSet::Test { ", not audited" } else { "" }
     );
-    println!(
-        "  {:<44} {:>7} {:>5} {:>8} {:>8} {:>7} {:>8}",
-        "entry", "threads", "regs", "stack B", "spill B", "smem B", "ptxas s"
-    );
+    println!("{}", audit::table_header());
     for m in group {
         let Some(r) = &m.report else { continue };
         let secs = if m.cached { "cached".to_string() } else { format!("{:.1}", m.seconds) };
-        println!(
-            "  {:<44} {:>7} {:>5} {:>8} {:>8} {:>7} {:>8}",
-            m.entry,
-            m.max_threads,
-            r.registers,
-            r.stack_bytes(),
-            r.spill_bytes(),
-            r.smem,
-            secs
-        );
+        println!("{}", audit::table_row(&m.entry, m.max_threads, r, &secs));
     }
 }
 
@@ -808,47 +556,28 @@ fn index_file(
     Ok(text)
 }
 
-/// One arch's static in the index, formatted as rustfmt would leave it (entry names up to ~50
-/// characters keep every line within 100 columns; rustfmt writes a one-element array as
-/// `&[Module { … }]`).
+/// One arch's static in the index (rsccl-build's format, shared with users' indexes).
 fn index_section(set: KernelSet, arch: Arch, modules: &[&BuiltModule]) -> String {
-    let mut s = format!("{}\npub static {}: &[Module] = &[", set.doc(arch), arch.static_name());
-    let (open, indent, close) = match modules.len() {
-        0 => return s + "];\n",
-        1 => ("", "    ", "}];\n"),
-        _ => ("\n", "        ", "];\n"),
-    };
-    s.push_str(open);
-    for m in modules {
-        let file = format!("{}/{}", arch.name(), m.entry);
-        // The test index stays the same whether or not the test kernels were assembled, so a
-        // `--check` does not depend on `--assemble-tests`.
-        let (registers, stack, cubin) = match (set, &m.report) {
-            (KernelSet::Library, Some(r)) => {
-                (r.registers, r.stack_bytes(), format!("Some(include_bytes!(\"{file}.cubin\"))"))
+    let entries: Vec<IndexEntry> = modules
+        .iter()
+        .map(|m| {
+            // The test index stays the same whether or not the test kernels were assembled, so a
+            // `--check` does not depend on `--assemble-tests`.
+            let (registers, stack_bytes, cubin) = match (set, &m.report) {
+                (KernelSet::Library, Some(r)) => (r.registers, r.stack_bytes(), true),
+                _ => (0, 0, false),
+            };
+            IndexEntry {
+                entry: &m.entry,
+                max_threads: m.max_threads,
+                registers,
+                stack_bytes,
+                file: format!("{}/{}", arch.name(), m.entry),
+                cubin,
             }
-            _ => (0, 0, "None".to_string()),
-        };
-        if modules.len() == 1 {
-            s.push_str("Module {\n");
-        } else {
-            s.push_str("    Module {\n");
-        }
-        for (field, value) in [
-            ("entry", format!("\"{}\"", m.entry)),
-            ("max_threads", m.max_threads.to_string()),
-            ("registers", registers.to_string()),
-            ("stack_bytes", stack.to_string()),
-            ("ptx", format!("include_str!(\"{file}.ptx\")")),
-            ("cubin", cubin),
-        ] {
-            let _ = writeln!(s, "{indent}{field}: {value},");
-        }
-        if modules.len() > 1 {
-            s.push_str("    },\n");
-        }
-    }
-    s + close
+        })
+        .collect();
+    index_static(&set.doc(arch), &arch.static_name(), &entries)
 }
 
 /// An arch's section (doc line through the closing `];`) of an index written by [`index_section`].

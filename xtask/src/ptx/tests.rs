@@ -1,12 +1,7 @@
-//! Tests of the build path: splitting, assembling and auditing hand-written PTX with the pinned
-//! ptxas, and the generated index and directory sync.
+//! Tests of what xtask adds to rsccl-build's recipe: the kernel sets, the generated index and
+//! the embed directory's sync and `--check`, end to end on hand-written PTX with the pinned
+//! ptxas. (Splitting, assembling and the audit are tested in rsccl-build.)
 use super::*;
-use crate::audit::{audit_module, Job};
-
-fn ptxas() -> Ptxas {
-    let path = toolchain::ensure_ptxas().unwrap_or_else(|e| panic!("these tests need ptxas: {e}"));
-    Ptxas::new(path).expect("ptxas --version")
-}
 
 /// A fresh scratch directory for one test (removed when dropped).
 struct Scratch(PathBuf);
@@ -24,38 +19,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// Split + assemble + audit of one compile's PTX, as `build_ptx` does for the library set.
-fn build_library(text: &str, cache: &Path) -> Result<Vec<BuiltModule>, String> {
-    let mut modules = split_modules(Arch::Sm90, KernelSet::Library, text)?;
-    assemble_and_audit(&ptxas(), cache, &mut modules, false)?;
-    Ok(modules)
-}
-
-const HEADER: &str = ".version 8.2\n.target sm_90\n.address_size 64\n\n";
-
-/// An entry that loads `n` values (volatile: each load stays, once), sums them, and stores each
-/// value times the sum: all `n` values are live at once.
-fn heavy_entry(name: &str, n: usize) -> String {
-    let mut s = format!(
-        ".visible .entry {name}(\n\t.param .u64 {name}_param_0\n)\n{{\n\t.reg .b64 %rd<3>;\n\t.reg .f32 %v<{n}>;\n\t.reg .f32 %s<{n}>;\n\t.reg .f32 %m<{n}>;\n\tld.param.u64 %rd1, [{name}_param_0];\n\tcvta.to.global.u64 %rd2, %rd1;\n"
-    );
-    for i in 0..n {
-        s += &format!("\tld.volatile.global.f32 %v{i}, [%rd2+{}];\n", 4 * i);
-    }
-    s += "\tmov.f32 %s0, %v0;\n";
-    for i in 1..n {
-        s += &format!("\tadd.f32 %s{i}, %s{}, %v{i};\n", i - 1);
-    }
-    for i in 0..n {
-        s += &format!(
-            "\tmul.f32 %m{i}, %v{i}, %s{};\n\tst.global.f32 [%rd2+{}], %m{i};\n",
-            n - 1,
-            4 * (n + i)
-        );
-    }
-    s + "\tret;\n}\n"
 }
 
 /// An entry with a 1 KiB local array written and read at runtime indices.
@@ -77,130 +40,9 @@ fn lean_entry(name: &str) -> String {
     )
 }
 
+/// The marker `kernel_table!` emits for an entry and its block size.
 fn marker(name: &str, threads: u32) -> String {
     format!("// rsccl.kernel {name} maxntid={threads}\n\n")
-}
-
-#[test]
-fn audit_rejects_registers_times_threads_over_the_block_budget() {
-    let scratch = Scratch::new("regs");
-    // No `.maxntid` in the module: ptxas may use up to 255 registers, and 1024 threads of that
-    // do not fit in 65536 registers.
-    let job = Job {
-        arch: Arch::Sm90,
-        entry: "kheavy".into(),
-        ptx: HEADER.to_string() + &heavy_entry("kheavy", 200),
-    };
-    let err = audit_module(&ptxas(), job, 1024, &scratch.0).expect_err("over the register budget");
-    assert!(err.starts_with("sm_90 kheavy: "), "{err}");
-    assert!(
-        err.contains("registers × 1024 threads = ") && err.contains("> 65536 registers per block"),
-        "{err}"
-    );
-    assert!(!err.contains("spill"), "without a bound ptxas needs no spills: {err}");
-}
-
-#[test]
-fn audit_rejects_spills_forced_by_the_launch_bound() {
-    let scratch = Scratch::new("spill");
-    // The same entry with `.maxntid 1024` inserted: 64 registers for 200 live values → spills.
-    let text = HEADER.to_string() + &marker("kheavy", 1024) + &heavy_entry("kheavy", 200);
-    let err = build_library(&text, &scratch.0).expect_err("spills");
-    assert!(err.contains("sm_90 kheavy: ") && err.contains("bytes spill stores"), "{err}");
-    assert!(!err.contains("registers per block"), "the bound keeps registers × threads in budget: {err}");
-    let modules = split_modules(Arch::Sm90, KernelSet::Library, &text).expect("split");
-    assert!(modules[0].ptx.contains(")\n.maxntid 1024, 1, 1\n.minnctapersm 1\n{"));
-}
-
-#[test]
-fn audit_rejects_a_stack_over_256_bytes() {
-    let scratch = Scratch::new("stack");
-    let text = HEADER.to_string() + &marker("kstack", 128) + &stack_entry("kstack");
-    let err = build_library(&text, &scratch.0).expect_err("stack");
-    assert!(err.contains("sm_90 kstack: 1024 bytes stack per thread > 256"), "{err}");
-}
-
-#[test]
-fn lean_kernel_passes_and_cubins_are_deterministic_and_cached() {
-    let (a, b) = (Scratch::new("lean-a"), Scratch::new("lean-b"));
-    let text = HEADER.to_string()
-        + &marker("klean", 256)
-        + &lean_entry("klean")
-        + &marker("kother", 64)
-        + &lean_entry("kother");
-    let first = build_library(&text, &a.0).expect("lean kernels pass");
-    assert_eq!(first.len(), 2);
-    let lean = &first[0];
-    assert_eq!((lean.entry.as_str(), lean.max_threads), ("klean", 256));
-    let report = lean.report.as_ref().expect("assembled");
-    assert!(report.registers > 0 && report.registers <= 32, "{report:?}");
-    assert_eq!((report.stack_bytes(), report.spill_bytes()), (0, 0));
-    assert!(!lean.cached);
-    // Same PTX, same cache: no ptxas run, same cubin.
-    let again = build_library(&text, &a.0).expect("cached");
-    assert!(again.iter().all(|m| m.cached));
-    assert_eq!(again[0].cubin, lean.cubin);
-    // A fresh cache (ptxas runs again) gives the same bytes.
-    let fresh = build_library(&text, &b.0).expect("fresh");
-    assert!(!fresh[0].cached);
-    assert_eq!(fresh[0].cubin, lean.cubin, "ptxas output is not deterministic");
-}
-
-/// The cubins (one per ptxas run that succeeded) in a cache directory.
-fn cached_cubins(cache: &Path) -> usize {
-    std::fs::read_dir(cache)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.path().extension() == Some("cubin".as_ref()))
-        .count()
-}
-
-#[test]
-fn speculative_modules_wait_for_free_cores_and_serve_submitted_ones() {
-    let scratch = Scratch::new("spec");
-    let cache = scratch.0.join("cache");
-    let ptxas = ptxas();
-    let job = |name: &str| Job {
-        arch: Arch::Sm90,
-        entry: name.into(),
-        ptx: HEADER.to_string() + &lean_entry(name),
-    };
-    // Every core is taken by a compile: nothing starts.
-    let compiling = AtomicUsize::new(std::thread::available_parallelism().map_or(2, |n| n.get()));
-    let assembled = std::thread::scope(|s| {
-        let pool = audit::Pool::start(s, &ptxas, &cache, &compiling).expect("pool");
-        pool.speculate(vec![job("kspec"), job("kextra")]);
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        assert_eq!(cached_cubins(&cache), 0, "speculation ran while every core compiled");
-        // The compiles end: both speculative modules are assembled (once each).
-        compiling.store(0, Ordering::Relaxed);
-        let deadline = Instant::now() + std::time::Duration::from_secs(60);
-        while cached_cubins(&cache) < 2 && Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        assert_eq!(cached_cubins(&cache), 2);
-        pool.submit(vec![(0, job("kspec"))]);
-        pool.finish()
-    })
-    .expect("assembled");
-    assert_eq!(assembled.len(), 1);
-    let a = &assembled[0];
-    // Served by the speculative run: reported with its time, not as a cache hit of an older build.
-    assert!(!a.cached && a.seconds > 0.0, "{} s, cached {}", a.seconds, a.cached);
-    assert_eq!(cached_cubins(&cache), 2, "ptxas ran again for a module speculation had assembled");
-    // A later build finds it in the cache.
-    let again = audit::assemble_all(&ptxas, &[job("kspec")], &cache).expect("cached");
-    assert!(again[0].cached);
-    assert_eq!(again[0].cubin, a.cubin);
-}
-
-#[test]
-fn missing_marker_fails_the_build_naming_the_kernel() {
-    let scratch = Scratch::new("marker");
-    let text = HEADER.to_string() + &marker("klean", 256) + &lean_entry("klean") + &lean_entry("kunmarked");
-    let err = build_library(&text, &scratch.0).expect_err("no marker");
-    assert!(err.contains("kernel `kunmarked` has no `// rsccl.kernel kunmarked maxntid=N` marker"), "{err}");
 }
 
 fn fake_module(set: KernelSet, arch: Arch, entry: &str, registers: u32) -> BuiltModule {

@@ -10,6 +10,10 @@
 //! the entry transitively references (functions it calls, variables it names, and the forward
 //! declarations of needed functions), with `.maxntid N, 1, 1` and `.minnctapersm 1` inserted
 //! before the entry's body.
+//!
+//! Errors inside this module are strings naming the line or kernel; the public functions wrap
+//! them in [`Error::Split`].
+use crate::Error;
 use std::collections::{BTreeMap, HashMap};
 
 /// The comment prefix of a kernel marker line.
@@ -196,7 +200,11 @@ fn top_level_kind(line: &str) -> Option<&str> {
 }
 
 /// Parses LLVM's PTX output; errors name the line of anything unexpected.
-pub fn parse(text: &str) -> Result<Parsed<'_>, String> {
+pub fn parse(text: &str) -> Result<Parsed<'_>, Error> {
+    parse_text(text).map_err(Error::Split)
+}
+
+fn parse_text(text: &str) -> Result<Parsed<'_>, String> {
     let lines: Vec<&str> = text.lines().collect();
     // An item's text is the slice of `text` from its first line to its last: no copies.
     let span = |first: usize, last: usize| {
@@ -391,7 +399,11 @@ impl Parsed<'_> {
 
     /// The self-contained module of `entry`; with `max_threads`, the entry gets
     /// `.maxntid N, 1, 1` and `.minnctapersm 1`.
-    pub fn module_for(&self, entry: &str, max_threads: Option<u32>) -> Result<String, String> {
+    pub fn module_for(&self, entry: &str, max_threads: Option<u32>) -> Result<String, Error> {
+        self.module_text(entry, max_threads).map_err(Error::Split)
+    }
+
+    fn module_text(&self, entry: &str, max_threads: Option<u32>) -> Result<String, String> {
         let root = match self.symbols.get(entry) {
             Some(&idx) if self.items[idx].kind == Kind::Entry => idx,
             _ => return Err(format!("the PTX has no entry `{entry}`")),
@@ -433,7 +445,7 @@ fn with_launch_bounds(item: &Item, max_threads: u32) -> Result<String, String> {
     for directive in [".maxntid", ".reqntid", ".minnctapersm", ".maxnreg"] {
         if tokens_with_dots(head).any(|t| t == directive) {
             return Err(format!(
-                "entry `{}` (PTX line {}) already has `{directive}`; the xtask inserts the launch bounds itself",
+                "entry `{}` (PTX line {}) already has `{directive}`; the build inserts the launch bounds itself",
                 item.name, item.line
             ));
         }
@@ -449,8 +461,12 @@ fn tokens_with_dots(s: &str) -> impl Iterator<Item = &str> {
 /// Splits `text` into one module per entry, with the block sizes of the entries' markers.
 /// Every entry needs exactly one marker and every marker an entry; errors name the kernels.
 /// The modules are sorted by entry name.
-pub fn split(text: &str) -> Result<Vec<EntryModule>, String> {
-    let parsed = parse(text)?;
+pub fn split(text: &str) -> Result<Vec<EntryModule>, Error> {
+    split_text(text).map_err(Error::Split)
+}
+
+fn split_text(text: &str) -> Result<Vec<EntryModule>, String> {
+    let parsed = parse_text(text)?;
     let mut bounds: BTreeMap<&str, &Marker> = BTreeMap::new();
     let mut errors = Vec::new();
     for m in parsed.markers() {
@@ -486,7 +502,7 @@ pub fn split(text: &str) -> Result<Vec<EntryModule>, String> {
             Ok(EntryModule {
                 entry: m.name.clone(),
                 max_threads: m.max_threads,
-                ptx: parsed.module_for(&m.name, Some(m.max_threads))?,
+                ptx: parsed.module_text(&m.name, Some(m.max_threads))?,
             })
         })
         .collect()
@@ -604,32 +620,32 @@ mod tests {
     #[test]
     fn missing_or_orphan_markers_are_errors_naming_the_kernel() {
         let no_bar = SAMPLE.replace("// rsccl.kernel kbar maxntid=128\n", "");
-        let err = split(&no_bar).expect_err("entry without marker");
+        let err = split(&no_bar).expect_err("entry without marker").to_string();
         assert!(err.contains("kernel `kbar` has no"), "{err}");
         let orphan =
             SAMPLE.replace("// rsccl.kernel kbar", "// rsccl.kernel kbar maxntid=64\n// rsccl.kernel kgone");
-        let err = split(&orphan).expect_err("marker without entry");
+        let err = split(&orphan).expect_err("marker without entry").to_string();
         assert!(err.contains("no entry `kgone`"), "{err}");
         let twice = SAMPLE.replace("// rsccl.kernel kbar maxntid=128", "// rsccl.kernel kfoo maxntid=256");
-        let err = split(&twice).expect_err("two markers");
+        let err = split(&twice).expect_err("two markers").to_string();
         assert!(err.contains("`kfoo` has two markers"), "{err}");
     }
 
     #[test]
     fn malformed_input_errors_carry_line_numbers() {
         let bad_marker = SAMPLE.replace("kbar maxntid=128", "kbar threads=128");
-        let err = split(&bad_marker).expect_err("malformed marker");
+        let err = split(&bad_marker).expect_err("malformed marker").to_string();
         assert!(err.contains("PTX line 10: malformed kernel marker"), "{err}");
         let too_big = SAMPLE.replace("kbar maxntid=128", "kbar maxntid=2048");
-        assert!(split(&too_big).expect_err("too many threads").contains("maxntid=2048"));
+        assert!(split(&too_big).expect_err("too many threads").to_string().contains("maxntid=2048"));
         let junk = SAMPLE.replace(".extern .shared", "garbage .shared");
-        let err = split(&junk).expect_err("junk line");
+        let err = split(&junk).expect_err("junk line").to_string();
         assert!(err.contains("PTX line 24: unexpected top-level line `garbage"), "{err}");
         let unclosed = SAMPLE.trim_end().strip_suffix('}').expect("sample ends in }").to_string();
-        let err = split(&unclosed).expect_err("unclosed body");
+        let err = split(&unclosed).expect_err("unclosed body").to_string();
         assert!(err.contains("never closes"), "{err}");
         let preset = SAMPLE.replace("kbar()\n{", "kbar()\n.maxntid 64, 1, 1\n{");
-        let err = split(&preset).expect_err("directive already there");
+        let err = split(&preset).expect_err("directive already there").to_string();
         assert!(err.contains("`kbar`") && err.contains(".maxntid"), "{err}");
     }
 
@@ -648,7 +664,7 @@ mod tests {
 
 #[cfg(test)]
 mod timing {
-    /// `RSCCL_SPLIT_PTX=FILE cargo test -p xtask split_timing -- --ignored --nocapture`
+    /// `RSCCL_SPLIT_PTX=FILE cargo test -p rsccl-build split_timing -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn split_timing() {

@@ -1,6 +1,6 @@
 //! Assembling kernel modules with ptxas in parallel, caching the results by content, and
-//! auditing each entry's resource use against the limits the library promises.
-use crate::ptx::Arch;
+//! auditing each entry's resource use against the limits rsccl's kernels keep.
+use crate::{Arch, Error};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,9 +10,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// Registers an SM gives one block (sm_80 and sm_90): `registers × maxntid` must fit.
 pub const MAX_REGISTERS_PER_BLOCK: u64 = 65536;
-/// Bytes of local-memory stack a library kernel may use per thread.
+/// Bytes of local-memory stack a kernel may use per thread.
 pub const MAX_STACK_BYTES_PER_THREAD: u32 = 256;
-/// Spill bytes (stores or loads) allowed in a library kernel and every function it calls.
+/// Spill bytes (stores or loads) allowed in a kernel and every function it calls.
 pub const MAX_SPILL_BYTES: u32 = 0;
 
 /// Flags every module is assembled with (besides `-arch`); part of the cache key.
@@ -29,13 +29,13 @@ pub struct Ptxas {
 
 impl Ptxas {
     /// Runs `ptxas --version` once to identify the assembler.
-    pub fn new(path: PathBuf) -> Result<Ptxas, String> {
+    pub fn new(path: PathBuf) -> Result<Ptxas, Error> {
         let out = Command::new(&path)
             .arg("--version")
             .output()
-            .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
+            .map_err(|e| Error::Toolchain(format!("cannot run {}: {e}", path.display())))?;
         if !out.status.success() {
-            return Err(format!("`{} --version` failed", path.display()));
+            return Err(Error::Toolchain(format!("`{} --version` failed", path.display())));
         }
         Ok(Ptxas { path, version: String::from_utf8_lossy(&out.stdout).into_owned() })
     }
@@ -127,7 +127,7 @@ fn bytes_of(line: &str, what: &str) -> Option<u32> {
     })
 }
 
-/// Parses ptxas' `-v` report of a module with entry `entry`.
+/// Parses ptxas' `-v` report of a module with entry `entry` (errors say what is missing).
 pub fn parse_report(log: &str, entry: &str) -> Result<Report, String> {
     let mut props: HashMap<String, FunctionProps> = HashMap::new();
     let mut order: Vec<String> = Vec::new();
@@ -170,31 +170,122 @@ pub fn parse_report(log: &str, entry: &str) -> Result<Report, String> {
     Ok(report)
 }
 
-/// The limits `report` breaks, one message each naming the arch, kernel and numbers.
-pub fn violations(arch: Arch, entry: &str, max_threads: u32, report: &Report) -> Vec<String> {
-    let a = arch.name();
+/// A limit a kernel breaks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// `registers × threads` is over [`MAX_REGISTERS_PER_BLOCK`]: a block of the kernel's size
+    /// would not fit on an SM.
+    RegistersPerBlock {
+        /// Registers per thread.
+        registers: u32,
+        /// The block size (`.maxntid`).
+        threads: u32,
+    },
+    /// A function of the module spills (more than [`MAX_SPILL_BYTES`]).
+    Spills {
+        /// The function, when it is not the entry itself.
+        function: Option<String>,
+        /// Spill store bytes.
+        stores: u32,
+        /// Spill load bytes.
+        loads: u32,
+    },
+    /// More than [`MAX_STACK_BYTES_PER_THREAD`] of stack per thread.
+    Stack {
+        /// Stack bytes per thread.
+        bytes: u32,
+    },
+}
+
+/// One broken limit of one kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The module's arch.
+    pub arch: Arch,
+    /// The kernel entry.
+    pub entry: String,
+    /// What it breaks, with the numbers.
+    pub limit: Limit,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (a, entry) = (self.arch.name(), &self.entry);
+        match &self.limit {
+            Limit::RegistersPerBlock { registers, threads } => write!(
+                f,
+                "{a} {entry}: {registers} registers × {threads} threads = {} > {MAX_REGISTERS_PER_BLOCK} registers per block",
+                u64::from(*registers) * u64::from(*threads)
+            ),
+            Limit::Spills { function, stores, loads } => {
+                let place = function.as_ref().map(|n| format!(" in function {n}")).unwrap_or_default();
+                write!(
+                    f,
+                    "{a} {entry}: {stores} bytes spill stores, {loads} bytes spill loads{place} (limit {MAX_SPILL_BYTES})"
+                )
+            }
+            Limit::Stack { bytes } => {
+                write!(f, "{a} {entry}: {bytes} bytes stack per thread > {MAX_STACK_BYTES_PER_THREAD}")
+            }
+        }
+    }
+}
+
+/// The limits `report` breaks for a kernel launched with `max_threads` threads per block.
+pub fn violations(arch: Arch, entry: &str, max_threads: u32, report: &Report) -> Vec<Violation> {
     let mut v = Vec::new();
+    let broken = |limit| Violation { arch, entry: entry.to_string(), limit };
     let per_block = u64::from(report.registers) * u64::from(max_threads);
     if per_block > MAX_REGISTERS_PER_BLOCK {
-        v.push(format!(
-            "{a} {entry}: {} registers × {max_threads} threads = {per_block} > {MAX_REGISTERS_PER_BLOCK} registers per block",
-            report.registers
-        ));
+        v.push(broken(Limit::RegistersPerBlock { registers: report.registers, threads: max_threads }));
     }
     for f in std::iter::once(&report.entry).chain(&report.functions) {
         if f.spill_stores > MAX_SPILL_BYTES || f.spill_loads > MAX_SPILL_BYTES {
-            let place = if f.name == entry { String::new() } else { format!(" in function {}", f.name) };
-            v.push(format!(
-                "{a} {entry}: {} bytes spill stores, {} bytes spill loads{place} (limit {MAX_SPILL_BYTES})",
-                f.spill_stores, f.spill_loads
-            ));
+            let function = (f.name != entry).then(|| f.name.clone());
+            v.push(broken(Limit::Spills { function, stores: f.spill_stores, loads: f.spill_loads }));
         }
     }
     let stack = report.stack_bytes();
     if stack > MAX_STACK_BYTES_PER_THREAD {
-        v.push(format!("{a} {entry}: {stack} bytes stack per thread > {MAX_STACK_BYTES_PER_THREAD}"));
+        v.push(broken(Limit::Stack { bytes: stack }));
     }
     v
+}
+
+/// `violations` in one message: what the limits are, then one line per broken limit.
+pub fn summary(violations: &[Violation]) -> String {
+    let mut s = format!(
+        "{} kernel limit(s) broken (registers × threads ≤ {MAX_REGISTERS_PER_BLOCK}, no spills, stack ≤ {MAX_STACK_BYTES_PER_THREAD} B per thread):",
+        violations.len()
+    );
+    for v in violations {
+        s.push('\n');
+        s.push_str(&v.to_string());
+    }
+    s
+}
+
+/// The header of a resource table, aligned with [`table_row`] (two spaces of indent).
+pub fn table_header() -> String {
+    format!(
+        "  {:<44} {:>7} {:>5} {:>8} {:>8} {:>7} {:>8}",
+        "entry", "threads", "regs", "stack B", "spill B", "smem B", "ptxas s"
+    )
+}
+
+/// One kernel's row of a resource table: its block size, registers, stack, spill and shared
+/// memory bytes, and `ptxas` (the seconds ptxas ran, or `cached`).
+pub fn table_row(entry: &str, max_threads: u32, report: &Report, ptxas: &str) -> String {
+    format!(
+        "  {:<44} {:>7} {:>5} {:>8} {:>8} {:>7} {:>8}",
+        entry,
+        max_threads,
+        report.registers,
+        report.stack_bytes(),
+        report.spill_bytes(),
+        report.smem,
+        ptxas
+    )
 }
 
 /// A module as ptxas assembled it.
@@ -227,10 +318,10 @@ fn cache_key(ptxas: &Ptxas, arch: Arch, ptx: &str) -> String {
 
 /// Writes `bytes` to `path` through a temporary file and a rename, so a concurrent reader or an
 /// interrupted run never sees half a file.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    std::fs::write(&tmp, bytes).map_err(Error::io("write", &tmp))?;
+    std::fs::rename(&tmp, path).map_err(Error::io("write", path))
 }
 
 /// Assembles one job whose cache key is `key` (or takes it from `cache`).
@@ -240,7 +331,7 @@ fn assemble_one(
     key: &str,
     cache: &Path,
     work: &Path,
-) -> Result<(Vec<u8>, String, f64, bool), String> {
+) -> Result<(Vec<u8>, String, f64, bool), Error> {
     let (cubin_path, log_path) = (cache.join(format!("{key}.cubin")), cache.join(format!("{key}.log")));
     if let (Ok(cubin), Ok(log)) = (std::fs::read(&cubin_path), std::fs::read_to_string(&log_path)) {
         // A hit renews the entry's age, which `prune_cache` goes by.
@@ -252,7 +343,7 @@ fn assemble_one(
     }
     let stem = format!("{}-{}-{key}", job.arch.name(), job.entry);
     let (ptx_path, out_path) = (work.join(format!("{stem}.ptx")), work.join(format!("{stem}.cubin")));
-    std::fs::write(&ptx_path, &job.ptx).map_err(|e| format!("cannot write {}: {e}", ptx_path.display()))?;
+    std::fs::write(&ptx_path, &job.ptx).map_err(Error::io("write", &ptx_path))?;
     let start = Instant::now();
     let output = Command::new(&ptxas.path)
         .arg(format!("-arch={}", job.arch.name()))
@@ -261,18 +352,17 @@ fn assemble_one(
         .arg("-o")
         .arg(&out_path)
         .output()
-        .map_err(|e| format!("cannot run {}: {e}", ptxas.path.display()))?;
+        .map_err(|e| Error::Toolchain(format!("cannot run {}: {e}", ptxas.path.display())))?;
     let seconds = start.elapsed().as_secs_f64();
     let log = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
-        return Err(format!(
-            "ptxas rejected the {} module of {} (kept at {}):\n{log}",
-            job.arch.name(),
-            job.entry,
-            ptx_path.display()
-        ));
+        return Err(Error::Ptxas {
+            arch: job.arch,
+            entry: job.entry.clone(),
+            detail: format!("ptxas rejected the module (kept at {}):\n{log}", ptx_path.display()),
+        });
     }
-    let cubin = std::fs::read(&out_path).map_err(|e| format!("cannot read {}: {e}", out_path.display()))?;
+    let cubin = std::fs::read(&out_path).map_err(Error::io("read", &out_path))?;
     let _ = std::fs::remove_file(&ptx_path);
     let _ = std::fs::remove_file(&out_path);
     // The log goes in first: a cubin without its log is never taken as a hit.
@@ -313,7 +403,7 @@ pub fn prune_cache(cache: &Path) {
 pub struct Pool<'scope> {
     ptxas: Ptxas,
     shared: Arc<Shared>,
-    results: mpsc::Receiver<(usize, Result<Assembled, String>)>,
+    results: mpsc::Receiver<(usize, Result<Assembled, Error>)>,
     _scope: std::marker::PhantomData<&'scope ()>,
 }
 
@@ -401,9 +491,9 @@ impl<'scope> Pool<'scope> {
         ptxas: &'env Ptxas,
         cache: &'env Path,
         compiling: &'env AtomicUsize,
-    ) -> Result<Pool<'scope>, String> {
+    ) -> Result<Pool<'scope>, Error> {
         let work = cache.join("work");
-        std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+        std::fs::create_dir_all(&work).map_err(Error::io("create", &work))?;
         let shared = Arc::new(Shared { queue: Mutex::new(Queue::default()), changed: Condvar::new() });
         let (result_tx, results) = mpsc::channel();
         let done = Arc::new(AtomicUsize::new(0));
@@ -427,8 +517,11 @@ impl<'scope> Pool<'scope> {
                     // A speculative module is only a cache entry: its failure is the submitted one's.
                     let Some(id) = id else { continue };
                     let r = r.and_then(|(cubin, log, seconds, cached)| {
-                        let report = parse_report(&log, &job.entry)
-                            .map_err(|e| format!("{} {}: {e}", job.arch.name(), job.entry))?;
+                        let report = parse_report(&log, &job.entry).map_err(|detail| Error::Ptxas {
+                            arch: job.arch,
+                            entry: job.entry.clone(),
+                            detail,
+                        })?;
                         // Served by this build's speculative run: report that run, not a cache hit.
                         let (seconds, cached) = match speculated {
                             Some(s) if cached => (s, false),
@@ -443,7 +536,7 @@ impl<'scope> Pool<'scope> {
                         Ok(a) => format!("{:>6.1} s  {:>3} regs", a.seconds, a.report.registers),
                         Err(_) => "FAILED".to_string(),
                     };
-                    println!("[{n:>3}/{total}] {} {:<44} {what}", job.arch.name(), job.entry);
+                    eprintln!("[{n:>3}/{total}] {} {:<44} {what}", job.arch.name(), job.entry);
                     if result_tx.send((id, r)).is_err() {
                         break;
                     }
@@ -481,7 +574,7 @@ impl<'scope> Pool<'scope> {
 
     /// Waits for every submitted job; fails (naming each module) if ptxas rejected any.
     /// Speculative modules not started yet are dropped.
-    pub fn finish(self) -> Result<Vec<Assembled>, String> {
+    pub fn finish(self) -> Result<Vec<Assembled>, Error> {
         let expected = {
             let mut q = self.queue();
             q.closed = true;
@@ -497,11 +590,17 @@ impl<'scope> Pool<'scope> {
                 Err(e) => errors.push(e),
             }
         }
+        if errors.len() == 1 {
+            return Err(errors.remove(0));
+        }
         if !errors.is_empty() {
-            return Err(errors.join("\n"));
+            return Err(Error::Many(errors));
         }
         if done.len() != expected {
-            return Err(format!("ptxas workers stopped after {} of {expected} modules", done.len()));
+            return Err(Error::Toolchain(format!(
+                "ptxas workers stopped after {} of {expected} modules",
+                done.len()
+            )));
         }
         done.sort_by_key(|a| a.job);
         Ok(done)
@@ -523,7 +622,7 @@ static NO_COMPILES: AtomicUsize = AtomicUsize::new(0);
 
 /// Assembles `jobs` on a [`Pool`]; the results are in the order of `jobs` (`Assembled::job` is
 /// the index).
-pub fn assemble_all(ptxas: &Ptxas, jobs: &[Job], cache: &Path) -> Result<Vec<Assembled>, String> {
+pub fn assemble_all(ptxas: &Ptxas, jobs: &[Job], cache: &Path) -> Result<Vec<Assembled>, Error> {
     std::thread::scope(|s| {
         let pool = Pool::start(s, ptxas, cache, &NO_COMPILES)?;
         pool.submit(jobs.iter().cloned().enumerate().collect());
@@ -532,22 +631,23 @@ pub fn assemble_all(ptxas: &Ptxas, jobs: &[Job], cache: &Path) -> Result<Vec<Ass
 }
 
 /// Assembles one module text as given (no directive inserted) and enforces the limits for the
-/// declared block size `max_threads`: the check the build applies to every library kernel.
+/// declared block size `max_threads`: the check the build applies to every kernel.
 #[cfg(test)]
-pub fn audit_module(ptxas: &Ptxas, job: Job, max_threads: u32, cache: &Path) -> Result<Report, String> {
+fn audit_module(ptxas: &Ptxas, job: Job, max_threads: u32, cache: &Path) -> Result<Report, String> {
     let done = assemble_all(ptxas, std::slice::from_ref(&job), cache)?;
     let report = done.into_iter().next().map(|a| a.report).ok_or("ptxas produced nothing")?;
     let v = violations(job.arch, &job.entry, max_threads, &report);
     if v.is_empty() {
         Ok(report)
     } else {
-        Err(v.join("\n"))
+        Err(v.iter().map(Violation::to_string).collect::<Vec<_>>().join("\n"))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{heavy_entry, lean_entry, ptxas, Scratch, HEADER};
 
     const LOG: &str = "ptxas info    : 6 bytes gmem
 ptxas info    : Compiling entry function 'k' for 'sm_90'
@@ -573,7 +673,7 @@ ptxas info    : Function properties for helper
         assert_eq!(r.functions.len(), 1);
         assert_eq!(r.functions[0].spill_loads, 12);
         assert_eq!(r.spill_bytes(), 24);
-        let v = violations(Arch::Sm90, "k", 512, &r);
+        let v: Vec<String> = violations(Arch::Sm90, "k", 512, &r).iter().map(Violation::to_string).collect();
         assert_eq!(v.len(), 4, "{v:?}");
         assert_eq!(v[0], "sm_90 k: 255 registers × 512 threads = 130560 > 65536 registers per block");
         assert!(v[2].contains("in function helper"));
@@ -587,5 +687,73 @@ ptxas info    : Function properties for helper
         assert_eq!(fnv1a64(&[]), 0xcbf2_9ce4_8422_2325);
         assert_ne!(fnv1a64(&[b"ab", b"c"]), fnv1a64(&[b"a", b"bc"]));
         assert_eq!(fnv1a64(&[b"x"]), fnv1a64(&[b"x"]));
+    }
+
+    #[test]
+    fn audit_rejects_registers_times_threads_over_the_block_budget() {
+        let scratch = Scratch::new("regs");
+        // No `.maxntid` in the module: ptxas may use up to 255 registers, and 1024 threads of
+        // that do not fit in 65536 registers.
+        let job = Job {
+            arch: Arch::Sm90,
+            entry: "kheavy".into(),
+            ptx: HEADER.to_string() + &heavy_entry("kheavy", 200),
+        };
+        let err = audit_module(&ptxas(), job, 1024, &scratch.0).expect_err("over the register budget");
+        assert!(err.starts_with("sm_90 kheavy: "), "{err}");
+        assert!(
+            err.contains("registers × 1024 threads = ") && err.contains("> 65536 registers per block"),
+            "{err}"
+        );
+        assert!(!err.contains("spill"), "without a bound ptxas needs no spills: {err}");
+    }
+
+    /// The cubins (one per ptxas run that succeeded) in a cache directory.
+    fn cached_cubins(cache: &Path) -> usize {
+        std::fs::read_dir(cache)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().extension() == Some("cubin".as_ref()))
+            .count()
+    }
+
+    #[test]
+    fn speculative_modules_wait_for_free_cores_and_serve_submitted_ones() {
+        let scratch = Scratch::new("spec");
+        let cache = scratch.0.join("cache");
+        let ptxas = ptxas();
+        let job = |name: &str| Job {
+            arch: Arch::Sm90,
+            entry: name.into(),
+            ptx: HEADER.to_string() + &lean_entry(name),
+        };
+        // Every core is taken by a compile: nothing starts.
+        let compiling = AtomicUsize::new(std::thread::available_parallelism().map_or(2, |n| n.get()));
+        let assembled = std::thread::scope(|s| {
+            let pool = Pool::start(s, &ptxas, &cache, &compiling).expect("pool");
+            pool.speculate(vec![job("kspec"), job("kextra")]);
+            std::thread::sleep(Duration::from_millis(300));
+            assert_eq!(cached_cubins(&cache), 0, "speculation ran while every core compiled");
+            // The compiles end: both speculative modules are assembled (once each).
+            compiling.store(0, Ordering::Relaxed);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while cached_cubins(&cache) < 2 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert_eq!(cached_cubins(&cache), 2);
+            pool.submit(vec![(0, job("kspec"))]);
+            pool.finish()
+        })
+        .expect("assembled");
+        assert_eq!(assembled.len(), 1);
+        let a = &assembled[0];
+        // Served by the speculative run: reported with its time, not as a cache hit of an older build.
+        assert!(!a.cached && a.seconds > 0.0, "{} s, cached {}", a.seconds, a.cached);
+        assert_eq!(cached_cubins(&cache), 2, "ptxas ran again for a module speculation had assembled");
+        // A later build finds it in the cache.
+        let again = assemble_all(&ptxas, &[job("kspec")], &cache).expect("cached");
+        assert!(again[0].cached);
+        assert_eq!(again[0].cubin, a.cubin);
     }
 }

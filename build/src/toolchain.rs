@@ -1,4 +1,6 @@
-//! Finding (and, where possible, installing) the tools build-ptx needs.
+//! Finding (and, where possible, installing) the tools the recipe needs: the pinned nightly with
+//! `rust-src`, and the pinned `ptxas`.
+use crate::Error;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -20,7 +22,8 @@ pub const PINNED_COMMIT: &str = "e50aa6fba4e63ab34c72bf9acfd2c307c1155d1a";
 static CHOSEN: OnceLock<String> = OnceLock::new();
 
 /// A `rustup run <pinned nightly> PROGRAM` command with the environment a parent cargo set
-/// cleared, so the nested build uses the nightly and not the toolchain that runs xtask.
+/// cleared, so the nested build uses the nightly and not the toolchain that runs the caller
+/// (`cargo xtask`, or the cargo running a build script).
 pub fn nightly(program: &str) -> Command {
     let toolchain = CHOSEN.get().map_or(PINNED_NIGHTLY, String::as_str);
     rustup_run(toolchain, program)
@@ -73,7 +76,7 @@ fn rustup_has(name: &str) -> bool {
 /// Chooses the pinned nightly: `nightly-2026-05-20` when rustup has it, else the plain
 /// `nightly` when it is the same build, else installs the pinned one; then makes sure it has
 /// `rust-src` (needed by `-Zbuild-std=core`). Returns the toolchain name.
-pub fn ensure_nightly() -> Result<String, String> {
+pub fn ensure_nightly() -> Result<String, Error> {
     if let Some(name) = CHOSEN.get() {
         return Ok(name.clone());
     }
@@ -83,49 +86,55 @@ pub fn ensure_nightly() -> Result<String, String> {
     } else if rustup_has("nightly") && rustc_commit("nightly").as_deref() == Some(PINNED_COMMIT) {
         "nightly".to_string()
     } else {
-        eprintln!("xtask: the PTX is built with rustc {PINNED_RUSTC}; installing it: `{install}`");
+        eprintln!("rsccl-build: the PTX is built with rustc {PINNED_RUSTC}; installing it: `{install}`");
         let ok = Command::new("rustup")
             .args(["toolchain", "install", PINNED_NIGHTLY, "--profile", "minimal", "--component", "rust-src"])
             .status()
             .map_err(|e| {
-                format!(
+                Error::Toolchain(format!(
                     "cannot run rustup ({e}); install rustup from https://rustup.rs, then run `{install}`"
-                )
+                ))
             })?
             .success();
         if !ok {
-            return Err(format!("could not install the pinned nightly; run `{install}` (needs network)"));
+            return Err(Error::Toolchain(format!(
+                "could not install the pinned nightly; run `{install}` (needs network)"
+            )));
         }
         PINNED_NIGHTLY.to_string()
     };
     match rustc_commit(&name) {
         Some(commit) if commit == PINNED_COMMIT => {}
         Some(commit) => {
-            return Err(format!(
+            return Err(Error::Toolchain(format!(
                 "toolchain `{name}` is rustc commit {commit}, not the pinned {PINNED_COMMIT} ({PINNED_RUSTC}); run `{install}`"
-            ))
+            )))
         }
-        None => return Err(format!("toolchain `{name}` does not run rustc; run `{install}`")),
+        None => return Err(Error::Toolchain(format!("toolchain `{name}` does not run rustc; run `{install}`"))),
     }
-    let sysroot =
-        rustup_run(&name, "rustc").args(["--print", "sysroot"]).output().map_err(|e| e.to_string())?;
+    let sysroot = rustup_run(&name, "rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| Error::Toolchain(format!("cannot run rustc of `{name}`: {e}; run `{install}`")))?;
     let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
     if !sysroot.join("lib/rustlib/src/rust/library/core/Cargo.toml").exists() {
-        eprintln!("xtask: adding rust-src to the {name} toolchain");
+        eprintln!("rsccl-build: adding rust-src to the {name} toolchain");
         let ok = Command::new("rustup")
             .args(["component", "add", "rust-src", "--toolchain", &name])
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
         if !ok {
-            return Err(format!(
+            return Err(Error::Toolchain(format!(
                 "could not add rust-src; run `rustup component add rust-src --toolchain {name}` (needs network)"
-            ));
+            )));
         }
     }
     Ok(CHOSEN.get_or_init(|| name).clone())
 }
 
+/// Where the fetched ptxas lives: `$RSCCL_CACHE_DIR`, else `$XDG_CACHE_HOME/rsccl`, else
+/// `~/.cache/rsccl`, else (no home) the system's temporary directory.
 fn cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("RSCCL_CACHE_DIR") {
         return PathBuf::from(d);
@@ -135,7 +144,7 @@ fn cache_dir() -> PathBuf {
     }
     match std::env::var_os("HOME") {
         Some(h) => PathBuf::from(h).join(".cache/rsccl"),
-        None => crate::workspace_root().join("target/cache"),
+        None => std::env::temp_dir().join("rsccl-cache"),
     }
 }
 
@@ -146,14 +155,14 @@ fn works(ptxas: &Path) -> bool {
 /// The pinned `ptxas`: `$PTXAS` when set (with a note, since its cubins may differ from the
 /// committed ones), else the one from our cache, else fetched from PyPI into the cache. A `ptxas`
 /// on PATH is not used: it could be any release, and cubins are compared byte for byte.
-pub fn ensure_ptxas() -> Result<PathBuf, String> {
+pub fn ensure_ptxas() -> Result<PathBuf, Error> {
     if let Some(p) = std::env::var_os("PTXAS") {
         let p = PathBuf::from(p);
         if !works(&p) {
-            return Err(format!("$PTXAS={} does not run", p.display()));
+            return Err(Error::Toolchain(format!("$PTXAS={} does not run", p.display())));
         }
         eprintln!(
-            "xtask: note: using $PTXAS={}; its cubins may differ from the committed ones (built with ptxas from nvidia-cuda-nvcc=={NVCC_WHEEL_VERSION})",
+            "rsccl-build: note: using $PTXAS={}; its cubins may differ from the committed ones (built with ptxas from nvidia-cuda-nvcc=={NVCC_WHEEL_VERSION})",
             p.display()
         );
         return Ok(p);
@@ -164,14 +173,14 @@ pub fn ensure_ptxas() -> Result<PathBuf, String> {
         return Ok(cached);
     }
     eprintln!(
-        "xtask: fetching ptxas from PyPI nvidia-cuda-nvcc=={NVCC_WHEEL_VERSION} into {}",
+        "rsccl-build: fetching ptxas from PyPI nvidia-cuda-nvcc=={NVCC_WHEEL_VERSION} into {}",
         dir.display()
     );
     let fix = format!(
         "run `python3 -m pip download nvidia-cuda-nvcc=={NVCC_WHEEL_VERSION} --no-deps -d /tmp/w` and unzip {NVCC_WHEEL_PTXAS} from the wheel to {} (or set PTXAS to a ptxas binary)",
         cached.display()
     );
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
     let dl = dir.join("wheel");
     let status = Command::new("python3")
         .args([
@@ -187,9 +196,9 @@ pub fn ensure_ptxas() -> Result<PathBuf, String> {
         .arg("-d")
         .arg(&dl)
         .status()
-        .map_err(|e| format!("cannot run python3 ({e}); {fix}"))?;
+        .map_err(|e| Error::Toolchain(format!("cannot run python3 ({e}); {fix}")))?;
     if !status.success() {
-        return Err(format!("pip could not download the wheel (no network?); {fix}"));
+        return Err(Error::Toolchain(format!("pip could not download the wheel (no network?); {fix}")));
     }
     let script = format!(
         "import glob,zipfile,os,sys\nw=glob.glob(os.path.join(sys.argv[1],'*.whl'))[0]\nz=zipfile.ZipFile(w)\nopen(sys.argv[2],'wb').write(z.read('{NVCC_WHEEL_PTXAS}'))\nos.chmod(sys.argv[2],0o755)\n"
@@ -199,11 +208,11 @@ pub fn ensure_ptxas() -> Result<PathBuf, String> {
         .arg(&dl)
         .arg(&cached)
         .status()
-        .map_err(|e| format!("cannot run python3 ({e}); {fix}"))?;
+        .map_err(|e| Error::Toolchain(format!("cannot run python3 ({e}); {fix}")))?;
     let _ = std::fs::remove_dir_all(&dl);
     if status.success() && works(&cached) {
         Ok(cached)
     } else {
-        Err(format!("could not extract ptxas from the wheel; {fix}"))
+        Err(Error::Toolchain(format!("could not extract ptxas from the wheel; {fix}")))
     }
 }
