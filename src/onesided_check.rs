@@ -3,6 +3,7 @@
 use crate::reference;
 use crate::ring_check::{to_bytes, value};
 use rsccl::backend::Backend;
+use rsccl::comm::SymmetricMemory;
 use rsccl::{BufRef, Comm, CommConfig, DataType, ReduceOp};
 use std::sync::Arc;
 
@@ -57,55 +58,66 @@ fn expect(c: &Case, scatter: bool, inputs: &[Vec<u64>], r: usize, e: usize) -> u
     reference::post(c.dtype, red, arg.max(1), acc)
 }
 
-/// Runs `c` as psum (or psum_scatter) on `be`'s ranks in one process and compares every
-/// result element with the reference.
-pub fn run(be: &Arc<dyn Backend>, c: &Case, scatter: bool) -> Result<(), String> {
-    let n = c.n;
-    let comms = Comm::init_all(be, n, CommConfig::default()).map_err(|e| e.to_string())?;
-    let in_elems = if scatter { n * c.count } else { c.count };
+/// Every rank's inputs of `c` (deterministic in its seed, so every process makes the same).
+fn inputs(c: &Case, scatter: bool) -> Vec<Vec<u64>> {
+    let in_elems = if scatter { c.n * c.count } else { c.count };
     let mask = u64::MAX >> (64 - 8 * c.dtype.size());
     let mut seed = c.seed | 1;
-    let inputs: Vec<Vec<u64>> =
-        (0..n).map(|_| (0..in_elems).map(|_| value(c.dtype, c.exact, &mut seed) & mask).collect()).collect();
+    (0..c.n).map(|_| (0..in_elems).map(|_| value(c.dtype, c.exact, &mut seed) & mask).collect()).collect()
+}
+
+/// Runs `c` as psum (or psum_scatter) on `comm`'s rank (every rank calls it, in its thread or
+/// process, on memory from `mem`, a window of `c.window` bytes) and compares every element of
+/// this rank's result with the reference.
+pub fn run_rank(
+    comm: &Comm,
+    be: &Arc<dyn Backend>,
+    mem: &SymmetricMemory,
+    c: &Case,
+    scatter: bool,
+) -> Result<(), String> {
+    let r = comm.rank();
+    let inputs = inputs(c, scatter);
     let eb = c.dtype.size();
-    let results: Vec<Result<Vec<u8>, String>> = std::thread::scope(|s| {
+    let src = be.upload(&to_bytes(c.dtype, &inputs[r])).map_err(|e| e.to_string())?;
+    let dst = be.alloc((c.count * eb).max(1)).map_err(|e| e.to_string())?;
+    let (sref, dref) = if c.in_place {
+        let at = if scatter { r * c.count * eb } else { 0 };
+        (BufRef::from(&src), BufRef { buf: &src, offset: at })
+    } else {
+        (BufRef::from(&src), BufRef::from(&dst))
+    };
+    let run = if scatter {
+        comm.psum_scatter(mem, sref, dref, c.count, c.dtype, c.op)
+    } else {
+        comm.psum(mem, sref, dref, c.count, c.dtype, c.op)
+    };
+    run.map_err(|e| format!("rank {r}: {e}"))?;
+    let mut out = vec![0u8; c.count * eb];
+    be.copy_out(dref.buf, dref.offset, &mut out).map_err(|e| e.to_string())?;
+    for e in 0..c.count {
+        let (got, want) = (elem(c.dtype, &out, e), expect(c, scatter, &inputs, r, e));
+        if !reference::same(c.dtype, got, want) {
+            return Err(format!("{c:?}: rank {r} element {e}: {got:#x}, expected {want:#x}"));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `c` as psum (or psum_scatter) on `c.n` ranks of `be` in one process (a thread each).
+pub fn run(be: &Arc<dyn Backend>, c: &Case, scatter: bool) -> Result<(), String> {
+    let comms = Comm::init_all(be, c.n, CommConfig::default()).map_err(|e| e.to_string())?;
+    std::thread::scope(|s| {
         let hs: Vec<_> = comms
             .iter()
-            .enumerate()
-            .map(|(r, comm)| {
-                let input = &inputs[r];
-                s.spawn(move || -> Result<Vec<u8>, String> {
+            .map(|comm| {
+                s.spawn(move || {
                     let mem = comm.alloc_symmetric(c.window).map_err(|e| e.to_string())?;
-                    let src = be.upload(&to_bytes(c.dtype, input)).map_err(|e| e.to_string())?;
-                    let dst = be.alloc((c.count * eb).max(1)).map_err(|e| e.to_string())?;
-                    let (sref, dref) = if c.in_place {
-                        let at = if scatter { r * c.count * eb } else { 0 };
-                        (BufRef::from(&src), BufRef { buf: &src, offset: at })
-                    } else {
-                        (BufRef::from(&src), BufRef::from(&dst))
-                    };
-                    let run = if scatter {
-                        comm.psum_scatter(&mem, sref, dref, c.count, c.dtype, c.op)
-                    } else {
-                        comm.psum(&mem, sref, dref, c.count, c.dtype, c.op)
-                    };
-                    run.map_err(|e| format!("rank {r}: {e}"))?;
-                    let mut out = vec![0u8; c.count * eb];
-                    be.copy_out(dref.buf, dref.offset, &mut out).map_err(|e| e.to_string())?;
-                    Ok(out)
+                    run_rank(comm, be, &mem, c, scatter)
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    for (r, res) in results.into_iter().enumerate() {
-        let out = res?;
-        for e in 0..c.count {
-            let (got, want) = (elem(c.dtype, &out, e), expect(c, scatter, &inputs, r, e));
-            if !reference::same(c.dtype, got, want) {
-                return Err(format!("{c:?}: rank {r} element {e}: {got:#x}, expected {want:#x}"));
-            }
-        }
-    }
+        hs.into_iter().map(|h| h.join().unwrap()).collect::<Result<Vec<()>, String>>()
+    })?;
     Ok(())
 }

@@ -191,7 +191,87 @@ fn comm_child() {
             }
             println!("TOPO rank {rank}: {nch} channels ok");
         }
+        "onesided" => {
+            let comm = Comm::init_rank(&be, n, rank, &id, sweep_config()).unwrap();
+            onesided_child(&comm, &be);
+            println!("ONESIDED rank {rank} of {n} ok");
+        }
         other => panic!("unknown child role {other}"),
+    }
+}
+
+fn permute_bytes(r: usize, k: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i * 31 + r * 7 + k * 13) % 251) as u8).collect()
+}
+
+/// One rank of the seed's one-sided kernels across processes (windows in shared memory, each
+/// rank's mapped by the others): ppermute both ways round the ring, the ring all-gather, psum
+/// and psum_scatter (through a window smaller than the data), against references computed
+/// here.
+fn onesided_child(comm: &Comm, be: &std::sync::Arc<dyn rsccl::backend::Backend>) {
+    let (n, r) = (comm.nranks(), comm.rank());
+    let window = 3 * 4096 + 8;
+    let mem = comm.alloc_symmetric(window).unwrap();
+    for (k, shift) in [1, n - 1, 1].into_iter().enumerate() {
+        let len = [1000usize, 4099, 17][k];
+        let src = be.upload(&permute_bytes(r, k, len)).unwrap();
+        comm.ppermute(&mem, BufRef::from(&src), len, 8, shift).unwrap();
+        let mut got = vec![0u8; len];
+        be.copy_out(mem.buffer().buf, 8, &mut got).unwrap();
+        assert!(got == permute_bytes((r + n - shift) % n, k, len), "rank {r}: ppermute shift {shift}");
+    }
+    let len = window / n - 1;
+    let src = be.upload(&permute_bytes(r, 9, len)).unwrap();
+    comm.all_gather_onesided(&mem, BufRef::from(&src), len, 0).unwrap();
+    let mut got = vec![0u8; n * len];
+    be.copy_out(mem.buffer().buf, 0, &mut got).unwrap();
+    for q in 0..n {
+        assert!(
+            got[q * len..(q + 1) * len] == permute_bytes(q, 9, len)[..],
+            "rank {r}: all-gather block {q}"
+        );
+    }
+    for (dtype, op, count, in_place) in [
+        (DataType::F32, ReduceOp::Sum, 10_007, false),
+        (DataType::I32, ReduceOp::Prod, 3_001, true),
+        (DataType::BF16, ReduceOp::Avg, 777, false),
+    ] {
+        let c = rsccl_suite::onesided_check::Case {
+            n,
+            dtype,
+            op,
+            count,
+            window,
+            in_place,
+            exact: false,
+            seed: 3,
+        };
+        rsccl_suite::onesided_check::run_rank(comm, be, &mem, &c, false).unwrap();
+        rsccl_suite::onesided_check::run_rank(comm, be, &mem, &c, true).unwrap();
+    }
+}
+
+fn onesided(n: usize) {
+    let id = loopback_id();
+    let mut ranks = start_ranks("onesided", &id, n, 0..n);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(300));
+    let failed: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter(|(r, (ok, text))| !ok || !text.contains(&format!("ONESIDED rank {r} of {n} ok")))
+        .map(|(r, (_, text))| format!("rank {r} of {n}:\n{text}"))
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert_no_segments(&pids);
+}
+
+/// The seed's one-sided kernels with one rank per process (ppermute, all-gather, psum,
+/// psum_scatter), 2, 3, 4 and 8 processes; no shared memory left behind.
+#[test]
+fn one_sided_kernels_across_2_3_4_8_processes() {
+    for n in [2, 3, 4, 8] {
+        onesided(n);
     }
 }
 

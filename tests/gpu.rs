@@ -262,6 +262,22 @@ fn comm_child() -> Result<(), String> {
     if be.download::<f32>(&gathered, 2 * count).map_err(|e| e.to_string())? != all {
         return Err(format!("rank {rank}: all_gather result differs"));
     }
+    // Symmetric memory across the two processes (CUDA IPC on a GPU, shared memory on the
+    // emulator): psum and psum_scatter through a window smaller than the data.
+    let mem = comm.alloc_symmetric(64 * 1024).map_err(|e| format!("rank {rank}: alloc_symmetric: {e}"))?;
+    let c = rsccl_suite::onesided_check::Case {
+        n: 2,
+        dtype: DataType::F32,
+        op: ReduceOp::Sum,
+        count: 300_001,
+        window: 64 * 1024,
+        in_place: false,
+        exact: false,
+        seed: 9,
+    };
+    for scatter in [false, true] {
+        rsccl_suite::onesided_check::run_rank(&comm, &be, &mem, &c, scatter)?;
+    }
     Ok(())
 }
 

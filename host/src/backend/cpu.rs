@@ -98,6 +98,26 @@ impl Backend for CpuBackend {
         Ok(DeviceBuffer::new(ptr, bytes, Box::new(mem)))
     }
 
+    fn alloc_exported(&self, bytes: usize) -> Result<(DeviceBuffer, Vec<u8>)> {
+        let len = bytes.max(1);
+        let seg = crate::transport::shm::Segment::create(len, 0)?;
+        let mut handle = (len as u64).to_le_bytes().to_vec();
+        handle.extend_from_slice(seg.name().as_bytes());
+        Ok((DeviceBuffer::new(DevPtr(seg.as_ptr() as u64), bytes, Box::new(seg)), handle))
+    }
+
+    fn open_exported(&self, handle: &[u8]) -> Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        let (len, name) = parse_exported(handle)?;
+        let seg = crate::transport::shm::Segment::open_shared(name, len)?;
+        Ok((DevPtr(seg.as_ptr() as u64), Box::new(seg)))
+    }
+
+    fn unpublish_exported(&self, handle: &[u8]) {
+        if let Ok((_, name)) = parse_exported(handle) {
+            crate::transport::shm::unlink_name(name);
+        }
+    }
+
     fn alloc_mapped(&self, bytes: usize) -> Result<super::HostMapped> {
         let mem = HostMemory::zeroed(bytes)?;
         let p = mem.ptr();
@@ -242,4 +262,19 @@ impl Backend for CpuBackend {
         emu::reserve(dims, launches)
             .map_err(|e| Error::InvalidConfig(format!("the CPU emulator cannot run this shape: {e}")))
     }
+}
+
+/// The size and segment name in a handle from [`CpuBackend`]'s `alloc_exported`.
+fn parse_exported(handle: &[u8]) -> Result<(usize, &str)> {
+    let bad = || {
+        Error::InvalidConfig(format!(
+            "an exported-memory handle of {} bytes that names no segment",
+            handle.len()
+        ))
+    };
+    let (len, name) = (handle.get(..8).ok_or_else(bad)?, handle.get(8..).ok_or_else(bad)?);
+    let len = u64::from_le_bytes(len.try_into().expect("8 bytes"));
+    let name = std::str::from_utf8(name).map_err(|_| bad())?;
+    let len = usize::try_from(len).map_err(|_| bad())?;
+    Ok((len, name))
 }

@@ -244,10 +244,10 @@ pub trait Backend: Send + Sync {
     /// A handle to the same device and memory with its own stream, so launches on it run
     /// concurrently with this one's (one per emulated rank or per channel group).
     fn fork_stream(&self) -> Result<Arc<dyn Backend>>;
-    /// Allocates `bytes` of zeroed device memory that another process on this host can map
-    /// (a CUDA IPC handle on a GPU), for the P2P transport: the buffer and the handle bytes
-    /// ([`IPC_HANDLE_BYTES`]) that open it there. The CPU emulator has none (its peers in
-    /// other processes use shared memory).
+    /// Allocates `bytes` of zeroed device memory that another process on this host can map,
+    /// for the P2P transport and symmetric memory: the buffer and the handle bytes that open
+    /// it there (a CUDA IPC handle of [`IPC_HANDLE_BYTES`] on a GPU; on the CPU emulator a
+    /// POSIX shared-memory segment's size and name).
     fn alloc_exported(&self, bytes: usize) -> Result<(DeviceBuffer, Vec<u8>)> {
         let _ = bytes;
         Err(Error::InvalidConfig(format!("{}: no memory another process can map", self.describe())))
@@ -257,6 +257,13 @@ pub trait Backend: Send + Sync {
     fn open_exported(&self, handle: &[u8]) -> Result<(DevPtr, Box<dyn Any + Send + Sync>)> {
         let _ = handle;
         Err(Error::InvalidConfig(format!("{}: cannot map another process's memory", self.describe())))
+    }
+    /// Every process that needs the memory of `handle` (from this backend's
+    /// [`Backend::alloc_exported`]) has opened it: it needs no name any longer (the CPU
+    /// emulator removes its segment's name from `/dev/shm`, so nothing is left behind whatever
+    /// happens to the processes later). Nothing to do on a GPU.
+    fn unpublish_exported(&self, handle: &[u8]) {
+        let _ = handle;
     }
     /// Binds `unicast` buffers (one per rank of a node, each at least `bytes` long, in this
     /// order) to one multicast range of `bytes` bytes, for NVLS: returns its address and a

@@ -38,6 +38,8 @@ const _: () = assert!(GRID <= MAX_GRID);
 pub struct SymmetricMemory {
     window: DeviceBuffer,
     _peers: DeviceBuffer,
+    /// Other processes' windows mapped here.
+    _mapped: Vec<Box<dyn std::any::Any + Send + Sync>>,
     status: DeviceBuffer,
     handle: SymmetricHandle,
     /// Launches so far of each [`SemKind`] (their numbers pick the semaphore sets).
@@ -93,7 +95,8 @@ enum Sems {
 impl Comm {
     /// Allocates `bytes` of symmetric memory on every rank (every rank calls it, in the same
     /// order, with the same size): windows every rank's kernels reach by (rank, offset), with
-    /// semaphores beside each. The CPU emulator's ranks must share a process (`init_all`).
+    /// semaphores beside each. Ranks in other processes of this host map each other's windows
+    /// (CUDA IPC on GPUs that reach each other, shared memory on the CPU emulator).
     pub fn alloc_symmetric(&self, bytes: usize) -> Result<SymmetricMemory> {
         if bytes > MAX_SYMMETRIC_BYTES {
             return Err(Error::InvalidConfig(format!(
@@ -101,29 +104,36 @@ impl Comm {
             )));
         }
         let stream = self.stream();
-        if stream.kind() == BackendKind::Cpu && self.peers().iter().any(|p| p.pid != self.peers()[0].pid) {
-            return Err(Error::InvalidConfig(
-                "symmetric memory on the CPU emulator needs every rank in one process (Comm::init_all)"
-                    .into(),
-            ));
-        }
-        // GPU ranks reach each other's windows by address when they share a process and a
-        // device (one context); other processes' windows need IPC mappings, not built yet.
         let peers = self.peers();
-        if stream.kind() == BackendKind::Gpu
-            && peers.iter().any(|p| p.pid != peers[0].pid || p.info != peers[self.rank()].info)
-        {
-            return Err(Error::InvalidConfig(
-                "symmetric memory on GPUs needs every rank in one process on one device for now \
-                 (cuMem/IPC mappings of other processes' windows are not built yet)"
-                    .into(),
-            ));
+        let me = &peers[self.rank()];
+        // Ranks of this process reach each other's windows by address; windows of other
+        // processes are mapped here (CUDA IPC on a GPU, shared memory on the emulator). GPU
+        // ranks of one process must share a device (one context); another process's GPU must
+        // be one this device reaches (P2P).
+        if stream.kind() == BackendKind::Gpu {
+            for p in peers {
+                let bus = String::from_utf8_lossy(&p.info);
+                let reachable =
+                    if p.pid == me.pid { p.info == me.info } else { stream.can_access_peer(&bus) };
+                if !reachable {
+                    return Err(Error::InvalidConfig(format!(
+                        "symmetric memory: rank {} (GPU {bus}, process {}) cannot reach rank {}'s window \
+                         (ranks of one process must share a device; other processes' GPUs need P2P)",
+                        self.rank(),
+                        me.pid,
+                        p.rank
+                    )));
+                }
+            }
         }
         let data = bytes.div_ceil(8) * 8;
         let total = data + 8 * SEM_SLOTS as usize;
-        let window = stream.alloc(total)?;
-        // The windows' addresses (the data size is what every rank must agree on).
-        let bases: Vec<u64> = super::nvls::exchange_windows(
+        let shared = peers.iter().any(|p| p.pid != me.pid);
+        let (window, export) =
+            if shared { stream.alloc_exported(total)? } else { (stream.alloc(total)?, Vec::new()) };
+        // The windows' addresses (the data size is what every rank must agree on), and how
+        // other processes open them.
+        let mut bases: Vec<u64> = super::nvls::exchange_windows(
             |b| self.all_gather_bootstrap(b),
             window.ptr(),
             bytes as u64,
@@ -132,6 +142,20 @@ impl Comm {
         .into_iter()
         .map(|p| p.0)
         .collect();
+        let mut mapped = Vec::new();
+        if shared {
+            let handles = self.all_gather_bootstrap(&export)?;
+            for (q, p) in peers.iter().enumerate().filter(|(_, p)| p.pid != me.pid) {
+                let (ptr, guard) = stream.open_exported(&handles[q]).map_err(|e| {
+                    Error::InvalidConfig(format!(
+                        "symmetric memory: rank {} cannot map rank {q}'s window: {e}",
+                        p.rank
+                    ))
+                })?;
+                bases[q] = ptr.0;
+                mapped.push(guard);
+            }
+        }
         let peers = stream.upload(&bases)?;
         let status = stream.alloc(8 * MAX_GRID as usize)?;
         let handle = SymmetricHandle {
@@ -144,11 +168,15 @@ impl Comm {
         };
         let check_sems = stream.kind() == BackendKind::Cpu
             || std::env::var("RSCCL_ONESIDED_CHECK").is_ok_and(|v| v == "1");
-        // Every rank has its window before any kernel reaches another's.
+        // Every rank has its window (and mapped the others) before any kernel reaches another's.
         self.barrier()?;
+        if shared {
+            stream.unpublish_exported(&export);
+        }
         Ok(SymmetricMemory {
             window,
             _peers: peers,
+            _mapped: mapped,
             status,
             handle,
             launches: Default::default(),

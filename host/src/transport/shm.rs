@@ -68,6 +68,15 @@ impl Segment {
 
     /// Maps the segment `name` of exactly `len` bytes and unlinks its name.
     pub fn open(name: &str, len: usize) -> Result<Segment> {
+        let res = Segment::open_shared(name, len);
+        // Both sides are attached (or this one failed): the name is no longer needed.
+        unlink_name(name);
+        res
+    }
+
+    /// Maps the segment `name` of exactly `len` bytes, leaving its name for other processes
+    /// that map it too (its creator removes it: [`unlink_name`]).
+    pub fn open_shared(name: &str, len: usize) -> Result<Segment> {
         let valid = name.len() <= MAX_NAME
             && name.strip_prefix('/').is_some_and(|n| {
                 n.starts_with(SEGMENT_PREFIX) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
@@ -99,8 +108,8 @@ impl Segment {
         };
         // SAFETY: fd is ours.
         unsafe { libc::close(fd) };
-        // Both sides are attached (or this one failed): the name is no longer needed.
-        seg.unlink();
+        // Not this side's name to remove.
+        seg.linked = false;
         res.map(|()| seg)
     }
 
@@ -197,6 +206,18 @@ impl Transport for Shm {
         let name = std::str::from_utf8(&h[8..])
             .map_err(|_| Error::InvalidConfig("shared memory: a segment name that is not UTF-8".into()))?;
         self.attach(Segment::open(name, want)?)
+    }
+}
+
+/// Removes segment `name` from `/dev/shm` (mappings stay); only rsccl's names.
+pub fn unlink_name(name: &str) {
+    let ours = name.len() <= MAX_NAME
+        && name.strip_prefix('/').is_some_and(|n| {
+            n.starts_with(SEGMENT_PREFIX) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    if let (true, Ok(c)) = (ours, CString::new(name)) {
+        // SAFETY: a valid C string; failure (already gone) is harmless.
+        unsafe { libc::shm_unlink(c.as_ptr()) };
     }
 }
 
