@@ -8,7 +8,7 @@
 //! cargo run -p rsccl-embed-host -- [RANKS] [COUNT]
 //! ```
 use rsccl::{backend, BufRef, Comm, CommConfig, DataType, LaunchConfig, Preference, ReduceOp};
-use rsccl_embed_kernel::{ScaleAddArgs, THREADS};
+use rsccl_embed_kernel::{FusedArgs, ScaleAddArgs, THREADS};
 use std::process::ExitCode;
 
 /// The modules build.rs wrote with rsccl-build: the kernel crate's PTX (and cubins) per arch.
@@ -98,6 +98,60 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         "scale-and-add (a = {A}) then all-reduce of {count} f32 over {ranks} ranks: every rank matches the host, {:?} …",
         &want[..count.min(3)]
     );
+
+    // The same in one kernel: scale-and-add, then the all-reduce written with rsccl's one-sided
+    // device API (copies into every rank's window, counted on semaphores) — twice, so the
+    // second launch shows the first left its semaphores at zero.
+    let window = ranks.checked_mul(4 * count).ok_or("window size overflows")?;
+    std::thread::scope(|s| -> Result<(), String> {
+        let hs: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(r, comm)| {
+                let (be, want) = (&be, &want);
+                s.spawn(move || -> Result<(), String> {
+                    let err = |e: rsccl::Error| format!("rank {r}: {e}");
+                    let mem = comm.alloc_symmetric(window).map_err(err)?;
+                    let xs = be.upload(&(0..count).map(|i| x(r, i)).collect::<Vec<_>>()).map_err(err)?;
+                    let ys = be.upload(&(0..count).map(|i| y(r, i)).collect::<Vec<_>>()).map_err(err)?;
+                    let out = be.alloc(4 * count).map_err(err)?;
+                    let s = ScaleAddArgs {
+                        x: xs.ptr(),
+                        y: ys.ptr(),
+                        out: out.ptr(),
+                        n: count as u64,
+                        a: A,
+                        pad: 0,
+                    };
+                    let args = FusedArgs { h: mem.handle(), s };
+                    for _ in 0..2 {
+                        // SAFETY: x, y and out hold `count` f32 each; every window holds
+                        // `ranks × count` f32, the slots the kernel writes.
+                        unsafe {
+                            comm.launch_onesided(
+                                &mem,
+                                "embed_fused_all_reduce",
+                                LaunchConfig::linear(4, THREADS),
+                                &args,
+                                &[&xs, &ys, &out],
+                            )
+                        }
+                        .map_err(err)?;
+                        let got = be.download::<f32>(&out, count).map_err(err)?;
+                        if let Some(i) = (0..count).find(|&i| got[i] != want[i]) {
+                            return Err(format!(
+                                "rank {r}: fused element {i} is {}, the host computed {}",
+                                got[i], want[i]
+                            ));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter().try_for_each(|h| h.join().map_err(|_| "a rank panicked".to_string())?)
+    })?;
+    println!("fused scale-and-add + one-sided all-reduce in one kernel (twice): every rank matches the host");
     Ok(())
 }
 
@@ -107,6 +161,43 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("rsccl-embed-host: error: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernels;
+
+    /// build.rs compiled the user crate (which depends on rsccl-device) for nvptx with
+    /// rsccl-build, for both archs, and ptxas accepted every kernel: each has a cubin and fits
+    /// a block at its declared size, with the one-sided ops in the fused kernel's PTX.
+    #[test]
+    fn the_user_crate_compiled_for_nvptx_and_ptxas_accepted_it() {
+        for arch in ["sm_90", "sm_80"] {
+            let (_, modules) = kernels::MODULES
+                .iter()
+                .find(|(a, _)| *a == arch)
+                .unwrap_or_else(|| panic!("build.rs made no {arch} modules"));
+            for entry in ["embed_scale_add", "embed_fused_all_reduce"] {
+                let m = modules
+                    .iter()
+                    .find(|m| m.entry == entry)
+                    .unwrap_or_else(|| panic!("{arch} lacks {entry}"));
+                assert!(m.cubin.is_some_and(|c| c.starts_with(b"\x7fELF")), "{arch} {entry}: no cubin");
+                assert!(m.ptx.contains(&format!(".entry {entry}")), "{arch} {entry}: not an entry");
+                assert!(m.ptx.contains(".maxntid 256, 1, 1"), "{arch} {entry}: no launch bound");
+                assert!(
+                    m.registers > 0 && m.registers * m.max_threads <= 65_536,
+                    "{arch} {entry}: {} registers × {} threads",
+                    m.registers,
+                    m.max_threads
+                );
+            }
+            let fused = modules.iter().find(|m| m.entry == "embed_fused_all_reduce").expect("checked");
+            for ins in ["atom.acq_rel.sys.global.add.u64", "ld.acquire.sys.global.u64"] {
+                assert!(fused.ptx.contains(ins), "{arch}: the fused kernel lacks `{ins}`");
+            }
         }
     }
 }
