@@ -209,7 +209,8 @@ fn psum_edges() {
 
 /// The seed's failure modes as errors within the timeout: a copy started and never waited for
 /// (semaphores left non-zero on both ends), a wait for bytes nobody sends (named semaphore and
-/// rank), two writers into one window in one epoch (a race); and the same copies done right.
+/// rank), two writers into one window in one epoch (a race), a team barrier a member never
+/// reaches; and the same copies and barriers done right.
 #[test]
 fn one_sided_faults_are_reported() {
     use rsccl_device::onesided::fault::{Fault, FaultArgs};
@@ -278,6 +279,12 @@ fn one_sided_faults_are_reported() {
         races[0].contains("both wrote rank 0's window at offset 0") && races[0].contains("a race"),
         "{races:?}"
     );
+    // A team barrier of ranks 0 and 2 (twice), and one that rank 2 never reaches.
+    let res = run(Fault::TeamBarrier);
+    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+    let res = run(Fault::TeamBarrierAlone);
+    let e0 = res[0].as_ref().unwrap_err();
+    assert!(e0.contains("rank 0") && e0.contains("timed out on semaphore 130"), "{e0}");
     // The same communicator and windows work afterwards.
     let res = run(Fault::Correct);
     assert!(res.iter().all(|r| r.is_ok()), "{res:?}");

@@ -77,7 +77,7 @@ pub mod prelude {
     pub use crate::coll::Collective;
     pub use crate::dtype::DataType;
     pub use crate::multimem;
-    pub use crate::onesided::{Cmp, RemoteCopy, SignalOp, SymmetricHandle, SEM_SLOTS, USER_SEM_BASE};
+    pub use crate::onesided::{Cmp, RemoteCopy, SignalOp, SymmetricHandle, Team, SEM_SLOTS, USER_SEM_BASE};
     pub use crate::prims::conn::{ConnInfo, PrimsStatus};
     pub use crate::redop::{Elem, RedOp, Reducer};
     pub use crate::reduce_copy::{reduce_copy, ReduceCopy, DEFAULT_UNROLL};

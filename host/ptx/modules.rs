@@ -676,7 +676,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_ring_all_gather_onesided",
         max_threads: 256,
-        registers: 92,
+        registers: 94,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_ring_all_gather_onesided.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_ring_all_gather_onesided.cubin")),
@@ -1199,7 +1199,7 @@ pub static SM_80: &[Module] = &[
     Module {
         entry: "rsccl_ring_all_gather_onesided",
         max_threads: 256,
-        registers: 96,
+        registers: 99,
         stack_bytes: 0,
         ptx: include_str!("sm_80/rsccl_ring_all_gather_onesided.ptx"),
         cubin: Some(include_bytes!("sm_80/rsccl_ring_all_gather_onesided.cubin")),

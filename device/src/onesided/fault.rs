@@ -1,7 +1,7 @@
 //! Test kernels that break the one-sided rules on purpose (the seed's failure modes), so the
 //! tests see each reported as an error instead of a hang or silent corruption; and one that
 //! keeps them, as the control. Test kernel set: built for tests and the GPU bundle only.
-use super::{RemoteCopy, SymmetricHandle, ONESIDED_THREADS, USER_SEM_BASE};
+use super::{RemoteCopy, SymmetricHandle, Team, ONESIDED_THREADS, USER_SEM_BASE};
 use crate::{arch, DevPtr};
 
 /// What `rsccl_onesided_fault` does.
@@ -16,6 +16,10 @@ pub enum Fault {
     TwoWriters = 2,
     /// Every rank copies `bytes` to the next and waits for both ends: no error.
     Correct = 3,
+    /// Ranks 0 and 2 pass a team barrier (stride 2) twice, rank 1 sits out: no error.
+    TeamBarrier = 4,
+    /// Rank 0 waits at the team barrier of ranks 0 and 2, which rank 2 never reaches.
+    TeamBarrierAlone = 5,
 }
 
 /// Arguments of `rsccl_onesided_fault`.
@@ -39,6 +43,8 @@ crate::pod::unsafe_impl_pod!(FaultArgs { h, src, bytes, fault, pad });
 /// Send and receive semaphores of the copies.
 const SEND: u64 = USER_SEM_BASE;
 const RECV: u64 = USER_SEM_BASE + 1;
+/// Semaphore of the team barriers.
+const TEAM: u64 = USER_SEM_BASE + 2;
 
 /// `rsccl_onesided_fault` (one block).
 #[inline(always)]
@@ -73,6 +79,17 @@ pub fn fault_kernel(a: &FaultArgs) {
             c.start(h);
             if c.wait_send(h) {
                 copy(r).from((r + n - 1) % n).wait_recv(h);
+            }
+        }
+        4 => {
+            let team = Team { first: 0, stride: 2, size: 2 };
+            if r % 2 == 0 && h.barrier_team_block(TEAM, team) {
+                h.barrier_team_block(TEAM, team);
+            }
+        }
+        5 => {
+            if r == 0 {
+                h.barrier_team_block(TEAM, Team { first: 0, stride: 2, size: 2 });
             }
         }
         _ => arch::trap(),

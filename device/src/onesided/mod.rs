@@ -89,6 +89,40 @@ pub struct SymmetricHandle {
 // SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
 crate::pod::unsafe_impl_pod!(SymmetricHandle { peers, bytes, rank, nranks, timeout_ns, status });
 
+/// Ranks `first, first + stride, …` (`size` of them): a team for
+/// [`SymmetricHandle::barrier_team_block`].
+///
+/// ```
+/// use rsccl_device::onesided::Team;
+/// let odd = Team { first: 1, stride: 2, size: 4 };
+/// assert_eq!(odd.index_of(5), Some(2));
+/// assert_eq!(odd.index_of(4), None);
+/// assert_eq!(odd.last(), Some(7));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Team {
+    /// The first rank.
+    pub first: u32,
+    /// Distance between ranks (at least 1).
+    pub stride: u32,
+    /// Ranks in the team (at least 1).
+    pub size: u32,
+}
+
+impl Team {
+    /// `rank`'s index in the team.
+    #[inline(always)]
+    pub fn index_of(&self, rank: u32) -> Option<u32> {
+        let d = rank.checked_sub(self.first)?;
+        (self.stride > 0 && d % self.stride == 0 && d / self.stride < self.size).then_some(d / self.stride)
+    }
+    /// The team's last rank (None when empty or overflowing).
+    #[inline(always)]
+    pub fn last(&self) -> Option<u32> {
+        self.size.checked_sub(1)?.checked_mul(self.stride)?.checked_add(self.first)
+    }
+}
+
 /// How a signal changes a semaphore.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SignalOp {
@@ -169,7 +203,9 @@ impl SymmetricHandle {
     #[inline(always)]
     pub fn put_block(&self, peer: u32, dst_off: u64, src: DevPtr, bytes: u64) {
         self.check_range(dst_off, bytes);
-        self.note_put(peer, dst_off, bytes);
+        if arch::thread_idx().x == 0 {
+            self.note_put(peer, dst_off, bytes);
+        }
         copy_block(src, self.peer_ptr(peer, dst_off), bytes);
     }
 
@@ -302,12 +338,23 @@ impl SymmetricHandle {
     /// thread returns false when the wait timed out.
     #[inline(always)]
     pub fn barrier_block(&self, slot: u64) -> bool {
+        self.barrier_team_block(slot, Team { first: 0, stride: 1, size: self.nranks })
+    }
+
+    /// Block-scoped barrier over the ranks of `team` (NVSHMEM's team barrier; this rank must
+    /// be one of them) on semaphore `slot`. Every thread returns false when the wait timed
+    /// out; a rank outside the team traps.
+    #[inline(always)]
+    pub fn barrier_team_block(&self, slot: u64, team: Team) -> bool {
+        if team.index_of(self.rank).is_none() || team.last().is_none_or(|l| l >= self.nranks) {
+            arch::trap();
+        }
         let mut ok = true;
         if arch::thread_idx().x == 0 {
-            for peer in 0..self.nranks {
-                self.signal(peer, slot, 1, SignalOp::Add);
+            for i in 0..team.size {
+                self.signal(team.first + i * team.stride, slot, 1, SignalOp::Add);
             }
-            ok = self.wait_take(slot, self.nranks as u64, u32::MAX);
+            ok = self.wait_take(slot, team.size as u64, u32::MAX);
         }
         !arch::bar_red_or(0, arch::block_dim().x, !ok)
     }
