@@ -20,6 +20,9 @@ pub enum Fault {
     TeamBarrier = 4,
     /// Rank 0 waits at the team barrier of ranks 0 and 2, which rank 2 never reaches.
     TeamBarrierAlone = 5,
+    /// Every warp puts its share of `bytes` to the next rank (warp-scoped puts), then thread 0
+    /// signals once: no error.
+    WarpPuts = 6,
 }
 
 /// Arguments of `rsccl_onesided_fault`.
@@ -91,6 +94,19 @@ pub fn fault_kernel(a: &FaultArgs) {
             if r == 0 {
                 h.barrier_team_block(TEAM, Team { first: 0, stride: 2, size: 2 });
             }
+        }
+        6 => {
+            let (w, nw) = (arch::thread_idx().x / arch::WARP_SIZE, arch::block_dim().x / arch::WARP_SIZE);
+            let per = a.bytes.div_ceil(nw as u64);
+            let (lo, hi) = ((w as u64 * per).min(a.bytes), ((w as u64 + 1) * per).min(a.bytes));
+            let to = (r + 1) % n;
+            h.put_warp(to, lo, a.src.offset(lo), hi - lo);
+            arch::sync_threads();
+            if arch::thread_idx().x == 0 {
+                h.signal(to, RECV, a.bytes, super::SignalOp::Add);
+                h.wait_take(RECV, a.bytes, (r + n - 1) % n);
+            }
+            arch::sync_threads();
         }
         _ => arch::trap(),
     }

@@ -218,6 +218,25 @@ impl SymmetricHandle {
         copy_thread(src, self.peer_ptr(peer, dst_off), bytes);
     }
 
+    /// Warp-scoped put: the 32 threads of the calling warp copy `bytes` from `src` to
+    /// `peer`'s window at `dst_off` (every lane calls it with the same arguments).
+    #[inline(always)]
+    pub fn put_warp(&self, peer: u32, dst_off: u64, src: DevPtr, bytes: u64) {
+        self.check_range(dst_off, bytes);
+        if arch::lane_id() == 0 {
+            self.note_put(peer, dst_off, bytes);
+        }
+        copy_lanes(src, self.peer_ptr(peer, dst_off), bytes, arch::lane_id(), arch::WARP_SIZE);
+    }
+
+    /// Warp-scoped get: the calling warp copies `bytes` of `peer`'s window at `src_off` to
+    /// local `dst`.
+    #[inline(always)]
+    pub fn get_warp(&self, peer: u32, src_off: u64, dst: DevPtr, bytes: u64) {
+        self.check_range(src_off, bytes);
+        copy_lanes(self.peer_ptr(peer, src_off), dst, bytes, arch::lane_id(), arch::WARP_SIZE);
+    }
+
     /// Block-scoped get: copies `bytes` of `peer`'s window at `src_off` to local `dst`.
     #[inline(always)]
     pub fn get_block(&self, peer: u32, src_off: u64, dst: DevPtr, bytes: u64) {
@@ -381,16 +400,17 @@ impl SymmetricHandle {
 /// Copies `bytes` from `src` to `dst` with every thread of the block.
 #[inline(always)]
 fn copy_block(src: DevPtr, dst: DevPtr, bytes: u64) {
+    copy_lanes(src, dst, bytes, arch::thread_idx().x, arch::block_dim().x);
+}
+
+/// Copies `bytes` from `src` to `dst` with `nthreads` threads (a multiple of 32, all calling
+/// it), this one being `thread` of them.
+#[inline(always)]
+fn copy_lanes(src: DevPtr, dst: DevPtr, bytes: u64, thread: u32, nthreads: u32) {
     let (s, d) = ([src], [dst]);
     let rc =
         ReduceCopy { srcs: &s, dsts: &d, multimem_srcs: 0, multimem_dsts: 0, pre_op_srcs: 0, post_op: false };
-    reduce_copy::<u8, 4, 1, 1>(
-        arch::thread_idx().x,
-        arch::block_dim().x,
-        &Reducer::<u8>::new(RedOp::Sum, 0),
-        &rc,
-        bytes,
-    );
+    reduce_copy::<u8, 4, 1, 1>(thread, nthreads, &Reducer::<u8>::new(RedOp::Sum, 0), &rc, bytes);
 }
 
 /// Copies `bytes` from `src` to `dst` with this thread alone (bytes; a thread-scoped put is
