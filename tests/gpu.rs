@@ -124,6 +124,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
             Ok(())
         }),
     ));
+    v.push(("cudarc_slices_on_cudarc_streams", Box::new(|_| cudarc_interop())));
     v.push((
         "tree_all_reduce_matches_the_reference",
         Box::new(|gpu| {
@@ -329,6 +330,95 @@ fn nvls_all_reduce(_: &dyn Backend) -> CheckResult {
     for b in &bufs {
         if be.download::<f32>(b, count).map_err(|e| e.to_string())?.iter().any(|&x| x != 10.0) {
             return Err("NVLS all-reduce result differs".into());
+        }
+    }
+    Ok(())
+}
+
+/// Three ranks on this GPU, each with a cudarc stream and `CudaSlice`s: all-reduce (in place
+/// and not), all-gather and reduce-scatter enqueued on the cudarc streams, with cudarc work on
+/// the same streams before (the inputs' uploads) and after (the downloads) ordered around them.
+fn cudarc_interop() -> CheckResult {
+    use rsccl::comm::{Comm, CommConfig};
+    use rsccl::cudarc::driver::CudaContext;
+    let e = |e: rsccl::Error| e.to_string();
+    let d = |e: rsccl::cudarc::driver::DriverError| format!("{e:?}");
+    let ctx = CudaContext::new(0).map_err(d)?;
+    let be = backend::gpu_on(ctx.clone()).map_err(e)?;
+    let n = 3;
+    let comms = Comm::init_all(&be, n, CommConfig::default()).map_err(e)?;
+    let count = 100_003;
+    let x = |r: usize, i: usize| ((i * 7 + r * 13) % 1000) as f32;
+    let streams: Vec<_> = (0..n).map(|_| ctx.new_stream()).collect::<Result<_, _>>().map_err(d)?;
+    let mut sends = Vec::new();
+    let mut recvs = Vec::new();
+    let mut gathered = Vec::new();
+    let mut scattered = Vec::new();
+    for (r, s) in streams.iter().enumerate() {
+        sends.push(s.clone_htod(&(0..count).map(|i| x(r, i)).collect::<Vec<f32>>()).map_err(d)?);
+        recvs.push(s.alloc_zeros::<f32>(count).map_err(d)?);
+        gathered.push(s.alloc_zeros::<f32>(n * count).map_err(d)?);
+        scattered.push(s.alloc_zeros::<f32>(count / n).map_err(d)?);
+    }
+    let sum = |i: usize| (0..n).map(|r| x(r, i)).sum::<f32>();
+    let works: Vec<_> = comms
+        .iter()
+        .zip(&streams)
+        .zip(sends.iter().zip(recvs.iter_mut()))
+        .map(|((c, s), (send, recv))| c.all_reduce_on(s, send, recv, ReduceOp::Sum))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    for w in works {
+        w.wait().map_err(e)?;
+    }
+    let works: Vec<_> = comms
+        .iter()
+        .zip(&streams)
+        .zip(sends.iter().zip(gathered.iter_mut()))
+        .map(|((c, s), (send, out))| c.all_gather_on(s, send, out))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    for w in works {
+        w.wait().map_err(e)?;
+    }
+    let works: Vec<_> = comms
+        .iter()
+        .zip(&streams)
+        .zip(sends.iter().zip(scattered.iter_mut()))
+        .map(|((c, s), (send, out))| c.reduce_scatter_on(s, send, out, ReduceOp::Sum))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    for w in works {
+        w.wait().map_err(e)?;
+    }
+    let works: Vec<_> = comms
+        .iter()
+        .zip(&streams)
+        .zip(sends.iter_mut())
+        .map(|((c, s), buf)| c.all_reduce_in_place_on(s, buf, ReduceOp::Sum))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    for w in works {
+        w.wait().map_err(e)?;
+    }
+    for (r, s) in streams.iter().enumerate() {
+        // Downloads on the caller's stream, after the collectives.
+        let got = s.clone_dtoh(&recvs[r]).map_err(d)?;
+        if (0..count).any(|i| got[i] != sum(i)) {
+            return Err(format!("rank {r}: all_reduce_on differs"));
+        }
+        let got = s.clone_dtoh(&sends[r]).map_err(d)?;
+        if (0..count).any(|i| got[i] != sum(i)) {
+            return Err(format!("rank {r}: all_reduce_in_place_on differs"));
+        }
+        let got = s.clone_dtoh(&gathered[r]).map_err(d)?;
+        if (0..n * count).any(|i| got[i] != x(i / count, i % count)) {
+            return Err(format!("rank {r}: all_gather_on differs"));
+        }
+        let per = count / n;
+        let got = s.clone_dtoh(&scattered[r]).map_err(d)?;
+        if (0..per).any(|i| got[i] != sum(r * per + i)) {
+            return Err(format!("rank {r}: reduce_scatter_on differs"));
         }
     }
     Ok(())

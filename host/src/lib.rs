@@ -35,6 +35,8 @@ pub mod transport;
 pub use backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig, Preference};
 pub use bootstrap::UniqueId;
 pub use comm::{Algorithm, BufRef, Comm, CommConfig, GroupConfig, LocalGroup, ReduceOp, Work};
+/// The cudarc this crate is built with (its `CudaSlice`/`CudaStream` go into `Comm::*_on`).
+pub use cudarc;
 pub use error::{Error, Result};
 pub use rsccl_device::dtype::DataType;
 pub use rsccl_device::DevPtr;

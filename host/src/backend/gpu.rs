@@ -152,6 +152,11 @@ impl GpuBackend {
         }
         let ctx = CudaContext::new(ordinal)
             .map_err(|e| Error::NoGpu(format!("no CUDA device {ordinal}: {e:?}")))?;
+        Self::from_context(ctx)
+    }
+
+    /// The backend on an existing cudarc context (its device; modules load into it).
+    pub fn from_context(ctx: Arc<CudaContext>) -> Result<Self> {
         let attr = |a| ctx.attribute(a).map_err(driver("cuDeviceGetAttribute"));
         use sys::CUdevice_attribute as A;
         let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
@@ -275,6 +280,10 @@ impl Backend for GpuBackend {
 
     fn compute_capability(&self) -> Option<(i32, i32)> {
         Some(self.shared.cc)
+    }
+
+    fn cuda_stream(&self) -> Option<(sys::CUcontext, sys::CUstream)> {
+        Some((self.shared.ctx.cu_ctx(), self.raw_stream()))
     }
 
     fn pci_bus_id(&self) -> Option<String> {

@@ -258,6 +258,11 @@ pub trait Backend: Send + Sync {
         let _ = handle;
         Err(Error::InvalidConfig(format!("{}: cannot map another process's memory", self.describe())))
     }
+    /// The CUDA context and stream this handle launches on (the GPU backend), so work on a
+    /// cudarc `CudaStream` can be ordered with it; None on the CPU emulator.
+    fn cuda_stream(&self) -> Option<(cudarc::driver::sys::CUcontext, cudarc::driver::sys::CUstream)> {
+        None
+    }
     /// Every process that needs the memory of `handle` (from this backend's
     /// [`Backend::alloc_exported`]) has opened it: it needs no name any longer (the CPU
     /// emulator removes its segment's name from `/dev/shm`, so nothing is left behind whatever
@@ -412,6 +417,12 @@ pub fn cpu() -> Arc<dyn Backend> {
 /// The GPU backend on device 0, or why there is none.
 pub fn gpu() -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(GpuBackend::new(0)?))
+}
+
+/// The GPU backend on a cudarc context (a cudarc user's device): memory and streams of that
+/// context work with communicators on it ([`crate::comm::CudaElem`]).
+pub fn gpu_on(ctx: Arc<cudarc::driver::CudaContext>) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(GpuBackend::from_context(ctx)?))
 }
 
 /// Picks a backend at run time: `pref` (see [`Preference::from_env`]), defaulting to the GPU

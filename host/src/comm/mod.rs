@@ -4,6 +4,7 @@
 //! is tested without a GPU cluster.
 mod collectives;
 mod communicator;
+mod cudarc_interop;
 mod hang;
 mod local;
 pub mod nvls;
@@ -13,6 +14,7 @@ mod work;
 
 pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};
 pub use communicator::{Comm, CommConfig, Window, MAX_CHANNELS};
+pub use cudarc_interop::CudaElem;
 pub use local::{Fault, GroupConfig, LocalGroup, RankFailure, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT};
 pub use nvls::NvlsPolicy;
 pub use onesided::{SymmetricMemory, MAX_SYMMETRIC_BYTES};

@@ -1,0 +1,191 @@
+//! cudarc interop: the five collectives on a cudarc `CudaStream` with `CudaSlice<T>` buffers,
+//! in NCCL's shape — the call enqueues and returns; work the caller puts on the stream later
+//! runs after the collective, and the collective after the work already there.
+//!
+//! A communicator runs its kernels on a stream of its own; a call here makes that stream wait
+//! for an event recorded on the caller's stream, enqueues the collective, and makes the
+//! caller's stream wait for an event recorded after it. The slices are reached through cudarc's
+//! `DevicePtr`/`DevicePtrMut`, whose guards record the use on the caller's stream (after that
+//! wait), so cudarc orders later uses and the slices' frees after the collective.
+use super::communicator::Comm;
+use super::work::Work;
+use super::{BufRef, ReduceOp};
+use crate::backend::DeviceBuffer;
+use crate::error::{Error, Result};
+use cudarc::driver::{result, sys, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use rsccl_device::coll::Collective;
+use rsccl_device::dtype::DataType;
+use rsccl_device::DevPtr;
+
+/// An element type a collective takes in a cudarc `CudaSlice<T>`.
+///
+/// ```
+/// use rsccl::comm::CudaElem;
+/// use rsccl::DataType;
+/// assert_eq!(<f32 as CudaElem>::DTYPE, DataType::F32);
+/// assert_eq!(<u8 as CudaElem>::DTYPE, DataType::U8);
+/// ```
+pub trait CudaElem: cudarc::driver::DeviceRepr {
+    /// Its rsccl type.
+    const DTYPE: DataType;
+}
+
+macro_rules! cuda_elems {
+    ($($t:ty => $d:ident),*) => {
+        $(impl CudaElem for $t {
+            const DTYPE: DataType = DataType::$d;
+        })*
+    };
+}
+cuda_elems!(i8 => I8, u8 => U8, i32 => I32, u32 => U32, i64 => I64, u64 => U64, f32 => F32, f64 => F64);
+
+fn driver(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
+    move |e| Error::Driver { call, message: format!("{e:?}") }
+}
+
+/// A view of `bytes` of device memory at `ptr` for one enqueued collective: the memory belongs
+/// to a cudarc slice, which cudarc keeps alive until the caller's stream passed the collective.
+fn view(ptr: sys::CUdeviceptr, bytes: usize) -> DeviceBuffer {
+    DeviceBuffer::new(DevPtr(ptr), bytes, Box::new(()))
+}
+
+impl Comm {
+    /// Every rank's `recv` gets the reduction of all `send`s (`send.len()` elements), on the
+    /// caller's cudarc stream (see the module notes).
+    pub fn all_reduce_on<T: CudaElem>(
+        &self,
+        stream: &CudaStream,
+        send: &CudaSlice<T>,
+        recv: &mut CudaSlice<T>,
+        op: ReduceOp,
+    ) -> Result<Work<'_>> {
+        let n = send.len();
+        self.pair_on(stream, Collective::AllReduce, send, recv, n, op, 0)
+    }
+
+    /// [`Comm::all_reduce_on`] in place: `buf` holds the input and gets the result.
+    pub fn all_reduce_in_place_on<T: CudaElem>(
+        &self,
+        stream: &CudaStream,
+        buf: &mut CudaSlice<T>,
+        op: ReduceOp,
+    ) -> Result<Work<'_>> {
+        let n = buf.len();
+        let bytes = n * std::mem::size_of::<T>();
+        let (p, _guard) = buf.device_ptr_mut(stream);
+        let b = view(p, bytes);
+        self.ordered_on(stream, |c| {
+            c.start(Collective::AllReduce, BufRef::from(&b), BufRef::from(&b), n, T::DTYPE, op, 0, false)
+        })
+    }
+
+    /// Rank r's `recv` gets block r (`recv.len()` elements) of the reduction of all `send`s
+    /// (`nranks × recv.len()` elements each).
+    pub fn reduce_scatter_on<T: CudaElem>(
+        &self,
+        stream: &CudaStream,
+        send: &CudaSlice<T>,
+        recv: &mut CudaSlice<T>,
+        op: ReduceOp,
+    ) -> Result<Work<'_>> {
+        let n = recv.len();
+        self.pair_on(stream, Collective::ReduceScatter, send, recv, n, op, 0)
+    }
+
+    /// Every rank's `recv` (`nranks × send.len()` elements) gets all `send`s in rank order.
+    pub fn all_gather_on<T: CudaElem>(
+        &self,
+        stream: &CudaStream,
+        send: &CudaSlice<T>,
+        recv: &mut CudaSlice<T>,
+    ) -> Result<Work<'_>> {
+        let n = send.len();
+        self.pair_on(stream, Collective::AllGather, send, recv, n, ReduceOp::Sum, 0)
+    }
+
+    /// Every rank's `recv` gets `root`'s `send` (`count` elements of each).
+    pub fn broadcast_on<T: CudaElem>(
+        &self,
+        stream: &CudaStream,
+        send: &CudaSlice<T>,
+        recv: &mut CudaSlice<T>,
+        count: usize,
+        root: usize,
+    ) -> Result<Work<'_>> {
+        self.pair_on(stream, Collective::Broadcast, send, recv, count, ReduceOp::Sum, root)
+    }
+
+    /// `root`'s `recv` gets the reduction of all `send`s (`count` elements of each).
+    pub fn reduce_on<T: CudaElem>(
+        &self,
+        stream: &CudaStream,
+        send: &CudaSlice<T>,
+        recv: &mut CudaSlice<T>,
+        count: usize,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Work<'_>> {
+        self.pair_on(stream, Collective::Reduce, send, recv, count, op, root)
+    }
+
+    /// A collective from `send` into `recv` of `count` elements (the collective's own count:
+    /// [`Comm::start`] checks both slices hold what it reads and writes).
+    #[allow(clippy::too_many_arguments)]
+    fn pair_on<T: CudaElem>(
+        &self,
+        stream: &CudaStream,
+        coll: Collective,
+        send: &CudaSlice<T>,
+        recv: &mut CudaSlice<T>,
+        count: usize,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Work<'_>> {
+        let eb = std::mem::size_of::<T>();
+        let (send_bytes, recv_bytes) = (send.len() * eb, recv.len() * eb);
+        let (sp, _sg) = send.device_ptr(stream);
+        let (rp, _rg) = recv.device_ptr_mut(stream);
+        let (s, r) = (view(sp, send_bytes), view(rp, recv_bytes));
+        self.ordered_on(stream, |c| {
+            c.start(coll, BufRef::from(&s), BufRef::from(&r), count, T::DTYPE, op, root, false)
+        })
+    }
+
+    /// Runs `enqueue` on this communicator's stream between the caller's stream's work before
+    /// and after it.
+    fn ordered_on<'c>(
+        &'c self,
+        stream: &CudaStream,
+        enqueue: impl FnOnce(&'c Comm) -> Result<Work<'c>>,
+    ) -> Result<Work<'c>> {
+        let Some((ctx, mine)) = self.stream().cuda_stream() else {
+            return Err(Error::InvalidConfig(
+                "a cudarc stream with a communicator of the CPU emulator: use DeviceBuffer and BufRef".into(),
+            ));
+        };
+        if stream.context().cu_ctx() != ctx {
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: the cudarc stream belongs to another CUDA context (device {}) than the communicator's",
+                self.rank(),
+                stream.context().ordinal()
+            )));
+        }
+        let before = stream.record_event(None).map_err(driver("cuEventRecord"))?;
+        // SAFETY: both handles belong to this context (checked), the event stays alive until
+        // the end of this function, and the wait is enqueued on the communicator's stream.
+        unsafe {
+            result::stream::wait_event(
+                mine,
+                before.cu_event(),
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        }
+        .map_err(driver("cuStreamWaitEvent"))?;
+        let work = enqueue(self)?;
+        let after = stream.context().new_event(None).map_err(driver("cuEventCreate"))?;
+        // SAFETY: an event and the communicator's stream of this context.
+        unsafe { result::event::record(after.cu_event(), mine) }.map_err(driver("cuEventRecord"))?;
+        stream.wait(&after).map_err(driver("cuStreamWaitEvent"))?;
+        Ok(work)
+    }
+}
