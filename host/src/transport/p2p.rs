@@ -82,7 +82,10 @@ mod tests {
         h.extend_from_slice(&[0; IPC_HANDLE_BYTES]);
         let err = t.connect(layout, &ConnHandle(h)).unwrap_err().to_string();
         assert!(err.contains("is 4096 bytes, this side expects"), "{err}");
-        // The CPU emulator exports nothing: a clear error, not a panic.
-        assert!(t.listen(layout, 1).unwrap_err().to_string().contains("no memory another process can map"));
+        // The CPU emulator exports shared memory, whose handles are not CUDA IPC handles: a
+        // P2P sender refuses them by size.
+        let (_mem, handle) = t.listen(layout, 1).unwrap();
+        let err = t.connect(layout, &handle).unwrap_err().to_string();
+        assert!(err.contains(&format!("a handle of {} bytes", handle.0.len())), "{err}");
     }
 }
