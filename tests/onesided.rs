@@ -291,3 +291,24 @@ fn one_sided_faults_are_reported() {
     let res = run(Fault::Correct);
     assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
 }
+
+proptest::proptest! {
+    /// psum and psum_scatter on 2, 3, 4 or 8 ranks, any type and op, any count (0 included),
+    /// windows that force pieces, in place or not, against the reference in the kernels' order.
+    #[test]
+    fn psum_and_psum_scatter_match_the_reference(
+        n in proptest::sample::select(vec![2usize, 3, 4, 8]),
+        dtype in proptest::sample::select(DataType::ALL.to_vec()),
+        k in 0usize..6,
+        count in proptest::prop_oneof![3 => 0usize..700, 1 => 700usize..20_000],
+        window in proptest::sample::select(vec![4096usize, 8 * 1024 + 8, 1 << 16]),
+        in_place: bool,
+        exact: bool,
+        seed: u64,
+    ) {
+        let be = backend::cpu();
+        let c = Case { n, dtype, op: op_for(dtype, k), count, window, in_place, exact, seed };
+        run(&be, &c, false).map_err(proptest::test_runner::TestCaseError::fail)?;
+        run(&be, &c, true).map_err(proptest::test_runner::TestCaseError::fail)?;
+    }
+}
