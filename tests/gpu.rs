@@ -335,6 +335,14 @@ fn nvls_all_reduce(_: &dyn Backend) -> CheckResult {
     Ok(())
 }
 
+/// Waits for every one of `works`.
+fn wait_all(works: rsccl::Result<Vec<rsccl::Work<'_>>>) -> CheckResult {
+    for w in works.map_err(|e| e.to_string())? {
+        w.wait().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// Three ranks on this GPU, each with a cudarc stream and `CudaSlice`s: all-reduce (in place
 /// and not), all-gather and reduce-scatter enqueued on the cudarc streams, with cudarc work on
 /// the same streams before (the inputs' uploads) and after (the downloads) ordered around them.
@@ -361,46 +369,38 @@ fn cudarc_interop() -> CheckResult {
         scattered.push(s.alloc_zeros::<f32>(count / n).map_err(d)?);
     }
     let sum = |i: usize| (0..n).map(|r| x(r, i)).sum::<f32>();
-    let works: Vec<_> = comms
-        .iter()
-        .zip(&streams)
-        .zip(sends.iter().zip(recvs.iter_mut()))
-        .map(|((c, s), (send, recv))| c.all_reduce_on(s, send, recv, ReduceOp::Sum))
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
-    for w in works {
-        w.wait().map_err(e)?;
-    }
-    let works: Vec<_> = comms
-        .iter()
-        .zip(&streams)
-        .zip(sends.iter().zip(gathered.iter_mut()))
-        .map(|((c, s), (send, out))| c.all_gather_on(s, send, out))
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
-    for w in works {
-        w.wait().map_err(e)?;
-    }
-    let works: Vec<_> = comms
-        .iter()
-        .zip(&streams)
-        .zip(sends.iter().zip(scattered.iter_mut()))
-        .map(|((c, s), (send, out))| c.reduce_scatter_on(s, send, out, ReduceOp::Sum))
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
-    for w in works {
-        w.wait().map_err(e)?;
-    }
-    let works: Vec<_> = comms
-        .iter()
-        .zip(&streams)
-        .zip(sends.iter_mut())
-        .map(|((c, s), buf)| c.all_reduce_in_place_on(s, buf, ReduceOp::Sum))
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
-    for w in works {
-        w.wait().map_err(e)?;
-    }
+    wait_all(
+        comms
+            .iter()
+            .zip(&streams)
+            .zip(sends.iter().zip(recvs.iter_mut()))
+            .map(|((c, s), (send, recv))| c.all_reduce_on(s, send, recv, ReduceOp::Sum))
+            .collect(),
+    )?;
+    wait_all(
+        comms
+            .iter()
+            .zip(&streams)
+            .zip(sends.iter().zip(gathered.iter_mut()))
+            .map(|((c, s), (send, out))| c.all_gather_on(s, send, out))
+            .collect(),
+    )?;
+    wait_all(
+        comms
+            .iter()
+            .zip(&streams)
+            .zip(sends.iter().zip(scattered.iter_mut()))
+            .map(|((c, s), (send, out))| c.reduce_scatter_on(s, send, out, ReduceOp::Sum))
+            .collect(),
+    )?;
+    wait_all(
+        comms
+            .iter()
+            .zip(&streams)
+            .zip(sends.iter_mut())
+            .map(|((c, s), buf)| c.all_reduce_in_place_on(s, buf, ReduceOp::Sum))
+            .collect(),
+    )?;
     for (r, s) in streams.iter().enumerate() {
         // Downloads on the caller's stream, after the collectives.
         let got = s.clone_dtoh(&recvs[r]).map_err(d)?;

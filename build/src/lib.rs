@@ -42,8 +42,8 @@ pub mod compile;
 mod error;
 pub mod index;
 pub mod split;
-#[cfg(test)]
-mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod toolchain;
 
 pub use builder::{Builder, Built, Kernel, INDEX_FILE, SCRIPT_OUT_SUBDIR};

@@ -78,3 +78,20 @@ pub fn lean_entry(name: &str) -> String {
 pub fn marker(name: &str, threads: u32) -> String {
     format!("// rsccl.kernel {name} maxntid={threads}\n\n")
 }
+
+/// Every file below `dir`, as paths relative to it, sorted.
+pub fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if let Ok(rel) = e.path().strip_prefix(dir) {
+                found.push(rel.display().to_string());
+            }
+        }
+    }
+    found.sort();
+    found
+}

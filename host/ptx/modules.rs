@@ -380,7 +380,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_onesided_reduce_bf16",
         max_threads: 256,
-        registers: 140,
+        registers: 138,
         stack_bytes: 16,
         ptx: include_str!("sm_90/rsccl_onesided_reduce_bf16.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_onesided_reduce_bf16.cubin")),
@@ -404,7 +404,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_onesided_reduce_f16",
         max_threads: 256,
-        registers: 140,
+        registers: 138,
         stack_bytes: 16,
         ptx: include_str!("sm_90/rsccl_onesided_reduce_f16.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_onesided_reduce_f16.cubin")),
@@ -412,7 +412,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_onesided_reduce_f32",
         max_threads: 256,
-        registers: 136,
+        registers: 134,
         stack_bytes: 16,
         ptx: include_str!("sm_90/rsccl_onesided_reduce_f32.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_onesided_reduce_f32.cubin")),
@@ -428,7 +428,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_onesided_reduce_i32",
         max_threads: 256,
-        registers: 144,
+        registers: 142,
         stack_bytes: 16,
         ptx: include_str!("sm_90/rsccl_onesided_reduce_i32.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_onesided_reduce_i32.cubin")),
@@ -436,7 +436,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_onesided_reduce_i64",
         max_threads: 256,
-        registers: 160,
+        registers: 158,
         stack_bytes: 16,
         ptx: include_str!("sm_90/rsccl_onesided_reduce_i64.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_onesided_reduce_i64.cubin")),
@@ -452,7 +452,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_onesided_reduce_u32",
         max_threads: 256,
-        registers: 144,
+        registers: 142,
         stack_bytes: 16,
         ptx: include_str!("sm_90/rsccl_onesided_reduce_u32.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_onesided_reduce_u32.cubin")),
@@ -460,7 +460,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_onesided_reduce_u64",
         max_threads: 256,
-        registers: 148,
+        registers: 146,
         stack_bytes: 16,
         ptx: include_str!("sm_90/rsccl_onesided_reduce_u64.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_onesided_reduce_u64.cubin")),
@@ -967,7 +967,7 @@ pub static SM_80: &[Module] = &[
     Module {
         entry: "rsccl_onesided_reduce_f32",
         max_threads: 256,
-        registers: 132,
+        registers: 130,
         stack_bytes: 16,
         ptx: include_str!("sm_80/rsccl_onesided_reduce_f32.ptx"),
         cubin: Some(include_bytes!("sm_80/rsccl_onesided_reduce_f32.cubin")),
@@ -991,7 +991,7 @@ pub static SM_80: &[Module] = &[
     Module {
         entry: "rsccl_onesided_reduce_i64",
         max_threads: 256,
-        registers: 158,
+        registers: 156,
         stack_bytes: 16,
         ptx: include_str!("sm_80/rsccl_onesided_reduce_i64.ptx"),
         cubin: Some(include_bytes!("sm_80/rsccl_onesided_reduce_i64.cubin")),
@@ -1007,7 +1007,7 @@ pub static SM_80: &[Module] = &[
     Module {
         entry: "rsccl_onesided_reduce_u32",
         max_threads: 256,
-        registers: 140,
+        registers: 138,
         stack_bytes: 16,
         ptx: include_str!("sm_80/rsccl_onesided_reduce_u32.ptx"),
         cubin: Some(include_bytes!("sm_80/rsccl_onesided_reduce_u32.cubin")),
@@ -1015,7 +1015,7 @@ pub static SM_80: &[Module] = &[
     Module {
         entry: "rsccl_onesided_reduce_u64",
         max_threads: 256,
-        registers: 142,
+        registers: 146,
         stack_bytes: 16,
         ptx: include_str!("sm_80/rsccl_onesided_reduce_u64.ptx"),
         cubin: Some(include_bytes!("sm_80/rsccl_onesided_reduce_u64.cubin")),

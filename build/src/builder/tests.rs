@@ -1,7 +1,7 @@
 //! Tests of everything after the compile: splitting hand-written PTX, assembling and auditing it
 //! with the pinned ptxas, the out directory and its index, the table, and the dep-info reader.
 use super::*;
-use crate::testing::{heavy_entry, lean_entry, marker, ptxas, stack_entry, Scratch, HEADER};
+use crate::testing::{files_under, heavy_entry, lean_entry, marker, ptxas, stack_entry, Scratch, HEADER};
 
 /// `finish` for one sm_90 "compile" of `text`, with ptxas.
 fn build_sm90(text: &str, scratch: &Path) -> Result<Built, Error> {
@@ -14,22 +14,6 @@ fn build_sm90(text: &str, scratch: &Path) -> Result<Built, Error> {
         &[(Arch::Sm90, text.to_string())],
         vec![],
     )
-}
-
-fn files_under(dir: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.path().is_dir() {
-                stack.push(e.path());
-            } else if let Ok(rel) = e.path().strip_prefix(dir) {
-                found.push(rel.display().to_string());
-            }
-        }
-    }
-    found.sort();
-    found
 }
 
 #[test]

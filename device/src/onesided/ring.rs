@@ -264,7 +264,23 @@ struct Pipe<'a> {
     writes: u64,
 }
 
-impl Pipe<'_> {
+impl<'a> Pipe<'a> {
+    /// Block `b`'s pipeline of `kind` for launch `a`: puts to `to`, credits to `from`, `pieces`
+    /// passes around the ring of `nranks − 1` puts each.
+    fn new(a: &'a OneSidedReduceArgs, kind: SemKind, b: u64, (to, from): (u32, u32), pieces: u64) -> Self {
+        let base = lib_sem_base(kind, a.launch) + 2 * b;
+        Pipe {
+            h: &a.h,
+            to,
+            from,
+            data: base,
+            cap: base + 1,
+            slots: a.stage_off + 2 * b * a.stage,
+            stage: a.stage,
+            writes: pieces * (a.h.nranks as u64 - 1),
+        }
+    }
+
     /// Window offset of the slot put number `j` uses.
     fn slot(&self, j: u64) -> u64 {
         self.slots + (j % 2) * self.stage
@@ -323,6 +339,15 @@ impl Pipe<'_> {
     }
 }
 
+/// Traps unless the ranks and staging slots of `a` work; returns (nranks, rank).
+#[inline(always)]
+fn check_stage(a: &OneSidedReduceArgs) -> (u64, u32) {
+    if a.h.nranks == 0 || a.stage < MIN_STAGE || !a.stage.is_multiple_of(16) {
+        arch::trap();
+    }
+    (a.h.nranks as u64, a.h.rank)
+}
+
 /// Element size of `T` in bytes.
 #[inline(always)]
 fn esize<T>() -> u64 {
@@ -336,13 +361,7 @@ fn esize<T>() -> u64 {
 /// pre-op on every input and its post-op on the result.
 #[inline(always)]
 pub fn psum_kernel<T: Elem>(a: &OneSidedReduceArgs, op: RedOp) {
-    let arg = a.op_arg;
-    let (b, g) = check_grid();
-    let (n, r) = (a.h.nranks as u64, a.h.rank);
-    if n == 0 || a.stage < MIN_STAGE || !a.stage.is_multiple_of(16) {
-        arch::trap();
-    }
-    let es = esize::<T>();
+    let (arg, es, (b, g), (n, r)) = (a.op_arg, esize::<T>(), check_grid(), check_stage(a));
     let (start, len) = share(a.count, b, g, 16);
     let (src, dst) = (a.src.offset(start * es), a.dst.offset(start * es));
     if n == 1 {
@@ -351,17 +370,7 @@ pub fn psum_kernel<T: Elem>(a: &OneSidedReduceArgs, op: RedOp) {
     }
     let piece = a.stage / es;
     let pieces = len.div_ceil(piece);
-    let base = lib_sem_base(SemKind::Psum, a.launch) + 2 * b;
-    let pipe = Pipe {
-        h: &a.h,
-        to: (r + 1) % n as u32,
-        from: (r + n as u32 - 1) % n as u32,
-        data: base,
-        cap: base + 1,
-        slots: a.stage_off + 2 * b * a.stage,
-        stage: a.stage,
-        writes: pieces * (n - 1),
-    };
+    let pipe = Pipe::new(a, SemKind::Psum, b, ((r + 1) % n as u32, (r + n as u32 - 1) % n as u32), pieces);
     pipe.open();
     for p in 0..pieces {
         let (e0, m) = (p * piece, piece.min(len - p * piece));
@@ -398,13 +407,7 @@ pub fn psum_kernel<T: Elem>(a: &OneSidedReduceArgs, op: RedOp) {
 /// post-op, in `dst`.
 #[inline(always)]
 pub fn psum_scatter_kernel<T: Elem>(a: &OneSidedReduceArgs, op: RedOp) {
-    let arg = a.op_arg;
-    let (b, g) = check_grid();
-    let (n, r) = (a.h.nranks as u64, a.h.rank);
-    if n == 0 || a.stage < MIN_STAGE || !a.stage.is_multiple_of(16) {
-        arch::trap();
-    }
-    let es = esize::<T>();
+    let (arg, es, (b, g), (n, r)) = (a.op_arg, esize::<T>(), check_grid(), check_stage(a));
     // Directions: blocks [0, gr) go right over elements [0, half), the rest left over the rest.
     let gr = g.div_ceil(2);
     let half = a.count / 2;
@@ -432,17 +435,7 @@ pub fn psum_scatter_kernel<T: Elem>(a: &OneSidedReduceArgs, op: RedOp) {
     };
     let piece = a.stage / es;
     let pieces = len.div_ceil(piece);
-    let base = lib_sem_base(SemKind::PsumScatter, a.launch) + 2 * b;
-    let pipe = Pipe {
-        h: &a.h,
-        to,
-        from,
-        data: base,
-        cap: base + 1,
-        slots: a.stage_off + 2 * b * a.stage,
-        stage: a.stage,
-        writes: pieces * (n - 1),
-    };
+    let pipe = Pipe::new(a, SemKind::PsumScatter, b, (to, from), pieces);
     pipe.open();
     for p in 0..pieces {
         let (e0, m) = (p * piece, piece.min(len - p * piece));

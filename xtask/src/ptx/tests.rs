@@ -2,48 +2,7 @@
 //! the embed directory's sync and `--check`, end to end on hand-written PTX with the pinned
 //! ptxas. (Splitting, assembling and the audit are tested in rsccl-build.)
 use super::*;
-
-/// A fresh scratch directory for one test (removed when dropped).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("rsccl-xtask-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// An entry with a 1 KiB local array written and read at runtime indices.
-fn stack_entry(name: &str) -> String {
-    format!(
-        ".visible .entry {name}(\n\t.param .u64 {name}_param_0\n)\n{{\n\t.local .align 8 .b8 buf[1024];\n\t.reg .b64 %rd<7>;\n\t.reg .b32 %r<3>;\n\
-         \tld.param.u64 %rd1, [{name}_param_0];\n\tcvta.to.global.u64 %rd2, %rd1;\n\tmov.u64 %rd4, buf;\n\
-         \tld.global.u32 %r1, [%rd2];\n\tand.b32 %r1, %r1, 127;\n\tmul.wide.u32 %rd3, %r1, 8;\n\tadd.u64 %rd5, %rd4, %rd3;\n\tst.local.u64 [%rd5], %rd1;\n\
-         \tld.global.u32 %r2, [%rd2+4];\n\tand.b32 %r2, %r2, 127;\n\tmul.wide.u32 %rd3, %r2, 8;\n\tadd.u64 %rd5, %rd4, %rd3;\n\tld.local.u64 %rd6, [%rd5];\n\
-         \tst.global.u64 [%rd2+8], %rd6;\n\tret;\n}}\n"
-    )
-}
-
-/// A small entry well within every limit.
-fn lean_entry(name: &str) -> String {
-    format!(
-        ".visible .entry {name}(\n\t.param .u64 {name}_param_0\n)\n{{\n\t.reg .b64 %rd<3>;\n\t.reg .b32 %r<2>;\n\
-         \tld.param.u64 %rd1, [{name}_param_0];\n\tcvta.to.global.u64 %rd2, %rd1;\n\tmov.u32 %r1, %tid.x;\n\tst.global.u32 [%rd2], %r1;\n\tret;\n}}\n"
-    )
-}
-
-/// The marker `kernel_table!` emits for an entry and its block size.
-fn marker(name: &str, threads: u32) -> String {
-    format!("// rsccl.kernel {name} maxntid={threads}\n\n")
-}
+use rsccl_build::testing::{files_under, lean_entry, marker, stack_entry, Scratch};
 
 fn fake_module(set: KernelSet, arch: Arch, entry: &str, registers: u32) -> BuiltModule {
     let report = Report { registers, cumulative_stack: Some(16), ..Default::default() };
@@ -193,22 +152,6 @@ fn fake_compile(arch: Arch, set: KernelSet) -> Result<String, String> {
         (Arch::Sm80, KernelSet::Library) => header + &marker("rsccl_a", 256) + &lean_entry("rsccl_a"),
         (Arch::Sm80, KernelSet::Test) => header,
     })
-}
-
-fn files_under(dir: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.path().is_dir() {
-                stack.push(e.path());
-            } else if let Ok(rel) = e.path().strip_prefix(dir) {
-                found.push(rel.display().to_string());
-            }
-        }
-    }
-    found.sort();
-    found
 }
 
 #[test]
