@@ -10,6 +10,7 @@
 //! - [`verify`]: structural checks and a reference executor (symbolic and numeric).
 //! - [`algorithms`]: the algorithm library; [`cli`]: `rsccl msccl ...`.
 //! - [`limits`]: what the compiler accepts (the runtime's limits and its own budget).
+//! - [`registry`]: the verified programs a communicator may run (`RSCCL_MSCCL_XML`), chosen per call.
 // Errors carry their full location (file, line, gpu, tb, step) so they print one actionable
 // line; they sit on cold paths, so their size does not matter and boxing them would only make
 // matching on them in tests clumsier.
@@ -24,6 +25,7 @@ pub mod fuse;
 pub mod instr_dag;
 pub mod ir;
 pub mod limits;
+pub mod registry;
 pub mod schedule;
 pub mod verify;
 
