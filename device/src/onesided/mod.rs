@@ -58,8 +58,10 @@ pub enum SemKind {
 ///
 /// ```
 /// use rsccl_device::onesided::{lib_sem_base, SemKind, KIND_SLOTS, USER_SEM_BASE};
-/// assert_eq!(lib_sem_base(SemKind::Permute, 1), 0);
-/// assert_eq!(lib_sem_base(SemKind::Permute, 2), KIND_SLOTS);
+/// // Launches 1, 3, … of a kind use one set, 2, 4, … the other.
+/// assert_eq!(lib_sem_base(SemKind::Permute, 2), 0);
+/// assert_eq!(lib_sem_base(SemKind::Permute, 1), KIND_SLOTS);
+/// assert_eq!(lib_sem_base(SemKind::Permute, 3), KIND_SLOTS);
 /// assert!(lib_sem_base(SemKind::PsumScatter, 1) + KIND_SLOTS <= USER_SEM_BASE);
 /// ```
 pub const fn lib_sem_base(kind: SemKind, launch: u64) -> u64 {
