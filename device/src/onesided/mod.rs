@@ -165,9 +165,22 @@ impl Cmp {
     }
 }
 
-/// Status word code of a race the emulator saw: `peer` packs the other writer (low 12 bits)
-/// and the window's owner (next 12), `value` the window offset.
-pub const RACE_CODE: ErrorCode = ErrorCode::Race;
+/// The status word's peer field of a race ([`ErrorCode::Race`]; its value is the window
+/// offset): the other writer in the low 12 bits, the window's owner in the next 12.
+///
+/// ```
+/// use rsccl_device::onesided::{race_parties, race_peer_field};
+/// assert_eq!(race_parties(race_peer_field(5, 3)), (5, 3));
+/// ```
+#[inline(always)]
+pub const fn race_peer_field(other: u32, owner: u32) -> u64 {
+    (other as u64 & 0xFFF) | ((owner as u64 & 0xFFF) << 12)
+}
+
+/// (other writer, owner) from a race's peer field ([`race_peer_field`]).
+pub const fn race_parties(peer: u64) -> (u64, u64) {
+    (peer & 0xFFF, (peer >> 12) & 0xFFF)
+}
 
 impl SymmetricHandle {
     /// Rank `peer`'s window at byte `offset` (traps outside the window: a kernel cannot reach
@@ -394,7 +407,7 @@ impl SymmetricHandle {
     #[inline(always)]
     fn note_put(&self, peer: u32, off: u64, bytes: u64) {
         if let Some(other) = race::put(self.peer_ptr(peer, 0).0, off, bytes, self.rank) {
-            self.report(ErrorCode::Race, (other as u64 & 0xFFF) | ((peer as u64 & 0xFFF) << 12), off);
+            self.report(ErrorCode::Race, race_peer_field(other, peer), off);
         }
     }
 }

@@ -411,7 +411,7 @@ pub fn psum_scatter_kernel<T: Elem>(a: &OneSidedReduceArgs, op: RedOp) {
     // Directions: blocks [0, gr) go right over elements [0, half), the rest left over the rest.
     let gr = g.div_ceil(2);
     let half = a.count / 2;
-    let rightward = b < gr || g == 1;
+    let rightward = b < gr;
     let (lo, hi, part, parts) = match (g, rightward) {
         (1, _) => (0, a.count, 0, 1),
         (_, true) => (0, half, b, gr),

@@ -20,8 +20,8 @@ use rsccl_device::onesided::ring::{
     reduce_kernel_name, OneSidedReduceArgs, PermuteArgs, ReduceKind, RingGatherArgs, MIN_STAGE,
 };
 use rsccl_device::onesided::{
-    lib_sem_base, race, SemKind, SymmetricHandle, KIND_SLOTS, MAX_GRID, ONESIDED_THREADS, SEM_SLOTS,
-    USER_SEM_BASE,
+    lib_sem_base, race, race_parties, SemKind, SymmetricHandle, KIND_SLOTS, MAX_GRID, ONESIDED_THREADS,
+    SEM_SLOTS, USER_SEM_BASE,
 };
 use rsccl_device::prims::conn::decode_status;
 use rsccl_device::prims::ErrorCode;
@@ -148,7 +148,8 @@ impl Comm {
             for (q, p) in peers.iter().enumerate().filter(|(_, p)| p.pid != me.pid) {
                 let (ptr, guard) = stream.open_exported(&handles[q]).map_err(|e| {
                     Error::InvalidConfig(format!(
-                        "symmetric memory: rank {} cannot map rank {q}'s window: {e}",
+                        "symmetric memory: rank {} cannot map rank {}'s window: {e}",
+                        self.rank(),
                         p.rank
                     ))
                 })?;
@@ -231,14 +232,14 @@ impl Comm {
         // other ranks' windows only inside their `bytes` (the handle's bounds, equal on every
         // rank).
         unsafe {
-            self.run_onesided(
+            self.run_library(
                 mem,
                 &[src.buf],
                 "rsccl_ppermute",
-                GRID,
                 bytemuck::bytes_of(&args),
-                &format!("ppermute #{launch}"),
-                Sems::Lib(SemKind::Permute, launch),
+                "ppermute",
+                SemKind::Permute,
+                launch,
             )
         }
     }
@@ -275,14 +276,14 @@ impl Comm {
         // SAFETY: the source range and every block's window range were checked above (equal
         // window sizes on every rank).
         unsafe {
-            self.run_onesided(
+            self.run_library(
                 mem,
                 &[src.buf],
                 "rsccl_ring_all_gather_onesided",
-                GRID,
                 bytemuck::bytes_of(&args),
-                &format!("one-sided all-gather #{launch}"),
-                Sems::Lib(SemKind::Gather, launch),
+                "one-sided all-gather",
+                SemKind::Gather,
+                launch,
             )
         }
     }
@@ -377,21 +378,20 @@ impl Comm {
         // SAFETY: check_call checked both buffers' sizes, alignment and overlap for this
         // collective; the staging slots (2 × GRID × stage bytes) fit every window (equal sizes).
         unsafe {
-            self.run_onesided(
+            self.run_library(
                 mem,
                 &[src.buf, dst.buf],
                 &reduce_kernel_name(dtype),
-                GRID,
                 bytemuck::bytes_of(&args),
-                &format!("{name} #{launch}"),
-                Sems::Lib(sem, launch),
+                name,
+                sem,
+                launch,
             )
         }
     }
 
-    /// Launches a user's one-sided kernel `kernel` (one block of `grid` blocks per block
-    /// status word, at most [`MAX_GRID`]) of [`ONESIDED_THREADS`]-or-fewer threads with
-    /// `args`, on this rank, and waits for it; then (every rank having finished, over the
+    /// Launches a user's one-sided kernel `kernel` with `cfg` (at most [`MAX_GRID`] blocks:
+    /// one status word each) and `args` on this rank, and waits for it; then (every rank having finished, over the
     /// bootstrap) reports a wait that timed out, a race the emulator saw, and semaphores from
     /// [`USER_SEM_BASE`] on left non-zero. Every rank calls it.
     ///
@@ -413,47 +413,47 @@ impl Comm {
             )));
         }
         // SAFETY: the caller's promise.
+        unsafe { self.run_onesided(mem, holds, kernel, cfg, bytemuck::bytes_of(args), kernel, Sems::User) }
+    }
+
+    /// Launches the library's one-sided kernel `kernel` (GRID blocks) with `args`, launch
+    /// `launch` of `kind`, and waits for it, reporting what went wrong as `NAME #launch`.
+    ///
+    /// # Safety
+    /// `args` must make the kernel touch only the windows of `mem` and `holds`, within bounds.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_library(
+        &self,
+        mem: &SymmetricMemory,
+        holds: &[&DeviceBuffer],
+        kernel: &str,
+        args: &[u8],
+        name: &str,
+        kind: SemKind,
+        launch: u64,
+    ) -> Result<()> {
+        let cfg = LaunchConfig::linear(GRID, ONESIDED_THREADS);
+        // SAFETY: the caller's promise.
         unsafe {
-            self.run_onesided_cfg(mem, holds, kernel, cfg, bytemuck::bytes_of(args), kernel, Sems::User)
+            self.run_onesided(
+                mem,
+                holds,
+                kernel,
+                cfg,
+                args,
+                &format!("{name} #{launch}"),
+                Sems::Lib(kind, launch),
+            )
         }
     }
 
-    /// Launches one-sided kernel `kernel` on `grid` blocks with `args` and waits for it,
-    /// reporting what went wrong as `what`.
+    /// Launches one-sided kernel `kernel` with `cfg` and `args` and waits for it, reporting
+    /// what went wrong as `what`; checks the semaphores `sems` says.
     ///
     /// # Safety
     /// `args` must make the kernel touch only the windows of `mem` and `holds`, within bounds.
     #[allow(clippy::too_many_arguments)]
     unsafe fn run_onesided(
-        &self,
-        mem: &SymmetricMemory,
-        holds: &[&DeviceBuffer],
-        kernel: &str,
-        grid: u32,
-        args: &[u8],
-        what: &str,
-        sems: Sems,
-    ) -> Result<()> {
-        // SAFETY: the caller's promise.
-        unsafe {
-            self.run_onesided_cfg(
-                mem,
-                holds,
-                kernel,
-                LaunchConfig::linear(grid, ONESIDED_THREADS),
-                args,
-                what,
-                sems,
-            )
-        }
-    }
-
-    /// As [`Comm::run_onesided`], with a launch shape.
-    ///
-    /// # Safety
-    /// As [`Comm::run_onesided`].
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn run_onesided_cfg(
         &self,
         mem: &SymmetricMemory,
         holds: &[&DeviceBuffer],
@@ -503,7 +503,7 @@ impl Comm {
             match code {
                 ErrorCode::None => {}
                 ErrorCode::Race => {
-                    let (other, owner) = (peer & 0xFFF, peer >> 12);
+                    let (other, owner) = race_parties(peer);
                     return Err(Error::InvalidConfig(format!(
                         "rank {rank}: {what}: ranks {other} and {rank} both wrote rank {owner}'s window at \
                          offset {value} with no wait of rank {owner} between (a race)"
