@@ -77,11 +77,7 @@ impl Segment {
     /// Maps the segment `name` of exactly `len` bytes, leaving its name for other processes
     /// that map it too (its creator removes it: [`unlink_name`]).
     pub fn open_shared(name: &str, len: usize) -> Result<Segment> {
-        let valid = name.len() <= MAX_NAME
-            && name.strip_prefix('/').is_some_and(|n| {
-                n.starts_with(SEGMENT_PREFIX) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            });
-        if !valid {
+        if !is_segment_name(name) {
             return Err(Error::InvalidConfig(format!(
                 "shared memory: {name:?} is not an rsccl segment name"
             )));
@@ -209,13 +205,18 @@ impl Transport for Shm {
     }
 }
 
-/// Removes segment `name` from `/dev/shm` (mappings stay); only rsccl's names.
-pub fn unlink_name(name: &str) {
-    let ours = name.len() <= MAX_NAME
+/// Whether `name` is one of rsccl's segment names (`/rsccl-` and ASCII alphanumerics or `-`,
+/// at most [`MAX_NAME`] bytes): the only names this module opens or unlinks.
+fn is_segment_name(name: &str) -> bool {
+    name.len() <= MAX_NAME
         && name.strip_prefix('/').is_some_and(|n| {
             n.starts_with(SEGMENT_PREFIX) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        });
-    if let (true, Ok(c)) = (ours, CString::new(name)) {
+        })
+}
+
+/// Removes segment `name` from `/dev/shm` (mappings stay); only rsccl's names.
+pub fn unlink_name(name: &str) {
+    if let (true, Ok(c)) = (is_segment_name(name), CString::new(name)) {
         // SAFETY: a valid C string; failure (already gone) is harmless.
         unsafe { libc::shm_unlink(c.as_ptr()) };
     }
