@@ -125,6 +125,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
         }),
     ));
     v.push(("cudarc_slices_on_cudarc_streams", Box::new(|_| cudarc_interop())));
+    v.push(("msccl_programs_match_the_collective", Box::new(|_| msccl_programs())));
     v.push((
         "tree_all_reduce_matches_the_reference",
         Box::new(|gpu| {
@@ -285,6 +286,33 @@ fn comm_child() -> Result<(), String> {
 /// NVLS all-reduce on four ranks shaped by the HGX H200 machine, where the backend binds
 /// multicast memory; `SKIPPED: no multicast` where it does not (a check result starting with
 /// `SKIPPED:` counts as skipped).
+/// The MSCCL-IR interpreter on this GPU: the compiler's ring and all-pairs all-reduce, ring
+/// all-gather and two-step all-to-all on 4 ranks of one process, every size checked against the
+/// collective (`rsccl::msccl::runner`), with the time beside the native ring's.
+fn msccl_programs() -> CheckResult {
+    use rsccl::msccl::{algorithms as alg, ir::Protocol, runner};
+    let gpu = backend::gpu().map_err(|e| e.to_string())?;
+    let simple = Protocol::Simple;
+    let programs = [
+        alg::ring_allreduce(4, 1, 1, simple),
+        alg::allpairs_allreduce(4, 1, simple),
+        alg::ring_allgather(4, 1, simple),
+        alg::alltoall_two_step(2, 2, 1, simple),
+    ];
+    for p in programs {
+        let p = p.map_err(|e| e.to_string())?.compile().map_err(|e| e.to_string())?;
+        let opts =
+            runner::RunOptions { min_bytes: 4096, max_bytes: 16 << 20, factor: 16, ..Default::default() };
+        let rows = runner::run_program(&gpu, &p, &opts).map_err(|e| format!("{}: {e}", p.name))?;
+        for r in rows {
+            let ring =
+                r.ring_us.map_or("-".to_string(), |t| format!("{t:.1} us (ratio {:.2})", t / r.msccl_us));
+            println!("  msccl {} {} B: {:.1} us, native ring {ring}", p.name, r.bytes, r.msccl_us);
+        }
+    }
+    Ok(())
+}
+
 fn nvls_all_reduce(_: &dyn Backend) -> CheckResult {
     use rsccl::comm::{Comm, CommConfig};
     let be = backend::gpu().map_err(|e| e.to_string())?;

@@ -34,7 +34,7 @@ pub mod transport;
 
 pub use backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig, Preference};
 pub use bootstrap::UniqueId;
-pub use comm::{Algorithm, BufRef, Comm, CommConfig, GroupConfig, LocalGroup, ReduceOp, Work};
+pub use comm::{Algorithm, BufRef, Comm, CommConfig, GroupConfig, LocalGroup, MscclId, ReduceOp, Work};
 /// The cudarc this crate is built with (its `CudaSlice`/`CudaStream` go into `Comm::*_on`).
 pub use cudarc;
 pub use error::{Error, Result};

@@ -4,6 +4,7 @@
 //! measurable next to the memory traffic). All-gather and broadcast only move bytes: one kernel
 //! each serves every type ([`CollKernel::counts_bytes`]). [`CollKernel`] names them.
 use super::mover::RedMover;
+use super::msccl::{msccl_kernel, MscclArgs, MSCCL_THREADS};
 use super::nvls::{nvls_kernel, NvlsArgs, NVLS_THREADS};
 use super::one_rank::{one_rank_kernel, OneRankArgs};
 use super::ring::{self, RingArgs};
@@ -44,6 +45,10 @@ pub enum CollKernel {
     /// NVLS all-reduce, reduce-scatter or all-gather of one element type (sm_90 only; the
     /// types of NCCL's multimem table).
     Nvls(DataType),
+    /// The MSCCL-IR interpreter reducing elements of one type.
+    Msccl(DataType),
+    /// The MSCCL-IR interpreter for programs that only move data: counts in bytes.
+    MscclBytes,
 }
 
 impl CollKernel {
@@ -57,7 +62,7 @@ impl CollKernel {
 
     /// Whether the kernel counts bytes (the host passes `count × element size`).
     pub const fn counts_bytes(self) -> bool {
-        matches!(self, CollKernel::RingBytes(_))
+        matches!(self, CollKernel::RingBytes(_) | CollKernel::MscclBytes)
     }
 
     /// The block size the kernel is built for and launched with.
@@ -84,6 +89,8 @@ impl CollKernel {
             CollKernel::TreeAllReduce(t) => format!("rsccl_all_reduce_tree_{}", t.name()),
             CollKernel::OneRank(t) => format!("rsccl_one_rank_{}", t.name()),
             CollKernel::Nvls(t) => format!("rsccl_nvls_{}", t.name()),
+            CollKernel::Msccl(t) => format!("rsccl_msccl_{}", t.name()),
+            CollKernel::MscclBytes => "rsccl_msccl_bytes".to_string(),
         }
     }
 }
@@ -245,6 +252,55 @@ crate::kernel_table!(KERNELS_BYTES, lib {
     rsccl_broadcast_ring(RingArgs) [SIMPLE_THREADS] => broadcast_ring;
 });
 
+/// The data mover of an MSCCL launch.
+#[inline(always)]
+fn msccl_mover<T: Elem>(a: &MscclArgs) -> RedMover<T> {
+    let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
+    RedMover::new(op, 0)
+}
+
+/// Declares the MSCCL interpreter of each type: `entry => body` pairs.
+macro_rules! msccl_kernels {
+    ($table:ident { $($entry:ident => $body:ident: $t:ty;)* }) => {
+        crate::kernel_table!($table, lib {
+            $(
+                /// MSCCL-IR interpreter.
+                $entry(MscclArgs) [MSCCL_THREADS] => $body;
+            )*
+        });
+        $(
+            #[inline(always)]
+            fn $body(a: &MscclArgs) {
+                msccl_kernel(a, &msccl_mover::<$t>(a))
+            }
+        )*
+    };
+}
+
+msccl_kernels!(KERNELS_MSCCL {
+    rsccl_msccl_bytes => msccl_bytes: u8;
+    rsccl_msccl_i8 => msccl_i8: i8;
+    rsccl_msccl_u8 => msccl_u8: u8;
+    rsccl_msccl_i32 => msccl_i32: i32;
+    rsccl_msccl_u32 => msccl_u32: u32;
+    rsccl_msccl_i64 => msccl_i64: i64;
+    rsccl_msccl_u64 => msccl_u64: u64;
+    rsccl_msccl_f16 => msccl_f16: crate::redop::F16;
+    rsccl_msccl_f32 => msccl_f32: f32;
+    rsccl_msccl_f64 => msccl_f64: f64;
+    rsccl_msccl_bf16 => msccl_bf16: crate::redop::BF16;
+});
+
+/// FP8 interpreters: sm_90 only, as the other FP8 kernels.
+#[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
+mod msccl_fp8 {
+    use super::*;
+    msccl_kernels!(KERNELS_MSCCL_FP8 {
+        rsccl_msccl_e4m3 => msccl_e4m3: crate::redop::Fp8E4M3;
+        rsccl_msccl_e5m2 => msccl_e5m2: crate::redop::Fp8E5M2;
+    });
+}
+
 /// NVLS kernels: sm_90 only (multimem), for the types of NCCL's multimem table.
 #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
 mod nvls_kernels {
@@ -286,4 +342,6 @@ pub static TABLES: &[&[crate::kernels::KernelEntry]] = &[
     fp8::KERNELS_E5M2,
     KERNELS_BYTES,
     nvls_kernels::KERNELS_NVLS,
+    KERNELS_MSCCL,
+    msccl_fp8::KERNELS_MSCCL_FP8,
 ];

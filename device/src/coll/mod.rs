@@ -2,6 +2,7 @@
 //! which step; it never touches a flag word or a FIFO slot.
 pub mod kernels;
 pub mod mover;
+pub mod msccl;
 pub mod nvls;
 pub mod one_rank;
 pub mod ring;

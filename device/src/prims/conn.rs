@@ -62,6 +62,9 @@ pub enum ErrorCode {
     /// Two ranks wrote the same window bytes with no wait of the owner between (one-sided
     /// kernels on the emulator).
     Race = 4,
+    /// Timed out waiting for another threadblock of the same rank to finish a step (an MSCCL
+    /// program's dependency; the peer field names the threadblock).
+    DependencyTimeout = 5,
 }
 
 impl ErrorCode {
@@ -72,6 +75,7 @@ impl ErrorCode {
             2 => ErrorCode::SendTimeout,
             3 => ErrorCode::Aborted,
             4 => ErrorCode::Race,
+            5 => ErrorCode::DependencyTimeout,
             _ => ErrorCode::None,
         }
     }

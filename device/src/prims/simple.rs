@@ -57,6 +57,8 @@ enum Buf {
     None,
     Input,
     Output,
+    /// Sources only: the input and the output, reduced into the output (MSCCL's local `re`).
+    Both,
 }
 
 /// One primitive operation (NCCL's `genericOp` template arguments), as a run-time value: an
@@ -87,6 +89,10 @@ impl Op {
     pub const RECV_REDUCE_COPY: Op = Op { recv: true, send: false, src: Buf::Input, dst: Buf::Output };
     /// Reduces received data with the input into the output and sends it on.
     pub const RECV_REDUCE_COPY_SEND: Op = Op { recv: true, send: true, src: Buf::Input, dst: Buf::Output };
+    /// Copies input to output, with no peer (MSCCL's `cpy`).
+    pub const COPY: Op = Op { recv: false, send: false, src: Buf::Input, dst: Buf::Output };
+    /// Reduces the input into the output, with no peer (MSCCL's `re`).
+    pub const REDUCE: Op = Op { recv: false, send: false, src: Buf::Both, dst: Buf::Output };
     /// Waits on nothing and moves nothing (a rank that sits out a step).
     const NOTHING: Op = Op { recv: false, send: false, src: Buf::None, dst: Buf::None };
 }
@@ -446,7 +452,8 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         let mut offset = 0u32;
         let has_src = op.src != Buf::None;
         let has_dst = op.dst != Buf::None;
-        let role = |b: Buf| if b == Buf::Input { ROLE_INPUT } else { ROLE_OUTPUT };
+        let both = op.src == Buf::Both;
+        let role = |b: Buf| if b == Buf::Output { ROLE_OUTPUT } else { ROLE_INPUT };
         if self.tid < self.nworkers() && offset < nelem {
             loop {
                 slice_size = slice_size.min(nelem - offset);
@@ -455,11 +462,14 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
                 }
                 if has_dst && self.flags & role(op.dst) != 0 {
                     self.set_dst(0, self.user_buff.offset((dst_ix + offset as u64) * eb));
+                    if both {
+                        self.set_src(1, self.user_buff.offset((dst_ix + offset as u64) * eb));
+                    }
                 }
                 self.wait_peer(op, has_src, has_dst, slice_size as u64);
                 self.sub_barrier();
                 let work = if self.shm_aborted() { 0 } else { slice_size as u64 };
-                let nsrcs = op.recv as usize * self.nrecv as usize + has_src as usize;
+                let nsrcs = op.recv as usize * self.nrecv as usize + has_src as usize + both as usize;
                 let ndsts = op.send as usize * self.nsend as usize + has_dst as usize;
                 let pre_op_srcs = (op.src == Buf::Input) as u32;
                 self.mover.reduce_copy(
@@ -662,6 +672,18 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
             shift,
             post_op,
         )
+    }
+
+    /// Points the next operations at other user buffers: `input` is what [`Op`]s read as their
+    /// input, `output` what they write (MSCCL steps name `i`, `o` or scratch for either).
+    #[inline(always)]
+    pub fn set_user_buffers(&mut self, input: DevPtr, output: DevPtr) {
+        if self.flags & ROLE_INPUT != 0 {
+            self.user_buff = input;
+        }
+        if self.flags & ROLE_OUTPUT != 0 {
+            self.user_buff = output;
+        }
     }
 
     /// Whether a wait of this group gave up (timeout or abort).

@@ -167,6 +167,8 @@ pub enum Algorithm {
     Ring,
     /// Trees: reduce up, broadcast down; `O(log n)` steps across nodes (all-reduce only).
     Tree,
+    /// An MSCCL program loaded with [`LocalGroup::load_msccl`] (or [`Comm::load_msccl`]).
+    Msccl(super::MscclId),
 }
 
 /// One rank's buffer argument: a device buffer and a byte offset into it.
@@ -296,6 +298,9 @@ impl LocalGroup {
                 send.len(),
                 recv.len()
             )));
+        }
+        if let Algorithm::Msccl(id) = algo {
+            return self.run_msccl(id, send, recv, count, dtype, op);
         }
         let (red, arg) = check_call(coll, 0, n, send, recv, count, dtype, op, root, self.backend_cc())?;
         let bufs: Vec<(DevPtr, DevPtr)> = send.iter().zip(recv).map(|(s, d)| (s.ptr(), d.ptr())).collect();

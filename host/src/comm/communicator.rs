@@ -32,6 +32,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod msccl;
+pub use msccl::{MscclId, MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES};
+
 /// How long a rank whose collective timed out waits for the others' status answers.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -69,6 +72,10 @@ pub struct CommConfig {
     /// This rank's host identity (as `RSCCL_HOSTID`, which it overrides): ranks of one process
     /// can play several nodes. `None`: the host's own (or `RSCCL_HOSTID`).
     pub host_id: Option<String>,
+    /// MSCCL-IR programs to run instead of the built-in algorithms where they serve a call
+    /// (as `RSCCL_MSCCL_XML`, which it overrides): a file or a directory, loaded at init
+    /// ([`crate::msccl::registry`]). `None`: the variable's value.
+    pub msccl_xml: Option<std::path::PathBuf>,
 }
 
 impl Default for CommConfig {
@@ -86,6 +93,7 @@ impl Default for CommConfig {
             nvls: false,
             algo: None,
             host_id: None,
+            msccl_xml: None,
         }
     }
 }
@@ -237,6 +245,8 @@ enum Edge {
     Ring = 1,
     TreeUp = 2,
     TreeDown = 3,
+    /// A connection of an MSCCL program (one load at a time: the tags are reused).
+    Msccl = 4,
 }
 
 /// The bootstrap tag of connection (`edge`, channel `c`, `from` → `to`); the top bit keeps it
@@ -352,6 +362,12 @@ pub struct Comm {
     pub(super) nvls_tree: Option<Box<nvls::NvlsTree>>,
     /// Symmetric windows registered so far.
     windows: Mutex<Vec<nvls::WindowEntry>>,
+    /// MSCCL programs loaded so far ([`Comm::load_msccl`]).
+    msccl: Mutex<Vec<Arc<msccl::Loaded>>>,
+    /// The registry's programs loaded at init, in its order: calls they serve run them.
+    msccl_auto: Mutex<Vec<(crate::msccl::registry::Entry, MscclId)>>,
+    /// The secret connection keys derive from (each connection's key is unique in a process).
+    conn_key: u128,
     /// Window ids handed out so far.
     window_ids: std::sync::atomic::AtomicU64,
 }
@@ -604,7 +620,11 @@ impl Comm {
             nvls_tree: None,
             windows: Mutex::new(Vec::new()),
             window_ids: std::sync::atomic::AtomicU64::new(0),
+            msccl: Mutex::new(Vec::new()),
+            msccl_auto: Mutex::new(Vec::new()),
+            conn_key: key_base,
         };
+        comm.load_registry()?;
         nvls::with_tree(comm)
     }
 
@@ -934,6 +954,17 @@ impl Comm {
                 return Ok(Work::new(self, seq, Arc::new(AtomicBool::new(true)), "nvls-tree"));
             }
         }
+        if !tree {
+            if let Some(l) = self.msccl_select(coll, send, recv, count, dtype, red) {
+                // Runs to completion here, as the NVLS_TREE path.
+                // SAFETY: check_call showed both buffers hold what this rank reads and writes;
+                // the borrows keep them alive until finish_with returns.
+                let (seq, ran) = unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }?;
+                let r = if ran { self.finish_msccl(&l) } else { Ok(()) };
+                q.unclaimed.push((seq, r));
+                return Ok(Work::new(self, seq, Arc::new(AtomicBool::new(true)), "msccl"));
+            }
+        }
         let use_nvls = !tree && self.nvls.is_some() && nvls::applies(coll, dtype, red);
         if self.nvls_policy == NvlsPolicy::Forced && !tree && !use_nvls {
             return Err(Error::InvalidConfig(format!(
@@ -1206,8 +1237,14 @@ impl Comm {
     /// Waits for this rank's enqueued collective and reports its failures, naming the peers it
     /// waited for and any rank whose process has died.
     pub(crate) fn finish(&self) -> Result<()> {
+        self.finish_with(&self.status, self.cfg.nchannels)
+    }
+
+    /// [`Comm::finish`] for a kernel that reports in `words` status words of `status` (one per
+    /// block).
+    fn finish_with(&self, status: &DeviceBuffer, words: usize) -> Result<()> {
         let current = self.progress.in_flight();
-        let res = self.finish_inner(current);
+        let res = self.finish_inner(current, status, words);
         if let Some((seq, _)) = current {
             self.progress.finish(seq);
         }
@@ -1221,15 +1258,15 @@ impl Comm {
     }
 
     /// [`Comm::finish`] for the collective in flight (`current`: its number and what it is).
-    fn finish_inner(&self, current: Option<(u64, u64)>) -> Result<()> {
+    fn finish_inner(&self, current: Option<(u64, u64)>, status: &DeviceBuffer, nwords: usize) -> Result<()> {
         if let Err(e) = self.stream.synchronize() {
             return Err(self.fail(Error::Rank { rank: self.rank, source: Box::new(e) }));
         }
         if self.nranks == 1 {
             return Ok(());
         }
-        let mut words = vec![0u8; 8 * self.cfg.nchannels];
-        self.stream.copy_out(&self.status, 0, &mut words)?;
+        let mut words = vec![0u8; 8 * nwords];
+        self.stream.copy_out(status, 0, &mut words)?;
         let failures: Vec<RankFailure> = words
             .chunks_exact(8)
             .enumerate()
@@ -1272,8 +1309,9 @@ impl Comm {
             return Err(self.fail(Error::PeerDied { rank: self.rank, dead, failures }));
         }
         // A wait timed out and nobody is known dead: ask every rank where it is.
-        let timed_out =
-            failures.iter().any(|f| matches!(f.code, ErrorCode::RecvTimeout | ErrorCode::SendTimeout));
+        let timed_out = failures.iter().any(|f| {
+            matches!(f.code, ErrorCode::RecvTimeout | ErrorCode::SendTimeout | ErrorCode::DependencyTimeout)
+        });
         if let (true, Some((seq, what))) = (timed_out, current) {
             let (headline, ranks) = self.ask_ranks(seq, what);
             tracing::warn!(rank = self.rank, "hang report: {headline}");

@@ -125,6 +125,9 @@ impl std::fmt::Display for RankFailure {
             ErrorCode::SendTimeout => format!("timed out waiting for rank {} to free a FIFO slot", self.peer),
             ErrorCode::Aborted => "aborted by the host".to_string(),
             ErrorCode::Race => "a write race on symmetric memory".to_string(),
+            ErrorCode::DependencyTimeout => {
+                format!("timed out waiting for threadblock {} of this rank (an MSCCL dependency)", self.peer)
+            }
             ErrorCode::None => "no error".to_string(),
         };
         write!(f, "rank {} channel {}: {what} (step {})", self.rank, self.channel, self.step)
@@ -224,6 +227,7 @@ impl LocalGroup {
             nvls: false,
             algo: Some("^nvls".into()),
             host_id: None,
+            msccl_xml: None,
         };
         // Every field (channels, threads, step bytes, timeout, rings, trees) is checked, with
         // the same messages as a Comm's, before any thread or socket is made.
@@ -249,6 +253,80 @@ impl LocalGroup {
     /// Asks every running collective of this group to stop (its waits give up at once).
     pub fn abort(&self) -> Result<()> {
         self.comms.iter().try_for_each(Comm::abort)
+    }
+
+    /// Loads MSCCL-IR program `program` on every rank ([`Comm::load_msccl`]); run it with
+    /// [`LocalGroup::run_msccl`] or as [`Algorithm::Msccl`](super::Algorithm::Msccl).
+    pub fn load_msccl(&self, program: &crate::msccl::ir::Program) -> Result<super::MscclId> {
+        let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
+        let ids: Vec<Result<super::MscclId>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self.comms.iter().map(|c| s.spawn(move || c.load_msccl(program))).collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| Err(Error::InvalidConfig("an MSCCL load panicked".into())))
+                })
+                .collect()
+        });
+        let ids = ids.into_iter().collect::<Result<Vec<_>>>()?;
+        Ok(ids[0])
+    }
+
+    /// Runs loaded MSCCL program `id` on every rank (`send[r]`, `recv[r]`; `count` as
+    /// [`Comm::run_msccl`] takes it), each rank's part on its own thread as separate
+    /// processes would, and reports every rank's failures at once.
+    pub fn run_msccl(
+        &self,
+        id: super::MscclId,
+        send: &[super::BufRef],
+        recv: &[super::BufRef],
+        count: usize,
+        dtype: DataType,
+        op: super::ReduceOp,
+    ) -> Result<()> {
+        let n = self.cfg.nranks;
+        if send.len() != n || recv.len() != n {
+            return Err(Error::InvalidConfig(format!(
+                "MSCCL: {} send and {} receive buffers given for {n} ranks",
+                send.len(),
+                recv.len()
+            )));
+        }
+        let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
+        let results: Vec<Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|r| {
+                    let (c, sb, rb) = (&self.comms[r], send[r], recv[r]);
+                    s.spawn(move || c.run_msccl(id, sb, rb, count, dtype, op))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| Err(Error::InvalidConfig("an MSCCL run panicked".into())))
+                })
+                .collect()
+        });
+        let mut failures = Vec::new();
+        let mut other = None;
+        for (r, res) in results.into_iter().enumerate() {
+            match res {
+                Ok(()) => {}
+                Err(Error::Collective { failures: f }) | Err(Error::Hang { failures: f, .. }) => {
+                    failures.extend(f)
+                }
+                Err(e) => {
+                    other.get_or_insert((r, e));
+                }
+            }
+        }
+        if let Some((_, e)) = other {
+            return Err(e);
+        }
+        if !failures.is_empty() {
+            return Err(Error::Collective { failures });
+        }
+        Ok(())
     }
 
     /// Low-level: runs ring collective `coll` of `dtype`/`op` on every rank with

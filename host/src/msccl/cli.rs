@@ -8,6 +8,7 @@
 //! rsccl msccl compile ring-allgather --ranks N
 //!     each with [--instances K] [--protocol Simple|LL|LL128] [-o OUT.xml]
 //! rsccl msccl check FILE.xml...
+//! rsccl msccl run FILE.xml [-g N] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [--step-bytes B]
 //! ```
 //! Exit status: 0 on success, 1 when a program is invalid, is over a limit
 //! ([`super::limits`]) or a file fails its check, 2 on a command line that cannot be run.
@@ -25,6 +26,9 @@ usage:
   rsccl msccl compile alltoall-two-step --nodes N --gpus-per-node G [OPTIONS]
   rsccl msccl compile ring-allgather --ranks N [OPTIONS]
   rsccl msccl check FILE.xml...
+  rsccl msccl run FILE.xml [-g N] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [--step-bytes B]
+      runs the program on N ranks of this process (RSCCL_BACKEND: gpu, cpu or auto), checks
+      every size against the collective and times it beside the native ring
 OPTIONS: --instances K (default 1), --protocol Simple|LL|LL128 (default Simple), -o OUT.xml (default stdout)";
 
 /// Runs `rsccl msccl` with the arguments after `msccl`.
@@ -42,6 +46,17 @@ pub fn run(args: &[String]) -> ExitCode {
             }
         },
         Some("check") => check(&args[1..]),
+        Some("run") => match run_file(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e @ MscclError::Usage { .. }) => {
+                eprintln!("error: {e}\n{USAGE}");
+                ExitCode::from(2)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        },
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -186,4 +201,52 @@ fn check(files: &[String]) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// `rsccl msccl run FILE.xml ...`: verify, load, run and check each size, print a table.
+fn run_file(args: &[String]) -> Result<(), MscclError> {
+    let Some(file) = args.first() else { return Err(usage("run needs a file")) };
+    let flags = parse_flags(&args[1..], &["-g", "-b", "-e", "-f", "-n", "--step-bytes"])?;
+    let size = |flag: &str, default: u64| -> Result<u64, MscclError> {
+        match flags.get(flag) {
+            None => Ok(default),
+            Some(v) => crate::perf::args::parse_size(v)
+                .filter(|&x| x > 0)
+                .ok_or_else(|| usage(format!("`{flag} {v}`: expected a size such as 4096, 64K or 1M"))),
+        }
+    };
+    let d = super::runner::RunOptions::default();
+    let opts = super::runner::RunOptions {
+        ranks: flags.get("-g").map(|_| number(&flags, "-g", None)).transpose()?.map(|g| g as usize),
+        min_bytes: size("-b", d.min_bytes)?,
+        max_bytes: size("-e", d.max_bytes)?,
+        factor: u64::from(number(&flags, "-f", Some(d.factor as u32))?),
+        iters: number(&flags, "-n", Some(d.iters))?,
+        step_bytes: size("--step-bytes", d.step_bytes)?,
+        nthreads: d.nthreads,
+    };
+    let (program, map) = ir::read_file(std::path::Path::new(file))?;
+    let failed = |e: crate::Error| MscclError::Io { path: file.clone(), message: e.to_string() };
+    let be =
+        crate::backend::Preference::from_env().and_then(crate::backend::default_backend).map_err(failed)?;
+    // The verifier's message with the file's line, before anything runs.
+    verify::check(&program).map_err(|e| e.in_file(file, |at| map.line_of(&program, at)))?;
+    let rows = super::runner::run_program(&be, &program, &opts).map_err(failed)?;
+    println!(
+        "# {} ({}, {} ranks{}) on {:?}: every size checked against the collective",
+        program.name,
+        program.coll.as_str(false),
+        program.ngpus,
+        if program.inplace { ", in place" } else { "" },
+        be.kind()
+    );
+    println!("{:>12} {:>12} {:>12} {:>12} {:>8}", "bytes", "count(f32)", "msccl(us)", "ring(us)", "ring/ms");
+    for r in rows {
+        let (ring, ratio) = match r.ring_us {
+            Some(t) => (format!("{t:.1}"), format!("{:.2}", t / r.msccl_us)),
+            None => ("-".into(), "-".into()),
+        };
+        println!("{:>12} {:>12} {:>12.1} {:>12} {:>8}", r.bytes, r.count, r.msccl_us, ring, ratio);
+    }
+    Ok(())
 }

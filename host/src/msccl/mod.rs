@@ -26,6 +26,8 @@ pub mod instr_dag;
 pub mod ir;
 pub mod limits;
 pub mod registry;
+pub mod runner;
+pub mod runtime;
 pub mod schedule;
 pub mod verify;
 

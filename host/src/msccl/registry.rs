@@ -4,8 +4,10 @@
 //! never reaches a kernel — and chosen per call by collective, rank count, size and whether the
 //! call is in place, first match in load order (files of a directory in name order).
 //!
-//! (The device interpreter that will run the chosen program is not built yet: this is what
-//! decides which program a call gets.)
+//! A communicator given programs (`CommConfig::msccl_xml` or the variable) loads those for
+//! its rank count at init and runs the chosen one with the device interpreter
+//! ([`crate::msccl::runtime`]); other calls, and calls with an op the program cannot apply,
+//! take the built-in algorithms.
 use super::ir::{read_file, Collective, Program};
 use super::verify::{check, Summary};
 use super::MscclError;

@@ -135,6 +135,11 @@ pub trait SlotValue: Clone + fmt::Display {
     fn input(rank: Rank, chunk: ChunkIdx) -> Self;
     /// `self ⊕ other`; `Err` names what the reduction got wrong.
     fn combine(&self, other: &Self) -> Result<Self, String>;
+    /// The input chunk index every contribution of the value has, if they share one (the
+    /// runtime sizes a moved chunk by it); `None` when unknown or mixed.
+    fn chunk(&self) -> Option<u32> {
+        None
+    }
 }
 
 impl SlotValue for ChunkSet {
@@ -174,6 +179,11 @@ impl SlotValue for ChunkSet {
             return Err(format!("rank {rank}'s chunk {chunk}"));
         }
         Ok(ChunkSet { runs: out })
+    }
+
+    fn chunk(&self) -> Option<u32> {
+        let first = self.runs.first()?.chunk;
+        self.runs.iter().all(|r| r.chunk == first).then_some(first)
     }
 }
 
@@ -632,6 +642,8 @@ struct Engine<'p, V> {
     snap: HashMap<(usize, usize), Rc<Vec<u32>>>,
     fifo: HashMap<Conn, VecDeque<Msg<V>>>,
     races: bool,
+    /// With [`trace`]: per (gpu, tb, step) index, the [`SlotValue::chunk`] of each value moved.
+    trace: Option<Trace>,
 }
 
 impl<'p, V: SlotValue> Engine<'p, V> {
@@ -677,6 +689,7 @@ impl<'p, V: SlotValue> Engine<'p, V> {
             snap: HashMap::new(),
             fifo: HashMap::new(),
             races,
+            trace: None,
         })
     }
 
@@ -802,6 +815,8 @@ impl<'p, V: SlotValue> Engine<'p, V> {
             incoming = Some(msg.values);
         }
         let mut outgoing: Option<Vec<V>> = None;
+        // The values the step moves, for the trace.
+        let mut moved: Vec<V> = Vec::new();
         match s.kind {
             StepKind::Nop => {}
             StepKind::Send => {
@@ -809,6 +824,7 @@ impl<'p, V: SlotValue> Engine<'p, V> {
                 for k in 0..cnt {
                     v.push(self.read(gi, me, si, s.src.buf, s.src.off + k as i32)?);
                 }
+                moved.clone_from(&v);
                 outgoing = Some(v);
             }
             StepKind::Recv | StepKind::RecvCopySend => {
@@ -816,6 +832,7 @@ impl<'p, V: SlotValue> Engine<'p, V> {
                 for (k, x) in v.iter().enumerate() {
                     self.write(gi, me, si, s.dst.buf, s.dst.off + k as i32, x.clone())?;
                 }
+                moved.clone_from(&v);
                 if s.kind == StepKind::RecvCopySend {
                     outgoing = Some(v);
                 }
@@ -832,6 +849,7 @@ impl<'p, V: SlotValue> Engine<'p, V> {
                         self.write(gi, me, si, s.dst.buf, s.dst.off + k as i32, x.clone())?;
                     }
                 }
+                moved.clone_from(&sum);
                 if s.kind != StepKind::RecvReduceCopy {
                     outgoing = Some(sum);
                 }
@@ -839,6 +857,7 @@ impl<'p, V: SlotValue> Engine<'p, V> {
             StepKind::Copy => {
                 for k in 0..cnt as i32 {
                     let x = self.read(gi, me, si, s.src.buf, s.src.off + k)?;
+                    moved.push(x.clone());
                     self.write(gi, me, si, s.dst.buf, s.dst.off + k, x)?;
                 }
             }
@@ -847,9 +866,13 @@ impl<'p, V: SlotValue> Engine<'p, V> {
                     let x = self.read(gi, me, si, s.src.buf, s.src.off + k)?;
                     let y = self.read(gi, me, si, s.dst.buf, s.dst.off + k)?;
                     let z = y.combine(&x).map_err(|what| MscclError::DoubleCount { at: at(), what })?;
+                    moved.push(z.clone());
                     self.write(gi, me, si, s.dst.buf, s.dst.off + k, z)?;
                 }
             }
+        }
+        if let Some(t) = self.trace.as_mut() {
+            t.insert((gi, ti, si), moved.iter().map(SlotValue::chunk).collect());
         }
         self.pc[me] += 1;
         let clock = if self.races {
@@ -869,7 +892,7 @@ impl<'p, V: SlotValue> Engine<'p, V> {
         Ok(())
     }
 
-    fn run(mut self) -> Result<Memory<V>, MscclError> {
+    fn run(mut self) -> Result<(Memory<V>, Option<Trace>), MscclError> {
         let p = self.p;
         loop {
             let mut progress = false;
@@ -891,7 +914,7 @@ impl<'p, V: SlotValue> Engine<'p, V> {
                 return Err(self.deadlock());
             }
         }
-        Ok(Memory { slots: self.mem, gpu_index: self.ix.gpu, layouts: self.layouts })
+        Ok((Memory { slots: self.mem, gpu_index: self.ix.gpu, layouts: self.layouts }, self.trace))
     }
 
     fn deadlock(&self) -> MscclError {
@@ -926,7 +949,20 @@ fn join(into: &mut [u32], from: &[u32]) {
 /// With `races`, also fails on conflicting accesses no dependency orders.
 pub fn execute<V: SlotValue>(p: &Program, races: bool) -> Result<Memory<V>, MscclError> {
     validate(p)?;
-    Engine::<V>::new(p, races)?.run()
+    Ok(Engine::<V>::new(p, races)?.run()?.0)
+}
+
+/// The input chunk index of every value each step moves, from a symbolic run of the program:
+/// `(gpu index in program.gpus, tb index in its tbs, step index)` → one entry per moved chunk
+/// (`None` where a value mixes contributions of different input chunks).
+pub type Trace = HashMap<(usize, usize, usize), Vec<Option<u32>>>;
+
+/// Runs a validated program symbolically and records [`Trace`].
+pub fn trace(p: &Program) -> Result<Trace, MscclError> {
+    validate(p)?;
+    let mut e = Engine::<ChunkSet>::new(p, false)?;
+    e.trace = Some(HashMap::new());
+    Ok(e.run()?.1.unwrap_or_default())
 }
 
 /// Where the collective's result for one output slot lives, and what it must hold.

@@ -1,0 +1,539 @@
+//! MSCCL-IR programs on a communicator: [`Comm::load_msccl`] verifies and lowers a program,
+//! wires a connection per (peer, channel) its threadblocks use through the communicator's
+//! transports, and puts its tables in device memory; [`Comm::run_msccl`] runs it as one
+//! kernel (the interpreter of `rsccl_device::coll::msccl`, one block per threadblock).
+use super::{conn_tag, Comm, Edge};
+use crate::backend::{DeviceBuffer, LaunchConfig};
+use crate::comm::collectives::check_call;
+use crate::comm::{BufRef, ReduceOp};
+use crate::error::{Error, Result};
+use crate::msccl::ir::{Collective as IrColl, Program};
+use crate::msccl::runtime::Lowered;
+use crate::transport::{self, ConnHandle, ConnLayout, ConnMem, Side, TransportKind, MAX_HANDLE_BYTES};
+use rsccl_device::coll::kernels::CollKernel;
+use rsccl_device::coll::msccl::{pass_geometry, MscclArgs, MscclTb, MSCCL_THREADS};
+use rsccl_device::coll::Collective;
+use rsccl_device::dtype::DataType;
+use rsccl_device::prims::conn::{ConnInfo, PrimsStatus};
+use rsccl_device::prims::simple::shm_bytes;
+use rsccl_device::redop::RedOp;
+use rsccl_device::DevPtr;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Most bytes of scratch one MSCCL launch may allocate (`s_chunks` chunks of the call's chunk
+/// size), checked before allocating.
+pub const MAX_MSCCL_SCRATCH_BYTES: u64 = 4 << 30;
+
+/// Most programs one communicator holds (as many as a registry loads).
+pub const MAX_MSCCL_PROGRAMS: usize = crate::msccl::registry::MAX_PROGRAMS;
+
+/// A program loaded on a communicator ([`Comm::load_msccl`]); every rank gets the same id for
+/// the same load, and no other communicator knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MscclId {
+    /// Which communicator (from its unique id's secret, the same on all its ranks).
+    comm: u64,
+    /// Which load on it.
+    load: u64,
+}
+
+/// One rank's resources of a loaded program.
+pub(crate) struct Loaded {
+    id: MscclId,
+    plan: Arc<Lowered>,
+    rank: usize,
+    /// `MscclTb[ntbs]`, `MscclStep[]`, positions, progress words, status words.
+    tbs: DeviceBuffer,
+    _steps: DeviceBuffer,
+    positions: DeviceBuffer,
+    progress: DeviceBuffer,
+    status: DeviceBuffer,
+    /// Scratch sized by the largest call so far.
+    scratch: Mutex<Option<DeviceBuffer>>,
+    /// Launches so far (the progress words' high half).
+    seq: AtomicU64,
+    _conns: Vec<ConnMem>,
+}
+
+impl Loaded {
+    fn ntbs(&self) -> usize {
+        self.plan.ranks[self.rank].tbs.len()
+    }
+}
+
+fn bad(why: String) -> Error {
+    Error::InvalidConfig(why)
+}
+
+/// A hash of everything that decides what each rank runs (ranks must load the same program).
+fn fingerprint(p: &Program) -> u64 {
+    let mut h = crate::msccl::FxHasher::default();
+    p.hash(&mut h);
+    h.finish()
+}
+
+impl Comm {
+    /// Loads MSCCL-IR program `program` on this communicator: every rank calls it with the same
+    /// program, in the same order as its other calls. Refuses a program the verifier refuses
+    /// (with its message), one for another number of ranks, one whose ranks loaded different
+    /// programs, and connections only the network reaches (not yet served to MSCCL programs).
+    ///
+    /// ```
+    /// use rsccl::{backend, msccl::{algorithms, ir::Protocol}, BufRef, DataType, ReduceOp};
+    /// use rsccl::{GroupConfig, LocalGroup};
+    /// let be = backend::cpu();
+    /// let mut cfg = GroupConfig::new(3, 1);
+    /// (cfg.nthreads, cfg.step_bytes) = (64, 1024);
+    /// let group = LocalGroup::new(&be, cfg)?;
+    /// let program = algorithms::ring_allreduce(3, 1, 1, Protocol::Simple)
+    ///     .and_then(|p| p.compile())
+    ///     .expect("compiles");
+    /// let id = group.load_msccl(&program)?;
+    /// let bufs = (0..3).map(|r| be.upload(&[r as i32 + 1; 7])).collect::<Result<Vec<_>, _>>()?;
+    /// let refs: Vec<BufRef> = bufs.iter().map(BufRef::from).collect();
+    /// group.run_msccl(id, &refs, &refs, 7, DataType::I32, ReduceOp::Sum)?; // in place
+    /// assert_eq!(be.download::<i32>(&bufs[2], 7)?, [6; 7]);
+    /// # Ok::<(), rsccl::Error>(())
+    /// ```
+    pub fn load_msccl(&self, program: &Program) -> Result<MscclId> {
+        let plan = Lowered::new(program)
+            .map_err(|e| bad(format!("MSCCL program \"{}\" refused: {e}", program.name)))?;
+        self.load_lowered(Arc::new(plan), fingerprint(program))
+    }
+
+    pub(crate) fn load_lowered(&self, plan: Arc<Lowered>, print: u64) -> Result<MscclId> {
+        let (rank, n) = (self.rank, self.nranks);
+        if plan.nranks != n {
+            return Err(bad(format!(
+                "MSCCL program \"{}\" is for {} ranks; this communicator has {n}",
+                plan.name, plan.nranks
+            )));
+        }
+        if self.msccl.lock().unwrap_or_else(|e| e.into_inner()).len() >= MAX_MSCCL_PROGRAMS {
+            return Err(bad(format!("rank {rank}: {MAX_MSCCL_PROGRAMS} MSCCL programs are loaded already")));
+        }
+        let all = self.all_gather_bootstrap(&print.to_le_bytes())?;
+        if let Some(r) = all.iter().position(|f| f.as_slice() != print.to_le_bytes()) {
+            return Err(bad(format!(
+                "MSCCL program \"{}\": rank {r} loaded a different program than rank {rank}",
+                plan.name
+            )));
+        }
+        let me = &plan.ranks[rank];
+        let (sends, recvs) = plan.connections(rank);
+        for &(peer, _) in sends.iter().chain(&recvs) {
+            if self.transports[peer] == TransportKind::Net {
+                return Err(bad(format!(
+                    "MSCCL program \"{}\": rank {rank} reaches rank {peer} only through the network, \
+                     which MSCCL programs do not use yet",
+                    plan.name
+                )));
+            }
+        }
+        let layout = ConnLayout { step_bytes: self.cfg.step_bytes };
+        let load_no = self.msccl.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
+        // Apart from the ring and tree connections' keys and from other loads'.
+        let key_base = self.conn_key ^ u128::from(load_no + 1) << 64;
+        let transport_of = |peer: usize| {
+            transport::transport(self.transports[peer], &self.stream).ok_or_else(|| {
+                bad(format!("rank {rank}: no transport to rank {peer} for an MSCCL connection"))
+            })
+        };
+        let mut conns = Vec::new();
+        let mut recv_views = vec![ConnInfo::default(); me.tbs.len()];
+        let mut send_views = vec![ConnInfo::default(); me.tbs.len()];
+        {
+            let mut boot = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner());
+            // Receivers first: allocate and send each handle to its sender; then senders attach.
+            for (t, tb) in me.tbs.iter().enumerate() {
+                if let Some(peer) = tb.recv {
+                    let tag = conn_tag(Edge::Msccl, tb.chan as usize, peer, rank);
+                    let (mem, handle) = transport_of(peer)?.listen(layout, key_base ^ tag as u128)?;
+                    boot.send(peer, tag, &handle.0)?;
+                    recv_views[t] = layout.view(mem.base(), Side::Recv, peer);
+                    conns.push(mem);
+                }
+            }
+            for (t, tb) in me.tbs.iter().enumerate() {
+                if let Some(peer) = tb.send {
+                    let tag = conn_tag(Edge::Msccl, tb.chan as usize, rank, peer);
+                    let handle = boot.recv(peer, tag)?;
+                    if handle.len() > MAX_HANDLE_BYTES {
+                        return Err(bad(format!(
+                            "rank {peer}: a connection handle of {} bytes",
+                            handle.len()
+                        )));
+                    }
+                    let mem = transport_of(peer)?.connect(layout, &ConnHandle(handle)).map_err(|e| {
+                        Error::Rank {
+                            rank,
+                            source: Box::new(bad(format!("MSCCL: connecting to rank {peer}: {e}"))),
+                        }
+                    })?;
+                    send_views[t] = layout.view(mem.base(), Side::Send, peer);
+                    conns.push(mem);
+                }
+            }
+            // Both sides attached everywhere before anyone launches.
+            boot.barrier()?;
+        }
+        let stream = &self.stream;
+        let all_steps: Vec<_> = me.tbs.iter().flat_map(|t| t.steps.iter().copied()).collect();
+        let steps = stream.alloc(std::mem::size_of_val(all_steps.as_slice()).max(8))?;
+        stream.copy_in(&steps, 0, bytemuck::cast_slice(&all_steps))?;
+        let step_size = std::mem::size_of::<rsccl_device::coll::msccl::MscclStep>() as u64;
+        let mut first = 0u64;
+        let tbs: Vec<MscclTb> = me
+            .tbs
+            .iter()
+            .enumerate()
+            .map(|(t, tb)| {
+                let at = steps.ptr().offset(first * step_size);
+                first += tb.steps.len() as u64;
+                MscclTb { recv: recv_views[t], send: send_views[t], steps: at, nsteps: tb.steps.len() as u64 }
+            })
+            .collect();
+        let tb_buf = stream.alloc(std::mem::size_of_val(tbs.as_slice()).max(8))?;
+        stream.copy_in(&tb_buf, 0, bytemuck::cast_slice(&tbs))?;
+        let positions = stream.alloc((4 * me.positions.len()).max(8))?;
+        stream.copy_in(&positions, 0, bytemuck::cast_slice(&me.positions))?;
+        let words = 8 * me.tbs.len().max(1);
+        let progress = stream.alloc(words)?;
+        stream.copy_in(&progress, 0, &vec![0u8; words])?;
+        let status = stream.alloc(words)?;
+        // Loads are collective and in the same order everywhere: the same id on every rank.
+        let id = MscclId { comm: self.conn_key as u64, load: load_no };
+        let loaded = Loaded {
+            id,
+            plan,
+            rank,
+            tbs: tb_buf,
+            _steps: steps,
+            positions,
+            progress,
+            status,
+            scratch: Mutex::new(None),
+            seq: AtomicU64::new(0),
+            _conns: conns,
+        };
+        self.msccl.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(loaded));
+        Ok(id)
+    }
+
+    fn loaded(&self, id: MscclId) -> Result<Arc<Loaded>> {
+        let v = self.msccl.lock().unwrap_or_else(|e| e.into_inner());
+        v.iter().find(|l| l.id == id).cloned().ok_or_else(|| {
+            bad(format!("rank {}: no MSCCL program {:?} is loaded on this communicator", self.rank, id))
+        })
+    }
+
+    /// Runs loaded program `id` on this rank's buffers and waits for this rank's part: `count`
+    /// is the collective's count as NCCL's call takes it (all-reduce: elements; all-gather:
+    /// elements sent; reduce-scatter: elements received; all-to-all: elements to each peer).
+    /// An in-place program needs the in-place call (all-reduce and all-to-all: `send == recv`;
+    /// all-gather: `send` at `recv + rank × count`; reduce-scatter: `recv` at `send + rank ×
+    /// count`), an out-of-place one separate buffers. Reducing programs run sum, prod, min or
+    /// max. See [`Comm::load_msccl`].
+    pub fn run_msccl(
+        &self,
+        id: MscclId,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let l = self.loaded(id)?;
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.complete_in_flight(&mut q);
+        send.buf.wait_idle();
+        recv.buf.wait_idle();
+        self.arm()?;
+        // SAFETY: checked in launch_msccl against the buffers, which the borrows keep alive
+        // until finish_with returns (it waits for the kernel).
+        match unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }? {
+            (_, false) => Ok(()),
+            (_, true) => self.finish_msccl(&l),
+        }
+    }
+
+    /// Waits for `l`'s kernel and reports its threadblocks' failures.
+    pub(super) fn finish_msccl(&self, l: &Loaded) -> Result<()> {
+        self.finish_with(&l.status, l.ntbs())
+    }
+
+    /// Loads the programs of the registry (`CommConfig::msccl_xml`, else `RSCCL_MSCCL_XML`)
+    /// for this communicator's rank count; every rank does the same. A file the verifier
+    /// refuses fails init with its message; a verified program the runtime cannot run (its
+    /// collective, or its chunk layout) is left out with a warning.
+    pub(super) fn load_registry(&self) -> Result<()> {
+        use crate::msccl::registry::{Registry, MSCCL_XML_VAR};
+        let path =
+            match self.cfg.msccl_xml.clone().or_else(|| std::env::var_os(MSCCL_XML_VAR).map(Into::into)) {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => return Ok(()),
+            };
+        let reg = Registry::load(&path).map_err(|e| bad(format!("{MSCCL_XML_VAR}: {e}")))?;
+        let mut auto = Vec::new();
+        for e in reg.entries().iter().filter(|e| e.program.ngpus as usize == self.nranks) {
+            match Lowered::new(&e.program) {
+                Ok(plan) => {
+                    let id = self.load_lowered(Arc::new(plan), fingerprint(&e.program))?;
+                    tracing::info!(
+                        rank = self.rank,
+                        "MSCCL: {} loaded from {}",
+                        e.program.name,
+                        e.source.display()
+                    );
+                    auto.push((e.clone(), id));
+                }
+                Err(why) => tracing::warn!(
+                    rank = self.rank,
+                    "MSCCL: {} from {} is not run: {why}",
+                    e.program.name,
+                    e.source.display()
+                ),
+            }
+        }
+        *self.msccl_auto.lock().unwrap_or_else(|e| e.into_inner()) = auto;
+        Ok(())
+    }
+
+    /// The registry program that serves this call, if any (MSCCL's scheduler: collective,
+    /// ranks, bytes, layout; then this runtime's ops).
+    pub(super) fn msccl_select(
+        &self,
+        coll: Collective,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        red: RedOp,
+    ) -> Option<Arc<Loaded>> {
+        let auto = self.msccl_auto.lock().unwrap_or_else(|e| e.into_inner());
+        if auto.is_empty() {
+            return None;
+        }
+        let (ir, mult) = match coll {
+            Collective::AllReduce => (IrColl::AllReduce, 1),
+            Collective::AllGather => (IrColl::AllGather, self.nranks),
+            Collective::ReduceScatter => (IrColl::ReduceScatter, self.nranks),
+            _ => return None,
+        };
+        let block = count.checked_mul(dtype.size())?;
+        let bytes = block.checked_mul(mult)? as u64;
+        let in_place = in_place(&ir, send.ptr().0, recv.ptr().0, self.rank, block);
+        let (_, id) = auto.iter().find(|(e, _)| e.serves(&ir, self.nranks, bytes, in_place))?;
+        let l = self.loaded(*id).ok()?;
+        let op_ok = !l.plan.reduces || matches!(red, RedOp::Sum | RedOp::Prod | RedOp::Min | RedOp::Max);
+        op_ok.then_some(l)
+    }
+
+    /// Checks a call of `l` and enqueues its kernel: `(its collective number, whether a kernel
+    /// runs)` (none for an empty call).
+    ///
+    /// # Safety
+    /// The buffers must stay alive until [`Comm::finish_with`] returns.
+    pub(super) unsafe fn launch_msccl(
+        &self,
+        l: &Loaded,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<(u64, bool)> {
+        let (rank, n) = (self.rank, self.nranks);
+        let plan = &l.plan;
+        let name = &plan.name;
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(bad(
+                "this communicator's connections are inconsistent after a failed collective; create a new one".into(),
+            ));
+        }
+        let eb = dtype.size();
+        let bytes = |elems: usize| {
+            elems
+                .checked_mul(eb)
+                .ok_or_else(|| bad(format!("MSCCL: {elems} elements of {} overflow", dtype.name())))
+        };
+        let block = bytes(count)?;
+        // The buffers, checked as the native collectives check them (all-to-all here).
+        let native = match plan.coll {
+            IrColl::AllReduce => Some(Collective::AllReduce),
+            IrColl::AllGather => Some(Collective::AllGather),
+            IrColl::ReduceScatter => Some(Collective::ReduceScatter),
+            _ => None,
+        };
+        let red = match native {
+            Some(coll) => {
+                let sum = ReduceOp::Sum;
+                check_call(
+                    coll,
+                    rank,
+                    n,
+                    std::slice::from_ref(&send),
+                    std::slice::from_ref(&recv),
+                    count,
+                    dtype,
+                    if plan.reduces { op } else { sum },
+                    0,
+                    self.stream.compute_capability(),
+                )?
+                .0
+            }
+            None => {
+                let whole =
+                    block.checked_mul(n).ok_or_else(|| bad(format!("MSCCL: {count} × {n} overflow")))?;
+                for (what, b) in [("send", &send), ("receive", &recv)] {
+                    let room = b.buf.len().saturating_sub(b.offset);
+                    if room < whole {
+                        return Err(bad(format!(
+                            "rank {rank}: all-to-all of {count} elements to each of {n} ranks needs {whole} bytes \
+                             of {what} buffer; it has {room}"
+                        )));
+                    }
+                }
+                let (s, r) = (send.ptr().0, recv.ptr().0);
+                if s != r && s < r + whole as u64 && r < s + whole as u64 {
+                    return Err(bad(format!("rank {rank}: all-to-all send and receive buffers overlap")));
+                }
+                RedOp::Sum
+            }
+        };
+        if plan.reduces && !matches!(red, RedOp::Sum | RedOp::Prod | RedOp::Min | RedOp::Max) {
+            return Err(bad(format!(
+                "MSCCL program \"{name}\" reduces with sum, prod, min or max, not {op:?} (use the ring or tree)"
+            )));
+        }
+        let inplace = in_place(&plan.coll, send.ptr().0, recv.ptr().0, rank, block);
+        if inplace != plan.inplace {
+            return Err(bad(format!(
+                "MSCCL program \"{name}\" is {}; this call is {}",
+                if plan.inplace { "in-place" } else { "out-of-place" },
+                if inplace { "in place" } else { "out of place" }
+            )));
+        }
+        let entered = self.progress.enter(native.unwrap_or(Collective::AllReduce), false);
+        match self.prepare_msccl(l, send, recv, count, dtype, block, red) {
+            Ok(true) => Ok((entered, true)),
+            Ok(false) => {
+                self.progress.finish(entered);
+                Ok((entered, false))
+            }
+            Err(e) => {
+                self.progress.finish(entered);
+                Err(e)
+            }
+        }
+    }
+
+    /// The launch of [`Comm::launch_msccl`] once the call is checked.
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_msccl(
+        &self,
+        l: &Loaded,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        block: usize,
+        red: RedOp,
+    ) -> Result<bool> {
+        let (rank, plan, name, eb) = (self.rank, &l.plan, &l.plan.name, dtype.size());
+        if count == 0 {
+            return Ok(false);
+        }
+        // A program that only moves data runs on bytes, whatever the type.
+        let (kernel, c, ebytes) = if plan.reduces {
+            (CollKernel::Msccl(dtype), count as u64, eb as u64)
+        } else {
+            (CollKernel::MscclBytes, block as u64, 1)
+        };
+        let per = u64::from(plan.chunks_per_block);
+        let piece = plan.piece_elems(self.cfg.step_bytes, ebytes).ok_or_else(|| {
+            bad(format!(
+                "MSCCL program \"{name}\": a step of {} chunks does not fit FIFO slots of {} bytes",
+                plan.max_cnt, self.cfg.step_bytes
+            ))
+        })?;
+        let region = per.checked_mul(piece).ok_or_else(|| bad(format!("MSCCL: {per} × {piece} overflow")))?;
+        let passes = c.div_ceil(region);
+        let steps = plan.max_steps as u64 + 1;
+        if passes.checked_mul(steps).is_none_or(|x| x >= 1 << 32) {
+            return Err(bad(format!(
+                "MSCCL program \"{name}\": {count} elements need {passes} passes of {steps} steps (limit 2^32)"
+            )));
+        }
+        let (_, _, last_piece) = pass_geometry(c, per, piece, passes - 1, passes);
+        let s_chunks = u64::from(plan.ranks[rank].s_chunks);
+        let scratch_bytes = (passes - 1)
+            .checked_mul(piece)
+            .and_then(|x| x.checked_add(last_piece))
+            .and_then(|x| x.checked_mul(s_chunks))
+            .and_then(|x| x.checked_mul(ebytes))
+            .filter(|&b| b <= MAX_MSCCL_SCRATCH_BYTES)
+            .ok_or_else(|| {
+                bad(format!(
+                    "MSCCL program \"{name}\": {s_chunks} scratch chunks for {count} elements exceed \
+                     {MAX_MSCCL_SCRATCH_BYTES} bytes"
+                ))
+            })?;
+        let seq = l.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        if seq >= 1 << 31 {
+            return Err(bad(format!("MSCCL program \"{name}\" ran 2^31 times; load it again")));
+        }
+        let scratch = {
+            let mut s = l.scratch.lock().unwrap_or_else(|e| e.into_inner());
+            if scratch_bytes > 0 && s.as_ref().is_none_or(|b| (b.len() as u64) < scratch_bytes) {
+                *s = None;
+                *s = Some(self.stream.alloc(scratch_bytes as usize)?);
+            }
+            s.as_ref().map_or(DevPtr::NULL, |b| b.ptr())
+        };
+        let ntbs = l.ntbs();
+        self.stream.copy_in(&l.status, 0, &vec![0u8; 8 * ntbs])?;
+        let args = MscclArgs {
+            tbs: l.tbs.ptr(),
+            positions: l.positions.ptr(),
+            progress: l.progress.ptr(),
+            input: send.ptr(),
+            output: recv.ptr(),
+            scratch,
+            count: c,
+            piece_elems: piece,
+            chunks_per_block: per,
+            scratch_chunks: s_chunks,
+            step_bytes: self.cfg.step_bytes,
+            seq,
+            status: PrimsStatus {
+                status: l.status.ptr(),
+                abort_flag: self.abort.ptr(),
+                timeout_ns: self.cfg.timeout.as_nanos() as u64,
+            },
+            op: red as u32,
+            _pad: 0,
+        };
+        let cfg =
+            LaunchConfig::linear(ntbs as u32, self.cfg.nthreads.min(MSCCL_THREADS)).with_smem(shm_bytes(1));
+        // SAFETY: the user buffers hold what the program reads and writes (checked above: the
+        // lowering placed every chunk inside `input_blocks`/`output_blocks` blocks of `c`);
+        // tables, scratch, progress and status are this program's, sized for its threadblocks.
+        unsafe { self.stream.launch(&kernel.name(), cfg, &args)? };
+        Ok(true)
+    }
+}
+
+/// Whether a call of `coll` with these buffers is in place, as MSCCL's runtime decides it
+/// from the pointers: all-gather's input at `recv + rank × block`, reduce-scatter's output at
+/// `send + rank × block`, the others one buffer.
+fn in_place(coll: &IrColl, send: u64, recv: u64, rank: usize, block: usize) -> bool {
+    let at = |base: u64| base.checked_add((rank as u64).saturating_mul(block as u64));
+    match coll {
+        IrColl::AllGather => at(recv) == Some(send),
+        IrColl::ReduceScatter => at(send) == Some(recv),
+        _ => send == recv,
+    }
+}
