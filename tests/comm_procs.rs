@@ -196,6 +196,33 @@ fn comm_child() {
             onesided_child(&comm, &be);
             println!("ONESIDED rank {rank} of {n} ok");
         }
+        "msccl" => {
+            // The compiler's all-pairs all-reduce from the registry (written by the parent):
+            // its connections go through shared memory between these processes.
+            let cfg = CommConfig {
+                nchannels: 1,
+                msccl_xml: Some(var("RSCCL_TEST_MSCCL_XML").into()),
+                ..sweep_config()
+            };
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            for p in (0..n).filter(|&p| p != rank) {
+                assert_eq!(comm.transport_to(p), Some(TransportKind::Shm), "peer {p}");
+            }
+            for count in [1usize, 1000, 70_001] {
+                let input: Vec<i32> = (0..count).map(|i| ((i * 7 + rank * 13) % 101) as i32 - 50).collect();
+                let buf = be.upload(&input).unwrap();
+                let w = comm
+                    .enqueue()
+                    .all_reduce(BufRef::from(&buf), BufRef::from(&buf), count, DataType::I32, ReduceOp::Sum)
+                    .unwrap();
+                assert_eq!(w.algorithm(), "msccl", "count {count}");
+                w.wait().unwrap();
+                let want: Vec<i32> =
+                    (0..count).map(|i| (0..n).map(|q| ((i * 7 + q * 13) % 101) as i32 - 50).sum()).collect();
+                assert!(be.download::<i32>(&buf, count).unwrap() == want, "rank {rank}: count {count}");
+            }
+            println!("MSCCL rank {rank} of {n} ok");
+        }
         other => panic!("unknown child role {other}"),
     }
 }
@@ -273,6 +300,43 @@ fn one_sided_kernels_across_2_3_4_8_processes() {
     for n in [2, 3, 4, 8] {
         onesided(n);
     }
+}
+
+/// An MSCCL program (the compiler's all-pairs all-reduce) run by the communicators of 4
+/// processes from `RSCCL_MSCCL_XML`-style registry files: connections per (peer, channel)
+/// through shared memory, results against the sum; no shared memory left behind.
+#[test]
+fn an_msccl_program_runs_across_4_processes() {
+    use rsccl::msccl::{algorithms, ir};
+    let n = 4;
+    let dir = std::env::temp_dir().join(format!("rsccl-procs-msccl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = algorithms::allpairs_allreduce(n as u32, 1, ir::Protocol::Simple).unwrap().compile().unwrap();
+    let file = dir.join("allpairs.xml");
+    ir::write_to(&p, &mut std::fs::File::create(&file).unwrap()).unwrap();
+    let id = loopback_id();
+    let envs = (0..n).map(|r| {
+        vec![
+            (CHILD_VAR.to_string(), "msccl".to_string()),
+            ("RSCCL_TEST_ID".to_string(), id.to_string()),
+            ("RSCCL_TEST_RANK".to_string(), r.to_string()),
+            ("RSCCL_TEST_N".to_string(), n.to_string()),
+            ("RSCCL_TEST_MSCCL_XML".to_string(), file.display().to_string()),
+        ]
+    });
+    let mut ranks = Children::spawn("comm_child", envs);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(300));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let failed: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter(|(r, (ok, text))| !ok || !text.contains(&format!("MSCCL rank {r} of {n} ok")))
+        .map(|(r, (_, text))| format!("rank {r} of {n}:\n{text}"))
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert_no_segments(&pids);
 }
 
 /// N child ranks of this test binary.

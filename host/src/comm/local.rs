@@ -293,6 +293,17 @@ impl LocalGroup {
             )));
         }
         let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
+        if n > 1 {
+            // Every rank's launch must be able to start, or those that did would wait on the others.
+            let mut cfg = self.comms[0].msccl_launch_config(id)?;
+            for c in &self.comms[1..] {
+                let other = c.msccl_launch_config(id)?;
+                if other.grid.volume() > cfg.grid.volume() {
+                    cfg = other;
+                }
+            }
+            self.comms[0].stream_reserve(cfg, n)?;
+        }
         let results: Vec<Result<()>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..n)
                 .map(|r| {

@@ -259,6 +259,13 @@ impl Comm {
         }
     }
 
+    /// The launch shape of loaded program `id` on this rank.
+    pub(crate) fn msccl_launch_config(&self, id: MscclId) -> Result<LaunchConfig> {
+        let l = self.loaded(id)?;
+        Ok(LaunchConfig::linear(l.ntbs() as u32, self.cfg.nthreads.min(MSCCL_THREADS))
+            .with_smem(shm_bytes(1)))
+    }
+
     /// Waits for `l`'s kernel and reports its threadblocks' failures.
     pub(super) fn finish_msccl(&self, l: &Loaded) -> Result<()> {
         self.finish_with(&l.status, l.ntbs())
