@@ -193,3 +193,26 @@ fn check_accepts_inplace_programs_and_refuses_an_early_read() {
     let e = rsccl::msccl::verify::check_file(&path).unwrap_err().to_string();
     assert!(e.contains("gpu 3 tb 0 step 0: reads o[0] before anything wrote it (in-place allgather"), "{e}");
 }
+
+#[test]
+fn run_checks_a_program_on_its_ranks_and_refuses_what_cannot_run() {
+    let out = tmp("run-ring.xml");
+    let o = out.to_str().unwrap();
+    assert_eq!(run(&args(&["compile", "ring-allreduce", "--ranks", "3", "-o", o])), ExitCode::SUCCESS);
+    // Every size checked against the collective (an error would be exit status 1).
+    assert_eq!(
+        run(&args(&["run", o, "-b", "1K", "-e", "16K", "-f", "4", "-n", "1", "--step-bytes", "1024"])),
+        ExitCode::SUCCESS
+    );
+    // Another rank count than the program's.
+    assert_eq!(run(&args(&["run", o, "-g", "4", "-n", "1"])), ExitCode::from(1));
+    // A bad size, a missing file argument: usage errors.
+    assert_eq!(run(&args(&["run", o, "-b", "lots"])), ExitCode::from(2));
+    assert_eq!(run(&args(&["run"])), ExitCode::from(2));
+    // A program the verifier refuses never runs.
+    let text = std::fs::read_to_string(&out).unwrap();
+    let at = text.find("type=\"s\"").unwrap();
+    let bad = tmp("run-bad.xml");
+    std::fs::write(&bad, format!("{}type=\"r\"{}", &text[..at], &text[at + 8..])).unwrap();
+    assert_eq!(run(&args(&["run", bad.to_str().unwrap(), "-n", "1"])), ExitCode::from(1));
+}

@@ -269,35 +269,9 @@ fn buf_base(a: &MscclArgs, buf: u32) -> DevPtr {
 #[inline(always)]
 fn wait_progress(a: &MscclArgs, tb: u32, want: u64, bid: u32) -> bool {
     let p = a.progress.offset(8 * tb as u64).as_ptr::<u64>();
-    let (mut spins, mut started) = (0u32, 0u64);
-    // SAFETY: the host gives one progress word per block.
-    while unsafe { arch::ld_acquire_sys_u64(p) } < want {
-        arch::spin_hint();
-        spins += 1;
-        if spins < if cfg!(target_arch = "nvptx64") { 1024 } else { 16 } {
-            continue;
-        }
-        spins = 0;
-        let aborted = a.status.abort_flag != DevPtr::NULL
-            // SAFETY: a valid u32 abort word when set.
-            && unsafe { arch::ld_volatile_u32(a.status.abort_flag.as_ptr()) } != 0;
-        let now = arch::globaltimer();
-        if started == 0 {
-            started = now;
-        }
-        let timed_out = a.status.timeout_ns != 0 && now - started > a.status.timeout_ns;
-        if aborted || timed_out {
-            if a.status.status != DevPtr::NULL {
-                let code = if aborted { ErrorCode::Aborted } else { ErrorCode::DependencyTimeout };
-                let word = a.status.status.offset(8 * bid as u64).as_ptr::<u64>();
-                let w = crate::prims::conn::encode_status(code, tb as u64, want & 0xFFFF_FFFF);
-                // SAFETY: one status word per block; the first error wins.
-                unsafe { arch::atomic_cas_acq_rel_sys_u64(word, 0, w) };
-            }
-            return false;
-        }
-    }
-    true
+    let (block, step) = (bid as u64, want & 0xFFFF_FFFF);
+    // SAFETY: the host gives one 8-byte progress word per block, and the status words.
+    unsafe { a.status.wait_at_least(p, want, block, ErrorCode::DependencyTimeout, tb as u64, step) }
 }
 
 /// Runs threadblock `blockIdx.x` of the program (see the module documentation).

@@ -24,7 +24,7 @@
 use super::Collective;
 use crate::multimem;
 use crate::pack::BytePack;
-use crate::prims::conn::{encode_status, ErrorCode, PrimsStatus};
+use crate::prims::conn::{ErrorCode, PrimsStatus};
 use crate::redop::{Elem, RedOp, Reducer};
 use crate::reduce_copy::{reduce_copy, ReduceCopy};
 use crate::{arch, DevPtr};
@@ -155,35 +155,12 @@ fn barrier(a: &NvlsArgs, epoch: u64) -> bool {
         let slot = a.mc_flags.offset(8 * (b * a.nranks + a.rank));
         // SAFETY: the host binds `grid × nranks` flag words behind mc_flags, 8-byte aligned.
         unsafe { multimem::st::<8>(slot, BytePack::from_words(epoch, 0)) };
-        let (mut spins, mut started) = (0u32, 0u64);
-        'peers: for q in 0..a.nranks {
+        for q in 0..a.nranks {
             let word = a.uc_flags.offset(8 * (b * a.nranks + q)).as_ptr::<u64>();
-            // SAFETY: this rank's own flag array, `grid × nranks` words.
-            while unsafe { arch::ld_acquire_sys_u64(word) } < epoch {
-                arch::spin_hint();
-                spins += 1;
-                if spins < if cfg!(target_arch = "nvptx64") { 1024 } else { 16 } {
-                    continue;
-                }
-                spins = 0;
-                let aborted = a.status.abort_flag != DevPtr::NULL
-                    // SAFETY: the host passes a valid u32 abort word when the pointer is set.
-                    && unsafe { arch::ld_volatile_u32(a.status.abort_flag.as_ptr()) } != 0;
-                let now = arch::globaltimer();
-                if started == 0 {
-                    started = now;
-                }
-                let timed_out = a.status.timeout_ns != 0 && now - started > a.status.timeout_ns;
-                if aborted || timed_out {
-                    if a.status.status != DevPtr::NULL {
-                        let code = if aborted { ErrorCode::Aborted } else { ErrorCode::RecvTimeout };
-                        let w = a.status.status.offset(8 * b).as_ptr::<u64>();
-                        // SAFETY: one status word per block; the first error wins.
-                        unsafe { arch::atomic_cas_acq_rel_sys_u64(w, 0, encode_status(code, q, epoch)) };
-                    }
-                    ok = false;
-                    break 'peers;
-                }
+            // SAFETY: this rank's own flag array, `grid × nranks` words, 8-byte aligned.
+            if !unsafe { a.status.wait_at_least(word, epoch, b, ErrorCode::RecvTimeout, q, epoch) } {
+                ok = false;
+                break;
             }
         }
     }

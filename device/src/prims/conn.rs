@@ -97,6 +97,56 @@ pub struct PrimsStatus {
 // SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
 crate::pod::unsafe_impl_pod!(PrimsStatus { status, abort_flag, timeout_ns });
 
+impl PrimsStatus {
+    /// Thread-scoped wait until the u64 at `word` holds at least `want` (acquire loads). False
+    /// when the host's abort flag is set or the wait outlasts `timeout_ns`; block `block`'s
+    /// status word then records why (`Aborted`, or `code` with `peer` and `step`; the first
+    /// error wins).
+    ///
+    /// # Safety
+    /// `word` must be a valid, 8-aligned u64 for the kernel's lifetime, and `status`/
+    /// `abort_flag` what the struct documents.
+    #[inline(always)]
+    pub unsafe fn wait_at_least(
+        &self,
+        word: *const u64,
+        want: u64,
+        block: u64,
+        code: ErrorCode,
+        peer: u64,
+        step: u64,
+    ) -> bool {
+        let (mut spins, mut started) = (0u32, 0u64);
+        // SAFETY: the caller's promise.
+        while unsafe { crate::arch::ld_acquire_sys_u64(word) } < want {
+            crate::arch::spin_hint();
+            spins += 1;
+            // Polling the abort word and timer costs global loads; do it every so often on the GPU.
+            if spins < if cfg!(target_arch = "nvptx64") { 1024 } else { 16 } {
+                continue;
+            }
+            spins = 0;
+            let aborted = self.abort_flag != DevPtr::NULL
+                // SAFETY: a valid u32 abort word when the pointer is set.
+                && unsafe { crate::arch::ld_volatile_u32(self.abort_flag.as_ptr()) } != 0;
+            let now = crate::arch::globaltimer();
+            if started == 0 {
+                started = now;
+            }
+            if aborted || (self.timeout_ns != 0 && now - started > self.timeout_ns) {
+                if self.status != DevPtr::NULL {
+                    let code = if aborted { ErrorCode::Aborted } else { code };
+                    let w = self.status.offset(8 * block).as_ptr::<u64>();
+                    // SAFETY: the host sizes `status` with one word per block.
+                    unsafe { crate::arch::atomic_cas_acq_rel_sys_u64(w, 0, encode_status(code, peer, step)) };
+                }
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// Encodes a status word.
 pub const fn encode_status(code: ErrorCode, peer: u64, step: u64) -> u64 {
     code as u64 | (peer & 0xFF_FFFF) << 8 | step << 32

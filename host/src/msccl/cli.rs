@@ -34,29 +34,9 @@ OPTIONS: --instances K (default 1), --protocol Simple|LL|LL128 (default Simple),
 /// Runs `rsccl msccl` with the arguments after `msccl`.
 pub fn run(args: &[String]) -> ExitCode {
     match args.first().map(String::as_str) {
-        Some("compile") => match compile(&args[1..]) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e @ MscclError::Usage { .. }) => {
-                eprintln!("error: {e}\n{USAGE}");
-                ExitCode::from(2)
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(1)
-            }
-        },
+        Some("compile") => exit_status(compile(&args[1..])),
         Some("check") => check(&args[1..]),
-        Some("run") => match run_file(&args[1..]) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e @ MscclError::Usage { .. }) => {
-                eprintln!("error: {e}\n{USAGE}");
-                ExitCode::from(2)
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(1)
-            }
-        },
+        Some("run") => exit_status(run_file(&args[1..])),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -64,6 +44,22 @@ pub fn run(args: &[String]) -> ExitCode {
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// The exit status of a subcommand's result, with its error printed: 2 (and the usage) for
+/// a command line that cannot be run, 1 otherwise.
+fn exit_status(r: Result<(), MscclError>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ MscclError::Usage { .. }) => {
+            eprintln!("error: {e}\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
         }
     }
 }
