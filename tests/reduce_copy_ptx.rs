@@ -48,6 +48,8 @@ fn the_library_has_every_collective_kernel_and_no_test_kernel() {
                 CollKernel::ring(Collective::Broadcast, t),
                 CollKernel::TreeAllReduce(t),
                 CollKernel::OneRank(t),
+                CollKernel::Msccl(t),
+                CollKernel::MscclBytes,
             ];
             for k in ks {
                 let m = ptx::find(arch, &k.name()).unwrap_or_else(|| panic!("{arch} lacks {}", k.name()));
