@@ -301,10 +301,12 @@ pub struct Assembled {
     pub seconds: f64,
     /// Whether the result came from the cache.
     pub cached: bool,
+    /// ptxas' `-v` output.
+    pub log: String,
 }
 
 /// The cache key of assembling `ptx` for `arch` with `ptxas`.
-fn cache_key(ptxas: &Ptxas, arch: Arch, ptx: &str) -> String {
+pub fn cache_key(ptxas: &Ptxas, arch: Arch, ptx: &str) -> String {
     let flags = PTXAS_FLAGS.join(" ");
     let parts: [&[u8]; 5] = [
         CACHE_FORMAT.as_bytes(),
@@ -369,6 +371,26 @@ fn assemble_one(
     write_atomic(&log_path, log.as_bytes())?;
     write_atomic(&cubin_path, &cubin)?;
     Ok((cubin, log, seconds, false))
+}
+
+/// ptxas' `-v` output without what changes from run to run (its compile time), so a record
+/// of it can be compared across builds.
+pub fn stable_log(log: &str) -> String {
+    log.lines().filter(|l| !l.contains("Compile time =")).map(|l| format!("{l}\n")).collect()
+}
+
+/// Puts an assembled module into `cache` under `key` (what [`cache_key`] gives for its PTX),
+/// unless an entry is there: a build that finds the same PTX takes it instead of running
+/// ptxas. For results recorded beside committed modules whose key and cubin check out.
+pub fn seed_cache(cache: &Path, key: &str, cubin: &[u8], log: &str) -> Result<(), Error> {
+    let (cubin_path, log_path) = (cache.join(format!("{key}.cubin")), cache.join(format!("{key}.log")));
+    if cubin_path.exists() && log_path.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(cache).map_err(Error::io("create", cache))?;
+    // The log goes in first: a cubin without its log is never taken as a hit.
+    write_atomic(&log_path, log.as_bytes())?;
+    write_atomic(&cubin_path, cubin)
 }
 
 /// How long a cache entry no build used stays in the cache.
@@ -527,7 +549,7 @@ impl<'scope> Pool<'scope> {
                             Some(s) if cached => (s, false),
                             _ => (seconds, cached),
                         };
-                        Ok(Assembled { job: id, report, cubin, seconds, cached })
+                        Ok(Assembled { job: id, report, cubin, seconds, cached, log })
                     });
                     let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                     let total = shared.queue.lock().map_or(0, |q| q.count);

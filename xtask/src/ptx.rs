@@ -1,8 +1,9 @@
 //! `build-ptx`: the device crate → one PTX per arch and kernel set (staticlib + fat LTO +
 //! `--emit=asm`, all linking one build of `core`), split into one module per kernel entry with
-//! its launch bounds, assembled by ptxas in parallel (cached by content; cores the compiles
-//! leave free start on the committed modules), audited, and written to the embed directory
-//! (`host/ptx/`) with a generated index the host crate includes.
+//! its launch bounds, assembled by ptxas in parallel (cached by content; a committed module's
+//! ptxas record — the cache key of its PTX, its cubin's hash, ptxas' report — seeds the cache,
+//! and cores the compiles leave free start on committed modules without one), audited, and
+//! written to the embed directory (`host/ptx/`) with a generated index the host crate includes.
 //!
 //! The recipe's steps (toolchain, `core`, compiling a package, splitting, ptxas and the audit)
 //! are rsccl-build's, the same that users' build scripts run; what is here is rsccl's own: the
@@ -111,6 +112,8 @@ pub struct BuiltModule {
     pub seconds: f64,
     /// Whether the cubin came from the cache.
     pub cached: bool,
+    /// ptxas' `-v` output, when assembled.
+    pub log: Option<String>,
 }
 
 /// The default embed directory, `host/ptx`.
@@ -190,10 +193,25 @@ impl Drop for Compiling<'_> {
     }
 }
 
-/// The committed modules of the sets the build assembles, read from the embed directory: what
-/// the ptxas workers assemble on speculation until the compiles deliver (see [`audit::Pool`]).
-fn committed_modules(opts: &Options, embed: &Path) -> Vec<Job> {
+/// The first line of a library module's ptxas record (`ENTRY.ptxas`, beside its cubin): the
+/// cache key of its PTX and the hash of its cubin, then ptxas' `-v` output.
+const RECORD_TAG: &str = "rsccl-ptxas-record";
+
+/// The ptxas record of `m` (see [`RECORD_TAG`]).
+fn ptxas_record(ptxas: &Ptxas, m: &BuiltModule, cubin: &[u8], log: &str) -> Vec<u8> {
+    let key = audit::cache_key(ptxas, m.arch, &m.ptx);
+    format!("{RECORD_TAG} key={key} cubin={:016x}\n{}", audit::fnv1a64(&[cubin]), audit::stable_log(log))
+        .into_bytes()
+}
+
+/// The committed modules of the sets the build assembles, read from the embed directory. A
+/// library module whose ptxas record names the cache key of its PTX under this ptxas and the
+/// hash of its committed cubin goes into the cache (`cache`), so the build takes it when it
+/// compiles the same PTX; the others are returned, for the ptxas workers to assemble on
+/// speculation until the compiles deliver (see [`audit::Pool`]).
+fn committed_modules(opts: &Options, embed: &Path, ptxas: &Ptxas, cache: &Path) -> (Vec<Job>, usize) {
     let mut jobs = Vec::new();
+    let mut seeded = 0;
     for set in KernelSet::ALL.into_iter().filter(|&s| s == KernelSet::Library || opts.assemble_tests) {
         for &arch in &opts.archs {
             let dir = embed.join(set.subdir()).join(arch.name());
@@ -204,13 +222,25 @@ fn committed_modules(opts: &Options, embed: &Path) -> Vec<Job> {
                 else {
                     continue;
                 };
-                if let Ok(ptx) = std::fs::read_to_string(&path) {
-                    jobs.push(Job { arch, entry: entry.to_string(), ptx });
+                let Ok(ptx) = std::fs::read_to_string(&path) else { continue };
+                let recorded = (|| {
+                    let cubin = std::fs::read(path.with_extension("cubin")).ok()?;
+                    let record = std::fs::read_to_string(path.with_extension("ptxas")).ok()?;
+                    let (head, log) = record.split_once('\n')?;
+                    let key = audit::cache_key(ptxas, arch, &ptx);
+                    let want = format!("{RECORD_TAG} key={key} cubin={:016x}", audit::fnv1a64(&[&cubin]));
+                    (head == want).then_some((key, cubin, log.to_string()))
+                })();
+                match recorded {
+                    Some((key, cubin, log)) if audit::seed_cache(cache, &key, &cubin, &log).is_ok() => {
+                        seeded += 1
+                    }
+                    _ => jobs.push(Job { arch, entry: entry.to_string(), ptx }),
                 }
             }
         }
     }
-    jobs
+    (jobs, seeded)
 }
 
 /// The build after the nightly check, with the compile steps and the ptxas cache given (tests
@@ -271,8 +301,13 @@ fn build(
             });
         }
         drop(done_tx);
-        // ptxas workers start on the committed modules while `core` and the first compiles build.
-        pool.speculate(committed_modules(opts, &embed));
+        // Committed modules with a ptxas record seed the cache; the ptxas workers start on the
+        // others while `core` and the first compiles build.
+        let (speculative, seeded) = committed_modules(opts, &embed, &ptxas, cache);
+        if seeded > 0 {
+            println!("ptxas: {seeded} committed modules taken from their records (PTX and cubin checked)");
+        }
+        pool.speculate(speculative);
         let mut finished: std::collections::BTreeMap<usize, Result<String, String>> = Default::default();
         let compiled = (|| -> Result<Vec<BuiltModule>, String> {
             let mut modules: Vec<BuiltModule> = Vec::new();
@@ -345,7 +380,7 @@ fn build(
         let lib_index = index_file(KernelSet::Library, &opts.archs, &modules, &embed)?;
         let test_index = index_file(KernelSet::Test, &opts.archs, &modules, &embed)?;
         let owned = owned_dirs(&opts.archs);
-        let embed_files = embed_files(&opts.archs, &modules, &lib_index, &test_index);
+        let embed_files = embed_files(&ptxas, &opts.archs, &modules, &lib_index, &test_index);
         // The out directory holds the same files plus any test cubins (and the whole-crate PTX),
         // also when the audit fails, so the modules can be read.
         let mut out_files = embed_files.clone();
@@ -435,6 +470,7 @@ pub fn split_modules(arch: Arch, set: KernelSet, text: &str) -> Result<Vec<Built
             cubin: None,
             seconds: 0.0,
             cached: false,
+            log: None,
         })
         .collect())
 }
@@ -459,6 +495,7 @@ fn record(modules: &mut [BuiltModule], assembled: Vec<audit::Assembled>) -> Vec<
         m.cubin = Some(a.cubin);
         m.seconds = a.seconds;
         m.cached = a.cached;
+        m.log = Some(a.log);
     }
     violations
 }
@@ -504,9 +541,10 @@ fn owned_dirs(archs: &[Arch]) -> Vec<PathBuf> {
     archs.iter().flat_map(|a| KernelSet::ALL.map(|s| Path::new(s.subdir()).join(a.name()))).collect()
 }
 
-/// Every file the embed directory should hold for `archs`: library PTX and cubins, test PTX,
-/// the two indexes; relative path → contents.
+/// Every file the embed directory should hold for `archs`: library PTX, cubins and ptxas
+/// records, test PTX, the two indexes; relative path → contents.
 fn embed_files(
+    ptxas: &Ptxas,
     archs: &[Arch],
     modules: &[BuiltModule],
     lib_index: &str,
@@ -517,6 +555,9 @@ fn embed_files(
         files.insert(module_path(m, "ptx"), m.ptx.as_bytes().to_vec());
         if let (KernelSet::Library, Some(c)) = (m.set, &m.cubin) {
             files.insert(module_path(m, "cubin"), c.clone());
+            if let Some(log) = &m.log {
+                files.insert(module_path(m, "ptxas"), ptxas_record(ptxas, m, c, log));
+            }
         }
     }
     files.insert(PathBuf::from("modules.rs"), lib_index.as_bytes().to_vec());

@@ -16,6 +16,7 @@ fn fake_module(set: KernelSet, arch: Arch, entry: &str, registers: u32) -> Built
         cubin: Some(vec![1, 2, 3]),
         seconds: 0.0,
         cached: false,
+        log: None,
     }
 }
 
@@ -155,6 +156,42 @@ fn fake_compile(arch: Arch, set: KernelSet) -> Result<String, String> {
 }
 
 #[test]
+fn a_fresh_cache_takes_committed_modules_from_their_records_only_when_they_check_out() {
+    let scratch = Scratch::new("records");
+    let (out, embed) = (scratch.0.join("out"), scratch.0.join("embed"));
+    let mut opts = Options {
+        archs: Arch::ALL.to_vec(),
+        out: Some(out),
+        embed_dir: Some(embed.clone()),
+        check: false,
+        assemble_tests: false,
+    };
+    let run =
+        |opts: &Options, cache: &Path| build(opts, &mut Phases::default(), cache, &|| Ok(()), &fake_compile);
+    run(&opts, &scratch.0.join("cache-1")).expect("build");
+    let record = std::fs::read_to_string(embed.join("sm_90/rsccl_b.ptxas")).expect("record");
+    assert!(record.starts_with("rsccl-ptxas-record key=") && record.contains("Used "), "{record}");
+    assert!(!record.contains("Compile time"), "the record holds nothing that changes between runs");
+
+    // A new cache (a fresh clone): every library module comes from its record, no ptxas run,
+    // and the check is clean (the records reproduce themselves).
+    opts.check = true;
+    let built = run(&opts, &scratch.0.join("cache-2")).expect("clean check from records");
+    let lib: Vec<_> = built.iter().filter(|m| m.set == KernelSet::Library).collect();
+    assert_eq!(lib.len(), 3);
+    assert!(lib.iter().all(|m| m.cached && m.seconds == 0.0), "every library module from its record");
+
+    // A cubin that is not the one its record names is not taken: ptxas runs, and the check
+    // reports the committed cubin stale.
+    std::fs::write(embed.join("sm_90/rsccl_a.cubin"), b"not a cubin").expect("write");
+    let err = run(&opts, &scratch.0.join("cache-3")).expect_err("tampered cubin");
+    assert!(err.contains("stale: sm_90/rsccl_a.cubin"), "{err}");
+    let built = run(&Options { check: false, ..opts.clone() }, &scratch.0.join("cache-3")).expect("repair");
+    let a = built.iter().find(|m| m.entry == "rsccl_a" && m.arch == Arch::Sm90).expect("rsccl_a");
+    assert!(a.report.is_some());
+}
+
+#[test]
 fn build_writes_checks_and_refuses_a_broken_kernel() {
     let scratch = Scratch::new("e2e");
     let (out, embed, cache) = (scratch.0.join("out"), scratch.0.join("embed"), scratch.0.join("cache"));
@@ -176,10 +213,13 @@ fn build_writes_checks_and_refuses_a_broken_kernel() {
         "modules.rs",
         "sm_80/rsccl_a.cubin",
         "sm_80/rsccl_a.ptx",
+        "sm_80/rsccl_a.ptxas",
         "sm_90/rsccl_a.cubin",
         "sm_90/rsccl_a.ptx",
+        "sm_90/rsccl_a.ptxas",
         "sm_90/rsccl_b.cubin",
         "sm_90/rsccl_b.ptx",
+        "sm_90/rsccl_b.ptxas",
         "test/modules.rs",
         "test/sm_90/rsccl_t.ptx",
     ];
