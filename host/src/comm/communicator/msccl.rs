@@ -9,7 +9,12 @@ use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
 use crate::msccl::ir::{Collective as IrColl, Program};
 use crate::msccl::runtime::Lowered;
-use crate::transport::{self, ConnHandle, ConnLayout, ConnMem, Side, TransportKind, MAX_HANDLE_BYTES};
+use crate::transport::net::proxy::Proxy;
+use crate::transport::net::socket::{SocketConfig, SocketNet};
+use crate::transport::net::{Net, NetSetup};
+use crate::transport::{
+    self, ConnHandle, ConnLayout, ConnMem, Side, Transport, TransportKind, MAX_HANDLE_BYTES,
+};
 use rsccl_device::coll::kernels::CollKernel;
 use rsccl_device::coll::msccl::{pass_geometry, MscclArgs, MscclTb, MSCCL_THREADS};
 use rsccl_device::coll::Collective;
@@ -54,6 +59,9 @@ pub(crate) struct Loaded {
     scratch: Mutex<Option<DeviceBuffer>>,
     /// Launches so far (the progress words' high half).
     seq: AtomicU64,
+    /// The proxy thread of the program's network connections (none without any); dropped
+    /// before the connections' memory.
+    proxy: Option<Proxy>,
     _conns: Vec<ConnMem>,
 }
 
@@ -77,8 +85,9 @@ fn fingerprint(p: &Program) -> u64 {
 impl Comm {
     /// Loads MSCCL-IR program `program` on this communicator: every rank calls it with the same
     /// program, in the same order as its other calls. Refuses a program the verifier refuses
-    /// (with its message), one for another number of ranks, one whose ranks loaded different
-    /// programs, and connections only the network reaches (not yet served to MSCCL programs).
+    /// (with its message), one for another number of ranks, and one whose ranks loaded different
+    /// programs. Connections to ranks on other hosts go through the network transport, served
+    /// by a proxy thread of the program.
     ///
     /// ```
     /// use rsccl::{backend, msccl::{algorithms, ir::Protocol}, BufRef, DataType, ReduceOp};
@@ -123,23 +132,28 @@ impl Comm {
         }
         let me = &plan.ranks[rank];
         let (sends, recvs) = plan.connections(rank);
-        for &(peer, _) in sends.iter().chain(&recvs) {
-            if self.transports[peer] == TransportKind::Net {
-                return Err(bad(format!(
-                    "MSCCL program \"{}\": rank {rank} reaches rank {peer} only through the network, \
-                     which MSCCL programs do not use yet",
-                    plan.name
-                )));
-            }
-        }
+        // Connections to other hosts go through the network with a proxy thread of their own.
+        let net = if sends.iter().chain(&recvs).any(|&(peer, _)| self.transports[peer] == TransportKind::Net)
+        {
+            let sock = SocketConfig::from_env()?;
+            let plugin: Arc<dyn Net> = Arc::new(SocketNet::new(sock, self.conn_key.to_le_bytes()));
+            let deadline = std::time::Instant::now() + self.cfg.bootstrap_timeout;
+            Some(NetSetup::new(plugin, self.stream.clone(), deadline))
+        } else {
+            None
+        };
         let layout = ConnLayout { step_bytes: self.cfg.step_bytes };
         let load_no = self.msccl.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
         // Apart from the ring and tree connections' keys and from other loads'.
         let key_base = self.conn_key ^ u128::from(load_no + 1) << 64;
-        let transport_of = |peer: usize| {
-            transport::transport(self.transports[peer], &self.stream).ok_or_else(|| {
-                bad(format!("rank {rank}: no transport to rank {peer} for an MSCCL connection"))
-            })
+        let transport_of = |peer: usize| -> Result<Box<dyn Transport + '_>> {
+            match (transport::transport(self.transports[peer], &self.stream), &net) {
+                (Some(t), _) => Ok(t),
+                (None, Some(setup)) => Ok(Box::new(setup.to_peer(peer, &self.peers[peer].hostname))),
+                (None, None) => {
+                    Err(bad(format!("rank {rank}: no transport to rank {peer} for an MSCCL connection")))
+                }
+            }
         };
         let mut conns = Vec::new();
         let mut recv_views = vec![ConnInfo::default(); me.tbs.len()];
@@ -179,6 +193,11 @@ impl Comm {
             // Both sides attached everywhere before anyone launches.
             boot.barrier()?;
         }
+        // Network receivers wait for their senders; then one proxy thread serves them.
+        let proxy = match net {
+            Some(setup) => Some(setup.start(rank, self.abort.clone())?),
+            None => None,
+        };
         let stream = &self.stream;
         let all_steps: Vec<_> = me.tbs.iter().flat_map(|t| t.steps.iter().copied()).collect();
         let steps = stream.alloc(std::mem::size_of_val(all_steps.as_slice()).max(8))?;
@@ -216,6 +235,7 @@ impl Comm {
             status,
             scratch: Mutex::new(None),
             seq: AtomicU64::new(0),
+            proxy,
             _conns: conns,
         };
         self.msccl.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(loaded));
@@ -266,9 +286,14 @@ impl Comm {
             .with_smem(shm_bytes(1)))
     }
 
-    /// Waits for `l`'s kernel and reports its threadblocks' failures.
+    /// Waits for `l`'s kernel and reports its threadblocks' failures; a broken network
+    /// connection of the program is the answer when there is one (it names the peer and host).
     pub(super) fn finish_msccl(&self, l: &Loaded) -> Result<()> {
-        self.finish_with(&l.status, l.ntbs())
+        let r = self.finish_with(&l.status, l.ntbs());
+        match (r, l.proxy.as_ref().and_then(Proxy::failure)) {
+            (Err(_), Some(e)) => Err(self.fail(e)),
+            (r, _) => r,
+        }
     }
 
     /// Loads the programs of the registry (`CommConfig::msccl_xml`, else `RSCCL_MSCCL_XML`)
