@@ -512,6 +512,18 @@ fn a_communicator_runs_the_registry_program_that_serves_a_call_and_falls_back_ot
                         w.wait().unwrap();
                         out.push((algo, be.download::<f32>(if inplace { &a } else { &b }, 999).unwrap()));
                     }
+                    // Two enqueued before either is waited for: the second completes the first.
+                    let (a1, a2) = (be.upload(&[r as f32; 999]).unwrap(), be.upload(&[1.0f32; 999]).unwrap());
+                    let w1 =
+                        c.enqueue().all_reduce((&a1).into(), (&a1).into(), 999, DataType::F32, ReduceOp::Sum);
+                    let w2 =
+                        c.enqueue().all_reduce((&a2).into(), (&a2).into(), 999, DataType::F32, ReduceOp::Max);
+                    let (w1, w2) = (w1.unwrap(), w2.unwrap());
+                    assert_eq!((w1.algorithm(), w2.algorithm()), ("msccl", "msccl"));
+                    w2.wait().unwrap();
+                    w1.wait().unwrap();
+                    out.push(("msccl", be.download::<f32>(&a1, 999).unwrap()));
+                    out.push(("msccl", be.download::<f32>(&a2, 999).unwrap()));
                     out
                 })
             })
@@ -525,6 +537,9 @@ fn a_communicator_runs_the_registry_program_that_serves_a_call_and_falls_back_ot
         assert_eq!(o[1], ("ring", vec![6.0; 999]));
         // Avg: the program cannot apply it, so the ring does.
         assert_eq!(o[2], ("ring", vec![2.0; 999]));
+        // Nonblocking: both results, whatever order they were waited in.
+        assert_eq!(o[3], ("msccl", vec![3.0; 999]));
+        assert_eq!(o[4], ("msccl", vec![1.0; 999]));
     }
 }
 

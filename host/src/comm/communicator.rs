@@ -366,6 +366,8 @@ pub struct Comm {
     msccl: Mutex<Vec<Arc<msccl::Loaded>>>,
     /// The registry's programs loaded at init, in its order: calls they serve run them.
     msccl_auto: Mutex<Vec<(crate::msccl::registry::Entry, MscclId)>>,
+    /// The program whose kernel is the collective in flight, if it is one.
+    msccl_in_flight: Mutex<Option<Arc<msccl::Loaded>>>,
     /// The secret connection keys derive from (each connection's key is unique in a process).
     conn_key: u128,
     /// Window ids handed out so far.
@@ -622,6 +624,7 @@ impl Comm {
             window_ids: std::sync::atomic::AtomicU64::new(0),
             msccl: Mutex::new(Vec::new()),
             msccl_auto: Mutex::new(Vec::new()),
+            msccl_in_flight: Mutex::new(None),
             conn_key: key_base,
         };
         comm.load_registry()?;
@@ -956,13 +959,25 @@ impl Comm {
         }
         if !tree {
             if let Some(l) = self.msccl_select(coll, send, recv, count, dtype, red) {
-                // Runs to completion here, as the NVLS_TREE path.
+                let holds = [send.buf.hold(), recv.buf.hold()];
                 // SAFETY: check_call showed both buffers hold what this rank reads and writes;
-                // the borrows keep them alive until finish_with returns.
+                // the holds keep their memory alive, and their copies waiting, until the kernel
+                // completed.
                 let (seq, ran) = unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }?;
-                let r = if ran { self.finish_msccl(&l) } else { Ok(()) };
-                q.unclaimed.push((seq, r));
-                return Ok(Work::new(self, seq, Arc::new(AtomicBool::new(true)), "msccl"));
+                let done = Arc::new(AtomicBool::new(!ran));
+                if ran {
+                    // Completed like the ring's kernel: `finish` reads this program's status.
+                    *self.msccl_in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
+                    let flag = done.clone();
+                    self.stream.host_fn(Box::new(move || {
+                        drop(holds);
+                        flag.store(true, Ordering::Release);
+                    }));
+                    q.in_flight = Some(seq);
+                } else {
+                    q.unclaimed.push((seq, Ok(())));
+                }
+                return Ok(Work::new(self, seq, done, "msccl"));
             }
         }
         let use_nvls = !tree && self.nvls.is_some() && nvls::applies(coll, dtype, red);
@@ -1237,7 +1252,11 @@ impl Comm {
     /// Waits for this rank's enqueued collective and reports its failures, naming the peers it
     /// waited for and any rank whose process has died.
     pub(crate) fn finish(&self) -> Result<()> {
-        self.finish_with(&self.status, self.cfg.nchannels)
+        let msccl = self.msccl_in_flight.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match msccl {
+            Some(l) => self.finish_msccl(&l),
+            None => self.finish_with(&self.status, self.cfg.nchannels),
+        }
     }
 
     /// [`Comm::finish`] for a kernel that reports in `words` status words of `status` (one per
