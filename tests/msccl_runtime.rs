@@ -578,50 +578,57 @@ fn an_inplace_allgather_with_no_input_chunks_reads_its_own_chunk_from_the_output
     }
 }
 
+/// Runs `body` on `n` ranks of one communicator, each a thread of this process with its own
+/// `Comm` (1 channel, 64 threads, 1 KiB steps, then `shape`), and returns what each gave.
+fn on_ranks<T: Send>(
+    n: usize,
+    shape: impl Fn(usize, rsccl::CommConfig) -> rsccl::CommConfig + Sync,
+    body: impl Fn(usize, &rsccl::Comm, &Arc<dyn Backend>) -> T + Sync,
+) -> Vec<T> {
+    let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    let be = backend::cpu();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|r| {
+                let (be, id, shape, body) = (be.clone(), &id, &shape, &body);
+                s.spawn(move || {
+                    let base = rsccl::CommConfig {
+                        nchannels: 1,
+                        nthreads: 64,
+                        step_bytes: 1024,
+                        ..Default::default()
+                    };
+                    let comm = rsccl::Comm::init_rank(&be, n, r, id, shape(r, base)).unwrap();
+                    body(r, &comm, &be)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 #[test]
 fn a_hierarchical_program_runs_across_two_nodes_over_the_network() {
     // 2 "nodes" × 2 ranks in this process (host identities differ): the cross-node steps go
     // through the network transport and the program's proxy thread, the others in-process.
     let p = algorithms::hierarchical_allreduce(2, 2, 1, Protocol::Simple).unwrap().compile().unwrap();
-    let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
-    let be = backend::cpu();
-    let results: Vec<Vec<i64>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..4usize)
-            .map(|r| {
-                let (be, p) = (be.clone(), &p);
-                s.spawn(move || {
-                    let cfg = rsccl::CommConfig {
-                        nchannels: 1,
-                        nthreads: 64,
-                        step_bytes: 1024,
-                        host_id: Some(format!("node{}", r / 2)),
-                        ..rsccl::CommConfig::default()
-                    };
-                    let comm = rsccl::Comm::init_rank(&be, 4, r, &id, cfg).unwrap();
-                    let net = rsccl::transport::TransportKind::Net;
-                    assert_eq!(comm.transport_to(r ^ 2), Some(net), "the other node's rank");
-                    assert_ne!(comm.transport_to(r ^ 1), Some(net), "this node's other rank");
-                    let prog = comm.load_msccl(p).unwrap();
-                    let count = 10_007;
-                    let buf = be
-                        .upload(&(0..count).map(|i| (i as i64 % 97) * (r as i64 + 1)).collect::<Vec<_>>())
-                        .unwrap();
-                    comm.run_msccl(
-                        prog,
-                        BufRef::from(&buf),
-                        BufRef::from(&buf),
-                        count,
-                        DataType::I64,
-                        ReduceOp::Sum,
-                    )
-                    .unwrap();
-                    be.download::<i64>(&buf, count).unwrap()
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let want: Vec<i64> = (0..10_007).map(|i| (i as i64 % 97) * 10).collect();
+    let count = 10_007;
+    let results = on_ranks(
+        4,
+        |r, cfg| rsccl::CommConfig { host_id: Some(format!("node{}", r / 2)), ..cfg },
+        |r, comm, be| {
+            let net = rsccl::transport::TransportKind::Net;
+            assert_eq!(comm.transport_to(r ^ 2), Some(net), "the other node's rank");
+            assert_ne!(comm.transport_to(r ^ 1), Some(net), "this node's other rank");
+            let prog = comm.load_msccl(&p).unwrap();
+            let input: Vec<i64> = (0..count).map(|i| (i as i64 % 97) * (r as i64 + 1)).collect();
+            let buf = be.upload(&input).unwrap();
+            let b = BufRef::from(&buf);
+            comm.run_msccl(prog, b, b, count, DataType::I64, ReduceOp::Sum).unwrap();
+            be.download::<i64>(&buf, count).unwrap()
+        },
+    );
+    let want: Vec<i64> = (0..count).map(|i| (i as i64 % 97) * 10).collect();
     for (r, got) in results.iter().enumerate() {
         assert!(got == &want, "rank {r}");
     }
@@ -630,51 +637,24 @@ fn a_hierarchical_program_runs_across_two_nodes_over_the_network() {
 #[test]
 fn a_rank_that_never_runs_the_program_is_named_by_the_others_within_the_timeout() {
     let p = algorithms::ring_allreduce(4, 1, 1, Protocol::Simple).unwrap().compile().unwrap();
-    let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
-    let be = backend::cpu();
-    let errors: Vec<Option<String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..4usize)
-            .map(|r| {
-                let (be, p) = (be.clone(), &p);
-                s.spawn(move || {
-                    let cfg = rsccl::CommConfig {
-                        nchannels: 1,
-                        nthreads: 64,
-                        step_bytes: 1024,
-                        timeout: std::time::Duration::from_secs(2),
-                        ..rsccl::CommConfig::default()
-                    };
-                    let comm = rsccl::Comm::init_rank(&be, 4, r, &id, cfg).unwrap();
-                    let prog = comm.load_msccl(p).unwrap();
-                    let buf = be.upload(&[1.0f32; 5000]).unwrap();
-                    let started = std::time::Instant::now();
-                    let r3 = if r == 3 {
-                        // Rank 3 never calls; it stays alive to answer the others' questions.
-                        std::thread::sleep(std::time::Duration::from_secs(6));
-                        None
-                    } else {
-                        let e = comm
-                            .run_msccl(
-                                prog,
-                                BufRef::from(&buf),
-                                BufRef::from(&buf),
-                                5000,
-                                DataType::F32,
-                                ReduceOp::Sum,
-                            )
-                            .unwrap_err();
-                        assert!(
-                            started.elapsed() < std::time::Duration::from_secs(30),
-                            "rank {r} took too long"
-                        );
-                        Some(e.to_string())
-                    };
-                    r3
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let errors = on_ranks(
+        4,
+        |_, cfg| rsccl::CommConfig { timeout: std::time::Duration::from_secs(2), ..cfg },
+        |r, comm, be| {
+            let prog = comm.load_msccl(&p).unwrap();
+            let buf = be.upload(&[1.0f32; 5000]).unwrap();
+            if r == 3 {
+                // Rank 3 never calls; it stays alive to answer the others' questions.
+                std::thread::sleep(std::time::Duration::from_secs(6));
+                return None;
+            }
+            let started = std::time::Instant::now();
+            let b = BufRef::from(&buf);
+            let e = comm.run_msccl(prog, b, b, 5000, DataType::F32, ReduceOp::Sum).unwrap_err();
+            assert!(started.elapsed() < std::time::Duration::from_secs(30), "rank {r} took too long");
+            Some(e.to_string())
+        },
+    );
     for (r, e) in errors.iter().enumerate().take(3) {
         let e = e.as_deref().unwrap();
         eprintln!("rank {r}: {e}");
