@@ -1072,6 +1072,17 @@ impl Comm {
         e
     }
 
+    /// `Err` once a failed collective left this rank's connections inconsistent: no kernel may
+    /// run on them again.
+    fn check_usable(&self) -> Result<()> {
+        if self.is_poisoned() {
+            return Err(Error::InvalidConfig(
+                "this communicator's connections are inconsistent after a failed collective; create a new one".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether a failed collective left this rank's connections inconsistent.
     pub(crate) fn is_poisoned(&self) -> bool {
         self.poisoned.load(Ordering::SeqCst)
@@ -1113,11 +1124,7 @@ impl Comm {
         root: usize,
         red_op_arg: u64,
     ) -> Result<()> {
-        if self.poisoned.load(Ordering::SeqCst) {
-            return Err(Error::InvalidConfig(
-                "this communicator's connections are inconsistent after a failed collective; create a new one".into(),
-            ));
-        }
+        self.check_usable()?;
         self.progress.enter(coll, tree);
         if self.nranks == 1 {
             if count == 0 {
@@ -1189,11 +1196,7 @@ impl Comm {
         symmetric: Option<(DevPtr, Option<DevPtr>)>,
     ) -> Result<()> {
         let n = self.nvls.as_ref().expect("the caller checked");
-        if self.poisoned.load(Ordering::SeqCst) {
-            return Err(Error::InvalidConfig(
-                "this communicator's connections are inconsistent after a failed collective; create a new one".into(),
-            ));
-        }
+        self.check_usable()?;
         let seq = self.progress.enter(coll, false);
         let eb = dtype.size() as u64;
         let slice_elems = nvls::NVLS_SLICE_BYTES / eb;

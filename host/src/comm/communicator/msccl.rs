@@ -69,6 +69,16 @@ impl Loaded {
     fn ntbs(&self) -> usize {
         self.plan.ranks[self.rank].tbs.len()
     }
+
+    /// The launch shape: a block per threadblock, at most the interpreter's block size.
+    fn launch_config(&self, nthreads: u32) -> LaunchConfig {
+        LaunchConfig::linear(self.ntbs() as u32, nthreads.min(MSCCL_THREADS)).with_smem(shm_bytes(1))
+    }
+
+    /// Whether the program can apply `red` (a program that only moves data applies any).
+    fn applies(&self, red: RedOp) -> bool {
+        !self.plan.reduces || matches!(red, RedOp::Sum | RedOp::Prod | RedOp::Min | RedOp::Max)
+    }
 }
 
 fn bad(why: String) -> Error {
@@ -281,9 +291,7 @@ impl Comm {
 
     /// The launch shape of loaded program `id` on this rank.
     pub(crate) fn msccl_launch_config(&self, id: MscclId) -> Result<LaunchConfig> {
-        let l = self.loaded(id)?;
-        Ok(LaunchConfig::linear(l.ntbs() as u32, self.cfg.nthreads.min(MSCCL_THREADS))
-            .with_smem(shm_bytes(1)))
+        Ok(self.loaded(id)?.launch_config(self.cfg.nthreads))
     }
 
     /// Waits for `l`'s kernel and reports its threadblocks' failures; a broken network
@@ -358,9 +366,7 @@ impl Comm {
         let bytes = block.checked_mul(mult)? as u64;
         let in_place = in_place(&ir, send.ptr().0, recv.ptr().0, self.rank, block);
         let (_, id) = auto.iter().find(|(e, _)| e.serves(&ir, self.nranks, bytes, in_place))?;
-        let l = self.loaded(*id).ok()?;
-        let op_ok = !l.plan.reduces || matches!(red, RedOp::Sum | RedOp::Prod | RedOp::Min | RedOp::Max);
-        op_ok.then_some(l)
+        self.loaded(*id).ok().filter(|l| l.applies(red))
     }
 
     /// Checks a call of `l` and enqueues its kernel: `(its collective number, whether a kernel
@@ -380,11 +386,7 @@ impl Comm {
         let (rank, n) = (self.rank, self.nranks);
         let plan = &l.plan;
         let name = &plan.name;
-        if self.poisoned.load(Ordering::SeqCst) {
-            return Err(bad(
-                "this communicator's connections are inconsistent after a failed collective; create a new one".into(),
-            ));
-        }
+        self.check_usable()?;
         let eb = dtype.size();
         let bytes = |elems: usize| {
             elems
@@ -435,7 +437,7 @@ impl Comm {
                 RedOp::Sum
             }
         };
-        if plan.reduces && !matches!(red, RedOp::Sum | RedOp::Prod | RedOp::Min | RedOp::Max) {
+        if !l.applies(red) {
             return Err(bad(format!(
                 "MSCCL program \"{name}\" reduces with sum, prod, min or max, not {op:?} (use the ring or tree)"
             )));
@@ -548,8 +550,7 @@ impl Comm {
             op: red as u32,
             _pad: 0,
         };
-        let cfg =
-            LaunchConfig::linear(ntbs as u32, self.cfg.nthreads.min(MSCCL_THREADS)).with_smem(shm_bytes(1));
+        let cfg = l.launch_config(self.cfg.nthreads);
         // SAFETY: the user buffers hold what the program reads and writes (checked above: the
         // lowering placed every chunk inside `input_blocks`/`output_blocks` blocks of `c`);
         // tables, scratch, progress and status are this program's, sized for its threadblocks.
