@@ -2,7 +2,8 @@
 //! reference written here: random type × op × 1..8 sources × 1..8 destinations × element count
 //! (weighted to small and odd) × per-pointer misalignment (any multiple of the element size) ×
 //! threads per block (32..512, step 32) × unroll, with multicast sources and destinations through
-//! the emulated multimem and, in some cases, through the kernel table over several blocks.
+//! the emulated multimem and, in some cases, through the kernel table over several blocks;
+//! both the GPU's lane-by-lane work split and the emulator's contiguous loop.
 //!
 //! The reference shares no code with the device crate: integers in i128 with explicit wrapping,
 //! f16/bf16 through the `half` crate (exact f64 arithmetic, one rounding), FP8 by decoding from
@@ -47,6 +48,9 @@ struct Case {
     kernel_blocks: u32,
     /// Small integers (exact in any order, as nccl-tests' inputs) or any non-NaN encodings.
     exact_values: bool,
+    /// The GPU's lane-by-lane work split, or the emulator's contiguous loop (multicast operands
+    /// always go lane by lane); see `emu::set_exact_lanes`.
+    exact_lanes: bool,
     seed: u64,
 }
 
@@ -334,6 +338,8 @@ fn get(bytes: &[u8], off: usize, eb: usize) -> u64 {
 }
 
 fn run_case(c: &Case) -> Result<(), TestCaseError> {
+    // Process-wide; the other test here launches nothing.
+    emu::set_exact_lanes(c.exact_lanes);
     let t = c.dtype;
     let eb = t.size();
     let nbytes = c.nelem * eb;
@@ -537,6 +543,7 @@ fn case() -> impl Strategy<Value = Case> {
                 mm_width: 1 + ((r >> 28) % 4) as usize,
                 kernel_blocks,
                 exact_values: (r >> 32).is_multiple_of(2),
+                exact_lanes: (r >> 36).is_multiple_of(2),
                 seed,
             }
         })

@@ -18,11 +18,17 @@
 //! `pre_op_srcs` (never on a multimem source, whose reduction happens in the switch), then the
 //! post-op, as documented in [`crate::redop`]; the result is the same whatever the thread count,
 //! unroll or alignment.
+//!
+//! On the emulator the group's first thread moves the whole range in one contiguous loop unless
+//! [`arch::emu::set_exact_lanes`] asks for the GPU's lane-by-lane split: the same bits, faster.
 use crate::multimem;
 use crate::pack::BytePack;
 use crate::redop::{Elem, Reducer};
 use crate::unroll::unrolled;
 use crate::{arch, DevPtr};
+
+#[cfg(not(target_arch = "nvptx64"))]
+mod whole;
 
 /// Most sources of one reduceCopy.
 pub const MAX_SRCS: usize = 8;
@@ -87,6 +93,13 @@ pub fn reduce_copy<T: Elem, const UNROLL: usize, const MIN_SRCS: usize, const MI
         return;
     }
     let multimem = rc.multimem_srcs + rc.multimem_dsts > 0;
+    #[cfg(not(target_arch = "nvptx64"))]
+    if !multimem && !arch::emu::exact_lanes() {
+        if thread == 0 {
+            whole::reduce_copy_whole(red, rc, nelem);
+        }
+        return;
+    }
     let big = if multimem { multimem::big_pack_size(red.op(), T::DTYPE) } else { 16 };
     if big == 0 {
         arch::trap();

@@ -525,3 +525,31 @@ fn ctx_seed() -> u64 {
     let p = CTX.with(|c| c.get()) as u64;
     p.rotate_left(17) | 1
 }
+
+/// How [`crate::reduce_copy::reduce_copy`] splits its work on the emulator: 0 not read yet,
+/// 1 the group's first thread moves everything, 2 lane by lane as on a GPU.
+static DATA_PATH: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Makes reduceCopy run lane by lane, every thread its packs as on a GPU (`true`), or the group's
+/// first thread move the whole range in one contiguous loop (`false`, the default). Both give the
+/// same bits (reduceCopy is element-wise); the lane-by-lane form exercises the GPU's work split,
+/// the contiguous one moves data several times faster, which the host-side benchmarks of
+/// transports need. `RSCCL_EMU_EXACT_LANES=1` selects lane by lane for a process. Process-wide.
+pub fn set_exact_lanes(on: bool) {
+    DATA_PATH.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+}
+
+/// Whether reduceCopy runs lane by lane (see [`set_exact_lanes`]).
+#[inline]
+pub fn exact_lanes() -> bool {
+    match DATA_PATH.load(Ordering::Relaxed) {
+        0 => {
+            let on = std::env::var("RSCCL_EMU_EXACT_LANES").is_ok_and(|v| v.trim() == "1");
+            // A concurrent set_exact_lanes wins over the environment.
+            let _ =
+                DATA_PATH.compare_exchange(0, if on { 2 } else { 1 }, Ordering::Relaxed, Ordering::Relaxed);
+            DATA_PATH.load(Ordering::Relaxed) == 2
+        }
+        v => v == 2,
+    }
+}
