@@ -400,6 +400,84 @@ fn nvls_tree_two_nodes_of_four_ranks() {
     }
 }
 
+/// NVLS_TREE all-reduces are nonblocking like the others: one thread enqueues on all 8 ranks
+/// (a blocking enqueue would wait there for ranks not yet called, forever), twice per rank
+/// before waiting for any, and every result equals the node sums combined across the nodes.
+#[test]
+fn nvls_tree_enqueue_returns_before_the_collective_ends() {
+    let (nodes, local) = (2usize, 4usize);
+    let n = nodes * local;
+    let sys = System::from_xml(&xml::read_file(&rsccl_suite::shared_dir().join(H200)).unwrap()).unwrap();
+    let sys =
+        sys.retain(|_, x| x.kind != NodeKind::Gpu || x.gpu().is_some_and(|g| (g.rank.0 as usize) < local));
+    let graphs = search_all(&sys, &SearchOptions { nodes, ..SearchOptions::default() });
+    let mut cfg = CommConfig::from_topology_nodes(&graphs, nodes).unwrap();
+    cfg.nchannels = 1;
+    cfg.rings.as_mut().unwrap().truncate(1);
+    cfg.trees.as_mut().unwrap().truncate(1);
+    cfg.nthreads = 64;
+    cfg.step_bytes = 8192;
+    cfg.timeout = std::time::Duration::from_secs(20);
+    let be = backend::cpu();
+    let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    let comms: Vec<Comm> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (be, cfg) =
+                    (&be, CommConfig { host_id: Some(format!("node{}", r / local)), ..cfg.clone() });
+                s.spawn(move || Comm::init_rank(be, n, r, &id, cfg).unwrap())
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (t, count) = (DataType::F32, 10_007usize);
+    let bufs: Vec<Vec<_>> = (0..n)
+        .map(|r| {
+            (0..2u64)
+                .map(|k| {
+                    let data: Vec<u64> = (0..count).map(|i| input(t, r, i, k)).collect();
+                    let b = be.alloc(count * t.size()).unwrap();
+                    be.copy_in(&b, 0, &to_bytes(t, &data)).unwrap();
+                    b
+                })
+                .collect()
+        })
+        .collect();
+    let works: Vec<_> = (0..2)
+        .flat_map(|k| {
+            let (comms, bufs) = (&comms, &bufs);
+            (0..n).map(move |r| {
+                let b = BufRef::from(&bufs[r][k]);
+                let w = comms[r].enqueue().all_reduce(b, b, count, t, ReduceOp::Sum).unwrap();
+                assert_eq!(w.algorithm(), "nvls-tree", "rank {r}");
+                w
+            })
+        })
+        .collect();
+    for w in works {
+        w.wait().unwrap();
+    }
+    for k in 0..2u64 {
+        let want: Vec<u64> = (0..count)
+            .map(|i| {
+                let node = |nd: usize| {
+                    let col: Vec<u64> = (0..local).map(|q| input(t, nd * local + q, i, k)).collect();
+                    nvls_fold(t, RedOp::Sum, &col)
+                };
+                reference::reduce(t, RedOp::Sum, node(0), node(1))
+            })
+            .collect();
+        for (r, b) in bufs.iter().enumerate() {
+            let mut out = vec![0u8; count * t.size()];
+            be.copy_out(&b[k as usize], 0, &mut out).unwrap();
+            let got = from_bytes(t, &out);
+            if let Some(i) = (0..count).find(|&i| !reference::same(t, got[i], want[i])) {
+                panic!("call {k}: rank {r} element {i}: {:#x} want {:#x}", got[i], want[i]);
+            }
+        }
+    }
+}
+
 /// Symmetric windows: all-reduce straight on registered buffers (one-shot from the send
 /// window, two-shot when the receive buffer is a window too and large, or in place), at an
 /// offset inside the windows, against the rank-order reference; after deregistering, the same

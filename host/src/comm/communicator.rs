@@ -359,7 +359,9 @@ pub struct Comm {
     nvls: Option<Nvls>,
     pub(super) nvls_policy: NvlsPolicy,
     /// NVLS_TREE: this node's NVLS communicator and the cross-node one of this local rank.
-    pub(super) nvls_tree: Option<Box<nvls::NvlsTree>>,
+    pub(super) nvls_tree: Option<Arc<nvls::NvlsTree>>,
+    /// The worker running the NVLS_TREE all-reduce in flight, if that is what is in flight.
+    tree_in_flight: Mutex<Option<std::thread::JoinHandle<Result<()>>>>,
     /// Symmetric windows registered so far.
     windows: Mutex<Vec<nvls::WindowEntry>>,
     /// MSCCL programs loaded so far ([`Comm::load_msccl`]).
@@ -625,6 +627,7 @@ impl Comm {
             msccl: Mutex::new(Vec::new()),
             msccl_auto: Mutex::new(Vec::new()),
             msccl_in_flight: Mutex::new(None),
+            tree_in_flight: Mutex::new(None),
             conn_key: key_base,
         };
         comm.load_registry()?;
@@ -817,6 +820,9 @@ impl Comm {
     /// Asks a running collective of this rank to stop: its waits give up at once and the call
     /// returns an error (peers then time out on this rank). Does not wait for the collective.
     pub fn abort(&self) -> Result<()> {
+        if let Some(t) = &self.nvls_tree {
+            t.abort();
+        }
         if let Some(p) = &self.proxy {
             // The connections cannot be trusted after an aborted collective: close them.
             p.shutdown();
@@ -947,14 +953,34 @@ impl Comm {
         send.buf.wait_idle();
         recv.buf.wait_idle();
         self.arm()?;
-        if let Some(t) = self.nvls_tree.as_deref() {
+        if let Some(t) = &self.nvls_tree {
             if !tree && coll == Collective::AllReduce && nvls::applies(coll, dtype, red) {
-                // Runs to completion here (three collectives of the sub-communicators).
+                // Three collectives of the sub-communicators and two copies, in order, on a
+                // worker thread: the call returns at once, like a kernel launch.
                 let seq = self.progress.enter(coll, false);
-                let r = t.all_reduce(self, send, recv, count, dtype, op);
-                self.progress.finish(seq);
-                q.unclaimed.push((seq, r));
-                return Ok(Work::new(self, seq, Arc::new(AtomicBool::new(true)), "nvls-tree"));
+                let holds = [send.buf.hold(), recv.buf.hold()];
+                let done = Arc::new(AtomicBool::new(false));
+                let (t, stream, flag) = (t.clone(), self.stream.clone(), done.clone());
+                let (sp, rp) = (send.ptr(), recv.ptr());
+                let worker = std::thread::Builder::new()
+                    .name(format!("rsccl-nvls-tree-{}", self.rank))
+                    .spawn(move || {
+                        let r = t.all_reduce(&stream, sp, rp, count, dtype, op);
+                        drop(holds);
+                        flag.store(true, Ordering::Release);
+                        r
+                    });
+                match worker {
+                    Ok(h) => {
+                        *self.tree_in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+                        q.in_flight = Some(seq);
+                    }
+                    Err(e) => {
+                        self.progress.finish(seq);
+                        return Err(Error::InvalidConfig(format!("starting the NVLS_TREE worker: {e}")));
+                    }
+                }
+                return Ok(Work::new(self, seq, done, "nvls-tree"));
             }
         }
         if !tree {
@@ -1255,6 +1281,16 @@ impl Comm {
     /// Waits for this rank's enqueued collective and reports its failures, naming the peers it
     /// waited for and any rank whose process has died.
     pub(crate) fn finish(&self) -> Result<()> {
+        let tree = self.tree_in_flight.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(worker) = tree {
+            let r = worker.join().unwrap_or_else(|_| {
+                Err(Error::InvalidConfig(format!("rank {}: the NVLS_TREE worker panicked", self.rank)))
+            });
+            if let Some((seq, _)) = self.progress.in_flight() {
+                self.progress.finish(seq);
+            }
+            return r;
+        }
         let msccl = self.msccl_in_flight.lock().unwrap_or_else(|e| e.into_inner()).take();
         match msccl {
             Some(l) => self.finish_msccl(&l),

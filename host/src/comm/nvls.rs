@@ -13,6 +13,7 @@ use rsccl_device::multimem;
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 use std::any::Any;
+use std::sync::Arc;
 
 /// Bytes of one NVLS slice: per block and rank, the unit a barrier moves.
 pub const NVLS_SLICE_BYTES: u64 = 32 << 10;
@@ -208,12 +209,14 @@ pub(crate) struct NvlsTree {
 }
 
 impl NvlsTree {
-    /// One all-reduce (blocking: the three steps run here, one after the other).
+    /// One all-reduce of `count` elements from `send` to `recv` (device addresses the caller
+    /// checked and holds), the three steps one after the other. Runs on the communicator's
+    /// NVLS_TREE worker thread, so `enqueue` returns at once (see `Comm::enqueue`).
     pub(crate) fn all_reduce(
         &self,
-        parent: &Comm,
-        send: BufRef,
-        recv: BufRef,
+        stream: &Arc<dyn Backend>,
+        send: DevPtr,
+        recv: DevPtr,
         count: usize,
         dtype: DataType,
         op: ReduceOp,
@@ -224,7 +227,6 @@ impl NvlsTree {
         let total = nl
             .checked_mul(slice)
             .ok_or_else(|| Error::InvalidConfig(format!("NVLS_TREE: {count} elements overflow")))?;
-        let stream = parent.stream();
         let mut guard = self.tmp.lock().unwrap_or_else(|p| p.into_inner());
         if guard.as_ref().is_none_or(|b| b.len() < total.max(1)) {
             *guard = Some(stream.alloc(total.max(1))?);
@@ -247,12 +249,18 @@ impl NvlsTree {
             }?;
             stream.synchronize()
         };
-        copy(tmp.ptr(), send.ptr(), count * eb)?;
+        copy(tmp.ptr(), send, count * eb)?;
         let mine = BufRef { buf: tmp, offset: l * slice };
         self.intra.reduce_scatter(BufRef::from(tmp), mine, c, dtype, op)?;
         self.inter.all_reduce(mine, mine, c, dtype, op)?;
         self.intra.all_gather(mine, BufRef::from(tmp), c, dtype)?;
-        copy(recv.ptr(), tmp.ptr(), count * eb)
+        copy(recv, tmp.ptr(), count * eb)
+    }
+
+    /// Stops the sub-communicators' collectives (the parent was aborted).
+    pub(crate) fn abort(&self) {
+        let _ = self.intra.abort();
+        let _ = self.inter.abort();
     }
 }
 
@@ -302,7 +310,7 @@ pub(crate) fn with_tree(mut comm: Comm) -> Result<Comm> {
         return if comm.nvls_policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
     }
     tracing::info!(rank, "NVLS_TREE: {} nodes of {local} ranks", hosts.len());
-    comm.nvls_tree = Some(Box::new(NvlsTree { intra, inter, tmp: std::sync::Mutex::new(None) }));
+    comm.nvls_tree = Some(Arc::new(NvlsTree { intra, inter, tmp: std::sync::Mutex::new(None) }));
     Ok(comm)
 }
 
