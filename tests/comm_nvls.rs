@@ -4,15 +4,18 @@
 //! and all-gather of every type and op of the multimem table are checked against an
 //! independent reference that reduces in rank order, as the emulated `multimem.ld_reduce`
 //! does (f16/bf16 sums accumulate in f32 and round once, as `.acc::f32`); integers and
-//! min/max also against the ring. Then the cases NVLS does not serve, and `RSCCL_ALGO`.
+//! min/max also against the ring. Then the cases NVLS does not serve, and `RSCCL_ALGO`;
+//! NVLS_TREE across in-process "nodes"; and NVLS and NVLS_TREE with one rank per process.
 use rsccl::comm::{Comm, CommConfig, ReduceOp, TopologyConfig};
 use rsccl::topology::detect::TopoEnv;
 use rsccl::topology::init::InitEnv;
 use rsccl::topology::search::{search_all, SearchOptions};
 use rsccl::topology::{xml, NodeKind, System};
+use rsccl::transport::shm;
 use rsccl::{backend, Backend, BufRef, DataType, DeviceBuffer, Error};
 use rsccl_device::coll::Collective;
 use rsccl_device::redop::RedOp;
+use rsccl_suite::procs::Children;
 use rsccl_suite::reference;
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,8 +87,8 @@ fn from_bytes(t: DataType, b: &[u8]) -> Vec<u64> {
         .collect()
 }
 
-/// Runs `coll` on every rank from this thread (enqueue all, then wait all) and returns each
-/// rank's output elements.
+/// Runs `coll` on the ranks of `comms` from this thread (enqueue all, then wait all) and
+/// returns each one's output elements (`comms` may be every rank, or one of a process).
 #[allow(clippy::too_many_arguments)]
 fn run(
     be: &Arc<dyn Backend>,
@@ -97,15 +100,17 @@ fn run(
     in_place: bool,
     seed: u64,
 ) -> Result<Vec<Vec<u64>>, Error> {
-    let n = comms.len();
+    let n = comms[0].nranks();
     let (send_n, recv_n) = match coll {
         Collective::AllReduce => (count, count),
         Collective::ReduceScatter => (count * n, count),
         _ => (count, count * n),
     };
     let eb = t.size();
-    let bufs: Vec<(DeviceBuffer, Option<DeviceBuffer>)> = (0..n)
-        .map(|r| {
+    let bufs: Vec<(DeviceBuffer, Option<DeviceBuffer>)> = comms
+        .iter()
+        .map(|c| {
+            let r = c.rank();
             let data: Vec<u64> = (0..send_n).map(|i| input(t, r, i, seed)).collect();
             let bytes = to_bytes(t, &data);
             if in_place {
@@ -127,8 +132,8 @@ fn run(
     let work: Vec<_> = comms
         .iter()
         .zip(&bufs)
-        .enumerate()
-        .map(|(r, (c, (s, d)))| {
+        .map(|(c, (s, d))| {
+            let r = c.rank();
             let at = if in_place && coll == Collective::AllGather { r * count * eb } else { 0 };
             let send = BufRef { buf: s, offset: at };
             let recv = BufRef::from(d.as_ref().unwrap_or(s));
@@ -148,8 +153,9 @@ fn run(
     }
     Ok(bufs
         .iter()
-        .enumerate()
-        .map(|(r, (s, d))| {
+        .zip(comms)
+        .map(|((s, d), c)| {
+            let r = c.rank();
             let (buf, at) = match (d, coll) {
                 (Some(d), _) => (d, 0),
                 (None, Collective::ReduceScatter) => (s, r * count * eb),
@@ -568,4 +574,129 @@ fn symmetric_windows_run_without_scratch() {
     let two = Comm::init_all(&be, 2, config(H200, None)).unwrap();
     let err = two[0].register_window(&be.alloc(64).unwrap()).unwrap_err().to_string();
     assert!(err.contains("symmetric windows need NVLS"), "{err}");
+}
+
+const CHILD_VAR: &str = "RSCCL_TEST_NVLS_CHILD";
+
+/// The child side of [`nvls_across_processes`]: one rank from the launcher's variables, the
+/// topology from `RSCCL_TOPO_FILE` (so NVLS comes up at init), a few collectives of the table
+/// checked against the rank-order reference.
+#[test]
+fn nvls_child() {
+    if std::env::var(CHILD_VAR).is_err() {
+        return;
+    }
+    let be = backend::cpu();
+    let cfg = CommConfig {
+        nthreads: 128,
+        step_bytes: 8192,
+        timeout: Duration::from_secs(60),
+        ..CommConfig::default()
+    };
+    let comm = Comm::from_env(&be, cfg).unwrap();
+    let (rank, n) = (comm.rank(), comm.nranks());
+    println!("NVLS {} TREE {}", comm.uses_nvls(), comm.uses_nvls_tree());
+    let cases = [
+        (Collective::AllReduce, DataType::F32, ReduceOp::Sum, 65_537, false),
+        (Collective::AllReduce, DataType::BF16, ReduceOp::Sum, 1001, true),
+        (Collective::AllReduce, DataType::I32, ReduceOp::Max, 4099, false),
+        (Collective::ReduceScatter, DataType::F16, ReduceOp::Min, 1000, true),
+        (Collective::ReduceScatter, DataType::U64, ReduceOp::Sum, 7, false),
+        (Collective::AllGather, DataType::F64, ReduceOp::Sum, 16_411, false),
+        (Collective::AllGather, DataType::I32, ReduceOp::Sum, 0, true),
+    ];
+    // With NVLS_TREE (RSCCL_TEST_NVLS_NODES nodes), all-reduce sums inside each node in rank
+    // order, then across the nodes; the rest runs on the rings, so only order-free cases.
+    let nodes: usize = std::env::var("RSCCL_TEST_NVLS_NODES").map_or(1, |v| v.parse().unwrap());
+    let cases: Vec<_> = cases
+        .into_iter()
+        .filter(|&(coll, t, op, ..)| {
+            nodes == 1 || coll == Collective::AllReduce || !t.is_float() || op != ReduceOp::Sum
+        })
+        .collect();
+    for (k, (coll, t, op, count, in_place)) in cases.into_iter().enumerate() {
+        let what = format!("rank {rank}: {coll:?} {t:?} {op:?} count={count} in_place={in_place}");
+        let seed = 0xBEEF + k as u64;
+        let got = run(&be, std::slice::from_ref(&comm), coll, t, op, count, in_place, seed)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let want = if nodes > 1 && coll == Collective::AllReduce {
+            let local = n / nodes;
+            (0..count)
+                .map(|i| {
+                    let node = |nd: usize| {
+                        let col: Vec<u64> = (0..local).map(|q| input(t, nd * local + q, i, seed)).collect();
+                        nvls_fold(t, red(op), &col)
+                    };
+                    (1..nodes).fold(node(0), |a, nd| reference::reduce(t, red(op), a, node(nd)))
+                })
+                .collect()
+        } else {
+            expected(coll, t, red(op), n, count, seed).swap_remove(rank)
+        };
+        if let Some(i) = (0..want.len()).find(|&i| !reference::same(t, got[0][i], want[i])) {
+            panic!("{what}: element {i}: got {:#x}, want {:#x}", got[0][i], want[i]);
+        }
+    }
+    if comm.uses_nvls() {
+        // User buffers of other processes cannot be bound here: refused on every rank alike.
+        let b = be.alloc(4096).unwrap();
+        match comm.register_window(&b) {
+            Err(Error::InvalidConfig(m)) if m.contains("separate processes") => {}
+            other => panic!("rank {rank}: a window across processes: {other:?}"),
+        }
+    }
+    println!("rank {rank}: ok");
+}
+
+/// Runs [`nvls_child`] in `nodes` × `local` processes (`RSCCL_HOSTID` per node) and returns
+/// each one's output, after checking it passed and left no shared memory behind.
+fn nvls_processes(nodes: usize, local: usize) -> Vec<String> {
+    let n = nodes * local;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let envs = (0..n).map(|r| {
+        [
+            (CHILD_VAR, "1".to_string()),
+            ("RANK", r.to_string()),
+            ("WORLD_SIZE", n.to_string()),
+            ("LOCAL_RANK", (r % local).to_string()),
+            ("RSCCL_COMM_ID", format!("127.0.0.1:{port}")),
+            ("RSCCL_TOPO_FILE", rsccl_suite::shared_dir().join(H200).display().to_string()),
+            ("RSCCL_MAX_NCHANNELS", "2".to_string()),
+            ("RSCCL_HOSTID", format!("node{}", r / local)),
+            ("RSCCL_SOCKET_IFNAME", "lo".to_string()),
+            ("RSCCL_TEST_NVLS_NODES", nodes.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    });
+    let mut ranks = Children::spawn("nvls_child", envs);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(240));
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(*ok && text.contains(&format!("rank {r}: ok")), "rank {r}:\n{text}");
+    }
+    for pid in pids {
+        assert!(shm::leftover_segments(pid).is_empty(), "pid {pid} left shared memory behind");
+    }
+    results.into_iter().map(|(_, t)| t).collect()
+}
+
+/// NVLS with one rank per process, as real jobs run it: 4 processes on the H200 machine
+/// (NVLS heads from `RSCCL_TOPO_FILE` at init) map each other's scratch and bind it into
+/// their own multicast ranges; the collectives are bit-exact and no shared memory is left.
+#[test]
+fn nvls_across_processes() {
+    for (r, text) in nvls_processes(1, 4).iter().enumerate() {
+        assert!(text.contains("NVLS true TREE false"), "rank {r} did not run NVLS:\n{text}");
+    }
+}
+
+/// NVLS_TREE with one rank per process: 2 "nodes" of 4 processes, NVLS inside each node
+/// across its processes, the network between the nodes.
+#[test]
+fn nvls_tree_across_processes() {
+    for (r, text) in nvls_processes(2, 4).iter().enumerate() {
+        assert!(text.contains("NVLS false TREE true"), "rank {r} did not run NVLS_TREE:\n{text}");
+    }
 }

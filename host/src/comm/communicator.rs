@@ -433,7 +433,7 @@ impl Comm {
         }
         let env_algo = std::env::var(nvls::ALGO_VAR).ok();
         let nvls_policy = NvlsPolicy::parse(cfg.algo.as_deref().or(env_algo.as_deref()))?;
-        let try_nvls = nvls::plan(cfg.nvls, &peers, backend.kind(), nvls_policy)?;
+        let try_nvls = nvls::plan(cfg.nvls, &peers, nvls_policy)?;
         let me = &peers[rank];
         // P2P to a GPU this one reaches (write mode: this rank's kernels write into the
         // receiver's memory, and the peer's into this rank's).
@@ -767,11 +767,21 @@ impl Comm {
     /// a window too and the message is large, or in place). Every rank must use the same offsets
     /// into its window. The buffer stays alive while registered. Needs NVLS ([`Comm::uses_nvls`]).
     pub fn register_window(&self, buf: &DeviceBuffer) -> Result<Window> {
-        if self.nvls.is_none() {
-            return Err(Error::InvalidConfig(
-                "symmetric windows need NVLS, which this communicator does not use (see Comm::uses_nvls)"
-                    .into(),
-            ));
+        match &self.nvls {
+            None => {
+                return Err(Error::InvalidConfig(
+                    "symmetric windows need NVLS, which this communicator does not use (see Comm::uses_nvls)"
+                        .into(),
+                ))
+            }
+            Some(n) if n.across_processes => {
+                return Err(Error::InvalidConfig(
+                    "symmetric windows: the ranks are separate processes, and the CPU emulator binds only \
+                     buffers of one process (NVLS itself runs, on its own mapped scratch)"
+                        .into(),
+                ))
+            }
+            Some(_) => {}
         }
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut q);

@@ -98,27 +98,25 @@ pub(crate) struct Nvls {
     pub(crate) mc_flags: DevPtr,
     /// Blocks of a launch (each its own scratch window and flags).
     pub(crate) grid: u32,
+    /// The ranks are separate processes: their scratch was mapped, not addressed directly.
+    pub(crate) across_processes: bool,
     _binds: Vec<Box<dyn Any + Send + Sync>>,
 }
 
 /// Why NVLS cannot run, from what every rank knows alike (so all decide the same), or `None`.
-fn unavailable(want: bool, nranks: usize, peers: &[PeerInfo], kind: BackendKind) -> Option<String> {
+fn unavailable(want: bool, nranks: usize) -> Option<String> {
     if !want {
         return Some("the topology has no NVLS heads (CommConfig::nvls is off)".into());
     }
     if nranks <= 2 {
         return Some(format!("{nranks} ranks: NVLS needs more than 2 on a node"));
     }
-
-    if kind == BackendKind::Cpu && peers.iter().any(|p| p.pid != peers[0].pid) {
-        return Some("the CPU emulator's multicast binds buffers of one process only".into());
-    }
     None
 }
 
 /// Whether to set NVLS up, decided at init from what every rank knows alike (before any
 /// connection, so that a forced NVLS that cannot run fails every rank the same way).
-pub(crate) fn plan(want: bool, peers: &[PeerInfo], kind: BackendKind, policy: NvlsPolicy) -> Result<bool> {
+pub(crate) fn plan(want: bool, peers: &[PeerInfo], policy: NvlsPolicy) -> Result<bool> {
     if policy == NvlsPolicy::Off {
         return Ok(false);
     }
@@ -126,7 +124,7 @@ pub(crate) fn plan(want: bool, peers: &[PeerInfo], kind: BackendKind, policy: Nv
     if peers.iter().any(|p| p.host_hash != peers[0].host_hash) {
         return Ok(false);
     }
-    match unavailable(want, peers.len(), peers, kind) {
+    match unavailable(want, peers.len()) {
         None => Ok(true),
         Some(why) if policy == NvlsPolicy::Forced => Err(forced(why)),
         Some(_) => Ok(false),
@@ -137,9 +135,16 @@ fn forced(why: String) -> Error {
     Error::InvalidConfig(format!("{ALGO_VAR}=nvls, but NVLS cannot run on this communicator: {why}"))
 }
 
+/// Most bytes of one rank's NVLS memory handle in the setup exchange (a CUDA IPC handle is 64,
+/// the emulator's a size and a segment name).
+const MAX_NVLS_HANDLE: usize = 256;
+
 /// Sets NVLS up (after [`plan`] said so): every rank allocates its scratch and flags, the
-/// ranks exchange their addresses, and each binds them in rank order. `None` when binding
-/// failed on some rank (an error when `policy` forces NVLS).
+/// ranks exchange them, and each binds every rank's copy, in rank order, into its own
+/// multicast ranges. Ranks of one process exchange addresses; ranks in separate processes
+/// (the CPU emulator's multi-process communicators) allocate exportable memory, exchange its
+/// handles and map each other's, as the GPU's multicast object maps every rank's physical
+/// memory. `None` when binding failed on some rank (an error when `policy` forces NVLS).
 pub(crate) fn setup(
     boot: &mut Bootstrap,
     rank: usize,
@@ -155,45 +160,119 @@ pub(crate) fn setup(
         .and_then(|b| usize::try_from(b).ok())
         .ok_or_else(|| Error::InvalidConfig("NVLS scratch size overflows".into()))?;
     let flag_bytes = nchannels * nranks * 8;
-    let scratch = backend.alloc(scratch_bytes)?;
-    let flags = backend.alloc(flag_bytes)?;
-    let mut mine = scratch.ptr().0.to_le_bytes().to_vec();
-    mine.extend_from_slice(&flags.ptr().0.to_le_bytes());
-    let all = boot.all_gather(&mine)?;
-    let word = |b: &[u8], i: usize| {
-        b.get(8 * i..8 * i + 8).map(|w| DevPtr(u64::from_le_bytes(w.try_into().expect("8 bytes"))))
-    };
-    let mut uc_scratch = Vec::with_capacity(nranks);
-    let mut uc_flags = Vec::with_capacity(nranks);
-    for (r, b) in all.iter().enumerate() {
-        match (word(b, 0), word(b, 1)) {
-            (Some(s), Some(f)) if b.len() == 16 => {
-                uc_scratch.push(s);
-                uc_flags.push(f);
+    let across = backend.kind() == BackendKind::Cpu && peers.iter().any(|p| p.pid != peers[0].pid);
+    let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
+    let (scratch, flags, uc_scratch, uc_flags) = if across {
+        let (scratch, hs) = backend.alloc_exported(scratch_bytes)?;
+        let (flags, hf) = backend.alloc_exported(flag_bytes)?;
+        let all = boot.all_gather(&encode_handles(&hs, &hf)?)?;
+        let mut uc = (Vec::with_capacity(nranks), Vec::with_capacity(nranks));
+        for (r, b) in all.iter().enumerate() {
+            if r == rank {
+                uc.0.push(scratch.ptr());
+                uc.1.push(flags.ptr());
+                continue;
             }
-            _ => {
-                return Err(Error::InvalidConfig(format!(
-                    "rank {r} sent an NVLS address of {} bytes",
+            let (s, f) = decode_handles(b).ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "rank {r} sent a malformed NVLS handle message ({} bytes)",
                     b.len()
-                )))
+                ))
+            })?;
+            let open = |h: &[u8], what: &str| {
+                backend.open_exported(h).map_err(|e| {
+                    Error::InvalidConfig(format!("NVLS: mapping rank {r}'s {what} on rank {rank}: {e}"))
+                })
+            };
+            let ((ps, gs), (pf, gf)) = (open(s, "scratch")?, open(f, "flags")?);
+            uc.0.push(ps);
+            uc.1.push(pf);
+            keep.extend([gs, gf]);
+        }
+        // Every rank has mapped every other's memory: no name is needed any longer.
+        boot.all_gather(&[1])?;
+        backend.unpublish_exported(&hs);
+        backend.unpublish_exported(&hf);
+        (scratch, flags, uc.0, uc.1)
+    } else {
+        let scratch = backend.alloc(scratch_bytes)?;
+        let flags = backend.alloc(flag_bytes)?;
+        let mut mine = scratch.ptr().0.to_le_bytes().to_vec();
+        mine.extend_from_slice(&flags.ptr().0.to_le_bytes());
+        let all = boot.all_gather(&mine)?;
+        let word = |b: &[u8], i: usize| {
+            b.get(8 * i..8 * i + 8).map(|w| DevPtr(u64::from_le_bytes(w.try_into().expect("8 bytes"))))
+        };
+        let mut uc = (Vec::with_capacity(nranks), Vec::with_capacity(nranks));
+        for (r, b) in all.iter().enumerate() {
+            match (word(b, 0), word(b, 1)) {
+                (Some(s), Some(f)) if b.len() == 16 => {
+                    uc.0.push(s);
+                    uc.1.push(f);
+                }
+                _ => {
+                    return Err(Error::InvalidConfig(format!(
+                        "rank {r} sent an NVLS address of {} bytes",
+                        b.len()
+                    )))
+                }
             }
         }
-    }
+        (scratch, flags, uc.0, uc.1)
+    };
     let bound = backend
         .multicast_bind(&uc_scratch, scratch_bytes)
         .and_then(|s| backend.multicast_bind(&uc_flags, flag_bytes).map(|f| (s, f)));
     // Every rank must have bound before any uses NVLS; all or none.
     let ok = boot.all_gather(&[u8::from(bound.is_ok())])?;
+    let here = bound.as_ref().err().map_or_else(String::new, |e| format!(" (rank {rank}: {e})"));
     let (Ok(((mc_scratch, bs), (mc_flags, bf))), true) = (bound, ok.iter().all(|b| b == &[1])) else {
-        let why = "binding the multicast ranges failed on some rank".to_string();
+        let why = format!("binding the multicast ranges failed on some rank{here}");
         return if policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(None) };
     };
     tracing::info!(
         rank,
-        "NVLS: {nranks} ranks, {grid} block(s), {} KiB scratch per rank",
-        scratch_bytes >> 10
+        "NVLS: {nranks} ranks, {grid} block(s), {} KiB scratch per rank{}",
+        scratch_bytes >> 10,
+        if across { ", peers' scratch mapped from their processes" } else { "" }
     );
-    Ok(Some(Nvls { scratch, flags, mc_scratch, mc_flags, grid, _binds: vec![bs, bf] }))
+    // The multicast bindings go before the peers' mappings they point into.
+    let mut binds: Vec<Box<dyn Any + Send + Sync>> = vec![bs, bf];
+    binds.extend(keep);
+    Ok(Some(Nvls { scratch, flags, mc_scratch, mc_flags, grid, across_processes: across, _binds: binds }))
+}
+
+/// The setup message of a rank in its own process: its scratch handle, then its flags handle,
+/// each after a 2-byte little-endian length.
+fn encode_handles(scratch: &[u8], flags: &[u8]) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(4 + scratch.len() + flags.len());
+    for h in [scratch, flags] {
+        if h.len() > MAX_NVLS_HANDLE {
+            return Err(Error::InvalidConfig(format!(
+                "NVLS: a memory handle of {} bytes (at most {MAX_NVLS_HANDLE})",
+                h.len()
+            )));
+        }
+        out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        out.extend_from_slice(h);
+    }
+    Ok(out)
+}
+
+/// The two handles of [`encode_handles`]' message; `None` when it is malformed.
+fn decode_handles(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (s, rest) = take_handle(b)?;
+    let (f, rest) = take_handle(rest)?;
+    rest.is_empty().then_some((s, f))
+}
+
+/// One length-prefixed handle from the front of `b`, and what follows it.
+fn take_handle(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = u16::from_le_bytes(b.get(..2)?.try_into().ok()?) as usize;
+    if len > MAX_NVLS_HANDLE {
+        return None;
+    }
+    Some((b.get(2..2 + len)?, b.get(2 + len..)?))
 }
 
 /// NVLS_TREE for a communicator across nodes (NCCL's algorithm of that name, composed): the
