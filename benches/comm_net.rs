@@ -6,14 +6,25 @@
 //! connection measured in the same run (one thread writing 1 MiB chunks, another reading).
 //! Target: 0.8 or more.
 //!
-//! On the CPU backend the emulated kernels' reductions share the 2 cores with the proxies and
-//! the socket copies, so the ratio says how much of the machine the transport leaves to the
-//! data; `RSCCL_NET_BENCH_ITERS` (default 3) timed iterations after one warmup.
+//! The raw throughput is measured one way (one connection) and both ways at once (two
+//! connections, the traffic of an all-reduce rank pair: each side sends the whole buffer while
+//! it receives the other's); the target ratio is to the latter, the duplex link's bandwidth
+//! per direction. On the CPU backend the emulated kernels' copies and reductions share the
+//! cores with the proxies and the socket copies, so the bench also measures the transport
+//! alone (its FIFOs, proxies and socket plugin, with "kernels" that move no data) against the
+//! same baseline. `RSCCL_NET_BENCH_ITERS` (default 3) timed iterations after one warmup;
+//! `RSCCL_NET_BENCH_ONLY=transport` stops after the transport's figure.
 use rsccl::launch::{run_to, RunOptions};
+use rsccl::transport::net::socket::{SocketConfig, SocketNet};
+use rsccl::transport::net::{Net, NetSetup};
+use rsccl::transport::{ConnLayout, Side, Transport};
+use rsccl_device::prims::conn::{ConnInfo, NCCL_STEPS};
 use rsccl_suite::procs::avg_busbw;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The first argument of a child rank (followed by `rsccl perf`'s arguments).
@@ -80,6 +91,81 @@ fn raw_socket_gbps(conns: usize) -> f64 {
     best
 }
 
+/// The transport alone: GB/s per direction of `BYTES` each way between two ranks' NET
+/// connections (FIFOs, proxies, socket plugin as a communicator sets them up, 512 KiB steps),
+/// with "kernels" that only publish full slots and free them, moving no data themselves: what
+/// the transport costs without the GPU's copies and reductions, which the CPU backend runs on
+/// the same cores. Best of 3.
+fn transport_gbps() -> f64 {
+    const STEP: u64 = 512 << 10;
+    fn word(p: rsccl_device::DevPtr) -> &'static AtomicU64 {
+        // SAFETY: a step word of a connection whose memory outlives the threads using it.
+        unsafe { &*(p.0 as *const AtomicU64) }
+    }
+    // A GPU kernel waits on the GPU: these poll gently so that the CPU stays the transport's.
+    let spin = |f: &dyn Fn() -> bool| {
+        while !f() {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    };
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let be = rsccl::backend::cpu();
+        let layout = ConnLayout { step_bytes: STEP };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let net: Arc<dyn Net> = Arc::new(SocketNet::new(SocketConfig::loopback(), [5; 16]));
+        let (a, b) =
+            (NetSetup::new(net.clone(), be.clone(), deadline), NetSetup::new(net, be.clone(), deadline));
+        let (a_rx, ha) = a.to_peer(1, "node1").listen(layout, 0).expect("listen");
+        let (b_rx, hb) = b.to_peer(0, "node0").listen(layout, 0).expect("listen");
+        let a_tx = a.to_peer(1, "node1").connect(layout, &hb).expect("connect");
+        let b_tx = b.to_peer(0, "node0").connect(layout, &ha).expect("connect");
+        let pa = a.start(0, Arc::new(be.alloc_mapped(4).expect("abort word"))).expect("proxy");
+        let pb = b.start(1, Arc::new(be.alloc_mapped(4).expect("abort word"))).expect("proxy");
+        let conns: Vec<(ConnInfo, bool)> = vec![
+            (layout.view(a_tx.base(), Side::Send, 1), true),
+            (layout.view(b_rx.base(), Side::Recv, 0), false),
+            (layout.view(b_tx.base(), Side::Send, 0), true),
+            (layout.view(a_rx.base(), Side::Recv, 1), false),
+        ];
+        let steps = BYTES as u64 / STEP;
+        let t = Instant::now();
+        std::thread::scope(|sc| {
+            for &(c, send) in &conns {
+                sc.spawn(move || {
+                    for step in 0..steps {
+                        if send {
+                            spin(&|| word(c.head).load(Ordering::Acquire) + NCCL_STEPS > step);
+                            // SAFETY: the sizes FIFO has NCCL_STEPS words.
+                            let size = unsafe {
+                                &*(c.sizes_fifo.0 as *const AtomicU64).add((step % NCCL_STEPS) as usize)
+                            };
+                            size.store(STEP, Ordering::Relaxed);
+                            word(c.tail).store(step + 1, Ordering::Release);
+                        } else {
+                            spin(&|| word(c.tail).load(Ordering::Acquire) > step);
+                            word(c.head).store(step + 1, Ordering::Release);
+                        }
+                    }
+                });
+            }
+        });
+        best = best.max(BYTES as f64 / t.elapsed().as_secs_f64() / 1e9);
+        assert!(pa.failure().is_none() && pb.failure().is_none(), "a proxy failed");
+        drop((pa, pb, a_rx, b_rx, a_tx, b_tx));
+    }
+    best
+}
+
+/// CPU seconds this process has used (all threads: user + system), from `/proc/self/stat`.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some(CHILD) {
@@ -87,10 +173,25 @@ fn main() -> ExitCode {
     }
     let iters: usize = std::env::var("RSCCL_NET_BENCH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     let raw = raw_socket_gbps(1);
+    let c0 = cpu_seconds();
     let duplex = raw_socket_gbps(2);
+    let c1 = cpu_seconds();
+    let transport = transport_gbps();
+    let c2 = cpu_seconds();
+    // Each measures 3 × BYTES each way; CPU seconds per GB moved (both directions counted).
+    let per_gb = |c: f64| c / (3.0 * 2.0 * BYTES as f64 / 1e9);
+    println!(
+        "comm_net: CPU per GB moved: raw both ways {:.3} s, the transport {:.3} s",
+        per_gb(c1 - c0),
+        per_gb(c2 - c1)
+    );
     println!(
         "comm_net: raw loopback TCP, one connection: {raw:.3} GB/s; both ways at once: {duplex:.3} GB/s each"
     );
+    println!("comm_net: the transport alone: {transport:.3} GB/s per direction");
+    if std::env::var("RSCCL_NET_BENCH_ONLY").is_ok_and(|v| v == "transport") {
+        return ExitCode::SUCCESS;
+    }
 
     let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
     let exe = std::env::current_exe().expect("this bench's path");
@@ -127,6 +228,10 @@ fn main() -> ExitCode {
     println!("comm_net: 256 MiB f32 all-reduce, 2 nodes x 1 rank over loopback TCP, {iters} iterations:");
     println!("comm_net:   raw socket, one way    {raw:.4} GB/s");
     println!("comm_net:   raw socket, both ways  {duplex:.4} GB/s per direction");
+    println!(
+        "comm_net:   transport alone        {transport:.4} GB/s per direction (ratio to both ways {:.3})",
+        transport / duplex
+    );
     println!("comm_net:   all-reduce busbw       {busbw:.4} GB/s");
     println!("comm_net:   ratio to one way {:.3}", busbw / raw);
     println!(

@@ -84,13 +84,19 @@ struct InFlight {
     end: u64,
 }
 
+/// Where a receiving connection is. Control messages alternate between two buffers: the next
+/// one is posted as soon as a slice's bytes are, so the plugin already holds it when they end
+/// (no round trip through the proxy between two slices).
 enum RecvState {
     Idle,
     /// The sender said goodbye: nothing more will come.
     Closed,
-    Ctrl(NetRequest),
-    Slots(Ctrl),
-    Data(NetRequest, Ctrl),
+    /// A control message is being received into buffer `.1`.
+    Ctrl(NetRequest, usize),
+    /// Control message (from buffer `.1`) received; waiting for the kernel to free its slots.
+    Slots(Ctrl, usize),
+    /// The slice's bytes are being received, and the next control message into buffer `.3`.
+    Data(NetRequest, Ctrl, NetRequest, usize),
 }
 
 /// One network connection as the proxy drives it.
@@ -225,17 +231,17 @@ impl ProxyConn {
                 RecvState::Idle => {
                     // SAFETY: the control buffer is ours until the request is done.
                     let r = unsafe { comm.irecv(self.ctrl[0].as_mut_ptr(), CTRL_BYTES) };
-                    self.recv = RecvState::Ctrl(r.map_err(|e| e.to_string())?);
+                    self.recv = RecvState::Ctrl(r.map_err(|e| e.to_string())?, 0);
                 }
-                RecvState::Ctrl(req) => match comm.test(req).map_err(|e| e.to_string())? {
+                RecvState::Ctrl(req, i) => match comm.test(req).map_err(|e| e.to_string())? {
                     None => {
-                        self.recv = RecvState::Ctrl(req);
+                        self.recv = RecvState::Ctrl(req, i);
                         return Ok(moved);
                     }
                     Some(n) if n != CTRL_BYTES => return Err(format!("a control message of {n} bytes")),
                     Some(_) => {
                         let c =
-                            Ctrl::decode(&self.ctrl[0], self.next, self.words.step_bytes).map_err(|e| e.0)?;
+                            Ctrl::decode(&self.ctrl[i], self.next, self.words.step_bytes).map_err(|e| e.0)?;
                         if c == Ctrl::GOODBYE {
                             tracing::debug!(
                                 "network: rank {} on {} closed its connection in order",
@@ -245,23 +251,28 @@ impl ProxyConn {
                             self.recv = RecvState::Closed;
                             return Ok(true);
                         }
-                        self.recv = RecvState::Slots(c);
+                        self.recv = RecvState::Slots(c, i);
                         moved = true;
                     }
                 },
-                RecvState::Slots(c) => {
+                RecvState::Slots(c, i) => {
                     if c.step + c.steps > self.words.head().load(Ordering::Acquire) + NCCL_STEPS {
-                        self.recv = RecvState::Slots(c);
+                        self.recv = RecvState::Slots(c, i);
                         return Ok(moved); // The kernel still reads those slots.
                     }
                     // SAFETY: Ctrl::decode checked the bytes fit from the slot to the FIFO's end;
                     // the kernel released these slots (head) and reads them only after tail.
                     let r = unsafe { comm.irecv(self.words.slot(c.step), c.bytes as usize) };
-                    self.recv = RecvState::Data(r.map_err(|e| e.to_string())?, c);
+                    let data = r.map_err(|e| e.to_string())?;
+                    // The next control message goes into the other buffer; this one's is decoded.
+                    let j = i ^ 1;
+                    // SAFETY: buffer j is ours: the request that used it last is done.
+                    let next = unsafe { comm.irecv(self.ctrl[j].as_mut_ptr(), CTRL_BYTES) };
+                    self.recv = RecvState::Data(data, c, next.map_err(|e| e.to_string())?, j);
                 }
-                RecvState::Data(req, c) => match comm.test(req).map_err(|e| e.to_string())? {
+                RecvState::Data(req, c, next, j) => match comm.test(req).map_err(|e| e.to_string())? {
                     None => {
-                        self.recv = RecvState::Data(req, c);
+                        self.recv = RecvState::Data(req, c, next, j);
                         return Ok(moved);
                     }
                     Some(n) if n as u64 != c.bytes => {
@@ -271,6 +282,7 @@ impl ProxyConn {
                         self.words.size(c.step).store(n as u64, Ordering::Relaxed);
                         self.next = c.step + c.steps;
                         self.words.tail().store(self.next, Ordering::Release);
+                        self.recv = RecvState::Ctrl(next, j);
                         moved = true;
                     }
                 },
@@ -350,7 +362,10 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 const GOODBYE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Longest sleep of an idle proxy between looks at its connections.
-const MAX_IDLE_SLEEP: Duration = Duration::from_micros(200);
+const MAX_IDLE_SLEEP: Duration = Duration::from_micros(100);
+/// Idle rounds an idle proxy spins, then yields (up to the second), before it parks.
+const IDLE_SPINS: u32 = 64;
+const IDLE_YIELDS: u32 = 96;
 
 impl Proxy {
     pub(crate) fn start(rank: usize, abort: Arc<HostMapped>, mut conns: Vec<ProxyConn>) -> Result<Proxy> {
@@ -394,13 +409,15 @@ impl Proxy {
                         idle = 0;
                     } else {
                         idle = idle.saturating_add(1);
-                        if idle < 64 {
+                        if idle < IDLE_SPINS {
                             std::hint::spin_loop();
-                        } else if idle < 256 {
+                        } else if idle < IDLE_YIELDS {
                             std::thread::yield_now();
                         } else {
-                            std::thread::sleep(
-                                Duration::from_micros(u64::from(idle - 255).min(200)).min(MAX_IDLE_SLEEP),
+                            // The plugin's threads wake it when a request completes; the
+                            // kernels' steps are looked at when the timeout ends.
+                            std::thread::park_timeout(
+                                Duration::from_micros(u64::from(idle - IDLE_YIELDS + 1)).min(MAX_IDLE_SLEEP),
                             );
                         }
                     }

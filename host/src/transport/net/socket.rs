@@ -344,6 +344,9 @@ struct Task {
     seq: u32,
     op: Op,
     state: Arc<ReqState>,
+    /// The thread that posted the request (the proxy), woken when it completes so that an
+    /// idle proxy need not poll.
+    waker: std::thread::Thread,
 }
 
 /// One direction of a connection: its sockets and helper threads.
@@ -390,8 +393,9 @@ impl SocketComm {
         });
         let seq = self.seq;
         self.seq = self.seq.wrapping_add(1);
+        let waker = std::thread::current();
         for sock in 0..n {
-            let task = Task { sock, seq, op: op(), state: state.clone() };
+            let task = Task { sock, seq, op: op(), state: state.clone(), waker: waker.clone() };
             self.queues[sock % self.queues.len()]
                 .send(task)
                 .map_err(|_| net_err("the connection's network thread has stopped"))?;
@@ -469,7 +473,9 @@ fn serve(rx: mpsc::Receiver<Task>, socks: Vec<(usize, Arc<TcpStream>)>, nsocks: 
                 task.state.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
             }
         }
-        task.state.pending.fetch_sub(1, Ordering::AcqRel);
+        if task.state.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            task.waker.unpark();
+        }
     }
 }
 
