@@ -322,6 +322,32 @@ fn a_rank_that_never_comes_is_named() {
     }
 }
 
+/// The configuration of `nodes` "nodes" of `local` ranks each: the HGX H200 machine's first
+/// `local` GPUs per node, searched for `nodes` nodes, `nchannels` channels.
+fn tree_config(nodes: usize, local: usize, nchannels: usize) -> CommConfig {
+    let sys = System::from_xml(&xml::read_file(&rsccl_suite::shared_dir().join(H200)).unwrap()).unwrap();
+    let sys =
+        sys.retain(|_, x| x.kind != NodeKind::Gpu || x.gpu().is_some_and(|g| (g.rank.0 as usize) < local));
+    let graphs = search_all(&sys, &SearchOptions { nodes, ..SearchOptions::default() });
+    let mut cfg = CommConfig::from_topology_nodes(&graphs, nodes).unwrap();
+    assert!(cfg.nvls, "the search found no NVLS heads");
+    cfg.nchannels = nchannels;
+    cfg.rings.as_mut().unwrap().truncate(nchannels);
+    cfg.trees.as_mut().unwrap().truncate(nchannels);
+    cfg.step_bytes = 8192;
+    cfg
+}
+
+/// Element `i` of an NVLS_TREE all-reduce over `nodes` × `local` ranks: each node's inputs
+/// folded in rank order (as `ld_reduce`), then the node results across the nodes.
+fn tree_element(t: DataType, op: RedOp, nodes: usize, local: usize, i: usize, seed: u64) -> u64 {
+    let node = |nd: usize| {
+        let col: Vec<u64> = (0..local).map(|q| input(t, nd * local + q, i, seed)).collect();
+        nvls_fold(t, op, &col)
+    };
+    (1..nodes).fold(node(0), |a, nd| reference::reduce(t, op, a, node(nd)))
+}
+
 /// NVLS_TREE: two "nodes" of four ranks in this process (each rank says its node), the HGX
 /// H200 machine's first four GPUs per node searched for two nodes; all-reduce is NVLS inside
 /// each node and a ring between the nodes, checked against the node sums (rank order, as
@@ -330,17 +356,7 @@ fn a_rank_that_never_comes_is_named() {
 fn nvls_tree_two_nodes_of_four_ranks() {
     let (nodes, local) = (2usize, 4usize);
     let n = nodes * local;
-    let sys = System::from_xml(&xml::read_file(&rsccl_suite::shared_dir().join(H200)).unwrap()).unwrap();
-    let sys =
-        sys.retain(|_, x| x.kind != NodeKind::Gpu || x.gpu().is_some_and(|g| (g.rank.0 as usize) < local));
-    let graphs = search_all(&sys, &SearchOptions { nodes, ..SearchOptions::default() });
-    let mut cfg = CommConfig::from_topology_nodes(&graphs, nodes).unwrap();
-    assert!(cfg.nvls, "the search found no NVLS heads");
-    cfg.nchannels = 2;
-    cfg.rings.as_mut().unwrap().truncate(2);
-    cfg.trees.as_mut().unwrap().truncate(2);
-    cfg.nthreads = 128;
-    cfg.step_bytes = 8192;
+    let cfg = CommConfig { nthreads: 128, ..tree_config(nodes, local, 2) };
     let be = backend::cpu();
     let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
     let cases: Vec<(DataType, ReduceOp, usize, bool)> = vec![
@@ -386,15 +402,8 @@ fn nvls_tree_two_nodes_of_four_ranks() {
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     for (k, &(t, op, count, _)) in cases.iter().enumerate() {
-        let want: Vec<u64> = (0..count)
-            .map(|i| {
-                let node = |nd: usize| {
-                    let col: Vec<u64> = (0..local).map(|q| input(t, nd * local + q, i, k as u64)).collect();
-                    nvls_fold(t, red(op), &col)
-                };
-                reference::reduce(t, red(op), node(0), node(1))
-            })
-            .collect();
+        let want: Vec<u64> =
+            (0..count).map(|i| tree_element(t, red(op), nodes, local, i, k as u64)).collect();
         for (r, out) in outs.iter().enumerate() {
             if let Some(i) = (0..count).find(|&i| !reference::same(t, out[k][i], want[i])) {
                 panic!(
@@ -413,17 +422,7 @@ fn nvls_tree_two_nodes_of_four_ranks() {
 fn nvls_tree_enqueue_returns_before_the_collective_ends() {
     let (nodes, local) = (2usize, 4usize);
     let n = nodes * local;
-    let sys = System::from_xml(&xml::read_file(&rsccl_suite::shared_dir().join(H200)).unwrap()).unwrap();
-    let sys =
-        sys.retain(|_, x| x.kind != NodeKind::Gpu || x.gpu().is_some_and(|g| (g.rank.0 as usize) < local));
-    let graphs = search_all(&sys, &SearchOptions { nodes, ..SearchOptions::default() });
-    let mut cfg = CommConfig::from_topology_nodes(&graphs, nodes).unwrap();
-    cfg.nchannels = 1;
-    cfg.rings.as_mut().unwrap().truncate(1);
-    cfg.trees.as_mut().unwrap().truncate(1);
-    cfg.nthreads = 64;
-    cfg.step_bytes = 8192;
-    cfg.timeout = std::time::Duration::from_secs(20);
+    let cfg = CommConfig { nthreads: 64, timeout: Duration::from_secs(20), ..tree_config(nodes, local, 1) };
     let be = backend::cpu();
     let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
     let comms: Vec<Comm> = std::thread::scope(|s| {
@@ -464,15 +463,7 @@ fn nvls_tree_enqueue_returns_before_the_collective_ends() {
         w.wait().unwrap();
     }
     for k in 0..2u64 {
-        let want: Vec<u64> = (0..count)
-            .map(|i| {
-                let node = |nd: usize| {
-                    let col: Vec<u64> = (0..local).map(|q| input(t, nd * local + q, i, k)).collect();
-                    nvls_fold(t, RedOp::Sum, &col)
-                };
-                reference::reduce(t, RedOp::Sum, node(0), node(1))
-            })
-            .collect();
+        let want: Vec<u64> = (0..count).map(|i| tree_element(t, RedOp::Sum, nodes, local, i, k)).collect();
         for (r, b) in bufs.iter().enumerate() {
             let mut out = vec![0u8; count * t.size()];
             be.copy_out(&b[k as usize], 0, &mut out).unwrap();
@@ -620,16 +611,7 @@ fn nvls_child() {
         let got = run(&be, std::slice::from_ref(&comm), coll, t, op, count, in_place, seed)
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         let want = if nodes > 1 && coll == Collective::AllReduce {
-            let local = n / nodes;
-            (0..count)
-                .map(|i| {
-                    let node = |nd: usize| {
-                        let col: Vec<u64> = (0..local).map(|q| input(t, nd * local + q, i, seed)).collect();
-                        nvls_fold(t, red(op), &col)
-                    };
-                    (1..nodes).fold(node(0), |a, nd| reference::reduce(t, red(op), a, node(nd)))
-                })
-                .collect()
+            (0..count).map(|i| tree_element(t, red(op), nodes, n / nodes, i, seed)).collect()
         } else {
             expected(coll, t, red(op), n, count, seed).swap_remove(rank)
         };
