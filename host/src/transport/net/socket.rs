@@ -486,6 +486,21 @@ fn io_err(e: std::io::Error, what: &str) -> String {
     }
 }
 
+/// Writes `a` then `b` with as few system calls as the socket allows.
+fn write_all_vectored(mut s: &TcpStream, a: &[u8], b: &[u8]) -> std::io::Result<()> {
+    let mut bufs = [std::io::IoSlice::new(a), std::io::IoSlice::new(b)];
+    let mut left = &mut bufs[..];
+    while !left.is_empty() {
+        match s.write_vectored(left) {
+            Ok(0) => return Err(std::io::Error::new(ErrorKind::WriteZero, "the socket took no bytes")),
+            Ok(n) => std::io::IoSlice::advance_slices(&mut left, n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// One socket's part of one request; returns the message's size.
 fn do_part(sock: &TcpStream, task: &Task, nsocks: usize) -> std::result::Result<u64, String> {
     let mut s: &TcpStream = sock;
@@ -503,8 +518,8 @@ fn do_part(sock: &TcpStream, task: &Task, nsocks: usize) -> std::result::Result<
                 one[PART_BYTES..PART_BYTES + part.len()].copy_from_slice(part);
                 s.write_all(&one[..PART_BYTES + part.len()]).map_err(|e| io_err(e, "sending"))?;
             } else {
-                s.write_all(&hdr).map_err(|e| io_err(e, "sending"))?;
-                s.write_all(part).map_err(|e| io_err(e, "sending"))?;
+                // Header and bytes in one vectored write: no segment of the header alone.
+                write_all_vectored(s, &hdr, part).map_err(|e| io_err(e, "sending"))?;
             }
             Ok(len)
         }
