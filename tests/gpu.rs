@@ -212,8 +212,16 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
         "comm_across_processes_over_shm",
         Box::new(|_| comm_across_processes(&[(rsccl::transport::p2p::P2P_DISABLE_VAR, "1")])),
     ));
+    v.push((
+        "comm_across_processes_over_net",
+        Box::new(|_| comm_across_processes(&[(COMM_NET_VAR, "1"), ("RSCCL_SOCKET_IFNAME", "lo")])),
+    ));
     v
 }
+
+/// Set in the children of `comm_across_processes`: each plays its own node (`host_id`), so the
+/// two talk over the NET transport on loopback, its FIFOs in host memory the GPU maps.
+const COMM_NET_VAR: &str = "RSCCL_GPU_COMM_NET";
 
 /// Set in the child processes of `comm_across_processes`: which role the child plays.
 const COMM_CHILD_VAR: &str = "RSCCL_GPU_COMM_CHILD";
@@ -232,8 +240,12 @@ fn comm_child() -> Result<(), String> {
     // The harness checks itself on the CPU emulator where there is no GPU (shared memory).
     let on_cpu = std::env::var_os(COMM_ON_CPU_VAR).is_some();
     let be = if on_cpu { backend::cpu() } else { backend::gpu().map_err(|e| e.to_string())? };
-    let comm = Comm::init_rank(&be, 2, rank, &id, CommConfig::default()).map_err(|e| e.to_string())?;
-    let want = if on_cpu || rsccl::transport::p2p::disabled_by_env() {
+    let net = std::env::var_os(COMM_NET_VAR).is_some();
+    let cfg = CommConfig { host_id: net.then(|| format!("node{rank}")), ..CommConfig::default() };
+    let comm = Comm::init_rank(&be, 2, rank, &id, cfg).map_err(|e| e.to_string())?;
+    let want = if net {
+        TransportKind::Net
+    } else if on_cpu || rsccl::transport::p2p::disabled_by_env() {
         TransportKind::Shm
     } else {
         TransportKind::P2p
@@ -263,6 +275,9 @@ fn comm_child() -> Result<(), String> {
     let all: Vec<f32> = (0..2).flat_map(|r| (0..count).map(move |i| input(r, i))).collect();
     if be.download::<f32>(&gathered, 2 * count).map_err(|e| e.to_string())? != all {
         return Err(format!("rank {rank}: all_gather result differs"));
+    }
+    if net {
+        return Ok(()); // Symmetric memory is for ranks of one host.
     }
     // Symmetric memory across the two processes (CUDA IPC on a GPU, shared memory on the
     // emulator): psum and psum_scatter through a window smaller than the data.
@@ -518,7 +533,13 @@ fn main() -> ExitCode {
         Err(e) => {
             println!("gpu-tests: SKIPPED, did not run: {e}");
             // What can run here: the multi-process harness itself, on the CPU emulator.
-            let harness = comm_across_processes(&[(COMM_ON_CPU_VAR, "1")]);
+            let harness = comm_across_processes(&[(COMM_ON_CPU_VAR, "1")]).and_then(|()| {
+                comm_across_processes(&[
+                    (COMM_ON_CPU_VAR, "1"),
+                    (COMM_NET_VAR, "1"),
+                    ("RSCCL_SOCKET_IFNAME", "lo"),
+                ])
+            });
             println!("gpu-tests: harness self-check (two processes on the CPU emulator): {harness:?}");
             println!("gpu-tests: 0 passed, {} failed, {} skipped", u8::from(harness.is_err()), all.len());
             return if harness.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
