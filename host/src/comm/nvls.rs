@@ -163,37 +163,14 @@ pub(crate) fn setup(
     let across = backend.kind() == BackendKind::Cpu && peers.iter().any(|p| p.pid != peers[0].pid);
     let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
     let (scratch, flags, uc_scratch, uc_flags) = if across {
-        let (scratch, hs) = backend.alloc_exported(scratch_bytes)?;
-        let (flags, hf) = backend.alloc_exported(flag_bytes)?;
-        let all = boot.all_gather(&encode_handles(&hs, &hf)?)?;
-        let mut uc = (Vec::with_capacity(nranks), Vec::with_capacity(nranks));
-        for (r, b) in all.iter().enumerate() {
-            if r == rank {
-                uc.0.push(scratch.ptr());
-                uc.1.push(flags.ptr());
-                continue;
+        match map_across(boot, rank, backend, scratch_bytes, flag_bytes)? {
+            Ok(m) => {
+                keep = m.keep;
+                (m.scratch, m.flags, m.uc_scratch, m.uc_flags)
             }
-            let (s, f) = decode_handles(b).ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "rank {r} sent a malformed NVLS handle message ({} bytes)",
-                    b.len()
-                ))
-            })?;
-            let open = |h: &[u8], what: &str| {
-                backend.open_exported(h).map_err(|e| {
-                    Error::InvalidConfig(format!("NVLS: mapping rank {r}'s {what} on rank {rank}: {e}"))
-                })
-            };
-            let ((ps, gs), (pf, gf)) = (open(s, "scratch")?, open(f, "flags")?);
-            uc.0.push(ps);
-            uc.1.push(pf);
-            keep.extend([gs, gf]);
+            // Every rank learns that some rank failed, and all fall back (or fail) alike.
+            Err(why) => return if policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(None) },
         }
-        // Every rank has mapped every other's memory: no name is needed any longer.
-        boot.all_gather(&[1])?;
-        backend.unpublish_exported(&hs);
-        backend.unpublish_exported(&hf);
-        (scratch, flags, uc.0, uc.1)
     } else {
         let scratch = backend.alloc(scratch_bytes)?;
         let flags = backend.alloc(flag_bytes)?;
@@ -240,6 +217,87 @@ pub(crate) fn setup(
     let mut binds: Vec<Box<dyn Any + Send + Sync>> = vec![bs, bf];
     binds.extend(keep);
     Ok(Some(Nvls { scratch, flags, mc_scratch, mc_flags, grid, across_processes: across, _binds: binds }))
+}
+
+/// A rank's NVLS memory when the ranks are separate processes: its own scratch and flags
+/// (exportable), every rank's copies as addresses here (its own, and the others' mapped), and
+/// the mappings.
+struct Mapped {
+    scratch: DeviceBuffer,
+    flags: DeviceBuffer,
+    uc_scratch: Vec<DevPtr>,
+    uc_flags: Vec<DevPtr>,
+    keep: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+/// Allocates this rank's NVLS memory exportable, exchanges the handles and maps every other
+/// rank's. Every rank ends knowing whether all succeeded: `Ok(Err(why))` when some rank could
+/// not allocate or map (so all fall back together instead of some waiting for the others);
+/// `Err` only when the bootstrap itself fails.
+fn map_across(
+    boot: &mut Bootstrap,
+    rank: usize,
+    backend: &std::sync::Arc<dyn Backend>,
+    scratch_bytes: usize,
+    flag_bytes: usize,
+) -> Result<std::result::Result<Mapped, String>> {
+    let mine = backend
+        .alloc_exported(scratch_bytes)
+        .and_then(|s| backend.alloc_exported(flag_bytes).map(|f| (s, f)));
+    // An empty message says this rank has no memory to share.
+    let msg = match &mine {
+        Ok(((_, hs), (_, hf))) => encode_handles(hs, hf)?,
+        Err(_) => Vec::new(),
+    };
+    let all = boot.all_gather(&msg)?;
+    let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
+    let opened = match &mine {
+        Err(e) => Err(format!("rank {rank} could not allocate its NVLS memory: {e}")),
+        Ok(((scratch, _), (flags, _))) => {
+            let mut uc = (Vec::with_capacity(all.len()), Vec::with_capacity(all.len()));
+            let mut res = Ok(());
+            for (r, b) in all.iter().enumerate() {
+                if r == rank {
+                    uc.0.push(scratch.ptr());
+                    uc.1.push(flags.ptr());
+                    continue;
+                }
+                let Some((s, f)) = decode_handles(b) else {
+                    res = Err(if b.is_empty() {
+                        format!("rank {r} could not allocate its NVLS memory")
+                    } else {
+                        format!("rank {r} sent a malformed NVLS handle message ({} bytes)", b.len())
+                    });
+                    break;
+                };
+                match (backend.open_exported(s), backend.open_exported(f)) {
+                    (Ok((ps, gs)), Ok((pf, gf))) => {
+                        uc.0.push(ps);
+                        uc.1.push(pf);
+                        keep.extend([gs, gf]);
+                    }
+                    (Err(e), _) | (_, Err(e)) => {
+                        res = Err(format!("rank {rank} could not map rank {r}'s NVLS memory: {e}"));
+                        break;
+                    }
+                }
+            }
+            res.map(|()| uc)
+        }
+    };
+    // Every rank has tried to map every other's memory: no name is needed any longer.
+    let ok = boot.all_gather(&[u8::from(opened.is_ok())])?;
+    if let Ok(((_, hs), (_, hf))) = &mine {
+        backend.unpublish_exported(hs);
+        backend.unpublish_exported(hf);
+    }
+    Ok(match (opened, mine, ok.iter().all(|b| b == &[1])) {
+        (Ok((uc_scratch, uc_flags)), Ok(((scratch, _), (flags, _))), true) => {
+            Ok(Mapped { scratch, flags, uc_scratch, uc_flags, keep })
+        }
+        (Err(why), ..) => Err(why),
+        _ => Err("another rank could not allocate or map its NVLS memory".into()),
+    })
 }
 
 /// The setup message of a rank in its own process: its scratch handle, then its flags handle,
