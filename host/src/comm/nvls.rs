@@ -528,3 +528,31 @@ pub(crate) fn register_window(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_messages_round_trip_and_garbage_is_refused() {
+        let (s, f) = (vec![1u8, 2, 3], vec![9u8; 40]);
+        let msg = encode_handles(&s, &f).unwrap();
+        assert_eq!(decode_handles(&msg), Some((&s[..], &f[..])));
+        assert_eq!(decode_handles(&encode_handles(&[], &[]).unwrap()), Some((&[][..], &[][..])));
+        // Truncated anywhere, a trailing byte, or a length over the limit: refused, never read
+        // past the message.
+        for cut in 0..msg.len() {
+            assert_eq!(decode_handles(&msg[..cut]), None, "cut at {cut}");
+        }
+        let mut long = msg.clone();
+        long.push(0);
+        assert_eq!(decode_handles(&long), None);
+        let mut over = vec![0u8; 2 + MAX_NVLS_HANDLE + 1 + 2];
+        over[..2].copy_from_slice(&((MAX_NVLS_HANDLE + 1) as u16).to_le_bytes());
+        assert_eq!(decode_handles(&over), None);
+        assert_eq!(decode_handles(&[0xFF, 0xFF, 1, 2, 3]), None);
+        // A handle over the limit is refused when encoding, naming the size.
+        let e = encode_handles(&vec![0; MAX_NVLS_HANDLE + 1], &[]).unwrap_err().to_string();
+        assert!(e.contains(&format!("{}", MAX_NVLS_HANDLE + 1)), "{e}");
+    }
+}
