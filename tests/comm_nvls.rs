@@ -15,6 +15,7 @@ use rsccl::transport::shm;
 use rsccl::{backend, Backend, BufRef, DataType, DeviceBuffer, Error};
 use rsccl_device::coll::Collective;
 use rsccl_device::redop::RedOp;
+use rsccl_device::DevPtr;
 use rsccl_suite::procs::Children;
 use rsccl_suite::reference;
 use std::sync::Arc;
@@ -577,14 +578,25 @@ fn nvls_child() {
     if std::env::var(CHILD_VAR).is_err() {
         return;
     }
-    let be = backend::cpu();
+    let mut be = backend::cpu();
+    // The rank named here cannot export memory: NVLS must come up nowhere, on every rank alike.
+    let failing = std::env::var("RSCCL_TEST_NVLS_FAIL_RANK").ok();
+    if failing.is_some() && failing == std::env::var("RANK").ok() {
+        be = Arc::new(NoExport(be));
+    }
     let cfg = CommConfig {
         nthreads: 128,
         step_bytes: 8192,
         timeout: Duration::from_secs(60),
         ..CommConfig::default()
     };
-    let comm = Comm::from_env(&be, cfg).unwrap();
+    let comm = match Comm::from_env(&be, cfg) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("INIT FAILED: {e}");
+            return;
+        }
+    };
     let (rank, n) = (comm.rank(), comm.nranks());
     println!("NVLS {} TREE {}", comm.uses_nvls(), comm.uses_nvls_tree());
     let cases = [
@@ -602,7 +614,11 @@ fn nvls_child() {
     let cases: Vec<_> = cases
         .into_iter()
         .filter(|&(coll, t, op, ..)| {
-            nodes == 1 || coll == Collective::AllReduce || !t.is_float() || op != ReduceOp::Sum
+            comm.uses_nvls()
+                || (nodes > 1 && coll == Collective::AllReduce)
+                || coll == Collective::AllGather
+                || !t.is_float()
+                || op != ReduceOp::Sum
         })
         .collect();
     for (k, (coll, t, op, count, in_place)) in cases.into_iter().enumerate() {
@@ -633,6 +649,11 @@ fn nvls_child() {
 /// Runs [`nvls_child`] in `nodes` × `local` processes (`RSCCL_HOSTID` per node) and returns
 /// each one's output, after checking it passed and left no shared memory behind.
 fn nvls_processes(nodes: usize, local: usize) -> Vec<String> {
+    nvls_processes_with(nodes, local, &[])
+}
+
+/// [`nvls_processes`] with `extra` in every child's environment.
+fn nvls_processes_with(nodes: usize, local: usize, extra: &[(&str, &str)]) -> Vec<String> {
     let n = nodes * local;
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let envs = (0..n).map(|r| {
@@ -650,13 +671,16 @@ fn nvls_processes(nodes: usize, local: usize) -> Vec<String> {
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
+        .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
         .collect()
     });
     let mut ranks = Children::spawn("nvls_child", envs);
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(240));
     for (r, (ok, text)) in results.iter().enumerate() {
-        assert!(*ok && text.contains(&format!("rank {r}: ok")), "rank {r}:\n{text}");
+        // Each child ends in order: its collectives checked, or its init's error printed.
+        let ended = text.contains(&format!("rank {r}: ok")) || text.contains("INIT FAILED");
+        assert!(*ok && ended, "rank {r}:\n{text}");
     }
     for pid in pids {
         assert!(shm::leftover_segments(pid).is_empty(), "pid {pid} left shared memory behind");
@@ -670,7 +694,10 @@ fn nvls_processes(nodes: usize, local: usize) -> Vec<String> {
 #[test]
 fn nvls_across_processes() {
     for (r, text) in nvls_processes(1, 4).iter().enumerate() {
-        assert!(text.contains("NVLS true TREE false"), "rank {r} did not run NVLS:\n{text}");
+        assert!(
+            text.contains("NVLS true TREE false") && text.contains(&format!("rank {r}: ok")),
+            "rank {r} did not run NVLS:\n{text}"
+        );
     }
 }
 
@@ -679,6 +706,96 @@ fn nvls_across_processes() {
 #[test]
 fn nvls_tree_across_processes() {
     for (r, text) in nvls_processes(2, 4).iter().enumerate() {
-        assert!(text.contains("NVLS false TREE true"), "rank {r} did not run NVLS_TREE:\n{text}");
+        assert!(
+            text.contains("NVLS false TREE true") && text.contains(&format!("rank {r}: ok")),
+            "rank {r} did not run NVLS_TREE:\n{text}"
+        );
+    }
+}
+
+/// The CPU backend, except that it cannot export memory to other processes.
+struct NoExport(Arc<dyn Backend>);
+
+impl Backend for NoExport {
+    fn kind(&self) -> rsccl::BackendKind {
+        self.0.kind()
+    }
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+    fn alloc(&self, bytes: usize) -> rsccl::Result<DeviceBuffer> {
+        self.0.alloc(bytes)
+    }
+    fn alloc_mapped(&self, bytes: usize) -> rsccl::Result<rsccl::backend::HostMapped> {
+        self.0.alloc_mapped(bytes)
+    }
+    fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> rsccl::Result<()> {
+        self.0.copy_in(dst, offset, src)
+    }
+    fn copy_out(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> rsccl::Result<()> {
+        self.0.copy_out(src, offset, dst)
+    }
+    fn copy_device(&self, dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize) -> rsccl::Result<()> {
+        self.0.copy_device(dst, src, bytes)
+    }
+    unsafe fn launch_raw(&self, kernel: &str, cfg: rsccl::LaunchConfig, args: &[u8]) -> rsccl::Result<()> {
+        // SAFETY: the caller's promise about `args`, passed on unchanged.
+        unsafe { self.0.launch_raw(kernel, cfg, args) }
+    }
+    fn synchronize(&self) -> rsccl::Result<()> {
+        self.0.synchronize()
+    }
+    fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
+        self.0.host_fn(f)
+    }
+    fn fork_stream(&self) -> rsccl::Result<Arc<dyn Backend>> {
+        Ok(Arc::new(NoExport(self.0.fork_stream()?)))
+    }
+    fn alloc_exported(&self, bytes: usize) -> rsccl::Result<(DeviceBuffer, Vec<u8>)> {
+        Err(Error::InvalidConfig(format!("test: no exportable memory for {bytes} bytes")))
+    }
+    fn open_exported(&self, handle: &[u8]) -> rsccl::Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        self.0.open_exported(handle)
+    }
+    fn unpublish_exported(&self, handle: &[u8]) {
+        self.0.unpublish_exported(handle)
+    }
+    fn multicast_bind(
+        &self,
+        unicast: &[DevPtr],
+        bytes: usize,
+    ) -> rsccl::Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        self.0.multicast_bind(unicast, bytes)
+    }
+    fn reserve_launches(&self, cfg: rsccl::LaunchConfig, launches: usize) -> rsccl::Result<()> {
+        self.0.reserve_launches(cfg, launches)
+    }
+    unsafe fn register_host(
+        &self,
+        host: *mut u8,
+        len: usize,
+    ) -> rsccl::Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        // SAFETY: the caller's promise about the host memory, passed on unchanged.
+        unsafe { self.0.register_host(host, len) }
+    }
+}
+
+/// One process that cannot share NVLS memory: every rank learns it at init and runs the ring
+/// instead (the collectives still bit-exact), with no rank left waiting; forced, every rank
+/// fails init naming the rank that could not allocate.
+#[test]
+fn a_rank_that_cannot_share_nvls_memory_turns_it_off_everywhere() {
+    for (r, text) in nvls_processes_with(1, 4, &[("RSCCL_TEST_NVLS_FAIL_RANK", "2")]).iter().enumerate() {
+        assert!(
+            text.contains("NVLS false TREE false") && text.contains(&format!("rank {r}: ok")),
+            "rank {r} ran NVLS or failed:\n{text}"
+        );
+    }
+    let forced = [("RSCCL_TEST_NVLS_FAIL_RANK", "2"), ("RSCCL_ALGO", "nvls")];
+    for (r, text) in nvls_processes_with(1, 4, &forced).iter().enumerate() {
+        assert!(
+            text.contains("INIT FAILED") && text.contains("rank 2 could not allocate its NVLS memory"),
+            "rank {r}:\n{text}"
+        );
     }
 }
