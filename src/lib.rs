@@ -1,6 +1,7 @@
 //! Support for the workspace-level tests and benchmarks: checks written once against
 //! `&dyn Backend`, run on the CPU emulator by `tests/` and on a GPU by the GPU bundle.
 pub mod checks;
+pub mod msccl_programs;
 pub mod onesided_check;
 pub mod procs;
 pub mod reduce_copy_check;

@@ -688,29 +688,30 @@ fn nvls_processes_with(nodes: usize, local: usize, extra: &[(&str, &str)]) -> Ve
     results.into_iter().map(|(_, t)| t).collect()
 }
 
+/// Asserts that every child said `algorithms` (what its communicator uses) and checked its
+/// collectives.
+fn each_ran(texts: &[String], algorithms: &str) {
+    for (r, text) in texts.iter().enumerate() {
+        assert!(
+            text.contains(algorithms) && text.contains(&format!("rank {r}: ok")),
+            "rank {r}: expected {algorithms:?} and its collectives checked:\n{text}"
+        );
+    }
+}
+
 /// NVLS with one rank per process, as real jobs run it: 4 processes on the H200 machine
 /// (NVLS heads from `RSCCL_TOPO_FILE` at init) map each other's scratch and bind it into
 /// their own multicast ranges; the collectives are bit-exact and no shared memory is left.
 #[test]
 fn nvls_across_processes() {
-    for (r, text) in nvls_processes(1, 4).iter().enumerate() {
-        assert!(
-            text.contains("NVLS true TREE false") && text.contains(&format!("rank {r}: ok")),
-            "rank {r} did not run NVLS:\n{text}"
-        );
-    }
+    each_ran(&nvls_processes(1, 4), "NVLS true TREE false");
 }
 
 /// NVLS_TREE with one rank per process: 2 "nodes" of 4 processes, NVLS inside each node
 /// across its processes, the network between the nodes.
 #[test]
 fn nvls_tree_across_processes() {
-    for (r, text) in nvls_processes(2, 4).iter().enumerate() {
-        assert!(
-            text.contains("NVLS false TREE true") && text.contains(&format!("rank {r}: ok")),
-            "rank {r} did not run NVLS_TREE:\n{text}"
-        );
-    }
+    each_ran(&nvls_processes(2, 4), "NVLS false TREE true");
 }
 
 /// The CPU backend, except that it cannot export memory to other processes.
@@ -785,12 +786,7 @@ impl Backend for NoExport {
 /// fails init naming the rank that could not allocate.
 #[test]
 fn a_rank_that_cannot_share_nvls_memory_turns_it_off_everywhere() {
-    for (r, text) in nvls_processes_with(1, 4, &[("RSCCL_TEST_NVLS_FAIL_RANK", "2")]).iter().enumerate() {
-        assert!(
-            text.contains("NVLS false TREE false") && text.contains(&format!("rank {r}: ok")),
-            "rank {r} ran NVLS or failed:\n{text}"
-        );
-    }
+    each_ran(&nvls_processes_with(1, 4, &[("RSCCL_TEST_NVLS_FAIL_RANK", "2")]), "NVLS false TREE false");
     let forced = [("RSCCL_TEST_NVLS_FAIL_RANK", "2"), ("RSCCL_ALGO", "nvls")];
     for (r, text) in nvls_processes_with(1, 4, &forced).iter().enumerate() {
         assert!(

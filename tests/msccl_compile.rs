@@ -6,6 +6,7 @@ use rsccl::msccl::ir::{self, Collective, Protocol, StepKind};
 use rsccl::msccl::schedule::Options;
 use rsccl::msccl::verify;
 use rsccl::msccl::{ChunkIdx, MscclError, Rank};
+use rsccl_suite::msccl_programs::{inplace_ring_allgather, inplace_ring_reducescatter};
 
 fn compile_and_check(p: &Program) -> ir::Program {
     let x = p.compile().unwrap_or_else(|e| panic!("{}: {e}", p.name));
@@ -239,16 +240,7 @@ fn dsl_programs_over_the_limits_are_refused_before_allocating() {
 #[test]
 fn inplace_allgather_and_reducescatter_compile_to_programs_the_checker_accepts() {
     let n = 4;
-    // Ring all-gather: rank r's input already is o[r]; chunk r travels n-1 hops.
-    let spec = CollectiveSpec::new(Collective::AllGather, n, 1, true);
-    let mut p = Program::new("allgather_ring_inplace", spec, Protocol::Simple).unwrap();
-    for step in 0..n - 1 {
-        for r in 0..n {
-            let src = Rank((r + step) % n);
-            let c = p.chunk(src, BufferId::OUTPUT, ChunkIdx(r), 1).unwrap();
-            p.copy(c, Rank((src.0 + 1) % n), BufferId::OUTPUT, Some(ChunkIdx(r)), Hints::default()).unwrap();
-        }
-    }
+    let p = inplace_ring_allgather(n);
     p.check().unwrap();
     let x = compile_and_check(&p);
     assert!(x.inplace);
@@ -258,18 +250,7 @@ fn inplace_allgather_and_reducescatter_compile_to_programs_the_checker_accepts()
         g.i_chunks = 0;
     }
     assert_eq!(verify::check(&declared_by_msccl_tools).unwrap().slots_checked, (n * n) as usize);
-    // Ring reduce-scatter: chunk c is summed from rank c+1 round to rank c, where it is the
-    // output o[0] (inside the input at i[c]).
-    let spec = CollectiveSpec::new(Collective::ReduceScatter, n, 1, true);
-    let mut p = Program::new("reducescatter_ring_inplace", spec, Protocol::Simple).unwrap();
-    for c in 0..n {
-        for k in 1..n {
-            let (from, to) = (Rank((c + k) % n), Rank((c + k + 1) % n));
-            let src = p.chunk(from, BufferId::INPUT, ChunkIdx(c), 1).unwrap();
-            let dst = p.chunk(to, BufferId::INPUT, ChunkIdx(c), 1).unwrap();
-            p.reduce(dst, src, Hints::default()).unwrap();
-        }
-    }
+    let p = inplace_ring_reducescatter(n);
     p.check().unwrap();
     let x = compile_and_check(&p);
     assert!(x.inplace);

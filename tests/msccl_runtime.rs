@@ -666,33 +666,12 @@ fn a_rank_that_never_runs_the_program_is_named_by_the_others_within_the_timeout(
 /// runtime does): the ring reduce-scatter leaves rank c's block inside its input at `i[c]`.
 #[test]
 fn dsl_inplace_reducescatter_and_allgather_run() {
-    use rsccl::msccl::dsl::{BufferId, CollectiveSpec, Hints, Program as Dsl};
-    use rsccl::msccl::{ChunkIdx, Rank};
+    use rsccl_suite::msccl_programs::{inplace_ring_allgather, inplace_ring_reducescatter};
     for n in [3u32, 4] {
-        let spec = CollectiveSpec::new(Collective::ReduceScatter, n, 1, true);
-        let mut p = Dsl::new("reducescatter_ring_inplace", spec, Protocol::Simple).unwrap();
-        for c in 0..n {
-            for k in 1..n {
-                let (from, to) = (Rank((c + k) % n), Rank((c + k + 1) % n));
-                let src = p.chunk(from, BufferId::INPUT, ChunkIdx(c), 1).unwrap();
-                let dst = p.chunk(to, BufferId::INPUT, ChunkIdx(c), 1).unwrap();
-                p.reduce(dst, src, Hints::default()).unwrap();
-            }
-        }
-        let rs = p.compile().unwrap();
+        let rs = inplace_ring_reducescatter(n).compile().unwrap();
         assert!(rs.inplace);
         check_program(&rs);
-        let spec = CollectiveSpec::new(Collective::AllGather, n, 1, true);
-        let mut p = Dsl::new("allgather_ring_inplace", spec, Protocol::Simple).unwrap();
-        for step in 0..n - 1 {
-            for r in 0..n {
-                let src = Rank((r + step) % n);
-                let c = p.chunk(src, BufferId::OUTPUT, ChunkIdx(r), 1).unwrap();
-                p.copy(c, Rank((src.0 + 1) % n), BufferId::OUTPUT, Some(ChunkIdx(r)), Hints::default())
-                    .unwrap();
-            }
-        }
-        let ag = p.compile().unwrap();
+        let ag = inplace_ring_allgather(n).compile().unwrap();
         assert!(ag.inplace);
         check_program(&ag);
     }
