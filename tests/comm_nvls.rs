@@ -305,20 +305,23 @@ fn unsupported_cases_fall_back_and_forcing_them_is_an_error() {
 fn a_rank_that_never_comes_is_named() {
     let be = backend::cpu();
     let cfg = CommConfig { timeout: Duration::from_millis(800), ..config(H200, None) };
-    let comms = Comm::init_all(&be, 4, cfg).unwrap();
-    let bufs: Vec<DeviceBuffer> = (0..4).map(|_| be.upload(&[1i32; 1000]).unwrap()).collect();
-    let work: Vec<_> = (0..3)
-        .map(|r| {
-            let b = BufRef::from(&bufs[r]);
-            comms[r].enqueue().all_reduce(b, b, 1000, DataType::I32, ReduceOp::Sum).unwrap()
-        })
-        .collect();
-    for w in work {
-        match w.wait() {
-            Err(Error::Hang { headline, .. }) => {
-                assert!(headline.contains("rank 3 never entered"), "{headline}")
+    // One-shot (barriers) and the FIFO form (primitives polling multicast credits).
+    for count in [1000usize, 100_000] {
+        let comms = Comm::init_all(&be, 4, cfg.clone()).unwrap();
+        let bufs: Vec<DeviceBuffer> = (0..4).map(|_| be.upload(&vec![1i32; count]).unwrap()).collect();
+        let work: Vec<_> = (0..3)
+            .map(|r| {
+                let b = BufRef::from(&bufs[r]);
+                comms[r].enqueue().all_reduce(b, b, count, DataType::I32, ReduceOp::Sum).unwrap()
+            })
+            .collect();
+        for w in work {
+            match w.wait() {
+                Err(Error::Hang { headline, .. }) => {
+                    assert!(headline.contains("rank 3 never entered"), "{count} elements: {headline}")
+                }
+                other => panic!("{count} elements: expected a hang report, got {other:?}"),
             }
-            other => panic!("expected a hang report, got {other:?}"),
         }
     }
 }

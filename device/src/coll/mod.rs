@@ -4,6 +4,7 @@ pub mod kernels;
 pub mod mover;
 pub mod msccl;
 pub mod nvls;
+pub mod nvls_fifo;
 pub mod one_rank;
 pub mod ring;
 pub mod tree;

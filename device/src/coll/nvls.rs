@@ -1,20 +1,16 @@
-//! NVLS collectives on one node (NVLink SHARP): every rank's scratch is bound into one
+//! NVLS collectives on one node (NVLink SHARP): buffers of every rank are bound into one
 //! multicast range, so a `multimem.ld_reduce` from it reads the reduction of all ranks' copies
 //! (computed by the NVSwitch) and a `multimem.st` to it writes every rank's copy.
 //!
-//! Each block owns a window of every rank's scratch: an input region and an output region of
-//! `nranks` slices of `slice_bytes`. Per iteration a block moves `nranks × slice_bytes` bytes of
-//! the collective (all-reduce) or one slice per rank block (reduce-scatter, all-gather):
-//! - all-reduce, **two-shot**: copy the input into the scratch; barrier; reduce-load slice
-//!   `rank` from the multicast input and multicast-store it to every rank's output region
-//!   (reduce-scatter then all-gather in one instruction pair); barrier; copy the output region
-//!   out;
-//! - all-reduce, **one-shot** (small messages): copy in; barrier; every rank reduce-loads the
-//!   whole input region straight into its own output buffer; barrier;
-//! - reduce-scatter: copy the `nranks` input blocks in; barrier; reduce-load slice `rank`
-//!   into the output; barrier;
-//! - all-gather: multicast-store the input into slice `rank` of everyone's output region;
-//!   barrier; copy the `nranks` slices out; barrier.
+//! Two-shot all-reduce, reduce-scatter and all-gather run in NCCL's FIFO form
+//! ([`super::nvls_fifo`]). This module holds the kernel's arguments and the forms that need no
+//! FIFO, which synchronise the node's ranks with barriers instead:
+//! - all-reduce, **one-shot** (small messages): each block copies its share of the input into
+//!   its scratch window; barrier; every rank reduce-loads the whole window straight into its
+//!   own output buffer; barrier;
+//! - all-reduce on **symmetric windows** (user buffers bound at registration): barrier; reduce-
+//!   load from the send window (one-shot), or reduce-load slice `rank` and multicast-store it
+//!   into every receive window (two-shot); barrier.
 //!
 //! The barriers are per block over the node's ranks: thread 0 multicast-stores the barrier's
 //! epoch into its slot of every rank's flag array (after a system fence, so the block's data
@@ -33,8 +29,10 @@ use crate::{arch, DevPtr};
 pub const NVLS_THREADS: u32 = 512;
 
 /// Unroll of the NVLS data movement (multimem loads are long-latency: several in flight).
-const NVLS_UNROLL: usize = 4;
+pub(crate) const NVLS_UNROLL: usize = 4;
 
+/// `mode` value: two-shot all-reduce, reduce-scatter and all-gather through the NVLS FIFOs.
+pub const NVLS_FIFO: u32 = 0;
 /// `mode` value: one-shot all-reduce through the scratch.
 pub const NVLS_ONE_SHOT: u32 = 1;
 /// `mode` value: one-shot all-reduce straight from the user's send buffer, registered as a
@@ -55,7 +53,11 @@ pub struct NvlsArgs {
     pub recvbuff: DevPtr,
     /// Elements: all-reduce the whole count; reduce-scatter per output; all-gather per input.
     pub count: u64,
-    /// This rank's scratch: `grid × 2 × nranks × slice_bytes` bytes.
+    /// `NvlsChannel[grid]`: the FIFO form's connections ([`super::nvls_fifo`]).
+    pub channels: DevPtr,
+    /// Bytes of one NVLS FIFO slot (the FIFO form's chunk).
+    pub step_bytes: u64,
+    /// This rank's scratch (one-shot): `grid × nranks × slice_bytes` bytes.
     pub uc_scratch: DevPtr,
     /// The multicast address of every rank's scratch.
     pub mc_scratch: DevPtr,
@@ -79,7 +81,7 @@ pub struct NvlsArgs {
     pub coll: u32,
     /// The op (`RedOp` as u32): Sum, Min or Max.
     pub op: u32,
-    /// [`NVLS_ONE_SHOT`] or 0 (two-shot).
+    /// [`NVLS_FIFO`], [`NVLS_ONE_SHOT`], [`NVLS_SYM_ONE_SHOT`] or [`NVLS_SYM_TWO_SHOT`].
     pub mode: u32,
     /// Unused (keeps the struct free of padding).
     pub pad: u32,
@@ -89,6 +91,8 @@ crate::pod::unsafe_impl_pod!(NvlsArgs {
     sendbuff,
     recvbuff,
     count,
+    channels,
+    step_bytes,
     uc_scratch,
     mc_scratch,
     uc_flags,
@@ -173,102 +177,42 @@ fn barrier(a: &NvlsArgs, epoch: u64) -> bool {
 pub fn nvls_kernel<T: Elem>(a: &NvlsArgs) {
     let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
     let Some(coll) = Collective::from_u32(a.coll) else { arch::trap() };
-    let (b, g) = (arch::block_idx().x as u64, arch::grid_dim().x as u64);
-    let (eb, n, r) = (T::BYTES as u64, a.nranks, a.rank);
-    let slice_elems = a.slice_bytes / eb;
-    // This block's window: input region, then output region, of n slices each.
-    let region = n * a.slice_bytes;
-    let (uc_in, mc_in) = (a.uc_scratch.offset(2 * b * region), a.mc_scratch.offset(2 * b * region));
-    let (uc_out, mc_out) = (uc_in.offset(region), mc_in.offset(region));
-    let mut epoch = a.epoch_base;
-    let mut next = || {
-        epoch += 1;
-        epoch
-    };
-    if coll == Collective::AllReduce && (a.mode == NVLS_SYM_ONE_SHOT || a.mode == NVLS_SYM_TWO_SHOT) {
-        symmetric_all_reduce::<T>(a, op, next());
-        return;
-    }
-    match coll {
-        Collective::AllReduce => {
-            // All blocks together take g × n slices per iteration; this block n of them.
-            let per_iter = n * slice_elems;
-            let mut off = b * per_iter;
-            while off < a.count {
-                let len = per_iter.min(a.count - off);
-                copy::<T>(a.sendbuff.offset(off * eb), uc_in, len);
-                if !barrier(a, next()) {
-                    return;
-                }
-                if a.mode == NVLS_ONE_SHOT {
-                    multimem_move::<T>(op, mc_in, true, a.recvbuff.offset(off * eb), false, len);
-                } else {
-                    let start = (r * slice_elems).min(len);
-                    let mine = slice_elems.min(len - start);
-                    let at = start * eb;
-                    multimem_move::<T>(op, mc_in.offset(at), true, mc_out.offset(at), true, mine);
-                }
-                if !barrier(a, next()) {
-                    return;
-                }
-                if a.mode != NVLS_ONE_SHOT {
-                    copy::<T>(uc_out, a.recvbuff.offset(off * eb), len);
-                }
-                off += g * per_iter;
-            }
-        }
-        Collective::ReduceScatter => {
-            let mut off = b * slice_elems;
-            while off < a.count {
-                let len = slice_elems.min(a.count - off);
-                for q in 0..n {
-                    copy::<T>(
-                        a.sendbuff.offset((q * a.count + off) * eb),
-                        uc_in.offset(q * a.slice_bytes),
-                        len,
-                    );
-                }
-                if !barrier(a, next()) {
-                    return;
-                }
-                let at = r * a.slice_bytes;
-                multimem_move::<T>(op, mc_in.offset(at), true, a.recvbuff.offset(off * eb), false, len);
-                if !barrier(a, next()) {
-                    return;
-                }
-                off += g * slice_elems;
-            }
-        }
-        Collective::AllGather => {
-            let mut off = b * slice_elems;
-            while off < a.count {
-                let len = slice_elems.min(a.count - off);
-                let at = r * a.slice_bytes;
-                multimem_move::<T>(
-                    RedOp::Sum,
-                    a.sendbuff.offset(off * eb),
-                    false,
-                    mc_out.offset(at),
-                    true,
-                    len,
-                );
-                if !barrier(a, next()) {
-                    return;
-                }
-                for q in 0..n {
-                    copy::<T>(
-                        uc_out.offset(q * a.slice_bytes),
-                        a.recvbuff.offset((q * a.count + off) * eb),
-                        len,
-                    );
-                }
-                if !barrier(a, next()) {
-                    return;
-                }
-                off += g * slice_elems;
-            }
+    match (coll, a.mode) {
+        (_, NVLS_FIFO) => super::nvls_fifo::nvls_fifo::<T>(a, op, coll),
+        (Collective::AllReduce, NVLS_ONE_SHOT) => one_shot_all_reduce::<T>(a, op),
+        (Collective::AllReduce, NVLS_SYM_ONE_SHOT | NVLS_SYM_TWO_SHOT) => {
+            symmetric_all_reduce::<T>(a, op, a.epoch_base + 1)
         }
         _ => arch::trap(),
+    }
+}
+
+/// One-shot all-reduce through the scratch: per iteration the block copies `nranks` slices of
+/// the input into its window, and after a barrier every rank reduce-loads the window's
+/// multicast address into its output.
+#[inline(always)]
+fn one_shot_all_reduce<T: Elem>(a: &NvlsArgs, op: RedOp) {
+    let (b, g) = (arch::block_idx().x as u64, arch::grid_dim().x as u64);
+    let (eb, n) = (T::BYTES as u64, a.nranks);
+    let per_iter = n * (a.slice_bytes / eb);
+    let region = n * a.slice_bytes;
+    let (uc_in, mc_in) = (a.uc_scratch.offset(b * region), a.mc_scratch.offset(b * region));
+    let mut epoch = a.epoch_base;
+    let mut off = b * per_iter;
+    while off < a.count {
+        let len = per_iter.min(a.count - off);
+        copy::<T>(a.sendbuff.offset(off * eb), uc_in, len);
+        epoch += 1;
+        if !barrier(a, epoch) {
+            return;
+        }
+        multimem_move::<T>(op, mc_in, true, a.recvbuff.offset(off * eb), false, len);
+        // No rank may refill its window while another still reduce-loads it.
+        epoch += 1;
+        if !barrier(a, epoch) {
+            return;
+        }
+        off += g * per_iter;
     }
 }
 
@@ -308,17 +252,18 @@ fn symmetric_all_reduce<T: Elem>(a: &NvlsArgs, op: RedOp, epoch: u64) {
     barrier(a, epoch + 1);
 }
 
-/// Barriers one launch of `coll` runs per block, for `count` elements: the host advances the
-/// epoch base by at least this much (it uses the collective's sequence number instead, spaced
-/// far enough apart).
-pub const fn max_barriers(count: u64, slice_elems: u64, nranks: u64, grid: u64, coll: Collective) -> u64 {
-    let per_iter = match coll {
-        Collective::AllReduce => slice_elems * nranks,
-        _ => slice_elems,
-    };
-    let per_block = per_iter * grid;
+/// Barriers a one-shot all-reduce of `count` elements runs per block (symmetric forms run
+/// 2): the host advances the epoch base by at least this much (it uses the collective's
+/// sequence number instead, spaced far enough apart).
+pub const fn max_barriers(count: u64, slice_elems: u64, nranks: u64, grid: u64) -> u64 {
+    let per_block = slice_elems * nranks * grid;
     if per_block == 0 {
-        return 0;
+        return 2;
     }
-    2 * count.div_ceil(per_block)
+    let iters = count.div_ceil(per_block);
+    if iters < 1 {
+        2
+    } else {
+        2 * iters
+    }
 }

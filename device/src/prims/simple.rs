@@ -93,6 +93,9 @@ impl Op {
     pub const COPY: Op = Op { recv: false, send: false, src: Buf::Input, dst: Buf::Output };
     /// Reduces the input into the output, with no peer (MSCCL's `re`).
     pub const REDUCE: Op = Op { recv: false, send: false, src: Buf::Both, dst: Buf::Output };
+    /// Moves received data straight into the send FIFO, touching no user buffer (NCCL's
+    /// `directRecvDirectSend`: NVLS reduces from one multicast FIFO into another).
+    pub const RECV_SEND: Op = Op { recv: true, send: true, src: Buf::None, dst: Buf::None };
     /// Waits on nothing and moves nothing (a rank that sits out a step).
     const NOTHING: Op = Op { recv: false, send: false, src: Buf::None, dst: Buf::None };
 }
@@ -243,8 +246,7 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         if post_recv {
             self.conn_step_ptr = conn.head.as_ptr();
             // Return credits in case we rounded the step up.
-            // SAFETY: head is a valid u64 word of this connection.
-            unsafe { arch::st_relaxed_sys_u64(self.conn_step_ptr, self.step) };
+            self.store_step(self.step);
         } else if post_send {
             self.conn_step_ptr = conn.tail.as_ptr();
         } else {
@@ -427,8 +429,24 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
             if self.shm_aborted() {
                 return;
             }
-            // SAFETY: conn_step_ptr is this connection's head (PostRecv) or tail (PostSend).
-            unsafe { arch::st_relaxed_sys_u64(self.conn_step_ptr, self.step) };
+            self.store_step(self.step);
+        }
+    }
+
+    /// Publishes `v` in this post role's step word: a multicast store on NVLS connections
+    /// (their head and tail words are multicast addresses: every rank's copy gets it).
+    #[inline(always)]
+    fn store_step(&self, v: u64) {
+        // SAFETY: post roles have a connection, and conn_step_ptr is its head or tail word.
+        unsafe {
+            if (*self.conn).flags & CONN_NVLS_MIN_POLL != 0 {
+                crate::multimem::st::<8>(
+                    DevPtr(self.conn_step_ptr as u64),
+                    crate::pack::BytePack::from_words(v, 0),
+                );
+            } else {
+                arch::st_relaxed_sys_u64(self.conn_step_ptr, v);
+            }
         }
     }
 
@@ -527,6 +545,11 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
     #[inline(always)]
     pub fn recv_copy_send(&mut self, out_ix: u64, n: i64, post_op: bool) {
         self.run(Op::RECV_COPY_SEND, 0, out_ix, n, post_op)
+    }
+    /// Moves received data to the send peers (see [`Op::RECV_SEND`]).
+    #[inline(always)]
+    pub fn recv_send(&mut self, n: i64) {
+        self.run(Op::RECV_SEND, 0, 0, n, false)
     }
     /// Reduces received data with the input and sends the result.
     #[inline(always)]

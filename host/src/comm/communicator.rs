@@ -19,6 +19,7 @@ use crate::transport::{
     self, ConnHandle, ConnLayout, ConnMem, Side, Transport, TransportKind, MAX_HANDLE_BYTES,
 };
 use rsccl_device::coll::kernels::{CollKernel, SIMPLE_THREADS};
+use rsccl_device::coll::nvls_fifo::{NVLS_GROUPS, NVLS_MIN_THREADS};
 use rsccl_device::coll::one_rank::OneRankArgs;
 use rsccl_device::coll::ring::{RingArgs, RingChannel};
 use rsccl_device::coll::tree::TreeChannel;
@@ -556,7 +557,7 @@ impl Comm {
         let p = progress.clone();
         boot.set_status_provider(Arc::new(move || p.encode()));
         let nvls = if try_nvls {
-            nvls::setup(&mut boot, rank, &peers, &stream, cfg.nchannels, nvls_policy)?
+            nvls::setup(&mut boot, rank, &peers, &stream, cfg.nchannels, cfg.step_bytes, nvls_policy)?
         } else {
             None
         };
@@ -1236,32 +1237,30 @@ impl Comm {
         let seq = self.progress.enter(coll, false);
         let eb = dtype.size() as u64;
         let slice_elems = nvls::NVLS_SLICE_BYTES / eb;
-        let barriers = rsccl_device::coll::nvls::max_barriers(
-            count,
-            slice_elems,
-            self.nranks as u64,
-            n.grid as u64,
-            coll,
-        );
-        if barriers >= 1 << 32 || seq >= 1 << 31 {
+        let one_shot =
+            coll == Collective::AllReduce && count.saturating_mul(eb) <= nvls::NVLS_ONE_SHOT_MAX_BYTES;
+        let barriers =
+            rsccl_device::coll::nvls::max_barriers(count, slice_elems, self.nranks as u64, n.grid as u64);
+        if (one_shot || symmetric.is_some()) && (barriers >= 1 << 32 || seq >= 1 << 31) {
             return Err(Error::InvalidConfig(format!("NVLS: {count} elements need too many barriers")));
         }
         self.stream.copy_in(&self.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
-        let one_shot =
-            coll == Collective::AllReduce && count.saturating_mul(eb) <= nvls::NVLS_ONE_SHOT_MAX_BYTES;
-        use rsccl_device::coll::nvls::{NVLS_ONE_SHOT, NVLS_SYM_ONE_SHOT, NVLS_SYM_TWO_SHOT};
+        use rsccl_device::coll::nvls::{NVLS_FIFO, NVLS_ONE_SHOT, NVLS_SYM_ONE_SHOT, NVLS_SYM_TWO_SHOT};
         // Symmetric windows: one-shot from the send window, unless the receive buffer is a
         // window too and the message large (or in place, where one-shot would overwrite what
-        // other ranks still read): two-shot.
+        // other ranks still read): two-shot. Without windows: one-shot through the scratch for
+        // small all-reduces, the FIFOs otherwise.
         let (mode, mc_send, mc_recv) = match symmetric {
             Some((ms, Some(mr))) if !one_shot || send == recv => (NVLS_SYM_TWO_SHOT, ms, mr),
             Some((ms, _)) => (NVLS_SYM_ONE_SHOT, ms, DevPtr::NULL),
-            None => (if one_shot { NVLS_ONE_SHOT } else { 0 }, n.mc_scratch, DevPtr::NULL),
+            None => (if one_shot { NVLS_ONE_SHOT } else { NVLS_FIFO }, n.mc_scratch, DevPtr::NULL),
         };
         let args = rsccl_device::coll::nvls::NvlsArgs {
             sendbuff: send,
             recvbuff: recv,
             count,
+            channels: n.channels.ptr(),
+            step_bytes: n.step_bytes,
             uc_scratch: n.scratch.ptr(),
             mc_scratch: mc_send,
             uc_flags: n.flags.ptr(),
@@ -1282,9 +1281,11 @@ impl Comm {
             pad: 0,
         };
         let kernel = CollKernel::Nvls(dtype);
-        let cfg = LaunchConfig::linear(n.grid, self.cfg.nthreads.min(kernel.max_threads()));
-        // SAFETY: the user buffers are the caller's promise; scratch, flags and their multicast
-        // ranges are this Comm's, sized for its grid and ranks, alive as long as it is.
+        // The FIFO form's three warp groups need at least a warp each, and primitives' memory.
+        let threads = self.cfg.nthreads.clamp(NVLS_MIN_THREADS, kernel.max_threads());
+        let cfg = LaunchConfig::linear(n.grid, threads).with_smem(shm_bytes(NVLS_GROUPS));
+        // SAFETY: the user buffers are the caller's promise; scratch, flags, FIFOs and their
+        // multicast ranges are this Comm's, sized for its grid and ranks, alive as long as it is.
         unsafe { self.stream.launch(&kernel.name(), cfg, &args) }
     }
 

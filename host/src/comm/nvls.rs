@@ -7,16 +7,25 @@ use super::{BufRef, ReduceOp};
 use crate::backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig};
 use crate::bootstrap::{Bootstrap, PeerInfo};
 use crate::error::{Error, Result};
+use rsccl_device::coll::nvls_fifo::{NvlsChannel, MAX_NVLS_ARITY, NO_HEAD};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::multimem;
+use rsccl_device::prims::conn::{ConnInfo, CONN_NVLS_MIN_POLL, NCCL_STEPS};
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 use std::any::Any;
 use std::sync::Arc;
 
-/// Bytes of one NVLS slice: per block and rank, the unit a barrier moves.
+/// Bytes of one one-shot slice: per block and rank, the unit a barrier moves.
 pub const NVLS_SLICE_BYTES: u64 = 32 << 10;
+
+/// Largest NVLS FIFO slot (NCCL's default `nvlsChunkSize`); a communicator with smaller steps
+/// uses its own step size.
+pub const NVLS_STEP_BYTES: u64 = 128 << 10;
+
+/// Bytes of one FIFO's credit words (NCCL's `memSize`): the head at 0, the tail at half.
+const NVLS_CREDIT_BYTES: u64 = 64;
 
 /// All-reduces of at most this many bytes run one-shot (every rank reduce-loads the whole
 /// buffer), larger ones two-shot.
@@ -90,13 +99,27 @@ pub fn applies(coll: Collective, dtype: DataType, op: RedOp) -> bool {
     }
 }
 
-/// One rank's NVLS resources: its scratch and flags and their multicast addresses.
+/// One rank's NVLS resources: its scratch and flags and their multicast addresses, and the
+/// FIFO form's connections.
+///
+/// The scratch holds the one-shot windows (`grid × nranks` slices), then NCCL's FIFOs
+/// (`nvlsPerRankSize = nChannels × 2 × buffSize` per head): for head `h` and channel `c` the
+/// reduce FIFO at `(h·2·nch + c)·buffSize` and the broadcast FIFO at `((h·2 + 1)·nch + c)·
+/// buffSize`. The flags hold the barrier words (`grid × nranks`), then each FIFO's credit
+/// words at the same index × [`NVLS_CREDIT_BYTES`]. Both are bound, so every offset has a
+/// unicast address here and a multicast one.
 pub(crate) struct Nvls {
     pub(crate) scratch: DeviceBuffer,
     pub(crate) flags: DeviceBuffer,
     pub(crate) mc_scratch: DevPtr,
     pub(crate) mc_flags: DevPtr,
-    /// Blocks of a launch (each its own scratch window and flags).
+    /// `NvlsChannel[grid]`.
+    pub(crate) channels: DeviceBuffer,
+    /// This rank's saved step of every FIFO connection (not bound: each side its own).
+    _steps: DeviceBuffer,
+    /// Bytes of one FIFO slot.
+    pub(crate) step_bytes: u64,
+    /// Blocks of a launch (each its own scratch window and flags, one channel each).
     pub(crate) grid: u32,
     /// The ranks are separate processes: their scratch was mapped, not addressed directly.
     pub(crate) across_processes: bool,
@@ -110,6 +133,9 @@ fn unavailable(want: bool, nranks: usize) -> Option<String> {
     }
     if nranks <= 2 {
         return Some(format!("{nranks} ranks: NVLS needs more than 2 on a node"));
+    }
+    if nranks > MAX_NVLS_ARITY {
+        return Some(format!("{nranks} ranks on a node: NVLS serves at most {MAX_NVLS_ARITY}"));
     }
     None
 }
@@ -151,15 +177,16 @@ pub(crate) fn setup(
     peers: &[PeerInfo],
     backend: &std::sync::Arc<dyn Backend>,
     nchannels: usize,
+    step_bytes: u64,
     policy: NvlsPolicy,
 ) -> Result<Option<Nvls>> {
     let nranks = peers.len();
     let grid = nchannels as u32;
-    let scratch_bytes = (nchannels as u64)
-        .checked_mul(2 * nranks as u64 * NVLS_SLICE_BYTES)
-        .and_then(|b| usize::try_from(b).ok())
-        .ok_or_else(|| Error::InvalidConfig("NVLS scratch size overflows".into()))?;
-    let flag_bytes = nchannels * nranks * 8;
+    // Every rank heads the slot of its own index (the NVLS search's heads on an HGX node).
+    let layout = FifoLayout::new(nranks, nchannels, step_bytes)?;
+    let too_big = || Error::InvalidConfig("NVLS scratch size overflows".into());
+    let scratch_bytes = usize::try_from(layout.scratch_bytes()).map_err(|_| too_big())?;
+    let flag_bytes = usize::try_from(layout.flag_bytes()).map_err(|_| too_big())?;
     let across = backend.kind() == BackendKind::Cpu && peers.iter().any(|p| p.pid != peers[0].pid);
     let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
     let (scratch, flags, uc_scratch, uc_flags) = if across {
@@ -209,14 +236,147 @@ pub(crate) fn setup(
     };
     tracing::info!(
         rank,
-        "NVLS: {nranks} ranks, {grid} block(s), {} KiB scratch per rank{}",
+        "NVLS: {nranks} heads, {grid} channel(s), {} KiB FIFO slots, {} KiB scratch per rank{}",
+        layout.step_bytes >> 10,
         scratch_bytes >> 10,
         if across { ", peers' scratch mapped from their processes" } else { "" }
     );
     // The multicast bindings go before the peers' mappings they point into.
     let mut binds: Vec<Box<dyn Any + Send + Sync>> = vec![bs, bf];
     binds.extend(keep);
-    Ok(Some(Nvls { scratch, flags, mc_scratch, mc_flags, grid, across_processes: across, _binds: binds }))
+    let steps = backend.alloc(usize::try_from(layout.step_words() * 8).map_err(|_| too_big())?)?;
+    let uc = (scratch.ptr(), flags.ptr());
+    let chans: Vec<NvlsChannel> =
+        (0..nchannels).map(|c| layout.channel(c, rank, uc, (mc_scratch, mc_flags), steps.ptr())).collect();
+    let channels = backend.alloc(std::mem::size_of_val(chans.as_slice()))?;
+    backend.copy_in(&channels, 0, bytemuck::cast_slice(&chans))?;
+    Ok(Some(Nvls {
+        scratch,
+        flags,
+        mc_scratch,
+        mc_flags,
+        channels,
+        _steps: steps,
+        step_bytes: layout.step_bytes,
+        grid,
+        across_processes: across,
+        _binds: binds,
+    }))
+}
+
+/// Where the FIFO form's buffers, credit words and saved steps lie (NCCL's layout; see
+/// [`Nvls`]). The one definition the host builds connections from.
+#[derive(Clone, Copy, Debug)]
+struct FifoLayout {
+    nheads: u64,
+    nch: u64,
+    step_bytes: u64,
+    /// Scratch offset of the first FIFO (after the one-shot windows).
+    fifo_base: u64,
+    /// Flags offset of the first credit words (after the barrier words).
+    credit_base: u64,
+}
+
+/// FIFO direction: every rank's slice towards the head (reduce), or the head's result back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    Reduce = 0,
+    Bcast = 1,
+}
+
+impl FifoLayout {
+    /// The layout for `nheads` heads (≤ [`MAX_NVLS_ARITY`]) and `nch` channels (≤ the
+    /// communicator's limit), with slots of `step_bytes` capped at [`NVLS_STEP_BYTES`].
+    fn new(nheads: usize, nch: usize, step_bytes: u64) -> Result<Self> {
+        let step_bytes = step_bytes.min(NVLS_STEP_BYTES) / 16 * 16;
+        if nheads == 0 || nheads > MAX_NVLS_ARITY || nch == 0 || step_bytes == 0 {
+            return Err(Error::InvalidConfig(format!(
+                "NVLS: {nheads} heads, {nch} channels, {step_bytes}-byte slots"
+            )));
+        }
+        let (nheads, nch) = (nheads as u64, nch as u64);
+        let round = |b: u64| b.div_ceil(NVLS_CREDIT_BYTES) * NVLS_CREDIT_BYTES;
+        Ok(FifoLayout {
+            nheads,
+            nch,
+            step_bytes,
+            fifo_base: round(nch * nheads * NVLS_SLICE_BYTES),
+            credit_base: round(nch * nheads * 8),
+        })
+    }
+
+    /// The index of head `h`'s FIFO of `dir` in channel `c`.
+    fn index(&self, h: u64, c: u64, dir: Dir) -> u64 {
+        (h * 2 + dir as u64) * self.nch + c
+    }
+
+    fn buff_bytes(&self) -> u64 {
+        NCCL_STEPS * self.step_bytes
+    }
+
+    fn scratch_bytes(&self) -> u64 {
+        self.fifo_base + 2 * self.nheads * self.nch * self.buff_bytes()
+    }
+
+    fn flag_bytes(&self) -> u64 {
+        self.credit_base + 2 * self.nheads * self.nch * NVLS_CREDIT_BYTES
+    }
+
+    /// Saved-step words: per channel one per head and direction, and the head's two.
+    fn step_words(&self) -> u64 {
+        self.nch * (2 * self.nheads + 2)
+    }
+
+    /// One connection to head `h`'s FIFO of `dir` in channel `c`, from the scratch and flags
+    /// bases given (unicast or multicast), saving its step in word `step` of `steps`.
+    fn conn(
+        &self,
+        (scratch, flags): (DevPtr, DevPtr),
+        h: u64,
+        c: u64,
+        dir: Dir,
+        steps: DevPtr,
+        step: u64,
+    ) -> ConnInfo {
+        let i = self.index(h, c, dir);
+        let credit = flags.offset(self.credit_base + i * NVLS_CREDIT_BYTES);
+        ConnInfo {
+            buff: scratch.offset(self.fifo_base + i * self.buff_bytes()),
+            head: credit,
+            tail: credit.offset(NVLS_CREDIT_BYTES / 2),
+            step: steps.offset(8 * step),
+            sizes_fifo: DevPtr::NULL,
+            step_bytes: self.step_bytes,
+            flags: 0,
+            peer: h,
+        }
+    }
+
+    /// Channel `c` of rank `me` (head `me`): its unicast connections to every head, and as
+    /// head the multicast ones (polled for the minimum, NCCL's `NCCL_NVLS_MIN_POLL`).
+    fn channel(
+        &self,
+        c: usize,
+        me: usize,
+        uc: (DevPtr, DevPtr),
+        mc: (DevPtr, DevPtr),
+        steps: DevPtr,
+    ) -> NvlsChannel {
+        let (c, me, nh) = (c as u64, me as u64, self.nheads);
+        let base = c * (2 * nh + 2);
+        let mut ch = NvlsChannel { nheads: nh, head_rank: NO_HEAD, ..NvlsChannel::default() };
+        for h in 0..nh {
+            ch.up_send[h as usize] = self.conn(uc, h, c, Dir::Reduce, steps, base + h);
+            ch.up_recv[h as usize] = self.conn(uc, h, c, Dir::Bcast, steps, base + nh + h);
+        }
+        if me < nh {
+            ch.head_rank = me;
+            let min_poll = |conn: ConnInfo| ConnInfo { flags: CONN_NVLS_MIN_POLL, ..conn };
+            ch.down_recv = min_poll(self.conn(mc, me, c, Dir::Reduce, steps, base + 2 * nh));
+            ch.down_send = min_poll(self.conn(mc, me, c, Dir::Bcast, steps, base + 2 * nh + 1));
+        }
+        ch
+    }
 }
 
 /// A rank's NVLS memory when the ranks are separate processes: its own scratch and flags
@@ -532,6 +692,66 @@ pub(crate) fn register_window(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every FIFO, credit pair and saved step of every rank's channels lies inside its buffer,
+    /// clear of the one-shot windows and barrier words and of each other; the head's two
+    /// connections are the multicast ones, polled for the minimum.
+    #[test]
+    fn fifo_layout_gives_every_connection_its_own_memory() {
+        let (uc, mc, steps) =
+            ((DevPtr(1 << 40), DevPtr(2 << 40)), (DevPtr(3 << 40), DevPtr(4 << 40)), DevPtr(5 << 40));
+        for nheads in 3..=MAX_NVLS_ARITY {
+            for nch in [1usize, 2, 5] {
+                let l = FifoLayout::new(nheads, nch, 8192).unwrap();
+                let (mut buffs, mut credits, mut words) = (Vec::new(), Vec::new(), Vec::new());
+                for me in 0..nheads {
+                    for c in 0..nch {
+                        let ch = l.channel(c, me, uc, mc, steps);
+                        assert_eq!((ch.nheads, ch.head_rank), (nheads as u64, me as u64));
+                        let ups = ch.up_send[..nheads].iter().chain(&ch.up_recv[..nheads]);
+                        for (k, conn) in ups.enumerate() {
+                            assert_eq!((conn.flags, conn.peer), (0, (k % nheads) as u64));
+                            if me == 0 {
+                                buffs.push(conn.buff.0 - uc.0 .0);
+                                credits.push(conn.head.0 - uc.1 .0);
+                                assert_eq!(conn.tail.0 - conn.head.0, NVLS_CREDIT_BYTES / 2);
+                            }
+                            words.push((me, conn.step.0));
+                        }
+                        for (dir, conn) in [(Dir::Reduce, ch.down_recv), (Dir::Bcast, ch.down_send)] {
+                            assert_eq!(conn.flags, CONN_NVLS_MIN_POLL);
+                            let own = l.conn(uc, me as u64, c as u64, dir, steps, 0);
+                            assert_eq!(conn.buff.0 - mc.0 .0, own.buff.0 - uc.0 .0);
+                            assert_eq!(conn.tail.0 - mc.1 .0, own.tail.0 - uc.1 .0);
+                            words.push((me, conn.step.0));
+                        }
+                        assert!(ch.up_send[nheads..].iter().all(|c| !c.is_connected()));
+                    }
+                }
+                let fifos = 2 * nheads * nch;
+                for (list, base, size, end) in [
+                    (&mut buffs, l.fifo_base, l.buff_bytes(), l.scratch_bytes()),
+                    (&mut credits, l.credit_base, NVLS_CREDIT_BYTES, l.flag_bytes()),
+                ] {
+                    list.sort_unstable();
+                    assert_eq!(list.len(), fifos);
+                    assert!(list[0] >= base && list[fifos - 1] + size <= end);
+                    assert!(list.windows(2).all(|w| w[1] - w[0] >= size), "{nheads} heads, {nch} channels");
+                }
+                assert!(l.fifo_base >= (nch * nheads) as u64 * NVLS_SLICE_BYTES);
+                assert!(l.credit_base >= (nch * nheads * 8) as u64);
+                words.sort_unstable();
+                words.dedup();
+                assert_eq!(words.len(), nheads * l.step_words() as usize);
+                assert!(words.iter().all(|&(_, w)| w >= steps.0 && w < steps.0 + 8 * l.step_words()));
+            }
+        }
+        // Slots never exceed NCCL's chunk, and nonsense shapes are refused.
+        assert_eq!(FifoLayout::new(4, 2, 1 << 20).unwrap().step_bytes, NVLS_STEP_BYTES);
+        assert!(FifoLayout::new(MAX_NVLS_ARITY + 1, 1, 8192).is_err());
+        assert!(FifoLayout::new(4, 0, 8192).is_err());
+        assert!(FifoLayout::new(4, 1, 8).is_err());
+    }
 
     #[test]
     fn handle_messages_round_trip_and_garbage_is_refused() {
