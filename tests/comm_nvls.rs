@@ -258,6 +258,34 @@ fn h100_eight_ranks() {
     sweep(H100, 8);
 }
 
+/// At NCCL's block size the FIFO form splits 16 warps as NCCL does (scatter/gather/reduce
+/// 5/4/7 on 4 ranks, 6/5/5 on 8; half and half for reduce-scatter and all-gather); the sweeps'
+/// 128-thread blocks split 4 warps. Every collective of the FIFO form, odd counts.
+#[test]
+fn fifo_form_at_nccls_block_size() {
+    let be = backend::cpu();
+    for (fixture, n) in [(H200, 4), (H100, 8)] {
+        let comms = Comm::init_all(&be, n, CommConfig { nthreads: 512, ..config(fixture, None) }).unwrap();
+        assert!(comms.iter().all(Comm::uses_nvls));
+        for (coll, t, op, count) in [
+            (Collective::AllReduce, DataType::I32, ReduceOp::Sum, 70_001),
+            (Collective::AllReduce, DataType::BF16, ReduceOp::Max, 90_017),
+            (Collective::ReduceScatter, DataType::U64, ReduceOp::Min, 20_011),
+            (Collective::AllGather, DataType::F16, ReduceOp::Sum, 30_013),
+        ] {
+            let what = format!("{fixture} n={n} {coll:?} {t:?} {op:?} count={count}");
+            let got = run(&be, &comms, coll, t, op, count, count % 2 == 1, 11)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let want = expected(coll, t, red(op), n, count, 11);
+            for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+                if let Some(i) = (0..w.len()).find(|&i| !reference::same(t, g[i], w[i])) {
+                    panic!("{what}: rank {r} element {i}: got {:#x}, want {:#x}", g[i], w[i]);
+                }
+            }
+        }
+    }
+}
+
 /// What NVLS does not serve runs on the ring, and forcing NVLS there is an error.
 #[test]
 fn unsupported_cases_fall_back_and_forcing_them_is_an_error() {

@@ -109,6 +109,16 @@ impl<T: Elem> DataMover for MultimemMover<T> {
 /// (scatter, 0, reduce) for reduce-scatter, (0, gather, broadcast) for all-gather. NCCL's
 /// numbers for 16 warps (all-reduce: 7 reduce warps up to 6 ranks, else 5; the rest split
 /// between scatter and gather; the others: half and half), in proportion for other sizes.
+///
+/// ```
+/// use rsccl_device::coll::{nvls_fifo::warp_split, Collective};
+/// assert_eq!(warp_split(Collective::AllReduce, 16, 4), (5, 4, 7));
+/// assert_eq!(warp_split(Collective::AllReduce, 16, 8), (6, 5, 5));
+/// assert_eq!(warp_split(Collective::ReduceScatter, 16, 8), (8, 0, 8));
+/// assert_eq!(warp_split(Collective::AllGather, 16, 8), (0, 8, 8));
+/// // The fewest warps the form runs with: one per group.
+/// assert_eq!(warp_split(Collective::AllReduce, 3, 8), (1, 1, 1));
+/// ```
 pub const fn warp_split(coll: Collective, nwarps: u32, nranks: u64) -> (u32, u32, u32) {
     match coll {
         Collective::AllReduce => {

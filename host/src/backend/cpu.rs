@@ -237,6 +237,10 @@ impl Backend for CpuBackend {
         Ok((DevPtr(host as u64), Box::new(())))
     }
 
+    fn multicast_support(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
     fn multicast_bind(
         &self,
         unicast: &[DevPtr],

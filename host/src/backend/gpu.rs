@@ -43,6 +43,8 @@ struct Shared {
     cc: (i32, i32),
     /// `dddd:bb:dd.0`, from the device's PCI attributes.
     bus_id: String,
+    /// `CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED` (false where the driver does not know it).
+    multicast: bool,
 }
 
 // SAFETY: CUDA driver handles may be used from any thread once the context is bound, which every
@@ -169,6 +171,7 @@ impl GpuBackend {
             attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
             attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
         );
+        let multicast = attr(A::CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED).is_ok_and(|v| v != 0);
         let arch = crate::ptx::arch_for(major, minor).ok_or(Error::UnsupportedArch { major, minor })?;
         // Modules load lazily, per kernel, on first launch: opening a device JIT-compiles nothing.
         Ok(GpuBackend {
@@ -180,6 +183,7 @@ impl GpuBackend {
                 name,
                 cc: (major, minor),
                 bus_id,
+                multicast,
             }),
             stream: None,
         })
@@ -351,6 +355,33 @@ impl Backend for GpuBackend {
             }
         }
         Ok((DevPtr(dev), Box::new(Opened { dev, shared: self.shared.clone() })))
+    }
+
+    fn multicast_support(&self) -> std::result::Result<(), String> {
+        if self.shared.multicast {
+            // The device can; binding driver multicast objects (cuMulticastCreate, cuMemCreate +
+            // cuMulticastBindMem, shared handles) is what is missing.
+            Err(format!(
+                "{} supports multicast, but rsccl does not bind GPU multicast objects yet \
+                 (cuMulticastCreate): NVLS runs on the CPU emulator only",
+                self.describe()
+            ))
+        } else {
+            Err(format!(
+                "{}: no multicast (CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED is 0: NVLS needs \
+                 NVSwitch-connected GPUs of compute capability 9.0 or later)",
+                self.describe()
+            ))
+        }
+    }
+
+    fn multicast_bind(
+        &self,
+        unicast: &[DevPtr],
+        bytes: usize,
+    ) -> Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        let _ = (unicast, bytes);
+        Err(Error::InvalidConfig(self.multicast_support().err().unwrap_or_default()))
     }
 
     fn can_access_peer(&self, bus_id: &str) -> bool {

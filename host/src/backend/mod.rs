@@ -270,6 +270,12 @@ pub trait Backend: Send + Sync {
     fn unpublish_exported(&self, handle: &[u8]) {
         let _ = handle;
     }
+    /// Whether kernels here can use multicast memory (NVLS), or why not. The CPU emulator can;
+    /// a GPU needs `CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED` (NVSwitch-connected Hopper or
+    /// later) and rsccl's binding of driver multicast objects.
+    fn multicast_support(&self) -> std::result::Result<(), String> {
+        Err(format!("{}: no multicast support", self.describe()))
+    }
     /// Binds `unicast` buffers (one per rank of a node, each at least `bytes` long, in this
     /// order) to one multicast range of `bytes` bytes, for NVLS: returns its address and a
     /// guard that unbinds it. The CPU emulator binds buffers of this process (its multicast
