@@ -324,7 +324,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_bf16",
         max_threads: 512,
-        registers: 106,
+        registers: 113,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_bf16.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_bf16.cubin")),
@@ -332,7 +332,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_f16",
         max_threads: 512,
-        registers: 106,
+        registers: 113,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_f16.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_f16.cubin")),
@@ -340,7 +340,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_f32",
         max_threads: 512,
-        registers: 100,
+        registers: 106,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_f32.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_f32.cubin")),
@@ -348,7 +348,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_f64",
         max_threads: 512,
-        registers: 96,
+        registers: 102,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_f64.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_f64.cubin")),
@@ -356,7 +356,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_i32",
         max_threads: 512,
-        registers: 107,
+        registers: 112,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_i32.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_i32.cubin")),
@@ -364,7 +364,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_i64",
         max_threads: 512,
-        registers: 84,
+        registers: 91,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_i64.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_i64.cubin")),
@@ -372,7 +372,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_u32",
         max_threads: 512,
-        registers: 107,
+        registers: 112,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_u32.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_u32.cubin")),
@@ -380,7 +380,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_u64",
         max_threads: 512,
-        registers: 84,
+        registers: 91,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_u64.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_u64.cubin")),

@@ -135,6 +135,26 @@ pub const fn warp_split(coll: Collective, nwarps: u32, nranks: u64) -> (u32, u32
     }
 }
 
+/// One block's loop over its chunks: `first` (the block's offset), then every `stride`,
+/// below `count`; the groups of a block visit the same iterations, so every FIFO step a
+/// sender posts is one its receiver waits for (an iteration past the data moves nothing).
+struct Chunks {
+    first: u64,
+    stride: u64,
+    count: u64,
+}
+
+impl Chunks {
+    #[inline(always)]
+    fn each(&self, mut f: impl FnMut(u64)) {
+        let mut grid_off = 0;
+        while grid_off < self.count {
+            f(grid_off + self.first);
+            grid_off += self.stride;
+        }
+    }
+}
+
 /// The FIFO form of `coll` (all-reduce, reduce-scatter or all-gather) for this block.
 #[inline(always)]
 pub fn nvls_fifo<T: Elem>(a: &NvlsArgs, op: RedOp, coll: Collective) {
@@ -153,185 +173,123 @@ pub fn nvls_fifo<T: Elem>(a: &NvlsArgs, op: RedOp, coll: Collective) {
     let chunk = a.step_bytes / T::BYTES as u64;
     let (w0, w1, w2) = warp_split(coll, nwarps, a.nranks);
     let (end0, end1) = (w0 * arch::WARP_SIZE, (w0 + w1) * arch::WARP_SIZE);
-    let n2 = w2 * arch::WARP_SIZE;
-    let up_send = &ch.up_send[..nheads as usize];
-    let up_recv = &ch.up_recv[..nheads as usize];
+    let count = a.count;
+    let rest = |off: u64, n: u64| n.min(count.saturating_sub(off));
+    // All-reduce: a loop covers nheads chunks per block, head h reducing the h-th; reduce-
+    // scatter and all-gather: one chunk of every rank block per block.
+    let (per_block, peer_offset, total) = match coll {
+        Collective::AllReduce => (nheads * chunk, chunk, 0),
+        _ => (chunk, count, nheads * count),
+    };
+    let chunks = Chunks { first: b as u64 * per_block, stride: g * per_block, count };
     let plain = RedMover::<T>::new(op, 0);
     let none: &[ConnInfo] = &[];
-    let count = a.count;
-    match coll {
-        Collective::AllReduce => {
-            // A loop covers every block's nheads chunks.
-            let per_block = nheads * chunk;
-            let loop_size = g * per_block;
-            if tid < end0 {
-                let mut p = Primitives::<_, 0, MAX_NVLS_ARITY, 1, 1>::new(
-                    &plain,
-                    tid,
-                    end0,
-                    none,
-                    up_send,
-                    a.sendbuff,
-                    DevPtr::NULL,
-                    a.step_bytes,
-                    0,
-                    a.status,
-                    b,
-                );
-                let mut grid_off = 0;
-                while grid_off < count {
-                    let off = grid_off + b as u64 * per_block;
-                    let n = per_block.min(count.saturating_sub(off));
-                    p.scatter(off, n, chunk, chunk, -1, 0);
-                    grid_off += loop_size;
-                }
-                p.finish();
-            } else if tid < end1 {
-                let mut p = Primitives::<_, MAX_NVLS_ARITY, 0, 1, 1>::new(
-                    &plain,
-                    tid - end0,
-                    end1 - end0,
-                    up_recv,
-                    none,
-                    DevPtr::NULL,
-                    a.recvbuff,
-                    a.step_bytes,
-                    1,
-                    a.status,
-                    b,
-                );
-                let mut grid_off = 0;
-                while grid_off < count {
-                    let off = grid_off + b as u64 * per_block;
-                    let n = per_block.min(count.saturating_sub(off));
-                    p.gather(off, n, chunk, chunk, -1, 0, false);
-                    grid_off += loop_size;
-                }
-                p.finish();
-            } else if ch.head_rank != NO_HEAD {
+    let (status, step) = (a.status, a.step_bytes);
+    if tid < end0 {
+        // Scatter: the input's chunk for head h into this rank's reduce FIFO of head h.
+        let up = &ch.up_send[..nheads as usize];
+        let mut p = Primitives::<_, 0, MAX_NVLS_ARITY, 1, 1>::new(
+            &plain,
+            tid,
+            end0,
+            none,
+            up,
+            a.sendbuff,
+            DevPtr::NULL,
+            step,
+            0,
+            status,
+            b,
+        );
+        chunks.each(|off| match coll {
+            Collective::AllReduce => p.scatter(off, rest(off, per_block), chunk, peer_offset, -1, 0),
+            _ => p.scatter(off, total, rest(off, chunk), peer_offset, -1, 0),
+        });
+        p.finish();
+    } else if tid < end1 {
+        // Gather: every head's chunk from this rank's copy of its broadcast FIFO.
+        let up = &ch.up_recv[..nheads as usize];
+        let mut p = Primitives::<_, MAX_NVLS_ARITY, 0, 1, 1>::new(
+            &plain,
+            tid - end0,
+            end1 - end0,
+            up,
+            none,
+            DevPtr::NULL,
+            a.recvbuff,
+            step,
+            1,
+            status,
+            b,
+        );
+        chunks.each(|off| match coll {
+            Collective::AllReduce => p.gather(off, rest(off, per_block), chunk, peer_offset, -1, 0, false),
+            _ => p.gather(off, total, rest(off, chunk), peer_offset, -1, 0, false),
+        });
+        p.finish();
+    } else if ch.head_rank != NO_HEAD {
+        // The head's group: reduce-load its chunk from the multicast reduce FIFO and/or
+        // multicast-store into the broadcast FIFO.
+        let (tid, n) = (tid - end1, w2 * arch::WARP_SIZE);
+        let (recv, send) = (core::slice::from_ref(&ch.down_recv), core::slice::from_ref(&ch.down_send));
+        match coll {
+            Collective::AllReduce => {
                 let mm = MultimemMover::<T>::new(op, true, true);
                 let mut p = Primitives::<_, 1, 1, 1, 1>::new(
                     &mm,
-                    tid - end1,
-                    n2,
-                    core::slice::from_ref(&ch.down_recv),
-                    core::slice::from_ref(&ch.down_send),
+                    tid,
+                    n,
+                    recv,
+                    send,
                     DevPtr::NULL,
                     DevPtr::NULL,
-                    a.step_bytes,
+                    step,
                     2,
-                    a.status,
+                    status,
                     b,
                 );
-                let mut grid_off = 0;
-                while grid_off < count {
-                    let off = grid_off + (b as u64 * nheads + ch.head_rank) * chunk;
-                    p.recv_send(chunk.min(count.saturating_sub(off)) as i64);
-                    grid_off += loop_size;
-                }
+                chunks.each(|off| {
+                    let off = off + ch.head_rank * chunk;
+                    p.recv_send(rest(off, chunk) as i64)
+                });
                 p.finish();
             }
-        }
-        Collective::ReduceScatter => {
-            // Head h reduces block h of every rank's input (its output); a loop covers every
-            // block's chunk of each rank block.
-            let loop_size = g * chunk;
-            if tid < end0 {
-                let mut p = Primitives::<_, 0, MAX_NVLS_ARITY, 1, 1>::new(
-                    &plain,
-                    tid,
-                    end0,
-                    none,
-                    up_send,
-                    a.sendbuff,
-                    DevPtr::NULL,
-                    a.step_bytes,
-                    0,
-                    a.status,
-                    b,
-                );
-                let mut grid_off = 0;
-                while grid_off < count {
-                    let off = grid_off + b as u64 * chunk;
-                    let n = chunk.min(count.saturating_sub(off));
-                    p.scatter(off, nheads * count, n, count, -1, 0);
-                    grid_off += loop_size;
-                }
-                p.finish();
-            } else if ch.head_rank != NO_HEAD {
+            Collective::ReduceScatter => {
                 let mm = MultimemMover::<T>::new(op, true, false);
                 let mut p = Primitives::<_, 1, 0, 1, 1>::new(
                     &mm,
-                    tid - end1,
-                    n2,
-                    core::slice::from_ref(&ch.down_recv),
+                    tid,
+                    n,
+                    recv,
                     none,
                     DevPtr::NULL,
                     a.recvbuff,
-                    a.step_bytes,
+                    step,
                     2,
-                    a.status,
+                    status,
                     b,
                 );
-                let mut grid_off = 0;
-                while grid_off < count {
-                    let off = grid_off + b as u64 * chunk;
-                    p.recv(off, chunk.min(count.saturating_sub(off)) as i64, false);
-                    grid_off += loop_size;
-                }
+                chunks.each(|off| p.recv(off, rest(off, chunk) as i64, false));
                 p.finish();
             }
-        }
-        Collective::AllGather => {
-            let loop_size = g * chunk;
-            if tid < end0 {
-                // No scatter group in an all-gather.
-            } else if tid < end1 {
-                let mut p = Primitives::<_, MAX_NVLS_ARITY, 0, 1, 1>::new(
-                    &plain,
-                    tid - end0,
-                    end1 - end0,
-                    up_recv,
-                    none,
-                    DevPtr::NULL,
-                    a.recvbuff,
-                    a.step_bytes,
-                    1,
-                    a.status,
-                    b,
-                );
-                let mut grid_off = 0;
-                while grid_off < count {
-                    let off = grid_off + b as u64 * chunk;
-                    let n = chunk.min(count.saturating_sub(off));
-                    p.gather(off, nheads * count, n, count, -1, 0, false);
-                    grid_off += loop_size;
-                }
-                p.finish();
-            } else if ch.head_rank != NO_HEAD {
+            _ => {
                 let mm = MultimemMover::<T>::new(op, false, true);
                 let mut p = Primitives::<_, 0, 1, 1, 1>::new(
                     &mm,
-                    tid - end1,
-                    n2,
+                    tid,
+                    n,
                     none,
-                    core::slice::from_ref(&ch.down_send),
+                    send,
                     a.sendbuff,
                     DevPtr::NULL,
-                    a.step_bytes,
+                    step,
                     2,
-                    a.status,
+                    status,
                     b,
                 );
-                let mut grid_off = 0;
-                while grid_off < count {
-                    let off = grid_off + b as u64 * chunk;
-                    p.send(off, chunk.min(count.saturating_sub(off)) as i64);
-                    grid_off += loop_size;
-                }
+                chunks.each(|off| p.send(off, rest(off, chunk) as i64));
                 p.finish();
             }
         }
-        _ => arch::trap(),
     }
 }
