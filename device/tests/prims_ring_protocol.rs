@@ -450,23 +450,28 @@ fn nvls_min_polling_waits_for_the_slowest_receiver() {
     let step_bytes = 128u64; // 16 u64 per slot
     let (ops, per_op) = (80usize, 16usize); // one slot per op: ten trips around the 8-slot FIFO
     let mut fifo = vec![0u64; (NCCL_STEPS * step_bytes / 8) as usize];
-    let mut words = [0u64; 8]; // tail, sender step, 3 heads, 3 receiver steps (written by the kernels)
+    // Sender step, 3 heads, 3 receiver steps, 3 tails (written by the kernels). Both step
+    // words of an NVLS connection are multicast on the sender's side: it polls the heads'
+    // minimum and stores its tail into every receiver's copy.
+    let mut words = [0u64; 10];
     let words_p = vec_ptr(&mut words);
     let w = |i: usize| words_p.offset(8 * i as u64);
-    let heads: Vec<DevPtr> = (0..3).map(|k| w(2 + k)).collect();
-    let mc = multicast::bind(&heads, 8);
+    let heads: Vec<DevPtr> = (0..3).map(|k| w(1 + k)).collect();
+    let tails: Vec<DevPtr> = (0..3).map(|k| w(7 + k)).collect();
+    let (mc_head, mc_tail) = (multicast::bind(&heads, 8), multicast::bind(&tails, 8));
     let base = vec_ptr(&mut fifo);
     let send = ConnInfo {
         buff: base,
-        head: mc.addr(),
-        tail: w(0),
-        step: w(1),
+        head: mc_head.addr(),
+        tail: mc_tail.addr(),
+        step: w(0),
         sizes_fifo: DevPtr::NULL,
         step_bytes,
         flags: CONN_NVLS_MIN_POLL,
         peer: 1,
     };
-    let recv = |k: usize| ConnInfo { head: heads[k], step: w(5 + k), flags: 0, peer: 0, ..send };
+    let recv =
+        |k: usize| ConnInfo { head: heads[k], tail: tails[k], step: w(4 + k), flags: 0, peer: 0, ..send };
     let mut input: Vec<u64> = (0..(ops * per_op) as u64).map(|i| i * 3 + 1).collect();
     let mut outs: Vec<Vec<u64>> = (0..3).map(|_| vec![0; ops * per_op]).collect();
     let in_p = vec_ptr(&mut input);

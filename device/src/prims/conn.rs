@@ -10,8 +10,9 @@ use crate::DevPtr;
 /// Slots in every connection FIFO (NCCL's `NCCL_STEPS`).
 pub const NCCL_STEPS: u64 = 8;
 
-/// `flags` bit: the step word is a multicast address polled with `multimem.ld_reduce.min`
-/// (NVLS: a sender waits for the slowest of all receivers).
+/// `flags` bit: the head and tail words are multicast addresses (NVLS): waits poll them with
+/// `multimem.ld_reduce.min` (the slowest of every rank's copy), posts `multimem.st` them into
+/// every copy.
 pub const CONN_NVLS_MIN_POLL: u64 = 1;
 
 /// One side's view of a connection (`ncclConnInfo`). Both sides point at the same `buff`,
