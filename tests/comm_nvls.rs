@@ -18,7 +18,7 @@ use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 use rsccl_suite::procs::Children;
 use rsccl_suite::reference;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const H200: &str = "fixtures/topology/simllm_vastai_hgx_h200_8x_nccl_topo.xml";
@@ -613,7 +613,7 @@ fn nvls_child() {
     // The rank named here cannot export memory: NVLS must come up nowhere, on every rank alike.
     let failing = std::env::var("RSCCL_TEST_NVLS_FAIL_RANK").ok();
     if failing.is_some() && failing == std::env::var("RANK").ok() {
-        be = Arc::new(NoExport(be));
+        be = Arc::new(Wrapped { inner: be, no_export: true, objects: None });
     }
     let cfg = CommConfig {
         nthreads: 128,
@@ -745,62 +745,158 @@ fn nvls_tree_across_processes() {
     each_ran(&nvls_processes(2, 4), "NVLS false TREE true");
 }
 
-/// The CPU backend, except that it cannot export memory to other processes.
-struct NoExport(Arc<dyn Backend>);
+/// The CPU backend with one thing changed, to see how NVLS setup copes.
+#[derive(Clone)]
+struct Wrapped {
+    inner: Arc<dyn Backend>,
+    /// It cannot export memory to other processes.
+    no_export: bool,
+    /// Its NVLS memory comes from multicast objects, emulated here in a GPU's steps;
+    /// `Some(true)`: binding memory to them fails.
+    objects: Option<bool>,
+}
 
-impl Backend for NoExport {
+/// What one emulated multicast object holds: its size, its devices, and each device's memory
+/// in the order they joined.
+struct EmuState {
+    size: usize,
+    ndevices: usize,
+    members: Vec<DevPtr>,
+}
+
+/// Every emulated multicast object of this process; a handle is an index.
+static OBJECTS: Mutex<Vec<Arc<Mutex<EmuState>>>> = Mutex::new(Vec::new());
+
+/// One rank's view of an emulated multicast object.
+struct EmuObject {
+    be: Arc<dyn Backend>,
+    state: Arc<Mutex<EmuState>>,
+    slot: Mutex<Option<usize>>,
+    fail_bind: bool,
+}
+
+impl rsccl::backend::MulticastObject for EmuObject {
+    fn len(&self) -> usize {
+        self.state.lock().unwrap().size
+    }
+    fn add_device(&self) -> rsccl::Result<()> {
+        let mut st = self.state.lock().unwrap();
+        if st.members.len() == st.ndevices {
+            return Err(Error::InvalidConfig("test: every device already joined".into()));
+        }
+        *self.slot.lock().unwrap() = Some(st.members.len());
+        st.members.push(DevPtr::NULL);
+        Ok(())
+    }
+    fn bind_new(&self) -> rsccl::Result<DeviceBuffer> {
+        if self.fail_bind {
+            return Err(Error::InvalidConfig("test: this device cannot bind multicast memory".into()));
+        }
+        let slot =
+            self.slot.lock().unwrap().ok_or_else(|| Error::InvalidConfig("test: not joined".into()))?;
+        let size = self.len();
+        let buf = self.be.alloc(size)?;
+        self.state.lock().unwrap().members[slot] = buf.ptr();
+        Ok(buf)
+    }
+    fn map(&self) -> rsccl::Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        let st = self.state.lock().unwrap();
+        if st.members.len() != st.ndevices || st.members.contains(&DevPtr::NULL) {
+            return Err(Error::InvalidConfig("test: mapped before every device bound its memory".into()));
+        }
+        let mc = rsccl_device::arch::emu::multicast::bind(&st.members, st.size as u64);
+        Ok((mc.addr(), Box::new(mc)))
+    }
+}
+
+impl Backend for Wrapped {
     fn kind(&self) -> rsccl::BackendKind {
-        self.0.kind()
+        self.inner.kind()
     }
     fn describe(&self) -> String {
-        self.0.describe()
+        self.inner.describe()
     }
     fn alloc(&self, bytes: usize) -> rsccl::Result<DeviceBuffer> {
-        self.0.alloc(bytes)
+        self.inner.alloc(bytes)
     }
     fn alloc_mapped(&self, bytes: usize) -> rsccl::Result<rsccl::backend::HostMapped> {
-        self.0.alloc_mapped(bytes)
+        self.inner.alloc_mapped(bytes)
     }
     fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> rsccl::Result<()> {
-        self.0.copy_in(dst, offset, src)
+        self.inner.copy_in(dst, offset, src)
     }
     fn copy_out(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> rsccl::Result<()> {
-        self.0.copy_out(src, offset, dst)
+        self.inner.copy_out(src, offset, dst)
     }
     fn copy_device(&self, dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize) -> rsccl::Result<()> {
-        self.0.copy_device(dst, src, bytes)
+        self.inner.copy_device(dst, src, bytes)
     }
     unsafe fn launch_raw(&self, kernel: &str, cfg: rsccl::LaunchConfig, args: &[u8]) -> rsccl::Result<()> {
         // SAFETY: the caller's promise about `args`, passed on unchanged.
-        unsafe { self.0.launch_raw(kernel, cfg, args) }
+        unsafe { self.inner.launch_raw(kernel, cfg, args) }
     }
     fn synchronize(&self) -> rsccl::Result<()> {
-        self.0.synchronize()
+        self.inner.synchronize()
     }
     fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
-        self.0.host_fn(f)
+        self.inner.host_fn(f)
     }
     fn fork_stream(&self) -> rsccl::Result<Arc<dyn Backend>> {
-        Ok(Arc::new(NoExport(self.0.fork_stream()?)))
+        Ok(Arc::new(Wrapped { inner: self.inner.fork_stream()?, ..self.clone() }))
     }
     fn alloc_exported(&self, bytes: usize) -> rsccl::Result<(DeviceBuffer, Vec<u8>)> {
-        Err(Error::InvalidConfig(format!("test: no exportable memory for {bytes} bytes")))
+        if self.no_export {
+            return Err(Error::InvalidConfig(format!("test: no exportable memory for {bytes} bytes")));
+        }
+        self.inner.alloc_exported(bytes)
+    }
+    fn multicast_objects(&self) -> bool {
+        self.objects.is_some()
+    }
+    fn multicast_create(
+        &self,
+        bytes: usize,
+        ndevices: usize,
+    ) -> rsccl::Result<(Arc<dyn rsccl::backend::MulticastObject>, Vec<u8>)> {
+        let state = Arc::new(Mutex::new(EmuState {
+            size: bytes.next_multiple_of(4096),
+            ndevices,
+            members: Vec::new(),
+        }));
+        let mut all = OBJECTS.lock().unwrap();
+        all.push(state);
+        let handle = ((all.len() - 1) as u64).to_le_bytes().to_vec();
+        drop(all);
+        Ok((self.multicast_open(&handle)?, handle))
+    }
+    fn multicast_open(&self, handle: &[u8]) -> rsccl::Result<Arc<dyn rsccl::backend::MulticastObject>> {
+        let i = u64::from_le_bytes(
+            handle.try_into().map_err(|_| Error::InvalidConfig("test: bad handle".into()))?,
+        );
+        let state = OBJECTS
+            .lock()
+            .unwrap()
+            .get(i as usize)
+            .cloned()
+            .ok_or_else(|| Error::InvalidConfig("test: no such object".into()))?;
+        let fail_bind = self.objects == Some(true);
+        Ok(Arc::new(EmuObject { be: self.inner.clone(), state, slot: Mutex::new(None), fail_bind }))
     }
     fn open_exported(&self, handle: &[u8]) -> rsccl::Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
-        self.0.open_exported(handle)
+        self.inner.open_exported(handle)
     }
     fn unpublish_exported(&self, handle: &[u8]) {
-        self.0.unpublish_exported(handle)
+        self.inner.unpublish_exported(handle)
     }
     fn multicast_bind(
         &self,
         unicast: &[DevPtr],
         bytes: usize,
     ) -> rsccl::Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
-        self.0.multicast_bind(unicast, bytes)
+        self.inner.multicast_bind(unicast, bytes)
     }
     fn reserve_launches(&self, cfg: rsccl::LaunchConfig, launches: usize) -> rsccl::Result<()> {
-        self.0.reserve_launches(cfg, launches)
+        self.inner.reserve_launches(cfg, launches)
     }
     unsafe fn register_host(
         &self,
@@ -808,13 +904,64 @@ impl Backend for NoExport {
         len: usize,
     ) -> rsccl::Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
         // SAFETY: the caller's promise about the host memory, passed on unchanged.
-        unsafe { self.0.register_host(host, len) }
+        unsafe { self.inner.register_host(host, len) }
     }
 }
 
 /// One process that cannot share NVLS memory: every rank learns it at init and runs the ring
 /// instead (the collectives still bit-exact), with no rank left waiting; forced, every rank
 /// fails init naming the rank that could not allocate.
+/// Ranks whose backends make NVLS memory from multicast objects (a GPU's way, emulated by
+/// `Wrapped`), one object per buffer created by rank 0 and opened by the others from its
+/// handle, each rank binding memory of its own: every collective of the FIFO form and one-shot
+/// all-reduce give the reference's results (order-free cases: the emulated objects reduce in
+/// the order the ranks joined). One rank that cannot bind turns NVLS off on every rank, and
+/// forced, fails every rank's init naming it.
+#[test]
+fn nvls_on_multicast_objects() {
+    let cpu = backend::cpu();
+    let init = |fail: Option<usize>, algo: Option<&str>| -> Vec<rsccl::Result<Comm>> {
+        let id = rsccl::UniqueId::with_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let cfg = config(H200, algo);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|r| {
+                    let be: Arc<dyn Backend> = Arc::new(Wrapped {
+                        inner: cpu.clone(),
+                        no_export: false,
+                        objects: Some(fail == Some(r)),
+                    });
+                    let (cfg, id) = (cfg.clone(), &id);
+                    s.spawn(move || Comm::init_rank(&be, 4, r, id, cfg))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    let comms: Vec<Comm> = init(None, None).into_iter().collect::<Result<_, _>>().unwrap();
+    assert!(comms.iter().all(Comm::uses_nvls));
+    for (coll, t, op, count) in [
+        (Collective::AllReduce, DataType::I32, ReduceOp::Sum, 1000),
+        (Collective::AllReduce, DataType::U64, ReduceOp::Max, 70_001),
+        (Collective::ReduceScatter, DataType::I32, ReduceOp::Min, 20_011),
+        (Collective::AllGather, DataType::F32, ReduceOp::Sum, 30_013),
+    ] {
+        let what = format!("{coll:?} {t:?} {op:?} count={count}");
+        let got = run(&cpu, &comms, coll, t, op, count, false, 5).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(got, expected(coll, t, red(op), 4, count, 5), "{what}");
+    }
+    drop(comms);
+    let fallen: Vec<Comm> = init(Some(2), None).into_iter().collect::<Result<_, _>>().unwrap();
+    assert!(fallen.iter().all(|c| !c.uses_nvls()));
+    for (r, res) in init(Some(2), Some("nvls")).into_iter().enumerate() {
+        let e = res.err().unwrap_or_else(|| panic!("rank {r}: forced NVLS came up")).to_string();
+        assert!(
+            e.contains("rank 2 could not bind its NVLS memory") && e.contains("cannot bind"),
+            "rank {r}: {e}"
+        );
+    }
+}
+
 #[test]
 fn a_rank_that_cannot_share_nvls_memory_turns_it_off_everywhere() {
     each_ran(&nvls_processes_with(1, 4, &[("RSCCL_TEST_NVLS_FAIL_RANK", "2")]), "NVLS false TREE false");

@@ -3,7 +3,7 @@
 //! CPU emulator tests, and copy results are compared byte for byte between the two backends.
 //!
 //! Output ends with `gpu-tests: N passed, N failed, N skipped`, which the bundle's run.sh sums.
-use rsccl::backend::{self, Backend};
+use rsccl::backend::{self, Backend, LaunchConfig};
 use rsccl::comm::ReduceOp;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
@@ -206,6 +206,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
     ));
     // Last: a trap leaves a CUDA context unusable, so nothing may run after it.
     v.push(("trap_reports_error", Box::new(checks::trap_reports_error)));
+    v.push(("multicast_object_of_one_device", Box::new(multicast_object)));
     v.push(("nvls_all_reduce_on_multicast", Box::new(nvls_all_reduce)));
     v.push(("comm_across_processes_over_p2p", Box::new(|_| comm_across_processes(&[]))));
     v.push((
@@ -325,19 +326,73 @@ fn msccl_programs() -> CheckResult {
     Ok(())
 }
 
-/// NVLS all-reduce on four ranks shaped by the HGX H200 machine, where the backend binds
-/// multicast memory; `SKIPPED: no multicast` where the device has none (a check result
-/// starting with `SKIPPED:` counts as skipped). A device that has multicast fails the check
-/// while rsccl cannot bind it there: that is work left, not an absent feature.
+/// A multicast object of this one device, set up in NVLS's steps (create, open from the handle
+/// as another rank would, add the device, bind memory of its own, map): `multimem.st` through
+/// the multicast address lands in the bound memory and `multimem.ld_reduce` (max of one copy)
+/// reads it back (the sum of one copy). `SKIPPED: no multicast` where the device has none.
+fn multicast_object(_: &dyn Backend) -> CheckResult {
+    use rsccl_device::redop::RedOp;
+    use rsccl_device::reduce_kernels::{kernel_name, RedCopyArgs};
+    let e = |x: rsccl::Error| x.to_string();
+    let be = backend::gpu().map_err(e)?;
+    if let Err(why) = be.multicast_support() {
+        return Err(format!("SKIPPED: no multicast: {why}"));
+    }
+    let n = (1usize << 20) + 3;
+    let (mc, handle) = be.multicast_create(4 * n, 1).map_err(e)?;
+    // Another rank's way in (here: this process duplicates the descriptor); not joined.
+    drop(be.multicast_open(&handle).map_err(e)?);
+    mc.add_device().map_err(e)?;
+    let uc = mc.bind_new().map_err(e)?;
+    let (mcp, _mapping) = mc.map().map_err(e)?;
+    if uc.len() < 4 * n || mc.len() != uc.len() {
+        return Err(format!(
+            "a multicast range of {} bytes and a member of {} for {} bytes",
+            mc.len(),
+            uc.len(),
+            4 * n
+        ));
+    }
+    let data: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 - 500.0).collect();
+    let src = be.upload(&data).map_err(e)?;
+    let out = be.alloc(4 * n).map_err(e)?;
+    let launch = |args: &RedCopyArgs| -> CheckResult {
+        // SAFETY: every pointer is a live buffer (or the multicast range over one) of 4n bytes.
+        unsafe { be.launch(&kernel_name(DataType::F32), LaunchConfig::linear(16, 256), args) }.map_err(e)?;
+        be.synchronize().map_err(e)
+    };
+    let mut args =
+        RedCopyArgs { nelem: n as u64, nsrcs: 1, ndsts: 1, op: RedOp::Sum as u32, ..Default::default() };
+    (args.srcs[0], args.dsts[0], args.multimem_dsts) = (src.ptr(), mcp, 1);
+    launch(&args)?;
+    if be.download::<f32>(&uc, n).map_err(e)? != data {
+        return Err("multimem.st through the multicast address did not reach the bound memory".into());
+    }
+    (args.srcs[0], args.dsts[0], args.multimem_srcs, args.multimem_dsts) = (mcp, out.ptr(), 1, 0);
+    launch(&args)?;
+    if be.download::<f32>(&out, n).map_err(e)? != data {
+        return Err("multimem.ld_reduce of the multicast range differs from the bound memory".into());
+    }
+    Ok(())
+}
+
+/// NVLS all-reduce on four ranks shaped by the HGX H200 machine, one GPU each, where the
+/// devices have multicast; `SKIPPED:` where they have none or there are fewer than four (a
+/// check result starting with `SKIPPED:` counts as skipped).
 fn nvls_all_reduce(_: &dyn Backend) -> CheckResult {
     use rsccl::comm::{Comm, CommConfig};
+    use rsccl::UniqueId;
+    const RANKS: usize = 4;
     let be = backend::gpu().map_err(|e| e.to_string())?;
     if let Err(why) = be.multicast_support() {
-        return Err(if why.contains("MULTICAST_SUPPORTED is 0") {
-            format!("SKIPPED: no multicast: {why}")
-        } else {
-            format!("NVLS cannot run: {why}")
-        });
+        return Err(format!("SKIPPED: no multicast: {why}"));
+    }
+    let mut gpus: Vec<Arc<dyn Backend>> = Vec::new();
+    for r in 0..RANKS {
+        match backend::GpuBackend::new(r) {
+            Ok(g) => gpus.push(Arc::new(g)),
+            Err(e) => return Err(format!("SKIPPED: NVLS needs {RANKS} GPUs, one per rank: device {r}: {e}")),
+        }
     }
     const FIXTURE: &str = "fixtures/topology/simllm_vastai_hgx_h200_8x_nccl_topo.xml";
     // The fixtures beside the checkout, or in `shared/` where the bundle runs from a copy.
@@ -348,7 +403,7 @@ fn nvls_all_reduce(_: &dyn Backend) -> CheckResult {
         .ok_or_else(|| {
             format!("SKIPPED: {FIXTURE} is not here (set RSCCL_SHARED to the fixtures' folder)")
         })?;
-    // Four ranks on the H200 machine's first four GPUs' channels (all on this one device).
+    // Four ranks on the H200 machine's first four GPUs' channels.
     let doc = rsccl::topology::xml::read_file(&file).map_err(|e| e.to_string())?;
     let sys = rsccl::topology::System::from_xml(&doc).map_err(|e| e.to_string())?;
     let sys =
@@ -360,33 +415,43 @@ fn nvls_all_reduce(_: &dyn Backend) -> CheckResult {
         r.truncate(2);
         t.truncate(2);
     }
-    let comms = Comm::init_all(&be, 4, cfg).map_err(|e| e.to_string())?;
-    if !comms[0].uses_nvls() {
-        return Err(format!("SKIPPED: no multicast on {} (NVLS fell back to the ring)", be.describe()));
-    }
-    let count = 1 << 20;
-    let bufs: Vec<_> = (0..4)
-        .map(|r| be.upload(&vec![r as f32 + 1.0; count]))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    let work: Vec<_> = comms
-        .iter()
-        .zip(&bufs)
-        .map(|(c, b)| c.enqueue().all_reduce(b.into(), b.into(), count, DataType::F32, ReduceOp::Sum))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    for w in work {
-        w.wait().map_err(|e| e.to_string())?;
-    }
-    for b in &bufs {
-        if be.download::<f32>(b, count).map_err(|e| e.to_string())?.iter().any(|&x| x != 10.0) {
-            return Err("NVLS all-reduce result differs".into());
-        }
-    }
-    Ok(())
+    cfg.algo = Some("nvls".into());
+    let id =
+        UniqueId::with_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).map_err(|e| e.to_string())?;
+    // Every count runs the one-shot form (64 KiB and below) or the FIFO form.
+    let counts = [1000usize, (1 << 20) + 7];
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = gpus
+            .iter()
+            .enumerate()
+            .map(|(r, g)| {
+                let (cfg, id) = (cfg.clone(), &id);
+                s.spawn(move || -> Result<(), String> {
+                    let comm = Comm::init_rank(g, RANKS, r, id, cfg).map_err(|e| format!("rank {r}: {e}"))?;
+                    for count in counts {
+                        let data: Vec<f32> = (0..count).map(|i| ((i * (r + 1)) % 97) as f32).collect();
+                        let buf = g.upload(&data).map_err(|e| e.to_string())?;
+                        comm.all_reduce((&buf).into(), (&buf).into(), count, DataType::F32, ReduceOp::Sum)
+                            .map_err(|e| format!("rank {r}, {count} elements: {e}"))?;
+                        let got = g.download::<f32>(&buf, count).map_err(|e| e.to_string())?;
+                        let want = |i: usize| (1..=RANKS).map(|q| ((i * q) % 97) as f32).sum::<f32>();
+                        if let Some(i) = (0..count).find(|&i| got[i] != want(i)) {
+                            return Err(format!(
+                                "rank {r}, {count} elements: element {i} is {}, want {}",
+                                got[i],
+                                want(i)
+                            ));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a rank panicked".into()))).collect()
+    });
+    results.into_iter().collect()
 }
 
-/// Waits for every one of `works`.
 fn wait_all(works: rsccl::Result<Vec<rsccl::Work<'_>>>) -> CheckResult {
     for w in works.map_err(|e| e.to_string())? {
         w.wait().map_err(|e| e.to_string())?;

@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex};
 
+mod multicast;
+
 fn driver(call: &'static str) -> impl Fn(DriverError) -> Error {
     move |e| Error::Driver { call, message: format!("{e:?}") }
 }
@@ -359,13 +361,7 @@ impl Backend for GpuBackend {
 
     fn multicast_support(&self) -> std::result::Result<(), String> {
         if self.shared.multicast {
-            // The device can; binding driver multicast objects (cuMulticastCreate, cuMemCreate +
-            // cuMulticastBindMem, shared handles) is what is missing.
-            Err(format!(
-                "{} supports multicast, but rsccl does not bind GPU multicast objects yet \
-                 (cuMulticastCreate): NVLS runs on the CPU emulator only",
-                self.describe()
-            ))
+            Ok(())
         } else {
             Err(format!(
                 "{}: no multicast (CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED is 0: NVLS needs \
@@ -375,13 +371,40 @@ impl Backend for GpuBackend {
         }
     }
 
+    fn multicast_objects(&self) -> bool {
+        true
+    }
+
+    fn multicast_create(
+        &self,
+        bytes: usize,
+        ndevices: usize,
+    ) -> Result<(Arc<dyn super::MulticastObject>, Vec<u8>)> {
+        self.multicast_support().map_err(Error::InvalidConfig)?;
+        self.bind()?;
+        let (mc, msg) = multicast::create(&self.shared, bytes, ndevices)?;
+        Ok((Arc::new(mc), msg))
+    }
+
+    fn multicast_open(&self, handle: &[u8]) -> Result<Arc<dyn super::MulticastObject>> {
+        self.multicast_support().map_err(Error::InvalidConfig)?;
+        self.bind()?;
+        Ok(Arc::new(multicast::open(&self.shared, handle)?))
+    }
+
     fn multicast_bind(
         &self,
         unicast: &[DevPtr],
         bytes: usize,
     ) -> Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
         let _ = (unicast, bytes);
-        Err(Error::InvalidConfig(self.multicast_support().err().unwrap_or_default()))
+        // Multicast memory on a GPU is physical memory each rank binds to a shared object;
+        // buffers allocated before cannot join one by address.
+        Err(Error::InvalidConfig(format!(
+            "{}: binding existing buffers by address is not supported on a GPU (NVLS scratch uses \
+             multicast objects; symmetric windows on a GPU are not built yet)",
+            self.describe()
+        )))
     }
 
     fn can_access_peer(&self, bus_id: &str) -> bool {

@@ -193,6 +193,26 @@ impl HostMapped {
     }
 }
 
+/// A multicast object of a node (NVLS; the driver's `cuMulticastCreate` on a GPU). One rank
+/// creates it ([`Backend::multicast_create`]), the others open it; then, in NCCL's order and
+/// with every rank done with a step before any starts the next: each adds its device, each
+/// binds memory of its own ([`MulticastObject::bind_new`]), each maps the range.
+pub trait MulticastObject: Send + Sync {
+    /// Bytes of the range (the request rounded up to the driver's granularity).
+    fn len(&self) -> usize;
+    /// Whether the range is empty (never: objects have at least one granule).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Adds the device of the backend that opened or created this object.
+    fn add_device(&self) -> Result<()>;
+    /// Allocates [`MulticastObject::len`] zeroed bytes on this device and binds them at offset
+    /// 0 (after every rank added its device): this rank's unicast view.
+    fn bind_new(&self) -> Result<DeviceBuffer>;
+    /// Maps the multicast range here: its address, valid while the guard lives.
+    fn map(&self) -> Result<(DevPtr, Box<dyn Any + Send + Sync>)>;
+}
+
 /// Where kernels run: allocate, copy in and out, launch by name, synchronize.
 ///
 /// Launches are asynchronous and run in order (one stream); copies wait for earlier launches.
@@ -275,6 +295,25 @@ pub trait Backend: Send + Sync {
     /// later) and rsccl's binding of driver multicast objects.
     fn multicast_support(&self) -> std::result::Result<(), String> {
         Err(format!("{}: no multicast support", self.describe()))
+    }
+    /// Whether NVLS memory here comes from multicast objects ([`Backend::multicast_create`],
+    /// a GPU's) rather than from binding allocated buffers by address
+    /// ([`Backend::multicast_bind`], the CPU emulator's).
+    fn multicast_objects(&self) -> bool {
+        false
+    }
+    /// Creates a multicast object of `bytes` (rounded up to the driver's granularity) for
+    /// `ndevices` devices, one per rank of a node (NVLS on a GPU: `cuMulticastCreate`): the
+    /// object and the bytes the node's other ranks open it from ([`Backend::multicast_open`]).
+    /// Backends that bind by address ([`Backend::multicast_bind`]) have none.
+    fn multicast_create(&self, bytes: usize, ndevices: usize) -> Result<(Arc<dyn MulticastObject>, Vec<u8>)> {
+        let _ = (bytes, ndevices);
+        Err(Error::InvalidConfig(format!("{}: no multicast objects", self.describe())))
+    }
+    /// Opens the multicast object another rank of this node created, from its handle bytes.
+    fn multicast_open(&self, handle: &[u8]) -> Result<Arc<dyn MulticastObject>> {
+        let _ = handle;
+        Err(Error::InvalidConfig(format!("{}: no multicast objects", self.describe())))
     }
     /// Binds `unicast` buffers (one per rank of a node, each at least `bytes` long, in this
     /// order) to one multicast range of `bytes` bytes, for NVLS: returns its address and a

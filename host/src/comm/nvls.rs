@@ -4,7 +4,7 @@
 //! multicast support; `RSCCL_ALGO` as `NCCL_ALGO` forces or forbids it).
 use super::communicator::{Comm, CommConfig};
 use super::{BufRef, ReduceOp};
-use crate::backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig};
+use crate::backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig, MulticastObject};
 use crate::bootstrap::{Bootstrap, PeerInfo};
 use crate::error::{Error, Result};
 use rsccl_device::coll::nvls_fifo::{NvlsChannel, MAX_NVLS_ARITY, NO_HEAD};
@@ -109,6 +109,8 @@ pub fn applies(coll: Collective, dtype: DataType, op: RedOp) -> bool {
 /// words at the same index × [`NVLS_CREDIT_BYTES`]. Both are bound, so every offset has a
 /// unicast address here and a multicast one.
 pub(crate) struct Nvls {
+    /// The multicast mappings (a GPU's), dropped first.
+    _maps: Vec<Box<dyn Any + Send + Sync>>,
     pub(crate) scratch: DeviceBuffer,
     pub(crate) flags: DeviceBuffer,
     pub(crate) mc_scratch: DevPtr,
@@ -188,51 +190,15 @@ pub(crate) fn setup(
     let scratch_bytes = usize::try_from(layout.scratch_bytes()).map_err(|_| too_big())?;
     let flag_bytes = usize::try_from(layout.flag_bytes()).map_err(|_| too_big())?;
     let across = backend.kind() == BackendKind::Cpu && peers.iter().any(|p| p.pid != peers[0].pid);
-    let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
-    let (scratch, flags, uc_scratch, uc_flags) = if across {
-        match map_across(boot, rank, backend, scratch_bytes, flag_bytes)? {
-            Ok(m) => {
-                keep = m.keep;
-                (m.scratch, m.flags, m.uc_scratch, m.uc_flags)
-            }
-            // Every rank learns that some rank failed, and all fall back (or fail) alike.
-            Err(why) => return if policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(None) },
-        }
+    let bound = if backend.multicast_objects() {
+        bind_objects(boot, rank, nranks, backend, [scratch_bytes, flag_bytes])?
     } else {
-        let scratch = backend.alloc(scratch_bytes)?;
-        let flags = backend.alloc(flag_bytes)?;
-        let mut mine = scratch.ptr().0.to_le_bytes().to_vec();
-        mine.extend_from_slice(&flags.ptr().0.to_le_bytes());
-        let all = boot.all_gather(&mine)?;
-        let word = |b: &[u8], i: usize| {
-            b.get(8 * i..8 * i + 8).map(|w| DevPtr(u64::from_le_bytes(w.try_into().expect("8 bytes"))))
-        };
-        let mut uc = (Vec::with_capacity(nranks), Vec::with_capacity(nranks));
-        for (r, b) in all.iter().enumerate() {
-            match (word(b, 0), word(b, 1)) {
-                (Some(s), Some(f)) if b.len() == 16 => {
-                    uc.0.push(s);
-                    uc.1.push(f);
-                }
-                _ => {
-                    return Err(Error::InvalidConfig(format!(
-                        "rank {r} sent an NVLS address of {} bytes",
-                        b.len()
-                    )))
-                }
-            }
-        }
-        (scratch, flags, uc.0, uc.1)
+        bind_addresses(boot, rank, backend, [scratch_bytes, flag_bytes], across)?
     };
-    let bound = backend
-        .multicast_bind(&uc_scratch, scratch_bytes)
-        .and_then(|s| backend.multicast_bind(&uc_flags, flag_bytes).map(|f| (s, f)));
-    // Every rank must have bound before any uses NVLS; all or none.
-    let ok = boot.all_gather(&[u8::from(bound.is_ok())])?;
-    let here = bound.as_ref().err().map_or_else(String::new, |e| format!(" (rank {rank}: {e})"));
-    let (Ok(((mc_scratch, bs), (mc_flags, bf))), true) = (bound, ok.iter().all(|b| b == &[1])) else {
-        let why = format!("binding the multicast ranges failed on some rank{here}");
-        return if policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(None) };
+    // Every rank learned whether all bound, and all go on or fall back (or fail) alike.
+    let b = match bound {
+        Ok(b) => b,
+        Err(why) => return if policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(None) },
     };
     tracing::info!(
         rank,
@@ -241,27 +207,162 @@ pub(crate) fn setup(
         scratch_bytes >> 10,
         if across { ", peers' scratch mapped from their processes" } else { "" }
     );
-    // The multicast bindings go before the peers' mappings they point into.
-    let mut binds: Vec<Box<dyn Any + Send + Sync>> = vec![bs, bf];
-    binds.extend(keep);
     let steps = backend.alloc(usize::try_from(layout.step_words() * 8).map_err(|_| too_big())?)?;
-    let uc = (scratch.ptr(), flags.ptr());
+    let (uc, mc) = ((b.scratch.ptr(), b.flags.ptr()), (b.mc_scratch, b.mc_flags));
     let chans: Vec<NvlsChannel> =
-        (0..nchannels).map(|c| layout.channel(c, rank, uc, (mc_scratch, mc_flags), steps.ptr())).collect();
+        (0..nchannels).map(|c| layout.channel(c, rank, uc, mc, steps.ptr())).collect();
     let channels = backend.alloc(std::mem::size_of_val(chans.as_slice()))?;
     backend.copy_in(&channels, 0, bytemuck::cast_slice(&chans))?;
     Ok(Some(Nvls {
-        scratch,
-        flags,
-        mc_scratch,
-        mc_flags,
+        _maps: b.maps,
+        scratch: b.scratch,
+        flags: b.flags,
+        mc_scratch: b.mc_scratch,
+        mc_flags: b.mc_flags,
         channels,
         _steps: steps,
         step_bytes: layout.step_bytes,
         grid,
         across_processes: across,
-        _binds: binds,
+        _binds: b.binds,
     }))
+}
+
+/// A rank's NVLS memory, bound: its scratch and flags, their multicast addresses, and what
+/// keeps them so.
+struct Bound {
+    scratch: DeviceBuffer,
+    flags: DeviceBuffer,
+    mc_scratch: DevPtr,
+    mc_flags: DevPtr,
+    /// Multicast mappings, released before the memory bound behind them (NCCL's order).
+    maps: Vec<Box<dyn Any + Send + Sync>>,
+    /// Bindings and peers' mappings, released after this rank's memory.
+    binds: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+/// Longest failure message a rank sends in [`agree`].
+const MAX_WHY_BYTES: usize = 512;
+
+/// Every rank's outcome of one setup step, so all go on or stop together: `r` when every rank
+/// succeeded, else why the first that failed did (`what` it could not do, and its message).
+/// `Err` only when the bootstrap itself fails.
+fn agree<T>(boot: &mut Bootstrap, what: &str, r: Result<T>) -> Result<std::result::Result<T, String>> {
+    let msg = match &r {
+        Ok(_) => vec![1],
+        Err(e) => {
+            let mut m = vec![0];
+            m.extend(e.to_string().bytes().take(MAX_WHY_BYTES));
+            m
+        }
+    };
+    let all = boot.all_gather(&msg)?;
+    Ok(match all.iter().position(|b| b.first() != Some(&1)) {
+        None => r.map_err(|e| e.to_string()),
+        Some(q) => Err(format!(
+            "rank {q} could not {what}: {}",
+            String::from_utf8_lossy(all[q].get(1..).unwrap_or_default())
+        )),
+    })
+}
+
+/// NVLS memory on a GPU (NCCL's steps, every rank done with one before any starts the next):
+/// rank 0 creates a multicast object per buffer and shares their handles; every rank opens
+/// them and adds its device; every rank binds memory of its own; every rank maps the ranges.
+fn bind_objects(
+    boot: &mut Bootstrap,
+    rank: usize,
+    nranks: usize,
+    backend: &std::sync::Arc<dyn Backend>,
+    sizes: [usize; 2],
+) -> Result<std::result::Result<Bound, String>> {
+    let created = if rank == 0 {
+        sizes.iter().map(|&b| backend.multicast_create(b, nranks)).collect::<Result<Vec<_>>>()
+    } else {
+        Ok(Vec::new())
+    };
+    // Rank 0 sends its handles (nothing when it failed); the others send nothing.
+    let msg = match &created {
+        Ok(v) if v.len() == 2 => encode_handles(&v[0].1, &v[1].1)?,
+        _ => Vec::new(),
+    };
+    let all = boot.all_gather(&msg)?;
+    let objects: Result<Vec<Arc<dyn MulticastObject>>> = match created {
+        Ok(v) if rank == 0 => Ok(v.into_iter().map(|(o, _)| o).collect()),
+        Err(e) => Err(e),
+        Ok(_) => match decode_handles(&all[0]) {
+            Some((s, f)) => backend.multicast_open(s).and_then(|s| Ok(vec![s, backend.multicast_open(f)?])),
+            None => Err(Error::InvalidConfig(format!(
+                "rank 0 sent no usable multicast handles ({} bytes)",
+                all[0].len()
+            ))),
+        },
+    };
+    let joined = objects.and_then(|o| {
+        o.iter().try_for_each(|m| m.add_device())?;
+        Ok(o)
+    });
+    let objects = match agree(boot, "open and join the NVLS multicast objects", joined)? {
+        Ok(o) => o,
+        Err(why) => return Ok(Err(why)),
+    };
+    let members = objects.iter().map(|m| m.bind_new()).collect::<Result<Vec<_>>>();
+    let mut members = match agree(boot, "bind its NVLS memory", members)? {
+        Ok(m) => m,
+        Err(why) => return Ok(Err(why)),
+    };
+    let maps = objects.iter().map(|m| m.map()).collect::<Result<Vec<_>>>();
+    let maps = match agree(boot, "map the NVLS multicast ranges", maps)? {
+        Ok(m) => m,
+        Err(why) => return Ok(Err(why)),
+    };
+    let flags = members.pop().expect("two members");
+    let scratch = members.pop().expect("two members");
+    let (mc_scratch, mc_flags) = (maps[0].0, maps[1].0);
+    let maps = maps.into_iter().map(|(_, g)| g).collect();
+    let binds = objects.into_iter().map(|o| Box::new(o) as Box<dyn Any + Send + Sync>).collect();
+    Ok(Ok(Bound { scratch, flags, mc_scratch, mc_flags, maps, binds }))
+}
+
+/// NVLS memory on the CPU emulator: every rank allocates its buffers (exportable when the
+/// ranks are separate processes, which then map each other's) and binds every rank's copy,
+/// in rank order, into its own multicast ranges by address.
+fn bind_addresses(
+    boot: &mut Bootstrap,
+    rank: usize,
+    backend: &std::sync::Arc<dyn Backend>,
+    [scratch_bytes, flag_bytes]: [usize; 2],
+    across: bool,
+) -> Result<std::result::Result<Bound, String>> {
+    let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
+    let (scratch, flags, uc_scratch, uc_flags) = if across {
+        match map_across(boot, rank, backend, scratch_bytes, flag_bytes)? {
+            Ok(m) => {
+                keep = m.keep;
+                (m.scratch, m.flags, m.uc_scratch, m.uc_flags)
+            }
+            Err(why) => return Ok(Err(why)),
+        }
+    } else {
+        let scratch = backend.alloc(scratch_bytes)?;
+        let flags = backend.alloc(flag_bytes)?;
+        let uc_scratch =
+            exchange_windows(|b| boot.all_gather(b), scratch.ptr(), scratch_bytes as u64, "NVLS scratch")?;
+        let uc_flags =
+            exchange_windows(|b| boot.all_gather(b), flags.ptr(), flag_bytes as u64, "NVLS flags")?;
+        (scratch, flags, uc_scratch, uc_flags)
+    };
+    let bound = backend
+        .multicast_bind(&uc_scratch, scratch_bytes)
+        .and_then(|s| backend.multicast_bind(&uc_flags, flag_bytes).map(|f| (s, f)));
+    let ((mc_scratch, bs), (mc_flags, bf)) = match agree(boot, "bind the NVLS multicast ranges", bound)? {
+        Ok(b) => b,
+        Err(why) => return Ok(Err(why)),
+    };
+    // The multicast bindings go before the peers' mappings they point into.
+    let mut binds: Vec<Box<dyn Any + Send + Sync>> = vec![bs, bf];
+    binds.extend(keep);
+    Ok(Ok(Bound { scratch, flags, mc_scratch, mc_flags, maps: Vec::new(), binds }))
 }
 
 /// Where the FIFO form's buffers, credit words and saved steps lie (NCCL's layout; see
