@@ -913,9 +913,9 @@ impl Backend for Wrapped {
 /// fails init naming the rank that could not allocate.
 /// Ranks whose backends make NVLS memory from multicast objects (a GPU's way, emulated by
 /// `Wrapped`), one object per buffer created by rank 0 and opened by the others from its
-/// handle, each rank binding memory of its own: every collective of the FIFO form and one-shot
-/// all-reduce give the reference's results (order-free cases: the emulated objects reduce in
-/// the order the ranks joined). One rank that cannot bind turns NVLS off on every rank, and
+/// handle, each rank binding memory of its own: every collective of the FIFO form, one-shot
+/// all-reduce, and all-reduce on windows from `Comm::alloc_window` give the reference's results
+/// (order-free cases: the emulated objects reduce in the order the ranks joined). One rank that cannot bind turns NVLS off on every rank, and
 /// forced, fails every rank's init naming it.
 #[test]
 fn nvls_on_multicast_objects() {
@@ -950,6 +950,38 @@ fn nvls_on_multicast_objects() {
         let got = run(&cpu, &comms, coll, t, op, count, false, 5).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(got, expected(coll, t, red(op), 4, count, 5), "{what}");
     }
+    // Symmetric windows allocated from multicast objects: one-shot from the send window,
+    // two-shot into the receive window, straight on them.
+    std::thread::scope(|s| {
+        for (r, comm) in comms.iter().enumerate() {
+            let cpu = &cpu;
+            s.spawn(move || {
+                let (send, ws) = comm.alloc_window(1 << 20).unwrap();
+                let (recv, wr) = comm.alloc_window(1 << 20).unwrap();
+                assert!(send.len() >= 1 << 20 && recv.len() >= 1 << 20);
+                for (k, (t, op, count)) in
+                    [(DataType::I32, ReduceOp::Sum, 1000usize), (DataType::U32, ReduceOp::Max, 200_001)]
+                        .into_iter()
+                        .enumerate()
+                {
+                    let data: Vec<u64> = (0..count).map(|i| input(t, r, i, 40 + k as u64)).collect();
+                    cpu.copy_in(&send, 0, &to_bytes(t, &data)).unwrap();
+                    let w = comm.enqueue().all_reduce((&send).into(), (&recv).into(), count, t, op).unwrap();
+                    assert_eq!(w.algorithm(), "nvls-symmetric", "rank {r} case {k}");
+                    w.wait().unwrap_or_else(|e| panic!("rank {r} case {k}: {e}"));
+                    let mut b = vec![0u8; count * t.size()];
+                    cpu.copy_out(&recv, 0, &mut b).unwrap();
+                    let got = from_bytes(t, &b);
+                    for (i, g) in got.iter().enumerate() {
+                        let col: Vec<u64> = (0..4).map(|q| input(t, q, i, 40 + k as u64)).collect();
+                        assert_eq!(*g, nvls_fold(t, red(op), &col), "rank {r} case {k} element {i}");
+                    }
+                }
+                comm.deregister_window(ws).unwrap();
+                comm.deregister_window(wr).unwrap();
+            });
+        }
+    });
     drop(comms);
     let fallen: Vec<Comm> = init(Some(2), None).into_iter().collect::<Result<_, _>>().unwrap();
     assert!(fallen.iter().all(|c| !c.uses_nvls()));

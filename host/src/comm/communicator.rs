@@ -768,22 +768,7 @@ impl Comm {
     /// a window too and the message is large, or in place). Every rank must use the same offsets
     /// into its window. The buffer stays alive while registered. Needs NVLS ([`Comm::uses_nvls`]).
     pub fn register_window(&self, buf: &DeviceBuffer) -> Result<Window> {
-        match &self.nvls {
-            None => {
-                return Err(Error::InvalidConfig(
-                    "symmetric windows need NVLS, which this communicator does not use (see Comm::uses_nvls)"
-                        .into(),
-                ))
-            }
-            Some(n) if n.across_processes => {
-                return Err(Error::InvalidConfig(
-                    "symmetric windows: the ranks are separate processes, and the CPU emulator binds only \
-                     buffers of one process (NVLS itself runs, on its own mapped scratch)"
-                        .into(),
-                ))
-            }
-            Some(_) => {}
-        }
+        self.window_ready()?;
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut q);
         let id = self.window_ids.fetch_add(1, Ordering::SeqCst);
@@ -793,6 +778,51 @@ impl Comm {
         };
         self.windows.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
         Ok(Window { id })
+    }
+
+    /// Allocates `bytes` (rounded up to the device's multicast granularity) on every rank as
+    /// one symmetric window, and registers it (every rank calls it, in the same order; NCCL's
+    /// `ncclMemAlloc` + `ncclCommWindowRegister`). On a GPU this is how windows are made: the
+    /// memory comes from a multicast object, which buffers allocated otherwise cannot join.
+    ///
+    /// ```
+    /// # fn main() -> rsccl::Result<()> {
+    /// use rsccl::{backend, Comm, CommConfig};
+    /// let be = backend::cpu();
+    /// // Without NVLS (no topology with NVLS heads here) there are no windows.
+    /// let comms = Comm::init_all(&be, 2, CommConfig { nthreads: 64, ..CommConfig::default() })?;
+    /// assert!(comms[0].alloc_window(4096).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn alloc_window(&self, bytes: usize) -> Result<(DeviceBuffer, Window)> {
+        self.window_ready()?;
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.complete_in_flight(&mut q);
+        let id = self.window_ids.fetch_add(1, Ordering::SeqCst);
+        let (buf, entry) = {
+            let mut boot = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner());
+            nvls::alloc_window(&mut boot, self.rank, self.nranks, &self.stream, bytes, id)?
+        };
+        self.windows.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
+        Ok((buf, Window { id }))
+    }
+
+    /// Whether this communicator can have symmetric windows: NVLS is on, and its ranks can
+    /// bind each other's buffers.
+    fn window_ready(&self) -> Result<()> {
+        match &self.nvls {
+            None => Err(Error::InvalidConfig(
+                "symmetric windows need NVLS, which this communicator does not use (see Comm::uses_nvls)"
+                    .into(),
+            )),
+            Some(n) if n.across_processes => Err(Error::InvalidConfig(
+                "symmetric windows: the ranks are separate processes, and the CPU emulator binds only \
+                 buffers of one process (NVLS itself runs, on its own mapped scratch)"
+                    .into(),
+            )),
+            Some(_) => Ok(()),
+        }
     }
 
     /// Deregisters a window (every rank calls it, in the same order): after the collectives

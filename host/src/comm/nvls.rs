@@ -191,7 +191,12 @@ pub(crate) fn setup(
     let flag_bytes = usize::try_from(layout.flag_bytes()).map_err(|_| too_big())?;
     let across = backend.kind() == BackendKind::Cpu && peers.iter().any(|p| p.pid != peers[0].pid);
     let bound = if backend.multicast_objects() {
-        bind_objects(boot, rank, nranks, backend, [scratch_bytes, flag_bytes])?
+        bind_objects(boot, rank, nranks, backend, &[scratch_bytes, flag_bytes])?.map(|o| {
+            let mut bufs = o.bufs.into_iter();
+            let ((scratch, mc_scratch), (flags, mc_flags)) =
+                (bufs.next().expect("two objects"), bufs.next().expect("two objects"));
+            Bound { scratch, flags, mc_scratch, mc_flags, maps: o.maps, binds: o.objects }
+        })
     } else {
         bind_addresses(boot, rank, backend, [scratch_bytes, flag_bytes], across)?
     };
@@ -266,16 +271,28 @@ fn agree<T>(boot: &mut Bootstrap, what: &str, r: Result<T>) -> Result<std::resul
     })
 }
 
-/// NVLS memory on a GPU (NCCL's steps, every rank done with one before any starts the next):
-/// rank 0 creates a multicast object per buffer and shares their handles; every rank opens
-/// them and adds its device; every rank binds memory of its own; every rank maps the ranges.
-fn bind_objects(
+/// This rank's memory bound into new multicast objects, one per size asked for.
+pub(crate) struct Objects {
+    /// Per object: this rank's memory and the multicast address of the range.
+    pub(crate) bufs: Vec<(DeviceBuffer, DevPtr)>,
+    /// The multicast mappings, to release before the memory bound behind them (NCCL's order).
+    pub(crate) maps: Vec<Box<dyn Any + Send + Sync>>,
+    /// The objects, released last.
+    pub(crate) objects: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+/// Multicast memory from multicast objects (a GPU's way; NCCL's steps, every rank done with
+/// one before any starts the next): rank 0 creates one object per size and shares their
+/// handles; every rank opens them and adds its device; every rank binds memory of its own;
+/// every rank maps the ranges. `Ok(Err(why))` names the first rank that failed a step (every
+/// rank learns it alike); `Err` only when the bootstrap fails.
+pub(crate) fn bind_objects(
     boot: &mut Bootstrap,
     rank: usize,
     nranks: usize,
     backend: &std::sync::Arc<dyn Backend>,
-    sizes: [usize; 2],
-) -> Result<std::result::Result<Bound, String>> {
+    sizes: &[usize],
+) -> Result<std::result::Result<Objects, String>> {
     let created = if rank == 0 {
         sizes.iter().map(|&b| backend.multicast_create(b, nranks)).collect::<Result<Vec<_>>>()
     } else {
@@ -283,15 +300,17 @@ fn bind_objects(
     };
     // Rank 0 sends its handles (nothing when it failed); the others send nothing.
     let msg = match &created {
-        Ok(v) if v.len() == 2 => encode_handles(&v[0].1, &v[1].1)?,
+        Ok(v) if v.len() == sizes.len() => {
+            encode_handles(&v.iter().map(|(_, h)| &h[..]).collect::<Vec<_>>())?
+        }
         _ => Vec::new(),
     };
     let all = boot.all_gather(&msg)?;
     let objects: Result<Vec<Arc<dyn MulticastObject>>> = match created {
         Ok(v) if rank == 0 => Ok(v.into_iter().map(|(o, _)| o).collect()),
         Err(e) => Err(e),
-        Ok(_) => match decode_handles(&all[0]) {
-            Some((s, f)) => backend.multicast_open(s).and_then(|s| Ok(vec![s, backend.multicast_open(f)?])),
+        Ok(_) => match decode_handles(&all[0], sizes.len()) {
+            Some(hs) => hs.iter().map(|h| backend.multicast_open(h)).collect(),
             None => Err(Error::InvalidConfig(format!(
                 "rank 0 sent no usable multicast handles ({} bytes)",
                 all[0].len()
@@ -307,7 +326,7 @@ fn bind_objects(
         Err(why) => return Ok(Err(why)),
     };
     let members = objects.iter().map(|m| m.bind_new()).collect::<Result<Vec<_>>>();
-    let mut members = match agree(boot, "bind its NVLS memory", members)? {
+    let members = match agree(boot, "bind its NVLS memory", members)? {
         Ok(m) => m,
         Err(why) => return Ok(Err(why)),
     };
@@ -316,12 +335,10 @@ fn bind_objects(
         Ok(m) => m,
         Err(why) => return Ok(Err(why)),
     };
-    let flags = members.pop().expect("two members");
-    let scratch = members.pop().expect("two members");
-    let (mc_scratch, mc_flags) = (maps[0].0, maps[1].0);
+    let bufs = members.into_iter().zip(maps.iter().map(|(p, _)| *p)).collect();
     let maps = maps.into_iter().map(|(_, g)| g).collect();
-    let binds = objects.into_iter().map(|o| Box::new(o) as Box<dyn Any + Send + Sync>).collect();
-    Ok(Ok(Bound { scratch, flags, mc_scratch, mc_flags, maps, binds }))
+    let objects = objects.into_iter().map(|o| Box::new(o) as Box<dyn Any + Send + Sync>).collect();
+    Ok(Ok(Objects { bufs, maps, objects }))
 }
 
 /// NVLS memory on the CPU emulator: every rank allocates its buffers (exportable when the
@@ -507,7 +524,7 @@ fn map_across(
         .and_then(|s| backend.alloc_exported(flag_bytes).map(|f| (s, f)));
     // An empty message says this rank has no memory to share.
     let msg = match &mine {
-        Ok(((_, hs), (_, hf))) => encode_handles(hs, hf)?,
+        Ok(((_, hs), (_, hf))) => encode_handles(&[hs, hf])?,
         Err(_) => Vec::new(),
     };
     let all = boot.all_gather(&msg)?;
@@ -523,7 +540,7 @@ fn map_across(
                     uc.1.push(flags.ptr());
                     continue;
                 }
-                let Some((s, f)) = decode_handles(b) else {
+                let Some([s, f]) = decode_handles(b, 2).as_deref().map(|v| [v[0], v[1]]) else {
                     res = Err(if b.is_empty() {
                         format!("rank {r} could not allocate its NVLS memory")
                     } else {
@@ -561,11 +578,11 @@ fn map_across(
     })
 }
 
-/// The setup message of a rank in its own process: its scratch handle, then its flags handle,
-/// each after a 2-byte little-endian length.
-fn encode_handles(scratch: &[u8], flags: &[u8]) -> Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(4 + scratch.len() + flags.len());
-    for h in [scratch, flags] {
+/// A setup message of memory handles (a rank's scratch and flags, or rank 0's multicast
+/// objects): each after a 2-byte little-endian length.
+fn encode_handles(handles: &[&[u8]]) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(handles.iter().map(|h| 2 + h.len()).sum());
+    for h in handles {
         if h.len() > MAX_NVLS_HANDLE {
             return Err(Error::InvalidConfig(format!(
                 "NVLS: a memory handle of {} bytes (at most {MAX_NVLS_HANDLE})",
@@ -578,11 +595,15 @@ fn encode_handles(scratch: &[u8], flags: &[u8]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The two handles of [`encode_handles`]' message; `None` when it is malformed.
-fn decode_handles(b: &[u8]) -> Option<(&[u8], &[u8])> {
-    let (s, rest) = take_handle(b)?;
-    let (f, rest) = take_handle(rest)?;
-    rest.is_empty().then_some((s, f))
+/// The `n` handles of an [`encode_handles`] message; `None` when it is malformed.
+fn decode_handles(mut b: &[u8], n: usize) -> Option<Vec<&[u8]>> {
+    let mut v = Vec::with_capacity(n.min(8));
+    for _ in 0..n {
+        let (h, rest) = take_handle(b)?;
+        v.push(h);
+        b = rest;
+    }
+    b.is_empty().then_some(v)
 }
 
 /// One length-prefixed handle from the front of `b`, and what follows it.
@@ -769,6 +790,35 @@ pub(crate) fn exchange_windows(
     Ok(ptrs)
 }
 
+/// Allocates `bytes` on every rank as one symmetric window (a collective of all ranks; NCCL's
+/// `ncclMemAlloc` + `ncclCommWindowRegister`): this rank's part from a multicast object where
+/// the backend makes NVLS memory that way (a GPU's), otherwise allocated and bound as
+/// [`register_window`] does. A rank that cannot is named in every rank's error.
+pub(crate) fn alloc_window(
+    boot: &mut Bootstrap,
+    rank: usize,
+    nranks: usize,
+    backend: &std::sync::Arc<dyn Backend>,
+    bytes: usize,
+    id: u64,
+) -> Result<(DeviceBuffer, WindowEntry)> {
+    if bytes == 0 {
+        return Err(Error::InvalidConfig("symmetric window: 0 bytes".into()));
+    }
+    if !backend.multicast_objects() {
+        let buf = backend.alloc(bytes)?;
+        let entry = register_window(boot, backend, &buf, id)?;
+        return Ok((buf, entry));
+    }
+    let o = bind_objects(boot, rank, nranks, backend, &[bytes])?
+        .map_err(|why| Error::InvalidConfig(format!("symmetric window of {bytes} bytes: {why}")))?;
+    let (buf, mc) = o.bufs.into_iter().next().expect("one object");
+    // The mapping goes before the object, and both before this rank's memory (the caller's).
+    let bind: Box<dyn Any + Send + Sync> = Box::new((o.maps, o.objects));
+    let entry = WindowEntry { id, base: buf.ptr(), len: buf.len(), mc, _bind: bind, _keep: buf.keep_alive() };
+    Ok((buf, entry))
+}
+
 /// Registers `buf` as this rank's part of a symmetric window (a collective of all ranks).
 pub(crate) fn register_window(
     boot: &mut Bootstrap,
@@ -857,23 +907,26 @@ mod tests {
     #[test]
     fn handle_messages_round_trip_and_garbage_is_refused() {
         let (s, f) = (vec![1u8, 2, 3], vec![9u8; 40]);
-        let msg = encode_handles(&s, &f).unwrap();
-        assert_eq!(decode_handles(&msg), Some((&s[..], &f[..])));
-        assert_eq!(decode_handles(&encode_handles(&[], &[]).unwrap()), Some((&[][..], &[][..])));
+        let msg = encode_handles(&[&s, &f]).unwrap();
+        assert_eq!(decode_handles(&msg, 2), Some(vec![&s[..], &f[..]]));
+        assert_eq!(decode_handles(&msg, 1), None);
+        assert_eq!(decode_handles(&msg, 3), None);
+        assert_eq!(decode_handles(&encode_handles(&[&[], &[]]).unwrap(), 2), Some(vec![&[][..], &[][..]]));
+        assert_eq!(decode_handles(&encode_handles(&[&f]).unwrap(), 1), Some(vec![&f[..]]));
         // Truncated anywhere, a trailing byte, or a length over the limit: refused, never read
         // past the message.
         for cut in 0..msg.len() {
-            assert_eq!(decode_handles(&msg[..cut]), None, "cut at {cut}");
+            assert_eq!(decode_handles(&msg[..cut], 2), None, "cut at {cut}");
         }
         let mut long = msg.clone();
         long.push(0);
-        assert_eq!(decode_handles(&long), None);
+        assert_eq!(decode_handles(&long, 2), None);
         let mut over = vec![0u8; 2 + MAX_NVLS_HANDLE + 1 + 2];
         over[..2].copy_from_slice(&((MAX_NVLS_HANDLE + 1) as u16).to_le_bytes());
-        assert_eq!(decode_handles(&over), None);
-        assert_eq!(decode_handles(&[0xFF, 0xFF, 1, 2, 3]), None);
+        assert_eq!(decode_handles(&over, 2), None);
+        assert_eq!(decode_handles(&[0xFF, 0xFF, 1, 2, 3], 2), None);
         // A handle over the limit is refused when encoding, naming the size.
-        let e = encode_handles(&vec![0; MAX_NVLS_HANDLE + 1], &[]).unwrap_err().to_string();
+        let e = encode_handles(&[&vec![0; MAX_NVLS_HANDLE + 1], &[]]).unwrap_err().to_string();
         assert!(e.contains(&format!("{}", MAX_NVLS_HANDLE + 1)), "{e}");
     }
 }
