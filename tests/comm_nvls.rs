@@ -613,7 +613,7 @@ fn nvls_child() {
     // The rank named here cannot export memory: NVLS must come up nowhere, on every rank alike.
     let failing = std::env::var("RSCCL_TEST_NVLS_FAIL_RANK").ok();
     if failing.is_some() && failing == std::env::var("RANK").ok() {
-        be = Arc::new(Wrapped { inner: be, no_export: true, objects: None });
+        be = Arc::new(Wrapped { inner: be, no_export: true, objects: None, no_multicast: false });
     }
     let cfg = CommConfig {
         nthreads: 128,
@@ -754,6 +754,8 @@ struct Wrapped {
     /// Its NVLS memory comes from multicast objects, emulated here in a GPU's steps;
     /// `Some(true)`: binding memory to them fails.
     objects: Option<bool>,
+    /// It has no multicast at all (a GPU without NVSwitch multicast, or sm_80).
+    no_multicast: bool,
 }
 
 /// What one emulated multicast object holds: its size, its devices, and each device's memory
@@ -893,6 +895,9 @@ impl Backend for Wrapped {
         unicast: &[DevPtr],
         bytes: usize,
     ) -> rsccl::Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        if self.no_multicast {
+            return Err(Error::InvalidConfig(format!("{}: no multicast support (test)", self.describe())));
+        }
         self.inner.multicast_bind(unicast, bytes)
     }
     fn reserve_launches(&self, cfg: rsccl::LaunchConfig, launches: usize) -> rsccl::Result<()> {
@@ -930,6 +935,7 @@ fn nvls_on_multicast_objects() {
                         inner: cpu.clone(),
                         no_export: false,
                         objects: Some(fail == Some(r)),
+                        no_multicast: false,
                     });
                     let (cfg, id) = (cfg.clone(), &id);
                     s.spawn(move || Comm::init_rank(&be, 4, r, id, cfg))
@@ -1002,6 +1008,53 @@ fn a_rank_that_cannot_share_nvls_memory_turns_it_off_everywhere() {
         assert!(
             text.contains("INIT FAILED") && text.contains("rank 2 could not allocate its NVLS memory"),
             "rank {r}:\n{text}"
+        );
+    }
+}
+
+/// A device without multicast (no NVSwitch multicast, or sm_80) on every rank of a node whose
+/// search found NVLS heads: every rank learns it at init and runs the ring (bit-exact against
+/// the reference); forced, every rank's init fails saying which rank and why.
+#[test]
+fn no_multicast_picks_the_ring_and_forcing_nvls_is_an_error() {
+    let cpu = backend::cpu();
+    let init = |algo: Option<&str>| -> Vec<rsccl::Result<Comm>> {
+        let id = rsccl::UniqueId::with_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let cfg = config(H200, algo);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|r| {
+                    let be: Arc<dyn Backend> = Arc::new(Wrapped {
+                        inner: cpu.clone(),
+                        no_export: false,
+                        objects: None,
+                        no_multicast: true,
+                    });
+                    let (cfg, id) = (cfg.clone(), &id);
+                    s.spawn(move || Comm::init_rank(&be, 4, r, id, cfg))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    let comms: Vec<Comm> = init(None).into_iter().collect::<Result<_, _>>().unwrap();
+    assert!(comms.iter().all(|c| c.config().nvls && !c.uses_nvls()));
+    for (coll, t, op, count) in [
+        (Collective::AllReduce, DataType::I32, ReduceOp::Sum, 70_001),
+        (Collective::ReduceScatter, DataType::U64, ReduceOp::Max, 4099),
+        (Collective::AllGather, DataType::F32, ReduceOp::Sum, 1000),
+    ] {
+        let got = run(&cpu, &comms, coll, t, op, count, false, 9).unwrap();
+        assert_eq!(got, expected(coll, t, red(op), 4, count, 9), "{coll:?} {t:?} {op:?}");
+    }
+    drop(comms);
+    for (r, res) in init(Some("nvls")).into_iter().enumerate() {
+        let e = res.err().unwrap_or_else(|| panic!("rank {r}: forced NVLS came up")).to_string();
+        assert!(
+            e.contains("RSCCL_ALGO=nvls")
+                && e.contains("rank 0 could not")
+                && e.contains("no multicast support"),
+            "rank {r}: {e}"
         );
     }
 }

@@ -65,7 +65,8 @@ pub struct CommConfig {
     /// [`Comm::from_env`] turns it on when `RSCCL_TOPO_FILE` is set and no rings are given.
     pub topology: Option<TopologyConfig>,
     /// Use NVLS where it applies (set by the topology constructors when the search found NVLS
-    /// heads): on one node NVLS, across nodes NVLS_TREE; see [`super::nvls`].
+    /// heads, every GPU heading its own slot as NCCL's search makes them): on one node NVLS,
+    /// across nodes NVLS_TREE; see [`super::nvls`].
     pub nvls: bool,
     /// The algorithms allowed, in `RSCCL_ALGO`'s syntax (NCCL's `NCCL_ALGO`: `nvls`, `^nvls`,
     /// `ring,tree`, …); `None`: the variable's value.
@@ -143,7 +144,7 @@ impl CommConfig {
             nchannels: rings.len().max(1),
             rings: Some(rings),
             trees: Some(trees),
-            nvls: graphs.nvls.n_channels > 0,
+            nvls: super::nvls::heads_of(&graphs.nvls, nodes).is_ok(),
             ..CommConfig::default()
         })
     }

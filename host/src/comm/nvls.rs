@@ -89,6 +89,29 @@ impl NvlsPolicy {
     }
 }
 
+/// Whether a node's NVLS search result (searched for `nodes` nodes) is what these kernels are
+/// wired for. On one node: one head per GPU, GPU `h` heading slot `h` (NCCL's single-node NVLS
+/// search makes every GPU a head, channel `c` headed by GPU `c`; reduce-scatter's head `h`
+/// writes rank `h`'s block). Across nodes NCCL's heads are the GPUs by the NICs; NVLS_TREE
+/// here makes every rank a head of its node's NVLS and crosses nodes per local index, so any
+/// heads will do. `Err` says why not.
+pub(crate) fn heads_of(g: &crate::topology::search::Graph, nodes: usize) -> std::result::Result<(), String> {
+    let heads: Vec<u32> = (0..g.n_channels).map(|h| g.channel(h)[0].0).collect();
+    if heads.is_empty() {
+        return Err("the topology search found no NVLS heads".into());
+    }
+    if nodes > 1 {
+        return Ok(());
+    }
+    if heads.len() != g.ngpus() || heads.iter().enumerate().any(|(h, &r)| r as usize != h) {
+        return Err(format!(
+            "the NVLS search's heads {heads:?} on {} GPUs are not every GPU heading its own slot",
+            g.ngpus()
+        ));
+    }
+    Ok(())
+}
+
 /// Whether NVLS serves `coll` on `dtype` with `op` (all-gather moves bytes: any type with a
 /// multimem store).
 pub fn applies(coll: Collective, dtype: DataType, op: RedOp) -> bool {
@@ -184,7 +207,8 @@ pub(crate) fn setup(
 ) -> Result<Option<Nvls>> {
     let nranks = peers.len();
     let grid = nchannels as u32;
-    // Every rank heads the slot of its own index (the NVLS search's heads on an HGX node).
+    // Every rank heads the slot of its own index: init turned NVLS on only where the search's
+    // heads are so ([`heads_of`]).
     let layout = FifoLayout::new(nranks, nchannels, step_bytes)?;
     let too_big = || Error::InvalidConfig("NVLS scratch size overflows".into());
     let scratch_bytes = usize::try_from(layout.scratch_bytes()).map_err(|_| too_big())?;
@@ -843,6 +867,31 @@ pub(crate) fn register_window(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// NVLS on one node is wired only for what NCCL's search finds there: every GPU a head,
+    /// GPU `h` heading slot `h`; any other result (none, fewer, a different order) turns it off.
+    #[test]
+    fn heads_must_be_every_gpu_in_order() {
+        use crate::topology::search::{Graph, Pattern};
+        use crate::topology::Rank;
+        let graph = |heads: &[u32]| {
+            let mut g = Graph::new(3, Pattern::Nvls, 4, 1, 16);
+            g.n_channels = heads.len();
+            for (c, &h) in heads.iter().enumerate() {
+                g.intra[c * 4] = Rank(h);
+            }
+            g
+        };
+        assert_eq!(heads_of(&graph(&[0, 1, 2, 3]), 1), Ok(()));
+        assert!(heads_of(&graph(&[]), 1).unwrap_err().contains("no NVLS heads"));
+        assert!(heads_of(&graph(&[]), 2).unwrap_err().contains("no NVLS heads"));
+        // Across nodes (NVLS_TREE) the search's heads are the GPUs by the NICs: any will do.
+        assert_eq!(heads_of(&graph(&[2]), 2), Ok(()));
+        for bad in [&[0, 1, 3, 2][..], &[0, 1, 2], &[1, 2, 3, 0]] {
+            let why = heads_of(&graph(bad), 1).unwrap_err();
+            assert!(why.contains(&format!("{bad:?}")) && why.contains("on 4 GPUs"), "{why}");
+        }
+    }
 
     /// Every FIFO, credit pair and saved step of every rank's channels lies inside its buffer,
     /// clear of the one-shot windows and barrier words and of each other; the head's two

@@ -80,7 +80,8 @@ impl TopologyConfig {
 /// Rings and trees derived at init (`CommConfig::rings` / `trees` shape).
 pub(crate) type Derived = (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>);
 
-/// [`Derived`] and whether NVLS applies (every host's search found NVLS heads).
+/// [`Derived`] and whether NVLS applies (every host's search found NVLS heads, each GPU heading
+/// its own slot: [`super::nvls::heads_of`]).
 pub(crate) type DerivedWithNvls = (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>, bool);
 
 /// The ranks of each host, hosts in the order of their lowest rank.
@@ -276,7 +277,16 @@ pub(crate) fn channels_at_init(
         per_host.push(key);
     }
     let graphs: Vec<&Graphs> = per_host.iter().map(|k| &searched[k]).collect();
-    let nvls = graphs.iter().all(|g| g.nvls.n_channels > 0);
+    let mut nvls = true;
+    for (h, g) in graphs.iter().enumerate() {
+        if let Err(why) = super::nvls::heads_of(&g.nvls, nodes) {
+            // Logged once per host that has NVLS heads at all: a search without them is the norm.
+            if g.nvls.n_channels > 0 {
+                tracing::info!(rank, "NVLS off: host {}: {why}", peers[hosts[h][0]].hostname);
+            }
+            nvls = false;
+        }
+    }
     let (rings, trees) = derive(&graphs, &hosts, topo.max_channels)?;
     Ok(Some((rings, trees, nvls)))
 }
