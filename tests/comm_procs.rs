@@ -130,7 +130,16 @@ fn comm_child() {
     if role == "from_env" {
         // A launcher's variables only: rank, size and rendezvous come from them.
         let be = backend::cpu();
-        let comm = Comm::from_env(&be, CommConfig { nchannels: 1, ..sweep_config() }).unwrap();
+        // The block and FIFO come from RSCCL_NTHREADS and RSCCL_BUFFSIZE where they are set.
+        let cfg = CommConfig { nchannels: 1, nthreads: 0, ..sweep_config() };
+        let comm = match Comm::from_env(&be, cfg) {
+            Ok(c) => c,
+            Err(e) => {
+                println!("FROM-ENV error: {e}");
+                return;
+            }
+        };
+        println!("FROM-ENV nthreads={} step_bytes={}", comm.config().nthreads, comm.config().step_bytes);
         let buf = be.upload(&[comm.rank() as i64 + 1; 5]).unwrap();
         comm.all_reduce(BufRef::from(&buf), BufRef::from(&buf), 5, DataType::I64, ReduceOp::Sum).unwrap();
         let n = comm.nranks() as i64;
@@ -673,7 +682,7 @@ fn from_env_under_each_launchers_variables() {
         "SLURM_LOCALID",
         "TORCHELASTIC_RUN_ID",
     ];
-    for (name, vars) in &launchers {
+    let run = |vars: &VarsOf, extra: &[(&str, &str)]| -> Vec<(bool, String)> {
         let port = free_port();
         let children = (0..n)
             .map(|r| {
@@ -682,19 +691,44 @@ fn from_env_under_each_launchers_variables() {
                     .env(CHILD_VAR, "from_env")
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped());
-                for v in all_vars {
+                for v in all_vars.iter().chain(&["RSCCL_NTHREADS", "RSCCL_BUFFSIZE"]) {
                     cmd.env_remove(v);
                 }
-                cmd.envs(vars(r, port));
+                cmd.envs(vars(r, port)).envs(extra.iter().copied());
                 cmd.spawn().unwrap()
             })
             .collect();
-        let mut ranks = Children { children };
-        for (r, (ok, text)) in ranks.wait(Duration::from_secs(60)).iter().enumerate() {
+        Children { children }.wait(Duration::from_secs(60))
+    };
+    for (name, vars) in &launchers {
+        for (r, (ok, text)) in run(vars, &[]).iter().enumerate() {
             assert!(
                 *ok && text.contains(&format!("FROM-ENV rank {r} of {n} ok")),
                 "{name}, rank {r}:\n{text}"
             );
+            // nthreads 0: the CPU backend's block.
+            assert!(text.contains("nthreads=64 step_bytes=4096"), "{name}, rank {r}:\n{text}");
+        }
+    }
+    // NCCL's NCCL_NTHREADS and NCCL_BUFFSIZE (the FIFO of 8 slots), as RSCCL_*.
+    let torchrun = &launchers[0].1;
+    let shaped = [("RSCCL_NTHREADS", "96"), ("RSCCL_BUFFSIZE", "2097152")];
+    for (r, (ok, text)) in run(torchrun, &shaped).iter().enumerate() {
+        assert!(
+            *ok && text.contains("nthreads=96 step_bytes=262144") && text.contains("ok"),
+            "rank {r}:\n{text}"
+        );
+    }
+    for (extra, want) in [
+        (("RSCCL_NTHREADS", "many"), "RSCCL_NTHREADS=\"many\" is not a whole number"),
+        (("RSCCL_NTHREADS", "100"), "RSCCL_NTHREADS=100: threads per block must be a multiple of 32"),
+        (
+            ("RSCCL_BUFFSIZE", "1000"),
+            "RSCCL_BUFFSIZE=1000: the FIFO's 8 slots must each be a multiple of 128 bytes",
+        ),
+    ] {
+        for (r, (_, text)) in run(torchrun, &[extra]).iter().enumerate() {
+            assert!(text.contains("FROM-ENV error") && text.contains(want), "{extra:?}, rank {r}:\n{text}");
         }
     }
 }

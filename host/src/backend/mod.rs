@@ -221,6 +221,12 @@ pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     /// A one-line description (device name, compute capability).
     fn describe(&self) -> String;
+    /// Threads per block a communicator's collectives launch with unless configured otherwise
+    /// (`CommConfig::nthreads` 0, no `RSCCL_NTHREADS`): on a GPU NCCL's Simple-protocol block,
+    /// [`SIMPLE_THREADS`](rsccl_device::coll::kernels::SIMPLE_THREADS).
+    fn collective_threads(&self) -> u32 {
+        rsccl_device::coll::kernels::SIMPLE_THREADS
+    }
     /// The GPU's compute capability (major, minor); `None` for the CPU emulator, which runs
     /// every kernel.
     fn compute_capability(&self) -> Option<(i32, i32)> {

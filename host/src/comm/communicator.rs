@@ -25,7 +25,7 @@ use rsccl_device::coll::ring::{RingArgs, RingChannel};
 use rsccl_device::coll::tree::TreeChannel;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
-use rsccl_device::prims::conn::{decode_status, ConnInfo, ErrorCode, PrimsStatus};
+use rsccl_device::prims::conn::{decode_status, ConnInfo, ErrorCode, PrimsStatus, NCCL_STEPS};
 use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
@@ -42,14 +42,38 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most channels of a communicator (NCCL's `MAXCHANNELS`).
 pub const MAX_CHANNELS: usize = 64;
 
+/// Threads per block for [`Comm::from_env`] (NCCL's `NCCL_NTHREADS`).
+pub const NTHREADS_VAR: &str = "RSCCL_NTHREADS";
+
+/// Bytes of each connection's FIFO for [`Comm::from_env`] (NCCL's `NCCL_BUFFSIZE`): its
+/// `NCCL_STEPS` slots of `step_bytes` each.
+pub const BUFFSIZE_VAR: &str = "RSCCL_BUFFSIZE";
+
+/// A whole number from `var` (unset or empty: `None`); anything else is an error naming it.
+/// The value's range is checked where it is used ([`CommConfig`]'s checks at init).
+fn env_number(var: &str) -> Result<Option<u64>> {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| Error::InvalidConfig(format!("{var}=\"{v}\" is not a whole number"))),
+        _ => Ok(None),
+    }
+}
+
 /// How a communicator is shaped. Every rank must pass the same values; `init_rank` checks.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CommConfig {
     /// Ring channels (one block each), 1..=[`MAX_CHANNELS`].
     pub nchannels: usize,
-    /// Threads per block: a multiple of 32 in 64..=[`SIMPLE_THREADS`].
+    /// Threads per block: a multiple of 32 in 64..=[`SIMPLE_THREADS`], or 0 (the default):
+    /// the backend's [`Backend::collective_threads`] (512 on a GPU as NCCL's Simple protocol,
+    /// 64 on the CPU emulator). [`Comm::from_env`] takes `RSCCL_NTHREADS` (NCCL's
+    /// `NCCL_NTHREADS`).
     pub nthreads: u32,
-    /// FIFO slot size: a multiple of 128 in 128..=[`MAX_STEP_BYTES`].
+    /// FIFO slot size: a multiple of 128 in 128..=[`MAX_STEP_BYTES`]. [`Comm::from_env`]
+    /// takes `RSCCL_BUFFSIZE` (NCCL's `NCCL_BUFFSIZE`: the FIFO of `NCCL_STEPS` slots).
     pub step_bytes: u64,
     /// How long a collective may wait for a peer before it fails (0 = forever; at most
     /// [`MAX_TIMEOUT`]).
@@ -81,11 +105,12 @@ pub struct CommConfig {
 }
 
 impl Default for CommConfig {
-    /// Two channels, NCCL's Simple protocol shape (512 threads, 512 KiB steps), 30 s timeouts.
+    /// Two channels, NCCL's Simple protocol shape (the backend's block, 512 threads on a GPU;
+    /// 512 KiB steps), 30 s timeouts.
     fn default() -> Self {
         CommConfig {
             nchannels: 2,
-            nthreads: SIMPLE_THREADS,
+            nthreads: 0,
             step_bytes: 512 * 1024,
             timeout: Duration::from_secs(30),
             bootstrap_timeout: Duration::from_secs(30),
@@ -163,9 +188,9 @@ impl CommConfig {
                 self.nthreads
             )));
         }
-        if self.nthreads < 64 || !self.nthreads.is_multiple_of(32) {
+        if self.nthreads != 0 && (self.nthreads < 64 || !self.nthreads.is_multiple_of(32)) {
             return Err(bad(format!(
-                "nthreads {} must be a multiple of 32 in 64..={SIMPLE_THREADS}",
+                "nthreads {} must be a multiple of 32 in 64..={SIMPLE_THREADS} (or 0: the backend's choice)",
                 self.nthreads
             )));
         }
@@ -404,6 +429,9 @@ impl Comm {
     ) -> Result<Comm> {
         crate::debug::init();
         let mut cfg = cfg;
+        if cfg.nthreads == 0 {
+            cfg.nthreads = backend.collective_threads();
+        }
         let (mut rings, mut trees) = cfg.shape(nranks)?;
         let mut boot = Bootstrap::init_on_host(
             id,
@@ -648,6 +676,24 @@ impl Comm {
     pub fn from_env(backend: &Arc<dyn Backend>, cfg: CommConfig) -> Result<Comm> {
         let env = crate::launch::LaunchEnv::from_env()?;
         let mut cfg = cfg;
+        if let Some(n) = env_number(NTHREADS_VAR)? {
+            let ok = n.is_multiple_of(32) && (64..=u64::from(SIMPLE_THREADS)).contains(&n);
+            cfg.nthreads = u32::try_from(n).ok().filter(|_| ok).ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "{NTHREADS_VAR}={n}: threads per block must be a multiple of 32 in 64..={SIMPLE_THREADS}"
+                ))
+            })?;
+        }
+        if let Some(b) = env_number(BUFFSIZE_VAR)? {
+            let step = b / NCCL_STEPS;
+            if !b.is_multiple_of(NCCL_STEPS * 128) || !(128..=MAX_STEP_BYTES).contains(&step) {
+                return Err(Error::InvalidConfig(format!(
+                    "{BUFFSIZE_VAR}={b}: the FIFO's {NCCL_STEPS} slots must each be a multiple of 128 bytes \
+                     in 128..={MAX_STEP_BYTES}"
+                )));
+            }
+            cfg.step_bytes = step;
+        }
         if cfg.topology.is_none() && cfg.rings.is_none() && cfg.trees.is_none() {
             let topo = TopologyConfig::from_env()?;
             if topo.env.topo.topo_file.is_some() {

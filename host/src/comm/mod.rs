@@ -14,7 +14,8 @@ mod work;
 
 pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};
 pub use communicator::{
-    Comm, CommConfig, MscclId, Window, MAX_CHANNELS, MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES,
+    Comm, CommConfig, MscclId, Window, BUFFSIZE_VAR, MAX_CHANNELS, MAX_MSCCL_PROGRAMS,
+    MAX_MSCCL_SCRATCH_BYTES, NTHREADS_VAR,
 };
 pub use cudarc_interop::CudaElem;
 pub use local::{Fault, GroupConfig, LocalGroup, RankFailure, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT};
