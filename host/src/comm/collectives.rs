@@ -167,7 +167,7 @@ pub enum Algorithm {
     Ring,
     /// Trees: reduce up, broadcast down; `O(log n)` steps across nodes (all-reduce only).
     Tree,
-    /// An MSCCL program loaded with [`LocalGroup::load_msccl`] (or [`Comm::load_msccl`]).
+    /// An MSCCL program loaded with [`LocalGroup::load_msccl`] (or [`Comm::load_msccl`](super::Comm::load_msccl)).
     Msccl(super::MscclId),
 }
 

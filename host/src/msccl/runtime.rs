@@ -68,7 +68,7 @@ pub struct Lowered {
     pub max_cnt: u32,
 }
 
-/// Passes [`Lowered::check_bounded`] runs: enough for a sender of one pass to run into the
+/// Passes `Lowered::check_bounded` runs: enough for a sender of one pass to run into the
 /// next while its receivers are behind.
 pub const CHECKED_PASSES: u32 = 3;
 

@@ -25,7 +25,7 @@ pub const STACK_KB_RANGE: std::ops::RangeInclusive<usize> = 64..=16384;
 /// Lowest part of each stack kept free: crossing into it fails the thread, which then unwinds
 /// (panic machinery included) within it.
 pub const STACK_RESERVE: usize = 32 * 1024;
-/// Most emulated threads [`reserve`] lets a set of concurrent launches have (8 ranks × 64
+/// Most emulated threads `reserve` lets a set of concurrent launches have (8 ranks × 64
 /// channels × 1024 threads): about 8 KiB of memory each is touched. `RSCCL_EMU_MAX_THREADS` or
 /// [`set_max_threads`] changes it.
 pub const DEFAULT_MAX_THREADS: usize = 1 << 19;
