@@ -913,35 +913,36 @@ impl Backend for Wrapped {
     }
 }
 
-/// One process that cannot share NVLS memory: every rank learns it at init and runs the ring
-/// instead (the collectives still bit-exact), with no rank left waiting; forced, every rank
-/// fails init naming the rank that could not allocate.
+/// Four ranks, one thread each, every one on the backend `wrap` gives it: their inits.
+fn init_four(cfg: CommConfig, wrap: impl Fn(usize) -> Wrapped) -> Vec<rsccl::Result<Comm>> {
+    let id = rsccl::UniqueId::with_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|r| {
+                let be: Arc<dyn Backend> = Arc::new(wrap(r));
+                let (cfg, id) = (cfg.clone(), &id);
+                s.spawn(move || Comm::init_rank(&be, 4, r, id, cfg))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 /// Ranks whose backends make NVLS memory from multicast objects (a GPU's way, emulated by
 /// `Wrapped`), one object per buffer created by rank 0 and opened by the others from its
 /// handle, each rank binding memory of its own: every collective of the FIFO form, one-shot
 /// all-reduce, and all-reduce on windows from `Comm::alloc_window` give the reference's results
-/// (order-free cases: the emulated objects reduce in the order the ranks joined). One rank that cannot bind turns NVLS off on every rank, and
-/// forced, fails every rank's init naming it.
+/// (order-free cases: the emulated objects reduce in the order the ranks joined). One rank that
+/// cannot bind turns NVLS off on every rank, and forced, fails every rank's init naming it.
 #[test]
 fn nvls_on_multicast_objects() {
     let cpu = backend::cpu();
-    let init = |fail: Option<usize>, algo: Option<&str>| -> Vec<rsccl::Result<Comm>> {
-        let id = rsccl::UniqueId::with_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
-        let cfg = config(H200, algo);
-        std::thread::scope(|s| {
-            let hs: Vec<_> = (0..4)
-                .map(|r| {
-                    let be: Arc<dyn Backend> = Arc::new(Wrapped {
-                        inner: cpu.clone(),
-                        no_export: false,
-                        objects: Some(fail == Some(r)),
-                        no_multicast: false,
-                    });
-                    let (cfg, id) = (cfg.clone(), &id);
-                    s.spawn(move || Comm::init_rank(&be, 4, r, id, cfg))
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
+    let init = |fail: Option<usize>, algo: Option<&str>| {
+        init_four(config(H200, algo), |r| Wrapped {
+            inner: cpu.clone(),
+            no_export: false,
+            objects: Some(fail == Some(r)),
+            no_multicast: false,
         })
     };
     let comms: Vec<Comm> = init(None, None).into_iter().collect::<Result<_, _>>().unwrap();
@@ -1000,6 +1001,9 @@ fn nvls_on_multicast_objects() {
     }
 }
 
+/// One process that cannot share NVLS memory: every rank learns it at init and runs the ring
+/// instead (the collectives still bit-exact), with no rank left waiting; forced, every rank
+/// fails init naming the rank that could not allocate.
 #[test]
 fn a_rank_that_cannot_share_nvls_memory_turns_it_off_everywhere() {
     each_ran(&nvls_processes_with(1, 4, &[("RSCCL_TEST_NVLS_FAIL_RANK", "2")]), "NVLS false TREE false");
@@ -1018,23 +1022,12 @@ fn a_rank_that_cannot_share_nvls_memory_turns_it_off_everywhere() {
 #[test]
 fn no_multicast_picks_the_ring_and_forcing_nvls_is_an_error() {
     let cpu = backend::cpu();
-    let init = |algo: Option<&str>| -> Vec<rsccl::Result<Comm>> {
-        let id = rsccl::UniqueId::with_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
-        let cfg = config(H200, algo);
-        std::thread::scope(|s| {
-            let hs: Vec<_> = (0..4)
-                .map(|r| {
-                    let be: Arc<dyn Backend> = Arc::new(Wrapped {
-                        inner: cpu.clone(),
-                        no_export: false,
-                        objects: None,
-                        no_multicast: true,
-                    });
-                    let (cfg, id) = (cfg.clone(), &id);
-                    s.spawn(move || Comm::init_rank(&be, 4, r, id, cfg))
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
+    let init = |algo: Option<&str>| {
+        init_four(config(H200, algo), |_| Wrapped {
+            inner: cpu.clone(),
+            no_export: false,
+            objects: None,
+            no_multicast: true,
         })
     };
     let comms: Vec<Comm> = init(None).into_iter().collect::<Result<_, _>>().unwrap();
