@@ -670,9 +670,32 @@ fn nvls_child() {
         // User buffers of other processes cannot be bound here: refused on every rank alike.
         let b = be.alloc(4096).unwrap();
         match comm.register_window(&b) {
-            Err(Error::InvalidConfig(m)) if m.contains("separate processes") => {}
+            Err(Error::InvalidConfig(m))
+                if m.contains("separate processes") && m.contains("alloc_window") => {}
             other => panic!("rank {rank}: a window across processes: {other:?}"),
         }
+        // Windows allocated to be shared: every process maps the others' parts and binds
+        // them. One-shot from the send window, two-shot into the receive window.
+        let (send, ws) = comm.alloc_window(1 << 20).unwrap();
+        let (recv, wr) = comm.alloc_window(1 << 20).unwrap();
+        for (k, (t, op, count)) in
+            [(DataType::F32, ReduceOp::Sum, 1000usize), (DataType::I64, ReduceOp::Max, 100_003)]
+                .into_iter()
+                .enumerate()
+        {
+            let seed = 0x5EED + k as u64;
+            let data: Vec<u64> = (0..count).map(|i| input(t, rank, i, seed)).collect();
+            be.copy_in(&send, 0, &to_bytes(t, &data)).unwrap();
+            let w = comm.enqueue().all_reduce((&send).into(), (&recv).into(), count, t, op).unwrap();
+            assert_eq!(w.algorithm(), "nvls-symmetric", "rank {rank} case {k}");
+            w.wait().unwrap_or_else(|e| panic!("rank {rank} case {k}: {e}"));
+            let mut bytes = vec![0u8; count * t.size()];
+            be.copy_out(&recv, 0, &mut bytes).unwrap();
+            let want = expected(Collective::AllReduce, t, red(op), n, count, seed).swap_remove(rank);
+            assert_eq!(from_bytes(t, &bytes), want, "rank {rank} window case {k}");
+        }
+        comm.deregister_window(ws).unwrap();
+        comm.deregister_window(wr).unwrap();
     }
     println!("rank {rank}: ok");
 }

@@ -815,7 +815,13 @@ impl Comm {
     /// a window too and the message is large, or in place). Every rank must use the same offsets
     /// into its window. The buffer stays alive while registered. Needs NVLS ([`Comm::uses_nvls`]).
     pub fn register_window(&self, buf: &DeviceBuffer) -> Result<Window> {
-        self.window_ready()?;
+        if self.window_ready()? {
+            return Err(Error::InvalidConfig(
+                "symmetric windows: the ranks are separate processes, and the CPU emulator binds only \
+                 buffers of one process or memory they share: allocate the window with Comm::alloc_window"
+                    .into(),
+            ));
+        }
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut q);
         let id = self.window_ids.fetch_add(1, Ordering::SeqCst);
@@ -843,32 +849,27 @@ impl Comm {
     /// # }
     /// ```
     pub fn alloc_window(&self, bytes: usize) -> Result<(DeviceBuffer, Window)> {
-        self.window_ready()?;
+        let across = self.window_ready()?;
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut q);
         let id = self.window_ids.fetch_add(1, Ordering::SeqCst);
         let (buf, entry) = {
             let mut boot = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner());
-            nvls::alloc_window(&mut boot, self.rank, self.nranks, &self.stream, bytes, id)?
+            nvls::alloc_window(&mut boot, self.rank, self.nranks, &self.stream, (bytes, across), id)?
         };
         self.windows.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
         Ok((buf, Window { id }))
     }
 
-    /// Whether this communicator can have symmetric windows: NVLS is on, and its ranks can
-    /// bind each other's buffers.
-    fn window_ready(&self) -> Result<()> {
+    /// Whether this communicator can have symmetric windows (NVLS is on), and whether its
+    /// ranks are processes of the CPU emulator, which share only memory allocated to be shared.
+    fn window_ready(&self) -> Result<bool> {
         match &self.nvls {
             None => Err(Error::InvalidConfig(
                 "symmetric windows need NVLS, which this communicator does not use (see Comm::uses_nvls)"
                     .into(),
             )),
-            Some(n) if n.across_processes => Err(Error::InvalidConfig(
-                "symmetric windows: the ranks are separate processes, and the CPU emulator binds only \
-                 buffers of one process (NVLS itself runs, on its own mapped scratch)"
-                    .into(),
-            )),
-            Some(_) => Ok(()),
+            Some(n) => Ok(n.across_processes),
         }
     }
 

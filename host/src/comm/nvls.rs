@@ -377,10 +377,17 @@ fn bind_addresses(
 ) -> Result<std::result::Result<Bound, String>> {
     let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
     let (scratch, flags, uc_scratch, uc_flags) = if across {
-        match map_across(boot, rank, backend, scratch_bytes, flag_bytes)? {
+        match map_across(boot, rank, backend, &[scratch_bytes, flag_bytes], "NVLS memory")? {
             Ok(m) => {
                 keep = m.keep;
-                (m.scratch, m.flags, m.uc_scratch, m.uc_flags)
+                let (mut bufs, mut uc) = (m.bufs.into_iter(), m.uc.into_iter());
+                let two = "two buffers mapped";
+                (
+                    bufs.next().expect(two),
+                    bufs.next().expect(two),
+                    uc.next().expect(two),
+                    uc.next().expect(two),
+                )
             }
             Err(why) => return Ok(Err(why)),
         }
@@ -521,66 +528,66 @@ impl FifoLayout {
     }
 }
 
-/// A rank's NVLS memory when the ranks are separate processes: its own scratch and flags
-/// (exportable), every rank's copies as addresses here (its own, and the others' mapped), and
-/// the mappings.
+/// A rank's NVLS memory when the ranks are separate processes: per buffer, its own copy
+/// (exportable) and every rank's copy as an address here (its own, and the others' mapped);
+/// and the mappings.
 struct Mapped {
-    scratch: DeviceBuffer,
-    flags: DeviceBuffer,
-    uc_scratch: Vec<DevPtr>,
-    uc_flags: Vec<DevPtr>,
+    bufs: Vec<DeviceBuffer>,
+    /// `uc[k][r]`: rank `r`'s copy of buffer `k`, addressed in this process.
+    uc: Vec<Vec<DevPtr>>,
     keep: Vec<Box<dyn Any + Send + Sync>>,
 }
 
-/// Allocates this rank's NVLS memory exportable, exchanges the handles and maps every other
-/// rank's. Every rank ends knowing whether all succeeded: `Ok(Err(why))` when some rank could
-/// not allocate or map (so all fall back together instead of some waiting for the others);
-/// `Err` only when the bootstrap itself fails.
+/// Allocates this rank's buffers of `sizes` exportable, exchanges the handles and maps every
+/// other rank's (`what` they are, for messages). Every rank ends knowing whether all
+/// succeeded: `Ok(Err(why))` when some rank could not allocate or map (so all fall back
+/// together instead of some waiting for the others); `Err` only when the bootstrap fails.
 fn map_across(
     boot: &mut Bootstrap,
     rank: usize,
     backend: &std::sync::Arc<dyn Backend>,
-    scratch_bytes: usize,
-    flag_bytes: usize,
+    sizes: &[usize],
+    what: &str,
 ) -> Result<std::result::Result<Mapped, String>> {
-    let mine = backend
-        .alloc_exported(scratch_bytes)
-        .and_then(|s| backend.alloc_exported(flag_bytes).map(|f| (s, f)));
+    let mine: Result<Vec<(DeviceBuffer, Vec<u8>)>> =
+        sizes.iter().map(|&b| backend.alloc_exported(b)).collect();
     // An empty message says this rank has no memory to share.
     let msg = match &mine {
-        Ok(((_, hs), (_, hf))) => encode_handles(&[hs, hf])?,
+        Ok(v) => encode_handles(&v.iter().map(|(_, h)| h.as_slice()).collect::<Vec<_>>())?,
         Err(_) => Vec::new(),
     };
     let all = boot.all_gather(&msg)?;
     let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
     let opened = match &mine {
-        Err(e) => Err(format!("rank {rank} could not allocate its NVLS memory: {e}")),
-        Ok(((scratch, _), (flags, _))) => {
-            let mut uc = (Vec::with_capacity(all.len()), Vec::with_capacity(all.len()));
+        Err(e) => Err(format!("rank {rank} could not allocate its {what}: {e}")),
+        Ok(own) => {
+            let mut uc: Vec<Vec<DevPtr>> = vec![Vec::with_capacity(all.len()); sizes.len()];
             let mut res = Ok(());
-            for (r, b) in all.iter().enumerate() {
+            'ranks: for (r, b) in all.iter().enumerate() {
                 if r == rank {
-                    uc.0.push(scratch.ptr());
-                    uc.1.push(flags.ptr());
+                    for (k, (buf, _)) in own.iter().enumerate() {
+                        uc[k].push(buf.ptr());
+                    }
                     continue;
                 }
-                let Some([s, f]) = decode_handles(b, 2).as_deref().map(|v| [v[0], v[1]]) else {
+                let Some(handles) = decode_handles(b, sizes.len()) else {
                     res = Err(if b.is_empty() {
-                        format!("rank {r} could not allocate its NVLS memory")
+                        format!("rank {r} could not allocate its {what}")
                     } else {
-                        format!("rank {r} sent a malformed NVLS handle message ({} bytes)", b.len())
+                        format!("rank {r} sent a malformed {what} handle message ({} bytes)", b.len())
                     });
                     break;
                 };
-                match (backend.open_exported(s), backend.open_exported(f)) {
-                    (Ok((ps, gs)), Ok((pf, gf))) => {
-                        uc.0.push(ps);
-                        uc.1.push(pf);
-                        keep.extend([gs, gf]);
-                    }
-                    (Err(e), _) | (_, Err(e)) => {
-                        res = Err(format!("rank {rank} could not map rank {r}'s NVLS memory: {e}"));
-                        break;
+                for (k, h) in handles.into_iter().enumerate() {
+                    match backend.open_exported(h) {
+                        Ok((p, guard)) => {
+                            uc[k].push(p);
+                            keep.push(guard);
+                        }
+                        Err(e) => {
+                            res = Err(format!("rank {rank} could not map rank {r}'s {what}: {e}"));
+                            break 'ranks;
+                        }
                     }
                 }
             }
@@ -589,16 +596,15 @@ fn map_across(
     };
     // Every rank has tried to map every other's memory: no name is needed any longer.
     let ok = boot.all_gather(&[u8::from(opened.is_ok())])?;
-    if let Ok(((_, hs), (_, hf))) = &mine {
-        backend.unpublish_exported(hs);
-        backend.unpublish_exported(hf);
+    if let Ok(own) = &mine {
+        for (_, h) in own {
+            backend.unpublish_exported(h);
+        }
     }
     Ok(match (opened, mine, ok.iter().all(|b| b == &[1])) {
-        (Ok((uc_scratch, uc_flags)), Ok(((scratch, _), (flags, _))), true) => {
-            Ok(Mapped { scratch, flags, uc_scratch, uc_flags, keep })
-        }
+        (Ok(uc), Ok(own), true) => Ok(Mapped { bufs: own.into_iter().map(|(b, _)| b).collect(), uc, keep }),
         (Err(why), ..) => Err(why),
-        _ => Err("another rank could not allocate or map its NVLS memory".into()),
+        _ => Err(format!("another rank could not allocate or map its {what}")),
     })
 }
 
@@ -816,26 +822,40 @@ pub(crate) fn exchange_windows(
 
 /// Allocates `bytes` on every rank as one symmetric window (a collective of all ranks; NCCL's
 /// `ncclMemAlloc` + `ncclCommWindowRegister`): this rank's part from a multicast object where
-/// the backend makes NVLS memory that way (a GPU's), otherwise allocated and bound as
-/// [`register_window`] does. A rank that cannot is named in every rank's error.
+/// the backend makes NVLS memory that way (a GPU's); when the ranks are separate processes of
+/// the CPU emulator (`across`), exportable memory every rank maps and binds, as NVLS scratch;
+/// otherwise allocated and bound as [`register_window`] does. A rank that cannot is named in
+/// every rank's error.
 pub(crate) fn alloc_window(
     boot: &mut Bootstrap,
     rank: usize,
     nranks: usize,
     backend: &std::sync::Arc<dyn Backend>,
-    bytes: usize,
+    (bytes, across): (usize, bool),
     id: u64,
 ) -> Result<(DeviceBuffer, WindowEntry)> {
     if bytes == 0 {
         return Err(Error::InvalidConfig("symmetric window: 0 bytes".into()));
+    }
+    let failed = |why: String| Error::InvalidConfig(format!("symmetric window of {bytes} bytes: {why}"));
+    if across && !backend.multicast_objects() {
+        let m = map_across(boot, rank, backend, &[bytes], "symmetric window")?.map_err(failed)?;
+        let (buf, uc) = (m.bufs.into_iter().next(), m.uc.into_iter().next());
+        let (buf, uc) = (buf.expect("one buffer mapped"), uc.expect("one buffer mapped"));
+        let bound = backend.multicast_bind(&uc, bytes);
+        let (mc, bind) = agree(boot, "bind the symmetric window", bound)?.map_err(failed)?;
+        // The binding goes before the peers' mappings it points into (tuple fields drop in order).
+        let bind: Box<dyn Any + Send + Sync> = Box::new((bind, m.keep));
+        let entry =
+            WindowEntry { id, base: buf.ptr(), len: buf.len(), mc, _bind: bind, _keep: buf.keep_alive() };
+        return Ok((buf, entry));
     }
     if !backend.multicast_objects() {
         let buf = backend.alloc(bytes)?;
         let entry = register_window(boot, backend, &buf, id)?;
         return Ok((buf, entry));
     }
-    let o = bind_objects(boot, rank, nranks, backend, &[bytes])?
-        .map_err(|why| Error::InvalidConfig(format!("symmetric window of {bytes} bytes: {why}")))?;
+    let o = bind_objects(boot, rank, nranks, backend, &[bytes])?.map_err(failed)?;
     let (buf, mc) = o.bufs.into_iter().next().expect("one object");
     // The mapping goes before the object, and both before this rank's memory (the caller's).
     let bind: Box<dyn Any + Send + Sync> = Box::new((o.maps, o.objects));
