@@ -676,3 +676,54 @@ fn dsl_inplace_reducescatter_and_allgather_run() {
         check_program(&ag);
     }
 }
+
+/// `Comm::all_to_all` on the built-in two-step program, loaded by the first call: one host of
+/// 1, 3 and 4 ranks, and 2 hosts × 2 ranks (the blocks for the other host gather first and
+/// cross the network as one transfer). Every block lands where the definition puts it, for
+/// i32 and odd-length u8 blocks and 0 elements, on calls that reuse the program; an in-place
+/// call and a receive buffer one element short are refused on every rank, and the next call
+/// still runs.
+#[test]
+fn all_to_all_runs_the_built_in_program_on_one_host_and_across_two() {
+    let word = |src: usize, dst: usize, i: usize| (src * 1_000_000 + dst * 10_000 + i) as i32;
+    let byte = |src: usize, dst: usize, i: usize| ((src * 31 + dst * 7 + i) % 251) as u8;
+    for (n, hosts) in [(1, 1), (3, 1), (4, 1), (4, 2)] {
+        let local = n / hosts;
+        on_ranks(
+            n,
+            |r, cfg| rsccl::CommConfig { host_id: Some(format!("host{}", r / local)), ..cfg },
+            |r, comm, be| {
+                let what = format!("{hosts} host(s) × {local}, rank {r}");
+                for count in [257usize, 0, 1000] {
+                    let send: Vec<i32> =
+                        (0..n).flat_map(|p| (0..count).map(move |i| word(r, p, i))).collect();
+                    let (sb, rb) = (be.upload(&send).unwrap(), be.alloc(4 * n * count).unwrap());
+                    comm.all_to_all(BufRef::from(&sb), BufRef::from(&rb), count, DataType::I32)
+                        .unwrap_or_else(|e| panic!("{what}, {count} i32: {e}"));
+                    let want: Vec<i32> =
+                        (0..n).flat_map(|q| (0..count).map(move |i| word(q, r, i))).collect();
+                    assert!(be.download::<i32>(&rb, n * count).unwrap() == want, "{what}, {count} i32");
+                }
+                let count = 13;
+                let send: Vec<u8> = (0..n).flat_map(|p| (0..count).map(move |i| byte(r, p, i))).collect();
+                let (sb, rb) = (be.upload(&send).unwrap(), be.alloc(n * count).unwrap());
+                let (s, d) = (BufRef::from(&sb), BufRef::from(&rb));
+                comm.all_to_all(s, d, count, DataType::U8).unwrap_or_else(|e| panic!("{what}, u8: {e}"));
+                let want: Vec<u8> = (0..n).flat_map(|q| (0..count).map(move |i| byte(q, r, i))).collect();
+                assert_eq!(be.download::<u8>(&rb, n * count).unwrap(), want, "{what}, u8");
+                // Refused before anything runs, on every rank alike.
+                let e = comm.all_to_all(s, s, count, DataType::U8).unwrap_err().to_string();
+                assert!(e.contains("place"), "{what}: in place: {e}");
+                let short = be.alloc(n * count - 1).unwrap();
+                let e =
+                    comm.all_to_all(s, BufRef::from(&short), count, DataType::U8).unwrap_err().to_string();
+                assert!(
+                    e.contains("receive buffer") && e.contains(&format!("rank {r}")),
+                    "{what}: short: {e}"
+                );
+                comm.all_to_all(s, d, count, DataType::U8).unwrap_or_else(|e| panic!("{what}, after: {e}"));
+                assert_eq!(be.download::<u8>(&rb, n * count).unwrap(), want, "{what}, after");
+            },
+        );
+    }
+}

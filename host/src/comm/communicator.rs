@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod all_to_all;
 mod msccl;
 pub use msccl::{MscclId, MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES};
 
@@ -397,6 +398,8 @@ pub struct Comm {
     msccl_auto: Mutex<Vec<(crate::msccl::registry::Entry, MscclId)>>,
     /// The program whose kernel is the collective in flight, if it is one.
     msccl_in_flight: Mutex<Option<Arc<msccl::Loaded>>>,
+    /// The built-in all-to-all program, once a call loaded it ([`Comm::all_to_all`]).
+    all_to_all_builtin: Mutex<Option<MscclId>>,
     /// The secret connection keys derive from (each connection's key is unique in a process).
     conn_key: u128,
     /// Window ids handed out so far.
@@ -657,6 +660,7 @@ impl Comm {
             msccl: Mutex::new(Vec::new()),
             msccl_auto: Mutex::new(Vec::new()),
             msccl_in_flight: Mutex::new(None),
+            all_to_all_builtin: Mutex::new(None),
             tree_in_flight: Mutex::new(None),
             conn_key: key_base,
         };
