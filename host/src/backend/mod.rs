@@ -377,6 +377,60 @@ impl dyn Backend + '_ {
         unsafe { self.launch_raw(kernel, cfg, bytemuck::bytes_of(args)) }
     }
 
+    /// Copies `bytes` from `src` to `dst` (each a buffer and an offset into it) on this stream
+    /// with the `rsccl_copy` kernel, and waits for it. Both ranges are checked against their
+    /// buffers first; overlapping ranges are the caller's to avoid.
+    ///
+    /// ```
+    /// let be = rsccl::backend::cpu();
+    /// let (a, b) = (be.upload(&[1u8, 2, 3, 4])?, be.upload(&[0u8; 4])?);
+    /// be.copy_range((&b, 1), (&a, 2), 2)?;
+    /// assert_eq!(be.download::<u8>(&b, 4)?, [0, 3, 4, 0]);
+    /// assert!(be.copy_range((&b, 3), (&a, 0), 2).is_err());
+    /// # Ok::<(), rsccl::Error>(())
+    /// ```
+    pub fn copy_range(
+        &self,
+        dst: (&DeviceBuffer, usize),
+        src: (&DeviceBuffer, usize),
+        bytes: usize,
+    ) -> Result<()> {
+        let range = |(buf, off): (&DeviceBuffer, usize), what: &str| {
+            off.checked_add(bytes)
+                .filter(|&end| end <= buf.len())
+                .map(|_| buf.ptr().offset(off as u64))
+                .ok_or_else(|| {
+                    Error::InvalidConfig(format!(
+                        "copy of {bytes} bytes at offset {off} of a {} buffer of {} bytes: out of range",
+                        what,
+                        buf.len()
+                    ))
+                })
+        };
+        let (d, s) = (range(dst, "destination")?, range(src, "source")?);
+        // SAFETY: both ranges lie inside the buffers, checked just above; the borrows keep
+        // them alive until the copy has returned.
+        unsafe { self.copy_ptrs(d, s, bytes) }
+    }
+
+    /// [`copy_range`](Self::copy_range) between device addresses: copies `bytes` from `src`
+    /// to `dst` on this stream and waits for it.
+    ///
+    /// # Safety
+    /// Both ranges must be device memory of this backend, valid for `bytes` and alive until
+    /// this returns.
+    pub unsafe fn copy_ptrs(&self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let args = rsccl_device::copy::CopyArgs { dst, src, bytes: bytes as u64 };
+        let blocks = (bytes / (1 << 20)).clamp(1, 32) as u32;
+        let cfg = LaunchConfig::linear(blocks, rsccl_device::kernels::COPY_THREADS);
+        // SAFETY: the caller's promise about both ranges, which outlive the synchronize below.
+        unsafe { self.launch("rsccl_copy", cfg, &args) }?;
+        self.synchronize()
+    }
+
     /// A new buffer holding `data` (any plain element type: `f32`, `i32`, `u8`, …).
     ///
     /// ```

@@ -4,7 +4,7 @@
 //! multicast support; `RSCCL_ALGO` as `NCCL_ALGO` forces or forbids it).
 use super::communicator::{Comm, CommConfig};
 use super::{BufRef, ReduceOp};
-use crate::backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig, MulticastObject};
+use crate::backend::{Backend, BackendKind, DeviceBuffer, MulticastObject};
 use crate::bootstrap::{Bootstrap, PeerInfo};
 use crate::error::{Error, Result};
 use rsccl_device::coll::nvls_fifo::{NvlsChannel, MAX_NVLS_ARITY, NO_HEAD};
@@ -681,23 +681,9 @@ impl NvlsTree {
             *guard = Some(stream.alloc(total.max(1))?);
         }
         let tmp = guard.as_ref().expect("allocated above");
-        let copy = |dst: DevPtr, src: DevPtr, bytes: usize| -> Result<()> {
-            if bytes == 0 {
-                return Ok(());
-            }
-            let args = rsccl_device::copy::CopyArgs { dst, src, bytes: bytes as u64 };
-            let blocks = (bytes / (1 << 20)).clamp(1, 32) as u32;
-            // SAFETY: both ranges were checked by the caller (`check_call` for the user's
-            // buffers, `total` for tmp) and stay alive until the synchronize below.
-            unsafe {
-                stream.launch(
-                    "rsccl_copy",
-                    LaunchConfig::linear(blocks, rsccl_device::kernels::COPY_THREADS),
-                    &args,
-                )
-            }?;
-            stream.synchronize()
-        };
+        // SAFETY: both ranges were checked by the caller (`check_call` for the user's
+        // buffers, `total` for tmp) and stay alive until each copy has returned.
+        let copy = |dst: DevPtr, src: DevPtr, bytes: usize| unsafe { stream.copy_ptrs(dst, src, bytes) };
         copy(tmp.ptr(), send, count * eb)?;
         let mine = BufRef { buf: tmp, offset: l * slice };
         self.intra.reduce_scatter(BufRef::from(tmp), mine, c, dtype, op)?;

@@ -12,7 +12,8 @@ use rsccl_device::dtype::DataType;
 impl Comm {
     /// All-to-all: rank `r`'s `send` holds `nranks` blocks of `count` elements, block `p` for
     /// rank `p`; afterwards rank `r`'s `recv` holds every rank's block `r`, in rank order. Every
-    /// rank calls it with the same `count` and `dtype`, out of place (`send` and `recv` apart).
+    /// rank calls it with the same `count` and `dtype`. In place (`send` = `recv`) the input is
+    /// staged in a buffer of the communicator's first (kept for later calls).
     ///
     /// It runs an MSCCL-IR program: one of the registry's (`RSCCL_MSCCL_XML`) that serves the
     /// call, else the built-in two-step all-to-all (MSCCL's), compiled on the first call for
@@ -43,37 +44,59 @@ impl Comm {
             // Nothing moves (empty buffers may share an address): as NCCL, a call that does nothing.
             return Ok(());
         }
-        let id = self.all_to_all_program(send, recv, count, dtype)?;
-        self.run_msccl(id, send, recv, count, dtype, ReduceOp::Sum)
+        let (id, builtin) = self.all_to_all_program(send, recv, count, dtype)?;
+        // A registry program serves only calls of its layout; the built-in one is out of place.
+        if !builtin || send.ptr() != recv.ptr() {
+            return self.run_msccl(id, send, recv, count, dtype, ReduceOp::Sum);
+        }
+        // In place on an out-of-place program: the input goes to a staging buffer first (every
+        // block is read before any arrives), kept for the next call.
+        let bytes = self.all_to_all_bytes(count, dtype)?;
+        let mut staging = self.all_to_all_staging.lock().unwrap_or_else(|e| e.into_inner());
+        if staging.as_ref().is_none_or(|b| b.len() < bytes) {
+            *staging = None;
+            *staging = Some(self.stream.alloc(bytes)?);
+        }
+        let tmp = staging.as_ref().expect("allocated above");
+        self.stream.copy_range((tmp, 0), (send.buf, send.offset), bytes).map_err(|e| {
+            Error::InvalidConfig(format!("rank {}: all_to_all in place: the buffer: {e}", self.rank))
+        })?;
+        self.run_msccl(id, BufRef::from(tmp), recv, count, dtype, ReduceOp::Sum)
     }
 
-    /// The program an all-to-all call runs: the registry's if one serves it, else the built-in
-    /// one (loaded now on the first call; every rank makes the same calls in the same order).
+    /// Bytes of one rank's all-to-all buffer: `count` elements to each rank.
+    fn all_to_all_bytes(&self, count: usize, dtype: DataType) -> Result<usize> {
+        let n = self.nranks;
+        count.checked_mul(dtype.size()).and_then(|b| b.checked_mul(n)).ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "all_to_all: {count} elements of {dtype:?} to each of {n} ranks overflow a byte size"
+            ))
+        })
+    }
+
+    /// The program an all-to-all call runs, and whether it is the built-in one: the registry's
+    /// if one serves the call, else the built-in one (loaded now on the first call; every rank
+    /// makes the same calls in the same order).
     fn all_to_all_program(
         &self,
         send: BufRef,
         recv: BufRef,
         count: usize,
         dtype: DataType,
-    ) -> Result<MscclId> {
+    ) -> Result<(MscclId, bool)> {
         let n = self.nranks;
-        let too_big = || {
-            Error::InvalidConfig(format!(
-                "all_to_all: {count} elements of {dtype:?} to each of {n} ranks overflow a byte size"
-            ))
-        };
-        let bytes = count.checked_mul(dtype.size()).and_then(|b| b.checked_mul(n)).ok_or_else(too_big)?;
+        let bytes = self.all_to_all_bytes(count, dtype)?;
         let in_place = send.ptr() == recv.ptr();
         let auto = self.msccl_auto.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, id)) =
             auto.iter().find(|(e, _)| e.serves(&IrColl::AllToAll, n, bytes as u64, in_place))
         {
-            return Ok(*id);
+            return Ok((*id, false));
         }
         drop(auto);
         let mut builtin = self.all_to_all_builtin.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(id) = *builtin {
-            return Ok(id);
+            return Ok((id, true));
         }
         let (nodes, local) = self.host_blocks();
         let refused =
@@ -82,7 +105,7 @@ impl Comm {
         let program = dsl.compile().map_err(refused)?;
         let id = self.load_msccl(&program)?;
         *builtin = Some(id);
-        Ok(id)
+        Ok((id, true))
     }
 
     /// `(hosts, ranks per host)` when the ranks are numbered host by host, each host holding
