@@ -157,7 +157,7 @@ fn all_reduce_report_parses_as_nccl_tests() {
 
 #[test]
 fn every_collective_on_three_ranks() {
-    for coll in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"] {
+    for coll in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall"] {
         let r = perf_ok(
             &[coll, "-g", "3", "-b", "96", "-e", "6K", "-f", "8", "-n", "1", "-w", "1"],
             Duration::from_secs(120),
@@ -167,13 +167,13 @@ fn every_collective_on_three_ranks() {
             let (bytes, count): (u64, u64) = (c[0].parse().unwrap(), c[1].parse().unwrap());
             match coll {
                 // The size is the whole buffer; the count is per rank, a multiple of 4.
-                "all_gather" | "reduce_scatter" => {
+                "all_gather" | "reduce_scatter" | "alltoall" => {
                     assert_eq!(bytes, count * 4 * 3, "{coll} {c:?}");
                     assert_eq!(count % 4, 0);
                 }
                 _ => assert_eq!(bytes, count * 4, "{coll} {c:?}"),
             }
-            let op = if matches!(coll, "all_gather" | "broadcast") { "none" } else { "sum" };
+            let op = if matches!(coll, "all_gather" | "broadcast" | "alltoall") { "none" } else { "sum" };
             let root = if matches!(coll, "broadcast" | "reduce") { "0" } else { "-1" };
             assert_eq!((c[3].as_str(), c[4].as_str()), (op, root), "{coll}");
         }

@@ -265,13 +265,13 @@ pub fn parse(args: &[String]) -> Result<Option<PerfOptions>, String> {
     }
     let Some((first, rest)) = args.split_first() else {
         return Err(
-            "give the collective to benchmark: all_reduce, all_gather, reduce_scatter, broadcast or reduce"
+            "give the collective to benchmark: all_reduce, all_gather, reduce_scatter, broadcast, reduce or alltoall"
                 .into(),
         );
     };
     let coll = PerfCollective::from_name(first).ok_or_else(|| {
         format!(
-            "unknown collective `{first}`: use all_reduce, all_gather, reduce_scatter, broadcast or reduce"
+            "unknown collective `{first}`: use all_reduce, all_gather, reduce_scatter, broadcast, reduce or alltoall"
         )
     })?;
     let mut o = PerfOptions::new(coll);

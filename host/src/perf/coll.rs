@@ -18,6 +18,8 @@ pub enum PerfCollective {
     Broadcast,
     /// `reduce_perf`.
     Reduce,
+    /// `alltoall_perf`.
+    AllToAll,
 }
 
 /// The element counts of one step of a benchmark, for one rank (nccl-tests' `setupArgs`).
@@ -38,12 +40,13 @@ pub struct Shape {
 
 impl PerfCollective {
     /// Every benchmark, in the order `rsccl perf --help` lists them.
-    pub const ALL: [PerfCollective; 5] = [
+    pub const ALL: [PerfCollective; 6] = [
         PerfCollective::AllReduce,
         PerfCollective::AllGather,
         PerfCollective::ReduceScatter,
         PerfCollective::Broadcast,
         PerfCollective::Reduce,
+        PerfCollective::AllToAll,
     ];
 
     /// The command-line name (nccl-tests' binary without `_perf`).
@@ -54,6 +57,7 @@ impl PerfCollective {
             PerfCollective::ReduceScatter => "reduce_scatter",
             PerfCollective::Broadcast => "broadcast",
             PerfCollective::Reduce => "reduce",
+            PerfCollective::AllToAll => "alltoall",
         }
     }
 
@@ -105,17 +109,27 @@ impl PerfCollective {
                     recv_inplace_offset: base,
                 }
             }
+            PerfCollective::AllToAll => {
+                let base = count / (ALIGN * nranks) * ALIGN;
+                Shape {
+                    send_count: base * nranks,
+                    recv_count: base * nranks,
+                    param_count: base,
+                    send_inplace_offset: 0,
+                    recv_inplace_offset: 0,
+                }
+            }
         }
     }
 
     /// Algorithm and bus bandwidth in GB/s of a step that took `sec` seconds: algbw counts
-    /// the whole buffer (`count × nranks` for all-gather and reduce-scatter, whose `count` is
+    /// the whole buffer (`count × nranks` for all-gather, reduce-scatter and all-to-all, whose `count` is
     /// per rank), busbw scales it by what each rank's links carry (nccl-tests' `GetBw`).
     pub fn bandwidth(self, param_count: usize, type_size: usize, sec: f64, nranks: usize) -> (f64, f64) {
         let n = nranks as f64;
         let (bytes, factor) = match self {
             PerfCollective::AllReduce => (param_count * type_size, 2.0 * (n - 1.0) / n),
-            PerfCollective::AllGather | PerfCollective::ReduceScatter => {
+            PerfCollective::AllGather | PerfCollective::ReduceScatter | PerfCollective::AllToAll => {
                 (param_count * type_size * nranks, (n - 1.0) / n)
             }
             PerfCollective::Broadcast | PerfCollective::Reduce => (param_count * type_size, 1.0),
@@ -139,6 +153,9 @@ mod tests {
         assert_eq!((rs.send_count, rs.recv_count, rs.recv_inplace_offset), (996, 332, 332));
         let ar = PerfCollective::AllReduce.shape(7, 3);
         assert_eq!((ar.send_count, ar.recv_count, ar.param_count), (7, 7, 7));
+        let a2a = PerfCollective::AllToAll.shape(1000, 3);
+        assert_eq!((a2a.send_count, a2a.recv_count, a2a.param_count), (996, 996, 332));
+        assert_eq!((a2a.send_inplace_offset, a2a.recv_inplace_offset), (0, 0));
         // Too few elements for every rank: nothing moves.
         assert_eq!(PerfCollective::AllGather.shape(8, 3).recv_count, 0);
     }
@@ -151,6 +168,8 @@ mod tests {
         assert_eq!(bw(PerfCollective::ReduceScatter), (16.0, 12.0));
         assert_eq!(bw(PerfCollective::Broadcast), (4.0, 4.0));
         assert_eq!(bw(PerfCollective::Reduce), (4.0, 4.0));
+        assert_eq!(bw(PerfCollective::AllToAll), (16.0, 12.0));
+        assert_eq!(PerfCollective::from_name("alltoall_perf"), Some(PerfCollective::AllToAll));
         assert_eq!(PerfCollective::from_name("all_reduce_perf"), Some(PerfCollective::AllReduce));
         assert_eq!(PerfCollective::from_name("allreduce"), None);
     }

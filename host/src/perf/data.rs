@@ -289,6 +289,11 @@ impl Pattern {
                 PerfCollective::AllReduce => self.reduced(i),
                 PerfCollective::ReduceScatter => self.reduced(rank * param_count + i),
                 PerfCollective::AllGather => self.input(i / param_count.max(1), i % param_count.max(1)),
+                // Block q of the output is block `rank` of rank q's input.
+                PerfCollective::AllToAll => {
+                    let (q, j) = (i / param_count.max(1), i % param_count.max(1));
+                    self.input(q, rank * param_count + j)
+                }
                 PerfCollective::Broadcast => self.input(self.root, i),
                 PerfCollective::Reduce if rank == self.root => self.reduced(i),
                 PerfCollective::Reduce => decode(self.dtype, &before[i * es..(i + 1) * es]),

@@ -343,6 +343,7 @@ impl Rank<'_> {
             PerfCollective::ReduceScatter => self.comm.reduce_scatter(send, recv, c, t, op),
             PerfCollective::Broadcast => self.comm.broadcast(send, recv, c, t, step.root),
             PerfCollective::Reduce => self.comm.reduce(send, recv, c, t, op, step.root),
+            PerfCollective::AllToAll => self.comm.all_to_all(send, recv, c, t),
         }
     }
 
