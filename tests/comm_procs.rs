@@ -230,6 +230,28 @@ fn comm_child() {
                     (0..count).map(|i| (0..n).map(|q| ((i * 7 + q * 13) % 101) as i32 - 50).sum()).collect();
                 assert!(be.download::<i32>(&buf, count).unwrap() == want, "rank {rank}: count {count}");
             }
+            // All-to-all: the registry's program up to its maxBytes, the built-in one above (its
+            // loading is logged); both give every block where the definition puts it.
+            let log = var("RSCCL_DEBUG_FILE");
+            let built_in =
+                || std::fs::read_to_string(&log).unwrap().contains("the built-in two-step program");
+            for (count, from_registry) in [(1000usize, true), (3000, false)] {
+                let word = |src: usize, dst: usize, i: usize| (src * 1_000_000 + dst * 10_000 + i) as i32;
+                let send: Vec<i32> = (0..n).flat_map(|p| (0..count).map(move |i| word(rank, p, i))).collect();
+                let (sb, rb) = (be.upload(&send).unwrap(), be.alloc(4 * n * count).unwrap());
+                comm.all_to_all(BufRef::from(&sb), BufRef::from(&rb), count, DataType::I32).unwrap();
+                let want: Vec<i32> = (0..n).flat_map(|q| (0..count).map(move |i| word(q, rank, i))).collect();
+                assert!(
+                    be.download::<i32>(&rb, n * count).unwrap() == want,
+                    "rank {rank}: all_to_all {count}"
+                );
+                assert_eq!(
+                    built_in(),
+                    !from_registry,
+                    "rank {rank}: all_to_all of {count}: the log:\n{}",
+                    std::fs::read_to_string(&log).unwrap()
+                );
+            }
             println!("MSCCL rank {rank} of {n} ok");
         }
         other => panic!("unknown child role {other}"),
@@ -322,8 +344,13 @@ fn an_msccl_program_runs_across_4_processes() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let p = algorithms::allpairs_allreduce(n as u32, 1, ir::Protocol::Simple).unwrap().compile().unwrap();
-    let file = dir.join("allpairs.xml");
-    ir::write_to(&p, &mut std::fs::File::create(&file).unwrap()).unwrap();
+    ir::write_to(&p, &mut std::fs::File::create(dir.join("allpairs.xml")).unwrap()).unwrap();
+    // An all-to-all for calls of at most 4 × 2000 i32 (32000 bytes), under a name of its own.
+    let mut a2a =
+        algorithms::alltoall_two_step(1, n as u32, 1, ir::Protocol::Simple).unwrap().compile().unwrap();
+    (a2a.name, a2a.max_bytes) = ("registry_alltoall".into(), Some(32_000));
+    ir::write_to(&a2a, &mut std::fs::File::create(dir.join("alltoall.xml")).unwrap()).unwrap();
+    let file = dir.clone();
     let id = loopback_id();
     let envs = (0..n).map(|r| {
         vec![
@@ -332,6 +359,8 @@ fn an_msccl_program_runs_across_4_processes() {
             ("RSCCL_TEST_RANK".to_string(), r.to_string()),
             ("RSCCL_TEST_N".to_string(), n.to_string()),
             ("RSCCL_TEST_MSCCL_XML".to_string(), file.display().to_string()),
+            ("RSCCL_DEBUG".to_string(), "INFO".to_string()),
+            ("RSCCL_DEBUG_FILE".to_string(), dir.join(format!("log{r}.txt")).display().to_string()),
         ]
     });
     let mut ranks = Children::spawn("comm_child", envs);

@@ -104,6 +104,11 @@ impl Comm {
         let dsl = alltoall_two_step(nodes as u32, local as u32, 1, Protocol::Simple).map_err(refused)?;
         let program = dsl.compile().map_err(refused)?;
         let id = self.load_msccl(&program)?;
+        tracing::info!(
+            rank = self.rank,
+            "all_to_all: no registry program serves {bytes} bytes; the built-in two-step program for \
+             {nodes} host(s) of {local} rank(s) loaded"
+        );
         *builtin = Some(id);
         Ok((id, true))
     }
