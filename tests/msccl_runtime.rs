@@ -680,9 +680,9 @@ fn dsl_inplace_reducescatter_and_allgather_run() {
 /// `Comm::all_to_all` on the built-in two-step program, loaded by the first call: one host of
 /// 1, 3 and 4 ranks, and 2 hosts × 2 ranks (the blocks for the other host gather first and
 /// cross the network as one transfer). Every block lands where the definition puts it, for
-/// i32 and odd-length u8 blocks and 0 elements, in place (staged) and out of place, on calls
-/// that reuse the program; a receive buffer one element short is refused on every rank, and the
-/// next call still runs.
+/// i32 and odd-length u8 blocks and 0 elements, in place (staged) and out of place, blocking and
+/// enqueued (with an all-reduce queued behind it), on calls that reuse the program; a receive
+/// buffer one element short is refused on every rank, and the next call still runs.
 #[test]
 fn all_to_all_runs_the_built_in_program_on_one_host_and_across_two() {
     let word = |src: usize, dst: usize, i: usize| (src * 1_000_000 + dst * 10_000 + i) as i32;
@@ -716,6 +716,20 @@ fn all_to_all_runs_the_built_in_program_on_one_host_and_across_two() {
                 comm.all_to_all(BufRef::from(&ib), BufRef::from(&ib), count, DataType::U8)
                     .unwrap_or_else(|e| panic!("{what}, in place: {e}"));
                 assert_eq!(be.download::<u8>(&ib, n * count).unwrap(), want, "{what}, in place");
+                // Nonblocking, in place, with another collective enqueued behind it.
+                let ib = be.upload(&send).unwrap();
+                let w = comm
+                    .enqueue()
+                    .all_to_all(BufRef::from(&ib), BufRef::from(&ib), count, DataType::U8)
+                    .unwrap();
+                assert_eq!(w.algorithm(), "msccl");
+                let ones = be.upload(&[1i32; 100]).unwrap();
+                let o = BufRef::from(&ones);
+                let w2 = comm.enqueue().all_reduce(o, o, 100, DataType::I32, ReduceOp::Sum).unwrap();
+                w.wait().unwrap_or_else(|e| panic!("{what}, enqueued: {e}"));
+                w2.wait().unwrap();
+                assert_eq!(be.download::<u8>(&ib, n * count).unwrap(), want, "{what}, enqueued in place");
+                assert_eq!(be.download::<i32>(&ones, 100).unwrap(), vec![n as i32; 100], "{what}, behind it");
                 // Refused before anything runs, on every rank alike.
                 let short = be.alloc(n * count - 1).unwrap();
                 let e =

@@ -1081,25 +1081,7 @@ impl Comm {
         }
         if !tree {
             if let Some(l) = self.msccl_select(coll, send, recv, count, dtype, red) {
-                let holds = [send.buf.hold(), recv.buf.hold()];
-                // SAFETY: check_call showed both buffers hold what this rank reads and writes;
-                // the holds keep their memory alive, and their copies waiting, until the kernel
-                // completed.
-                let (seq, ran) = unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }?;
-                let done = Arc::new(AtomicBool::new(!ran));
-                if ran {
-                    // Completed like the ring's kernel: `finish` reads this program's status.
-                    *self.msccl_in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
-                    let flag = done.clone();
-                    self.stream.host_fn(Box::new(move || {
-                        drop(holds);
-                        flag.store(true, Ordering::Release);
-                    }));
-                    q.in_flight = Some(seq);
-                } else {
-                    q.unclaimed.push((seq, Ok(())));
-                }
-                return Ok(Work::new(self, seq, done, "msccl"));
+                return self.enqueue_msccl(&mut q, l, send, recv, count, dtype, op);
             }
         }
         let use_nvls = !tree && self.nvls.is_some() && nvls::applies(coll, dtype, red);

@@ -152,6 +152,12 @@ impl<'c> Enqueue<'c> {
         self.comm.start(Collective::Broadcast, send, recv, count, dtype, ReduceOp::Sum, root, false)
     }
 
+    /// Nonblocking [`Comm::all_to_all`]: its `send` (or, in place, the staging copy of it) and
+    /// `recv` stay in use until the work completes.
+    pub fn all_to_all(self, send: BufRef, recv: BufRef, count: usize, dtype: DataType) -> Result<Work<'c>> {
+        self.comm.start_all_to_all(send, recv, count, dtype)
+    }
+
     /// Nonblocking [`Comm::reduce`].
     pub fn reduce(
         self,

@@ -3,6 +3,7 @@
 //! (`RSCCL_MSCCL_XML`) when one does, else the built-in two-step all-to-all, compiled for the
 //! communicator's hosts and loaded on its first call.
 use super::{Comm, MscclId};
+use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
 use crate::msccl::algorithms::alltoall_two_step;
@@ -19,7 +20,8 @@ impl Comm {
     /// call, else the built-in two-step all-to-all (MSCCL's), compiled on the first call for
     /// this communicator's hosts. Across hosts, the blocks for another host first gather on the
     /// GPU of the destination's local index and cross the network as one transfer; inside a
-    /// host every block goes directly. Blocks until this rank's part is done.
+    /// host every block goes directly. Blocks until this rank's part is done;
+    /// [`crate::comm::Enqueue::all_to_all`] returns at once.
     ///
     /// ```
     /// use rsccl::{backend, BufRef, Comm, CommConfig, DataType};
@@ -40,17 +42,31 @@ impl Comm {
     /// # Ok::<(), rsccl::Error>(())
     /// ```
     pub fn all_to_all(&self, send: BufRef, recv: BufRef, count: usize, dtype: DataType) -> Result<()> {
-        if count == 0 {
-            // Nothing moves (empty buffers may share an address): as NCCL, a call that does nothing.
-            return Ok(());
-        }
+        self.start_all_to_all(send, recv, count, dtype)?.wait()
+    }
+
+    /// [`Comm::all_to_all`], enqueued ([`crate::comm::Enqueue::all_to_all`]).
+    pub(crate) fn start_all_to_all(
+        &self,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+    ) -> Result<Work<'_>> {
         let (id, builtin) = self.all_to_all_program(send, recv, count, dtype)?;
+        let l = self.loaded(id)?;
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.complete_in_flight(&mut q);
+        send.buf.wait_idle();
+        recv.buf.wait_idle();
+        self.arm()?;
         // A registry program serves only calls of its layout; the built-in one is out of place.
-        if !builtin || send.ptr() != recv.ptr() {
-            return self.run_msccl(id, send, recv, count, dtype, ReduceOp::Sum);
+        if !builtin || send.ptr() != recv.ptr() || count == 0 {
+            return self.enqueue_msccl(&mut q, l, send, recv, count, dtype, ReduceOp::Sum);
         }
         // In place on an out-of-place program: the input goes to a staging buffer first (every
-        // block is read before any arrives), kept for the next call.
+        // block is read before any arrives), kept for later calls. Nothing is in flight now,
+        // so nothing uses the staging buffer.
         let bytes = self.all_to_all_bytes(count, dtype)?;
         let mut staging = self.all_to_all_staging.lock().unwrap_or_else(|e| e.into_inner());
         if staging.as_ref().is_none_or(|b| b.len() < bytes) {
@@ -61,7 +77,7 @@ impl Comm {
         self.stream.copy_range((tmp, 0), (send.buf, send.offset), bytes).map_err(|e| {
             Error::InvalidConfig(format!("rank {}: all_to_all in place: the buffer: {e}", self.rank))
         })?;
-        self.run_msccl(id, BufRef::from(tmp), recv, count, dtype, ReduceOp::Sum)
+        self.enqueue_msccl(&mut q, l, BufRef::from(tmp), recv, count, dtype, ReduceOp::Sum)
     }
 
     /// Bytes of one rank's all-to-all buffer: `count` elements to each rank.

@@ -2,9 +2,10 @@
 //! wires a connection per (peer, channel) its threadblocks use through the communicator's
 //! transports, and puts its tables in device memory; [`Comm::run_msccl`] runs it as one
 //! kernel (the interpreter of `rsccl_device::coll::msccl`, one block per threadblock).
-use super::{conn_tag, Comm, Edge};
+use super::{conn_tag, Comm, Edge, Queue};
 use crate::backend::{DeviceBuffer, LaunchConfig};
 use crate::comm::collectives::check_call;
+use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
 use crate::msccl::ir::{Collective as IrColl, Program};
@@ -24,7 +25,7 @@ use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Most bytes of scratch one MSCCL launch may allocate (`s_chunks` chunks of the call's chunk
@@ -252,7 +253,7 @@ impl Comm {
         Ok(id)
     }
 
-    fn loaded(&self, id: MscclId) -> Result<Arc<Loaded>> {
+    pub(super) fn loaded(&self, id: MscclId) -> Result<Arc<Loaded>> {
         let v = self.msccl.lock().unwrap_or_else(|e| e.into_inner());
         v.iter().find(|l| l.id == id).cloned().ok_or_else(|| {
             bad(format!("rank {}: no MSCCL program {:?} is loaded on this communicator", self.rank, id))
@@ -287,6 +288,40 @@ impl Comm {
             (_, false) => Ok(()),
             (_, true) => self.finish_msccl(&l),
         }
+    }
+
+    /// Enqueues `l`'s kernel on this rank's buffers as a nonblocking collective; the caller
+    /// holds the queue `q`, has completed the collective in flight and armed the communicator.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn enqueue_msccl(
+        &self,
+        q: &mut Queue,
+        l: Arc<Loaded>,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<Work<'_>> {
+        let holds = [send.buf.hold(), recv.buf.hold()];
+        // SAFETY: launch_msccl checks both buffers against what this rank reads and writes;
+        // the holds keep their memory alive, and their copies waiting, until the kernel
+        // completed.
+        let (seq, ran) = unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }?;
+        let done = Arc::new(AtomicBool::new(!ran));
+        if ran {
+            // Completed like the ring's kernel: `finish` reads this program's status.
+            *self.msccl_in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
+            let flag = done.clone();
+            self.stream.host_fn(Box::new(move || {
+                drop(holds);
+                flag.store(true, Ordering::Release);
+            }));
+            q.in_flight = Some(seq);
+        } else {
+            q.unclaimed.push((seq, Ok(())));
+        }
+        Ok(Work::new(self, seq, done, "msccl"))
     }
 
     /// The launch shape of loaded program `id` on this rank.
@@ -443,7 +478,9 @@ impl Comm {
             )));
         }
         let inplace = in_place(&plan.coll, send.ptr().0, recv.ptr().0, rank, block);
-        if inplace != plan.inplace {
+        // An empty call moves nothing: its layout does not matter (empty buffers may share an
+        // address).
+        if block != 0 && inplace != plan.inplace {
             return Err(bad(format!(
                 "MSCCL program \"{name}\" is {}; this call is {}",
                 if plan.inplace { "in-place" } else { "out-of-place" },
