@@ -1043,12 +1043,7 @@ impl Comm {
             root,
             self.stream.compute_capability(),
         )?;
-        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        self.complete_in_flight(&mut q);
-        // No other collective (of any communicator) may still use these buffers.
-        send.buf.wait_idle();
-        recv.buf.wait_idle();
-        self.arm()?;
+        let mut q = self.ready_for(send, recv)?;
         if let Some(t) = &self.nvls_tree {
             if !tree && coll == Collective::AllReduce && nvls::applies(coll, dtype, red) {
                 // Three collectives of the sub-communicators and two copies, in order, on a
@@ -1150,6 +1145,18 @@ impl Comm {
     }
 
     /// Completes the collective in flight, if any, keeping its result for its [`Work`].
+    /// This communicator's queue, once the collective in flight completed, no collective (of
+    /// any communicator) still uses `send` or `recv`, and the abort word is armed for the next
+    /// kernel.
+    fn ready_for(&self, send: BufRef, recv: BufRef) -> Result<std::sync::MutexGuard<'_, Queue>> {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.complete_in_flight(&mut q);
+        send.buf.wait_idle();
+        recv.buf.wait_idle();
+        self.arm()?;
+        Ok(q)
+    }
+
     fn complete_in_flight(&self, q: &mut Queue) {
         if let Some(seq) = q.in_flight.take() {
             let r = self.finish();

@@ -55,11 +55,7 @@ impl Comm {
     ) -> Result<Work<'_>> {
         let (id, builtin) = self.all_to_all_program(send, recv, count, dtype)?;
         let l = self.loaded(id)?;
-        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        self.complete_in_flight(&mut q);
-        send.buf.wait_idle();
-        recv.buf.wait_idle();
-        self.arm()?;
+        let mut q = self.ready_for(send, recv)?;
         // A registry program serves only calls of its layout; the built-in one is out of place.
         if !builtin || send.ptr() != recv.ptr() || count == 0 {
             return self.enqueue_msccl(&mut q, l, send, recv, count, dtype, ReduceOp::Sum);

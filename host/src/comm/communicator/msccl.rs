@@ -277,11 +277,7 @@ impl Comm {
         op: ReduceOp,
     ) -> Result<()> {
         let l = self.loaded(id)?;
-        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        self.complete_in_flight(&mut q);
-        send.buf.wait_idle();
-        recv.buf.wait_idle();
-        self.arm()?;
+        let _q = self.ready_for(send, recv)?;
         // SAFETY: checked in launch_msccl against the buffers, which the borrows keep alive
         // until finish_with returns (it waits for the kernel).
         match unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }? {
