@@ -214,21 +214,15 @@ pub(crate) fn setup(
     let scratch_bytes = usize::try_from(layout.scratch_bytes()).map_err(|_| too_big())?;
     let flag_bytes = usize::try_from(layout.flag_bytes()).map_err(|_| too_big())?;
     let across = backend.kind() == BackendKind::Cpu && peers.iter().any(|p| p.pid != peers[0].pid);
-    let bound = if backend.multicast_objects() {
-        bind_objects(boot, rank, nranks, backend, &[scratch_bytes, flag_bytes])?.map(|o| {
-            let mut bufs = o.bufs.into_iter();
-            let ((scratch, mc_scratch), (flags, mc_flags)) =
-                (bufs.next().expect("two objects"), bufs.next().expect("two objects"));
-            Bound { scratch, flags, mc_scratch, mc_flags, maps: o.maps, binds: o.objects }
-        })
-    } else {
-        bind_addresses(boot, rank, backend, [scratch_bytes, flag_bytes], across)?
-    };
+    let bound = bind(boot, rank, nranks, backend, &[scratch_bytes, flag_bytes], across, "NVLS memory")?;
     // Every rank learned whether all bound, and all go on or fall back (or fail) alike.
     let b = match bound {
         Ok(b) => b,
         Err(why) => return if policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(None) },
     };
+    let mut bufs = b.bufs.into_iter();
+    let two = "bound as asked: scratch and flags";
+    let ((scratch, mc_scratch), (flags, mc_flags)) = (bufs.next().expect(two), bufs.next().expect(two));
     tracing::info!(
         rank,
         "NVLS: {nranks} heads, {grid} channel(s), {} KiB FIFO slots, {} KiB scratch per rank{}",
@@ -237,37 +231,24 @@ pub(crate) fn setup(
         if across { ", peers' scratch mapped from their processes" } else { "" }
     );
     let steps = backend.alloc(usize::try_from(layout.step_words() * 8).map_err(|_| too_big())?)?;
-    let (uc, mc) = ((b.scratch.ptr(), b.flags.ptr()), (b.mc_scratch, b.mc_flags));
+    let (uc, mc) = ((scratch.ptr(), flags.ptr()), (mc_scratch, mc_flags));
     let chans: Vec<NvlsChannel> =
         (0..nchannels).map(|c| layout.channel(c, rank, uc, mc, steps.ptr())).collect();
     let channels = backend.alloc(std::mem::size_of_val(chans.as_slice()))?;
     backend.copy_in(&channels, 0, bytemuck::cast_slice(&chans))?;
     Ok(Some(Nvls {
         _maps: b.maps,
-        scratch: b.scratch,
-        flags: b.flags,
-        mc_scratch: b.mc_scratch,
-        mc_flags: b.mc_flags,
+        scratch,
+        flags,
+        mc_scratch,
+        mc_flags,
         channels,
         _steps: steps,
         step_bytes: layout.step_bytes,
         grid,
         across_processes: across,
-        _binds: b.binds,
+        _binds: b.keep,
     }))
-}
-
-/// A rank's NVLS memory, bound: its scratch and flags, their multicast addresses, and what
-/// keeps them so.
-struct Bound {
-    scratch: DeviceBuffer,
-    flags: DeviceBuffer,
-    mc_scratch: DevPtr,
-    mc_flags: DevPtr,
-    /// Multicast mappings, released before the memory bound behind them (NCCL's order).
-    maps: Vec<Box<dyn Any + Send + Sync>>,
-    /// Bindings and peers' mappings, released after this rank's memory.
-    binds: Vec<Box<dyn Any + Send + Sync>>,
 }
 
 /// Longest failure message a rank sends in [`agree`].
@@ -295,14 +276,37 @@ fn agree<T>(boot: &mut Bootstrap, what: &str, r: Result<T>) -> Result<std::resul
     })
 }
 
-/// This rank's memory bound into new multicast objects, one per size asked for.
-pub(crate) struct Objects {
-    /// Per object: this rank's memory and the multicast address of the range.
-    pub(crate) bufs: Vec<(DeviceBuffer, DevPtr)>,
-    /// The multicast mappings, to release before the memory bound behind them (NCCL's order).
-    pub(crate) maps: Vec<Box<dyn Any + Send + Sync>>,
-    /// The objects, released last.
-    pub(crate) objects: Vec<Box<dyn Any + Send + Sync>>,
+/// This rank's memory bound into multicast ranges, one per size asked for ([`bind`]).
+struct Multicast {
+    /// Per range: this rank's memory and the multicast address of the range.
+    bufs: Vec<(DeviceBuffer, DevPtr)>,
+    /// The multicast mappings (a GPU's), to release before the memory bound behind them
+    /// (NCCL's order).
+    maps: Vec<Box<dyn Any + Send + Sync>>,
+    /// What keeps the ranges bound (the objects; or the bindings, then the peers' mappings
+    /// they point into), released after this rank's memory.
+    keep: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+/// Binds this rank's new memory of each of `sizes` into a multicast range with every other
+/// rank's (a collective of all ranks): from multicast objects where the backend makes
+/// multicast memory that way (a GPU's), else by address ([`bind_addresses`]; `across`: the
+/// ranks are separate processes of the CPU emulator). `Ok(Err(why))` names the first rank that
+/// failed a step (`what` the memory is), every rank alike; `Err` only when the bootstrap fails.
+fn bind(
+    boot: &mut Bootstrap,
+    rank: usize,
+    nranks: usize,
+    backend: &std::sync::Arc<dyn Backend>,
+    sizes: &[usize],
+    across: bool,
+    what: &str,
+) -> Result<std::result::Result<Multicast, String>> {
+    if backend.multicast_objects() {
+        bind_objects(boot, rank, nranks, backend, sizes)
+    } else {
+        bind_addresses(boot, rank, backend, sizes, across, what)
+    }
 }
 
 /// Multicast memory from multicast objects (a GPU's way; NCCL's steps, every rank done with
@@ -310,13 +314,13 @@ pub(crate) struct Objects {
 /// handles; every rank opens them and adds its device; every rank binds memory of its own;
 /// every rank maps the ranges. `Ok(Err(why))` names the first rank that failed a step (every
 /// rank learns it alike); `Err` only when the bootstrap fails.
-pub(crate) fn bind_objects(
+fn bind_objects(
     boot: &mut Bootstrap,
     rank: usize,
     nranks: usize,
     backend: &std::sync::Arc<dyn Backend>,
     sizes: &[usize],
-) -> Result<std::result::Result<Objects, String>> {
+) -> Result<std::result::Result<Multicast, String>> {
     let created = if rank == 0 {
         sizes.iter().map(|&b| backend.multicast_create(b, nranks)).collect::<Result<Vec<_>>>()
     } else {
@@ -361,56 +365,44 @@ pub(crate) fn bind_objects(
     };
     let bufs = members.into_iter().zip(maps.iter().map(|(p, _)| *p)).collect();
     let maps = maps.into_iter().map(|(_, g)| g).collect();
-    let objects = objects.into_iter().map(|o| Box::new(o) as Box<dyn Any + Send + Sync>).collect();
-    Ok(Ok(Objects { bufs, maps, objects }))
+    let keep = objects.into_iter().map(|o| Box::new(o) as Box<dyn Any + Send + Sync>).collect();
+    Ok(Ok(Multicast { bufs, maps, keep }))
 }
 
-/// NVLS memory on the CPU emulator: every rank allocates its buffers (exportable when the
-/// ranks are separate processes, which then map each other's) and binds every rank's copy,
-/// in rank order, into its own multicast ranges by address.
+/// Multicast memory on the CPU emulator: every rank allocates its buffers (exportable when
+/// the ranks are separate processes, which then map each other's) and binds every rank's
+/// copy, in rank order, into its own multicast ranges by address.
 fn bind_addresses(
     boot: &mut Bootstrap,
     rank: usize,
     backend: &std::sync::Arc<dyn Backend>,
-    [scratch_bytes, flag_bytes]: [usize; 2],
+    sizes: &[usize],
     across: bool,
-) -> Result<std::result::Result<Bound, String>> {
-    let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
-    let (scratch, flags, uc_scratch, uc_flags) = if across {
-        match map_across(boot, rank, backend, &[scratch_bytes, flag_bytes], "NVLS memory")? {
-            Ok(m) => {
-                keep = m.keep;
-                let (mut bufs, mut uc) = (m.bufs.into_iter(), m.uc.into_iter());
-                let two = "two buffers mapped";
-                (
-                    bufs.next().expect(two),
-                    bufs.next().expect(two),
-                    uc.next().expect(two),
-                    uc.next().expect(two),
-                )
-            }
+    what: &str,
+) -> Result<std::result::Result<Multicast, String>> {
+    let (bufs, uc, peers) = if across {
+        match map_across(boot, rank, backend, sizes, what)? {
+            Ok(m) => (m.bufs, m.uc, m.keep),
             Err(why) => return Ok(Err(why)),
         }
     } else {
-        let scratch = backend.alloc(scratch_bytes)?;
-        let flags = backend.alloc(flag_bytes)?;
-        let uc_scratch =
-            exchange_windows(|b| boot.all_gather(b), scratch.ptr(), scratch_bytes as u64, "NVLS scratch")?;
-        let uc_flags =
-            exchange_windows(|b| boot.all_gather(b), flags.ptr(), flag_bytes as u64, "NVLS flags")?;
-        (scratch, flags, uc_scratch, uc_flags)
+        let bufs = sizes.iter().map(|&b| backend.alloc(b)).collect::<Result<Vec<_>>>()?;
+        let uc = bufs
+            .iter()
+            .map(|b| exchange_windows(|m| boot.all_gather(m), b.ptr(), b.len() as u64, what))
+            .collect::<Result<Vec<_>>>()?;
+        (bufs, uc, Vec::new())
     };
-    let bound = backend
-        .multicast_bind(&uc_scratch, scratch_bytes)
-        .and_then(|s| backend.multicast_bind(&uc_flags, flag_bytes).map(|f| (s, f)));
-    let ((mc_scratch, bs), (mc_flags, bf)) = match agree(boot, "bind the NVLS multicast ranges", bound)? {
+    let bound =
+        uc.iter().zip(sizes).map(|(uc, &b)| backend.multicast_bind(uc, b)).collect::<Result<Vec<_>>>();
+    let bound = match agree(boot, &format!("bind its {what} into multicast ranges"), bound)? {
         Ok(b) => b,
         Err(why) => return Ok(Err(why)),
     };
     // The multicast bindings go before the peers' mappings they point into.
-    let mut binds: Vec<Box<dyn Any + Send + Sync>> = vec![bs, bf];
-    binds.extend(keep);
-    Ok(Ok(Bound { scratch, flags, mc_scratch, mc_flags, maps: Vec::new(), binds }))
+    let (mcs, mut keep): (Vec<DevPtr>, Vec<_>) = bound.into_iter().unzip();
+    keep.extend(peers);
+    Ok(Ok(Multicast { bufs: bufs.into_iter().zip(mcs).collect(), maps: Vec::new(), keep }))
 }
 
 /// Where the FIFO form's buffers, credit words and saved steps lie (NCCL's layout; see
@@ -807,10 +799,9 @@ pub(crate) fn exchange_windows(
 }
 
 /// Allocates `bytes` on every rank as one symmetric window (a collective of all ranks; NCCL's
-/// `ncclMemAlloc` + `ncclCommWindowRegister`): this rank's part from a multicast object where
-/// the backend makes NVLS memory that way (a GPU's); when the ranks are separate processes of
-/// the CPU emulator (`across`), exportable memory every rank maps and binds, as NVLS scratch;
-/// otherwise allocated and bound as [`register_window`] does. A rank that cannot is named in
+/// `ncclMemAlloc` + `ncclCommWindowRegister`), bound as NVLS scratch is ([`bind`]): from a
+/// multicast object on a GPU; on the CPU emulator by address, from exportable memory every
+/// rank maps when the ranks are separate processes (`across`). A rank that cannot is named in
 /// every rank's error.
 pub(crate) fn alloc_window(
     boot: &mut Bootstrap,
@@ -823,28 +814,12 @@ pub(crate) fn alloc_window(
     if bytes == 0 {
         return Err(Error::InvalidConfig("symmetric window: 0 bytes".into()));
     }
-    let failed = |why: String| Error::InvalidConfig(format!("symmetric window of {bytes} bytes: {why}"));
-    if across && !backend.multicast_objects() {
-        let m = map_across(boot, rank, backend, &[bytes], "symmetric window")?.map_err(failed)?;
-        let (buf, uc) = (m.bufs.into_iter().next(), m.uc.into_iter().next());
-        let (buf, uc) = (buf.expect("one buffer mapped"), uc.expect("one buffer mapped"));
-        let bound = backend.multicast_bind(&uc, bytes);
-        let (mc, bind) = agree(boot, "bind the symmetric window", bound)?.map_err(failed)?;
-        // The binding goes before the peers' mappings it points into (tuple fields drop in order).
-        let bind: Box<dyn Any + Send + Sync> = Box::new((bind, m.keep));
-        let entry =
-            WindowEntry { id, base: buf.ptr(), len: buf.len(), mc, _bind: bind, _keep: buf.keep_alive() };
-        return Ok((buf, entry));
-    }
-    if !backend.multicast_objects() {
-        let buf = backend.alloc(bytes)?;
-        let entry = register_window(boot, backend, &buf, id)?;
-        return Ok((buf, entry));
-    }
-    let o = bind_objects(boot, rank, nranks, backend, &[bytes])?.map_err(failed)?;
-    let (buf, mc) = o.bufs.into_iter().next().expect("one object");
-    // The mapping goes before the object, and both before this rank's memory (the caller's).
-    let bind: Box<dyn Any + Send + Sync> = Box::new((o.maps, o.objects));
+    let m = bind(boot, rank, nranks, backend, &[bytes], across, "symmetric window")?
+        .map_err(|why| Error::InvalidConfig(format!("symmetric window of {bytes} bytes: {why}")))?;
+    let (buf, mc) = m.bufs.into_iter().next().expect("bound as asked: one buffer");
+    // The mappings go before what keeps the range bound (tuple fields drop in order), and both
+    // before this rank's memory (the caller's).
+    let bind: Box<dyn Any + Send + Sync> = Box::new((m.maps, m.keep));
     let entry = WindowEntry { id, base: buf.ptr(), len: buf.len(), mc, _bind: bind, _keep: buf.keep_alive() };
     Ok((buf, entry))
 }
