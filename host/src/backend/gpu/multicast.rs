@@ -140,14 +140,20 @@ impl Drop for Member {
     }
 }
 
-/// The granularity both the multicast range and its members are rounded to on `dev`.
-fn granularity(dev: sys::CUdevice, ndevices: usize, size: usize) -> Result<usize> {
-    let mc_prop = sys::CUmulticastObjectProp {
+/// Properties of a multicast object of `size` bytes for `ndevices` devices, exportable as a
+/// POSIX descriptor.
+fn object_prop(ndevices: usize, size: usize) -> sys::CUmulticastObjectProp {
+    sys::CUmulticastObjectProp {
         numDevices: ndevices as u32,
         size,
         handleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0 as u64,
         flags: 0,
-    };
+    }
+}
+
+/// The granularity both the multicast range and its members are rounded to on `dev`.
+fn granularity(dev: sys::CUdevice, ndevices: usize, size: usize) -> Result<usize> {
+    let mc_prop = object_prop(ndevices, size);
     let (mut mc, mut uc) = (0usize, 0usize);
     // SAFETY: out-parameters and a filled property struct.
     unsafe {
@@ -182,12 +188,7 @@ pub(crate) fn create(shared: &Arc<Shared>, bytes: usize, ndevices: usize) -> Res
         .max(1)
         .checked_next_multiple_of(gran)
         .ok_or_else(|| Error::InvalidConfig(format!("a multicast range of {bytes} bytes overflows")))?;
-    let prop = sys::CUmulticastObjectProp {
-        numDevices: ndevices as u32,
-        size,
-        handleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0 as u64,
-        flags: 0,
-    };
+    let prop = object_prop(ndevices, size);
     let mut handle: sys::CUmemGenericAllocationHandle = 0;
     // SAFETY: out-parameter and a filled property struct.
     unsafe { sys::cuMulticastCreate(&mut handle, &prop) }.result().map_err(driver("cuMulticastCreate"))?;
