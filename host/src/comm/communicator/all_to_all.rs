@@ -53,7 +53,8 @@ impl Comm {
         count: usize,
         dtype: DataType,
     ) -> Result<Work<'_>> {
-        let (id, builtin) = self.all_to_all_program(send, recv, count, dtype)?;
+        let bytes = self.all_to_all_bytes(count, dtype)?;
+        let (id, builtin) = self.all_to_all_program(send.ptr() == recv.ptr(), bytes)?;
         let l = self.loaded(id)?;
         let mut q = self.ready_for(send, recv)?;
         // A registry program serves only calls of its layout; the built-in one is out of place.
@@ -63,7 +64,6 @@ impl Comm {
         // In place on an out-of-place program: the input goes to a staging buffer first (every
         // block is read before any arrives), kept for later calls. Nothing is in flight now,
         // so nothing uses the staging buffer.
-        let bytes = self.all_to_all_bytes(count, dtype)?;
         let mut staging = self.all_to_all_staging.lock().unwrap_or_else(|e| e.into_inner());
         if staging.as_ref().is_none_or(|b| b.len() < bytes) {
             *staging = None;
@@ -86,19 +86,11 @@ impl Comm {
         })
     }
 
-    /// The program an all-to-all call runs, and whether it is the built-in one: the registry's
-    /// if one serves the call, else the built-in one (loaded now on the first call; every rank
-    /// makes the same calls in the same order).
-    fn all_to_all_program(
-        &self,
-        send: BufRef,
-        recv: BufRef,
-        count: usize,
-        dtype: DataType,
-    ) -> Result<(MscclId, bool)> {
+    /// The program an all-to-all call of `bytes` per rank runs, and whether it is the built-in
+    /// one: the registry's if one serves the call, else the built-in one (loaded now on the
+    /// first call; every rank makes the same calls in the same order).
+    fn all_to_all_program(&self, in_place: bool, bytes: usize) -> Result<(MscclId, bool)> {
         let n = self.nranks;
-        let bytes = self.all_to_all_bytes(count, dtype)?;
-        let in_place = send.ptr() == recv.ptr();
         let auto = self.msccl_auto.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, id)) =
             auto.iter().find(|(e, _)| e.serves(&IrColl::AllToAll, n, bytes as u64, in_place))
