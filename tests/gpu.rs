@@ -599,12 +599,32 @@ fn main() -> ExitCode {
         };
     }
     let cpu = backend::cpu();
-    let all = cases(cpu);
+    let mut all = cases(cpu);
+    // `--list` names the checks; names given as arguments run only those (run.sh runs each in
+    // its own process under a time limit, so a hang or a trap costs one check, not the rest).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        all.iter().for_each(|(name, _)| println!("{name}"));
+        return ExitCode::SUCCESS;
+    }
+    if let Some(unknown) = args.iter().find(|a| !all.iter().any(|(name, _)| name == a)) {
+        println!("gpu-tests: no check named {unknown:?} (--list names them)");
+        println!("gpu-tests: 0 passed, 1 failed, 0 skipped");
+        return ExitCode::FAILURE;
+    }
+    let filtered = !args.is_empty();
+    if filtered {
+        all.retain(|(name, _)| args.iter().any(|a| a == name));
+    }
     rsccl_suite::test_kernels::register();
     let gpu = match backend::gpu() {
         Ok(g) => g,
         Err(e) => {
             println!("gpu-tests: SKIPPED, did not run: {e}");
+            if filtered {
+                println!("gpu-tests: 0 passed, 0 failed, {} skipped", all.len());
+                return ExitCode::SUCCESS;
+            }
             // What can run here: the multi-process harness itself, on the CPU emulator.
             let harness = comm_across_processes(&[(COMM_ON_CPU_VAR, "1")]).and_then(|()| {
                 comm_across_processes(&[

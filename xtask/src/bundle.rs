@@ -1,5 +1,5 @@
 //! `gpu-bundle`: per-kernel PTX and cubins plus release-built GPU test and bench binaries and a
-//! `run.sh`, in one folder (and the same folder as a `.tar.gz` beside it) that runs on an x86-64
+//! `run.sh`, in one folder (and the same folder as a `.tar.xz` beside it) that runs on an x86-64
 //! Linux machine with a CUDA driver and no Rust toolchain.
 use crate::ptx;
 use std::path::{Path, PathBuf};
@@ -21,26 +21,38 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so '; then
 fi
 export RSCCL_PTX_DIR="${RSCCL_PTX_DIR:-$PWD/ptx}"
 passed=0; failed=0; skipped=0
+# Each check in its own process under a time limit (timeout signals the whole process group, so
+# a check's child processes go too): a hang or a trap costs that check alone.
+limit="${RSCCL_CHECK_TIMEOUT:-150}"
+only="${RSCCL_CHECKS:-}"
 for t in tests/*; do
-  echo "=== $t"
-  out=$("./$t" 2>&1); rc=$?
-  echo "$out"
-  line=$(echo "$out" | grep -E '^gpu-tests: [0-9]+ passed, [0-9]+ failed' | tail -n 1)
-  if [ -n "$line" ]; then
-    p=$(echo "$line" | sed -E 's/^gpu-tests: ([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    s=$(echo "$line" | sed -E 's/.* ([0-9]+) skipped.*/\1/')
-    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-  else
-    echo "$t exited with $rc without a summary line"; failed=$((failed + 1))
-  fi
+  for name in $("./$t" --list); do
+    if [ -n "$only" ] && ! echo ",$only," | grep -q ",$name,"; then continue; fi
+    echo "=== $t $name"
+    start=$(date +%s%N)
+    # Streamed as it runs (a log cut short still shows where), and kept for the summary line.
+    timeout -k 5 "$limit" "./$t" "$name" 2>&1 | tee .check.out | grep -v -E '^gpu-tests: [0-9]+ passed'
+    rc=${PIPESTATUS[0]}
+    line=$(grep -E '^gpu-tests: [0-9]+ passed, [0-9]+ failed' .check.out | tail -n 1)
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+      echo "  FAIL  $name: TIMED OUT after ${limit} s"; failed=$((failed + 1))
+    elif [ -n "$line" ]; then
+      p=$(echo "$line" | sed -E 's/^gpu-tests: ([0-9]+) passed.*/\1/')
+      f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+      s=$(echo "$line" | sed -E 's/.* ([0-9]+) skipped.*/\1/')
+      passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+    else
+      echo "  FAIL  $name: exited with $rc without a summary line"; failed=$((failed + 1))
+    fi
+    echo "  ($(( ($(date +%s%N) - start) / 1000000 )) ms in all, process start included)"
+  done
 done
 if [ "${RSCCL_SKIP_BENCH:-0}" != 1 ]; then
   for b in bench/*; do
     echo "=== $b"
-    out=$("./$b" 2>&1); rc=$?
-    echo "$out"
-    if echo "$out" | grep -q 'SKIPPED'; then skipped=$((skipped + 1))
+    timeout -k 5 "${RSCCL_BENCH_TIMEOUT:-240}" "./$b" 2>&1 | tee .check.out
+    rc=${PIPESTATUS[0]}
+    if grep -q 'SKIPPED' .check.out; then skipped=$((skipped + 1))
     elif [ $rc -eq 0 ]; then passed=$((passed + 1))
     else failed=$((failed + 1)); fi
   done
@@ -85,15 +97,16 @@ pub fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
     std::fs::write(&run, RUN_SH).map_err(|e| e.to_string())?;
     let _ = Command::new("chmod").arg("+x").arg(&run).status();
     let size = dir_size(&out);
-    // The device tool carries at most 64 MiB: the test binaries embed megabytes of PTX text,
-    // which compresses well, so the bundle also goes out as one gzip'd tarball.
+    // The device tool carries at most 64 MiB, the repository's own 42 MB of files included: the
+    // test binaries embed megabytes of PTX text, which xz packs to about 12 MB (gzip: 30 MB).
     let tarball = out.with_file_name(format!(
-        "{}.tar.gz",
+        "{}.tar.xz",
         out.file_name().map_or("gpu-bundle".into(), |n| n.to_string_lossy().into_owned())
     ));
     let parent = out.parent().ok_or("bundle folder has no parent")?;
     let status = Command::new("tar")
-        .arg("czf")
+        .env("XZ_OPT", "-6 -T0")
+        .arg("cJf")
         .arg(&tarball)
         .arg("-C")
         .arg(parent)
@@ -116,7 +129,7 @@ pub fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
         if size > LIMIT_BYTES { "; the folder is over 64 MiB: carry the tarball" } else { "" }
     );
     println!(
-        "run it with `bash {}/run.sh`, or elsewhere: `tar xzf {} -C /tmp && bash /tmp/{}/run.sh`",
+        "run it with `bash {}/run.sh`, or elsewhere: `tar xJf {} -C /tmp && bash /tmp/{}/run.sh`",
         out.display(),
         tarball.display(),
         out.file_name().map_or("gpu-bundle".into(), |n| n.to_string_lossy().into_owned())
