@@ -307,23 +307,49 @@ fn msccl_programs() -> CheckResult {
     let gpu = backend::gpu().map_err(|e| e.to_string())?;
     let simple = Protocol::Simple;
     let programs = [
-        alg::ring_allreduce(4, 1, 1, simple),
-        alg::allpairs_allreduce(4, 1, simple),
-        alg::ring_allgather(4, 1, simple),
-        alg::alltoall_two_step(2, 2, 1, simple),
+        ("ring all-reduce, 4 ranks", alg::ring_allreduce(4, 1, 1, simple)),
+        ("all-pairs all-reduce, 2 ranks", alg::allpairs_allreduce(2, 1, simple)),
+        ("all-pairs all-reduce, 3 ranks", alg::allpairs_allreduce(3, 1, simple)),
+        ("all-pairs all-reduce, 4 ranks", alg::allpairs_allreduce(4, 1, simple)),
+        ("ring all-gather, 4 ranks", alg::ring_allgather(4, 1, simple)),
+        ("two-step all-to-all, 2 x 2 ranks", alg::alltoall_two_step(2, 2, 1, simple)),
     ];
-    for p in programs {
+    // Every program runs, whatever failed before it, and a failure lists every block's report.
+    let mut failed = Vec::new();
+    for (what, p) in programs {
         let p = p.map_err(|e| e.to_string())?.compile().map_err(|e| e.to_string())?;
-        let opts =
-            runner::RunOptions { min_bytes: 4096, max_bytes: 16 << 20, factor: 16, ..Default::default() };
-        let rows = runner::run_program(&gpu, &p, &opts).map_err(|e| format!("{}: {e}", p.name))?;
-        for r in rows {
-            let ring =
-                r.ring_us.map_or("-".to_string(), |t| format!("{t:.1} us (ratio {:.2})", t / r.msccl_us));
-            println!("  msccl {} {} B: {:.1} us, native ring {ring}", p.name, r.bytes, r.msccl_us);
+        let opts = runner::RunOptions {
+            min_bytes: 4096,
+            max_bytes: 16 << 20,
+            factor: 16,
+            timeout: Some(std::time::Duration::from_secs(5)),
+            ..Default::default()
+        };
+        match runner::run_program(&gpu, &p, &opts) {
+            Ok(rows) => {
+                for r in rows {
+                    let ring = r
+                        .ring_us
+                        .map_or("-".to_string(), |t| format!("{t:.1} us (ratio {:.2})", t / r.msccl_us));
+                    println!("  msccl {} {} B: {:.1} us, native ring {ring}", p.name, r.bytes, r.msccl_us);
+                }
+            }
+            Err(rsccl::Error::Collective { failures }) => {
+                let all: Vec<String> = failures.iter().map(|f| format!("    {f}")).collect();
+                println!("  msccl {what} FAILED, every report:\n{}", all.join("\n"));
+                failed.push(what);
+            }
+            Err(e) => {
+                println!("  msccl {what} FAILED: {e}");
+                failed.push(what);
+            }
         }
     }
-    Ok(())
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("failed: {}", failed.join(", ")))
+    }
 }
 
 /// A multicast object of this one device, set up in NVLS's steps (create, open from the handle

@@ -401,7 +401,7 @@ pub struct Comm {
     /// The built-in all-to-all program, once a call loaded it ([`Comm::all_to_all`]).
     all_to_all_builtin: Mutex<Option<MscclId>>,
     /// Where an in-place all-to-all stages its input, once one ran.
-    all_to_all_staging: Mutex<Option<DeviceBuffer>>,
+    all_to_all_staging: Mutex<super::scratch::Scratch>,
     /// The secret connection keys derive from (each connection's key is unique in a process).
     conn_key: u128,
     /// Window ids handed out so far.
@@ -663,7 +663,7 @@ impl Comm {
             msccl_auto: Mutex::new(Vec::new()),
             msccl_in_flight: Mutex::new(None),
             all_to_all_builtin: Mutex::new(None),
-            all_to_all_staging: Mutex::new(None),
+            all_to_all_staging: Mutex::default(),
             tree_in_flight: Mutex::new(None),
             conn_key: key_base,
         };

@@ -304,6 +304,10 @@ impl LocalGroup {
             }
             self.comms[0].stream_reserve(cfg, n)?;
         }
+        // Scratch first, on every rank: no allocation once a rank's kernel may be waiting.
+        for c in &self.comms {
+            c.msccl_reserve(id, count, dtype)?;
+        }
         let results: Vec<Result<()>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..n)
                 .map(|r| {

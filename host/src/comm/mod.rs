@@ -9,6 +9,7 @@ mod hang;
 mod local;
 pub mod nvls;
 mod onesided;
+mod scratch;
 mod topo;
 mod work;
 

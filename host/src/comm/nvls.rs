@@ -646,7 +646,7 @@ pub(crate) struct NvlsTree {
     intra: Comm,
     inter: Comm,
     /// The padded buffer, grown as calls need.
-    tmp: std::sync::Mutex<Option<DeviceBuffer>>,
+    tmp: std::sync::Mutex<super::scratch::Scratch>,
 }
 
 impl NvlsTree {
@@ -669,10 +669,8 @@ impl NvlsTree {
             .checked_mul(slice)
             .ok_or_else(|| Error::InvalidConfig(format!("NVLS_TREE: {count} elements overflow")))?;
         let mut guard = self.tmp.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.as_ref().is_none_or(|b| b.len() < total.max(1)) {
-            *guard = Some(stream.alloc(total.max(1))?);
-        }
-        let tmp = guard.as_ref().expect("allocated above");
+        // The user's buffer bounds the size; growth may double it.
+        let tmp = guard.at_least(&**stream, total, total.saturating_mul(2))?;
         // SAFETY: both ranges were checked by the caller (`check_call` for the user's
         // buffers, `total` for tmp) and stay alive until each copy has returned.
         let copy = |dst: DevPtr, src: DevPtr, bytes: usize| unsafe { stream.copy_ptrs(dst, src, bytes) };
@@ -737,7 +735,7 @@ pub(crate) fn with_tree(mut comm: Comm) -> Result<Comm> {
         return if comm.nvls_policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
     }
     tracing::info!(rank, "NVLS_TREE: {} nodes of {local} ranks", hosts.len());
-    comm.nvls_tree = Some(Arc::new(NvlsTree { intra, inter, tmp: std::sync::Mutex::new(None) }));
+    comm.nvls_tree = Some(Arc::new(NvlsTree { intra, inter, tmp: Default::default() }));
     Ok(comm)
 }
 

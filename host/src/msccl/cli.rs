@@ -220,6 +220,7 @@ fn run_file(args: &[String]) -> Result<(), MscclError> {
         iters: number(&flags, "-n", Some(d.iters))?,
         step_bytes: size("--step-bytes", d.step_bytes)?,
         nthreads: d.nthreads,
+        timeout: None,
     };
     let (program, map) = ir::read_file(std::path::Path::new(file))?;
     let failed = |e: crate::Error| MscclError::Io { path: file.clone(), message: e.to_string() };

@@ -27,6 +27,8 @@ pub struct RunOptions {
     pub step_bytes: u64,
     /// Threads per block.
     pub nthreads: u32,
+    /// How long a rank waits for a peer before the run fails (`None`: the group's default).
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl Default for RunOptions {
@@ -39,6 +41,7 @@ impl Default for RunOptions {
             iters: 5,
             step_bytes: 128 * 1024,
             nthreads: 512,
+            timeout: None,
         }
     }
 }
@@ -91,6 +94,9 @@ pub fn run_program(be: &Arc<dyn Backend>, program: &Program, opts: &RunOptions) 
     }
     let mut cfg = GroupConfig::new(n, 1);
     (cfg.step_bytes, cfg.nthreads) = (opts.step_bytes, opts.nthreads);
+    if let Some(t) = opts.timeout {
+        cfg.timeout = t;
+    }
     let group = LocalGroup::new(be, cfg)?;
     let id = group.load_msccl(program)?;
     let eb = std::mem::size_of::<f32>();

@@ -65,11 +65,8 @@ impl Comm {
         // block is read before any arrives), kept for later calls. Nothing is in flight now,
         // so nothing uses the staging buffer.
         let mut staging = self.all_to_all_staging.lock().unwrap_or_else(|e| e.into_inner());
-        if staging.as_ref().is_none_or(|b| b.len() < bytes) {
-            *staging = None;
-            *staging = Some(self.stream.alloc(bytes)?);
-        }
-        let tmp = staging.as_ref().expect("allocated above");
+        // The user's buffer bounds the size; growth may double it.
+        let tmp = staging.at_least(&*self.stream, bytes, bytes.saturating_mul(2))?;
         self.stream.copy_range((tmp, 0), (send.buf, send.offset), bytes).map_err(|e| {
             Error::InvalidConfig(format!("rank {}: all_to_all in place: the buffer: {e}", self.rank))
         })?;

@@ -5,6 +5,7 @@
 use super::{conn_tag, Comm, Edge, Queue};
 use crate::backend::{DeviceBuffer, LaunchConfig};
 use crate::comm::collectives::check_call;
+use crate::comm::scratch::Scratch;
 use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
@@ -57,7 +58,7 @@ pub(crate) struct Loaded {
     progress: DeviceBuffer,
     status: DeviceBuffer,
     /// Scratch sized by the largest call so far.
-    scratch: Mutex<Option<DeviceBuffer>>,
+    scratch: Mutex<Scratch>,
     /// Launches so far (the progress words' high half).
     seq: AtomicU64,
     /// The proxy thread of the program's network connections (none without any); dropped
@@ -244,7 +245,7 @@ impl Comm {
             positions,
             progress,
             status,
-            scratch: Mutex::new(None),
+            scratch: Mutex::default(),
             seq: AtomicU64::new(0),
             proxy,
             _conns: conns,
@@ -321,6 +322,61 @@ impl Comm {
     }
 
     /// The launch shape of loaded program `id` on this rank.
+    /// Scratch bytes a call of `count` × `dtype` of `l` needs on this rank (its scratch chunks
+    /// of every pass), checked against [`MAX_MSCCL_SCRATCH_BYTES`].
+    fn msccl_scratch_bytes(&self, l: &Loaded, count: usize, dtype: DataType) -> Result<u64> {
+        let (plan, name) = (&l.plan, &l.plan.name);
+        if count == 0 {
+            return Ok(0);
+        }
+        // A program that only moves data runs on bytes, whatever the type.
+        let eb = dtype.size() as u64;
+        let (c, ebytes) = if plan.reduces {
+            (count as u64, eb)
+        } else {
+            let block = (count as u64)
+                .checked_mul(eb)
+                .ok_or_else(|| bad(format!("MSCCL: {count} elements overflow")))?;
+            (block, 1)
+        };
+        let per = u64::from(plan.chunks_per_block);
+        let piece = plan.piece_elems(self.cfg.step_bytes, ebytes).ok_or_else(|| {
+            bad(format!(
+                "MSCCL program \"{name}\": a step of {} chunks does not fit FIFO slots of {} bytes",
+                plan.max_cnt, self.cfg.step_bytes
+            ))
+        })?;
+        let region = per.checked_mul(piece).ok_or_else(|| bad(format!("MSCCL: {per} × {piece} overflow")))?;
+        let passes = c.div_ceil(region);
+        let (_, _, last_piece) = pass_geometry(c, per, piece, passes - 1, passes);
+        let s_chunks = u64::from(plan.ranks[self.rank].s_chunks);
+        (passes - 1)
+            .checked_mul(piece)
+            .and_then(|x| x.checked_add(last_piece))
+            .and_then(|x| x.checked_mul(s_chunks))
+            .and_then(|x| x.checked_mul(ebytes))
+            .filter(|&b| b <= MAX_MSCCL_SCRATCH_BYTES)
+            .ok_or_else(|| {
+                bad(format!(
+                    "MSCCL program \"{name}\": {s_chunks} scratch chunks for {count} elements exceed \
+                     {MAX_MSCCL_SCRATCH_BYTES} bytes"
+                ))
+            })
+    }
+
+    /// Grows program `id`'s scratch for a call of `count` × `dtype` now, before any rank of a
+    /// [`LocalGroup`](crate::LocalGroup) launches: on a GPU an allocation while a peer's kernel
+    /// of the same device runs can wait for that kernel, which waits for this rank.
+    pub(crate) fn msccl_reserve(&self, id: MscclId, count: usize, dtype: DataType) -> Result<()> {
+        let l = self.loaded(id)?;
+        let bytes = self.msccl_scratch_bytes(&l, count, dtype)?;
+        if bytes > 0 {
+            let mut s = l.scratch.lock().unwrap_or_else(|e| e.into_inner());
+            s.at_least(&*self.stream, bytes as usize, MAX_MSCCL_SCRATCH_BYTES as usize)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn msccl_launch_config(&self, id: MscclId) -> Result<LaunchConfig> {
         Ok(self.loaded(id)?.launch_config(self.cfg.nthreads))
     }
@@ -534,31 +590,20 @@ impl Comm {
                 "MSCCL program \"{name}\": {count} elements need {passes} passes of {steps} steps (limit 2^32)"
             )));
         }
-        let (_, _, last_piece) = pass_geometry(c, per, piece, passes - 1, passes);
         let s_chunks = u64::from(plan.ranks[rank].s_chunks);
-        let scratch_bytes = (passes - 1)
-            .checked_mul(piece)
-            .and_then(|x| x.checked_add(last_piece))
-            .and_then(|x| x.checked_mul(s_chunks))
-            .and_then(|x| x.checked_mul(ebytes))
-            .filter(|&b| b <= MAX_MSCCL_SCRATCH_BYTES)
-            .ok_or_else(|| {
-                bad(format!(
-                    "MSCCL program \"{name}\": {s_chunks} scratch chunks for {count} elements exceed \
-                     {MAX_MSCCL_SCRATCH_BYTES} bytes"
-                ))
-            })?;
+        let scratch_bytes = self.msccl_scratch_bytes(l, count, dtype)?;
         let seq = l.seq.fetch_add(1, Ordering::Relaxed) + 1;
         if seq >= 1 << 31 {
             return Err(bad(format!("MSCCL program \"{name}\" ran 2^31 times; load it again")));
         }
         let scratch = {
             let mut s = l.scratch.lock().unwrap_or_else(|e| e.into_inner());
-            if scratch_bytes > 0 && s.as_ref().is_none_or(|b| (b.len() as u64) < scratch_bytes) {
-                *s = None;
-                *s = Some(self.stream.alloc(scratch_bytes as usize)?);
+            if scratch_bytes > 0 {
+                let cap = MAX_MSCCL_SCRATCH_BYTES as usize;
+                s.at_least(&*self.stream, scratch_bytes as usize, cap)?.ptr()
+            } else {
+                s.current().map_or(DevPtr::NULL, |b| b.ptr())
             }
-            s.as_ref().map_or(DevPtr::NULL, |b| b.ptr())
         };
         let ntbs = l.ntbs();
         self.stream.copy_in(&l.status, 0, &vec![0u8; 8 * ntbs])?;
