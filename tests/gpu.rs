@@ -331,7 +331,7 @@ fn msccl_programs() -> CheckResult {
                     let ring = r
                         .ring_us
                         .map_or("-".to_string(), |t| format!("{t:.1} us (ratio {:.2})", t / r.msccl_us));
-                    println!("  msccl {} {} B: {:.1} us, native ring {ring}", p.name, r.bytes, r.msccl_us);
+                    println!("  msccl {what} {} B: {:.1} us, native ring {ring}", r.bytes, r.msccl_us);
                 }
             }
             Err(rsccl::Error::Collective { failures }) => {
