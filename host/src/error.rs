@@ -111,6 +111,14 @@ pub enum Error {
         /// What this rank's channels reported.
         failures: Vec<crate::comm::RankFailure>,
     },
+    /// A collective failed, or was refused, because ranks of this process left the
+    /// communicator (dropped or aborted their `Comm`).
+    PeerLeft {
+        /// The rank reporting.
+        rank: usize,
+        /// The ranks that left.
+        left: Vec<usize>,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -178,6 +186,14 @@ impl std::fmt::Display for Error {
                     write!(f, " ({x})")?;
                 }
                 Ok(())
+            }
+            Error::PeerLeft { rank, left } => {
+                let names: Vec<String> = left.iter().map(|r| format!("rank {r}")).collect();
+                write!(
+                    f,
+                    "rank {rank}: {} left the communicator (dropped or aborted its Comm); create a new one",
+                    names.join(", ")
+                )
             }
         }
     }

@@ -26,6 +26,7 @@ const MAP_THRESHOLD: usize = 64 * 1024;
 
 impl HostMemory {
     fn zeroed(bytes: usize) -> Result<Self> {
+        check_alloc(bytes)?;
         let size = bytes.max(16);
         if size >= MAP_THRESHOLD {
             return Mapping::new(size).map(HostMemory::Mapped).map_err(|_| Error::OutOfMemory { bytes });
@@ -90,6 +91,45 @@ fn join(handle: Option<JoinHandle<Result<()>>>) -> Result<()> {
 /// (`benches/comm_net.rs`) 64 threads gave 1.11–1.17 GB/s where 512 gave 0.92–0.93.
 pub const EMU_COLLECTIVE_THREADS: u32 = 64;
 
+/// Largest single allocation of the CPU emulator, in bytes (suffixes K, M, G as the perf tool's
+/// sizes): by default the machine's physical memory. Memory is mapped lazily, so without it an
+/// allocation no GPU could make would succeed here and fail only when touched.
+pub const EMU_MAX_ALLOC_VAR: &str = "RSCCL_EMU_MAX_ALLOC";
+
+/// The emulator's allocation limit ([`EMU_MAX_ALLOC_VAR`], else physical memory), read once.
+fn max_alloc() -> Result<usize> {
+    static LIMIT: std::sync::OnceLock<std::result::Result<usize, String>> = std::sync::OnceLock::new();
+    LIMIT
+        .get_or_init(|| match std::env::var(EMU_MAX_ALLOC_VAR) {
+            Ok(v) => {
+                crate::perf::args::parse_size(&v).and_then(|b| usize::try_from(b).ok()).ok_or_else(|| {
+                    format!("{EMU_MAX_ALLOC_VAR}={v:?}: expected a size in bytes such as 4096, 64M or 2G")
+                })
+            }
+            Err(_) => {
+                // SAFETY: sysconf only reads system configuration.
+                let (pages, page) =
+                    unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGE_SIZE)) };
+                Ok(usize::try_from(pages)
+                    .ok()
+                    .zip(usize::try_from(page).ok())
+                    .map_or(usize::MAX, |(n, p)| n.saturating_mul(p)))
+            }
+        })
+        .clone()
+        .map_err(Error::InvalidConfig)
+}
+
+/// `Err(OutOfMemory)` for an allocation over the emulator's limit (see [`EMU_MAX_ALLOC_VAR`]).
+fn check_alloc(bytes: usize) -> Result<()> {
+    let limit = max_alloc()?;
+    if bytes > limit {
+        tracing::warn!("CPU emulator: {bytes} bytes are over its limit of {limit} ({EMU_MAX_ALLOC_VAR} or physical memory)");
+        return Err(Error::OutOfMemory { bytes });
+    }
+    Ok(())
+}
+
 impl Backend for CpuBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Cpu
@@ -110,6 +150,7 @@ impl Backend for CpuBackend {
     }
 
     fn alloc_exported(&self, bytes: usize) -> Result<(DeviceBuffer, Vec<u8>)> {
+        check_alloc(bytes)?;
         let len = bytes.max(1);
         let seg = crate::transport::shm::Segment::create(len, 0)?;
         let mut handle = (len as u64).to_le_bytes().to_vec();

@@ -191,6 +191,21 @@ impl HostMapped {
             .store(v, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
+
+    /// Loads the u32 at `offset` (4-aligned), as running kernels last stored it.
+    pub fn load_u32(&self, offset: usize) -> Result<u32> {
+        if !offset.is_multiple_of(4) || offset + 4 > self.len {
+            return Err(Error::OutOfRange {
+                what: "HostMapped::load_u32".into(),
+                offset,
+                bytes: 4,
+                len: self.len,
+            });
+        }
+        // SAFETY: in bounds and aligned (checked); the memory lives as long as self.
+        Ok(unsafe { std::sync::atomic::AtomicU32::from_ptr(self.host.add(offset) as *mut u32) }
+            .load(std::sync::atomic::Ordering::SeqCst))
+    }
 }
 
 /// A multicast object of a node (NVLS; the driver's `cuMulticastCreate` on a GPU). One rank

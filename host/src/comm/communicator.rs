@@ -667,6 +667,7 @@ impl Comm {
             tree_in_flight: Mutex::new(None),
             conn_key: key_base,
         };
+        super::departure::join(comm.conn_key, rank, &comm.abort);
         comm.load_registry()?;
         nvls::with_tree(comm)
     }
@@ -718,6 +719,13 @@ impl Comm {
     /// thread with its own stream of `backend`, meeting over a bootstrap on 127.0.0.1, exactly
     /// as ranks in separate processes do. Returns them in rank order.
     pub fn init_all(backend: &Arc<dyn Backend>, nranks: usize, cfg: CommConfig) -> Result<Vec<Comm>> {
+        // A thread and a stream per rank: checked before any is started.
+        if nranks > super::MAX_LOCAL_RANKS {
+            return Err(Error::InvalidConfig(format!(
+                "init_all: {nranks} ranks exceed the limit of {} ranks in one process",
+                super::MAX_LOCAL_RANKS
+            )));
+        }
         cfg.shape(nranks)?;
         let id = UniqueId::with_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
         let results: Vec<Result<Comm>> = std::thread::scope(|s| {
@@ -915,7 +923,16 @@ impl Comm {
 
     /// Asks a running collective of this rank to stop: its waits give up at once and the call
     /// returns an error (peers then time out on this rank). Does not wait for the collective.
+    /// Every later call on this rank is refused, whatever the transports (NCCL's
+    /// `ncclCommAbort`).
     pub fn abort(&self) -> Result<()> {
+        // Refused from now on, on every transport, as after NCCL's ncclCommAbort (a collective
+        // in flight fails; the first failure recorded stays the one reported).
+        self.fail(Error::InvalidConfig(format!(
+            "rank {}: the communicator was aborted; create a new one",
+            self.rank
+        )));
+        super::departure::leave(self.conn_key, self.rank);
         if let Some(t) = &self.nvls_tree {
             t.abort();
         }
@@ -1154,7 +1171,18 @@ impl Comm {
         send.buf.wait_idle();
         recv.buf.wait_idle();
         self.arm()?;
+        // After arming: a rank that leaves from now on stops the kernel through the armed word.
+        self.check_peers_here()?;
         Ok(q)
+    }
+
+    /// `Err` naming the ranks of this process that left this communicator, if any.
+    fn check_peers_here(&self) -> Result<()> {
+        let left = super::departure::left(self.conn_key, self.rank);
+        if left.is_empty() {
+            return Ok(());
+        }
+        Err(self.fail(Error::PeerLeft { rank: self.rank, left }))
     }
 
     fn complete_in_flight(&self, q: &mut Queue) {
@@ -1175,21 +1203,23 @@ impl Comm {
         }
     }
 
-    /// Records a failure that left the connections inconsistent, and returns it.
+    /// Records a failure that left the connections inconsistent, and returns the first one
+    /// recorded (an abort, say, that made this collective fail), which every later call reports.
     fn fail(&self, e: Error) -> Error {
         self.poisoned.store(true, Ordering::SeqCst);
         let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        f.get_or_insert_with(|| e.clone());
-        e
+        f.get_or_insert(e).clone()
     }
 
     /// `Err` once a failed collective left this rank's connections inconsistent: no kernel may
     /// run on them again.
     fn check_usable(&self) -> Result<()> {
         if self.is_poisoned() {
-            return Err(Error::InvalidConfig(
-                "this communicator's connections are inconsistent after a failed collective; create a new one".into(),
-            ));
+            let why = self.async_error().err().map_or_else(String::new, |e| format!(" ({e})"));
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: this communicator cannot run collectives any more{why}; create a new one",
+                self.rank
+            )));
         }
         Ok(())
     }
@@ -1427,6 +1457,8 @@ impl Comm {
         if failures.is_empty() {
             return Ok(());
         }
+        // A rank of this process that left stopped this kernel: it is the answer.
+        self.check_peers_here()?;
         // A broken network connection names its peer and host; the other ranks' states say
         // whether that peer left because someone else never came.
         if let Some(mut e) = self.proxy.as_ref().and_then(Proxy::failure) {
@@ -1473,6 +1505,9 @@ impl Drop for Comm {
         // it) before the connections and the memory its kernel uses go.
         let mut q = std::mem::take(self.queue.get_mut().unwrap_or_else(|p| p.into_inner()));
         self.complete_in_flight(&mut q);
+        // Ranks of this process stop waiting for this one (its memory they reach by address
+        // stays theirs until they drop too).
+        super::departure::leave(self.conn_key, self.rank);
         // After a failed collective the FIFOs hold slices no peer will read: close at once
         // instead of trying to send them (a healthy communicator's proxy sends what is left).
         if let Some(mut p) = self.proxy.take() {

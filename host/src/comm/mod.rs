@@ -5,6 +5,7 @@
 mod collectives;
 mod communicator;
 mod cudarc_interop;
+mod departure;
 mod hang;
 mod local;
 pub mod nvls;

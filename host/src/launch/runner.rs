@@ -545,14 +545,13 @@ impl Supervisor {
 
 impl Drop for Supervisor {
     /// Normally every rank is reaped by now; after a panic in the loop, none is left running or
-    /// unreaped either.
+    /// unreaped either. What a rank left running in its process group (`cmd &`, its output
+    /// elsewhere) ends with the launcher too.
     fn drop(&mut self) {
-        if !self.alive().is_empty() {
-            self.signal_all(libc::SIGKILL);
-            for p in &mut self.procs {
-                if p.status.is_none() {
-                    p.status = p.child.wait().ok();
-                }
+        self.signal_all(libc::SIGKILL);
+        for p in &mut self.procs {
+            if p.status.is_none() {
+                p.status = p.child.wait().ok();
             }
         }
     }
@@ -767,6 +766,31 @@ mod tests {
         assert_eq!(describe(killed), "killed by signal 9 (SIGKILL)");
         assert_eq!((exit_code(exited), exit_code(killed)), (3, 137));
         assert_eq!(signal_name(64), "signal 64");
+    }
+
+    #[test]
+    fn what_the_ranks_left_running_ends_with_the_launcher() {
+        let dir = std::env::temp_dir().join(format!("rsccl-leftover-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pids");
+        // Each rank starts a sleeper whose output goes elsewhere (it holds no pipe) and exits 0.
+        let script = format!("sleep 300 </dev/null >/dev/null 2>&1 & echo $! >> {}", file.display());
+        let opts = RunOptions::new(2, "sh").with_args(["-c", script.as_str()]);
+        assert_eq!(run_to(&opts, &mut Vec::new(), &mut Vec::new()).unwrap(), 0);
+        let pids: Vec<u32> =
+            std::fs::read_to_string(&file).unwrap().lines().map(|l| l.trim().parse().unwrap()).collect();
+        assert_eq!(pids.len(), 2);
+        let gone = |pid: u32| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next());
+            matches!(state, None | Some('Z') | Some('X'))
+        };
+        let start = Instant::now();
+        while !pids.iter().all(|&p| gone(p)) {
+            assert!(start.elapsed() < Duration::from_secs(5), "still running: {pids:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

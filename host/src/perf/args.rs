@@ -177,23 +177,20 @@ impl PerfOptions {
     }
 
     /// The sizes in bytes the benchmark steps through (nccl-tests' loop: multiply by the
-    /// factor, or add the step, until above the largest).
-    pub fn sizes(&self) -> Vec<u64> {
-        let mut out = Vec::new();
-        let mut size = self.min_bytes;
-        while size <= self.max_bytes {
-            out.push(size);
-            let next = if self.step_factor > 1 {
+    /// factor, or add the step, until above the largest), made as they are used: `-b 1 -e 1G
+    /// -i 1` is a billion sizes, none of them stored.
+    pub fn sizes(&self) -> impl Iterator<Item = u64> + '_ {
+        let mut next = (self.min_bytes <= self.max_bytes).then_some(self.min_bytes);
+        std::iter::from_fn(move || {
+            let size = next?;
+            let after = if self.step_factor > 1 {
                 size.checked_mul(self.step_factor)
             } else {
                 size.checked_add(self.step_bytes)
             };
-            match next {
-                Some(n) if n > size => size = n,
-                _ => break,
-            }
-        }
-        out
+            next = after.filter(|&n| n > size && n <= self.max_bytes);
+            Some(size)
+        })
     }
 }
 
@@ -437,6 +434,18 @@ mod tests {
     }
 
     #[test]
+    fn sizes_are_made_as_they_are_used() {
+        // A billion sizes: the first come at once, none stored (a list would take 8 GiB).
+        let o = ok(&["all_reduce", "-b", "1", "-e", "1G", "-i", "1"]);
+        assert_eq!(o.sizes().take(3).collect::<Vec<_>>(), [1, 2, 3]);
+        let o = ok(&["all_reduce", "-b", "1", "-e", "1M", "-i", "1"]);
+        assert_eq!((o.sizes().count(), o.sizes().last()), (1 << 20, Some(1 << 20)));
+        // Growth that would overflow ends the sizes instead of wrapping.
+        let o = PerfOptions { min_bytes: 1 << 62, max_bytes: u64::MAX, step_factor: 4, ..o };
+        assert_eq!(o.sizes().collect::<Vec<_>>(), [1 << 62]);
+    }
+
+    #[test]
     fn flag_forms_and_defaults() {
         let mut d = ok(&["all_reduce"]);
         d.nchannels = None; // RSCCL_NCHANNELS may be set where the tests run
@@ -448,7 +457,7 @@ mod tests {
         ] {
             let o = ok(args);
             assert_eq!((o.min_bytes, o.max_bytes, o.step_factor), (8, 65536, 4), "{args:?}");
-            assert_eq!(o.sizes(), [8, 32, 128, 512, 2048, 8192, 32768]);
+            assert_eq!(o.sizes().collect::<Vec<_>>(), [8, 32, 128, 512, 2048, 8192, 32768]);
         }
         let o = ok(&[
             "broadcast_perf",
@@ -466,7 +475,7 @@ mod tests {
             "3K",
         ]);
         assert_eq!((o.root, o.dtypes.len(), o.ops.len()), (None, 12, 6));
-        assert_eq!(o.sizes(), [1024, 2048, 3072]);
+        assert_eq!(o.sizes().collect::<Vec<_>>(), [1024, 2048, 3072]);
         assert_eq!(ok(&["reduce", "-r", "-1"]).root, None);
         assert_eq!(ok(&["reduce", "-o", "premulsum"]).ops, [PerfOp::MulSum]);
         assert_eq!(ok(&["reduce", "-d", "bfloat16"]).dtypes, [DataType::BF16]);

@@ -1,0 +1,145 @@
+//! The communicator under hostile use (issue 30): each test reproduces a defect found by
+//! trying `Comm` as a hostile user would, and checks the behaviour that replaced it.
+use rsccl::comm::{Comm, CommConfig, ReduceOp, TopologyConfig, MAX_LOCAL_RANKS};
+use rsccl::topology::detect::TopoEnv;
+use rsccl::topology::init::InitEnv;
+use rsccl::{backend, BufRef, DataType, DeviceBuffer, Error};
+use std::time::{Duration, Instant};
+
+const H200: &str = "fixtures/topology/simllm_vastai_hgx_h200_8x_nccl_topo.xml";
+
+/// Ranks of one process on the HGX H200 machine (NVLS heads: NVLS runs), small FIFOs.
+fn nvls_config(timeout: Duration) -> CommConfig {
+    let topo = TopologyConfig {
+        env: InitEnv {
+            topo: TopoEnv { topo_file: Some(rsccl_suite::shared_dir().join(H200)), dump_file: None },
+            ..InitEnv::default()
+        },
+        max_channels: 2,
+        ..TopologyConfig::default()
+    };
+    CommConfig { step_bytes: 8192, timeout, topology: Some(topo), ..CommConfig::default() }
+}
+
+/// `abort()` with nothing in flight used to leave the communicator working over the in-process
+/// and SHM transports (refused only over NET): now every later call is refused, naming it.
+#[test]
+fn abort_leaves_the_communicator_refused() {
+    let be = backend::cpu();
+    let cfg = CommConfig { timeout: Duration::from_secs(5), ..CommConfig::default() };
+    let comms = Comm::init_all(&be, 2, cfg).unwrap();
+    let buf = be.alloc(4096).unwrap();
+    let b = BufRef::from(&buf);
+    comms[0].abort().unwrap();
+    let start = Instant::now();
+    let e = comms[0].all_reduce(b, b, 1024, DataType::F32, ReduceOp::Sum).unwrap_err();
+    assert!(e.to_string().contains("rank 0: the communicator was aborted"), "{e}");
+    assert!(start.elapsed() < Duration::from_secs(1), "refused only after {:?}", start.elapsed());
+    assert_eq!(
+        comms[0].async_error().unwrap_err().to_string(),
+        "invalid configuration: rank 0: the communicator was aborted; create a new one"
+    );
+    // Also the nonblocking form.
+    assert!(comms[0].enqueue().all_reduce(b, b, 1024, DataType::F32, ReduceOp::Sum).is_err());
+}
+
+/// `init_all(2000)` started 2000 threads and 1.7 GB before failing after 16 s; the 1024-rank
+/// limit of one process (`LocalGroup`'s) is now checked first.
+#[test]
+fn init_all_enforces_the_rank_limit() {
+    let start = Instant::now();
+    let e =
+        Comm::init_all(&backend::cpu(), MAX_LOCAL_RANKS + 1, CommConfig::default()).map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("1025 ranks exceed the limit of 1024 ranks in one process"), "{e}");
+    assert!(start.elapsed() < Duration::from_millis(500), "{:?}", start.elapsed());
+}
+
+/// The emulator's allocations are mapped lazily, so `alloc(1 << 40)` used to return `Ok` where
+/// a GPU says out of memory: now anything over physical memory (or `RSCCL_EMU_MAX_ALLOC`) is.
+#[test]
+fn the_emulator_refuses_what_no_memory_holds() {
+    let be = backend::cpu();
+    for bytes in [1usize << 40, usize::MAX / 2] {
+        match be.alloc(bytes) {
+            Err(Error::OutOfMemory { bytes: b }) => assert_eq!(b, bytes),
+            other => panic!("alloc({bytes}): {other:?}"),
+        }
+        assert!(matches!(be.alloc_exported(bytes), Err(Error::OutOfMemory { .. })));
+        assert!(matches!(be.alloc_mapped(bytes), Err(Error::OutOfMemory { .. })));
+    }
+    // What fits still allocates.
+    let b: DeviceBuffer = be.alloc(1 << 20).unwrap();
+    assert_eq!(b.len(), 1 << 20);
+}
+
+/// Four NVLS ranks of one process; rank 3 enters an all-reduce alone, times out and drops its
+/// `Comm`; then ranks 0-2 enter the same all-reduce. They used to read rank 3's freed scratch by
+/// address (SIGSEGV in an emulated block). Memory a peer reaches by address now lives until
+/// every rank that can touch it is gone, and a rank that drops its `Comm` tells the others:
+/// their call fails at once, naming it.
+#[test]
+fn a_rank_that_drops_its_comm_is_named_and_its_memory_outlives_the_peers() {
+    let be = backend::cpu();
+    // One-shot (barriers on the scratch windows) and the FIFO form.
+    for count in [1000usize, 100_000] {
+        let mut comms = Comm::init_all(&be, 4, nvls_config(Duration::from_secs(3))).unwrap();
+        assert!(comms.iter().all(Comm::uses_nvls));
+        let bufs: Vec<DeviceBuffer> = (0..4).map(|_| be.upload(&vec![1i32; count]).unwrap()).collect();
+        let last = comms.pop().unwrap();
+        let b3 = BufRef::from(&bufs[3]);
+        assert!(last.all_reduce(b3, b3, count, DataType::I32, ReduceOp::Sum).is_err());
+        drop(last);
+        let start = Instant::now();
+        let results: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .zip(&bufs)
+                .map(|(c, buf)| {
+                    s.spawn(move || {
+                        let b = BufRef::from(buf);
+                        c.all_reduce(b, b, count, DataType::I32, ReduceOp::Sum)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (r, res) in results.into_iter().enumerate() {
+            let e = res.unwrap_err().to_string();
+            assert!(e.contains("rank 3 left the communicator"), "{count} elements, rank {r}: {e}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(2), "{count} elements: {:?}", start.elapsed());
+    }
+}
+
+/// Ranks 0-2 are in an NVLS all-reduce, waiting for rank 3, when rank 3 drops its `Comm`
+/// without entering: their kernels stop at once and the call names rank 3; rank 3's scratch,
+/// which their kernels reach by address, is still theirs until they drop too.
+#[test]
+fn a_rank_that_drops_while_peers_wait_stops_them_at_once() {
+    let be = backend::cpu();
+    for count in [1000usize, 100_000] {
+        let mut comms = Comm::init_all(&be, 4, nvls_config(Duration::from_secs(20))).unwrap();
+        let bufs: Vec<DeviceBuffer> = (0..3).map(|_| be.upload(&vec![1i32; count]).unwrap()).collect();
+        let last = comms.pop().unwrap();
+        let work: Vec<_> = comms
+            .iter()
+            .zip(&bufs)
+            .map(|(c, buf)| {
+                let b = BufRef::from(buf);
+                c.enqueue().all_reduce(b, b, count, DataType::I32, ReduceOp::Sum).unwrap()
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let dropped = Instant::now();
+        drop(last);
+        for (r, w) in work.into_iter().enumerate() {
+            let e = w.wait().unwrap_err().to_string();
+            assert!(e.contains("rank 3 left the communicator"), "{count} elements, rank {r}: {e}");
+        }
+        assert!(dropped.elapsed() < Duration::from_secs(2), "{count} elements: {:?}", dropped.elapsed());
+        // Later calls are refused the same way, at once.
+        let b = BufRef::from(&bufs[0]);
+        let e = comms[0].all_reduce(b, b, count, DataType::I32, ReduceOp::Sum).unwrap_err();
+        assert!(e.to_string().contains("left the communicator"), "{e}");
+    }
+}
