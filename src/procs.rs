@@ -140,7 +140,9 @@ pub fn all_reduce_until_error(
         let res =
             comm.all_reduce(BufRef::from(&buf), BufRef::from(&buf), count, DataType::F32, ReduceOp::Sum);
         if let Err(e) = res {
+            let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             println!("CALL-ERROR after {:.1} s: {e}", started.elapsed().as_secs_f64());
+            println!("ERROR-AT-MS {}", at.as_millis());
             match &e {
                 Error::PeerLost { peer, .. } => println!("LOST {peer}"),
                 Error::PeerDied { dead, .. } => {

@@ -143,3 +143,41 @@ fn a_rank_that_drops_while_peers_wait_stops_them_at_once() {
         assert!(e.to_string().contains("left the communicator"), "{e}");
     }
 }
+
+/// Rank 0 in a tree all-reduce, ranks 1-2 in a ring all-reduce, as the same call: the hang
+/// report used to read "every rank entered all_reduce #1 … rank 0 waits in it" (each rank named
+/// by the reporter's collective); now each rank is named by the collective it called.
+#[test]
+fn a_hang_report_names_each_rank_by_its_own_collective() {
+    let be = backend::cpu();
+    let cfg = CommConfig { timeout: Duration::from_secs(1), ..CommConfig::default() };
+    let comms = Comm::init_all(&be, 3, cfg).unwrap();
+    let bufs: Vec<DeviceBuffer> = (0..3).map(|_| be.upload(&vec![1f32; 4096]).unwrap()).collect();
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .zip(&bufs)
+            .enumerate()
+            .map(|(r, (c, buf))| {
+                s.spawn(move || {
+                    let b = BufRef::from(buf);
+                    let res = if r == 0 {
+                        c.all_reduce_tree(b, b, 4096, DataType::F32, ReduceOp::Sum)
+                    } else {
+                        c.all_reduce(b, b, 4096, DataType::F32, ReduceOp::Sum)
+                    };
+                    res.unwrap_err().to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Whoever asks while the others still wait sees the mismatch; a rank that asks after a
+    // peer gave up sees it failed, not finished.
+    let mismatch = "the ranks called different collectives as #1";
+    assert!(errors.iter().any(|e| e.contains(mismatch)), "{errors:#?}");
+    for (r, e) in errors.iter().enumerate() {
+        assert!(!e.contains("every rank entered"), "rank {r}: {e}");
+        assert!(!e.contains("finished all_reduce"), "rank {r}: {e}");
+    }
+}

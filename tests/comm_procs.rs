@@ -170,6 +170,12 @@ fn comm_child() {
             let err = Comm::init_rank(&be, n, rank, &id, cfg).unwrap_err().to_string();
             println!("INIT-ERROR {err}");
         }
+        "kill9" => {
+            // A minute's timeout: only noticing the death itself can end the call in time.
+            let cfg = CommConfig { timeout: Duration::from_secs(60), ..sweep_config() };
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            all_reduce_until_error(&comm, &be, 4 << 20, Duration::from_secs(120));
+        }
         "kill" => {
             let cfg = CommConfig { timeout: Duration::from_secs(3), ..sweep_config() };
             let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
@@ -474,6 +480,42 @@ fn a_rank_killed_mid_all_reduce_is_named_and_leaves_no_shared_memory() {
     }
     // Timeout 3 s per wait: every survivor gave up well within 3 × that.
     assert!(killed_at.elapsed() < Duration::from_secs(15), "{:?}", killed_at.elapsed());
+    assert_no_segments(&pids);
+}
+
+/// A same-host `kill -9` of one of 4 processes mid-collective: every survivor's call fails
+/// naming the dead rank and its pid within 2 s of the kill (the collective timeout is a minute).
+#[test]
+fn a_killed_process_is_named_with_its_pid_within_two_seconds() {
+    let n = 4;
+    let id = loopback_id();
+    let mut ranks = start_ranks("kill9", &id, n, 0..n);
+    let pids = ranks.pids();
+    std::thread::sleep(Duration::from_millis(2000));
+    let now_ms = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    let killed_ms = now_ms();
+    ranks.children[2].kill().unwrap();
+    ranks.children[2].wait().unwrap();
+    let results = ranks.wait(Duration::from_secs(60));
+    for r in [0, 1, 3] {
+        let (ok, text) = &results[r];
+        assert!(ok, "rank {r}:\n{text}");
+        assert!(text.contains("STARTED"), "rank {r} never started its all-reduce:\n{text}");
+        assert!(text.contains("DEAD [2]"), "rank {r} does not name rank 2 as dead:\n{text}");
+        assert!(text.contains(&format!("rank 2 (pid {}) died", pids[2])), "rank {r} names no pid:\n{text}");
+        let at: u128 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("ERROR-AT-MS "))
+            .unwrap_or_else(|| panic!("rank {r}:\n{text}"))
+            .parse()
+            .unwrap();
+        println!("rank {r} failed {} ms after the kill", at.saturating_sub(killed_ms));
+        assert!(
+            at.saturating_sub(killed_ms) < 2000,
+            "rank {r} failed {} ms after the kill:\n{text}",
+            at - killed_ms
+        );
+    }
     assert_no_segments(&pids);
 }
 

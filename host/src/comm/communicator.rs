@@ -406,6 +406,8 @@ pub struct Comm {
     conn_key: u128,
     /// Window ids handed out so far.
     window_ids: std::sync::atomic::AtomicU64,
+    /// Watches the peer processes of this host (none when there are none).
+    watchdog: Option<super::watchdog::Watchdog>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -633,7 +635,7 @@ impl Comm {
         let tree_channels = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
         stream.copy_in(&tree_channels, 0, bytemuck::cast_slice(&tree_tab))?;
         let status = stream.alloc(8 * nch)?;
-        let comm = Comm {
+        let mut comm = Comm {
             rank,
             nranks,
             cfg,
@@ -666,8 +668,17 @@ impl Comm {
             all_to_all_staging: Mutex::default(),
             tree_in_flight: Mutex::new(None),
             conn_key: key_base,
+            watchdog: None,
         };
         super::departure::join(comm.conn_key, rank, &comm.abort);
+        let me = &comm.peers[rank];
+        let here: Vec<(usize, u32)> = comm
+            .peers
+            .iter()
+            .filter(|p| p.host_hash == me.host_hash && p.pid != me.pid)
+            .map(|p| (p.rank, p.pid))
+            .collect();
+        comm.watchdog = super::watchdog::Watchdog::start(rank, here, comm.abort.clone());
         comm.load_registry()?;
         nvls::with_tree(comm)
     }
@@ -1171,13 +1182,19 @@ impl Comm {
         send.buf.wait_idle();
         recv.buf.wait_idle();
         self.arm()?;
-        // After arming: a rank that leaves from now on stops the kernel through the armed word.
-        self.check_peers_here()?;
+        // After arming: a rank that leaves or dies from now on stops the kernel through the
+        // armed word.
+        self.check_peers_here(&[])?;
         Ok(q)
     }
 
-    /// `Err` naming the ranks of this process that left this communicator, if any.
-    fn check_peers_here(&self) -> Result<()> {
+    /// `Err` naming the peer processes of this host that died, or the ranks of this process that
+    /// left this communicator, if any (`failures`: what this rank's channels reported).
+    fn check_peers_here(&self, failures: &[RankFailure]) -> Result<()> {
+        let dead = self.watchdog.as_ref().map(super::watchdog::Watchdog::dead).unwrap_or_default();
+        if !dead.is_empty() {
+            return Err(self.fail(Error::PeerDied { rank: self.rank, dead, failures: failures.to_vec() }));
+        }
         let left = super::departure::left(self.conn_key, self.rank);
         if left.is_empty() {
             return Ok(());
@@ -1419,7 +1436,11 @@ impl Comm {
         let current = self.progress.in_flight();
         let res = self.finish_inner(current, status, words);
         if let Some((seq, _)) = current {
-            self.progress.finish(seq);
+            if res.is_ok() {
+                self.progress.finish(seq);
+            } else {
+                self.progress.fail(seq);
+            }
         }
         res
     }
@@ -1457,8 +1478,9 @@ impl Comm {
         if failures.is_empty() {
             return Ok(());
         }
-        // A rank of this process that left stopped this kernel: it is the answer.
-        self.check_peers_here()?;
+        // A peer process of this host that died, or a rank of this process that left, stopped
+        // this kernel: it is the answer.
+        self.check_peers_here(&failures)?;
         // A broken network connection names its peer and host; the other ranks' states say
         // whether that peer left because someone else never came.
         if let Some(mut e) = self.proxy.as_ref().and_then(Proxy::failure) {
@@ -1476,7 +1498,7 @@ impl Comm {
                 p.rank != self.rank
                     && failures.iter().any(|f| f.peer == p.rank)
                     && p.host_hash == self.peers[self.rank].host_hash
-                    && !process_alive(p.pid)
+                    && !super::watchdog::alive(p.pid)
             })
             .map(|p| (p.rank, p.pid))
             .collect();
@@ -1540,20 +1562,6 @@ fn rendezvous_of(env: &crate::launch::LaunchEnv, torch_agent: bool) -> Result<St
         ))
     })?;
     Ok(format!("{host}:{next}"))
-}
-
-/// Whether process `pid` on this host still runs (a zombie, dead but not yet reaped by its
-/// parent, does not).
-fn process_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 checks existence and permission only; nothing is sent.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
-        return false;
-    }
-    // /proc/PID/stat: "pid (comm) S ..."; the state follows the last ')'.
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
-    !matches!(state, Some('Z') | Some('X'))
 }
 
 /// The connections `rank` sets up: per channel its ring's receive (from the previous rank) and
@@ -1655,16 +1663,5 @@ mod tests {
         let none = crate::launch::LaunchEnv { rendezvous: None, ..env };
         let e = rendezvous_of(&none, false).unwrap_err().to_string();
         assert!(e.contains("RSCCL_COMM_ID") && e.contains("MASTER_ADDR"), "{e}");
-    }
-
-    #[test]
-    fn a_dead_process_is_found_dead() {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(!process_alive(pid), "a zombie is dead");
-        child.wait().unwrap();
-        assert!(!process_alive(pid), "a reaped process is dead");
-        assert!(process_alive(std::process::id()));
     }
 }

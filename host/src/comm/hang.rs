@@ -17,6 +17,8 @@ pub(crate) struct Progress {
     done: AtomicU64,
     /// What the last entered collective is ([`op_code`]).
     what: AtomicU64,
+    /// Number of the last collective that failed (0: none).
+    failed: AtomicU64,
 }
 
 /// A collective as a small code for the status answer.
@@ -49,19 +51,26 @@ impl Progress {
         self.done.fetch_max(seq, Ordering::AcqRel);
     }
 
+    /// Marks collective `seq` failed (and finished): the others' reports tell it from a success.
+    pub(crate) fn fail(&self, seq: u64) {
+        self.failed.fetch_max(seq, Ordering::AcqRel);
+        self.finish(seq);
+    }
+
     /// The collective entered and not finished yet, if any: (its number, what it is).
     pub(crate) fn in_flight(&self) -> Option<(u64, u64)> {
         let entered = self.entered.load(Ordering::Acquire);
         (entered > self.done.load(Ordering::Acquire)).then(|| (entered, self.what.load(Ordering::Relaxed)))
     }
 
-    /// The status answer: `rsccl-progress entered done what`.
+    /// The status answer: `rsccl-progress entered done what failed`.
     pub(crate) fn encode(&self) -> Vec<u8> {
         format!(
-            "rsccl-progress {} {} {}",
+            "rsccl-progress {} {} {} {}",
             self.entered.load(Ordering::Acquire),
             self.done.load(Ordering::Acquire),
-            self.what.load(Ordering::Relaxed)
+            self.what.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Acquire)
         )
         .into_bytes()
     }
@@ -73,6 +82,8 @@ pub(crate) struct RankState {
     pub entered: u64,
     pub done: u64,
     pub what: u64,
+    /// The last collective that failed there (0: none).
+    pub failed: u64,
 }
 
 impl RankState {
@@ -81,8 +92,8 @@ impl RankState {
         let s = std::str::from_utf8(b).ok()?;
         let mut it = s.strip_prefix("rsccl-progress ")?.split(' ');
         let mut num = || it.next()?.parse::<u64>().ok();
-        let st = RankState { entered: num()?, done: num()?, what: num()? };
-        (st.done <= st.entered).then_some(st)
+        let st = RankState { entered: num()?, done: num()?, what: num()?, failed: num()? };
+        (st.done <= st.entered && st.failed <= st.done && it.next().is_none()).then_some(st)
     }
 }
 
@@ -115,6 +126,7 @@ pub(crate) fn report(
 ) -> (String, Vec<String>) {
     let name = op_name(what);
     let (mut behind, mut inside, mut past, mut silent) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut failed, mut other) = (Vec::new(), Vec::new());
     let mut lines = Vec::with_capacity(answers.len());
     for (r, a) in answers.iter().enumerate() {
         let st = match a {
@@ -137,9 +149,25 @@ pub(crate) fn report(
                 };
                 format!("rank {r}: never entered {name} #{seq}: {at}, last completed #{}", s.done)
             }
+            // Each rank is named by the collective it entered as #seq, which may not be ours.
+            Ok(s) if s.entered == seq && s.what != what => {
+                other.push((r, s.what));
+                let state = if s.done < seq {
+                    "waits in"
+                } else if s.failed == seq {
+                    "failed"
+                } else {
+                    "finished"
+                };
+                format!("rank {r}: {state} {} #{seq}, not {name}", op_name(s.what))
+            }
             Ok(s) if s.done < seq => {
                 inside.push(r);
                 format!("rank {r}: waits in {name} #{seq}{}", if r == me { " (this rank)" } else { "" })
+            }
+            Ok(s) if s.failed >= seq => {
+                failed.push(r);
+                format!("rank {r}: failed {name} #{seq}, last completed #{}", s.done)
             }
             Ok(s) => {
                 past.push(r);
@@ -148,7 +176,27 @@ pub(crate) fn report(
         };
         lines.push(line);
     }
-    let headline = if !behind.is_empty() {
+    let headline = if !other.is_empty() {
+        // Mismatched calls: the ranks disagree on what collective #seq is.
+        let mut names: Vec<u64> = other.iter().map(|&(_, w)| w).collect();
+        names.sort_unstable();
+        names.dedup();
+        let groups: Vec<String> = names
+            .iter()
+            .map(|&w| {
+                let rs: Vec<usize> = other.iter().filter(|&&(_, x)| x == w).map(|&(r, _)| r).collect();
+                format!("{} called {}", plural(&rs), op_name(w))
+            })
+            .collect();
+        let ours: Vec<usize> = (0..answers.len()).filter(|r| !other.iter().any(|&(o, _)| o == *r)).collect();
+        let ours: Vec<usize> =
+            ours.into_iter().filter(|r| !behind.contains(r) && !silent.contains(r)).collect();
+        format!(
+            "the ranks called different collectives as #{seq}: {}, {} called {name}",
+            groups.join(", "),
+            plural(&ours)
+        )
+    } else if !behind.is_empty() {
         format!(
             "{} never entered {name} #{seq}; {} {} in it",
             plural(&behind),
@@ -162,7 +210,7 @@ pub(crate) fn report(
             "every rank entered {name} #{seq}; {} still wait in it{} (a peer too slow for the timeout, or a lost connection)",
             plural(&inside),
             if past.is_empty() { String::new() } else { format!(", {} finished it", plural(&past)) }
-        )
+        ) + &if failed.is_empty() { String::new() } else { format!(", {} failed it", plural(&failed)) }
     };
     (headline, lines)
 }
@@ -179,11 +227,22 @@ mod tests {
         p.finish(1);
         assert_eq!(p.in_flight(), None);
         assert_eq!(p.enter(Collective::AllReduce, true), 2);
-        assert_eq!(RankState::decode(&p.encode()), Some(RankState { entered: 2, done: 1, what: 1 }));
+        assert_eq!(
+            RankState::decode(&p.encode()),
+            Some(RankState { entered: 2, done: 1, what: 1, failed: 0 })
+        );
+        p.fail(2);
+        assert_eq!(
+            RankState::decode(&p.encode()),
+            Some(RankState { entered: 2, done: 2, what: 1, failed: 2 })
+        );
         for bad in [
             &b""[..],
             b"rsccl-progress",
-            b"rsccl-progress 1 2 0",
+            b"rsccl-progress 1 2 0 0",
+            b"rsccl-progress 2 1 0 2",
+            b"rsccl-progress 2 1 0",
+            b"rsccl-progress 2 1 0 0 0",
             b"x 1 1 1",
             b"rsccl-progress 1 a 0",
             &[0xff; 9],
@@ -195,7 +254,7 @@ mod tests {
 
     #[test]
     fn the_rank_that_never_came_is_named_first() {
-        let st = |e: u64, d: u64| Ok(format!("rsccl-progress {e} {d} 0").into_bytes());
+        let st = |e: u64, d: u64| Ok(format!("rsccl-progress {e} {d} 0 0").into_bytes());
         let mut answers: Vec<Result<Vec<u8>, String>> = (0..8).map(|_| st(812, 811)).collect();
         answers[5] = st(811, 811);
         let (head, lines) = report(0, 812, op_code(Collective::AllReduce, false), &answers);
@@ -216,5 +275,24 @@ mod tests {
             ),
             "{head}"
         );
+        // A rank whose call failed is not counted as finished.
+        answers[5] = Ok(b"rsccl-progress 812 812 0 812".to_vec());
+        let (head, lines) = report(1, 812, op_code(Collective::AllReduce, false), &answers);
+        assert!(head.ends_with(", rank 5 failed it"), "{head}");
+        assert_eq!(lines[5], "rank 5: failed all_reduce #812, last completed #812");
+    }
+
+    /// Rank 0 in a tree all-reduce, ranks 1-2 in a ring all-reduce, all as #1: each rank is
+    /// named by the collective it called (it used to read "every rank entered all_reduce #1").
+    #[test]
+    fn ranks_in_different_collectives_are_named_by_theirs() {
+        let tree = op_code(Collective::AllReduce, true);
+        let ring = op_code(Collective::AllReduce, false);
+        let answers: Vec<Result<Vec<u8>, String>> =
+            [tree, ring, ring].iter().map(|w| Ok(format!("rsccl-progress 1 0 {w} 0").into_bytes())).collect();
+        let (head, lines) = report(1, 1, ring, &answers);
+        assert_eq!(head, "the ranks called different collectives as #1: rank 0 called all_reduce(tree), ranks 1–2 called all_reduce");
+        assert_eq!(lines[0], "rank 0: waits in all_reduce(tree) #1, not all_reduce");
+        assert_eq!(lines[1], "rank 1: waits in all_reduce #1 (this rank)");
     }
 }

@@ -12,6 +12,7 @@ pub mod nvls;
 mod onesided;
 mod scratch;
 mod topo;
+mod watchdog;
 mod work;
 
 pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};

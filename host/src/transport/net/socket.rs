@@ -8,8 +8,7 @@
 //! the connection's id, the socket's index); a listener drops and logs any socket whose hello
 //! fails a check (a stranger, garbage, a silent client) and keeps waiting for the real ones.
 use super::wire::{
-    self, part_range, Handle, Hello, PartHeader, WireError, ACK_BYTES, HELLO_BYTES, MAX_SOCKETS, MAX_THREADS,
-    PART_BYTES,
+    self, part_range, Handle, Hello, PartHeader, ACK_BYTES, HELLO_BYTES, MAX_SOCKETS, MAX_THREADS, PART_BYTES,
 };
 use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
 use crate::error::{Error, Result};
@@ -31,6 +30,8 @@ pub const NSOCKS_VAR: &str = "RSCCL_NSOCKS_PERTHREAD";
 
 /// How long a connecting socket has to send its hello before the listener drops it.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connections a listener greets at once; past it the oldest is dropped.
+const MAX_GREETING: usize = 256;
 /// How often a listener without pending connections looks again.
 const ACCEPT_POLL: Duration = Duration::from_millis(1);
 /// Messages at most this long go out in one write with their header.
@@ -235,7 +236,11 @@ impl Net for SocketNet {
         let what = format!("waiting for {} to accept", h.addr);
         socks[0].set_read_timeout(Some(remaining(deadline, &what)?)).map_err(|e| net_err(e.to_string()))?;
         let mut ack = [0u8; ACK_BYTES];
-        (&socks[0]).read_exact(&mut ack).map_err(|e| net_err(format!("{what}: {e}")))?;
+        (&socks[0]).read_exact(&mut ack).map_err(|e| match e.kind() {
+            // A read timeout is EAGAIN on Linux: say what it is.
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => net_err(format!("{what}: timed out")),
+            _ => net_err(format!("{what}: {e}")),
+        })?;
         wire::decode_ack(&ack).map_err(|e| net_err(format!("{what}: {e}")))?;
         socks[0].set_read_timeout(None).map_err(|e| net_err(e.to_string()))?;
         Ok(Box::new(SocketComm::start(socks, self.cfg.nthreads, "send")?))
@@ -249,33 +254,91 @@ struct SocketListener {
     nthreads: usize,
 }
 
-impl SocketListener {
-    /// Reads and checks one accepted socket's hello.
-    fn greet(&self, s: &TcpStream) -> std::result::Result<Hello, WireError> {
-        let io = |e: std::io::Error| WireError(format!("reading hello: {e}"));
-        s.set_nonblocking(false).map_err(io)?;
-        s.set_read_timeout(Some(HELLO_TIMEOUT)).map_err(io)?;
+/// An accepted connection whose hello is still coming.
+struct Greeting {
+    sock: TcpStream,
+    from: SocketAddr,
+    got: Vec<u8>,
+    since: Instant,
+}
+
+impl Greeting {
+    /// Reads what has arrived: `Some` once the hello is whole (or the connection failed).
+    fn poll(&mut self) -> Option<std::result::Result<(), String>> {
         let mut b = [0u8; HELLO_BYTES];
-        let mut r: &TcpStream = s;
-        r.read_exact(&mut b).map_err(io)?;
-        Hello::decode(&b, &self.secret, self.conn_id)
+        loop {
+            let want = HELLO_BYTES - self.got.len();
+            match (&self.sock).read(&mut b[..want]) {
+                Ok(0) => return Some(Err("closed before its hello".into())),
+                Ok(n) => {
+                    self.got.extend_from_slice(&b[..n]);
+                    if self.got.len() == HELLO_BYTES {
+                        return Some(Ok(()));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
+                    return (self.since.elapsed() > HELLO_TIMEOUT).then(|| {
+                        Err(format!("timed out: no hello within {} s", HELLO_TIMEOUT.as_secs_f64()))
+                    });
+                }
+                Err(e) => return Some(Err(format!("reading hello: {e}"))),
+            }
+        }
     }
 }
 
 impl NetListener for SocketListener {
+    /// Greets every connection at once (nonblocking, at most [`MAX_GREETING`] pending, the
+    /// oldest dropped first): silent or slow strangers do not delay the real sender beyond its
+    /// own hello.
     fn accept(self: Box<Self>, deadline: Instant) -> Result<Box<dyn NetRecvComm>> {
         self.listener.set_nonblocking(true).map_err(|e| net_err(e.to_string()))?;
         let mut socks: Vec<Option<TcpStream>> = Vec::new();
         let mut expected = 0usize;
-        loop {
-            match self.listener.accept() {
-                Ok((s, from)) => match self.greet(&s) {
+        let mut pending: std::collections::VecDeque<Greeting> = std::collections::VecDeque::new();
+        'accept: loop {
+            let mut idle = true;
+            loop {
+                match self.listener.accept() {
+                    Ok((sock, from)) => {
+                        idle = false;
+                        if sock.set_nonblocking(true).is_err() {
+                            continue;
+                        }
+                        if pending.len() >= MAX_GREETING {
+                            if let Some(old) = pending.pop_front() {
+                                tracing::warn!("network: dropped a connection from {}: {MAX_GREETING} others waiting to greet", old.from);
+                            }
+                        }
+                        pending.push_back(Greeting { sock, from, got: Vec::new(), since: Instant::now() });
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
+                        break
+                    }
+                    Err(e) => return Err(net_err(format!("accept: {e}"))),
+                }
+            }
+            let mut i = 0;
+            while i < pending.len() {
+                let Some(done) = pending[i].poll() else {
+                    i += 1;
+                    continue;
+                };
+                idle = false;
+                let g = pending.remove(i).expect("in range");
+                let hello = done.and_then(|()| {
+                    let b: &[u8; HELLO_BYTES] =
+                        g.got.as_slice().try_into().map_err(|_| "a short hello".to_string())?;
+                    Hello::decode(b, &self.secret, self.conn_id).map_err(|e| e.0)
+                });
+                match hello {
                     Ok(h) if expected != 0 && h.nsocks as usize != expected => {
-                        tracing::warn!("network: dropped a connection from {from}: socket {} of {} sockets, others said {expected}", h.index, h.nsocks);
+                        tracing::warn!("network: dropped a connection from {}: socket {} of {} sockets, others said {expected}", g.from, h.index, h.nsocks);
                     }
                     Ok(h) if socks.get(h.index as usize).is_some_and(Option::is_some) => {
                         tracing::warn!(
-                            "network: dropped a connection from {from}: socket {} came twice",
+                            "network: dropped a connection from {}: socket {} came twice",
+                            g.from,
                             h.index
                         );
                     }
@@ -284,26 +347,26 @@ impl NetListener for SocketListener {
                             expected = h.nsocks as usize;
                             socks.resize_with(expected, || None);
                         }
-                        let _ = s.set_nodelay(true);
-                        socks[h.index as usize] = Some(s);
+                        g.sock.set_nonblocking(false).map_err(|e| net_err(e.to_string()))?;
+                        let _ = g.sock.set_nodelay(true);
+                        socks[h.index as usize] = Some(g.sock);
                         if socks.iter().all(Option::is_some) {
-                            break;
+                            break 'accept;
                         }
                     }
-                    Err(e) => tracing::warn!("network: dropped a connection from {from}: {e}"),
-                },
-                Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
-                    if Instant::now() >= deadline {
-                        return Err(net_err(format!(
-                            "no sender connected to {} within the timeout ({} of {} sockets came)",
-                            self.listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-                            socks.iter().filter(|s| s.is_some()).count(),
-                            expected.max(1)
-                        )));
-                    }
-                    std::thread::sleep(ACCEPT_POLL);
+                    Err(e) => tracing::warn!("network: dropped a connection from {}: {e}", g.from),
                 }
-                Err(e) => return Err(net_err(format!("accept: {e}"))),
+            }
+            if idle {
+                if Instant::now() >= deadline {
+                    return Err(net_err(format!(
+                        "no sender connected to {} within the timeout ({} of {} sockets came)",
+                        self.listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+                        socks.iter().filter(|s| s.is_some()).count(),
+                        expected.max(1)
+                    )));
+                }
+                std::thread::sleep(ACCEPT_POLL);
             }
         }
         let socks: Vec<TcpStream> = socks.into_iter().map(|s| s.expect("all present")).collect();
@@ -592,6 +655,35 @@ mod tests {
             }
             std::thread::yield_now();
         }
+    }
+
+    /// 20 silent strangers connected before the real sender used to cost it 2 s each (one
+    /// greeting at a time) and both ranks' init failed after 31 s: now it is accepted at once.
+    #[test]
+    fn silent_strangers_do_not_delay_the_real_sender() {
+        let cfg = SocketConfig { nthreads: 1, nsocks_per_thread: 2, ..SocketConfig::loopback() };
+        let net = SocketNet::new(cfg, [3; 16]);
+        let (handle, listener) = net.listen().unwrap();
+        let addr = Handle::decode(&handle).unwrap().addr;
+        let strangers: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let start = Instant::now();
+        let acceptor = std::thread::spawn(move || listener.accept(deadline));
+        std::thread::sleep(Duration::from_millis(50));
+        let tx = net.connect(&handle, deadline).unwrap();
+        let rx = acceptor.join().unwrap().unwrap();
+        assert!(start.elapsed() < Duration::from_secs(1), "accepted after {:?}", start.elapsed());
+        drop((tx, rx, strangers));
+    }
+
+    /// A listener that never answers: the sender's wait reads "timed out", not EAGAIN.
+    #[test]
+    fn a_silent_listener_times_out_by_name() {
+        let net = SocketNet::new(SocketConfig::loopback(), [3; 16]);
+        let (handle, _listener) = net.listen().unwrap();
+        let e = net.connect(&handle, Instant::now() + Duration::from_millis(300)).map(|_| ()).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("to accept: timed out") && !e.contains("os error"), "{e}");
     }
 
     #[test]
