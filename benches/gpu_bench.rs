@@ -127,4 +127,9 @@ fn main() {
     }
     drop((src, dst, src2));
     ring_all_reduce(&gpu, 2.0 * bytes as f64 / baseline);
+    // The in-band call check's cost: 4 ranks (streams) of this GPU, with and without it.
+    match rsccl_suite::call_check::measure(&gpu, &[(4096, 500), (64 << 20, 20)], 3) {
+        Ok(rows) => rsccl_suite::call_check::print(&rows),
+        Err(e) => println!("  call check: FAILED: {e}"),
+    }
 }

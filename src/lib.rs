@@ -1,5 +1,6 @@
 //! Support for the workspace-level tests and benchmarks: checks written once against
 //! `&dyn Backend`, run on the CPU emulator by `tests/` and on a GPU by the GPU bundle.
+pub mod call_check;
 pub mod checks;
 pub mod msccl_programs;
 pub mod onesided_check;

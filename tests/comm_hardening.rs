@@ -181,3 +181,95 @@ fn a_hang_report_names_each_rank_by_its_own_collective() {
         assert!(!e.contains("finished all_reduce"), "rank {r}: {e}");
     }
 }
+
+/// One call per rank of a 2-rank communicator, run at once; each rank's result.
+fn both(comms: &[Comm], call: impl Fn(usize, &Comm) -> rsccl::Result<()> + Sync) -> Vec<rsccl::Result<()>> {
+    std::thread::scope(|s| {
+        let call = &call;
+        let hs: Vec<_> = comms.iter().enumerate().map(|(r, c)| s.spawn(move || call(r, c))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Calls that do not match across ranks used to return `Ok` with wrong data on both (850/1000
+/// elements wrong for 1000 vs 500, and likewise for other types, ops, collectives and roots).
+/// Now every connection's first step of a call carries its signature, checked before any data
+/// is used: the call fails on both ranks, naming both calls.
+#[test]
+fn mismatched_calls_fail_naming_both_calls() {
+    let be = backend::cpu();
+    let cfg = CommConfig { timeout: Duration::from_secs(10), ..CommConfig::default() };
+    let n = 4000;
+    let ar = |r: usize,
+              c: &Comm,
+              b: &DeviceBuffer,
+              counts: [usize; 2],
+              types: [DataType; 2],
+              ops: [ReduceOp; 2]| {
+        let b = BufRef::from(b);
+        c.all_reduce(b, b, counts[r], types[r], ops[r])
+    };
+    let f32s = [DataType::F32; 2];
+    let sums = [ReduceOp::Sum; 2];
+    type Case<'a> = (
+        &'a str,
+        Box<dyn Fn(usize, &Comm, &DeviceBuffer, &DeviceBuffer) -> rsccl::Result<()> + Sync>,
+        [&'a str; 2],
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "counts",
+            Box::new(move |r, c, b, _| ar(r, c, b, [1000, 500], f32s, sums)),
+            ["all_reduce(1000 × f32, sum)", "all_reduce(500 × f32, sum)"],
+        ),
+        (
+            "types",
+            Box::new(move |r, c, b, _| ar(r, c, b, [1000, 1000], [DataType::F32, DataType::I32], sums)),
+            ["all_reduce(1000 × f32, sum)", "all_reduce(1000 × i32, sum)"],
+        ),
+        (
+            "ops",
+            Box::new(move |r, c, b, _| ar(r, c, b, [1000, 1000], f32s, [ReduceOp::Sum, ReduceOp::Max])),
+            ["all_reduce(1000 × f32, sum)", "all_reduce(1000 × f32, max)"],
+        ),
+        (
+            "collectives",
+            Box::new(move |r, c, b, o| {
+                if r == 0 {
+                    ar(r, c, b, [1000, 1000], f32s, sums)
+                } else {
+                    c.all_gather(BufRef::from(b), BufRef::from(o), 500, DataType::F32)
+                }
+            }),
+            ["all_reduce(1000 × f32, sum)", "all_gather(500 × f32)"],
+        ),
+        (
+            "roots",
+            Box::new(move |r, c, b, _| c.broadcast(BufRef::from(b), BufRef::from(b), 1000, DataType::F32, r)),
+            ["broadcast(1000 × f32, root 0)", "broadcast(1000 × f32, root 1)"],
+        ),
+    ];
+    for (what, call, names) in cases {
+        let comms = Comm::init_all(&be, 2, cfg.clone()).unwrap();
+        let bufs: Vec<DeviceBuffer> = (0..2).map(|r| be.upload(&vec![r as f32 + 1.0; n]).unwrap()).collect();
+        let outs: Vec<DeviceBuffer> = (0..2).map(|_| be.alloc(8 * n).unwrap()).collect();
+        let start = Instant::now();
+        let results = both(&comms, |r, c| call(r, c, &bufs[r], &outs[r]));
+        assert!(start.elapsed() < Duration::from_secs(5), "{what}: {:?}", start.elapsed());
+        for (r, res) in results.iter().enumerate() {
+            let e = res.as_ref().expect_err(&format!("{what}: rank {r} returned Ok")).to_string();
+            let (me, peer) = (names[r], names[1 - r]);
+            let want = format!("rank {} called {peer} where rank {r} called {me} as call #1", 1 - r);
+            assert!(e.contains(&want), "{what}, rank {r}:\n{e}\nwanted: {want}");
+        }
+        // The communicator is refused from then on: no later call can read stale FIFO data.
+        let results = both(&comms, |r, c| ar(r, c, &bufs[r], [1000, 1000], f32s, sums));
+        for (r, res) in results.iter().enumerate() {
+            let e = res
+                .as_ref()
+                .expect_err(&format!("{what}: the next call returned Ok on rank {r}"))
+                .to_string();
+            assert!(e.contains("calls do not match across ranks"), "{what}, rank {r}: {e}");
+        }
+    }
+}

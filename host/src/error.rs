@@ -111,6 +111,20 @@ pub enum Error {
         /// What this rank's channels reported.
         failures: Vec<crate::comm::RankFailure>,
     },
+    /// Ranks called different collectives, types, ops, counts, roots or algorithms as the same
+    /// call (their kernels' signatures differ): the call fails on the ranks that saw it, and the
+    /// communicator is refused from then on.
+    CallMismatch {
+        /// The rank reporting.
+        rank: usize,
+        /// Its call's number.
+        seq: u64,
+        /// Its call, as users name it.
+        mine: String,
+        /// Each peer that differs: its call's number and call where this rank received it
+        /// (`None`: the peer refused this rank's call, and its own error names both).
+        peers: Vec<(usize, Option<(u64, String)>)>,
+    },
     /// A collective failed, or was refused, because ranks of this process left the
     /// communicator (dropped or aborted their `Comm`).
     PeerLeft {
@@ -186,6 +200,25 @@ impl std::fmt::Display for Error {
                     write!(f, " ({x})")?;
                 }
                 Ok(())
+            }
+            Error::CallMismatch { rank, seq, mine, peers } => {
+                write!(f, "rank {rank}: calls do not match across ranks: ")?;
+                for (i, (p, theirs)) in peers.iter().enumerate() {
+                    write!(f, "{}", if i > 0 { "; " } else { "" })?;
+                    match theirs {
+                        Some((s, t)) if s == seq => {
+                            write!(f, "rank {p} called {t} where rank {rank} called {mine} as call #{seq}")?
+                        }
+                        Some((s, t)) => write!(
+                            f,
+                            "rank {p} was at call #{s}, {t}, where rank {rank} called {mine} as call #{seq}"
+                        )?,
+                        None => {
+                            write!(f, "rank {p} refused rank {rank}'s call #{seq}, {mine}, as not its own")?
+                        }
+                    }
+                }
+                write!(f, " (the communicator cannot be used any more)")
             }
             Error::PeerLeft { rank, left } => {
                 let names: Vec<String> = left.iter().map(|r| format!("rank {r}")).collect();

@@ -282,6 +282,10 @@ pub fn msccl_kernel<M: DataMover>(a: &MscclArgs, mover: &M) {
     let nthreads = arch::block_dim().x;
     // SAFETY: the host gives one MscclTb per block, alive for the launch.
     let tb = unsafe { &*a.tbs.as_ptr::<MscclTb>().add(bid as usize) };
+    let (recv, send) = (core::slice::from_ref(&tb.recv), core::slice::from_ref(&tb.send));
+    if !crate::prims::signature::calls_match(&a.status, bid, &[recv], &[send]) {
+        return;
+    }
     let mut prims = Primitives::<M, 1, 1, MSCCL_SLICES_PER_CHUNK, MSCCL_STEPS_PER_SLICE>::new(
         mover,
         tid,

@@ -133,6 +133,13 @@ impl<'a, M: DataMover> RingCtx<'a, M> {
         )
     }
 
+    /// Whether the peers' calls match this one (see `prims::signature`); false: stop.
+    #[inline(always)]
+    fn calls_match(&self) -> bool {
+        let (recv, send) = (core::slice::from_ref(&self.ch.recv), core::slice::from_ref(&self.ch.send));
+        crate::prims::signature::calls_match(&self.args.status, self.bid, &[recv], &[send])
+    }
+
     #[inline(always)]
     fn user_rank(&self, i: u64) -> u64 {
         // SAFETY: the host gives `nranks` u32 words.
@@ -197,6 +204,9 @@ pub fn ring_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
 #[inline(always)]
 pub fn all_reduce<M: DataMover>(args: &RingArgs, mover: &M) {
     let cx = RingCtx::new(args, mover, Collective::AllReduce);
+    if !cx.calls_match() {
+        return;
+    }
     let (n, size, bid) = (args.nranks, args.count, cx.bid);
     let chunk = cx.chunk();
     let mut p = cx.prims::<2, 2>();
@@ -232,6 +242,9 @@ pub fn all_reduce<M: DataMover>(args: &RingArgs, mover: &M) {
 #[inline(always)]
 pub fn reduce_scatter<M: DataMover>(args: &RingArgs, mover: &M) {
     let cx = RingCtx::new(args, mover, Collective::ReduceScatter);
+    if !cx.calls_match() {
+        return;
+    }
     let (n, size) = (args.nranks, args.count);
     let mut p = cx.prims::<2, 2>();
     // One flat loop over (chunk loop, step): the nested loops' extra live values cost the
@@ -263,6 +276,9 @@ pub fn reduce_scatter<M: DataMover>(args: &RingArgs, mover: &M) {
 #[inline(always)]
 pub fn all_gather<M: DataMover>(args: &RingArgs, mover: &M) {
     let cx = RingCtx::new(args, mover, Collective::AllGather);
+    if !cx.calls_match() {
+        return;
+    }
     let (n, size, eb) = (args.nranks, args.count, mover.elem_bytes());
     let mut p = cx.prims::<2, 2>();
     for (off, nelem) in cx.channel_chunks(size, cx.chunk()) {
@@ -287,6 +303,9 @@ pub fn all_gather<M: DataMover>(args: &RingArgs, mover: &M) {
 #[inline(always)]
 pub fn broadcast<M: DataMover>(args: &RingArgs, mover: &M) {
     let cx = RingCtx::new(args, mover, Collective::Broadcast);
+    if !cx.calls_match() {
+        return;
+    }
     let mut p = cx.prims::<1, 1>();
     let op = if args.rank == args.root {
         if args.sendbuff == args.recvbuff {
@@ -310,6 +329,9 @@ pub fn broadcast<M: DataMover>(args: &RingArgs, mover: &M) {
 #[inline(always)]
 pub fn reduce<M: DataMover>(args: &RingArgs, mover: &M) {
     let cx = RingCtx::new(args, mover, Collective::Reduce);
+    if !cx.calls_match() {
+        return;
+    }
     let mut p = cx.prims::<1, 1>();
     let (op, post) = if cx.user_rank(args.nranks - 1) == args.root {
         (Op::SEND, false)

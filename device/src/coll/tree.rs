@@ -54,6 +54,13 @@ pub fn tree_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
         arch::trap();
     }
     let chunks = || channel_chunks(args.count, chunk, nchannels, bid, round);
+    let (recvs, sends) = (
+        [&ch.down_recv[..], core::slice::from_ref(&ch.up_recv)],
+        [core::slice::from_ref(&ch.up_send), &ch.down_send[..]],
+    );
+    if !crate::prims::signature::calls_match(&args.status, bid, &recvs, &sends) {
+        return;
+    }
 
     // Reduce up: at most three children in, the parent out. (Two phases with their own
     // `run` call sites: one shared call site in a loop over the phases needs more registers

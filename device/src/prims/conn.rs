@@ -15,6 +15,31 @@ pub const NCCL_STEPS: u64 = 8;
 /// every copy.
 pub const CONN_NVLS_MIN_POLL: u64 = 1;
 
+/// `head` value a receiver stores when the sender's call does not match its own: the sender's
+/// next wait for credits sees it and gives up ([`ErrorCode::Mismatch`]).
+pub const CONN_REFUSED: u64 = u64::MAX;
+
+/// One call's signature, as every rank computes it for its own call. A sender writes it in the
+/// connection's signature slot of the FIFO step the call starts at; the receiver checks it
+/// against its own before it uses any data of the call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallSig {
+    /// The call's number on its communicator (1-based; 0: no check).
+    pub seq: u64,
+    /// What must match (a hash of the call's collective, algorithm, type, op, count, root).
+    pub key: u64,
+    /// What the call is, for messages (the host's encoding).
+    pub desc: u64,
+    /// The call's count, for messages.
+    pub count: u64,
+}
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(CallSig { seq, key, desc, count });
+
+/// Bytes of one signature slot; a connection has one per FIFO slot.
+pub const CALL_SIG_BYTES: u64 = core::mem::size_of::<CallSig>() as u64;
+
 /// One side's view of a connection (`ncclConnInfo`). Both sides point at the same `buff`,
 /// `head` and `tail`; each has its own `step` word.
 #[repr(C)]
@@ -31,6 +56,9 @@ pub struct ConnInfo {
     pub step: DevPtr,
     /// Optional `[u64; NCCL_STEPS]`: bytes the sender put in each slot (null when unused).
     pub sizes_fifo: DevPtr,
+    /// Optional `[CallSig; NCCL_STEPS]` in the receiver's memory: the signature of the call
+    /// starting at each FIFO slot (null: calls are not checked on this connection).
+    pub sig: DevPtr,
     /// Bytes per FIFO slot.
     pub step_bytes: u64,
     /// `CONN_*` flags.
@@ -39,7 +67,7 @@ pub struct ConnInfo {
     pub peer: u64,
 }
 // SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
-crate::pod::unsafe_impl_pod!(ConnInfo { buff, head, tail, step, sizes_fifo, step_bytes, flags, peer });
+crate::pod::unsafe_impl_pod!(ConnInfo { buff, head, tail, step, sizes_fifo, sig, step_bytes, flags, peer });
 
 impl ConnInfo {
     /// Whether this connection is present (a null FIFO means "no peer").
@@ -66,6 +94,9 @@ pub enum ErrorCode {
     /// Timed out waiting for another threadblock of the same rank to finish a step (an MSCCL
     /// program's dependency; the peer field names the threadblock).
     DependencyTimeout = 5,
+    /// The peer's call is not this rank's (its signature differs; the step field holds the
+    /// peer's call number, low 32 bits), or the peer refused this rank's call.
+    Mismatch = 6,
 }
 
 impl ErrorCode {
@@ -77,6 +108,7 @@ impl ErrorCode {
             3 => ErrorCode::Aborted,
             4 => ErrorCode::Race,
             5 => ErrorCode::DependencyTimeout,
+            6 => ErrorCode::Mismatch,
             _ => ErrorCode::None,
         }
     }
@@ -94,9 +126,13 @@ pub struct PrimsStatus {
     pub abort_flag: DevPtr,
     /// How long one wait may spin before giving up, in ns (0 = forever).
     pub timeout_ns: u64,
+    /// This rank's call, checked against each sending peer's.
+    pub call: CallSig,
+    /// Optional per-channel `CallSig` records: the peer's signature where it did not match.
+    pub mismatch: DevPtr,
 }
 // SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
-crate::pod::unsafe_impl_pod!(PrimsStatus { status, abort_flag, timeout_ns });
+crate::pod::unsafe_impl_pod!(PrimsStatus { status, abort_flag, timeout_ns, call, mismatch });
 
 impl PrimsStatus {
     /// Thread-scoped wait until the u64 at `word` holds at least `want` (acquire loads). False
@@ -146,6 +182,17 @@ impl PrimsStatus {
         }
         true
     }
+}
+
+/// Bytes of a kernel's status area for `blocks` blocks: a status word per block, then a
+/// [`CallSig`] mismatch record per block (at [`mismatch_offset`]).
+pub const fn status_bytes(blocks: u64) -> u64 {
+    (8 + CALL_SIG_BYTES) * blocks
+}
+
+/// Where the mismatch records of a status area of `blocks` blocks start.
+pub const fn mismatch_offset(blocks: u64) -> u64 {
+    8 * blocks
 }
 
 /// Encodes a status word.

@@ -7,7 +7,9 @@
 //! shared memory; all workers then reduce/copy; post threads publish the new step after a
 //! barrier. When `nthreads - 32 ≥ 64` and there are send peers, the last warp does not copy, so
 //! the fence before a post overlaps with the next slice's copy.
-use super::conn::{encode_status, ConnInfo, ErrorCode, PrimsStatus, CONN_NVLS_MIN_POLL, NCCL_STEPS};
+use super::conn::{
+    encode_status, ConnInfo, ErrorCode, PrimsStatus, CONN_NVLS_MIN_POLL, CONN_REFUSED, NCCL_STEPS,
+};
 use crate::arch::{self, WARP_SIZE};
 use crate::DevPtr;
 
@@ -232,7 +234,6 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         if flags & ROLE_OUTPUT != 0 {
             p.user_buff = output;
         }
-        // Everyone must see `aborted = 0` before any wait can set it.
         p.barrier();
         p
     }
@@ -305,6 +306,11 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         }
         *spins = 0;
         if self.shm_aborted() {
+            return true;
+        }
+        if self.conn_step_cache == CONN_REFUSED {
+            // The receiver found this rank's call is not its own (`signature::calls_match`).
+            self.set_aborted(ErrorCode::Mismatch);
             return true;
         }
         if self.status.abort_flag != DevPtr::NULL {
@@ -392,7 +398,9 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         let (mut spins, mut started) = (0u32, 0u64);
         let code = if is_send { ErrorCode::SendTimeout } else { ErrorCode::RecvTimeout };
         let slack = if is_send { NCCL_STEPS } else { 0 };
-        while self.conn_step_cache + slack < self.step + SPS {
+        // Wrapping: a refused head (CONN_REFUSED, see `signature`) must not overflow; it wraps
+        // below any step past the first slots, so the sender waits (and `check_abort` ends it).
+        while self.conn_step_cache.wrapping_add(slack) < self.step + SPS {
             if self.shm_aborted() || self.check_abort(&mut spins, &mut started, code) {
                 break;
             }

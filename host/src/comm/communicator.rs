@@ -6,6 +6,7 @@ use super::collectives::check_call;
 use super::hang::{self, Progress};
 use super::local::{check_tree, MAX_STEP_BYTES, MAX_TIMEOUT};
 use super::nvls::{self, Nvls, NvlsPolicy};
+use super::signature::{describe, Call};
 use super::topo::TopologyConfig;
 use super::work::{Enqueue, Work};
 use super::{BufRef, RankFailure, ReduceOp};
@@ -25,7 +26,10 @@ use rsccl_device::coll::ring::{RingArgs, RingChannel};
 use rsccl_device::coll::tree::TreeChannel;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
-use rsccl_device::prims::conn::{decode_status, ConnInfo, ErrorCode, PrimsStatus, NCCL_STEPS};
+use rsccl_device::prims::conn::{
+    decode_status, mismatch_offset, status_bytes, CallSig, ConnInfo, ErrorCode, PrimsStatus, CALL_SIG_BYTES,
+    NCCL_STEPS,
+};
 use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
@@ -42,6 +46,10 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Most channels of a communicator (NCCL's `MAXCHANNELS`).
 pub const MAX_CHANNELS: usize = 64;
+
+/// `0` turns off the in-band check that every rank's call matches (read at init; `1`, the
+/// default, keeps it): for measuring its cost.
+pub const CHECK_CALLS_VAR: &str = "RSCCL_CHECK_CALLS";
 
 /// Threads per block for [`Comm::from_env`] (NCCL's `NCCL_NTHREADS`).
 pub const NTHREADS_VAR: &str = "RSCCL_NTHREADS";
@@ -408,6 +416,10 @@ pub struct Comm {
     window_ids: std::sync::atomic::AtomicU64,
     /// Watches the peer processes of this host (none when there are none).
     watchdog: Option<super::watchdog::Watchdog>,
+    /// The signature of the last call launched (what a mismatch report says this rank called).
+    last_call: Mutex<CallSig>,
+    /// Whether calls are checked in-band ([`CHECK_CALLS_VAR`]).
+    check_calls: bool,
 }
 
 impl std::fmt::Debug for Comm {
@@ -505,6 +517,11 @@ impl Comm {
                 )));
             }
         }
+        let check_calls = match env_number(CHECK_CALLS_VAR)? {
+            None | Some(1) => true,
+            Some(0) => false,
+            Some(v) => return Err(Error::InvalidConfig(format!("{CHECK_CALLS_VAR}={v}: give 0 or 1"))),
+        };
         let stream = backend.fork_stream()?;
         // The word this rank's kernels watch: set by `abort` and by the proxy when a network
         // connection breaks.
@@ -564,7 +581,7 @@ impl Comm {
         for w in wires.iter().filter(|w| w.side == Side::Recv) {
             let (mem, handle) = transport_of(w.peer).listen(layout, key_base ^ w.tag as u128)?;
             boot.send(w.peer, w.tag, &handle.0)?;
-            views.push((w.slot, layout.view(mem.base(), Side::Recv, w.peer)));
+            views.push((w.slot, layout.view_over(transports[w.peer], mem.base(), Side::Recv, w.peer)));
             conns.push(mem);
         }
         for w in wires.iter().filter(|w| w.side == Side::Send) {
@@ -580,7 +597,7 @@ impl Comm {
                 rank,
                 source: Box::new(Error::InvalidConfig(format!("connecting to rank {}: {e}", w.peer))),
             })?;
-            views.push((w.slot, layout.view(mem.base(), Side::Send, w.peer)));
+            views.push((w.slot, layout.view_over(transports[w.peer], mem.base(), Side::Send, w.peer)));
             conns.push(mem);
         }
         // Network receivers wait for their senders; then one proxy thread serves them all.
@@ -634,7 +651,8 @@ impl Comm {
         stream.copy_in(&channels, 0, bytemuck::cast_slice(&chans))?;
         let tree_channels = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
         stream.copy_in(&tree_channels, 0, bytemuck::cast_slice(&tree_tab))?;
-        let status = stream.alloc(8 * nch)?;
+        // A status word per channel, then the channels' mismatch records.
+        let status = stream.alloc(status_bytes(nch as u64) as usize)?;
         let mut comm = Comm {
             rank,
             nranks,
@@ -669,6 +687,8 @@ impl Comm {
             tree_in_flight: Mutex::new(None),
             conn_key: key_base,
             watchdog: None,
+            last_call: Mutex::default(),
+            check_calls,
         };
         super::departure::join(comm.conn_key, rank, &comm.abort);
         let me = &comm.peers[rank];
@@ -1188,6 +1208,14 @@ impl Comm {
         Ok(q)
     }
 
+    /// The signature of `call` as call number `seq`, kept as the last call launched.
+    pub(super) fn sign(&self, call: Call, seq: u64) -> CallSig {
+        // Number 0: the kernels skip the check.
+        let sig = if self.check_calls { call.sign(seq) } else { CallSig::default() };
+        *self.last_call.lock().unwrap_or_else(|e| e.into_inner()) = sig;
+        sig
+    }
+
     /// `Err` naming the peer processes of this host that died, or the ranks of this process that
     /// left this communicator, if any (`failures`: what this rank's channels reported).
     fn check_peers_here(&self, failures: &[RankFailure]) -> Result<()> {
@@ -1283,7 +1311,8 @@ impl Comm {
         red_op_arg: u64,
     ) -> Result<()> {
         self.check_usable()?;
-        self.progress.enter(coll, tree);
+        let seq = self.progress.enter(coll, tree);
+        let call = Call { coll, tree, msccl: false, dtype, op, count, root };
         if self.nranks == 1 {
             if count == 0 {
                 return Ok(());
@@ -1326,6 +1355,8 @@ impl Comm {
                 abort_flag: self.abort.ptr(),
                 // At most MAX_TIMEOUT (checked by shape): fits in u64 nanoseconds.
                 timeout_ns: self.cfg.timeout.as_nanos() as u64,
+                call: self.sign(call, seq),
+                mismatch: self.status.ptr().offset(mismatch_offset(self.cfg.nchannels as u64)),
             },
             step_bytes: self.cfg.step_bytes,
             root: root as u64,
@@ -1389,10 +1420,12 @@ impl Comm {
             mc_recv,
             slice_bytes: nvls::NVLS_SLICE_BYTES,
             epoch_base: seq << 32,
+            // NVLS connections have no signature slots (yet): nothing to check.
             status: PrimsStatus {
                 status: self.status.ptr(),
                 abort_flag: self.abort.ptr(),
                 timeout_ns: self.cfg.timeout.as_nanos() as u64,
+                ..PrimsStatus::default()
             },
             rank: self.rank as u64,
             nranks: self.nranks as u64,
@@ -1481,6 +1514,29 @@ impl Comm {
         // A peer process of this host that died, or a rank of this process that left, stopped
         // this kernel: it is the answer.
         self.check_peers_here(&failures)?;
+        // A call that another rank's does not match: name both.
+        if failures.iter().any(|f| f.code == ErrorCode::Mismatch) {
+            let mut rec = vec![0u8; CALL_SIG_BYTES as usize * nwords];
+            self.stream.copy_out(status, mismatch_offset(nwords as u64) as usize, &mut rec)?;
+            let records: &[CallSig] = bytemuck::cast_slice(&rec);
+            let mine = *self.last_call.lock().unwrap_or_else(|e| e.into_inner());
+            let mut peers: Vec<(usize, Option<(u64, String)>)> = Vec::new();
+            for f in failures.iter().filter(|f| f.code == ErrorCode::Mismatch) {
+                let theirs =
+                    records.get(f.channel).filter(|r| r.seq != 0).map(|r| (r.seq, describe(r.desc, r.count)));
+                if !peers.iter().any(|(p, t)| *p == f.peer && t.is_some() >= theirs.is_some()) {
+                    peers.retain(|(p, _)| *p != f.peer);
+                    peers.push((f.peer, theirs));
+                }
+            }
+            peers.sort_by_key(|(p, _)| *p);
+            return Err(self.fail(Error::CallMismatch {
+                rank: self.rank,
+                seq: mine.seq,
+                mine: describe(mine.desc, mine.count),
+                peers,
+            }));
+        }
         // A broken network connection names its peer and host; the other ranks' states say
         // whether that peer left because someone else never came.
         if let Some(mut e) = self.proxy.as_ref().and_then(Proxy::failure) {

@@ -128,6 +128,7 @@ impl std::fmt::Display for RankFailure {
             ErrorCode::DependencyTimeout => {
                 format!("timed out waiting for threadblock {} of this rank (an MSCCL dependency)", self.peer)
             }
+            ErrorCode::Mismatch => format!("rank {}'s call does not match this rank's", self.peer),
             ErrorCode::None => "no error".to_string(),
         };
         write!(f, "rank {} channel {}: {what} (step {})", self.rank, self.channel, self.step)

@@ -11,13 +11,14 @@ mod local;
 pub mod nvls;
 mod onesided;
 mod scratch;
+mod signature;
 mod topo;
 mod watchdog;
 mod work;
 
 pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};
 pub use communicator::{
-    Comm, CommConfig, MscclId, Window, BUFFSIZE_VAR, MAX_CHANNELS, MAX_MSCCL_PROGRAMS,
+    Comm, CommConfig, MscclId, Window, BUFFSIZE_VAR, CHECK_CALLS_VAR, MAX_CHANNELS, MAX_MSCCL_PROGRAMS,
     MAX_MSCCL_SCRATCH_BYTES, NTHREADS_VAR,
 };
 pub use cudarc_interop::CudaElem;

@@ -540,6 +540,8 @@ impl FifoLayout {
             tail: credit.offset(NVLS_CREDIT_BYTES / 2),
             step: steps.offset(8 * step),
             sizes_fifo: DevPtr::NULL,
+            // NVLS FIFOs have no signature slots yet: their calls go unchecked.
+            sig: DevPtr::NULL,
             step_bytes: self.step_bytes,
             flags: 0,
             peer: h,

@@ -19,7 +19,7 @@ pub mod shm;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use rsccl_device::prims::conn::{ConnInfo, NCCL_STEPS};
+use rsccl_device::prims::conn::{ConnInfo, CALL_SIG_BYTES, NCCL_STEPS};
 use rsccl_device::DevPtr;
 use std::any::Any;
 use std::sync::Arc;
@@ -48,18 +48,20 @@ impl ConnLayout {
     const SEND_STEP: u64 = 16;
     const RECV_STEP: u64 = 24;
     const SIZES: u64 = 32;
+    /// The call signatures, one per FIFO slot, after the sizes.
+    const SIGS: u64 = Self::SIZES + NCCL_STEPS * 8;
 
     /// Bytes of one connection's memory, or an error when `step_bytes` makes it overflow.
     ///
     /// ```
     /// use rsccl::transport::ConnLayout;
-    /// assert_eq!(ConnLayout { step_bytes: 128 }.bytes().unwrap(), 8 * 128 + 32 + 64);
+    /// assert_eq!(ConnLayout { step_bytes: 128 }.bytes().unwrap(), 8 * 128 + 32 + 64 + 8 * 32);
     /// assert!(ConnLayout { step_bytes: u64::MAX / 4 }.bytes().is_err());
     /// ```
     pub fn bytes(&self) -> Result<usize> {
         NCCL_STEPS
             .checked_mul(self.step_bytes)
-            .and_then(|fifo| fifo.checked_add(Self::SIZES + NCCL_STEPS * 8))
+            .and_then(|fifo| fifo.checked_add(Self::SIGS + NCCL_STEPS * CALL_SIG_BYTES))
             .and_then(|b| usize::try_from(b).ok())
             .ok_or_else(|| {
                 Error::InvalidConfig(format!("step_bytes {} makes a connection overflow", self.step_bytes))
@@ -79,9 +81,22 @@ impl ConnLayout {
                 Side::Recv => Self::RECV_STEP,
             }),
             sizes_fifo: words.offset(Self::SIZES),
+            sig: words.offset(Self::SIGS),
             step_bytes: self.step_bytes,
             flags: 0,
             peer: peer as u64,
+        }
+    }
+
+    /// [`ConnLayout::view`] for a connection over `kind`: calls are checked (signature slots)
+    /// where both sides share the memory; the network proxies do not carry the slots yet, so a
+    /// NET connection's calls go unchecked.
+    pub fn view_over(&self, kind: TransportKind, base: DevPtr, side: Side, peer: usize) -> ConnInfo {
+        let v = self.view(base, side, peer);
+        if kind == TransportKind::Net {
+            ConnInfo { sig: DevPtr::NULL, ..v }
+        } else {
+            v
         }
     }
 }

@@ -6,6 +6,7 @@ use super::{conn_tag, Comm, Edge, Queue};
 use crate::backend::{DeviceBuffer, LaunchConfig};
 use crate::comm::collectives::check_call;
 use crate::comm::scratch::Scratch;
+use crate::comm::signature::Call;
 use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
@@ -21,7 +22,7 @@ use rsccl_device::coll::kernels::CollKernel;
 use rsccl_device::coll::msccl::{pass_geometry, MscclArgs, MscclTb, MSCCL_THREADS};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
-use rsccl_device::prims::conn::{ConnInfo, PrimsStatus};
+use rsccl_device::prims::conn::{mismatch_offset, status_bytes, CallSig, ConnInfo, PrimsStatus};
 use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
@@ -178,7 +179,7 @@ impl Comm {
                     let tag = conn_tag(Edge::Msccl, tb.chan as usize, peer, rank);
                     let (mem, handle) = transport_of(peer)?.listen(layout, key_base ^ tag as u128)?;
                     boot.send(peer, tag, &handle.0)?;
-                    recv_views[t] = layout.view(mem.base(), Side::Recv, peer);
+                    recv_views[t] = layout.view_over(self.transports[peer], mem.base(), Side::Recv, peer);
                     conns.push(mem);
                 }
             }
@@ -198,7 +199,7 @@ impl Comm {
                             source: Box::new(bad(format!("MSCCL: connecting to rank {peer}: {e}"))),
                         }
                     })?;
-                    send_views[t] = layout.view(mem.base(), Side::Send, peer);
+                    send_views[t] = layout.view_over(self.transports[peer], mem.base(), Side::Send, peer);
                     conns.push(mem);
                 }
             }
@@ -233,7 +234,8 @@ impl Comm {
         let words = 8 * me.tbs.len().max(1);
         let progress = stream.alloc(words)?;
         stream.copy_in(&progress, 0, &vec![0u8; words])?;
-        let status = stream.alloc(words)?;
+        // A status word per threadblock, then their mismatch records.
+        let status = stream.alloc(status_bytes(me.tbs.len().max(1) as u64) as usize)?;
         // Loads are collective and in the same order everywhere: the same id on every rank.
         let id = MscclId { comm: self.conn_key as u64, load: load_no };
         let loaded = Loaded {
@@ -540,7 +542,17 @@ impl Comm {
             )));
         }
         let entered = self.progress.enter(native.unwrap_or(Collective::AllReduce), false);
-        match self.prepare_msccl(l, send, recv, count, dtype, block, red) {
+        let call = Call {
+            coll: native.unwrap_or(Collective::AllGather),
+            tree: false,
+            msccl: true,
+            dtype,
+            op: red,
+            count: count as u64,
+            root: 0,
+        };
+        let sig = self.sign(call, entered);
+        match self.prepare_msccl(l, send, recv, count, dtype, block, red, sig) {
             Ok(true) => Ok((entered, true)),
             Ok(false) => {
                 self.progress.finish(entered);
@@ -564,6 +576,7 @@ impl Comm {
         dtype: DataType,
         block: usize,
         red: RedOp,
+        sig: CallSig,
     ) -> Result<bool> {
         let (rank, plan, name, eb) = (self.rank, &l.plan, &l.plan.name, dtype.size());
         if count == 0 {
@@ -624,6 +637,8 @@ impl Comm {
                 status: l.status.ptr(),
                 abort_flag: self.abort.ptr(),
                 timeout_ns: self.cfg.timeout.as_nanos() as u64,
+                call: sig,
+                mismatch: l.status.ptr().offset(mismatch_offset(ntbs as u64)),
             },
             op: red as u32,
             _pad: 0,
