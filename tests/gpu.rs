@@ -204,6 +204,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
             Ok(())
         }),
     ));
+    v.push(("mismatched_calls_fail_naming_both", Box::new(|_| mismatched_calls())));
     // Last: a trap leaves a CUDA context unusable, so nothing may run after it.
     v.push(("trap_reports_error", Box::new(checks::trap_reports_error)));
     v.push(("multicast_object_of_one_device", Box::new(multicast_object)));
@@ -350,6 +351,53 @@ fn msccl_programs() -> CheckResult {
     } else {
         Err(format!("failed: {}", failed.join(", ")))
     }
+}
+
+/// Two ranks of this GPU (streams) call all-reduce with 1000 and 500 elements: both calls fail
+/// naming both (the kernels' in-band signatures), and a matched call on fresh ranks is exact.
+fn mismatched_calls() -> CheckResult {
+    use rsccl::{BufRef, Comm, CommConfig};
+    let gpu = backend::gpu().map_err(|e| e.to_string())?;
+    let cfg = CommConfig { timeout: std::time::Duration::from_secs(10), ..CommConfig::default() };
+    let run = |counts: [usize; 2]| -> Result<Vec<rsccl::Result<()>>, String> {
+        let comms = Comm::init_all(&gpu, 2, cfg.clone()).map_err(|e| e.to_string())?;
+        let bufs = (0..2).map(|r| gpu.upload(&vec![r as f32 + 1.0; 1000])).collect::<rsccl::Result<Vec<_>>>();
+        let bufs = bufs.map_err(|e| e.to_string())?;
+        let res = std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .zip(&bufs)
+                .zip(counts)
+                .map(|((c, b), n)| {
+                    s.spawn(move || {
+                        c.all_reduce(BufRef::from(b), BufRef::from(b), n, DataType::F32, ReduceOp::Sum)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("rank thread")).collect::<Vec<_>>()
+        });
+        if counts[0] == counts[1] {
+            for b in &bufs {
+                let got: Vec<f32> = gpu.download(b, 1000).map_err(|e| e.to_string())?;
+                if got.iter().any(|&x| x != 3.0) {
+                    return Err("the matched all-reduce is wrong".into());
+                }
+            }
+        }
+        Ok(res)
+    };
+    for (r, res) in run([1000, 500])?.into_iter().enumerate() {
+        let e = match res {
+            Ok(()) => return Err(format!("rank {r}: a mismatched all-reduce returned Ok")),
+            Err(e) => e.to_string(),
+        };
+        println!("  rank {r}: {e}");
+        if !e.contains("where rank") || !e.contains("as call #1") {
+            return Err(format!("rank {r}: {e}"));
+        }
+    }
+    run([1000, 1000])?.into_iter().collect::<rsccl::Result<Vec<()>>>().map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 /// A multicast object of this one device, set up in NVLS's steps (create, open from the handle
