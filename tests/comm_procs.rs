@@ -170,6 +170,22 @@ fn comm_child() {
             let err = Comm::init_rank(&be, n, rank, &id, cfg).unwrap_err().to_string();
             println!("INIT-ERROR {err}");
         }
+        "mismatch" => {
+            // Rank 0 all-reduces 1000 elements, rank 1 500, over shared memory.
+            let cfg = CommConfig { timeout: Duration::from_secs(10), ..sweep_config() };
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            assert_eq!(comm.transport_to(1 - rank), Some(TransportKind::Shm));
+            let buf = be.upload(&vec![1f32; 1000]).unwrap();
+            let b = BufRef::from(&buf);
+            match comm.all_reduce(b, b, [1000, 500][rank], DataType::F32, ReduceOp::Sum) {
+                Ok(()) => println!("MISMATCH-OK"),
+                Err(e) => println!("MISMATCH-ERROR {e}"),
+            }
+            match comm.all_reduce(b, b, 1000, DataType::F32, ReduceOp::Sum) {
+                Ok(()) => println!("NEXT-OK"),
+                Err(e) => println!("NEXT-ERROR {e}"),
+            }
+        }
         "kill9" => {
             // A minute's timeout: only noticing the death itself can end the call in time.
             let cfg = CommConfig { timeout: Duration::from_secs(60), ..sweep_config() };
@@ -480,6 +496,30 @@ fn a_rank_killed_mid_all_reduce_is_named_and_leaves_no_shared_memory() {
     }
     // Timeout 3 s per wait: every survivor gave up well within 3 × that.
     assert!(killed_at.elapsed() < Duration::from_secs(15), "{:?}", killed_at.elapsed());
+    assert_no_segments(&pids);
+}
+
+/// Two processes over shared memory call all-reduce with 1000 and 500 elements: both fail
+/// naming both calls (they used to return `Ok` with 850/1000 and 372/500 elements wrong), and
+/// the next, matched call is refused instead of reading stale FIFO data.
+#[test]
+fn mismatched_calls_across_processes_fail_naming_both() {
+    let id = loopback_id();
+    let mut ranks = start_ranks("mismatch", &id, 2, 0..2);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(60));
+    let names = ["all_reduce(1000 × f32, sum)", "all_reduce(500 × f32, sum)"];
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{text}");
+        let want =
+            format!("rank {} called {} where rank {r} called {} as call #1", 1 - r, names[1 - r], names[r]);
+        let line = text
+            .lines()
+            .find_map(|l| l.find("MISMATCH-").map(|i| &l[i..]))
+            .unwrap_or_else(|| panic!("rank {r}:\n{text}"));
+        assert!(line.contains(&want), "rank {r}: {line}\nwanted: {want}");
+        assert!(text.contains("NEXT-ERROR"), "rank {r}: the next call was not refused:\n{text}");
+    }
     assert_no_segments(&pids);
 }
 

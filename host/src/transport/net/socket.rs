@@ -269,7 +269,7 @@ impl Greeting {
         loop {
             let want = HELLO_BYTES - self.got.len();
             match (&self.sock).read(&mut b[..want]) {
-                Ok(0) => return Some(Err("closed before its hello".into())),
+                Ok(0) => return Some(Err("reading hello: closed before a whole hello came".into())),
                 Ok(n) => {
                     self.got.extend_from_slice(&b[..n]);
                     if self.got.len() == HELLO_BYTES {
@@ -278,7 +278,10 @@ impl Greeting {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
                     return (self.since.elapsed() > HELLO_TIMEOUT).then(|| {
-                        Err(format!("timed out: no hello within {} s", HELLO_TIMEOUT.as_secs_f64()))
+                        Err(format!(
+                            "reading hello: timed out (none within {} s)",
+                            HELLO_TIMEOUT.as_secs_f64()
+                        ))
                     });
                 }
                 Err(e) => return Some(Err(format!("reading hello: {e}"))),
@@ -368,6 +371,12 @@ impl NetListener for SocketListener {
                 }
                 std::thread::sleep(ACCEPT_POLL);
             }
+        }
+        for g in pending {
+            tracing::warn!(
+                "network: dropped a connection from {}: reading hello: none came before the peer's own connections",
+                g.from
+            );
         }
         let socks: Vec<TcpStream> = socks.into_iter().map(|s| s.expect("all present")).collect();
         for s in &socks {
