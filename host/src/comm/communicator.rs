@@ -690,7 +690,7 @@ impl Comm {
             last_call: Mutex::default(),
             check_calls,
         };
-        super::departure::join(comm.conn_key, rank, &comm.abort);
+        super::departure::join(comm.conn_key, rank, &comm.abort, &comm.progress);
         let me = &comm.peers[rank];
         let here: Vec<(usize, u32)> = comm
             .peers
@@ -963,7 +963,7 @@ impl Comm {
             "rank {}: the communicator was aborted; create a new one",
             self.rank
         )));
-        super::departure::leave(self.conn_key, self.rank);
+        super::departure::leave(self.conn_key, self.rank, self.progress.done_before_failure());
         if let Some(t) = &self.nvls_tree {
             t.abort();
         }
@@ -1228,7 +1228,9 @@ impl Comm {
         if !dead.is_empty() {
             return Err(self.fail(Error::PeerDied { rank: self.rank, dead, failures: failures.to_vec() }));
         }
-        let left = super::departure::left(self.conn_key, self.rank);
+        // The call this rank is in (or about to enter): peers that left before finishing it.
+        let seq = self.progress.in_flight().map_or(self.progress.done() + 1, |(s, _)| s);
+        let left = super::departure::left(self.conn_key, self.rank, seq);
         if left.is_empty() {
             return Ok(());
         }
@@ -1590,7 +1592,7 @@ impl Drop for Comm {
         self.complete_in_flight(&mut q);
         // Ranks of this process stop waiting for this one (its memory they reach by address
         // stays theirs until they drop too).
-        super::departure::leave(self.conn_key, self.rank);
+        super::departure::leave(self.conn_key, self.rank, self.progress.done_before_failure());
         // After a failed collective the FIFOs hold slices no peer will read: close at once
         // instead of trying to send them (a healthy communicator's proxy sends what is left).
         if let Some(mut p) = self.proxy.take() {

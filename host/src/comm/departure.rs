@@ -1,9 +1,11 @@
 //! Ranks of one process that leave their communicator (drop or abort their [`Comm`](super::Comm))
-//! while others of it live on: the others learn it at once — a call that starts is refused, and
-//! a kernel in flight is stopped through its abort word — instead of waiting for the timeout on
-//! a rank that will never come (or touching its memory).
+//! while others of it live on: the others learn it at once — a call the leaver never finished
+//! is refused when it starts, and stopped through its abort word when it is in flight —
+//! instead of waiting for the timeout on a rank that will never come (or touching its memory).
+//! Calls the leaver finished before it left are left to end.
 //!
 //! One table per process, by communicator key (the same on every rank of one communicator).
+use super::hang::Progress;
 use crate::backend::HostMapped;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -12,7 +14,10 @@ struct Member {
     rank: usize,
     /// The word its kernels poll (set to stop them).
     abort: Weak<HostMapped>,
-    left: bool,
+    /// Where it is in its calls.
+    progress: Weak<Progress>,
+    /// Once it left: the last call it finished.
+    left: Option<u64>,
 }
 
 static MEMBERS: Mutex<Option<HashMap<u128, Vec<Member>>>> = Mutex::new(None);
@@ -22,20 +27,35 @@ fn with<T>(f: impl FnOnce(&mut HashMap<u128, Vec<Member>>) -> T) -> T {
     f(t.get_or_insert_with(HashMap::new))
 }
 
-/// Rank `rank` of communicator `key` lives in this process, its kernels stopped by `abort`.
-pub(crate) fn join(key: u128, rank: usize, abort: &Arc<HostMapped>) {
-    with(|t| t.entry(key).or_default().push(Member { rank, abort: Arc::downgrade(abort), left: false }));
+/// Rank `rank` of communicator `key` lives in this process, its kernels stopped by `abort`,
+/// its calls counted by `progress`.
+pub(crate) fn join(key: u128, rank: usize, abort: &Arc<HostMapped>, progress: &Arc<Progress>) {
+    with(|t| {
+        t.entry(key).or_default().push(Member {
+            rank,
+            abort: Arc::downgrade(abort),
+            progress: Arc::downgrade(progress),
+            left: None,
+        })
+    });
 }
 
-/// Rank `rank` of `key` leaves: it is marked first, then every other member's kernels are told
-/// to stop (a member that arms its abort word after this sees the mark: see [`left`]).
-pub(crate) fn leave(key: u128, rank: usize) {
+/// Rank `rank` of `key` leaves, having finished calls up to `done`: it is marked first, then
+/// every other member whose call in flight is a later one is told to stop (a member that
+/// arms its abort word after this sees the mark: see [`left`]).
+pub(crate) fn leave(key: u128, rank: usize, done: u64) {
     let others: Vec<Arc<HostMapped>> = with(|t| {
         let Some(members) = t.get_mut(&key) else { return Vec::new() };
-        members.iter_mut().filter(|m| m.rank == rank).for_each(|m| m.left = true);
-        let others = members.iter().filter(|m| !m.left).filter_map(|m| m.abort.upgrade()).collect();
+        members.iter_mut().filter(|m| m.rank == rank).for_each(|m| m.left = Some(done));
+        let waiting =
+            |m: &Member| m.progress.upgrade().and_then(|p| p.in_flight()).is_some_and(|(seq, _)| seq > done);
+        let others = members
+            .iter()
+            .filter(|m| m.left.is_none() && waiting(m))
+            .filter_map(|m| m.abort.upgrade())
+            .collect();
         // The last to leave removes the communicator.
-        if members.iter().all(|m| m.left) {
+        if members.iter().all(|m| m.left.is_some()) {
             t.remove(&key);
         }
         others
@@ -45,13 +65,18 @@ pub(crate) fn leave(key: u128, rank: usize) {
     }
 }
 
-/// The ranks of `key` that left, but `me` (in rank order). Checked after arming the abort
-/// word: a rank that leaves later stores into the armed word.
-pub(crate) fn left(key: u128, me: usize) -> Vec<usize> {
+/// The ranks of `key` but `me` that left before finishing call `seq` (in rank order).
+/// Checked after arming the abort word: a rank that leaves later stores into the armed word.
+pub(crate) fn left(key: u128, me: usize, seq: u64) -> Vec<usize> {
     with(|t| {
         let mut v: Vec<usize> = t
             .get(&key)
-            .map(|ms| ms.iter().filter(|m| m.left && m.rank != me).map(|m| m.rank).collect())
+            .map(|ms| {
+                ms.iter()
+                    .filter(|m| m.rank != me && m.left.is_some_and(|d| d < seq))
+                    .map(|m| m.rank)
+                    .collect()
+            })
             .unwrap_or_default();
         v.sort_unstable();
         v.dedup();
@@ -68,16 +93,25 @@ mod tests {
         let be = crate::backend::cpu();
         let key = 0xdead_beef_u128 << 64 | 42;
         let words: Vec<Arc<HostMapped>> = (0..3).map(|_| Arc::new(be.alloc_mapped(4).unwrap())).collect();
-        for (r, w) in words.iter().enumerate() {
-            join(key, r, w);
+        let progress: Vec<Arc<Progress>> = (0..3).map(|_| Arc::new(Progress::default())).collect();
+        for (r, (w, p)) in words.iter().zip(&progress).enumerate() {
+            join(key, r, w, p);
         }
-        leave(key, 2);
-        assert_eq!(left(key, 0), [2]);
-        assert_eq!(left(key, 2), Vec::<usize>::new());
+        // Ranks 0 and 1 are in call #2; rank 1's #1 is still finishing.
+        let ar = rsccl_device::coll::Collective::AllReduce;
+        for p in &progress[..2] {
+            p.enter(ar, false);
+        }
+        progress[0].finish(1);
+        progress[0].enter(ar, false);
+        // Rank 2 finished #1 and leaves: rank 0's #2 stops, rank 1's #1 goes on.
+        leave(key, 2, 1);
+        assert_eq!((left(key, 0, 2), left(key, 0, 1)), (vec![2], vec![]));
+        assert_eq!(left(key, 2, 2), Vec::<usize>::new());
         let stopped: Vec<u32> = words.iter().map(|w| w.load_u32(0).unwrap()).collect();
-        assert_eq!(stopped, [1, 1, 0]);
-        leave(key, 0);
-        leave(key, 1);
+        assert_eq!(stopped, [1, 0, 0]);
+        leave(key, 0, 1);
+        leave(key, 1, 1);
         assert!(with(|t| !t.contains_key(&key)));
     }
 }

@@ -57,6 +57,20 @@ impl Progress {
         self.finish(seq);
     }
 
+    /// Number of the last collective finished (0: none).
+    pub(crate) fn done(&self) -> u64 {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Number of the last collective this rank finished before any failed: its peers may still
+    /// complete those without it, not the later ones.
+    pub(crate) fn done_before_failure(&self) -> u64 {
+        match self.failed.load(Ordering::Acquire) {
+            0 => self.done(),
+            f => self.done().min(f - 1),
+        }
+    }
+
     /// The collective entered and not finished yet, if any: (its number, what it is).
     pub(crate) fn in_flight(&self) -> Option<(u64, u64)> {
         let entered = self.entered.load(Ordering::Acquire);

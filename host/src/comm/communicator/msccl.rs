@@ -84,6 +84,16 @@ impl Loaded {
     }
 }
 
+/// How a call of an MSCCL program is cut: `elems` (elements, or bytes for a program that only
+/// moves data, `ebytes` each) in `passes` passes of `per` chunks of `piece` elements.
+struct Geometry {
+    elems: u64,
+    ebytes: u64,
+    per: u64,
+    piece: u64,
+    passes: u64,
+}
+
 fn bad(why: String) -> Error {
     Error::InvalidConfig(why)
 }
@@ -327,13 +337,33 @@ impl Comm {
     /// Scratch bytes a call of `count` × `dtype` of `l` needs on this rank (its scratch chunks
     /// of every pass), checked against [`MAX_MSCCL_SCRATCH_BYTES`].
     fn msccl_scratch_bytes(&self, l: &Loaded, count: usize, dtype: DataType) -> Result<u64> {
+        let Some(g) = self.msccl_geometry(l, count, dtype)? else { return Ok(0) };
+        let (_, _, last_piece) = pass_geometry(g.elems, g.per, g.piece, g.passes - 1, g.passes);
+        let s_chunks = u64::from(l.plan.ranks[self.rank].s_chunks);
+        (g.passes - 1)
+            .checked_mul(g.piece)
+            .and_then(|x| x.checked_add(last_piece))
+            .and_then(|x| x.checked_mul(s_chunks))
+            .and_then(|x| x.checked_mul(g.ebytes))
+            .filter(|&b| b <= MAX_MSCCL_SCRATCH_BYTES)
+            .ok_or_else(|| {
+                bad(format!(
+                    "MSCCL program \"{}\": {s_chunks} scratch chunks for {count} elements exceed \
+                     {MAX_MSCCL_SCRATCH_BYTES} bytes",
+                    l.plan.name
+                ))
+            })
+    }
+
+    /// How a call of `count` × `dtype` of `l` is cut into passes (`None` for an empty call).
+    fn msccl_geometry(&self, l: &Loaded, count: usize, dtype: DataType) -> Result<Option<Geometry>> {
         let (plan, name) = (&l.plan, &l.plan.name);
         if count == 0 {
-            return Ok(0);
+            return Ok(None);
         }
         // A program that only moves data runs on bytes, whatever the type.
         let eb = dtype.size() as u64;
-        let (c, ebytes) = if plan.reduces {
+        let (elems, ebytes) = if plan.reduces {
             (count as u64, eb)
         } else {
             let block = (count as u64)
@@ -349,21 +379,7 @@ impl Comm {
             ))
         })?;
         let region = per.checked_mul(piece).ok_or_else(|| bad(format!("MSCCL: {per} × {piece} overflow")))?;
-        let passes = c.div_ceil(region);
-        let (_, _, last_piece) = pass_geometry(c, per, piece, passes - 1, passes);
-        let s_chunks = u64::from(plan.ranks[self.rank].s_chunks);
-        (passes - 1)
-            .checked_mul(piece)
-            .and_then(|x| x.checked_add(last_piece))
-            .and_then(|x| x.checked_mul(s_chunks))
-            .and_then(|x| x.checked_mul(ebytes))
-            .filter(|&b| b <= MAX_MSCCL_SCRATCH_BYTES)
-            .ok_or_else(|| {
-                bad(format!(
-                    "MSCCL program \"{name}\": {s_chunks} scratch chunks for {count} elements exceed \
-                     {MAX_MSCCL_SCRATCH_BYTES} bytes"
-                ))
-            })
+        Ok(Some(Geometry { elems, ebytes, per, piece, passes: elems.div_ceil(region) }))
     }
 
     /// Grows program `id`'s scratch for a call of `count` × `dtype` now, before any rank of a
@@ -552,7 +568,7 @@ impl Comm {
             root: 0,
         };
         let sig = self.sign(call, entered);
-        match self.prepare_msccl(l, send, recv, count, dtype, block, red, sig) {
+        match self.prepare_msccl(l, send, recv, count, dtype, red, sig) {
             Ok(true) => Ok((entered, true)),
             Ok(false) => {
                 self.progress.finish(entered);
@@ -574,29 +590,18 @@ impl Comm {
         recv: BufRef,
         count: usize,
         dtype: DataType,
-        block: usize,
         red: RedOp,
         sig: CallSig,
     ) -> Result<bool> {
-        let (rank, plan, name, eb) = (self.rank, &l.plan, &l.plan.name, dtype.size());
+        let (rank, plan, name) = (self.rank, &l.plan, &l.plan.name);
         if count == 0 {
             return Ok(false);
         }
-        // A program that only moves data runs on bytes, whatever the type.
-        let (kernel, c, ebytes) = if plan.reduces {
-            (CollKernel::Msccl(dtype), count as u64, eb as u64)
-        } else {
-            (CollKernel::MscclBytes, block as u64, 1)
+        let Some(Geometry { elems: c, per, piece, passes, .. }) = self.msccl_geometry(l, count, dtype)?
+        else {
+            return Ok(false);
         };
-        let per = u64::from(plan.chunks_per_block);
-        let piece = plan.piece_elems(self.cfg.step_bytes, ebytes).ok_or_else(|| {
-            bad(format!(
-                "MSCCL program \"{name}\": a step of {} chunks does not fit FIFO slots of {} bytes",
-                plan.max_cnt, self.cfg.step_bytes
-            ))
-        })?;
-        let region = per.checked_mul(piece).ok_or_else(|| bad(format!("MSCCL: {per} × {piece} overflow")))?;
-        let passes = c.div_ceil(region);
+        let kernel = if plan.reduces { CollKernel::Msccl(dtype) } else { CollKernel::MscclBytes };
         let steps = plan.max_steps as u64 + 1;
         if passes.checked_mul(steps).is_none_or(|x| x >= 1 << 32) {
             return Err(bad(format!(
