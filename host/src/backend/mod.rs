@@ -178,33 +178,22 @@ impl HostMapped {
     }
     /// Stores a u32 at `offset` (4-aligned), visible to running kernels.
     pub fn store_u32(&self, offset: usize, v: u32) -> Result<()> {
-        if !offset.is_multiple_of(4) || offset + 4 > self.len {
-            return Err(Error::OutOfRange {
-                what: "HostMapped::store_u32".into(),
-                offset,
-                bytes: 4,
-                len: self.len,
-            });
-        }
-        // SAFETY: in bounds and aligned (checked); the memory lives as long as self.
-        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.host.add(offset) as *mut u32) }
-            .store(v, std::sync::atomic::Ordering::SeqCst);
+        self.word_u32(offset, "HostMapped::store_u32")?.store(v, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 
     /// Loads the u32 at `offset` (4-aligned), as running kernels last stored it.
     pub fn load_u32(&self, offset: usize) -> Result<u32> {
+        Ok(self.word_u32(offset, "HostMapped::load_u32")?.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// The u32 word at `offset`, checked to lie inside and be aligned (`what` names the caller).
+    fn word_u32(&self, offset: usize, what: &str) -> Result<&std::sync::atomic::AtomicU32> {
         if !offset.is_multiple_of(4) || offset + 4 > self.len {
-            return Err(Error::OutOfRange {
-                what: "HostMapped::load_u32".into(),
-                offset,
-                bytes: 4,
-                len: self.len,
-            });
+            return Err(Error::OutOfRange { what: what.into(), offset, bytes: 4, len: self.len });
         }
         // SAFETY: in bounds and aligned (checked); the memory lives as long as self.
-        Ok(unsafe { std::sync::atomic::AtomicU32::from_ptr(self.host.add(offset) as *mut u32) }
-            .load(std::sync::atomic::Ordering::SeqCst))
+        Ok(unsafe { std::sync::atomic::AtomicU32::from_ptr(self.host.add(offset) as *mut u32) })
     }
 }
 

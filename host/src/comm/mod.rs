@@ -13,7 +13,7 @@ mod onesided;
 mod scratch;
 mod signature;
 mod topo;
-mod watchdog;
+pub(crate) mod watchdog;
 mod work;
 
 pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};

@@ -780,13 +780,8 @@ mod tests {
         let pids: Vec<u32> =
             std::fs::read_to_string(&file).unwrap().lines().map(|l| l.trim().parse().unwrap()).collect();
         assert_eq!(pids.len(), 2);
-        let gone = |pid: u32| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let state = stat.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next());
-            matches!(state, None | Some('Z') | Some('X'))
-        };
         let start = Instant::now();
-        while !pids.iter().all(|&p| gone(p)) {
+        while pids.iter().any(|&p| crate::comm::watchdog::alive(p)) {
             assert!(start.elapsed() < Duration::from_secs(5), "still running: {pids:?}");
             std::thread::sleep(Duration::from_millis(20));
         }
