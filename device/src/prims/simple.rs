@@ -234,6 +234,7 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         if flags & ROLE_OUTPUT != 0 {
             p.user_buff = output;
         }
+        // Everyone must see `aborted = 0` before any wait can set it.
         p.barrier();
         p
     }
