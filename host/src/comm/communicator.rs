@@ -1519,8 +1519,11 @@ impl Comm {
             return Ok(());
         }
         // A peer process of this host that died, or a rank of this process that left, stopped
-        // this kernel: it is the answer.
-        self.check_peers_here(&failures)?;
+        // this kernel (through the abort word): it is the answer. Ranks that left after this
+        // kernel gave up on its own are a consequence, not the cause (the hang report below).
+        if failures.iter().any(|f| f.code == ErrorCode::Aborted) {
+            self.check_peers_here(&failures)?;
+        }
         // A call that another rank's does not match: name both.
         if failures.iter().any(|f| f.code == ErrorCode::Mismatch) {
             let mut rec = vec![0u8; CALL_SIG_BYTES as usize * nwords];
