@@ -22,9 +22,14 @@ pub fn calls_match(status: &PrimsStatus, bid: u32, recvs: &[&[ConnInfo]], sends:
     let mut ok = true;
     if arch::thread_idx().x == 0 && status.call.seq != 0 {
         for c in sends.iter().flat_map(|s| s.iter()).filter(|c| c.is_connected() && c.sig != DevPtr::NULL) {
-            sign(c, &status.call);
+            if !sign(c, status, bid) {
+                ok = false;
+                break;
+            }
         }
-        for c in recvs.iter().flat_map(|r| r.iter()).filter(|c| c.is_connected() && c.sig != DevPtr::NULL) {
+        for c in
+            recvs.iter().flat_map(|r| r.iter()).filter(|c| ok && c.is_connected() && c.sig != DevPtr::NULL)
+        {
             if !check(c, status, bid) {
                 ok = false;
                 break;
@@ -34,20 +39,32 @@ pub fn calls_match(status: &PrimsStatus, bid: u32, recvs: &[&[ConnInfo]], sends:
     !arch::bar_red_or(0, arch::block_dim().x, !ok)
 }
 
-/// The signature slot of the step `conn` saved last (where the call starts).
+/// The step `conn` saved last (where the call starts) and its signature slot.
 #[inline(always)]
-fn slot(conn: &ConnInfo) -> *mut u64 {
+fn slot(conn: &ConnInfo) -> (u64, *mut u64) {
     // SAFETY: every connected side has a valid step word.
     let step = unsafe { arch::ld_volatile_u64(conn.step.as_ptr()) };
-    conn.sig.offset((step % NCCL_STEPS) * CALL_SIG_BYTES).as_ptr::<u64>()
+    (step, conn.sig.offset((step % NCCL_STEPS) * CALL_SIG_BYTES).as_ptr::<u64>())
 }
 
-/// Writes `call` in the slot the receiver reads (its number last, after a fence).
+/// Writes this rank's call in the slot the receiver reads (its number last, after a fence),
+/// once the slot is free: as for the data of the step it belongs to, the receiver must have
+/// released the step `NCCL_STEPS` before it (a sender that waits for nobody, a broadcast's
+/// root, can otherwise finish calls its peer has not started and overwrite a signature unread).
+/// False when that wait gave up (recorded in `bid`'s status word).
 #[inline(always)]
-fn sign(conn: &ConnInfo, call: &CallSig) {
-    let s = slot(conn);
-    // SAFETY: the host gives NCCL_STEPS signature slots when `sig` is set; 8-aligned. The slot
-    // is rewritten only once the receiver has consumed its step (credits).
+fn sign(conn: &ConnInfo, status: &PrimsStatus, bid: u32) -> bool {
+    let (step, s) = slot(conn);
+    let free = (step + 1).saturating_sub(NCCL_STEPS);
+    // SAFETY: a connected sender's head word (its credits); the status words as PrimsStatus says.
+    if !unsafe {
+        status.wait_at_least(conn.head.as_ptr(), free, bid as u64, ErrorCode::SendTimeout, conn.peer, step)
+    } {
+        return false;
+    }
+    let call = &status.call;
+    // SAFETY: the host gives NCCL_STEPS signature slots when `sig` is set; 8-aligned. The
+    // receiver has read this slot's last signature (the credit wait above).
     unsafe {
         arch::st_relaxed_sys_u64(s.add(1), call.key);
         arch::st_relaxed_sys_u64(s.add(2), call.desc);
@@ -55,13 +72,14 @@ fn sign(conn: &ConnInfo, call: &CallSig) {
         arch::fence_acq_rel_sys();
         arch::st_relaxed_sys_u64(s, call.seq);
     }
+    true
 }
 
 /// Waits for the sender's signature and compares it with this rank's; false when it differs
 /// (recorded, the sender refused) or the wait gave up (recorded by the wait).
 #[inline(always)]
 fn check(conn: &ConnInfo, status: &PrimsStatus, bid: u32) -> bool {
-    let (s, call) = (slot(conn), status.call);
+    let ((_, s), call) = (slot(conn), status.call);
     // SAFETY: the slot is valid while the kernel runs; the status words as PrimsStatus says.
     if !unsafe { status.wait_at_least(s, call.seq, bid as u64, ErrorCode::RecvTimeout, conn.peer, 0) } {
         return false;
