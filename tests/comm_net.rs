@@ -216,6 +216,25 @@ fn net_child() {
             // would look dead to a neighbour still waiting on it, which would name it instead.
             std::thread::sleep(Duration::from_secs(3));
         }
+        "mismatch" => {
+            // One rank per node: every connection crosses the network. Each rank first runs a
+            // matched all-reduce, then broadcasts naming itself the root.
+            cfg.timeout = Duration::from_secs(10);
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            assert_eq!(comm.transport_to(1 - rank), Some(TransportKind::Net));
+            let buf = be.upload(&vec![1f32; 1000]).unwrap();
+            let b = BufRef::from(&buf);
+            comm.all_reduce(b, b, 1000, DataType::F32, ReduceOp::Sum).unwrap();
+            assert_eq!(be.download::<f32>(&buf, 1000).unwrap(), vec![2f32; 1000], "rank {rank}");
+            match comm.broadcast(b, b, 1000, DataType::F32, rank) {
+                Ok(()) => println!("MISMATCH-OK"),
+                Err(e) => println!("MISMATCH-ERROR {e}"),
+            }
+            match comm.all_reduce(b, b, 1000, DataType::F32, ReduceOp::Sum) {
+                Ok(()) => println!("NEXT-OK"),
+                Err(e) => println!("NEXT-ERROR {e}"),
+            }
+        }
         "strangers" => {
             let dir = PathBuf::from(std::env::var(DIR_VAR).unwrap());
             let gate = Arc::new(Gate { rank, dir: dir.clone(), passed: AtomicBool::new(false) });
@@ -505,6 +524,30 @@ fn a_rank_killed_on_another_node_is_named_by_every_rank() {
                 && line.contains(&format!("connection to rank {victim} on "))
         };
         assert!(named, "rank {r} does not name rank {victim}: {line}");
+    }
+    assert_no_segments(&pids);
+}
+
+/// Two processes on two "nodes" (every connection over the network) broadcast, each naming
+/// itself the root: both used to return `Ok`, and the next, matched all-reduce read stale FIFO
+/// data. The proxies now carry each call's signature: both fail naming both calls, and the
+/// next call is refused.
+#[test]
+fn mismatched_calls_over_the_network_fail_naming_both() {
+    let mut ranks = start_ranks("mismatch", 2, 1);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(60));
+    let names = ["broadcast(1000 × f32, root 0)", "broadcast(1000 × f32, root 1)"];
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{text}");
+        let want =
+            format!("rank {} called {} where rank {r} called {} as call #2", 1 - r, names[1 - r], names[r]);
+        let line = text
+            .lines()
+            .find_map(|l| l.find("MISMATCH-").map(|i| &l[i..]))
+            .unwrap_or_else(|| panic!("rank {r}:\n{text}"));
+        assert!(line.contains(&want), "rank {r}: {line}\nwanted: {want}");
+        assert!(text.contains("NEXT-ERROR"), "rank {r}: the next call was not refused:\n{text}");
     }
     assert_no_segments(&pids);
 }

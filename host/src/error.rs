@@ -130,8 +130,9 @@ pub enum Error {
     PeerLeft {
         /// The rank reporting.
         rank: usize,
-        /// The ranks that left.
-        left: Vec<usize>,
+        /// The ranks that left, each with the failure that ended its call if one did (a rank
+        /// that timed out waiting for a third and dropped its `Comm` names that third).
+        left: Vec<(usize, Option<String>)>,
     },
 }
 
@@ -221,12 +222,18 @@ impl std::fmt::Display for Error {
                 write!(f, " (the communicator cannot be used any more)")
             }
             Error::PeerLeft { rank, left } => {
-                let names: Vec<String> = left.iter().map(|r| format!("rank {r}")).collect();
+                let names: Vec<String> = left.iter().map(|(r, _)| format!("rank {r}")).collect();
                 write!(
                     f,
-                    "rank {rank}: {} left the communicator (dropped or aborted its Comm); create a new one",
+                    "rank {rank}: {} left the communicator (dropped or aborted its Comm)",
                     names.join(", ")
-                )
+                )?;
+                for (r, why) in left {
+                    if let Some(why) = why {
+                        write!(f, "; rank {r} left after its call failed: {why}")?;
+                    }
+                }
+                write!(f, "; create a new one")
             }
         }
     }

@@ -581,7 +581,7 @@ impl Comm {
         for w in wires.iter().filter(|w| w.side == Side::Recv) {
             let (mem, handle) = transport_of(w.peer).listen(layout, key_base ^ w.tag as u128)?;
             boot.send(w.peer, w.tag, &handle.0)?;
-            views.push((w.slot, layout.view_over(transports[w.peer], mem.base(), Side::Recv, w.peer)));
+            views.push((w.slot, layout.view(mem.base(), Side::Recv, w.peer)));
             conns.push(mem);
         }
         for w in wires.iter().filter(|w| w.side == Side::Send) {
@@ -597,7 +597,7 @@ impl Comm {
                 rank,
                 source: Box::new(Error::InvalidConfig(format!("connecting to rank {}: {e}", w.peer))),
             })?;
-            views.push((w.slot, layout.view_over(transports[w.peer], mem.base(), Side::Send, w.peer)));
+            views.push((w.slot, layout.view(mem.base(), Side::Send, w.peer)));
             conns.push(mem);
         }
         // Network receivers wait for their senders; then one proxy thread serves them all.
@@ -959,11 +959,12 @@ impl Comm {
     pub fn abort(&self) -> Result<()> {
         // Refused from now on, on every transport, as after NCCL's ncclCommAbort (a collective
         // in flight fails; the first failure recorded stays the one reported).
+        let why = self.recorded_failure();
         self.fail(Error::InvalidConfig(format!(
             "rank {}: the communicator was aborted; create a new one",
             self.rank
         )));
-        super::departure::leave(self.conn_key, self.rank, self.progress.done_before_failure());
+        super::departure::leave(self.conn_key, self.rank, self.progress.done_before_failure(), why);
         if let Some(t) = &self.nvls_tree {
             t.abort();
         }
@@ -1257,6 +1258,16 @@ impl Comm {
 
     /// Records a failure that left the connections inconsistent, and returns the first one
     /// recorded (an abort, say, that made this collective fail), which every later call reports.
+    /// The failure recorded first, as text (what a departure tells the ranks left behind): a
+    /// failure that was itself a departure passes on the cause it was given, so that the
+    /// ranks left last hear of the first cause, not a chain of departures.
+    fn recorded_failure(&self) -> Option<String> {
+        match self.failure.lock().unwrap_or_else(|e| e.into_inner()).as_ref()? {
+            Error::PeerLeft { left, .. } => left.iter().find_map(|(_, why)| why.clone()),
+            e => Some(e.to_string()),
+        }
+    }
+
     fn fail(&self, e: Error) -> Error {
         self.poisoned.store(true, Ordering::SeqCst);
         let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
@@ -1595,7 +1606,12 @@ impl Drop for Comm {
         self.complete_in_flight(&mut q);
         // Ranks of this process stop waiting for this one (its memory they reach by address
         // stays theirs until they drop too).
-        super::departure::leave(self.conn_key, self.rank, self.progress.done_before_failure());
+        super::departure::leave(
+            self.conn_key,
+            self.rank,
+            self.progress.done_before_failure(),
+            self.recorded_failure(),
+        );
         // After a failed collective the FIFOs hold slices no peer will read: close at once
         // instead of trying to send them (a healthy communicator's proxy sends what is left).
         if let Some(mut p) = self.proxy.take() {

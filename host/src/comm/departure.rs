@@ -16,8 +16,8 @@ struct Member {
     abort: Weak<HostMapped>,
     /// Where it is in its calls.
     progress: Weak<Progress>,
-    /// Once it left: the last call it finished.
-    left: Option<u64>,
+    /// Once it left: the last call it finished, and why its next one failed, if it did.
+    left: Option<(u64, Option<String>)>,
 }
 
 static MEMBERS: Mutex<Option<HashMap<u128, Vec<Member>>>> = Mutex::new(None);
@@ -40,13 +40,14 @@ pub(crate) fn join(key: u128, rank: usize, abort: &Arc<HostMapped>, progress: &A
     });
 }
 
-/// Rank `rank` of `key` leaves, having finished calls up to `done`: it is marked first, then
-/// every other member whose call in flight is a later one is told to stop (a member that
-/// arms its abort word after this sees the mark: see [`left`]).
-pub(crate) fn leave(key: u128, rank: usize, done: u64) {
+/// Rank `rank` of `key` leaves, having finished calls up to `done` (`why`: the failure that
+/// ended its next call, if one did): it is marked first, then every other member whose call
+/// in flight is a later one is told to stop (a member that arms its abort word after this
+/// sees the mark: see [`left`]).
+pub(crate) fn leave(key: u128, rank: usize, done: u64, why: Option<String>) {
     let others: Vec<Arc<HostMapped>> = with(|t| {
         let Some(members) = t.get_mut(&key) else { return Vec::new() };
-        members.iter_mut().filter(|m| m.rank == rank).for_each(|m| m.left = Some(done));
+        members.iter_mut().filter(|m| m.rank == rank).for_each(|m| m.left = Some((done, why.clone())));
         let waiting =
             |m: &Member| m.progress.upgrade().and_then(|p| p.in_flight()).is_some_and(|(seq, _)| seq > done);
         let others = members
@@ -65,21 +66,24 @@ pub(crate) fn leave(key: u128, rank: usize, done: u64) {
     }
 }
 
-/// The ranks of `key` but `me` that left before finishing call `seq` (in rank order).
-/// Checked after arming the abort word: a rank that leaves later stores into the armed word.
-pub(crate) fn left(key: u128, me: usize, seq: u64) -> Vec<usize> {
+/// The ranks of `key` but `me` that left before finishing call `seq`, each with the failure
+/// that ended its call if one did (in rank order). Checked after arming the abort word: a
+/// rank that leaves later stores into the armed word.
+pub(crate) fn left(key: u128, me: usize, seq: u64) -> Vec<(usize, Option<String>)> {
     with(|t| {
-        let mut v: Vec<usize> = t
+        let mut v: Vec<(usize, Option<String>)> = t
             .get(&key)
             .map(|ms| {
                 ms.iter()
-                    .filter(|m| m.rank != me && m.left.is_some_and(|d| d < seq))
-                    .map(|m| m.rank)
+                    .filter(|m| m.rank != me)
+                    .filter_map(|m| {
+                        m.left.as_ref().filter(|(d, _)| *d < seq).map(|(_, why)| (m.rank, why.clone()))
+                    })
                     .collect()
             })
             .unwrap_or_default();
         v.sort_unstable();
-        v.dedup();
+        v.dedup_by_key(|(r, _)| *r);
         v
     })
 }
@@ -105,13 +109,16 @@ mod tests {
         progress[0].finish(1);
         progress[0].enter(ar, false);
         // Rank 2 finished #1 and leaves: rank 0's #2 stops, rank 1's #1 goes on.
-        leave(key, 2, 1);
-        assert_eq!((left(key, 0, 2), left(key, 0, 1)), (vec![2], vec![]));
-        assert_eq!(left(key, 2, 2), Vec::<usize>::new());
+        leave(key, 2, 1, Some("its call #2 timed out".into()));
+        assert_eq!(
+            (left(key, 0, 2), left(key, 0, 1)),
+            (vec![(2, Some("its call #2 timed out".into()))], vec![])
+        );
+        assert_eq!(left(key, 2, 2), vec![]);
         let stopped: Vec<u32> = words.iter().map(|w| w.load_u32(0).unwrap()).collect();
         assert_eq!(stopped, [1, 0, 0]);
-        leave(key, 0, 1);
-        leave(key, 1, 1);
+        leave(key, 0, 1, None);
+        leave(key, 1, 1, None);
         assert!(with(|t| !t.contains_key(&key)));
     }
 }

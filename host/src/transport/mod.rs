@@ -87,18 +87,6 @@ impl ConnLayout {
             peer: peer as u64,
         }
     }
-
-    /// [`ConnLayout::view`] for a connection over `kind`: calls are checked (signature slots)
-    /// where both sides share the memory; the network proxies do not carry the slots yet, so a
-    /// NET connection's calls go unchecked.
-    pub fn view_over(&self, kind: TransportKind, base: DevPtr, side: Side, peer: usize) -> ConnInfo {
-        let v = self.view(base, side, peer);
-        if kind == TransportKind::Net {
-            ConnInfo { sig: DevPtr::NULL, ..v }
-        } else {
-            v
-        }
-    }
 }
 
 /// One side's hold on a connection's memory: its address in this process and whatever keeps

@@ -189,7 +189,7 @@ impl Comm {
                     let tag = conn_tag(Edge::Msccl, tb.chan as usize, peer, rank);
                     let (mem, handle) = transport_of(peer)?.listen(layout, key_base ^ tag as u128)?;
                     boot.send(peer, tag, &handle.0)?;
-                    recv_views[t] = layout.view_over(self.transports[peer], mem.base(), Side::Recv, peer);
+                    recv_views[t] = layout.view(mem.base(), Side::Recv, peer);
                     conns.push(mem);
                 }
             }
@@ -209,7 +209,7 @@ impl Comm {
                             source: Box::new(bad(format!("MSCCL: connecting to rank {peer}: {e}"))),
                         }
                     })?;
-                    send_views[t] = layout.view_over(self.transports[peer], mem.base(), Side::Send, peer);
+                    send_views[t] = layout.view(mem.base(), Side::Send, peer);
                     conns.push(mem);
                 }
             }

@@ -11,6 +11,13 @@
 //! **Receiving side.** The proxy receives a `Ctrl`, waits until the kernel has freed the slots
 //! it covers (`head`), receives the bytes straight into them and advances `tail`.
 //!
+//! **Call signatures** (`prims::signature`) cross as control messages of their own: the
+//! sending proxy sends the one its kernel wrote for the call starting at step `s` before any
+//! slice from `s` on (and at once when it finds one with nothing else to send, since a
+//! receiver checks it before it moves any data); the receiving proxy writes it in its kernel's
+//! slot of `s` once that slot is free, as for data. A receiving kernel that refuses the
+//! sender's call (`CONN_REFUSED` in its head word) gets nothing more on that connection.
+//!
 //! A broken connection (the peer died or closed it, garbage, a plugin error) stops that
 //! connection, records which peer it was for the communicator to report, and sets the abort word
 //! so that the rank's kernels stop waiting at once. Dropping the [`Proxy`] stops the thread and
@@ -20,7 +27,7 @@ use super::{NetRecvComm, NetRequest, NetSendComm, NO_SIZE};
 use crate::backend::HostMapped;
 use crate::error::{Error, Result};
 use crate::transport::{ConnLayout, Side};
-use rsccl_device::prims::conn::NCCL_STEPS;
+use rsccl_device::prims::conn::{CALL_SIG_BYTES, CONN_REFUSED, NCCL_STEPS};
 use rsccl_device::DevPtr;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,6 +47,8 @@ struct Words {
     head: *const AtomicU64,
     tail: *const AtomicU64,
     sizes: *const AtomicU64,
+    /// The call signatures: `NCCL_STEPS` slots of four words.
+    sigs: *const AtomicU64,
     step_bytes: u64,
 }
 
@@ -51,6 +60,7 @@ impl Words {
             head: v.head.0 as *const AtomicU64,
             tail: v.tail.0 as *const AtomicU64,
             sizes: v.sizes_fifo.0 as *const AtomicU64,
+            sigs: v.sig.0 as *const AtomicU64,
             step_bytes: layout.step_bytes,
         }
     }
@@ -70,6 +80,30 @@ impl Words {
     fn slot(&self, step: u64) -> *mut u8 {
         // SAFETY: slot step % NCCL_STEPS is inside the FIFO.
         unsafe { self.fifo.add(((step % NCCL_STEPS) * self.step_bytes) as usize) }
+    }
+    /// The four words of step's signature slot (the call number first).
+    fn sig(&self, step: u64) -> &[AtomicU64; 4] {
+        const _: () = assert!(CALL_SIG_BYTES == 32);
+        // SAFETY: NCCL_STEPS slots of CALL_SIG_BYTES (four 8-aligned words) inside the
+        // connection's memory (ConnLayout::view), alive as long as the ProxyConn.
+        unsafe { &*(self.sigs.add(4 * (step % NCCL_STEPS) as usize) as *const [AtomicU64; 4]) }
+    }
+    /// The signature the kernel wrote in step's slot if it is newer than call `sent`.
+    fn new_sig(&self, step: u64, sent: u64) -> Option<[u64; 4]> {
+        let w = self.sig(step);
+        // The kernel writes the call number last, after a fence: read it first.
+        let seq = w[0].load(Ordering::Acquire);
+        (seq > sent).then(|| {
+            [seq, w[1].load(Ordering::Relaxed), w[2].load(Ordering::Relaxed), w[3].load(Ordering::Relaxed)]
+        })
+    }
+    /// Writes a signature received for step's slot, its call number last.
+    fn put_sig(&self, step: u64, sig: [u64; 4]) {
+        let w = self.sig(step);
+        for i in 1..4 {
+            w[i].store(sig[i], Ordering::Relaxed);
+        }
+        w[0].store(sig[0], Ordering::Release);
     }
     /// Bytes from step's slot to the end of the FIFO.
     fn room(&self, step: u64) -> u64 {
@@ -93,10 +127,15 @@ enum RecvState {
     Closed,
     /// A control message is being received into buffer `.1`.
     Ctrl(NetRequest, usize),
-    /// Control message (from buffer `.1`) received; waiting for the kernel to free its slots.
-    Slots(Ctrl, usize),
+    /// A slice's control message (from buffer `.1`) received: (step, steps, bytes); waiting for
+    /// the kernel to free its slots.
+    Slots((u64, u64, u64), usize),
+    /// A signature (from buffer `.2`) for step `.0`'s slot: waiting for the kernel to free it.
+    Sign(u64, [u64; 4], usize),
     /// The slice's bytes are being received, and the next control message into buffer `.3`.
-    Data(NetRequest, Ctrl, NetRequest, usize),
+    Data(NetRequest, (u64, u64, u64), NetRequest, usize),
+    /// The kernel refused the sender's call (its signature differs): nothing more is read.
+    Refused,
 }
 
 /// One network connection as the proxy drives it.
@@ -111,6 +150,8 @@ pub(crate) struct ProxyConn {
     /// Control messages being sent (one per slice in flight) or received.
     ctrl: Box<[[u8; CTRL_BYTES]; NCCL_STEPS as usize]>,
     sent: u64,
+    /// Sending: the last call whose signature was sent.
+    sig_sent: u64,
     recv: RecvState,
     dead: bool,
     /// Keeps the memory the words point into alive.
@@ -142,6 +183,7 @@ impl ProxyConn {
             inflight: VecDeque::new(),
             ctrl: Box::new([[0; CTRL_BYTES]; NCCL_STEPS as usize]),
             sent: 0,
+            sig_sent: 0,
             recv: RecvState::Idle,
             dead: false,
             _mem: mem,
@@ -175,21 +217,45 @@ impl ProxyConn {
             self.inflight.pop_front();
             moved = true;
         }
-        // New slices.
+        // New signatures and slices.
         let tail = self.words.tail().load(Ordering::Acquire);
-        while self.next < tail && self.inflight.len() < NCCL_STEPS as usize {
+        while self.inflight.len() < NCCL_STEPS as usize {
+            let k = (self.sent % NCCL_STEPS) as usize;
+            // A call's signature goes before its first slice (and on its own when the kernel
+            // has nothing else for this connection yet: the receiver checks it first).
+            if let Some(sig) = self.words.new_sig(self.next, self.sig_sent) {
+                self.ctrl[k] = Ctrl::Sign { step: self.next, sig }.encode();
+                // SAFETY: the control buffer is ours until this send is done (at most
+                // NCCL_STEPS in flight).
+                let c =
+                    unsafe { comm.isend(self.ctrl[k].as_ptr(), CTRL_BYTES) }.map_err(|e| e.to_string())?;
+                self.inflight.push_back(InFlight { ctrl: Some(c), data: None, end: self.next });
+                self.sent += 1;
+                self.sig_sent = sig[0];
+                moved = true;
+                continue;
+            }
+            // The slice's first step is the first with a size; the steps before it are ones
+            // the kernel skipped when it aligned its step at launch. A later call's signature
+            // stops the search: it goes first.
             let mut s = self.next;
-            while s < tail && self.words.size(s).load(Ordering::Acquire) == NO_SIZE {
+            let later_call = |s: u64| s > self.next && self.words.new_sig(s, self.sig_sent).is_some();
+            while s < tail && !later_call(s) && self.words.size(s).load(Ordering::Acquire) == NO_SIZE {
                 s += 1;
             }
+            if later_call(s) {
+                self.next = s;
+                continue;
+            }
             if s == tail {
-                break; // Steps the kernel skipped: they go with the next slice.
+                break; // Skipped steps: they go with the next slice.
             }
             let bytes = self.words.size(s).swap(NO_SIZE, Ordering::AcqRel);
             let mut end = s + 1;
             while end < tail
                 && end - s < NCCL_STEPS
                 && self.words.size(end).load(Ordering::Acquire) == NO_SIZE
+                && self.words.new_sig(end, self.sig_sent).is_none()
             {
                 end += 1;
             }
@@ -199,8 +265,7 @@ impl ProxyConn {
                     self.words.room(s)
                 ));
             }
-            let k = (self.sent % NCCL_STEPS) as usize;
-            self.ctrl[k] = Ctrl { step: s, steps: end - s, bytes }.encode();
+            self.ctrl[k] = Ctrl::Slice { step: s, steps: end - s, bytes }.encode();
             // SAFETY: the control buffer is ours and not reused until this slice is done (at
             // most NCCL_STEPS in flight); the slot holds `bytes` bytes the kernel wrote before
             // advancing tail, and it will not rewrite them before the head store above.
@@ -228,6 +293,10 @@ impl ProxyConn {
                     self.recv = RecvState::Closed;
                     return Ok(moved);
                 }
+                RecvState::Refused => {
+                    self.recv = RecvState::Refused;
+                    return Ok(moved);
+                }
                 RecvState::Idle => {
                     // SAFETY: the control buffer is ours until the request is done.
                     let r = unsafe { comm.irecv(self.ctrl[0].as_mut_ptr(), CTRL_BYTES) };
@@ -242,27 +311,52 @@ impl ProxyConn {
                     Some(_) => {
                         let c =
                             Ctrl::decode(&self.ctrl[i], self.next, self.words.step_bytes).map_err(|e| e.0)?;
-                        if c == Ctrl::GOODBYE {
-                            tracing::debug!(
-                                "network: rank {} on {} closed its connection in order",
-                                self.peer,
-                                self.host
-                            );
-                            self.recv = RecvState::Closed;
-                            return Ok(true);
-                        }
-                        self.recv = RecvState::Slots(c, i);
+                        self.recv = match c {
+                            Ctrl::Goodbye => {
+                                tracing::debug!(
+                                    "network: rank {} on {} closed its connection in order",
+                                    self.peer,
+                                    self.host
+                                );
+                                self.recv = RecvState::Closed;
+                                return Ok(true);
+                            }
+                            Ctrl::Slice { step, steps, bytes } => RecvState::Slots((step, steps, bytes), i),
+                            Ctrl::Sign { step, sig } => RecvState::Sign(step, sig, i),
+                        };
                         moved = true;
                     }
                 },
+                RecvState::Sign(step, sig, i) => {
+                    let head = self.words.head().load(Ordering::Acquire);
+                    if head == CONN_REFUSED {
+                        self.refused();
+                        return Ok(moved);
+                    }
+                    if step + 1 > head.saturating_add(NCCL_STEPS) {
+                        self.recv = RecvState::Sign(step, sig, i);
+                        return Ok(moved); // The kernel has not read the slot's last signature.
+                    }
+                    self.words.put_sig(step, sig);
+                    // SAFETY: buffer i is ours: its message was decoded above.
+                    let r = unsafe { comm.irecv(self.ctrl[i].as_mut_ptr(), CTRL_BYTES) };
+                    self.recv = RecvState::Ctrl(r.map_err(|e| e.to_string())?, i);
+                    moved = true;
+                }
                 RecvState::Slots(c, i) => {
-                    if c.step + c.steps > self.words.head().load(Ordering::Acquire) + NCCL_STEPS {
+                    let (step, steps, bytes) = c;
+                    let head = self.words.head().load(Ordering::Acquire);
+                    if head == CONN_REFUSED {
+                        self.refused();
+                        return Ok(moved);
+                    }
+                    if step + steps > head.saturating_add(NCCL_STEPS) {
                         self.recv = RecvState::Slots(c, i);
                         return Ok(moved); // The kernel still reads those slots.
                     }
                     // SAFETY: Ctrl::decode checked the bytes fit from the slot to the FIFO's end;
                     // the kernel released these slots (head) and reads them only after tail.
-                    let r = unsafe { comm.irecv(self.words.slot(c.step), c.bytes as usize) };
+                    let r = unsafe { comm.irecv(self.words.slot(step), bytes as usize) };
                     let data = r.map_err(|e| e.to_string())?;
                     // The next control message goes into the other buffer; this one's is decoded.
                     let j = i ^ 1;
@@ -275,12 +369,12 @@ impl ProxyConn {
                         self.recv = RecvState::Data(req, c, next, j);
                         return Ok(moved);
                     }
-                    Some(n) if n as u64 != c.bytes => {
-                        return Err(format!("a slice of {n} bytes where {} were announced", c.bytes))
+                    Some(n) if n as u64 != c.2 => {
+                        return Err(format!("a slice of {n} bytes where {} were announced", c.2))
                     }
                     Some(n) => {
-                        self.words.size(c.step).store(n as u64, Ordering::Relaxed);
-                        self.next = c.step + c.steps;
+                        self.words.size(c.0).store(n as u64, Ordering::Relaxed);
+                        self.next = c.0 + c.1;
                         self.words.tail().store(self.next, Ordering::Release);
                         self.recv = RecvState::Ctrl(next, j);
                         moved = true;
@@ -288,6 +382,17 @@ impl ProxyConn {
                 },
             }
         }
+    }
+
+    /// The kernel refused the sender's call: receive nothing more (the sender learns it from
+    /// its own check, or its credit wait's timeout and the hang report).
+    fn refused(&mut self) {
+        tracing::debug!(
+            "network: rank {} on {}: the kernel refused its call; receiving stops",
+            self.peer,
+            self.host
+        );
+        self.recv = RecvState::Refused;
     }
 
     /// Whether everything the kernel handed this connection has been sent (receiving sides
@@ -310,7 +415,7 @@ impl ProxyConn {
             return;
         }
         let k = (self.sent % NCCL_STEPS) as usize;
-        self.ctrl[k] = Ctrl::GOODBYE.encode();
+        self.ctrl[k] = Ctrl::Goodbye.encode();
         // SAFETY: the control buffer lives until the loop below sees the send done or the
         // connection is closed (close joins the threads that use it).
         let Ok(req) = (unsafe { comm.isend(self.ctrl[k].as_ptr(), CTRL_BYTES) }) else { return };

@@ -6,7 +6,7 @@ use rsccl_device::prims::conn::NCCL_STEPS;
 /// First word of every rsccl network frame ("RSNT").
 pub const NET_MAGIC: u32 = 0x544e_5352;
 /// Version of this wire format; both ends must speak the same.
-pub const NET_VERSION: u16 = 1;
+pub const NET_VERSION: u16 = 2;
 /// Most sockets one connection may use (NCCL's `MAX_SOCKETS`).
 pub const MAX_SOCKETS: usize = 64;
 /// Most helper threads one connection may use (NCCL's `MAX_THREADS`).
@@ -19,8 +19,8 @@ pub const HELLO_BYTES: usize = 40;
 pub const ACK_BYTES: usize = 8;
 /// Bytes of the header before each message's part on each socket.
 pub const PART_BYTES: usize = 16;
-/// Bytes of the proxy's control message before each slice.
-pub const CTRL_BYTES: usize = 24;
+/// Bytes of the proxy's control message (a kind word and up to six words of fields).
+pub const CTRL_BYTES: usize = 56;
 
 /// What was wrong with bytes read from a socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -228,55 +228,88 @@ pub fn part_range(total: u64, nsocks: usize, index: usize) -> std::ops::Range<u6
     start..start.saturating_add(part).min(total)
 }
 
-/// What the sending proxy tells the receiving one before each slice: the slice's first FIFO
-/// step, the steps it covers (the receiver's `tail` advances to `step + steps`) and its bytes.
+/// What the sending proxy tells the receiving one: before each slice, where it goes; before a
+/// call's first slice, the call's signature (`prims::signature`); before it closes, goodbye.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ctrl {
-    /// The step whose slot the data starts in.
-    pub step: u64,
-    /// Steps covered, 1..=`NCCL_STEPS`.
-    pub steps: u64,
-    /// Bytes of data that follow.
-    pub bytes: u64,
+pub enum Ctrl {
+    /// A slice follows: `bytes` of data starting in step `step`'s slot; the receiver's `tail`
+    /// advances to `step + steps`.
+    Slice {
+        /// The step whose slot the data starts in.
+        step: u64,
+        /// Steps covered, 1..=`NCCL_STEPS`.
+        steps: u64,
+        /// Bytes of data that follow.
+        bytes: u64,
+    },
+    /// The signature the sender's kernel wrote for the call starting at `step` (a `CallSig`
+    /// as words), for the receiver's slot of that step.
+    Sign {
+        /// The call's first step.
+        step: u64,
+        /// The signature's words.
+        sig: [u64; 4],
+    },
+    /// The sender closes the connection in order (its communicator was dropped after sending
+    /// everything): the receiver then takes the end of the stream as the end of the
+    /// connection, not as a lost peer.
+    Goodbye,
 }
 
-impl Ctrl {
-    /// What a sending proxy says before it closes a connection in order (its communicator was
-    /// dropped after sending everything): the receiver then takes the end of the stream as the
-    /// end of the connection, not as a lost peer.
-    pub const GOODBYE: Ctrl = Ctrl { step: u64::MAX, steps: 0, bytes: 0 };
+const CTRL_SLICE: u64 = 1;
+const CTRL_SIGN: u64 = 2;
+const CTRL_GOODBYE: u64 = 3;
 
+impl Ctrl {
     /// The control message as bytes.
     pub fn encode(&self) -> [u8; CTRL_BYTES] {
+        let words: [u64; 7] = match *self {
+            Ctrl::Slice { step, steps, bytes } => [CTRL_SLICE, step, steps, bytes, 0, 0, 0],
+            Ctrl::Sign { step, sig } => [CTRL_SIGN, step, sig[0], sig[1], sig[2], sig[3], 0],
+            Ctrl::Goodbye => [CTRL_GOODBYE, 0, 0, 0, 0, 0, 0],
+        };
         let mut b = [0u8; CTRL_BYTES];
-        b[0..8].copy_from_slice(&self.step.to_le_bytes());
-        b[8..16].copy_from_slice(&self.steps.to_le_bytes());
-        b[16..24].copy_from_slice(&self.bytes.to_le_bytes());
+        for (chunk, w) in b.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
         b
     }
 
-    /// Reads a control message and checks it against the receiver's FIFO: it must start at or
-    /// after `next` (steps only move forward) and its data must fit the slots from its first
-    /// one to the end of the FIFO (`step_bytes` each) without wrapping.
+    /// Reads a control message and checks it against the receiver's FIFO: a slice or
+    /// signature must start at or after `next` (steps only move forward), and a slice's data
+    /// must fit the slots from its first one to the end of the FIFO (`step_bytes` each)
+    /// without wrapping.
     pub fn decode(b: &[u8; CTRL_BYTES], next: u64, step_bytes: u64) -> Result<Ctrl, WireError> {
-        let c = Ctrl { step: u64_at(b, 0), steps: u64_at(b, 8), bytes: u64_at(b, 16) };
-        if c == Ctrl::GOODBYE {
-            return Ok(c);
+        let w = |i: usize| u64_at(b, 8 * i);
+        let went_back =
+            |step: u64| WireError(format!("control: step {step} went back (expected {next} or later)"));
+        match w(0) {
+            CTRL_GOODBYE => Ok(Ctrl::Goodbye),
+            CTRL_SIGN => {
+                let step = w(1);
+                if step < next {
+                    return Err(went_back(step));
+                }
+                Ok(Ctrl::Sign { step, sig: [w(2), w(3), w(4), w(5)] })
+            }
+            CTRL_SLICE => {
+                let (step, steps, bytes) = (w(1), w(2), w(3));
+                if step < next {
+                    return Err(went_back(step));
+                }
+                if steps == 0 || steps > NCCL_STEPS || step.checked_add(steps).is_none() {
+                    return Err(WireError(format!("control: a slice of {steps} steps")));
+                }
+                let room = (NCCL_STEPS - step % NCCL_STEPS).saturating_mul(step_bytes);
+                if bytes > room {
+                    return Err(WireError(format!(
+                        "control: {bytes} bytes at step {step} overflow the FIFO ({room} bytes left in it)"
+                    )));
+                }
+                Ok(Ctrl::Slice { step, steps, bytes })
+            }
+            k => Err(WireError(format!("control: unknown kind {k}"))),
         }
-        if c.step < next {
-            return Err(WireError(format!("control: step {} went back (expected {next} or later)", c.step)));
-        }
-        if c.steps == 0 || c.steps > NCCL_STEPS || c.step.checked_add(c.steps).is_none() {
-            return Err(WireError(format!("control: a slice of {} steps", c.steps)));
-        }
-        let room = (NCCL_STEPS - c.step % NCCL_STEPS).saturating_mul(step_bytes);
-        if c.bytes > room {
-            return Err(WireError(format!(
-                "control: {} bytes at step {} overflow the FIFO ({room} bytes left in it)",
-                c.bytes, c.step
-            )));
-        }
-        Ok(c)
     }
 }
 
@@ -296,9 +329,11 @@ mod tests {
         decode_ack(&encode_ack()).unwrap();
         let p = PartHeader { seq: 3, total: 1000 };
         assert_eq!(PartHeader::decode(&p.encode(), 3, 1000).unwrap(), p);
-        let c = Ctrl { step: 10, steps: 2, bytes: 4096 };
+        let c = Ctrl::Slice { step: 10, steps: 2, bytes: 4096 };
         assert_eq!(Ctrl::decode(&c.encode(), 8, 2048).unwrap(), c);
-        assert_eq!(Ctrl::decode(&Ctrl::GOODBYE.encode(), 8, 2048).unwrap(), Ctrl::GOODBYE);
+        assert_eq!(Ctrl::decode(&Ctrl::Goodbye.encode(), 8, 2048).unwrap(), Ctrl::Goodbye);
+        let s = Ctrl::Sign { step: 12, sig: [7, u64::MAX, 3, 1 << 40] };
+        assert_eq!(Ctrl::decode(&s.encode(), 12, 2048).unwrap(), s);
     }
 
     #[test]
@@ -317,11 +352,16 @@ mod tests {
         let p = PartHeader { seq: 3, total: 1000 };
         assert!(PartHeader::decode(&p.encode(), 4, 1000).unwrap_err().0.contains("due"));
         assert!(PartHeader::decode(&p.encode(), 3, 999).unwrap_err().0.contains("at most 999"));
-        let c = Ctrl { step: 7, steps: 1, bytes: 2049 };
+        let c = Ctrl::Slice { step: 7, steps: 1, bytes: 2049 };
         assert!(Ctrl::decode(&c.encode(), 0, 2048).unwrap_err().0.contains("overflow"));
         assert!(Ctrl::decode(&c.encode(), 8, 4096).unwrap_err().0.contains("went back"));
-        let c = Ctrl { step: 7, steps: 9, bytes: 0 };
+        let c = Ctrl::Slice { step: 7, steps: 9, bytes: 0 };
         assert!(Ctrl::decode(&c.encode(), 0, 2048).is_err());
+        let s = Ctrl::Sign { step: 7, sig: [1, 2, 3, 4] };
+        assert!(Ctrl::decode(&s.encode(), 8, 2048).unwrap_err().0.contains("went back"));
+        let mut b = c.encode();
+        b[0] = 9;
+        assert!(Ctrl::decode(&b, 0, 2048).unwrap_err().0.contains("unknown kind 9"));
         assert!(Handle::decode(&[0u8; 47]).is_err());
     }
 
@@ -362,9 +402,13 @@ mod tests {
             let mut c = [0u8; CTRL_BYTES];
             let n = bytes.len().min(CTRL_BYTES);
             c[..n].copy_from_slice(&bytes[..n]);
-            if let Ok(x) = Ctrl::decode(&c, next, step_bytes).map(|x| if x == Ctrl::GOODBYE { Ctrl { step: next, steps: 1, bytes: 0 } } else { x }) {
-                prop_assert!(x.step >= next && (1..=NCCL_STEPS).contains(&x.steps));
-                prop_assert!(x.bytes <= (NCCL_STEPS - x.step % NCCL_STEPS) * step_bytes);
+            match Ctrl::decode(&c, next, step_bytes) {
+                Ok(Ctrl::Slice { step, steps, bytes }) => {
+                    prop_assert!(step >= next && (1..=NCCL_STEPS).contains(&steps));
+                    prop_assert!(bytes <= (NCCL_STEPS - step % NCCL_STEPS) * step_bytes);
+                }
+                Ok(Ctrl::Sign { step, .. }) => prop_assert!(step >= next),
+                Ok(Ctrl::Goodbye) | Err(_) => {}
             }
             let mut a = [0u8; ACK_BYTES];
             let n = bytes.len().min(ACK_BYTES);
