@@ -2,6 +2,7 @@
 //! `&dyn Backend`, run on the CPU emulator by `tests/` and on a GPU by the GPU bundle.
 pub mod call_check;
 pub mod checks;
+pub mod hooked;
 pub mod msccl_programs;
 pub mod onesided_check;
 pub mod procs;

@@ -16,6 +16,7 @@ use rsccl::transport::{shm, TransportKind};
 use rsccl::{backend, Backend, Error};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
+use rsccl_suite::hooked::Hooked;
 use rsccl_suite::procs::{all_reduce_until_error, run_ring_case, Children};
 use rsccl_suite::ring_check::Case;
 use rsccl_suite::{reference, tree_check};
@@ -238,7 +239,8 @@ fn net_child() {
         "strangers" => {
             let dir = PathBuf::from(std::env::var(DIR_VAR).unwrap());
             let gate = Arc::new(Gate { rank, dir: dir.clone(), passed: AtomicBool::new(false) });
-            let be: Arc<dyn Backend> = Arc::new(Gated { inner: be, gate });
+            let be: Arc<dyn Backend> =
+                Arc::new(Hooked { inner: be, hook: Arc::new(move || gate.before_alloc()) });
             let comm = Comm::init_rank(&be, n, rank, &id, cfg.clone()).unwrap();
             let cs: Vec<Case> = [
                 (DataType::F32, ReduceOp::Sum, 4099),
@@ -313,72 +315,6 @@ impl Gate {
             assert!(start.elapsed() < Duration::from_secs(60), "rank {}: never told to go on", self.rank);
             std::thread::sleep(Duration::from_millis(5));
         }
-    }
-}
-
-/// The CPU emulator with a [`Gate`] before each host-mapped allocation (its streams too).
-struct Gated {
-    inner: Arc<dyn Backend>,
-    gate: Arc<Gate>,
-}
-
-impl Backend for Gated {
-    fn kind(&self) -> rsccl::BackendKind {
-        self.inner.kind()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn compute_capability(&self) -> Option<(i32, i32)> {
-        self.inner.compute_capability()
-    }
-    fn pci_bus_id(&self) -> Option<String> {
-        self.inner.pci_bus_id()
-    }
-    fn alloc(&self, bytes: usize) -> rsccl::Result<rsccl::DeviceBuffer> {
-        self.inner.alloc(bytes)
-    }
-    fn alloc_mapped(&self, bytes: usize) -> rsccl::Result<rsccl::backend::HostMapped> {
-        self.gate.before_alloc();
-        self.inner.alloc_mapped(bytes)
-    }
-    fn copy_in(&self, dst: &rsccl::DeviceBuffer, offset: usize, src: &[u8]) -> rsccl::Result<()> {
-        self.inner.copy_in(dst, offset, src)
-    }
-    fn copy_out(&self, src: &rsccl::DeviceBuffer, offset: usize, dst: &mut [u8]) -> rsccl::Result<()> {
-        self.inner.copy_out(src, offset, dst)
-    }
-    fn copy_device(
-        &self,
-        dst: &rsccl::DeviceBuffer,
-        src: &rsccl::DeviceBuffer,
-        bytes: usize,
-    ) -> rsccl::Result<()> {
-        self.inner.copy_device(dst, src, bytes)
-    }
-    unsafe fn launch_raw(&self, kernel: &str, cfg: rsccl::LaunchConfig, args: &[u8]) -> rsccl::Result<()> {
-        // SAFETY: the caller's guarantees, passed on unchanged.
-        unsafe { self.inner.launch_raw(kernel, cfg, args) }
-    }
-    fn synchronize(&self) -> rsccl::Result<()> {
-        self.inner.synchronize()
-    }
-    fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
-        self.inner.host_fn(f)
-    }
-    fn fork_stream(&self) -> rsccl::Result<Arc<dyn Backend>> {
-        Ok(Arc::new(Gated { inner: self.inner.fork_stream()?, gate: self.gate.clone() }))
-    }
-    fn reserve_launches(&self, cfg: rsccl::LaunchConfig, launches: usize) -> rsccl::Result<()> {
-        self.inner.reserve_launches(cfg, launches)
-    }
-    unsafe fn register_host(
-        &self,
-        host: *mut u8,
-        len: usize,
-    ) -> rsccl::Result<(rsccl::DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
-        // SAFETY: the caller's guarantees, passed on unchanged.
-        unsafe { self.inner.register_host(host, len) }
     }
 }
 

@@ -12,6 +12,7 @@ use rsccl::topology::{xml, System};
 use rsccl::transport::{shm, TransportKind};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
+use rsccl_suite::hooked::Hooked;
 use rsccl_suite::procs::{all_reduce_until_error, run_ring_case, Children};
 use rsccl_suite::ring_check::Case;
 use std::process::{Command, Stdio};
@@ -169,6 +170,26 @@ fn comm_child() {
             let cfg = CommConfig { bootstrap_timeout: Duration::from_secs(2), ..sweep_config() };
             let err = Comm::init_rank(&be, n, rank, &id, cfg).unwrap_err().to_string();
             println!("INIT-ERROR {err}");
+        }
+        "initdie" => {
+            // Rank 1 is killed (SIGKILL) at its first host-mapped allocation: past the
+            // bootstrap, before its connections stand. The others are then mid-init.
+            let be: std::sync::Arc<dyn rsccl::Backend> = if rank == 1 {
+                let hook = || {
+                    let me = std::process::id().to_string();
+                    let _ = Command::new("kill").args(["-9", &me]).status();
+                    std::thread::sleep(Duration::from_secs(60));
+                };
+                std::sync::Arc::new(Hooked { inner: be, hook: std::sync::Arc::new(hook) })
+            } else {
+                be
+            };
+            let cfg = CommConfig { bootstrap_timeout: Duration::from_secs(20), ..sweep_config() };
+            let err = Comm::init_rank(&be, n, rank, &id, cfg).map(|_| ()).unwrap_err().to_string();
+            println!("INIT-ERROR {err}");
+            // Stay a while, as a rank that reports its error does: the ones after it in the
+            // ring must not take this rank's exit for the cause.
+            std::thread::sleep(Duration::from_millis(300));
         }
         "mismatch" => {
             // Rank 0 all-reduces 1000 elements, rank 1 500, over shared memory.
@@ -473,6 +494,32 @@ fn a_rank_that_never_starts_is_named_by_every_other_rank() {
         assert!(line.contains("rank 2"), "rank {r} does not name the missing rank: {line}");
     }
     assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
+}
+
+/// One of 4 processes is killed during init (past the bootstrap): every survivor's init fails
+/// naming the dead rank and its pid, not the neighbour whose connection closed after it (the
+/// survivors used to blame "rank 2 is gone" while rank 1 had died).
+#[test]
+fn a_rank_killed_during_init_is_named_by_every_survivor() {
+    let n = 4;
+    let id = loopback_id();
+    let start = Instant::now();
+    let mut ranks = start_ranks("initdie", &id, n, 0..n);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(60));
+    for r in [0, 2, 3] {
+        let (ok, text) = &results[r];
+        assert!(ok, "rank {r}:\n{text}");
+        let line = text
+            .lines()
+            .find_map(|l| l.split_once("INIT-ERROR").map(|(_, e)| e))
+            .unwrap_or_else(|| panic!("rank {r}:\n{text}"));
+        let want = format!("rank 1 (pid {}) died", pids[1]);
+        println!("rank {r}: {line}");
+        assert!(line.contains(&want), "rank {r} does not name rank 1 as dead: {line}\nwanted: {want}");
+    }
+    assert!(start.elapsed() < Duration::from_secs(20), "took {:?}", start.elapsed());
+    assert_no_segments(&pids);
 }
 
 #[test]

@@ -3,6 +3,19 @@
 //! when they really share the kernel. `RSCCL_HOSTID` overrides both (as `NCCL_HOSTID`).
 use super::wire::MAX_HOSTNAME;
 
+/// Whether process `pid` is alive (not gone, not a zombie).
+pub(crate) fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 checks existence and permission only; nothing is sent.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    // /proc/PID/stat: "pid (comm) S ..."; the state follows the last ')'.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some('Z') | Some('X'))
+}
+
 /// Who this host is.
 #[derive(Debug, Clone)]
 pub(crate) struct HostId {

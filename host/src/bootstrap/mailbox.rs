@@ -31,6 +31,11 @@ pub(crate) enum RecvError {
     TimedOut,
     /// Every connection from the peer has ended and nothing is left to read.
     Gone(String),
+    /// Rank `from` said its init failed, and why (see [`Lane::GaveUp`]).
+    GaveUp {
+        from: usize,
+        why: String,
+    },
 }
 
 /// The incoming connections, for shutting them down when the mailbox goes (`None` then).
@@ -46,6 +51,8 @@ pub(crate) struct Mailbox {
     open: Vec<usize>,
     ever: Vec<bool>,
     ended: Vec<Option<String>>,
+    /// The first rank that said it gave up, and why.
+    gave_up: Option<(usize, String)>,
     out: HashMap<usize, TcpStream>,
     incoming: Incoming,
     acceptor: Acceptor,
@@ -79,6 +86,7 @@ impl Mailbox {
             open: vec![0; nranks],
             ever: vec![false; nranks],
             ended: vec![None; nranks],
+            gave_up: None,
             out: HashMap::new(),
             incoming,
             acceptor,
@@ -141,12 +149,21 @@ impl Mailbox {
             if let Some(d) = self.stash.get_mut(&key).and_then(VecDeque::pop_front) {
                 return Ok(d);
             }
+            // A rank that gave up: whatever this waits for may never come.
+            if let Some((from, why)) = &self.gave_up {
+                return Err(RecvError::GaveUp { from: *from, why: why.clone() });
+            }
             if peer != self.rank && self.ever[peer] && self.open[peer] == 0 {
                 let why = self.ended[peer].clone().unwrap_or_else(|| "connection closed".into());
                 return Err(RecvError::Gone(why));
             }
             self.next_event(deadline)?;
         }
+    }
+
+    /// The peers this rank has a connection to.
+    pub fn connected(&self) -> Vec<usize> {
+        self.out.keys().copied().collect()
     }
 
     /// Waits until `peer` has connected to this rank.
@@ -168,6 +185,11 @@ impl Mailbox {
             Event::Hello { from } => {
                 self.ever[from] = true;
                 self.open[from] += 1;
+            }
+            Event::Data { from, lane: Lane::GaveUp, data, .. } => {
+                if self.gave_up.is_none() {
+                    self.gave_up = Some((from, String::from_utf8_lossy(&data).into_owned()));
+                }
             }
             Event::Data { from, lane, tag, data } => {
                 self.stash.entry((lane, from, tag)).or_default().push_back(data)

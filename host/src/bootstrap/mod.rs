@@ -244,7 +244,16 @@ pub struct Bootstrap {
     /// Collective calls made so far: each call's messages carry its number as their tag.
     ring_seq: u64,
     intra_seq: u64,
+    /// The first cause of a failure this rank saw from a peer (a rank that died, or what a
+    /// rank that gave up said): what [`tell_failure`](Self::tell_failure) passes on.
+    cause: Option<String>,
 }
+
+/// How often a receive that waits looks whether a peer process of this host still lives.
+const LIVENESS_POLL: Duration = Duration::from_millis(100);
+
+/// Most bytes of a failure's text passed on to the other ranks.
+const MAX_CAUSE_BYTES: usize = 2048;
 
 impl std::fmt::Debug for Bootstrap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -341,6 +350,7 @@ impl Bootstrap {
             status,
             ring_seq: 0,
             intra_seq: 0,
+            cause: None,
         };
         if nranks > 1 {
             let (next, prev) = (b.next(), b.prev());
@@ -434,20 +444,70 @@ impl Bootstrap {
         (self.rank + self.nranks - 1) % self.nranks
     }
 
-    /// A failure talking to `peer`.
-    fn link_err(&self, peer: usize, what: String) -> crate::Error {
+    /// "rank P (pid X) died" when `peer` is a process of this host that no longer lives.
+    fn died(&self, peer: usize) -> Option<String> {
+        let p = &self.peers[peer];
+        (peer != self.rank && p.host_hash == self.peers[self.rank].host_hash && !host::alive(p.pid))
+            .then(|| format!("rank {peer} (pid {}) died", p.pid))
+    }
+
+    /// A failure talking to `peer`: named as a death when its process is gone (the first
+    /// cause this rank saw, kept for [`tell_failure`](Self::tell_failure)).
+    fn link_err(&mut self, peer: usize, what: String) -> crate::Error {
+        let what = match self.died(peer) {
+            Some(died) => {
+                self.cause.get_or_insert_with(|| died.clone());
+                format!("{what}: {died}")
+            }
+            None => what,
+        };
         BootstrapError::Link { rank: self.rank, peer: Some(peer), addr: self.peers[peer].addr, what }.into()
     }
 
     /// A failed receive from `peer` during `op`.
-    fn recv_err(&self, op: &str, peer: usize, e: RecvError) -> crate::Error {
+    fn recv_err(&mut self, op: &str, peer: usize, e: RecvError) -> crate::Error {
         let what = match e {
             RecvError::TimedOut => {
                 format!("{op}: nothing from rank {peer} within {}", fmt_duration(self.timeout))
             }
             RecvError::Gone(why) => format!("{op}: rank {peer} is gone ({why})"),
+            RecvError::GaveUp { from, why } => {
+                self.cause.get_or_insert_with(|| why.clone());
+                return BootstrapError::Link {
+                    rank: self.rank,
+                    peer: Some(from),
+                    addr: self.peers[from].addr,
+                    what: format!("{op}: rank {from} gave up its init: {why}"),
+                }
+                .into();
+            }
         };
         self.link_err(peer, what)
+    }
+
+    /// Tells the ranks this one is connected to, and its ring successor, that its init failed
+    /// with `error` — or, where it saw one, the first cause from a peer (a rank that died, or
+    /// what an earlier rank that gave up said): each of them then names that cause instead of
+    /// this rank's closed connection, and passes it on in turn. Best effort, bounded by a
+    /// second; called before the connections close.
+    pub fn tell_failure(&mut self, error: &str) {
+        let mut why = self.cause.clone().unwrap_or_else(|| error.to_string());
+        if why.len() > MAX_CAUSE_BYTES {
+            let mut cut = MAX_CAUSE_BYTES;
+            while !why.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            why.truncate(cut);
+        }
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut to = self.mailbox.connected();
+        if self.nranks > 1 && !to.contains(&self.next()) {
+            to.push(self.next());
+        }
+        for peer in to {
+            let addr = self.peers[peer].addr;
+            let _ = self.mailbox.send(Lane::GaveUp, peer, addr, 0, why.as_bytes(), deadline);
+        }
     }
 
     /// Checks a peer argument.
@@ -484,14 +544,30 @@ impl Bootstrap {
         deadline: Instant,
     ) -> Result<()> {
         let addr = self.peers[peer].addr;
-        self.mailbox
-            .send(lane, peer, addr, tag, data, deadline)
-            .map_err(|e| self.link_err(peer, format!("{op}: {e}")))
+        match self.mailbox.send(lane, peer, addr, tag, data, deadline) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.link_err(peer, format!("{op}: {e}"))),
+        }
     }
 
-    /// Receives on `lane` from `peer`, for `op`.
+    /// Receives on `lane` from `peer`, for `op`. A peer process of this host that dies while
+    /// this waits is named within about [`LIVENESS_POLL`], not at the deadline (it may never
+    /// have connected to this rank, so no connection closes).
     fn recv_on(&mut self, op: &str, lane: Lane, peer: usize, tag: u64, deadline: Instant) -> Result<Vec<u8>> {
-        self.mailbox.recv(lane, peer, tag, deadline).map_err(|e| self.recv_err(op, peer, e))
+        loop {
+            let slice = (Instant::now() + LIVENESS_POLL).min(deadline);
+            match self.mailbox.recv(lane, peer, tag, slice) {
+                Ok(d) => return Ok(d),
+                Err(RecvError::TimedOut) if slice < deadline => {
+                    if let Some(died) = self.died(peer) {
+                        let what = format!("{op}: waiting for rank {peer}");
+                        self.cause.get_or_insert(died);
+                        return Err(self.link_err(peer, what));
+                    }
+                }
+                Err(e) => return Err(self.recv_err(op, peer, e)),
+            }
+        }
     }
 
     /// Sends `data` (at most [`MAX_BOOTSTRAP_MSG`] bytes) to `peer` with `tag`, as NCCL's

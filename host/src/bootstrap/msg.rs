@@ -174,6 +174,9 @@ pub(crate) enum Lane {
     Ring = 1,
     /// Intra-node broadcast.
     Intra = 2,
+    /// A rank whose init failed says why, before it closes its connections (the ranks that
+    /// wait on it then name the cause, not the closed connection).
+    GaveUp = 3,
 }
 
 /// `Kind::Data`: the payload's head (lane, tag); the user bytes follow.
@@ -189,6 +192,7 @@ pub(crate) fn decode_data(b: &[u8]) -> Result<(Lane, u64, &[u8]), FrameError> {
         0 => Lane::User,
         1 => Lane::Ring,
         2 => Lane::Intra,
+        3 => Lane::GaveUp,
         _ => return Err(FrameError::Malformed("unknown lane")),
     };
     let tag = d.u64()?;

@@ -451,20 +451,37 @@ impl Comm {
         if cfg.nthreads == 0 {
             cfg.nthreads = backend.collective_threads();
         }
-        let (mut rings, mut trees) = cfg.shape(nranks)?;
-        let mut boot = Bootstrap::init_on_host(
+        let shape = cfg.shape(nranks)?;
+        let mut slot = Some(Bootstrap::init_on_host(
             id,
             rank,
             nranks,
             &local_info(&**backend),
             cfg.bootstrap_timeout,
             cfg.host_id.as_deref(),
-        )?;
+        )?);
+        let r = Self::init_connected(backend, (nranks, rank), id, cfg, shape, &mut slot);
+        // The ranks waiting on this one name the cause, not its closed connections.
+        if let (Err(e), Some(boot)) = (&r, slot.as_mut()) {
+            boot.tell_failure(&e.to_string());
+        }
+        r
+    }
+
+    /// [`Comm::init_rank`] past the bootstrap: `slot` holds it, given to the `Comm` on success
+    /// and left there on failure (for [`Bootstrap::tell_failure`]).
+    fn init_connected(
+        backend: &Arc<dyn Backend>,
+        (nranks, rank): (usize, usize),
+        id: &UniqueId,
+        mut cfg: CommConfig,
+        (mut rings, mut trees): (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>),
+        slot: &mut Option<Bootstrap>,
+    ) -> Result<Comm> {
+        let boot = slot.as_mut().expect("init_rank passes its bootstrap");
         let peers = boot.peers().to_vec();
         if let Some(topo) = &cfg.topology {
-            if let Some((r, t, nvls)) =
-                super::topo::channels_at_init(&mut boot, rank, &peers, topo, &**backend)?
-            {
+            if let Some((r, t, nvls)) = super::topo::channels_at_init(boot, rank, &peers, topo, &**backend)? {
                 // Searched once: `config()` (and a split given it) sees the result.
                 (cfg.nchannels, cfg.rings, cfg.trees, cfg.topology) = (r.len(), Some(r), Some(t), None);
                 cfg.nvls = nvls;
@@ -610,7 +627,7 @@ impl Comm {
         let p = progress.clone();
         boot.set_status_provider(Arc::new(move || p.encode()));
         let nvls = if try_nvls {
-            nvls::setup(&mut boot, rank, &peers, &stream, cfg.nchannels, cfg.step_bytes, nvls_policy)?
+            nvls::setup(boot, rank, &peers, &stream, cfg.nchannels, cfg.step_bytes, nvls_policy)?
         } else {
             None
         };
@@ -668,7 +685,7 @@ impl Comm {
             _conns: conns,
             abort,
             proxy,
-            bootstrap: Mutex::new(boot),
+            bootstrap: Mutex::new(slot.take().expect("still here")),
             poisoned: AtomicBool::new(false),
             failure: Mutex::new(None),
             queue: Mutex::new(Queue::default()),

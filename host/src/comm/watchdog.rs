@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub(crate) use crate::bootstrap::host::alive;
+
 /// How often the peers' processes are checked.
 pub const DEATH_POLL: Duration = Duration::from_millis(100);
 
@@ -61,19 +63,6 @@ impl Drop for Watchdog {
             let _ = t.join();
         }
     }
-}
-
-/// Whether process `pid` is alive (not gone, not a zombie).
-pub(crate) fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 checks existence and permission only; nothing is sent.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
-        return false;
-    }
-    // /proc/PID/stat: "pid (comm) S ..."; the state follows the last ')'.
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
-    !matches!(state, Some('Z') | Some('X'))
 }
 
 #[cfg(test)]

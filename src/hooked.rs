@@ -1,0 +1,69 @@
+//! A backend that runs a hook of the test's before each host-mapped allocation (on every
+//! stream forked from it too): where a test holds a rank at a known point of its init (the
+//! network strangers test) or ends its process there (a rank that dies during init).
+use rsccl::backend::{Backend, HostMapped};
+use rsccl::{BackendKind, DevPtr, DeviceBuffer, LaunchConfig};
+use std::sync::Arc;
+
+/// `inner` with `hook` called before each [`Backend::alloc_mapped`].
+pub struct Hooked {
+    /// The backend doing the work.
+    pub inner: Arc<dyn Backend>,
+    /// Called before each host-mapped allocation.
+    pub hook: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Backend for Hooked {
+    fn kind(&self) -> BackendKind {
+        self.inner.kind()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn compute_capability(&self) -> Option<(i32, i32)> {
+        self.inner.compute_capability()
+    }
+    fn pci_bus_id(&self) -> Option<String> {
+        self.inner.pci_bus_id()
+    }
+    fn alloc(&self, bytes: usize) -> rsccl::Result<DeviceBuffer> {
+        self.inner.alloc(bytes)
+    }
+    fn alloc_mapped(&self, bytes: usize) -> rsccl::Result<HostMapped> {
+        (self.hook)();
+        self.inner.alloc_mapped(bytes)
+    }
+    fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> rsccl::Result<()> {
+        self.inner.copy_in(dst, offset, src)
+    }
+    fn copy_out(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> rsccl::Result<()> {
+        self.inner.copy_out(src, offset, dst)
+    }
+    fn copy_device(&self, dst: &DeviceBuffer, src: &DeviceBuffer, bytes: usize) -> rsccl::Result<()> {
+        self.inner.copy_device(dst, src, bytes)
+    }
+    unsafe fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> rsccl::Result<()> {
+        // SAFETY: the caller's guarantees, passed on unchanged.
+        unsafe { self.inner.launch_raw(kernel, cfg, args) }
+    }
+    fn synchronize(&self) -> rsccl::Result<()> {
+        self.inner.synchronize()
+    }
+    fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
+        self.inner.host_fn(f)
+    }
+    fn fork_stream(&self) -> rsccl::Result<Arc<dyn Backend>> {
+        Ok(Arc::new(Hooked { inner: self.inner.fork_stream()?, hook: self.hook.clone() }))
+    }
+    fn reserve_launches(&self, cfg: LaunchConfig, launches: usize) -> rsccl::Result<()> {
+        self.inner.reserve_launches(cfg, launches)
+    }
+    unsafe fn register_host(
+        &self,
+        host: *mut u8,
+        len: usize,
+    ) -> rsccl::Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {
+        // SAFETY: the caller's guarantees, passed on unchanged.
+        unsafe { self.inner.register_host(host, len) }
+    }
+}
