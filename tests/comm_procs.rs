@@ -191,6 +191,32 @@ fn comm_child() {
             // ring must not take this rank's exit for the cause.
             std::thread::sleep(Duration::from_millis(300));
         }
+        "dropper" => {
+            // Every rank runs all-reduce #1; then rank 1 drops its Comm and lives on while the
+            // others run #2 (a minute's timeout: only hearing of the departure ends it in time).
+            let cfg = CommConfig { timeout: Duration::from_secs(60), ..sweep_config() };
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            let buf = be.upload(&vec![1f32; 1 << 16]).unwrap();
+            let b = BufRef::from(&buf);
+            comm.all_reduce(b, b, 1 << 16, DataType::F32, ReduceOp::Sum).unwrap();
+            if rank == 1 {
+                std::thread::sleep(Duration::from_millis(500));
+                drop(comm);
+                println!("DROPPED");
+                std::thread::sleep(Duration::from_secs(5));
+                return;
+            }
+            let start = Instant::now();
+            match comm.all_reduce(b, b, 1 << 16, DataType::F32, ReduceOp::Sum) {
+                Ok(()) => println!("LEFT-OK"),
+                Err(e) => println!("LEFT-ERROR after {} ms: {e}", start.elapsed().as_millis()),
+            }
+            // And the next call is refused at once.
+            match comm.all_reduce(b, b, 1 << 16, DataType::F32, ReduceOp::Sum) {
+                Ok(()) => println!("NEXT-OK"),
+                Err(e) => println!("NEXT-ERROR {e}"),
+            }
+        }
         "mismatch" => {
             // Rank 0 all-reduces 1000 elements, rank 1 500, over shared memory.
             let cfg = CommConfig { timeout: Duration::from_secs(10), ..sweep_config() };
@@ -519,6 +545,33 @@ fn a_rank_killed_during_init_is_named_by_every_survivor() {
         assert!(line.contains(&want), "rank {r} does not name rank 1 as dead: {line}\nwanted: {want}");
     }
     assert!(start.elapsed() < Duration::from_secs(20), "took {:?}", start.elapsed());
+    assert_no_segments(&pids);
+}
+
+/// A live process drops its `Comm` while the others wait in a call it never ran: every other
+/// rank fails naming it at once (they used to wait for the collective timeout), on the rank
+/// after it in the ring (told by the leaver) and the rank before it (told in turn).
+#[test]
+fn a_process_that_drops_its_comm_is_named_by_the_others_at_once() {
+    let n = 3;
+    let id = loopback_id();
+    let mut ranks = start_ranks("dropper", &id, n, 0..n);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(60));
+    assert!(results[1].0 && results[1].1.contains("DROPPED"), "rank 1:\n{}", results[1].1);
+    for r in [0, 2] {
+        let (ok, text) = &results[r];
+        assert!(ok, "rank {r}:\n{text}");
+        let line = text
+            .lines()
+            .find_map(|l| l.split_once("LEFT-").map(|(_, e)| e))
+            .unwrap_or_else(|| panic!("rank {r}:\n{text}"));
+        println!("rank {r}: {line}");
+        assert!(line.contains("rank 1 left the communicator"), "rank {r}: {line}");
+        let ms: u64 = line.split_whitespace().nth(2).and_then(|m| m.parse().ok()).unwrap();
+        assert!(ms < 3000, "rank {r} failed only after {ms} ms");
+        assert!(text.contains("NEXT-ERROR"), "rank {r}: the next call was not refused:\n{text}");
+    }
     assert_no_segments(&pids);
 }
 

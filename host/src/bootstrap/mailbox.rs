@@ -4,6 +4,7 @@
 //! for, kept by (lane, peer, tag) as NCCL's unexpected-connection list. A connection whose first
 //! frame is a `StatusQuery` instead of a `Hello` is answered by [`status`](super::status) and
 //! never reaches the mailbox.
+use super::depart::{Departure, DepartureBoard};
 use super::listen::{Acceptor, Handler, PendingSlot};
 use super::msg::{decode_data, encode_data, Lane, PeerHello};
 use super::status::{serve_query, StatusBoard};
@@ -68,13 +69,14 @@ impl Mailbox {
         nranks: usize,
         secret: [u8; 16],
         frame_timeout: Duration,
-        status: Arc<StatusBoard>,
+        (status, departures): (Arc<StatusBoard>, Arc<DepartureBoard>),
     ) -> std::io::Result<Mailbox> {
         let (tx, rx) = mpsc::channel();
         let incoming: Incoming = Arc::new(Mutex::new(Some(Vec::new())));
         let inc = incoming.clone();
         let handler: Handler = Arc::new(move |s: TcpStream, peer: SocketAddr, slot: PendingSlot| {
-            serve_peer(s, peer, slot, (rank, addr), nranks, &secret, frame_timeout, &tx, &inc, &status)
+            let boards = (&*status, &*departures);
+            serve_peer(s, peer, slot, (rank, addr), nranks, &secret, frame_timeout, &tx, &inc, boards)
         });
         let acceptor = Acceptor::spawn(listener, addr, format!("rsccl-bootstrap-r{rank}"), handler)?;
         Ok(Mailbox {
@@ -227,7 +229,7 @@ fn serve_peer(
     frame_timeout: Duration,
     tx: &Sender<Event>,
     incoming: &Incoming,
-    status: &StatusBoard,
+    (status, departures): (&StatusBoard, &DepartureBoard),
 ) {
     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
     let hello = match read_frame(&mut s, secret, Wait::Until(deadline), MAX_CONTROL_LEN) {
@@ -276,6 +278,10 @@ fn serve_peer(
                 k => Err(FrameError::Unexpected(k)),
             });
         match ev {
+            Ok((Lane::Left, _, data)) => match Departure::decode(&data, nranks) {
+                Ok(d) => departures.heard(&d),
+                Err(e) => log(format_args!("rank {rank} at {addr}: a bad departure from rank {from}: {e}")),
+            },
             Ok((lane, tag, data)) => {
                 if tx.send(Event::Data { from, lane, tag, data }).is_err() {
                     return;

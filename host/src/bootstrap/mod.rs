@@ -47,6 +47,7 @@
 //! }
 //! # Ok::<(), rsccl::Error>(())
 //! ```
+pub mod depart;
 mod error;
 pub(crate) mod host;
 mod listen;
@@ -58,6 +59,7 @@ mod status;
 mod unique_id;
 pub mod wire;
 
+pub use depart::{Departure, DepartureHook, Notifier};
 pub use error::BootstrapError;
 pub use unique_id::{UniqueId, COMM_ID_VAR, COMM_SECRET_VAR, DEFAULT_ROOT_TIMEOUT};
 pub use wire::{MAX_BOOTSTRAP_MSG, MAX_LOCAL_INFO, MAX_RANKS, MAX_STATUS_BYTES};
@@ -247,13 +249,12 @@ pub struct Bootstrap {
     /// The first cause of a failure this rank saw from a peer (a rank that died, or what a
     /// rank that gave up said): what [`tell_failure`](Self::tell_failure) passes on.
     cause: Option<String>,
+    /// The hook for departures, shared with the listener's threads.
+    departures: Arc<depart::DepartureBoard>,
 }
 
 /// How often a receive that waits looks whether a peer process of this host still lives.
 const LIVENESS_POLL: Duration = Duration::from_millis(100);
-
-/// Most bytes of a failure's text passed on to the other ranks.
-const MAX_CAUSE_BYTES: usize = 2048;
 
 impl std::fmt::Debug for Bootstrap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -324,7 +325,9 @@ impl Bootstrap {
         let addr = listener.local_addr().map_err(|e| local(format!("bootstrap listener: {e}")))?;
         tracing::info!(rank, "bootstrap: rank {rank} listening on {addr}");
         let status = Arc::new(StatusBoard::default());
-        let mailbox = Mailbox::new(listener, addr, rank, nranks, secret, timeout, status.clone())
+        let departures = Arc::new(depart::DepartureBoard::default());
+        let boards = (status.clone(), departures.clone());
+        let mailbox = Mailbox::new(listener, addr, rank, nranks, secret, timeout, boards)
             .map_err(|e| local(format!("cannot start the bootstrap listener: {e}")))?;
 
         let me = PeerInfo {
@@ -351,6 +354,7 @@ impl Bootstrap {
             ring_seq: 0,
             intra_seq: 0,
             cause: None,
+            departures,
         };
         if nranks > 1 {
             let (next, prev) = (b.next(), b.prev());
@@ -405,6 +409,35 @@ impl Bootstrap {
     /// This rank's index among [`local_ranks`](Self::local_ranks).
     pub fn local_rank(&self) -> usize {
         self.local.iter().position(|&r| r == self.rank).expect("a rank is on its own host")
+    }
+
+    /// Installs what this rank does when it hears that a rank left (see [`depart`]): called
+    /// from the listener's threads, while the owner may be blocked. Replaces any earlier hook.
+    pub fn set_departure_hook(&self, hook: DepartureHook) {
+        self.departures.set(hook);
+    }
+
+    /// Tells this rank's ring successor that this rank leaves (`d`), best effort within half a
+    /// second; the successor's hook decides whom to tell next.
+    pub fn tell_leaving(&mut self, d: &Departure) {
+        if self.nranks < 2 {
+            return;
+        }
+        let (next, addr) = (self.next(), self.peers[self.next()].addr);
+        let deadline = Instant::now() + Duration::from_millis(500);
+        if let Err(e) = self.mailbox.send(Lane::Left, next, addr, 0, &d.encode(), deadline) {
+            log(format_args!("rank {}: telling rank {next} that this rank leaves: {e}", self.rank));
+        }
+    }
+
+    /// What tells other ranks of a departure from any thread.
+    pub fn notifier(&self) -> Notifier {
+        Notifier {
+            rank: self.rank,
+            nranks: self.nranks,
+            secret: self.secret,
+            addrs: Arc::new(self.peers.iter().map(|p| p.addr).collect()),
+        }
     }
 
     /// Installs what this rank answers when another rank of the communicator asks for its
@@ -491,14 +524,8 @@ impl Bootstrap {
     /// this rank's closed connection, and passes it on in turn. Best effort, bounded by a
     /// second; called before the connections close.
     pub fn tell_failure(&mut self, error: &str) {
-        let mut why = self.cause.clone().unwrap_or_else(|| error.to_string());
-        if why.len() > MAX_CAUSE_BYTES {
-            let mut cut = MAX_CAUSE_BYTES;
-            while !why.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            why.truncate(cut);
-        }
+        let why = self.cause.clone().unwrap_or_else(|| error.to_string());
+        let why = depart::cut(&why);
         let deadline = Instant::now() + Duration::from_secs(1);
         let mut to = self.mailbox.connected();
         if self.nranks > 1 && !to.contains(&self.next()) {

@@ -177,6 +177,9 @@ pub(crate) enum Lane {
     /// A rank whose init failed says why, before it closes its connections (the ranks that
     /// wait on it then name the cause, not the closed connection).
     GaveUp = 3,
+    /// A rank left the communicator (see [`depart`](super::depart)): handed to the
+    /// communicator's hook by the reader thread, never to the mailbox.
+    Left = 4,
 }
 
 /// `Kind::Data`: the payload's head (lane, tag); the user bytes follow.
@@ -193,6 +196,7 @@ pub(crate) fn decode_data(b: &[u8]) -> Result<(Lane, u64, &[u8]), FrameError> {
         1 => Lane::Ring,
         2 => Lane::Intra,
         3 => Lane::GaveUp,
+        4 => Lane::Left,
         _ => return Err(FrameError::Malformed("unknown lane")),
     };
     let tag = d.u64()?;

@@ -420,6 +420,10 @@ pub struct Comm {
     last_call: Mutex<CallSig>,
     /// Whether calls are checked in-band ([`CHECK_CALLS_VAR`]).
     check_calls: bool,
+    /// This rank's leaving (abort, drop), told once.
+    leaving: super::departure::Leaving,
+    /// Passes departures of other ranks on around the ring.
+    relay: Arc<super::departure::Relay>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -626,6 +630,16 @@ impl Comm {
         let progress = Arc::new(Progress::default());
         let p = progress.clone();
         boot.set_status_provider(Arc::new(move || p.encode()));
+        // A rank of another process that leaves: stop waiting on it; while this rank waits in
+        // a call the leaver never finished, the ranks after it may wait on it too.
+        let relay = Arc::new(super::departure::Relay::new(boot.notifier()));
+        let (p, r) = (progress.clone(), relay.clone());
+        boot.set_departure_hook(Arc::new(move |d: &crate::bootstrap::Departure| {
+            super::departure::heard(key_base, d.rank, d.done, d.why.clone());
+            if p.in_flight().is_some_and(|(seq, _)| seq > d.done) {
+                r.pass_on(d);
+            }
+        }));
         let nvls = if try_nvls {
             nvls::setup(boot, rank, &peers, &stream, cfg.nchannels, cfg.step_bytes, nvls_policy)?
         } else {
@@ -706,6 +720,8 @@ impl Comm {
             watchdog: None,
             last_call: Mutex::default(),
             check_calls,
+            leaving: Default::default(),
+            relay,
         };
         super::departure::join(comm.conn_key, rank, &comm.abort, &comm.progress);
         let me = &comm.peers[rank];
@@ -981,7 +997,9 @@ impl Comm {
             "rank {}: the communicator was aborted; create a new one",
             self.rank
         )));
-        super::departure::leave(self.conn_key, self.rank, self.progress.done_before_failure(), why);
+        // A bootstrap held by a call of another thread (a hang report's queries): the ranks of
+        // other processes hear of this rank's departure when it drops instead.
+        self.depart(why, self.bootstrap.try_lock().ok().as_deref_mut());
         if let Some(t) = &self.nvls_tree {
             t.abort();
         }
@@ -1252,6 +1270,11 @@ impl Comm {
         if left.is_empty() {
             return Ok(());
         }
+        // The ranks after this one may wait on it: they hear it from here.
+        for d in &left {
+            self.relay.pass_on(d);
+        }
+        let left = left.into_iter().map(|d| (d.rank, d.why)).collect();
         Err(self.fail(Error::PeerLeft { rank: self.rank, left }))
     }
 
@@ -1275,14 +1298,14 @@ impl Comm {
 
     /// Records a failure that left the connections inconsistent, and returns the first one
     /// recorded (an abort, say, that made this collective fail), which every later call reports.
-    /// The failure recorded first, as text (what a departure tells the ranks left behind): a
-    /// failure that was itself a departure passes on the cause it was given, so that the
-    /// ranks left last hear of the first cause, not a chain of departures.
-    fn recorded_failure(&self) -> Option<String> {
-        match self.failure.lock().unwrap_or_else(|e| e.into_inner()).as_ref()? {
-            Error::PeerLeft { left, .. } => left.iter().find_map(|(_, why)| why.clone()),
-            e => Some(e.to_string()),
-        }
+    /// The failure recorded first, as a departure tells it (see [`cause_of`]).
+    fn recorded_failure(&self) -> super::departure::Why {
+        cause_of(self.failure.lock().unwrap_or_else(|e| e.into_inner()).as_ref())
+    }
+
+    /// This rank leaves (see [`super::departure::Leaving`]).
+    fn depart(&self, why: super::departure::Why, boot: Option<&mut Bootstrap>) {
+        self.leaving.go((self.conn_key, self.rank, &self.progress), why, boot);
     }
 
     fn fail(&self, e: Error) -> Error {
@@ -1623,17 +1646,28 @@ impl Drop for Comm {
         self.complete_in_flight(&mut q);
         // Ranks of this process stop waiting for this one (its memory they reach by address
         // stays theirs until they drop too).
-        super::departure::leave(
-            self.conn_key,
-            self.rank,
-            self.progress.done_before_failure(),
-            self.recorded_failure(),
-        );
+        let boot = self.bootstrap.get_mut().unwrap_or_else(|p| p.into_inner());
+        let why = {
+            let f = self.failure.get_mut().unwrap_or_else(|p| p.into_inner());
+            cause_of(f.as_ref())
+        };
+        self.leaving.go((self.conn_key, self.rank, &self.progress), why, Some(boot));
         // After a failed collective the FIFOs hold slices no peer will read: close at once
         // instead of trying to send them (a healthy communicator's proxy sends what is left).
         if let Some(mut p) = self.proxy.take() {
             p.stop_with(!self.is_poisoned());
         }
+    }
+}
+
+/// What a departure says of failure `e` (see [`super::departure::Leaving::go`]): a failure
+/// that was itself others' departure makes this rank's own leaving no news.
+fn cause_of(e: Option<&Error>) -> super::departure::Why {
+    use super::departure::Why;
+    match e {
+        None => Why::Done,
+        Some(Error::PeerLeft { .. }) => Why::TheyLeft,
+        Some(e) => Why::Failed(e.to_string()),
     }
 }
 

@@ -5,10 +5,16 @@
 //! Calls the leaver finished before it left are left to end.
 //!
 //! One table per process, by communicator key (the same on every rank of one communicator).
+//! Ranks of other processes learn it over the bootstrap ([`crate::bootstrap::depart`]): the
+//! leaver tells its ring successor, which records it here ([`heard`]) and, while it waits in a
+//! call the leaver never finished — or when it fails one because of it — tells its own
+//! successor ([`Relay`]). A normal teardown, where nobody waits, costs one message per rank.
 use super::hang::Progress;
 use crate::backend::HostMapped;
-use std::collections::HashMap;
+use crate::bootstrap::{Departure, Notifier};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 struct Member {
     rank: usize,
@@ -45,11 +51,48 @@ pub(crate) fn join(key: u128, rank: usize, abort: &Arc<HostMapped>, progress: &A
 /// in flight is a later one is told to stop (a member that arms its abort word after this
 /// sees the mark: see [`left`]).
 pub(crate) fn leave(key: u128, rank: usize, done: u64, why: Option<String>) {
-    let others: Vec<Arc<HostMapped>> = with(|t| {
-        let Some(members) = t.get_mut(&key) else { return Vec::new() };
-        members.iter_mut().filter(|m| m.rank == rank).for_each(|m| m.left = Some((done, why.clone())));
-        let waiting =
-            |m: &Member| m.progress.upgrade().and_then(|p| p.in_flight()).is_some_and(|(seq, _)| seq > done);
+    mark(key, rank, done, why, false);
+}
+
+/// Rank `rank` of `key` leaves because others left before it (its call failed naming them):
+/// it is only forgotten. Whoever waits on it waits on a call they never finished either, and
+/// hears of them; reporting it too would name a consequence beside the cause.
+pub(crate) fn forget(key: u128, rank: usize) {
+    with(|t| {
+        let Some(members) = t.get_mut(&key) else { return };
+        members.retain(|m| m.rank != rank || m.progress.strong_count() == 0);
+        if members.iter().all(|m| m.left.is_some()) {
+            t.remove(&key);
+        }
+    })
+}
+
+/// Rank `rank` of `key`, a rank of another process, left having finished calls up to `done`:
+/// recorded (where this process still has members of `key`) and the members waiting on a
+/// later call stopped, as for [`leave`]. True when this process had not heard it yet.
+pub(crate) fn heard(key: u128, rank: usize, done: u64, why: Option<String>) -> bool {
+    mark(key, rank, done, why, true)
+}
+
+fn mark(key: u128, rank: usize, done: u64, why: Option<String>, remote: bool) -> bool {
+    let (new, others): (bool, Vec<Arc<HostMapped>>) = with(|t| {
+        let Some(members) = t.get_mut(&key) else { return (false, Vec::new()) };
+        let new = if remote {
+            let new = !members.iter().any(|m| m.rank == rank);
+            if new {
+                let (abort, progress) = (Weak::new(), Weak::new());
+                members.push(Member { rank, abort, progress, left: Some((done, why)) });
+            }
+            new
+        } else {
+            members.iter_mut().filter(|m| m.rank == rank).for_each(|m| m.left = Some((done, why.clone())));
+            true
+        };
+        // In a later call, or about to enter one: a member between arming its word and
+        // entering its call has no call in flight yet, and checked for departures before this.
+        let waiting = |m: &Member| {
+            m.progress.upgrade().is_some_and(|p| p.in_flight().map_or(p.done() + 1, |(seq, _)| seq) > done)
+        };
         let others = members
             .iter()
             .filter(|m| m.left.is_none() && waiting(m))
@@ -59,33 +102,117 @@ pub(crate) fn leave(key: u128, rank: usize, done: u64, why: Option<String>) {
         if members.iter().all(|m| m.left.is_some()) {
             t.remove(&key);
         }
-        others
+        (new, others)
     });
     for a in others {
         let _ = a.store_u32(0, 1);
     }
+    new
 }
 
-/// The ranks of `key` but `me` that left before finishing call `seq`, each with the failure
-/// that ended its call if one did (in rank order). Checked after arming the abort word: a
-/// rank that leaves later stores into the armed word.
-pub(crate) fn left(key: u128, me: usize, seq: u64) -> Vec<(usize, Option<String>)> {
+/// The ranks of `key` but `me` that left before finishing call `seq` (in rank order).
+/// Checked after arming the abort word: a rank that leaves later stores into the armed word.
+pub(crate) fn left(key: u128, me: usize, seq: u64) -> Vec<Departure> {
     with(|t| {
-        let mut v: Vec<(usize, Option<String>)> = t
+        let mut v: Vec<Departure> = t
             .get(&key)
             .map(|ms| {
                 ms.iter()
                     .filter(|m| m.rank != me)
                     .filter_map(|m| {
-                        m.left.as_ref().filter(|(d, _)| *d < seq).map(|(_, why)| (m.rank, why.clone()))
+                        let (done, why) = m.left.as_ref().filter(|(d, _)| *d < seq)?;
+                        Some(Departure { rank: m.rank, done: *done, why: why.clone() })
                     })
                     .collect()
             })
             .unwrap_or_default();
-        v.sort_unstable();
-        v.dedup_by_key(|(r, _)| *r);
+        v.sort_by_key(|d| d.rank);
+        v.dedup_by_key(|d| d.rank);
         v
     })
+}
+
+/// Why a rank leaves, as its departure tells it.
+pub(crate) enum Why {
+    /// Its calls ended (or it aborted them): nothing failed first.
+    Done,
+    /// A call of its failed first, with this error.
+    Failed(String),
+    /// Its call failed because others had left: not news (see [`forget`]).
+    TheyLeft,
+}
+
+/// One rank's leaving: done once, in this process at the first [`Leaving::go`] and to the
+/// ranks of other processes at the first with the bootstrap at hand (an abort may find it
+/// held by another thread; the drop then tells).
+#[derive(Default)]
+pub(crate) struct Leaving {
+    left: std::sync::atomic::AtomicBool,
+    told: std::sync::atomic::AtomicBool,
+    /// Why, as given the first time.
+    why: Mutex<Option<String>>,
+}
+
+impl Leaving {
+    /// Rank `rank` of `key` (its calls counted by `progress`) leaves; `why`: the failure that
+    /// ended its last call, if one did.
+    pub fn go(
+        &self,
+        (key, rank, progress): (u128, usize, &Progress),
+        why: Why,
+        boot: Option<&mut crate::bootstrap::Bootstrap>,
+    ) {
+        use std::sync::atomic::Ordering;
+        let done = progress.done_before_failure();
+        let mut w = self.why.lock().unwrap_or_else(|p| p.into_inner());
+        let why = match why {
+            Why::Done => None,
+            Why::Failed(e) => Some(e),
+            Why::TheyLeft => {
+                if !self.left.swap(true, Ordering::AcqRel) {
+                    self.told.store(true, Ordering::Release);
+                    forget(key, rank);
+                }
+                return;
+            }
+        };
+        if !self.left.swap(true, Ordering::AcqRel) {
+            *w = why;
+            leave(key, rank, done, w.clone());
+        }
+        if let Some(b) = boot {
+            if !self.told.swap(true, Ordering::AcqRel) {
+                b.tell_leaving(&Departure { rank, done, why: w.clone() });
+            }
+        }
+    }
+}
+
+/// How long telling a rank of a departure may take.
+const TELL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// One rank's part in passing departures around the ring: each departed rank is passed on to
+/// the ring successor once at most (never back to the rank that left).
+pub(crate) struct Relay {
+    notifier: Notifier,
+    told: Mutex<HashSet<usize>>,
+}
+
+impl Relay {
+    pub fn new(notifier: Notifier) -> Relay {
+        Relay { notifier, told: Mutex::new(HashSet::new()) }
+    }
+
+    /// Passes `d` on to this rank's ring successor, unless it did already.
+    pub fn pass_on(&self, d: &Departure) {
+        let next = self.notifier.next();
+        if next == d.rank || !self.told.lock().unwrap_or_else(|p| p.into_inner()).insert(d.rank) {
+            return;
+        }
+        if let Err(e) = self.notifier.tell(next, d, Instant::now() + TELL_TIMEOUT) {
+            tracing::debug!("telling rank {next} that rank {} left: {e}", d.rank);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -96,8 +223,8 @@ mod tests {
     fn leaving_stops_the_others_and_the_last_removes_the_communicator() {
         let be = crate::backend::cpu();
         let key = 0xdead_beef_u128 << 64 | 42;
-        let words: Vec<Arc<HostMapped>> = (0..3).map(|_| Arc::new(be.alloc_mapped(4).unwrap())).collect();
-        let progress: Vec<Arc<Progress>> = (0..3).map(|_| Arc::new(Progress::default())).collect();
+        let words: Vec<Arc<HostMapped>> = (0..4).map(|_| Arc::new(be.alloc_mapped(4).unwrap())).collect();
+        let progress: Vec<Arc<Progress>> = (0..4).map(|_| Arc::new(Progress::default())).collect();
         for (r, (w, p)) in words.iter().zip(&progress).enumerate() {
             join(key, r, w, p);
         }
@@ -108,17 +235,24 @@ mod tests {
         }
         progress[0].finish(1);
         progress[0].enter(ar, false);
-        // Rank 2 finished #1 and leaves: rank 0's #2 stops, rank 1's #1 goes on.
+        // Rank 3 is between calls #1 and #2 (it may have armed its word for #2 already).
+        progress[3].enter(ar, false);
+        progress[3].finish(1);
+        // Rank 2 finished #1 and leaves: rank 0's #2 stops, and rank 3's coming one; rank 1's
+        // #1 goes on.
         leave(key, 2, 1, Some("its call #2 timed out".into()));
-        assert_eq!(
-            (left(key, 0, 2), left(key, 0, 1)),
-            (vec![(2, Some("its call #2 timed out".into()))], vec![])
-        );
+        let gone = Departure { rank: 2, done: 1, why: Some("its call #2 timed out".into()) };
+        assert_eq!((left(key, 0, 2), left(key, 0, 1)), (vec![gone], vec![]));
         assert_eq!(left(key, 2, 2), vec![]);
         let stopped: Vec<u32> = words.iter().map(|w| w.load_u32(0).unwrap()).collect();
-        assert_eq!(stopped, [1, 0, 0]);
+        assert_eq!(stopped, [1, 0, 0, 1]);
+        // Rank 7 of another process left after #0: recorded once, rank 1's #1 stops now.
+        assert!(heard(key, 7, 0, None) && !heard(key, 7, 0, None));
+        assert_eq!(words[1].load_u32(0).unwrap(), 1);
+        assert_eq!(left(key, 1, 1), vec![Departure { rank: 7, done: 0, why: None }]);
         leave(key, 0, 1, None);
         leave(key, 1, 1, None);
+        leave(key, 3, 1, None);
         assert!(with(|t| !t.contains_key(&key)));
     }
 }
