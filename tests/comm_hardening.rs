@@ -273,3 +273,67 @@ fn mismatched_calls_fail_naming_both_calls() {
         }
     }
 }
+
+/// Mismatched calls on NVLS (the one-shot form, the FIFO form, and one rank in each): every
+/// rank checks every other's signature at its kernel's start (multicast slots), so all four
+/// fail naming a rank whose call differs from theirs — where their data used to be reduced
+/// as `Ok` — and the communicator is refused from then on.
+#[test]
+fn mismatched_nvls_calls_fail_naming_both() {
+    let be = backend::cpu();
+    let cases: [(&str, [usize; 2], [ReduceOp; 2]); 4] = [
+        ("one-shot counts", [1000, 500], [ReduceOp::Sum; 2]),
+        ("fifo counts", [100_000, 50_000], [ReduceOp::Sum; 2]),
+        ("fifo ops", [100_000, 100_000], [ReduceOp::Sum, ReduceOp::Max]),
+        ("one-shot vs fifo", [1000, 100_000], [ReduceOp::Sum; 2]),
+    ];
+    for (what, counts, ops) in cases {
+        let comms = Comm::init_all(&be, 4, nvls_config(Duration::from_secs(10))).unwrap();
+        assert!(comms.iter().all(Comm::uses_nvls));
+        let bufs: Vec<DeviceBuffer> = (0..4).map(|_| be.upload(&vec![1i32; 100_000]).unwrap()).collect();
+        // Rank 3 calls the second form, the others the first.
+        let pick = |r: usize| usize::from(r == 3);
+        let name = |k: usize| {
+            let op = if ops[k] == ReduceOp::Sum { "sum" } else { "max" };
+            format!("all_reduce({} × i32, {op}) (nvls)", counts[k])
+        };
+        let start = Instant::now();
+        let results: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|r| {
+                    let (c, b) = (&comms[r], BufRef::from(&bufs[r]));
+                    s.spawn(move || c.all_reduce(b, b, counts[pick(r)], DataType::I32, ops[pick(r)]))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(start.elapsed() < Duration::from_secs(5), "{what}: {:?}", start.elapsed());
+        for (r, res) in results.iter().enumerate() {
+            let e = res.as_ref().expect_err(&format!("{what}: rank {r} returned Ok")).to_string();
+            // Ranks 0-2 find rank 3's call; rank 3 finds rank 0's first.
+            let peer = if r == 3 { 0 } else { 3 };
+            let want = format!(
+                "rank {peer} called {} where rank {r} called {} as call #1",
+                name(pick(peer)),
+                name(pick(r))
+            );
+            assert!(e.contains(&want), "{what}, rank {r}:\n{e}\nwanted: {want}");
+        }
+        let results: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|r| {
+                    let (c, b) = (&comms[r], BufRef::from(&bufs[r]));
+                    s.spawn(move || c.all_reduce(b, b, 1000, DataType::I32, ReduceOp::Sum))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (r, res) in results.iter().enumerate() {
+            let e = res
+                .as_ref()
+                .expect_err(&format!("{what}: the next call returned Ok on rank {r}"))
+                .to_string();
+            assert!(e.contains("calls do not match across ranks"), "{what}, rank {r}: {e}");
+        }
+    }
+}

@@ -324,7 +324,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_bf16",
         max_threads: 512,
-        registers: 113,
+        registers: 114,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_bf16.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_bf16.cubin")),
@@ -332,7 +332,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_f16",
         max_threads: 512,
-        registers: 113,
+        registers: 114,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_f16.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_f16.cubin")),
@@ -340,7 +340,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_f32",
         max_threads: 512,
-        registers: 106,
+        registers: 110,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_f32.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_f32.cubin")),
@@ -364,7 +364,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_i64",
         max_threads: 512,
-        registers: 90,
+        registers: 92,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_i64.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_i64.cubin")),
@@ -380,7 +380,7 @@ pub static SM_90: &[Module] = &[
     Module {
         entry: "rsccl_nvls_u64",
         max_threads: 512,
-        registers: 90,
+        registers: 92,
         stack_bytes: 0,
         ptx: include_str!("sm_90/rsccl_nvls_u64.ptx"),
         cubin: Some(include_bytes!("sm_90/rsccl_nvls_u64.cubin")),

@@ -20,7 +20,7 @@
 use super::Collective;
 use crate::multimem;
 use crate::pack::BytePack;
-use crate::prims::conn::{ErrorCode, PrimsStatus};
+use crate::prims::conn::{CallSig, ErrorCode, PrimsStatus, CALL_SIG_BYTES};
 use crate::redop::{Elem, RedOp, Reducer};
 use crate::reduce_copy::{reduce_copy, ReduceCopy};
 use crate::{arch, DevPtr};
@@ -71,6 +71,9 @@ pub struct NvlsArgs {
     pub slice_bytes: u64,
     /// Epochs of this launch's barriers are `epoch_base + 1, + 2, …`.
     pub epoch_base: u64,
+    /// Byte offset in the flags of the call signatures, `grid × nranks × 2` [`CallSig`]
+    /// slots (see [`calls_match`]); 0: calls are not checked.
+    pub sigs: u64,
     /// Where a barrier that gave up reports, and the abort word.
     pub status: PrimsStatus,
     /// This rank.
@@ -100,6 +103,7 @@ crate::pod::unsafe_impl_pod!(NvlsArgs {
     mc_recv,
     slice_bytes,
     epoch_base,
+    sigs,
     status,
     rank,
     nranks,
@@ -172,9 +176,62 @@ fn barrier(a: &NvlsArgs, epoch: u64) -> bool {
     !arch::bar_red_or(0, nthreads, !ok)
 }
 
+/// Matched calls on NVLS (as `prims::signature` on FIFO connections): thread 0 multicast-stores
+/// this rank's call into its slot of every rank's signatures, waits until each rank's slot in
+/// its own copy holds that call's number, and compares. Slots alternate by call number: a rank
+/// one call ahead (it can be no further: every NVLS collective needs every rank's data) writes
+/// the other one. False in every thread when the block must stop (a call that differs,
+/// recorded naming the rank; or a wait that gave up).
+#[inline(always)]
+fn calls_match(a: &NvlsArgs) -> bool {
+    let b = arch::block_idx().x as u64;
+    let call = a.status.call;
+    let mut ok = true;
+    if arch::thread_idx().x == 0 && call.seq != 0 && a.sigs != 0 {
+        let slot = |base: DevPtr, q: u64| {
+            base.offset(a.sigs + ((b * a.nranks + q) * 2 + call.seq % 2) * CALL_SIG_BYTES)
+        };
+        let mine = slot(a.mc_flags, a.rank);
+        // SAFETY: the host binds the signature slots behind mc_flags at offset `sigs`, 8-aligned;
+        // the call's number goes last, after a fence.
+        unsafe {
+            multimem::st::<8>(mine.offset(8), BytePack::from_words(call.key, 0));
+            multimem::st::<8>(mine.offset(16), BytePack::from_words(call.desc, 0));
+            multimem::st::<8>(mine.offset(24), BytePack::from_words(call.count, 0));
+            arch::fence_acq_rel_sys();
+            multimem::st::<8>(mine, BytePack::from_words(call.seq, 0));
+        }
+        for q in (0..a.nranks).filter(|&q| q != a.rank) {
+            let s = slot(a.uc_flags, q).as_ptr::<u64>();
+            // SAFETY: this rank's own copy of the slots, as above.
+            if !unsafe { a.status.wait_at_least(s, call.seq, b, ErrorCode::RecvTimeout, q, 0) } {
+                ok = false;
+                break;
+            }
+            // SAFETY: as above, read after the acquiring wait.
+            let theirs = unsafe {
+                CallSig {
+                    seq: arch::ld_volatile_u64(s),
+                    key: arch::ld_volatile_u64(s.add(1)),
+                    desc: arch::ld_volatile_u64(s.add(2)),
+                    count: arch::ld_volatile_u64(s.add(3)),
+                }
+            };
+            if !crate::prims::signature::matches(&a.status, b as u32, q, &theirs) {
+                ok = false;
+                break;
+            }
+        }
+    }
+    !arch::bar_red_or(0, arch::block_dim().x, !ok)
+}
+
 /// Kernel body of element type `T`: this block's share of the collective.
 #[inline(always)]
 pub fn nvls_kernel<T: Elem>(a: &NvlsArgs) {
+    if !calls_match(a) {
+        return;
+    }
     let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
     let Some(coll) = Collective::from_u32(a.coll) else { arch::trap() };
     match (coll, a.mode) {

@@ -93,7 +93,19 @@ fn check(conn: &ConnInfo, status: &PrimsStatus, bid: u32) -> bool {
             count: arch::ld_volatile_u64(s.add(3)),
         }
     };
-    if theirs.seq == call.seq && theirs.key == call.key {
+    if matches(status, bid, conn.peer, &theirs) {
+        return true;
+    }
+    // SAFETY: this connection's head word; the sender's credit wait reads it as a refusal.
+    unsafe { arch::st_relaxed_sys_u64(conn.head.as_ptr(), CONN_REFUSED) };
+    false
+}
+
+/// Whether `theirs`, the call of rank `peer`, is this rank's (same number and key); when not,
+/// records it as block `bid`'s mismatch (the first error of the block wins).
+#[inline(always)]
+pub(crate) fn matches(status: &PrimsStatus, bid: u32, peer: u64, theirs: &CallSig) -> bool {
+    if theirs.seq == status.call.seq && theirs.key == status.call.key {
         return true;
     }
     if status.mismatch != DevPtr::NULL {
@@ -108,11 +120,9 @@ fn check(conn: &ConnInfo, status: &PrimsStatus, bid: u32) -> bool {
     }
     if status.status != DevPtr::NULL {
         let word = status.status.offset(8 * bid as u64).as_ptr::<u64>();
-        let w = encode_status(ErrorCode::Mismatch, conn.peer, theirs.seq & 0xFFFF_FFFF);
+        let w = encode_status(ErrorCode::Mismatch, peer, theirs.seq & 0xFFFF_FFFF);
         // SAFETY: the host sizes `status` with one word per block; the first error wins.
         unsafe { arch::atomic_cas_acq_rel_sys_u64(word, 0, w) };
     }
-    // SAFETY: this connection's head word; the sender's credit wait reads it as a refusal.
-    unsafe { arch::st_relaxed_sys_u64(conn.head.as_ptr(), CONN_REFUSED) };
     false
 }

@@ -6,7 +6,7 @@ use super::collectives::check_call;
 use super::hang::{self, Progress};
 use super::local::{check_tree, MAX_STEP_BYTES, MAX_TIMEOUT};
 use super::nvls::{self, Nvls, NvlsPolicy};
-use super::signature::{describe, Call};
+use super::signature::{describe, Algo, Call};
 use super::topo::TopologyConfig;
 use super::work::{Enqueue, Work};
 use super::{BufRef, RankFailure, ReduceOp};
@@ -1370,7 +1370,8 @@ impl Comm {
     ) -> Result<()> {
         self.check_usable()?;
         let seq = self.progress.enter(coll, tree);
-        let call = Call { coll, tree, msccl: false, dtype, op, count, root };
+        let algo = if tree { Algo::Tree } else { Algo::Ring };
+        let call = Call { coll, algo, dtype, op, count, root };
         if self.nranks == 1 {
             if count == 0 {
                 return Ok(());
@@ -1445,6 +1446,8 @@ impl Comm {
         let n = self.nvls.as_ref().expect("the caller checked");
         self.check_usable()?;
         let seq = self.progress.enter(coll, false);
+        let algo = if symmetric.is_some() { Algo::NvlsSymmetric } else { Algo::Nvls };
+        let call = Call { coll, algo, dtype, op, count, root: 0 };
         let eb = dtype.size() as u64;
         let slice_elems = nvls::NVLS_SLICE_BYTES / eb;
         let one_shot =
@@ -1478,12 +1481,13 @@ impl Comm {
             mc_recv,
             slice_bytes: nvls::NVLS_SLICE_BYTES,
             epoch_base: seq << 32,
-            // NVLS connections have no signature slots (yet): nothing to check.
+            sigs: n.sigs,
             status: PrimsStatus {
                 status: self.status.ptr(),
                 abort_flag: self.abort.ptr(),
                 timeout_ns: self.cfg.timeout.as_nanos() as u64,
-                ..PrimsStatus::default()
+                call: self.sign(call, seq),
+                mismatch: self.status.ptr().offset(mismatch_offset(self.cfg.nchannels as u64)),
             },
             rank: self.rank as u64,
             nranks: self.nranks as u64,

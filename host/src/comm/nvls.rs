@@ -11,7 +11,7 @@ use rsccl_device::coll::nvls_fifo::{NvlsChannel, MAX_NVLS_ARITY, NO_HEAD};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::multimem;
-use rsccl_device::prims::conn::{ConnInfo, CONN_NVLS_MIN_POLL, NCCL_STEPS};
+use rsccl_device::prims::conn::{ConnInfo, CALL_SIG_BYTES, CONN_NVLS_MIN_POLL, NCCL_STEPS};
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 use std::any::Any;
@@ -129,8 +129,8 @@ pub fn applies(coll: Collective, dtype: DataType, op: RedOp) -> bool {
 /// (`nvlsPerRankSize = nChannels × 2 × buffSize` per head): for head `h` and channel `c` the
 /// reduce FIFO at `(h·2·nch + c)·buffSize` and the broadcast FIFO at `((h·2 + 1)·nch + c)·
 /// buffSize`. The flags hold the barrier words (`grid × nranks`), then each FIFO's credit
-/// words at the same index × [`NVLS_CREDIT_BYTES`]. Both are bound, so every offset has a
-/// unicast address here and a multicast one.
+/// words at the same index × [`NVLS_CREDIT_BYTES`], then the call signatures (`grid × nranks
+/// × 2` slots). Both are bound, so every offset has a unicast address here and a multicast one.
 pub(crate) struct Nvls {
     /// The multicast mappings (a GPU's), dropped first.
     _maps: Vec<Box<dyn Any + Send + Sync>>,
@@ -146,6 +146,8 @@ pub(crate) struct Nvls {
     pub(crate) step_bytes: u64,
     /// Blocks of a launch (each its own scratch window and flags, one channel each).
     pub(crate) grid: u32,
+    /// Byte offset of the call signatures in the flags.
+    pub(crate) sigs: u64,
     /// The ranks are separate processes: their scratch was mapped, not addressed directly.
     pub(crate) across_processes: bool,
     _binds: Vec<Box<dyn Any + Send + Sync>>,
@@ -246,6 +248,7 @@ pub(crate) fn setup(
         _steps: steps,
         step_bytes: layout.step_bytes,
         grid,
+        sigs: layout.sig_base(),
         across_processes: across,
         _binds: b.keep,
     }))
@@ -512,8 +515,13 @@ impl FifoLayout {
         self.fifo_base + 2 * self.nheads * self.nch * self.buff_bytes()
     }
 
-    fn flag_bytes(&self) -> u64 {
+    /// Flags offset of the call signatures (after the credit words).
+    fn sig_base(&self) -> u64 {
         self.credit_base + 2 * self.nheads * self.nch * NVLS_CREDIT_BYTES
+    }
+
+    fn flag_bytes(&self) -> u64 {
+        self.sig_base() + self.nch * self.nheads * 2 * CALL_SIG_BYTES
     }
 
     /// Saved-step words: per channel one per head and direction, and the head's two.
@@ -540,7 +548,7 @@ impl FifoLayout {
             tail: credit.offset(NVLS_CREDIT_BYTES / 2),
             step: steps.offset(8 * step),
             sizes_fifo: DevPtr::NULL,
-            // NVLS FIFOs have no signature slots yet: their calls go unchecked.
+            // Calls are checked once per block for all ranks (`coll::nvls`), not per FIFO.
             sig: DevPtr::NULL,
             step_bytes: self.step_bytes,
             flags: 0,
@@ -949,7 +957,7 @@ mod tests {
     }
 
     /// Every FIFO, credit pair and saved step of every rank's channels lies inside its buffer,
-    /// clear of the one-shot windows and barrier words and of each other; the head's two
+    /// clear of the one-shot windows, barrier words and signatures and of each other; the head's two
     /// connections are the multicast ones, polled for the minimum.
     #[test]
     fn fifo_layout_gives_every_connection_its_own_memory() {
@@ -986,7 +994,7 @@ mod tests {
                 let fifos = 2 * nheads * nch;
                 for (list, base, size, end) in [
                     (&mut buffs, l.fifo_base, l.buff_bytes(), l.scratch_bytes()),
-                    (&mut credits, l.credit_base, NVLS_CREDIT_BYTES, l.flag_bytes()),
+                    (&mut credits, l.credit_base, NVLS_CREDIT_BYTES, l.sig_base()),
                 ] {
                     list.sort_unstable();
                     assert_eq!(list.len(), fifos);
@@ -995,6 +1003,8 @@ mod tests {
                 }
                 assert!(l.fifo_base >= (nch * nheads) as u64 * NVLS_SLICE_BYTES);
                 assert!(l.credit_base >= (nch * nheads * 8) as u64);
+                // Two signature slots per block and rank, after the credits.
+                assert_eq!(l.flag_bytes() - l.sig_base(), (nch * nheads * 2) as u64 * CALL_SIG_BYTES);
                 words.sort_unstable();
                 words.dedup();
                 assert_eq!(words.len(), nheads * l.step_words() as usize);

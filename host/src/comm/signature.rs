@@ -8,14 +8,25 @@ use rsccl_device::dtype::DataType;
 use rsccl_device::prims::conn::CallSig;
 use rsccl_device::redop::RedOp;
 
+/// The algorithm a call runs with: ranks must agree on it (each form has its own memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Algo {
+    Ring = 0,
+    Tree = 1,
+    Msccl = 2,
+    Nvls = 3,
+    NvlsSymmetric = 4,
+}
+
+impl Algo {
+    const ALL: [Algo; 5] = [Algo::Ring, Algo::Tree, Algo::Msccl, Algo::Nvls, Algo::NvlsSymmetric];
+}
+
 /// One call as the kernels run it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Call {
     pub coll: Collective,
-    /// The tree algorithm (all-reduce).
-    pub tree: bool,
-    /// An MSCCL program runs it.
-    pub msccl: bool,
+    pub algo: Algo,
     pub dtype: DataType,
     pub op: RedOp,
     /// Elements (of `dtype`).
@@ -38,7 +49,7 @@ impl Call {
     pub(crate) fn sign(&self, seq: u64) -> CallSig {
         let mut h = Fnv::default();
         h.add(self.coll as u64);
-        h.add(u64::from(self.tree) | u64::from(self.msccl) << 1);
+        h.add(self.algo as u64);
         if self.reduces() {
             h.add(self.dtype as u64);
             h.add(self.op as u64);
@@ -50,8 +61,7 @@ impl Call {
             h.add(self.root as u64);
         }
         let desc = self.coll as u64
-            | u64::from(self.tree) << 8
-            | u64::from(self.msccl) << 9
+            | (self.algo as u64) << 8
             | (self.dtype as u64) << 16
             | (self.op as u64) << 24
             | (self.root as u64 & 0xFFFF_FFFF) << 32;
@@ -65,18 +75,11 @@ pub(crate) fn describe(desc: u64, count: u64) -> String {
     let coll = Collective::from_u32((desc & 0xFF) as u32);
     let dtype = DataType::ALL.get(((desc >> 16) & 0xFF) as usize).copied();
     let op = RedOp::ALL.get(((desc >> 24) & 0xFF) as usize).copied();
-    let (Some(coll), Some(dtype), Some(op)) = (coll, dtype, op) else {
+    let algo = Algo::ALL.get(((desc >> 8) & 0xFF) as usize).copied();
+    let (Some(coll), Some(algo), Some(dtype), Some(op)) = (coll, algo, dtype, op) else {
         return format!("an unknown call ({desc:#x})");
     };
-    let c = Call {
-        coll,
-        tree: desc >> 8 & 1 == 1,
-        msccl: desc >> 9 & 1 == 1,
-        dtype,
-        op,
-        count,
-        root: (desc >> 32) as usize,
-    };
+    let c = Call { coll, algo, dtype, op, count, root: (desc >> 32) as usize };
     let name = match coll {
         Collective::AllReduce => "all_reduce",
         Collective::ReduceScatter => "reduce_scatter",
@@ -91,12 +94,12 @@ pub(crate) fn describe(desc: u64, count: u64) -> String {
     if c.rooted() {
         args += &format!(", root {}", c.root);
     }
-    let algo = if c.tree {
-        " (tree)"
-    } else if c.msccl {
-        " (msccl)"
-    } else {
-        ""
+    let algo = match c.algo {
+        Algo::Ring => "",
+        Algo::Tree => " (tree)",
+        Algo::Msccl => " (msccl)",
+        Algo::Nvls => " (nvls)",
+        Algo::NvlsSymmetric => " (nvls, symmetric)",
     };
     format!("{name}({args}){algo}")
 }
@@ -123,7 +126,7 @@ mod tests {
     use super::*;
 
     fn call(coll: Collective, dtype: DataType, count: u64) -> Call {
-        Call { coll, tree: false, msccl: false, dtype, op: RedOp::Sum, count, root: 0 }
+        Call { coll, algo: Algo::Ring, dtype, op: RedOp::Sum, count, root: 0 }
     }
 
     #[test]
@@ -134,7 +137,9 @@ mod tests {
             Call { count: 1000, ..ar },
             Call { dtype: DataType::I32, ..ar },
             Call { op: RedOp::Max, ..ar },
-            Call { tree: true, ..ar },
+            Call { algo: Algo::Tree, ..ar },
+            Call { algo: Algo::Nvls, ..ar },
+            Call { algo: Algo::NvlsSymmetric, ..ar },
             call(Collective::AllGather, DataType::F32, 2000),
         ] {
             assert_ne!(ar.sign(7).key, other.sign(7).key, "{other:?}");
@@ -155,8 +160,11 @@ mod tests {
         assert_eq!(describe(s.desc, s.count), "all_gather(1000 × f32)");
         let s = Call { root: 1, ..call(Collective::Broadcast, DataType::I32, 10) }.sign(1);
         assert_eq!(describe(s.desc, s.count), "broadcast(10 × i32, root 1)");
-        let s = Call { tree: true, op: RedOp::Max, ..call(Collective::AllReduce, DataType::BF16, 5) }.sign(1);
+        let s = Call { algo: Algo::Tree, op: RedOp::Max, ..call(Collective::AllReduce, DataType::BF16, 5) }
+            .sign(1);
         assert_eq!(describe(s.desc, s.count), "all_reduce(5 × bf16, max) (tree)");
+        let s = Call { algo: Algo::Nvls, ..call(Collective::ReduceScatter, DataType::F16, 8) }.sign(1);
+        assert_eq!(describe(s.desc, s.count), "reduce_scatter(8 × f16, sum) (nvls)");
         assert!(describe(0xFF, 1).starts_with("an unknown call"));
     }
 }

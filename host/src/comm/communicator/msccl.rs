@@ -6,7 +6,7 @@ use super::{conn_tag, Comm, Edge, Queue};
 use crate::backend::{DeviceBuffer, LaunchConfig};
 use crate::comm::collectives::check_call;
 use crate::comm::scratch::Scratch;
-use crate::comm::signature::Call;
+use crate::comm::signature::{Algo, Call};
 use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
@@ -560,8 +560,7 @@ impl Comm {
         let entered = self.progress.enter(native.unwrap_or(Collective::AllReduce), false);
         let call = Call {
             coll: native.unwrap_or(Collective::AllGather),
-            tree: false,
-            msccl: true,
+            algo: Algo::Msccl,
             dtype,
             op: red,
             count: count as u64,
