@@ -1656,6 +1656,15 @@ impl Drop for Comm {
             cause_of(f.as_ref())
         };
         self.leaving.go((self.conn_key, self.rank, &self.progress), why, Some(boot));
+        // GPU multicast memory is unbound (below, as the fields drop) once no peer's kernel
+        // can reach it through the object any more.
+        if self.nvls.as_ref().is_some_and(|n| n.objects) {
+            let limit = self.cfg.timeout + STATUS_TIMEOUT;
+            let busy = nvls::wait_peers_stopped(self.rank, || boot.query_status(STATUS_TIMEOUT), limit);
+            if !busy.is_empty() {
+                tracing::warn!(rank = self.rank, "NVLS: unbinding while ranks {busy:?} still report a call");
+            }
+        }
         // After a failed collective the FIFOs hold slices no peer will read: close at once
         // instead of trying to send them (a healthy communicator's proxy sends what is left).
         if let Some(mut p) = self.proxy.take() {
