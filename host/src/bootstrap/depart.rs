@@ -4,7 +4,7 @@
 //! `comm::departure`). The message rides the bootstrap connections ([`Lane::Left`]) and is
 //! handed by the listener's reader thread straight to the hook the communicator installed, so
 //! that it arrives while the rank's owner is blocked in a collective.
-use super::connect;
+use super::connect_once;
 use super::msg::{encode_data, Lane, PeerHello};
 use super::wire::{write_frame, Dec, Enc, FrameError, Kind};
 use std::net::SocketAddr;
@@ -113,10 +113,11 @@ impl Notifier {
         (self.rank + 1) % self.nranks
     }
 
-    /// Tells rank `to` of `d` on a fresh connection, giving up at `deadline`.
+    /// Tells rank `to` of `d` on a fresh connection (tried once: a rank that is not listening
+    /// any more has left), giving up at `deadline`.
     pub fn tell(&self, to: usize, d: &Departure, deadline: Instant) -> Result<(), String> {
         let addr = *self.addrs.get(to).ok_or_else(|| format!("no rank {to}"))?;
-        let mut s = connect(addr, deadline)?;
+        let mut s = connect_once(addr, deadline)?;
         let hello = PeerHello { from: self.rank, to, nranks: self.nranks }.encode();
         write_frame(&mut s, &self.secret, Kind::Hello, &hello, deadline).map_err(|e| e.to_string())?;
         let payload = encode_data(Lane::Left, 0, &d.encode());

@@ -121,6 +121,14 @@ pub(crate) fn describe(p: &PeerInfo) -> String {
     format!("pid {} on {} (listening at {})", p.pid, p.hostname, p.addr)
 }
 
+/// Connects to `addr` once, waiting at most until `deadline`.
+pub(crate) fn connect_once(addr: SocketAddr, deadline: Instant) -> std::result::Result<TcpStream, String> {
+    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let s = TcpStream::connect_timeout(&addr, left).map_err(|e| format!("could not connect: {e}"))?;
+    let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
 /// Connects to `addr`, retrying (the listener may not be up yet) until `deadline`.
 pub(crate) fn connect(addr: SocketAddr, deadline: Instant) -> std::result::Result<TcpStream, String> {
     let mut pause = Duration::from_millis(2);
@@ -417,16 +425,29 @@ impl Bootstrap {
         self.departures.set(hook);
     }
 
-    /// Tells this rank's ring successor that this rank leaves (`d`), best effort within half a
-    /// second; the successor's hook decides whom to tell next.
+    /// Tells this rank's ring successor that this rank leaves (`d`), and the ranks of its host
+    /// (who watch its process: its exit is then no failure), best effort within half a second;
+    /// the successor's hook decides whom to tell next.
     pub fn tell_leaving(&mut self, d: &Departure) {
         if self.nranks < 2 {
             return;
         }
-        let (next, addr) = (self.next(), self.peers[self.next()].addr);
         let deadline = Instant::now() + Duration::from_millis(500);
-        if let Err(e) = self.mailbox.send(Lane::Left, next, addr, 0, &d.encode(), deadline) {
-            log(format_args!("rank {}: telling rank {next} that this rank leaves: {e}", self.rank));
+        let mut to: Vec<usize> = self.local.iter().copied().filter(|&r| r != self.rank).collect();
+        if !to.contains(&self.next()) {
+            to.push(self.next());
+        }
+        let (msg, notifier) = (d.encode(), self.notifier());
+        for peer in to {
+            // On its connection where there is one; else on a new one, tried once (a rank
+            // that already left listens no more).
+            let sent = match self.mailbox.connected().contains(&peer) {
+                true => self.mailbox.send(Lane::Left, peer, self.peers[peer].addr, 0, &msg, deadline),
+                false => notifier.tell(peer, d, deadline),
+            };
+            if let Err(e) = sent {
+                tracing::debug!("rank {}: telling rank {peer} that this rank leaves: {e}", self.rank);
+            }
         }
     }
 

@@ -731,7 +731,9 @@ impl Comm {
             .filter(|p| p.host_hash == me.host_hash && p.pid != me.pid)
             .map(|p| (p.rank, p.pid))
             .collect();
-        comm.watchdog = super::watchdog::Watchdog::start(rank, here, comm.abort.clone());
+        let key = comm.conn_key;
+        let in_order = Box::new(move |r| super::departure::has_left(key, r));
+        comm.watchdog = super::watchdog::Watchdog::start(rank, here, comm.abort.clone(), in_order);
         comm.load_registry()?;
         nvls::with_tree(comm)
     }

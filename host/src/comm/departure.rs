@@ -188,6 +188,11 @@ impl Leaving {
     }
 }
 
+/// Whether rank `rank` of `key` is known here to have left.
+pub(crate) fn has_left(key: u128, rank: usize) -> bool {
+    with(|t| t.get(&key).is_some_and(|ms| ms.iter().any(|m| m.rank == rank && m.left.is_some())))
+}
+
 /// How long telling a rank of a departure may take.
 const TELL_TIMEOUT: Duration = Duration::from_millis(500);
 

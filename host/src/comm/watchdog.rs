@@ -13,6 +13,9 @@ pub(crate) use crate::bootstrap::host::alive;
 /// How often the peers' processes are checked.
 pub const DEATH_POLL: Duration = Duration::from_millis(100);
 
+/// How long a death waits for the dead rank's departure notice, sent before an orderly exit.
+const NOTICE_GRACE: Duration = Duration::from_millis(50);
+
 /// The watching thread of one rank and what it found.
 pub(crate) struct Watchdog {
     stop: Arc<AtomicBool>,
@@ -22,8 +25,15 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Watches `peers` (rank, pid: processes of this host other than this one); a death sets
-    /// `abort` (every later death too). `None` when there is nothing to watch.
-    pub(crate) fn start(rank: usize, peers: Vec<(usize, u32)>, abort: Arc<HostMapped>) -> Option<Watchdog> {
+    /// `abort` (every later death too), unless `left_in_order` says the rank had left (a
+    /// process that ends normally after its last call is no failure). `None` when there is
+    /// nothing to watch.
+    pub(crate) fn start(
+        rank: usize,
+        peers: Vec<(usize, u32)>,
+        abort: Arc<HostMapped>,
+        left_in_order: Box<dyn Fn(usize) -> bool + Send>,
+    ) -> Option<Watchdog> {
         if peers.is_empty() {
             return None;
         }
@@ -34,9 +44,13 @@ impl Watchdog {
             .spawn(move || {
                 let mut watched = peers;
                 while !stop2.load(Ordering::Acquire) && !watched.is_empty() {
-                    let (gone, alive): (Vec<_>, Vec<_>) =
+                    let (mut gone, alive): (Vec<_>, Vec<_>) =
                         watched.into_iter().partition(|&(_, pid)| !alive(pid));
                     watched = alive;
+                    if !gone.is_empty() {
+                        std::thread::sleep(NOTICE_GRACE);
+                        gone.retain(|&(r, _)| !left_in_order(r));
+                    }
                     if !gone.is_empty() {
                         tracing::warn!(rank, "peer process(es) died: {gone:?} (rank, pid)");
                         dead2.lock().unwrap_or_else(|p| p.into_inner()).extend(gone);
@@ -86,8 +100,12 @@ mod tests {
         let abort = Arc::new(be.alloc_mapped(4).unwrap());
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let me = std::process::id();
-        let w = Watchdog::start(0, vec![(1, child.id()), (2, me)], abort.clone()).unwrap();
-        std::thread::sleep(DEATH_POLL * 2);
+        // Rank 3 left in order before its process ends: its exit is no failure.
+        let mut done = std::process::Command::new("sleep").arg("0.2").spawn().unwrap();
+        let peers = vec![(1, child.id()), (2, me), (3, done.id())];
+        let w = Watchdog::start(0, peers, abort.clone(), Box::new(|r| r == 3)).unwrap();
+        let _ = done.wait();
+        std::thread::sleep(DEATH_POLL * 3);
         assert_eq!((w.dead(), abort.load_u32(0).unwrap()), (vec![], 0));
         child.kill().unwrap();
         let start = std::time::Instant::now();
@@ -98,6 +116,6 @@ mod tests {
         assert_eq!(w.dead(), [(1, child.id())]);
         assert_eq!(abort.load_u32(0).unwrap(), 1);
         let _ = child.wait();
-        assert!(Watchdog::start(0, Vec::new(), abort).is_none());
+        assert!(Watchdog::start(0, Vec::new(), abort, Box::new(|_| false)).is_none());
     }
 }
