@@ -135,6 +135,45 @@ impl Default for CommConfig {
 }
 
 impl CommConfig {
+    /// This configuration with the variables a job sets applied, as [`Comm::from_env`] and
+    /// `rsccl perf -g N` apply them: `RSCCL_NTHREADS` (threads per block), `RSCCL_BUFFSIZE`
+    /// (a connection's FIFO bytes) and, where no channels are given, the topology search at
+    /// init when `RSCCL_TOPO_FILE` is set. A bad value is an error naming the variable.
+    ///
+    /// ```
+    /// let cfg = rsccl::CommConfig::default().with_env()?;
+    /// assert!(cfg.nchannels >= 1);
+    /// # Ok::<(), rsccl::Error>(())
+    /// ```
+    pub fn with_env(self) -> Result<CommConfig> {
+        let mut cfg = self;
+        if let Some(n) = env_number(NTHREADS_VAR)? {
+            let ok = n.is_multiple_of(32) && (64..=u64::from(SIMPLE_THREADS)).contains(&n);
+            cfg.nthreads = u32::try_from(n).ok().filter(|_| ok).ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "{NTHREADS_VAR}={n}: threads per block must be a multiple of 32 in 64..={SIMPLE_THREADS}"
+                ))
+            })?;
+        }
+        if let Some(b) = env_number(BUFFSIZE_VAR)? {
+            let step = b / NCCL_STEPS;
+            if !b.is_multiple_of(NCCL_STEPS * 128) || !(128..=MAX_STEP_BYTES).contains(&step) {
+                return Err(Error::InvalidConfig(format!(
+                    "{BUFFSIZE_VAR}={b}: the FIFO's {NCCL_STEPS} slots must each be a multiple of 128 bytes \
+                 in 128..={MAX_STEP_BYTES}"
+                )));
+            }
+            cfg.step_bytes = step;
+        }
+        if cfg.topology.is_none() && cfg.rings.is_none() && cfg.trees.is_none() {
+            let topo = TopologyConfig::from_env()?;
+            if topo.env.topo.topo_file.is_some() {
+                cfg.topology = Some(topo);
+            }
+        }
+        Ok(cfg)
+    }
+
     /// The channels of a node as NCCL's init sets them up from the topology search: one rank
     /// per GPU, the rings [`crate::channels::ring_orders`] gives (twice the search's channels, at
     /// most [`MAX_CHANNELS`]) and each channel's tree from [`crate::channels::connect`]. Every
@@ -749,31 +788,7 @@ impl Comm {
     /// ([`CommConfig::topology`]).
     pub fn from_env(backend: &Arc<dyn Backend>, cfg: CommConfig) -> Result<Comm> {
         let env = crate::launch::LaunchEnv::from_env()?;
-        let mut cfg = cfg;
-        if let Some(n) = env_number(NTHREADS_VAR)? {
-            let ok = n.is_multiple_of(32) && (64..=u64::from(SIMPLE_THREADS)).contains(&n);
-            cfg.nthreads = u32::try_from(n).ok().filter(|_| ok).ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "{NTHREADS_VAR}={n}: threads per block must be a multiple of 32 in 64..={SIMPLE_THREADS}"
-                ))
-            })?;
-        }
-        if let Some(b) = env_number(BUFFSIZE_VAR)? {
-            let step = b / NCCL_STEPS;
-            if !b.is_multiple_of(NCCL_STEPS * 128) || !(128..=MAX_STEP_BYTES).contains(&step) {
-                return Err(Error::InvalidConfig(format!(
-                    "{BUFFSIZE_VAR}={b}: the FIFO's {NCCL_STEPS} slots must each be a multiple of 128 bytes \
-                     in 128..={MAX_STEP_BYTES}"
-                )));
-            }
-            cfg.step_bytes = step;
-        }
-        if cfg.topology.is_none() && cfg.rings.is_none() && cfg.trees.is_none() {
-            let topo = TopologyConfig::from_env()?;
-            if topo.env.topo.topo_file.is_some() {
-                cfg.topology = Some(topo);
-            }
-        }
+        let cfg = cfg.with_env()?;
         let torch_agent = std::env::var_os("TORCHELASTIC_RUN_ID").is_some()
             && std::env::var_os(crate::launch::COMM_ID_VAR).is_none();
         let rendezvous = rendezvous_of(&env, torch_agent)?;

@@ -95,7 +95,7 @@ pub fn execute(opts: &PerfOptions, out: &mut (dyn Write + Send)) -> Result<Summa
         return Err(Error::InvalidConfig("only one thread per process is supported (-t 1)".into()));
     }
     let be = backend::default_backend(Preference::from_env()?)?;
-    let cfg = config(opts);
+    let cfg = config(opts).with_env()?;
     if launched() {
         if opts.ngpus != 1 {
             return Err(Error::InvalidConfig(format!(
