@@ -1,4 +1,5 @@
 //! The host crate's error type: one line a user can act on, naming what is wrong.
+use rsccl_device::prims::conn::ErrorCode;
 
 /// Errors from rsccl's host API.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +46,7 @@ pub enum Error {
     /// A collective failed on some ranks' channels (timeouts, aborts).
     Collective {
         /// Every channel that gave up, first the ones that waited for a peer.
-        failures: Vec<crate::comm::RankFailure>,
+        failures: Vec<RankFailure>,
     },
     /// An error on one rank.
     Rank {
@@ -100,7 +101,7 @@ pub enum Error {
         /// Every rank's state, a line each.
         ranks: Vec<String>,
         /// What this rank's channels reported.
-        failures: Vec<crate::comm::RankFailure>,
+        failures: Vec<RankFailure>,
     },
     /// A collective failed because peer processes on this host died.
     PeerDied {
@@ -109,7 +110,7 @@ pub enum Error {
         /// The ranks whose processes are gone, with their process ids.
         dead: Vec<(usize, u32)>,
         /// What this rank's channels reported.
-        failures: Vec<crate::comm::RankFailure>,
+        failures: Vec<RankFailure>,
     },
     /// Ranks called different collectives, types, ops, counts, roots or algorithms as the same
     /// call (their kernels' signatures differ): the call fails on the ranks that saw it, and the
@@ -240,6 +241,44 @@ impl std::fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl From<crate::bootstrap::BootstrapError> for Error {
+    fn from(e: crate::bootstrap::BootstrapError) -> Self {
+        Error::Bootstrap(e)
+    }
+}
+
+/// A rank's channel that gave up waiting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankFailure {
+    /// The rank that gave up.
+    pub rank: usize,
+    /// Its channel.
+    pub channel: usize,
+    /// Why.
+    pub code: ErrorCode,
+    /// The peer it was waiting for.
+    pub peer: usize,
+    /// The FIFO step it was waiting at.
+    pub step: u64,
+}
+
+impl std::fmt::Display for RankFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.code {
+            ErrorCode::RecvTimeout => format!("timed out waiting for data from rank {}", self.peer),
+            ErrorCode::SendTimeout => format!("timed out waiting for rank {} to free a FIFO slot", self.peer),
+            ErrorCode::Aborted => "aborted by the host".to_string(),
+            ErrorCode::Race => "a write race on symmetric memory".to_string(),
+            ErrorCode::DependencyTimeout => {
+                format!("timed out waiting for threadblock {} of this rank (an MSCCL dependency)", self.peer)
+            }
+            ErrorCode::Mismatch => format!("rank {}'s call does not match this rank's", self.peer),
+            ErrorCode::None => "no error".to_string(),
+        };
+        write!(f, "rank {} channel {}: {what} (step {})", self.rank, self.channel, self.step)
+    }
+}
 
 impl From<crate::topology::TopoError> for Error {
     fn from(e: crate::topology::TopoError) -> Self {

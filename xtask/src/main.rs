@@ -3,6 +3,7 @@
 //! The tasks set up what they need themselves (the nightly's `rust-src`, a `ptxas` from the PyPI
 //! package `nvidia-cuda-nvcc`) and, when they cannot, say which command fixes it.
 mod bundle;
+mod circles;
 mod ptx;
 
 use std::path::PathBuf;
@@ -24,6 +25,10 @@ const USAGE: &str = "usage:
       Builder, which users' build scripts run), one module per kernel with its launch bound,
       assembled by ptxas and held to the same resource audit; written to
       target/ptx-user/PACKAGE/sm_XX/ with an index, modules.rs.
+  cargo xtask import-circles [--max N]
+      List the import circles between the files of host/src and device/src (a file importing
+      from one that imports from it, directly or around a loop); fail when there are more
+      than N in all (default 0).
   cargo xtask gpu-bundle [--out DIR]
       Build both kernel sets for both archs with cubins and the GPU test/bench binaries
       (release) into one folder with run.sh.
@@ -39,6 +44,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("build-ptx") => parse_build_ptx(&args[1..]).and_then(|o| ptx::build_ptx(&o).map(|_| ())),
         Some("gpu-bundle") => parse_out(&args[1..]).and_then(bundle::gpu_bundle),
+        Some("import-circles") => import_circles(&args[1..]),
         Some("build-user-ptx") => parse_user(&args[1..]).and_then(|(p, a)| ptx::build_user_ptx(&p, &a)),
         _ => Err(format!("unknown or missing task\n{USAGE}")),
     };
@@ -49,6 +55,32 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `cargo xtask import-circles [--max N]`.
+fn import_circles(args: &[String]) -> Result<(), String> {
+    let max = match args {
+        [] => 0,
+        [flag, n] if flag == "--max" => n.parse::<usize>().map_err(|_| format!("--max {n}: not a number"))?,
+        _ => return Err(format!("import-circles: unexpected arguments {args:?}\n{USAGE}")),
+    };
+    let root = workspace_root();
+    let mut total = 0;
+    for krate in ["host/src", "device/src"] {
+        let found = circles::circles(&root.join(krate))?;
+        println!("{krate}: {} import circle(s)", found.len());
+        for c in &found {
+            println!("  {} files: {}", c.files.len(), c.files.join(", "));
+            for (a, b) in &c.imports {
+                println!("    {a} → {b}");
+            }
+        }
+        total += found.len();
+    }
+    if total > max {
+        return Err(format!("{total} import circle(s), at most {max} allowed"));
+    }
+    Ok(())
 }
 
 /// The workspace root (the parent of this crate's manifest directory).

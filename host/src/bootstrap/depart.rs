@@ -4,7 +4,7 @@
 //! `comm::departure`). The message rides the bootstrap connections ([`Lane::Left`]) and is
 //! handed by the listener's reader thread straight to the hook the communicator installed, so
 //! that it arrives while the rank's owner is blocked in a collective.
-use super::connect_once;
+use super::link::connect_once;
 use super::msg::{encode_data, Lane, PeerHello};
 use super::wire::{write_frame, Dec, Enc, FrameError, Kind};
 use std::net::SocketAddr;

@@ -125,12 +125,6 @@ impl std::fmt::Display for BootstrapError {
 
 impl std::error::Error for BootstrapError {}
 
-impl From<BootstrapError> for crate::Error {
-    fn from(e: BootstrapError) -> Self {
-        crate::Error::Bootstrap(e)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

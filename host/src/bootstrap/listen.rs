@@ -2,7 +2,7 @@
 //! connection to a handler on a thread of its own, so a peer that connects and sends nothing
 //! stalls nobody. At most [`MAX_PENDING`] connections may be unproven (not yet past their first
 //! frame) at once; more are dropped on arrival, so a flood cannot exhaust threads.
-use super::log;
+use super::link::log;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -5,11 +5,11 @@
 //! frame is a `StatusQuery` instead of a `Hello` is answered by [`status`](super::status) and
 //! never reaches the mailbox.
 use super::depart::{Departure, DepartureBoard};
+use super::link::{connect, log, HANDSHAKE_TIMEOUT};
 use super::listen::{Acceptor, Handler, PendingSlot};
 use super::msg::{decode_data, encode_data, Lane, PeerHello};
 use super::status::{serve_query, StatusBoard};
 use super::wire::{read_frame, write_frame, FrameError, Kind, Wait, MAX_CONTROL_LEN, MAX_DATA_LEN};
-use super::{connect, log, HANDSHAKE_TIMEOUT};
 use std::collections::{HashMap, VecDeque};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};

@@ -1,6 +1,6 @@
 //! The payloads of the bootstrap's messages (the frames around them are in [`wire`](super::wire)).
+use super::link::PeerInfo;
 use super::wire::{Dec, Enc, FrameError, MAX_HOSTNAME, MAX_LOCAL_INFO, MAX_RANKS};
-use super::PeerInfo;
 use std::time::Duration;
 
 /// `Kind::RankInfo`: a rank tells the root who it is.

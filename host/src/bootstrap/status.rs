@@ -10,9 +10,9 @@
 //! its place among the listener's unproven connections until it is answered, so queries are
 //! capped like any other unproven connection and cannot exhaust the listener's threads.
 use super::error::fmt_duration;
+use super::link::{log, PeerInfo, HANDSHAKE_TIMEOUT};
 use super::msg::PeerHello;
 use super::wire::{read_frame, write_frame, FrameError, Kind, Wait, MAX_STATUS_BYTES};
-use super::{log, PeerInfo, HANDSHAKE_TIMEOUT};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};

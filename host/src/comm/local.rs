@@ -6,7 +6,6 @@ use rsccl_device::coll::kernels::SIMPLE_THREADS;
 use rsccl_device::coll::tree::TREE_ARITY;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
-use rsccl_device::prims::conn::ErrorCode;
 use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
@@ -101,38 +100,6 @@ pub const MAX_STEP_BYTES: u64 = 64 << 20;
 pub enum Fault {
     /// This rank never launches its kernels (its peers must time out, not hang).
     RankNeverLaunches(usize),
-}
-
-/// A rank's channel that gave up waiting.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RankFailure {
-    /// The rank that gave up.
-    pub rank: usize,
-    /// Its channel.
-    pub channel: usize,
-    /// Why.
-    pub code: ErrorCode,
-    /// The peer it was waiting for.
-    pub peer: usize,
-    /// The FIFO step it was waiting at.
-    pub step: u64,
-}
-
-impl std::fmt::Display for RankFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let what = match self.code {
-            ErrorCode::RecvTimeout => format!("timed out waiting for data from rank {}", self.peer),
-            ErrorCode::SendTimeout => format!("timed out waiting for rank {} to free a FIFO slot", self.peer),
-            ErrorCode::Aborted => "aborted by the host".to_string(),
-            ErrorCode::Race => "a write race on symmetric memory".to_string(),
-            ErrorCode::DependencyTimeout => {
-                format!("timed out waiting for threadblock {} of this rank (an MSCCL dependency)", self.peer)
-            }
-            ErrorCode::Mismatch => format!("rank {}'s call does not match this rank's", self.peer),
-            ErrorCode::None => "no error".to_string(),
-        };
-        write!(f, "rank {} channel {}: {what} (step {})", self.rank, self.channel, self.step)
-    }
 }
 
 /// N ranks in one process: a [`Comm`] per rank made by [`Comm::init_all`] (each on its own

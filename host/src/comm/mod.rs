@@ -16,13 +16,14 @@ mod topo;
 pub(crate) mod watchdog;
 mod work;
 
+pub use crate::error::RankFailure;
 pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};
 pub use communicator::{
     Comm, CommConfig, MscclId, Window, BUFFSIZE_VAR, CHECK_CALLS_VAR, MAX_CHANNELS, MAX_MSCCL_PROGRAMS,
     MAX_MSCCL_SCRATCH_BYTES, NTHREADS_VAR,
 };
 pub use cudarc_interop::CudaElem;
-pub use local::{Fault, GroupConfig, LocalGroup, RankFailure, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT};
+pub use local::{Fault, GroupConfig, LocalGroup, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT};
 pub use nvls::NvlsPolicy;
 pub use onesided::{SymmetricMemory, MAX_SYMMETRIC_BYTES};
 pub use topo::{TopologyConfig, MAX_NCHANNELS_VAR, MAX_VIEW_BYTES};
