@@ -182,8 +182,8 @@ fn a_hang_report_names_each_rank_by_its_own_collective() {
     }
 }
 
-/// One call per rank of a 2-rank communicator, run at once; each rank's result.
-fn both(comms: &[Comm], call: impl Fn(usize, &Comm) -> rsccl::Result<()> + Sync) -> Vec<rsccl::Result<()>> {
+/// `call(rank, comm)` on every rank at once, one thread each; the results in rank order.
+fn on_all(comms: &[Comm], call: impl Fn(usize, &Comm) -> rsccl::Result<()> + Sync) -> Vec<rsccl::Result<()>> {
     std::thread::scope(|s| {
         let call = &call;
         let hs: Vec<_> = comms.iter().enumerate().map(|(r, c)| s.spawn(move || call(r, c))).collect();
@@ -254,7 +254,7 @@ fn mismatched_calls_fail_naming_both_calls() {
         let bufs: Vec<DeviceBuffer> = (0..2).map(|r| be.upload(&vec![r as f32 + 1.0; n]).unwrap()).collect();
         let outs: Vec<DeviceBuffer> = (0..2).map(|_| be.alloc(8 * n).unwrap()).collect();
         let start = Instant::now();
-        let results = both(&comms, |r, c| call(r, c, &bufs[r], &outs[r]));
+        let results = on_all(&comms, |r, c| call(r, c, &bufs[r], &outs[r]));
         assert!(start.elapsed() < Duration::from_secs(5), "{what}: {:?}", start.elapsed());
         for (r, res) in results.iter().enumerate() {
             let e = res.as_ref().expect_err(&format!("{what}: rank {r} returned Ok")).to_string();
@@ -263,7 +263,7 @@ fn mismatched_calls_fail_naming_both_calls() {
             assert!(e.contains(&want), "{what}, rank {r}:\n{e}\nwanted: {want}");
         }
         // The communicator is refused from then on: no later call can read stale FIFO data.
-        let results = both(&comms, |r, c| ar(r, c, &bufs[r], [1000, 1000], f32s, sums));
+        let results = on_all(&comms, |r, c| ar(r, c, &bufs[r], [1000, 1000], f32s, sums));
         for (r, res) in results.iter().enumerate() {
             let e = res
                 .as_ref()
@@ -298,14 +298,9 @@ fn mismatched_nvls_calls_fail_naming_both() {
             format!("all_reduce({} × i32, {op}) (nvls)", counts[k])
         };
         let start = Instant::now();
-        let results: Vec<_> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..4)
-                .map(|r| {
-                    let (c, b) = (&comms[r], BufRef::from(&bufs[r]));
-                    s.spawn(move || c.all_reduce(b, b, counts[pick(r)], DataType::I32, ops[pick(r)]))
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        let results = on_all(&comms, |r, c| {
+            let b = BufRef::from(&bufs[r]);
+            c.all_reduce(b, b, counts[pick(r)], DataType::I32, ops[pick(r)])
         });
         assert!(start.elapsed() < Duration::from_secs(5), "{what}: {:?}", start.elapsed());
         for (r, res) in results.iter().enumerate() {
@@ -319,14 +314,9 @@ fn mismatched_nvls_calls_fail_naming_both() {
             );
             assert!(e.contains(&want), "{what}, rank {r}:\n{e}\nwanted: {want}");
         }
-        let results: Vec<_> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..4)
-                .map(|r| {
-                    let (c, b) = (&comms[r], BufRef::from(&bufs[r]));
-                    s.spawn(move || c.all_reduce(b, b, 1000, DataType::I32, ReduceOp::Sum))
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        let results = on_all(&comms, |r, c| {
+            let b = BufRef::from(&bufs[r]);
+            c.all_reduce(b, b, 1000, DataType::I32, ReduceOp::Sum)
         });
         for (r, res) in results.iter().enumerate() {
             let e = res

@@ -20,7 +20,7 @@
 use super::Collective;
 use crate::multimem;
 use crate::pack::BytePack;
-use crate::prims::conn::{CallSig, ErrorCode, PrimsStatus, CALL_SIG_BYTES};
+use crate::prims::conn::{ErrorCode, PrimsStatus, CALL_SIG_BYTES};
 use crate::redop::{Elem, RedOp, Reducer};
 use crate::reduce_copy::{reduce_copy, ReduceCopy};
 use crate::{arch, DevPtr};
@@ -209,14 +209,7 @@ fn calls_match(a: &NvlsArgs) -> bool {
                 break;
             }
             // SAFETY: as above, read after the acquiring wait.
-            let theirs = unsafe {
-                CallSig {
-                    seq: arch::ld_volatile_u64(s),
-                    key: arch::ld_volatile_u64(s.add(1)),
-                    desc: arch::ld_volatile_u64(s.add(2)),
-                    count: arch::ld_volatile_u64(s.add(3)),
-                }
-            };
+            let theirs = unsafe { crate::prims::signature::read(s) };
             if !crate::prims::signature::matches(&a.status, b as u32, q, &theirs) {
                 ok = false;
                 break;

@@ -85,20 +85,30 @@ fn check(conn: &ConnInfo, status: &PrimsStatus, bid: u32) -> bool {
         return false;
     }
     // SAFETY: as above, read after the acquiring wait.
-    let theirs = unsafe {
-        CallSig {
-            seq: arch::ld_volatile_u64(s),
-            key: arch::ld_volatile_u64(s.add(1)),
-            desc: arch::ld_volatile_u64(s.add(2)),
-            count: arch::ld_volatile_u64(s.add(3)),
-        }
-    };
+    let theirs = unsafe { read(s) };
     if matches(status, bid, conn.peer, &theirs) {
         return true;
     }
     // SAFETY: this connection's head word; the sender's credit wait reads it as a refusal.
     unsafe { arch::st_relaxed_sys_u64(conn.head.as_ptr(), CONN_REFUSED) };
     false
+}
+
+/// The signature in the slot at `s` (after a wait that saw its call number).
+///
+/// # Safety
+/// `s` must point at a signature slot (four 8-aligned u64 words) valid during the call.
+#[inline(always)]
+pub(crate) unsafe fn read(s: *const u64) -> CallSig {
+    // SAFETY: the caller's promise.
+    unsafe {
+        CallSig {
+            seq: arch::ld_volatile_u64(s),
+            key: arch::ld_volatile_u64(s.add(1)),
+            desc: arch::ld_volatile_u64(s.add(2)),
+            count: arch::ld_volatile_u64(s.add(3)),
+        }
+    }
 }
 
 /// Whether `theirs`, the call of rank `peer`, is this rank's (same number and key); when not,
