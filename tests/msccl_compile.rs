@@ -177,7 +177,8 @@ fn ring_allreduce_on_128_ranks_computes_allreduce() {
 
 #[test]
 fn runtime_step_limit_is_warned_about_past_128_ranks() {
-    use rsccl::msccl::limits::{runtime_warnings, RUNTIME_MAX_STEPS};
+    use rsccl::msccl::ir::runtime_warnings;
+    use rsccl::msccl::limits::RUNTIME_MAX_STEPS;
     // A ring rank's threadblock runs 2n-1 steps (its own send, then n-1 and n-1 receives):
     // 255 on 128 ranks, 257 on 129.
     let within = alg::ring_allreduce(128, 1, 1, Protocol::Simple).unwrap().compile().unwrap();

@@ -5,7 +5,7 @@
 //! each serves every type ([`CollKernel::counts_bytes`]). [`CollKernel`] names them.
 use super::mover::RedMover;
 use super::msccl::{msccl_kernel, MscclArgs, MSCCL_THREADS};
-use super::nvls::{nvls_kernel, NvlsArgs, NVLS_THREADS};
+use super::nvls::{NvlsArgs, NVLS_THREADS};
 use super::one_rank::{one_rank_kernel, OneRankArgs};
 use super::ring::{self, RingArgs};
 use super::tree::tree_kernel;
@@ -305,6 +305,28 @@ mod msccl_fp8 {
 #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
 mod nvls_kernels {
     use super::*;
+    use crate::coll::nvls::{self, NVLS_FIFO, NVLS_ONE_SHOT, NVLS_SYM_ONE_SHOT, NVLS_SYM_TWO_SHOT};
+    use crate::redop::{Elem, RedOp};
+
+    /// Kernel body of element type `T`: this block's share of the collective, in the form
+    /// `a.mode` names (the FIFO form, or one of the barrier forms of [`nvls`]).
+    #[inline(always)]
+    fn nvls_kernel<T: Elem>(a: &NvlsArgs) {
+        if !nvls::calls_match(a) {
+            return;
+        }
+        let Some(&op) = RedOp::ALL.get(a.op as usize) else { crate::arch::trap() };
+        let Some(coll) = Collective::from_u32(a.coll) else { crate::arch::trap() };
+        match (coll, a.mode) {
+            (_, NVLS_FIFO) => crate::coll::nvls_fifo::nvls_fifo::<T>(a, op, coll),
+            (Collective::AllReduce, NVLS_ONE_SHOT) => nvls::one_shot_all_reduce::<T>(a, op),
+            (Collective::AllReduce, NVLS_SYM_ONE_SHOT | NVLS_SYM_TWO_SHOT) => {
+                nvls::symmetric_all_reduce::<T>(a, op, a.epoch_base + 1)
+            }
+            _ => crate::arch::trap(),
+        }
+    }
+
     crate::kernel_table!(KERNELS_NVLS, lib {
         /// NVLS collective on f32.
         rsccl_nvls_f32(NvlsArgs) [NVLS_THREADS] => nvls_kernel::<f32>;

@@ -3,7 +3,8 @@
 //! (computed by the NVSwitch) and a `multimem.st` to it writes every rank's copy.
 //!
 //! Two-shot all-reduce, reduce-scatter and all-gather run in NCCL's FIFO form
-//! ([`super::nvls_fifo`]). This module holds the kernel's arguments and the forms that need no
+//! ([`super::nvls_fifo`]; the kernels that choose between the forms are in [`super::kernels`]).
+//! This module holds the kernel's arguments and the forms that need no
 //! FIFO, which synchronise the node's ranks with barriers instead:
 //! - all-reduce, **one-shot** (small messages): each block copies its share of the input into
 //!   its scratch window; barrier; every rank reduce-loads the whole window straight into its
@@ -17,7 +18,6 @@
 //! stores are visible first) and waits until every rank's slot in its own copy reached it.
 //! Epochs grow across launches (the host passes `epoch_base`), so flags are never reset.
 //! The reduction order is the multicast binding's (rank order): every rank gets the same bits.
-use super::Collective;
 use crate::multimem;
 use crate::pack::BytePack;
 use crate::prims::conn::{ErrorCode, PrimsStatus, CALL_SIG_BYTES};
@@ -183,7 +183,7 @@ fn barrier(a: &NvlsArgs, epoch: u64) -> bool {
 /// the other one. False in every thread when the block must stop (a call that differs,
 /// recorded naming the rank; or a wait that gave up).
 #[inline(always)]
-fn calls_match(a: &NvlsArgs) -> bool {
+pub(crate) fn calls_match(a: &NvlsArgs) -> bool {
     let b = arch::block_idx().x as u64;
     let call = a.status.call;
     let mut ok = true;
@@ -219,29 +219,11 @@ fn calls_match(a: &NvlsArgs) -> bool {
     !arch::bar_red_or(0, arch::block_dim().x, !ok)
 }
 
-/// Kernel body of element type `T`: this block's share of the collective.
-#[inline(always)]
-pub fn nvls_kernel<T: Elem>(a: &NvlsArgs) {
-    if !calls_match(a) {
-        return;
-    }
-    let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
-    let Some(coll) = Collective::from_u32(a.coll) else { arch::trap() };
-    match (coll, a.mode) {
-        (_, NVLS_FIFO) => super::nvls_fifo::nvls_fifo::<T>(a, op, coll),
-        (Collective::AllReduce, NVLS_ONE_SHOT) => one_shot_all_reduce::<T>(a, op),
-        (Collective::AllReduce, NVLS_SYM_ONE_SHOT | NVLS_SYM_TWO_SHOT) => {
-            symmetric_all_reduce::<T>(a, op, a.epoch_base + 1)
-        }
-        _ => arch::trap(),
-    }
-}
-
 /// One-shot all-reduce through the scratch: per iteration the block copies `nranks` slices of
 /// the input into its window, and after a barrier every rank reduce-loads the window's
 /// multicast address into its output.
 #[inline(always)]
-fn one_shot_all_reduce<T: Elem>(a: &NvlsArgs, op: RedOp) {
+pub(crate) fn one_shot_all_reduce<T: Elem>(a: &NvlsArgs, op: RedOp) {
     let (b, g) = (arch::block_idx().x as u64, arch::grid_dim().x as u64);
     let (eb, n) = (T::BYTES as u64, a.nranks);
     let per_iter = n * (a.slice_bytes / eb);
@@ -272,7 +254,7 @@ fn one_shot_all_reduce<T: Elem>(a: &NvlsArgs, op: RedOp) {
 /// `rank` into every rank's receive window), a barrier so no rank reuses a buffer another
 /// still reads.
 #[inline(always)]
-fn symmetric_all_reduce<T: Elem>(a: &NvlsArgs, op: RedOp, epoch: u64) {
+pub(crate) fn symmetric_all_reduce<T: Elem>(a: &NvlsArgs, op: RedOp, epoch: u64) {
     let (b, g) = (arch::block_idx().x as u64, arch::grid_dim().x as u64);
     let eb = T::BYTES as u64;
     // Each block a contiguous share, in 16-byte-aligned element counts.

@@ -155,7 +155,7 @@ pub fn compile(args: &[String]) -> Result<(), MscclError> {
     drop(program);
     // What we emit must pass the same check users run on it.
     verify::validate(&compiled)?;
-    for w in limits::runtime_warnings(&compiled) {
+    for w in ir::runtime_warnings(&compiled) {
         eprintln!("warning: {w}");
     }
     use std::io::Write as _;

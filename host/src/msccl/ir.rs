@@ -5,6 +5,7 @@
 //! `maxBytes`, required by the NCCL 2.18+ executor) and the older one without them, and both
 //! spellings of reduce-scatter. Fields are kept raw (offsets may be -1 on nops) so a file
 //! reads back to the same [`Program`] it was written from; meaning is checked in `verify`.
+use super::limits::{RUNTIME_MAX_STEPS, RUNTIME_MAX_THREADBLOCKS};
 use super::{ChannelId, Location, MscclError, Rank, StepIdx, TbId};
 
 /// The NCCL protocol the runtime runs the algorithm with.
@@ -785,4 +786,28 @@ fn write_fmt(p: &Program, out: &mut impl std::fmt::Write) -> std::fmt::Result {
         out.write_str("  </gpu>\n")?;
     }
     out.write_str("</algo>\n")
+}
+/// What `msccl compile` should warn about: limits of the runtime build that the program
+/// exceeds ([`RUNTIME_MAX_STEPS`], [`RUNTIME_MAX_THREADBLOCKS`]), one line each, worst first.
+pub fn runtime_warnings(p: &Program) -> Vec<String> {
+    let mut out = Vec::new();
+    let most_steps = p
+        .gpus
+        .iter()
+        .flat_map(|g| g.tbs.iter().map(move |t| (t.steps.len(), g.id, t.id)))
+        .max_by_key(|&(n, g, t)| (n, std::cmp::Reverse((g, t))));
+    if let Some((n, g, t)) = most_steps.filter(|&(n, _, _)| n > RUNTIME_MAX_STEPS) {
+        out.push(format!(
+            "{g} {t} has {n} steps; the MSCCL runtime loads at most {RUNTIME_MAX_STEPS} per threadblock \
+             (MSCCL_MAX_NUM_STEPS), so it will reject this file"
+        ));
+    }
+    let most_tbs = p.gpus.iter().map(|g| (g.tbs.len(), g.id)).max_by_key(|&(n, g)| (n, std::cmp::Reverse(g)));
+    if let Some((n, g)) = most_tbs.filter(|&(n, _)| n > RUNTIME_MAX_THREADBLOCKS) {
+        out.push(format!(
+            "{g} has {n} threadblocks; the MSCCL runtime loads at most {RUNTIME_MAX_THREADBLOCKS} per gpu \
+             (MSCCL_MAX_NUM_THREAD_BLOCKS), so it will reject this file"
+        ));
+    }
+    out
 }

@@ -8,13 +8,12 @@
 //!
 //! [`RUNTIME_MAX_STEPS`] and [`RUNTIME_MAX_THREADBLOCKS`] are also the runtime's, but they
 //! depend on the runtime build and are properties of the compiled output, so `msccl compile`
-//! warns about them ([`runtime_warnings`]) rather than refusing.
+//! warns about them ([`super::ir::runtime_warnings`]) rather than refusing.
 //!
 //! Sources: microsoft/msccl `src/include/msccl.h` (`struct mscclTransfer`, `mscclThreadBlock`,
 //! `MSCCL_MAX_*`) and `src/include/devcomm.h` (`MAXCHANNELS`); Azure/msccl-executor-nccl
 //! `src/include/msccl/msccl_struct.h` and `src/misc/msccl/msccl_parser.cc`, which keep the same
 //! field widths.
-use super::ir;
 use super::MscclError;
 
 /// Ranks (`ngpus`): a threadblock's peers are `int16_t` in the runtime (`sendpeer`/`recvpeer`
@@ -100,29 +99,4 @@ pub fn too_many_chunks(param: &str, chunks: u64) -> MscclError {
 /// Product of factors, `None` on overflow: sizes computed from user values never wrap.
 pub fn product(factors: &[u64]) -> Option<u64> {
     factors.iter().try_fold(1u64, |acc, &f| acc.checked_mul(f))
-}
-
-/// What `msccl compile` should warn about: limits of the runtime build that the program
-/// exceeds ([`RUNTIME_MAX_STEPS`], [`RUNTIME_MAX_THREADBLOCKS`]), one line each, worst first.
-pub fn runtime_warnings(p: &ir::Program) -> Vec<String> {
-    let mut out = Vec::new();
-    let most_steps = p
-        .gpus
-        .iter()
-        .flat_map(|g| g.tbs.iter().map(move |t| (t.steps.len(), g.id, t.id)))
-        .max_by_key(|&(n, g, t)| (n, std::cmp::Reverse((g, t))));
-    if let Some((n, g, t)) = most_steps.filter(|&(n, _, _)| n > RUNTIME_MAX_STEPS) {
-        out.push(format!(
-            "{g} {t} has {n} steps; the MSCCL runtime loads at most {RUNTIME_MAX_STEPS} per threadblock \
-             (MSCCL_MAX_NUM_STEPS), so it will reject this file"
-        ));
-    }
-    let most_tbs = p.gpus.iter().map(|g| (g.tbs.len(), g.id)).max_by_key(|&(n, g)| (n, std::cmp::Reverse(g)));
-    if let Some((n, g)) = most_tbs.filter(|&(n, _)| n > RUNTIME_MAX_THREADBLOCKS) {
-        out.push(format!(
-            "{g} has {n} threadblocks; the MSCCL runtime loads at most {RUNTIME_MAX_THREADBLOCKS} per gpu \
-             (MSCCL_MAX_NUM_THREAD_BLOCKS), so it will reject this file"
-        ));
-    }
-    out
 }
