@@ -156,3 +156,24 @@ pub fn all_reduce_until_error(
         assert!(started.elapsed() < limit, "rank {}: never failed", comm.rank());
     }
 }
+
+/// Checks the output of two ranks that made mismatched calls as call number `seq` (`names`:
+/// each rank's call as the error names it): each printed its call's error on a `MISMATCH-`
+/// line naming both calls, and its next call's error on a `NEXT-ERROR` line (refused).
+pub fn assert_mismatch_named(results: &[(bool, String)], names: [&str; 2], seq: u64) {
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{text}");
+        let want = format!(
+            "rank {} called {} where rank {r} called {} as call #{seq}",
+            1 - r,
+            names[1 - r],
+            names[r]
+        );
+        let line = text
+            .lines()
+            .find_map(|l| l.find("MISMATCH-").map(|i| &l[i..]))
+            .unwrap_or_else(|| panic!("rank {r}:\n{text}"));
+        assert!(line.contains(&want), "rank {r}: {line}\nwanted: {want}");
+        assert!(text.contains("NEXT-ERROR"), "rank {r}: the next call was not refused:\n{text}");
+    }
+}

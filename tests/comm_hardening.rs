@@ -182,6 +182,15 @@ fn a_hang_report_names_each_rank_by_its_own_collective() {
     }
 }
 
+/// Every rank's call was refused because an earlier one did not match.
+fn assert_refused(results: &[rsccl::Result<()>], what: &str) {
+    for (r, res) in results.iter().enumerate() {
+        let e =
+            res.as_ref().expect_err(&format!("{what}: the next call returned Ok on rank {r}")).to_string();
+        assert!(e.contains("calls do not match across ranks"), "{what}, rank {r}: {e}");
+    }
+}
+
 /// `call(rank, comm)` on every rank at once, one thread each; the results in rank order.
 fn on_all(comms: &[Comm], call: impl Fn(usize, &Comm) -> rsccl::Result<()> + Sync) -> Vec<rsccl::Result<()>> {
     std::thread::scope(|s| {
@@ -264,13 +273,7 @@ fn mismatched_calls_fail_naming_both_calls() {
         }
         // The communicator is refused from then on: no later call can read stale FIFO data.
         let results = on_all(&comms, |r, c| ar(r, c, &bufs[r], [1000, 1000], f32s, sums));
-        for (r, res) in results.iter().enumerate() {
-            let e = res
-                .as_ref()
-                .expect_err(&format!("{what}: the next call returned Ok on rank {r}"))
-                .to_string();
-            assert!(e.contains("calls do not match across ranks"), "{what}, rank {r}: {e}");
-        }
+        assert_refused(&results, what);
     }
 }
 
@@ -318,12 +321,6 @@ fn mismatched_nvls_calls_fail_naming_both() {
             let b = BufRef::from(&bufs[r]);
             c.all_reduce(b, b, 1000, DataType::I32, ReduceOp::Sum)
         });
-        for (r, res) in results.iter().enumerate() {
-            let e = res
-                .as_ref()
-                .expect_err(&format!("{what}: the next call returned Ok on rank {r}"))
-                .to_string();
-            assert!(e.contains("calls do not match across ranks"), "{what}, rank {r}: {e}");
-        }
+        assert_refused(&results, what);
     }
 }

@@ -17,7 +17,7 @@ use rsccl::{backend, Backend, Error};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_suite::hooked::Hooked;
-use rsccl_suite::procs::{all_reduce_until_error, run_ring_case, Children};
+use rsccl_suite::procs::{all_reduce_until_error, assert_mismatch_named, run_ring_case, Children};
 use rsccl_suite::ring_check::Case;
 use rsccl_suite::{reference, tree_check};
 use std::io::{Read, Write};
@@ -473,18 +473,7 @@ fn mismatched_calls_over_the_network_fail_naming_both() {
     let mut ranks = start_ranks("mismatch", 2, 1);
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(60));
-    let names = ["broadcast(1000 × f32, root 0)", "broadcast(1000 × f32, root 1)"];
-    for (r, (ok, text)) in results.iter().enumerate() {
-        assert!(ok, "rank {r}:\n{text}");
-        let want =
-            format!("rank {} called {} where rank {r} called {} as call #2", 1 - r, names[1 - r], names[r]);
-        let line = text
-            .lines()
-            .find_map(|l| l.find("MISMATCH-").map(|i| &l[i..]))
-            .unwrap_or_else(|| panic!("rank {r}:\n{text}"));
-        assert!(line.contains(&want), "rank {r}: {line}\nwanted: {want}");
-        assert!(text.contains("NEXT-ERROR"), "rank {r}: the next call was not refused:\n{text}");
-    }
+    assert_mismatch_named(&results, ["broadcast(1000 × f32, root 0)", "broadcast(1000 × f32, root 1)"], 2);
     assert_no_segments(&pids);
 }
 

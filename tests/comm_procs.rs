@@ -13,7 +13,7 @@ use rsccl::transport::{shm, TransportKind};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_suite::hooked::Hooked;
-use rsccl_suite::procs::{all_reduce_until_error, run_ring_case, Children};
+use rsccl_suite::procs::{all_reduce_until_error, assert_mismatch_named, run_ring_case, Children};
 use rsccl_suite::ring_check::Case;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -608,18 +608,7 @@ fn mismatched_calls_across_processes_fail_naming_both() {
     let mut ranks = start_ranks("mismatch", &id, 2, 0..2);
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(60));
-    let names = ["all_reduce(1000 × f32, sum)", "all_reduce(500 × f32, sum)"];
-    for (r, (ok, text)) in results.iter().enumerate() {
-        assert!(ok, "rank {r}:\n{text}");
-        let want =
-            format!("rank {} called {} where rank {r} called {} as call #1", 1 - r, names[1 - r], names[r]);
-        let line = text
-            .lines()
-            .find_map(|l| l.find("MISMATCH-").map(|i| &l[i..]))
-            .unwrap_or_else(|| panic!("rank {r}:\n{text}"));
-        assert!(line.contains(&want), "rank {r}: {line}\nwanted: {want}");
-        assert!(text.contains("NEXT-ERROR"), "rank {r}: the next call was not refused:\n{text}");
-    }
+    assert_mismatch_named(&results, ["all_reduce(1000 × f32, sum)", "all_reduce(500 × f32, sum)"], 1);
     assert_no_segments(&pids);
 }
 

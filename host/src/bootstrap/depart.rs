@@ -116,11 +116,16 @@ impl Notifier {
     /// Tells rank `to` of `d` on a fresh connection (tried once: a rank that is not listening
     /// any more has left), giving up at `deadline`.
     pub fn tell(&self, to: usize, d: &Departure, deadline: Instant) -> Result<(), String> {
+        self.send(Lane::Left, to, &d.encode(), deadline)
+    }
+
+    /// Sends `data` on `lane` to rank `to` on a fresh connection, tried once.
+    pub(crate) fn send(&self, lane: Lane, to: usize, data: &[u8], deadline: Instant) -> Result<(), String> {
         let addr = *self.addrs.get(to).ok_or_else(|| format!("no rank {to}"))?;
         let mut s = connect_once(addr, deadline)?;
         let hello = PeerHello { from: self.rank, to, nranks: self.nranks }.encode();
         write_frame(&mut s, &self.secret, Kind::Hello, &hello, deadline).map_err(|e| e.to_string())?;
-        let payload = encode_data(Lane::Left, 0, &d.encode());
+        let payload = encode_data(lane, 0, data);
         write_frame(&mut s, &self.secret, Kind::Data, &payload, deadline).map_err(|e| e.to_string())
     }
 }

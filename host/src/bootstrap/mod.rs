@@ -353,24 +353,29 @@ impl Bootstrap {
     /// (who watch its process: its exit is then no failure), best effort within half a second;
     /// the successor's hook decides whom to tell next.
     pub fn tell_leaving(&mut self, d: &Departure) {
+        let to: Vec<usize> = self.local.iter().copied().filter(|&r| r != self.rank).collect();
+        self.notify(Lane::Left, to, &d.encode(), Duration::from_millis(500));
+    }
+
+    /// Sends `data` on `lane` to each of `to` and to the ring successor, best effort within
+    /// `limit`: on the connection to a rank where there is one, else on a new one, tried once
+    /// (a rank that already left listens no more).
+    fn notify(&mut self, lane: Lane, mut to: Vec<usize>, data: &[u8], limit: Duration) {
         if self.nranks < 2 {
             return;
         }
-        let deadline = Instant::now() + Duration::from_millis(500);
-        let mut to: Vec<usize> = self.local.iter().copied().filter(|&r| r != self.rank).collect();
         if !to.contains(&self.next()) {
             to.push(self.next());
         }
-        let (msg, notifier) = (d.encode(), self.notifier());
+        let (deadline, connected, notifier) =
+            (Instant::now() + limit, self.mailbox.connected(), self.notifier());
         for peer in to {
-            // On its connection where there is one; else on a new one, tried once (a rank
-            // that already left listens no more).
-            let sent = match self.mailbox.connected().contains(&peer) {
-                true => self.mailbox.send(Lane::Left, peer, self.peers[peer].addr, 0, &msg, deadline),
-                false => notifier.tell(peer, d, deadline),
+            let sent = match connected.contains(&peer) {
+                true => self.mailbox.send(lane, peer, self.peers[peer].addr, 0, data, deadline),
+                false => notifier.send(lane, peer, data, deadline),
             };
             if let Err(e) = sent {
-                tracing::debug!("rank {}: telling rank {peer} that this rank leaves: {e}", self.rank);
+                tracing::debug!("rank {}: telling rank {peer} ({lane:?}): {e}", self.rank);
             }
         }
     }
@@ -471,15 +476,8 @@ impl Bootstrap {
     pub fn tell_failure(&mut self, error: &str) {
         let why = self.cause.clone().unwrap_or_else(|| error.to_string());
         let why = depart::cut(&why);
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let mut to = self.mailbox.connected();
-        if self.nranks > 1 && !to.contains(&self.next()) {
-            to.push(self.next());
-        }
-        for peer in to {
-            let addr = self.peers[peer].addr;
-            let _ = self.mailbox.send(Lane::GaveUp, peer, addr, 0, why.as_bytes(), deadline);
-        }
+        let to = self.mailbox.connected();
+        self.notify(Lane::GaveUp, to, why.as_bytes(), Duration::from_secs(1));
     }
 
     /// Checks a peer argument.
@@ -531,10 +529,9 @@ impl Bootstrap {
             match self.mailbox.recv(lane, peer, tag, slice) {
                 Ok(d) => return Ok(d),
                 Err(RecvError::TimedOut) if slice < deadline => {
-                    if let Some(died) = self.died(peer) {
-                        let what = format!("{op}: waiting for rank {peer}");
-                        self.cause.get_or_insert(died);
-                        return Err(self.link_err(peer, what));
+                    // link_err names the death (and keeps it as the cause).
+                    if self.died(peer).is_some() {
+                        return Err(self.link_err(peer, format!("{op}: waiting for rank {peer}")));
                     }
                 }
                 Err(e) => return Err(self.recv_err(op, peer, e)),

@@ -1313,8 +1313,6 @@ impl Comm {
         }
     }
 
-    /// Records a failure that left the connections inconsistent, and returns the first one
-    /// recorded (an abort, say, that made this collective fail), which every later call reports.
     /// The failure recorded first, as a departure tells it (see [`cause_of`]).
     fn recorded_failure(&self) -> super::departure::Why {
         cause_of(self.failure.lock().unwrap_or_else(|e| e.into_inner()).as_ref())
@@ -1325,6 +1323,8 @@ impl Comm {
         self.leaving.go((self.conn_key, self.rank, &self.progress), why, boot);
     }
 
+    /// Records a failure that left the connections inconsistent, and returns the first one
+    /// recorded (an abort, say, that made this collective fail), which every later call reports.
     fn fail(&self, e: Error) -> Error {
         self.poisoned.store(true, Ordering::SeqCst);
         let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
@@ -1665,13 +1665,10 @@ impl Drop for Comm {
         // it) before the connections and the memory its kernel uses go.
         let mut q = std::mem::take(self.queue.get_mut().unwrap_or_else(|p| p.into_inner()));
         self.complete_in_flight(&mut q);
-        // Ranks of this process stop waiting for this one (its memory they reach by address
-        // stays theirs until they drop too).
+        // The ranks waiting for this one stop (its memory they reach by address stays theirs
+        // until they drop too); those of other processes hear it over the bootstrap.
+        let why = self.recorded_failure();
         let boot = self.bootstrap.get_mut().unwrap_or_else(|p| p.into_inner());
-        let why = {
-            let f = self.failure.get_mut().unwrap_or_else(|p| p.into_inner());
-            cause_of(f.as_ref())
-        };
         self.leaving.go((self.conn_key, self.rank, &self.progress), why, Some(boot));
         // GPU multicast memory is unbound (below, as the fields drop) once no peer's kernel
         // can reach it through the object any more.

@@ -60,6 +60,7 @@ pub(crate) fn leave(key: u128, rank: usize, done: u64, why: Option<String>) {
 pub(crate) fn forget(key: u128, rank: usize) {
     with(|t| {
         let Some(members) = t.get_mut(&key) else { return };
+        // Its own entry goes (a record heard from another process has no progress to count).
         members.retain(|m| m.rank != rank || m.progress.strong_count() == 0);
         if members.iter().all(|m| m.left.is_some()) {
             t.remove(&key);

@@ -105,6 +105,12 @@ impl Words {
         }
         w[0].store(sig[0], Ordering::Release);
     }
+    /// Whether the receiving kernel has freed the slots of every step before `end` (its credit,
+    /// `head`); `None` when it refused the sender's call.
+    fn freed(&self, end: u64) -> Option<bool> {
+        let head = self.head().load(Ordering::Acquire);
+        (head != CONN_REFUSED).then(|| end <= head.saturating_add(NCCL_STEPS))
+    }
     /// Bytes from step's slot to the end of the FIFO.
     fn room(&self, step: u64) -> u64 {
         (NCCL_STEPS - step % NCCL_STEPS) * self.step_bytes
@@ -328,14 +334,16 @@ impl ProxyConn {
                     }
                 },
                 RecvState::Sign(step, sig, i) => {
-                    let head = self.words.head().load(Ordering::Acquire);
-                    if head == CONN_REFUSED {
-                        self.refused();
-                        return Ok(moved);
-                    }
-                    if step + 1 > head.saturating_add(NCCL_STEPS) {
-                        self.recv = RecvState::Sign(step, sig, i);
-                        return Ok(moved); // The kernel has not read the slot's last signature.
+                    match self.words.freed(step + 1) {
+                        None => {
+                            self.refused();
+                            return Ok(moved);
+                        }
+                        Some(false) => {
+                            self.recv = RecvState::Sign(step, sig, i);
+                            return Ok(moved); // The kernel has not read the slot's last signature.
+                        }
+                        Some(true) => {}
                     }
                     self.words.put_sig(step, sig);
                     // SAFETY: buffer i is ours: its message was decoded above.
@@ -345,14 +353,16 @@ impl ProxyConn {
                 }
                 RecvState::Slots(c, i) => {
                     let (step, steps, bytes) = c;
-                    let head = self.words.head().load(Ordering::Acquire);
-                    if head == CONN_REFUSED {
-                        self.refused();
-                        return Ok(moved);
-                    }
-                    if step + steps > head.saturating_add(NCCL_STEPS) {
-                        self.recv = RecvState::Slots(c, i);
-                        return Ok(moved); // The kernel still reads those slots.
+                    match self.words.freed(step + steps) {
+                        None => {
+                            self.refused();
+                            return Ok(moved);
+                        }
+                        Some(false) => {
+                            self.recv = RecvState::Slots(c, i);
+                            return Ok(moved); // The kernel still reads those slots.
+                        }
+                        Some(true) => {}
                     }
                     // SAFETY: Ctrl::decode checked the bytes fit from the slot to the FIFO's end;
                     // the kernel released these slots (head) and reads them only after tail.
