@@ -1,9 +1,9 @@
 //! N ranks in one process: one [`Comm`] per rank, driven together.
-use super::communicator::{Comm, CommConfig};
+use super::communicator::Comm;
+use super::config::{CommConfig, MAX_LOCAL_RANKS};
 use crate::backend::{Backend, LaunchConfig};
 use crate::error::{Error, Result};
 use rsccl_device::coll::kernels::SIMPLE_THREADS;
-use rsccl_device::coll::tree::TREE_ARITY;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::prims::simple::shm_bytes;
@@ -19,18 +19,18 @@ const INIT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Shape of a [`LocalGroup`].
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
-    /// Ranks in the group, 1..=[`MAX_LOCAL_RANKS`].
+    /// Ranks in the group, 1..=[`MAX_LOCAL_RANKS`](super::MAX_LOCAL_RANKS).
     pub nranks: usize,
     /// Ring channels (one block each), 1..=64.
     pub nchannels: usize,
     /// Threads per block: a multiple of 32 in 64..=[`SIMPLE_THREADS`] (512, the block size the
     /// collective kernels are built for, as NCCL's Simple protocol).
     pub nthreads: u32,
-    /// FIFO slot size in bytes: a multiple of 128 in 128..=[`MAX_STEP_BYTES`] (NCCL: 4 MiB / 8 =
+    /// FIFO slot size in bytes: a multiple of 128 in 128..=[`MAX_STEP_BYTES`](super::MAX_STEP_BYTES) (NCCL: 4 MiB / 8 =
     /// 512 KiB).
     pub step_bytes: u64,
     /// How long a primitive may wait for a peer before the collective fails (0 = forever;
-    /// at most [`MAX_TIMEOUT`]).
+    /// at most [`MAX_TIMEOUT`](super::MAX_TIMEOUT)).
     pub timeout: Duration,
     /// Ring order per channel; `None`: channel c uses 0..n, reversed on odd channels.
     pub rings: Option<Vec<Vec<usize>>>,
@@ -86,15 +86,6 @@ impl GroupConfig {
     }
 }
 
-/// Most ranks of a [`LocalGroup`] (all in one process: one stream and FIFOs per rank and channel).
-pub const MAX_LOCAL_RANKS: usize = 1024;
-
-/// Longest [`GroupConfig::timeout`] (a week): the device counts it in u64 nanoseconds.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// Largest FIFO slot: a chunk (4 slots) then counts in 32 bits on the device, whatever the type.
-pub const MAX_STEP_BYTES: u64 = 64 << 20;
-
 /// Faults a test can inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -132,37 +123,6 @@ pub struct LocalGroup {
     comms: Vec<Comm>,
     /// Held for the whole of each collective: the FIFOs carry one collective at a time.
     turn: Mutex<()>,
-}
-
-/// Checks one channel's tree (`parent[r]`): one root, no cycle, at most 3 children each.
-pub(crate) fn check_tree(c: usize, parent: &[Option<usize>], n: usize) -> std::result::Result<(), String> {
-    if parent.len() != n {
-        return Err(format!("tree of channel {c} has {} ranks, expected {n}", parent.len()));
-    }
-    let roots = parent.iter().filter(|p| p.is_none()).count();
-    if roots != 1 {
-        return Err(format!("tree of channel {c} has {roots} roots, expected 1"));
-    }
-    for (r, p) in parent.iter().enumerate() {
-        if let Some(p) = *p {
-            if p >= n || p == r {
-                return Err(format!("tree of channel {c}: rank {r}'s parent {p} is not another rank"));
-            }
-        }
-        let kids = parent.iter().filter(|&&x| x == Some(r)).count();
-        if kids > TREE_ARITY {
-            return Err(format!("tree of channel {c}: rank {r} has {kids} children, at most {TREE_ARITY}"));
-        }
-        let (mut x, mut steps) = (r, 0);
-        while let Some(up) = parent[x] {
-            x = up;
-            steps += 1;
-            if steps > n {
-                return Err(format!("tree of channel {c} has a cycle through rank {r}"));
-            }
-        }
-    }
-    Ok(())
 }
 
 impl LocalGroup {

@@ -2,29 +2,41 @@
 //! (`Comm::init_rank`, `Comm::init_all`), meeting over the TCP bootstrap. [`LocalGroup`] runs N ranks in one process — threads on the CPU backend,
 //! concurrent streams on one GPU — with ring channels between them; it is how every algorithm
 //! is tested without a GPU cluster.
+mod all_to_all;
 mod collectives;
 mod communicator;
+mod completion;
+mod config;
 mod cudarc_interop;
 mod departure;
+mod dispatch;
 mod hang;
+mod init;
+mod launch;
 mod local;
+mod msccl;
 pub mod nvls;
 mod onesided;
 mod scratch;
 mod signature;
 mod topo;
 pub(crate) mod watchdog;
+mod windows;
+mod wiring;
 mod work;
 
 pub use crate::error::RankFailure;
 pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};
-pub use communicator::{
-    Comm, CommConfig, MscclId, Window, BUFFSIZE_VAR, CHECK_CALLS_VAR, MAX_CHANNELS, MAX_MSCCL_PROGRAMS,
-    MAX_MSCCL_SCRATCH_BYTES, NTHREADS_VAR,
+pub use communicator::Comm;
+pub use config::{
+    CommConfig, BUFFSIZE_VAR, CHECK_CALLS_VAR, MAX_CHANNELS, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT,
+    NTHREADS_VAR,
 };
 pub use cudarc_interop::CudaElem;
-pub use local::{Fault, GroupConfig, LocalGroup, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT};
+pub use local::{Fault, GroupConfig, LocalGroup};
+pub use msccl::{MscclId, MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES};
 pub use nvls::NvlsPolicy;
 pub use onesided::{SymmetricMemory, MAX_SYMMETRIC_BYTES};
 pub use topo::{TopologyConfig, MAX_NCHANNELS_VAR, MAX_VIEW_BYTES};
+pub use windows::Window;
 pub use work::{Enqueue, Work};

@@ -2,7 +2,8 @@
 //! multicast ranges at init, when NVLS applies, and the choice per call (NCCL's rules: NVLS
 //! heads in the topology, more than two ranks, one node, a multimem form for the type and op,
 //! multicast support; `RSCCL_ALGO` as `NCCL_ALGO` forces or forbids it).
-use super::communicator::{Comm, CommConfig};
+use super::communicator::Comm;
+use super::config::CommConfig;
 use super::hang::RankState;
 use super::{BufRef, ReduceOp};
 use crate::backend::{Backend, BackendKind, DeviceBuffer, MulticastObject};

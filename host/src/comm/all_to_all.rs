@@ -2,7 +2,8 @@
 //! send/recv): an MSCCL-IR program that serves the call, from the registry
 //! (`RSCCL_MSCCL_XML`) when one does, else the built-in two-step all-to-all, compiled for the
 //! communicator's hosts and loaded on its first call.
-use super::{Comm, MscclId};
+use super::communicator::Comm;
+use super::msccl::MscclId;
 use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
@@ -74,7 +75,7 @@ impl Comm {
     }
 
     /// Bytes of one rank's all-to-all buffer: `count` elements to each rank.
-    fn all_to_all_bytes(&self, count: usize, dtype: DataType) -> Result<usize> {
+    pub(super) fn all_to_all_bytes(&self, count: usize, dtype: DataType) -> Result<usize> {
         let n = self.nranks;
         count.checked_mul(dtype.size()).and_then(|b| b.checked_mul(n)).ok_or_else(|| {
             Error::InvalidConfig(format!(
@@ -86,7 +87,7 @@ impl Comm {
     /// The program an all-to-all call of `bytes` per rank runs, and whether it is the built-in
     /// one: the registry's if one serves the call, else the built-in one (loaded now on the
     /// first call; every rank makes the same calls in the same order).
-    fn all_to_all_program(&self, in_place: bool, bytes: usize) -> Result<(MscclId, bool)> {
+    pub(super) fn all_to_all_program(&self, in_place: bool, bytes: usize) -> Result<(MscclId, bool)> {
         let n = self.nranks;
         let auto = self.msccl_auto.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, id)) =
@@ -117,7 +118,7 @@ impl Comm {
     /// `(hosts, ranks per host)` when the ranks are numbered host by host, each host holding
     /// the same number (rank `h × local + i`: what the two-step program assumes); else one
     /// "host" of every rank, where every block goes directly.
-    fn host_blocks(&self) -> (usize, usize) {
+    pub(super) fn host_blocks(&self) -> (usize, usize) {
         let hosts = crate::comm::topo::hosts_of(self.peers());
         let local = hosts[0].len();
         let blocked =

@@ -2,7 +2,8 @@
 //! wires a connection per (peer, channel) its threadblocks use through the communicator's
 //! transports, and puts its tables in device memory; [`Comm::run_msccl`] runs it as one
 //! kernel (the interpreter of `rsccl_device::coll::msccl`, one block per threadblock).
-use super::{conn_tag, Comm, Edge, Queue};
+use super::communicator::{Comm, Queue};
+use super::wiring::{conn_tag, Edge};
 use crate::backend::{DeviceBuffer, LaunchConfig};
 use crate::comm::collectives::check_call;
 use crate::comm::scratch::Scratch;
@@ -69,17 +70,17 @@ pub(crate) struct Loaded {
 }
 
 impl Loaded {
-    fn ntbs(&self) -> usize {
+    pub(super) fn ntbs(&self) -> usize {
         self.plan.ranks[self.rank].tbs.len()
     }
 
     /// The launch shape: a block per threadblock, at most the interpreter's block size.
-    fn launch_config(&self, nthreads: u32) -> LaunchConfig {
+    pub(super) fn launch_config(&self, nthreads: u32) -> LaunchConfig {
         LaunchConfig::linear(self.ntbs() as u32, nthreads.min(MSCCL_THREADS)).with_smem(shm_bytes(1))
     }
 
     /// Whether the program can apply `red` (a program that only moves data applies any).
-    fn applies(&self, red: RedOp) -> bool {
+    pub(super) fn applies(&self, red: RedOp) -> bool {
         !self.plan.reduces || matches!(red, RedOp::Sum | RedOp::Prod | RedOp::Min | RedOp::Max)
     }
 }
@@ -336,7 +337,7 @@ impl Comm {
     /// The launch shape of loaded program `id` on this rank.
     /// Scratch bytes a call of `count` × `dtype` of `l` needs on this rank (its scratch chunks
     /// of every pass), checked against [`MAX_MSCCL_SCRATCH_BYTES`].
-    fn msccl_scratch_bytes(&self, l: &Loaded, count: usize, dtype: DataType) -> Result<u64> {
+    pub(super) fn msccl_scratch_bytes(&self, l: &Loaded, count: usize, dtype: DataType) -> Result<u64> {
         let Some(g) = self.msccl_geometry(l, count, dtype)? else { return Ok(0) };
         let (_, _, last_piece) = pass_geometry(g.elems, g.per, g.piece, g.passes - 1, g.passes);
         let s_chunks = u64::from(l.plan.ranks[self.rank].s_chunks);
@@ -356,7 +357,12 @@ impl Comm {
     }
 
     /// How a call of `count` × `dtype` of `l` is cut into passes (`None` for an empty call).
-    fn msccl_geometry(&self, l: &Loaded, count: usize, dtype: DataType) -> Result<Option<Geometry>> {
+    fn msccl_geometry(
+        &self,
+        l: &Loaded,
+        count: usize,
+        dtype: DataType,
+    ) -> Result<Option<Geometry>> {
         let (plan, name) = (&l.plan, &l.plan.name);
         if count == 0 {
             return Ok(None);
@@ -582,7 +588,7 @@ impl Comm {
 
     /// The launch of [`Comm::launch_msccl`] once the call is checked.
     #[allow(clippy::too_many_arguments)]
-    fn prepare_msccl(
+    pub(super) fn prepare_msccl(
         &self,
         l: &Loaded,
         send: BufRef,

@@ -1,0 +1,182 @@
+//! Completion and failure diagnosis: waiting for a call's kernel, reading its channels'
+//! status words, and naming the cause of a failure (a dead or departed peer, a mismatched call,
+//! a broken connection, a hang, with every rank's answer).
+use super::communicator::{Comm, Queue, STATUS_TIMEOUT};
+use super::hang;
+use super::signature::describe;
+use super::RankFailure;
+use crate::backend::DeviceBuffer;
+use crate::error::{Error, Result};
+use crate::transport::net::proxy::Proxy;
+use rsccl_device::prims::conn::{decode_status, mismatch_offset, CallSig, ErrorCode, CALL_SIG_BYTES};
+
+impl Comm {
+    /// Waits for this rank's enqueued collective and reports its failures, naming the peers it
+    /// waited for and any rank whose process has died.
+    pub(crate) fn finish(&self) -> Result<()> {
+        let tree = self.tree_in_flight.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(worker) = tree {
+            let r = worker.join().unwrap_or_else(|_| {
+                Err(Error::InvalidConfig(format!("rank {}: the NVLS_TREE worker panicked", self.rank)))
+            });
+            if let Some((seq, _)) = self.progress.in_flight() {
+                self.progress.finish(seq);
+            }
+            return r;
+        }
+        let msccl = self.msccl_in_flight.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match msccl {
+            Some(l) => self.finish_msccl(&l),
+            None => self.finish_with(&self.status, self.cfg.nchannels),
+        }
+    }
+
+    /// [`Comm::finish`] for a kernel that reports in `words` status words of `status` (one per
+    /// block).
+    pub(super) fn finish_with(&self, status: &DeviceBuffer, words: usize) -> Result<()> {
+        let current = self.progress.in_flight();
+        let res = self.finish_inner(current, status, words);
+        if let Some((seq, _)) = current {
+            if res.is_ok() {
+                self.progress.finish(seq);
+            } else {
+                self.progress.fail(seq);
+            }
+        }
+        res
+    }
+
+    /// Asks every rank where it is and reports on collective `seq` (`what`): the hang report.
+    pub(super) fn ask_ranks(&self, seq: u64, what: u64) -> (String, Vec<String>) {
+        let answers = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).query_status(STATUS_TIMEOUT);
+        hang::report(self.rank, seq, what, &answers)
+    }
+
+    /// [`Comm::finish`] for the collective in flight (`current`: its number and what it is).
+    pub(super) fn finish_inner(
+        &self,
+        current: Option<(u64, u64)>,
+        status: &DeviceBuffer,
+        nwords: usize,
+    ) -> Result<()> {
+        if let Err(e) = self.stream.synchronize() {
+            return Err(self.fail(Error::Rank { rank: self.rank, source: Box::new(e) }));
+        }
+        if self.nranks == 1 {
+            return Ok(());
+        }
+        let mut words = vec![0u8; 8 * nwords];
+        self.stream.copy_out(status, 0, &mut words)?;
+        let failures: Vec<RankFailure> = words
+            .chunks_exact(8)
+            .enumerate()
+            .filter_map(|(c, w)| {
+                let (code, peer, step) = decode_status(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+                (code != ErrorCode::None).then_some(RankFailure {
+                    rank: self.rank,
+                    channel: c,
+                    code,
+                    peer: peer as usize,
+                    step,
+                })
+            })
+            .collect();
+        if failures.is_empty() {
+            return Ok(());
+        }
+        // A peer process of this host that died, or a rank of this process that left, stopped
+        // this kernel (through the abort word): it is the answer. Ranks that left after this
+        // kernel gave up on its own are a consequence, not the cause (the hang report below).
+        if failures.iter().any(|f| f.code == ErrorCode::Aborted) {
+            self.check_peers_here(&failures)?;
+        }
+        // A call that another rank's does not match: name both.
+        if failures.iter().any(|f| f.code == ErrorCode::Mismatch) {
+            let mut rec = vec![0u8; CALL_SIG_BYTES as usize * nwords];
+            self.stream.copy_out(status, mismatch_offset(nwords as u64) as usize, &mut rec)?;
+            let records: &[CallSig] = bytemuck::cast_slice(&rec);
+            let mine = *self.last_call.lock().unwrap_or_else(|e| e.into_inner());
+            let mut peers: Vec<(usize, Option<(u64, String)>)> = Vec::new();
+            for f in failures.iter().filter(|f| f.code == ErrorCode::Mismatch) {
+                let theirs =
+                    records.get(f.channel).filter(|r| r.seq != 0).map(|r| (r.seq, describe(r.desc, r.count)));
+                if !peers.iter().any(|(p, t)| *p == f.peer && t.is_some() >= theirs.is_some()) {
+                    peers.retain(|(p, _)| *p != f.peer);
+                    peers.push((f.peer, theirs));
+                }
+            }
+            peers.sort_by_key(|(p, _)| *p);
+            return Err(self.fail(Error::CallMismatch {
+                rank: self.rank,
+                seq: mine.seq,
+                mine: describe(mine.desc, mine.count),
+                peers,
+            }));
+        }
+        // A broken network connection names its peer and host; the other ranks' states say
+        // whether that peer left because someone else never came.
+        if let Some(mut e) = self.proxy.as_ref().and_then(Proxy::failure) {
+            if let (Error::PeerLost { report, .. }, Some((seq, what))) = (&mut e, current) {
+                *report = Some(self.ask_ranks(seq, what).0);
+            }
+            return Err(self.fail(e));
+        }
+        // A dead process this rank waited on is the answer; ranks that died after failing
+        // elsewhere are not (the hang report below lists them as unreachable).
+        let dead: Vec<(usize, u32)> = self
+            .peers
+            .iter()
+            .filter(|p| {
+                p.rank != self.rank
+                    && failures.iter().any(|f| f.peer == p.rank)
+                    && p.host_hash == self.peers[self.rank].host_hash
+                    && !super::watchdog::alive(p.pid)
+            })
+            .map(|p| (p.rank, p.pid))
+            .collect();
+        if !dead.is_empty() {
+            return Err(self.fail(Error::PeerDied { rank: self.rank, dead, failures }));
+        }
+        // A wait timed out and nobody is known dead: ask every rank where it is.
+        let timed_out = failures.iter().any(|f| {
+            matches!(f.code, ErrorCode::RecvTimeout | ErrorCode::SendTimeout | ErrorCode::DependencyTimeout)
+        });
+        if let (true, Some((seq, what))) = (timed_out, current) {
+            let (headline, ranks) = self.ask_ranks(seq, what);
+            tracing::warn!(rank = self.rank, "hang report: {headline}");
+            for l in &ranks {
+                tracing::warn!(rank = self.rank, "hang report: {l}");
+            }
+            return Err(self.fail(Error::Hang { rank: self.rank, headline, ranks, failures }));
+        }
+        Err(self.fail(Error::Collective { failures }))
+    }
+
+    /// `Err` naming the peer processes of this host that died, or the ranks of this process that
+    /// left this communicator, if any (`failures`: what this rank's channels reported).
+    pub(super) fn check_peers_here(&self, failures: &[RankFailure]) -> Result<()> {
+        let dead = self.watchdog.as_ref().map(super::watchdog::Watchdog::dead).unwrap_or_default();
+        if !dead.is_empty() {
+            return Err(self.fail(Error::PeerDied { rank: self.rank, dead, failures: failures.to_vec() }));
+        }
+        // The call this rank is in (or about to enter): peers that left before finishing it.
+        let seq = self.progress.in_flight().map_or(self.progress.done() + 1, |(s, _)| s);
+        let left = super::departure::left(self.conn_key, self.rank, seq);
+        if left.is_empty() {
+            return Ok(());
+        }
+        // The ranks after this one may wait on it: they hear it from here.
+        for d in &left {
+            self.relay.pass_on(d);
+        }
+        let left = left.into_iter().map(|d| (d.rank, d.why)).collect();
+        Err(self.fail(Error::PeerLeft { rank: self.rank, left }))
+    }
+
+    pub(super) fn complete_in_flight(&self, q: &mut Queue) {
+        if let Some(seq) = q.in_flight.take() {
+            let r = self.finish();
+            q.unclaimed.push((seq, r));
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! How a rank joins a communicator ([`Comm::init_rank`] and the constructors on it), in
+//! phases that only look forward: meet over the bootstrap, agree on the channels, choose a
+//! transport per peer, connect, upload the channel tables.
+use super::communicator::{Comm, Queue};
+use super::config::*;
+use super::hang::Progress;
+use super::nvls::{self, NvlsPolicy};
+use super::wiring::*;
+use crate::backend::Backend;
+use crate::bootstrap::{Bootstrap, PeerInfo, UniqueId};
+use crate::error::{Error, Result};
+use crate::transport::net::socket::{SocketConfig, SocketNet};
+use crate::transport::net::{Net, NetSetup};
+use crate::transport::{self, ConnHandle, ConnLayout, Side, Transport, TransportKind, MAX_HANDLE_BYTES};
+use rsccl_device::coll::ring::RingChannel;
+use rsccl_device::coll::tree::TreeChannel;
+use rsccl_device::prims::conn::{status_bytes, ConnInfo};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What every rank hands to the bootstrap beside its address and process: its GPU's PCI bus
+/// id (empty on the CPU emulator), for the choice of P2P between processes.
+fn local_info(backend: &dyn Backend) -> Vec<u8> {
+    backend.pci_bus_id().unwrap_or_default().into_bytes()
+}
+
+impl Comm {
+    /// Joins the communicator of `id` as `rank` of `nranks`, with kernels on `backend` (each
+    /// communicator gets its own stream of it). Blocks until every rank has arrived and every
+    /// connection stands, or fails within `cfg.bootstrap_timeout` naming the ranks that did not
+    /// come, a rank whose configuration differs, or a peer no transport reaches.
+    pub fn init_rank(
+        backend: &Arc<dyn Backend>,
+        nranks: usize,
+        rank: usize,
+        id: &UniqueId,
+        cfg: CommConfig,
+    ) -> Result<Comm> {
+        crate::debug::init();
+        let mut cfg = cfg;
+        if cfg.nthreads == 0 {
+            cfg.nthreads = backend.collective_threads();
+        }
+        let shape = cfg.shape(nranks)?;
+        let mut slot = Some(Bootstrap::init_on_host(
+            id,
+            rank,
+            nranks,
+            &local_info(&**backend),
+            cfg.bootstrap_timeout,
+            cfg.host_id.as_deref(),
+        )?);
+        let r = Self::init_connected(backend, (nranks, rank), id, cfg, shape, &mut slot);
+        // The ranks waiting on this one name the cause, not its closed connections.
+        if let (Err(e), Some(boot)) = (&r, slot.as_mut()) {
+            boot.tell_failure(&e.to_string());
+        }
+        r
+    }
+
+    /// [`Comm::init_rank`] past the bootstrap: `slot` holds it, given to the `Comm` on success
+    /// and left there on failure (for [`Bootstrap::tell_failure`]).
+    pub(super) fn init_connected(
+        backend: &Arc<dyn Backend>,
+        (nranks, rank): (usize, usize),
+        id: &UniqueId,
+        mut cfg: CommConfig,
+        (mut rings, mut trees): (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>),
+        slot: &mut Option<Bootstrap>,
+    ) -> Result<Comm> {
+        let boot = slot.as_mut().expect("init_rank passes its bootstrap");
+        let peers = boot.peers().to_vec();
+        if let Some(topo) = &cfg.topology {
+            if let Some((r, t, nvls)) = super::topo::channels_at_init(boot, rank, &peers, topo, &**backend)? {
+                // Searched once: `config()` (and a split given it) sees the result.
+                (cfg.nchannels, cfg.rings, cfg.trees, cfg.topology) = (r.len(), Some(r), Some(t), None);
+                cfg.nvls = nvls;
+                (rings, trees) = cfg.shape(nranks)?;
+            }
+        }
+        // Every rank must build the same channels: compare what each was given.
+        let mine = cfg.fingerprint(&rings, &trees);
+        let all = boot.all_gather(mine.as_bytes())?;
+        if let Some(r) = all.iter().position(|f| f != mine.as_bytes()) {
+            return Err(Error::InvalidConfig(format!(
+                "rank {r}'s configuration differs from rank {rank}'s: {} vs {mine}",
+                String::from_utf8_lossy(&all[r])
+            )));
+        }
+        let env_algo = std::env::var(nvls::ALGO_VAR).ok();
+        let nvls_policy = NvlsPolicy::parse(cfg.algo.as_deref().or(env_algo.as_deref()))?;
+        let try_nvls = nvls::plan(cfg.nvls, &peers, nvls_policy)?;
+        let me = &peers[rank];
+        // P2P to a GPU this one reaches (write mode: this rank's kernels write into the
+        // receiver's memory, and the peer's into this rank's).
+        let p2p_off = transport::p2p::disabled_by_env();
+        let reaches = |p: &PeerInfo| {
+            !p2p_off
+                && !me.info.is_empty()
+                && std::str::from_utf8(&p.info)
+                    .is_ok_and(|bus| !bus.is_empty() && backend.can_access_peer(bus))
+        };
+        let transports: Vec<TransportKind> = peers
+            .iter()
+            .map(|p| {
+                let same_host = p.host_hash == me.host_hash;
+                TransportKind::choose_with_p2p(
+                    p.pid == me.pid && same_host,
+                    same_host,
+                    same_host && reaches(p),
+                )
+            })
+            .collect();
+        // Both ends of a connection must pick the same transport (peer access could be one-way).
+        let row: Vec<u8> = transports.iter().map(|&t| t as u8).collect();
+        let rows = boot.all_gather(&row)?;
+        for (p, theirs) in rows.iter().enumerate() {
+            if theirs.get(rank) != Some(&row[p]) {
+                return Err(Error::InvalidConfig(format!(
+                    "rank {rank} reaches rank {p} by {} but rank {p} reaches rank {rank} otherwise \
+                     (peer access one way only?); set {}=1",
+                    transports[p].name(),
+                    transport::p2p::P2P_DISABLE_VAR
+                )));
+            }
+        }
+        let check_calls = match env_number(CHECK_CALLS_VAR)? {
+            None | Some(1) => true,
+            Some(0) => false,
+            Some(v) => return Err(Error::InvalidConfig(format!("{CHECK_CALLS_VAR}={v}: give 0 or 1"))),
+        };
+        let stream = backend.fork_stream()?;
+        // The word this rank's kernels watch: set by `abort` and by the proxy when a network
+        // connection breaks.
+        let abort = Arc::new(stream.alloc_mapped(4)?);
+        let wires = wires(rank, nranks, &rings, &trees);
+        let layout = ConnLayout { step_bytes: cfg.step_bytes };
+        let key_base = u128::from_le_bytes(*id.secret());
+        let net = if wires.iter().any(|w| transports[w.peer] == TransportKind::Net) {
+            let sock = SocketConfig::from_env()?;
+            tracing::info!(
+                rank,
+                "NET/socket: using {} ({}), {} thread(s) x {} socket(s) per connection",
+                sock.ifname,
+                sock.ip,
+                sock.nthreads,
+                sock.nsocks_per_thread
+            );
+            let plugin: Arc<dyn Net> = Arc::new(SocketNet::new(sock, *id.secret()));
+            Some(NetSetup::new(plugin, stream.clone(), std::time::Instant::now() + cfg.bootstrap_timeout))
+        } else {
+            None
+        };
+        let transport_of = |peer: usize| -> Box<dyn Transport + '_> {
+            match transport::transport(transports[peer], &stream) {
+                Some(t) => t,
+                None => Box::new(net.as_ref().expect("made above").to_peer(peer, &peers[peer].hostname)),
+            }
+        };
+        let nhosts = super::topo::hosts_of(&peers).len();
+        tracing::info!(
+            rank,
+            "init: rank {rank} of {nranks} on {} ({nhosts} host(s)), {} channel(s), {} threads, {} B steps",
+            me.hostname,
+            cfg.nchannels,
+            cfg.nthreads,
+            cfg.step_bytes
+        );
+        for (c, (ring, tree)) in rings.iter().zip(&trees).enumerate() {
+            let ring: Vec<String> = ring.iter().map(|r| r.to_string()).collect();
+            let up = tree[rank].map_or("-".to_string(), |p| p.to_string());
+            tracing::info!(rank, "channel {c}: ring {} | tree up {up}", ring.join(" "));
+        }
+        for w in &wires {
+            tracing::info!(
+                rank,
+                "connection {} {} rank {} ({}) via {}",
+                w.describe(),
+                if w.side == Side::Send { "to" } else { "from" },
+                w.peer,
+                peers[w.peer].hostname,
+                transports[w.peer].name()
+            );
+        }
+        // Receivers first: allocate and send each handle to its sender; then senders attach.
+        let mut conns = Vec::with_capacity(wires.len());
+        let mut views: Vec<(Slot, ConnInfo)> = Vec::with_capacity(wires.len());
+        for w in wires.iter().filter(|w| w.side == Side::Recv) {
+            let (mem, handle) = transport_of(w.peer).listen(layout, key_base ^ w.tag as u128)?;
+            boot.send(w.peer, w.tag, &handle.0)?;
+            views.push((w.slot, layout.view(mem.base(), Side::Recv, w.peer)));
+            conns.push(mem);
+        }
+        for w in wires.iter().filter(|w| w.side == Side::Send) {
+            let handle = boot.recv(w.peer, w.tag)?;
+            if handle.len() > MAX_HANDLE_BYTES {
+                return Err(Error::InvalidConfig(format!(
+                    "rank {}: a connection handle of {} bytes",
+                    w.peer,
+                    handle.len()
+                )));
+            }
+            let mem = transport_of(w.peer).connect(layout, &ConnHandle(handle)).map_err(|e| Error::Rank {
+                rank,
+                source: Box::new(Error::InvalidConfig(format!("connecting to rank {}: {e}", w.peer))),
+            })?;
+            views.push((w.slot, layout.view(mem.base(), Side::Send, w.peer)));
+            conns.push(mem);
+        }
+        // Network receivers wait for their senders; then one proxy thread serves them all.
+        let proxy = match net {
+            Some(setup) => Some(setup.start(rank, abort.clone())?),
+            None => None,
+        };
+        // Other ranks may ask where this one is (hang reports), even while it is blocked.
+        let progress = Arc::new(Progress::default());
+        let p = progress.clone();
+        boot.set_status_provider(Arc::new(move || p.encode()));
+        // A rank of another process that leaves: stop waiting on it; while this rank waits in
+        // a call the leaver never finished, the ranks after it may wait on it too.
+        let relay = Arc::new(super::departure::Relay::new(boot.notifier()));
+        let (p, r) = (progress.clone(), relay.clone());
+        boot.set_departure_hook(Arc::new(move |d: &crate::bootstrap::Departure| {
+            super::departure::heard(key_base, d.rank, d.done, d.why.clone());
+            if p.in_flight().is_some_and(|(seq, _)| seq > d.done) {
+                r.pass_on(d);
+            }
+        }));
+        let nvls = if try_nvls {
+            nvls::setup(boot, rank, &peers, &stream, cfg.nchannels, cfg.step_bytes, nvls_policy)?
+        } else {
+            None
+        };
+        // Both sides attached everywhere before anyone launches (SHM names are unlinked by now).
+        boot.barrier()?;
+
+        let nch = cfg.nchannels;
+        let mut ring_tab = vec![(ConnInfo::default(), ConnInfo::default()); nch];
+        let mut tree_tab = vec![TreeChannel::default(); nch];
+        for (slot, v) in views {
+            match slot {
+                Slot::RingRecv(c) => ring_tab[c].0 = v,
+                Slot::RingSend(c) => ring_tab[c].1 = v,
+                Slot::UpRecv(c) => tree_tab[c].up_recv = v,
+                Slot::UpSend(c) => tree_tab[c].up_send = v,
+                Slot::DownRecv(c, k) => tree_tab[c].down_recv[k] = v,
+                Slot::DownSend(c, k) => tree_tab[c].down_send[k] = v,
+            }
+        }
+        let ur_bytes =
+            nranks.checked_mul(nch * 4).ok_or_else(|| Error::InvalidConfig("too many ranks".into()))?;
+        let user_ranks = stream.alloc(ur_bytes)?;
+        let mut ur = Vec::with_capacity(nranks * nch);
+        for ring in &rings {
+            let me = ring.iter().position(|&x| x == rank).expect("validated permutation");
+            ur.extend((0..nranks).map(|k| ring[(me + k) % nranks] as u32));
+        }
+        stream.copy_in(&user_ranks, 0, bytemuck::cast_slice(&ur))?;
+        let chans: Vec<RingChannel> = (0..nch)
+            .map(|c| RingChannel {
+                recv: ring_tab[c].0,
+                send: ring_tab[c].1,
+                user_ranks: user_ranks.ptr().offset((4 * nranks * c) as u64),
+                index: rings[c].iter().position(|&x| x == rank).expect("permutation") as u64,
+            })
+            .collect();
+        let channels = stream.alloc(std::mem::size_of_val(chans.as_slice()))?;
+        stream.copy_in(&channels, 0, bytemuck::cast_slice(&chans))?;
+        let tree_channels = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
+        stream.copy_in(&tree_channels, 0, bytemuck::cast_slice(&tree_tab))?;
+        // A status word per channel, then the channels' mismatch records.
+        let status = stream.alloc(status_bytes(nch as u64) as usize)?;
+        let mut comm = Comm {
+            rank,
+            nranks,
+            cfg,
+            backend: backend.clone(),
+            stream,
+            peers,
+            transports,
+            channels,
+            tree_channels,
+            status,
+            _user_ranks: user_ranks,
+            _conns: conns,
+            abort,
+            proxy,
+            bootstrap: Mutex::new(slot.take().expect("still here")),
+            poisoned: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            queue: Mutex::new(Queue::default()),
+            splits: std::sync::atomic::AtomicU64::new(0),
+            progress,
+            nvls,
+            nvls_policy,
+            nvls_tree: None,
+            windows: Mutex::new(Vec::new()),
+            window_ids: std::sync::atomic::AtomicU64::new(0),
+            msccl: Mutex::new(Vec::new()),
+            msccl_auto: Mutex::new(Vec::new()),
+            msccl_in_flight: Mutex::new(None),
+            all_to_all_builtin: Mutex::new(None),
+            all_to_all_staging: Mutex::default(),
+            tree_in_flight: Mutex::new(None),
+            conn_key: key_base,
+            watchdog: None,
+            last_call: Mutex::default(),
+            check_calls,
+            leaving: Default::default(),
+            relay,
+        };
+        super::departure::join(comm.conn_key, rank, &comm.abort, &comm.progress);
+        let me = &comm.peers[rank];
+        let here: Vec<(usize, u32)> = comm
+            .peers
+            .iter()
+            .filter(|p| p.host_hash == me.host_hash && p.pid != me.pid)
+            .map(|p| (p.rank, p.pid))
+            .collect();
+        let key = comm.conn_key;
+        let in_order = Box::new(move |r| super::departure::has_left(key, r));
+        comm.watchdog = super::watchdog::Watchdog::start(rank, here, comm.abort.clone(), in_order);
+        comm.load_registry()?;
+        nvls::with_tree(comm)
+    }
+
+    /// Joins the communicator a launcher started this process in: rank and size from torchrun
+    /// (`RANK`, `WORLD_SIZE`), Open MPI, PMI or Slurm variables, the rendezvous from
+    /// `RSCCL_COMM_ID=host:port` or `MASTER_ADDR:MASTER_PORT` (see
+    /// [`crate::launch::LaunchEnv`]); rank 0 hosts the bootstrap root there. Under torchrun
+    /// itself (`TORCHELASTIC_RUN_ID` set), whose agent holds `MASTER_PORT` for its own store, the
+    /// root listens on `MASTER_PORT + 1` unless `RSCCL_COMM_ID` says where. `rsccl run` sets
+    /// `RSCCL_COMM_ID`. Fails naming the variables it looked for when none are set. With
+    /// `RSCCL_TOPO_FILE` set and no rings given, the channels are searched at init
+    /// ([`CommConfig::topology`]).
+    pub fn from_env(backend: &Arc<dyn Backend>, cfg: CommConfig) -> Result<Comm> {
+        let env = crate::launch::LaunchEnv::from_env()?;
+        let cfg = cfg.with_env()?;
+        let torch_agent = std::env::var_os("TORCHELASTIC_RUN_ID").is_some()
+            && std::env::var_os(crate::launch::COMM_ID_VAR).is_none();
+        let rendezvous = rendezvous_of(&env, torch_agent)?;
+        let id = UniqueId::from_rendezvous(&rendezvous, env.rank)?;
+        Comm::init_rank(backend, env.world_size, env.rank, &id, cfg)
+    }
+
+    /// `nranks` ranks in this process (NCCL's `ncclCommInitAll`): each initialised on its own
+    /// thread with its own stream of `backend`, meeting over a bootstrap on 127.0.0.1, exactly
+    /// as ranks in separate processes do. Returns them in rank order.
+    pub fn init_all(backend: &Arc<dyn Backend>, nranks: usize, cfg: CommConfig) -> Result<Vec<Comm>> {
+        // A thread and a stream per rank: checked before any is started.
+        if nranks > super::MAX_LOCAL_RANKS {
+            return Err(Error::InvalidConfig(format!(
+                "init_all: {nranks} ranks exceed the limit of {} ranks in one process",
+                super::MAX_LOCAL_RANKS
+            )));
+        }
+        cfg.shape(nranks)?;
+        let id = UniqueId::with_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let results: Vec<Result<Comm>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..nranks)
+                .map(|rank| {
+                    let cfg = cfg.clone();
+                    s.spawn(move || Comm::init_rank(backend, nranks, rank, &id, cfg))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::InvalidConfig("a rank's init thread panicked".into())))
+                })
+                .collect()
+        });
+        results.into_iter().collect()
+    }
+
+    /// Splits this communicator (NCCL's `ncclCommSplit`): every rank calls it; ranks that pass
+    /// the same `color` form a new communicator of `cfg`, numbered by `key` (ties by their rank
+    /// here); a rank that passes `None` (NCCL's `NCCL_SPLIT_NOCOLOR`) joins none and gets
+    /// `None`. The lowest rank of each color hosts the new bootstrap root and sends its id to
+    /// the others over this communicator's bootstrap.
+    pub fn split(&self, color: Option<u32>, key: i64, cfg: CommConfig) -> Result<Option<Comm>> {
+        let seq = self.splits.fetch_add(1, Ordering::SeqCst);
+        let mut mine = Vec::with_capacity(17);
+        mine.push(color.is_some() as u8);
+        mine.extend_from_slice(&color.unwrap_or(0).to_le_bytes());
+        mine.extend_from_slice(&key.to_le_bytes());
+        let mut boot = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner());
+        let all = boot.all_gather(&mine)?;
+        let decode = |b: &[u8]| -> Result<(Option<u32>, i64)> {
+            if b.len() != 13 {
+                return Err(Error::InvalidConfig(format!(
+                    "split: a peer sent {} bytes, expected 13",
+                    b.len()
+                )));
+            }
+            let c = u32::from_le_bytes(b[1..5].try_into().expect("4 bytes"));
+            Ok(((b[0] != 0).then_some(c), i64::from_le_bytes(b[5..13].try_into().expect("8 bytes"))))
+        };
+        let entries: Vec<(Option<u32>, i64)> = all.iter().map(|b| decode(b)).collect::<Result<_>>()?;
+        let Some(color) = color else { return Ok(None) };
+        let mut members: Vec<usize> = (0..self.nranks).filter(|&r| entries[r].0 == Some(color)).collect();
+        members.sort_by_key(|&r| (entries[r].1, r));
+        let new_rank = members.iter().position(|&r| r == self.rank).expect("this rank has its color");
+        let leader = *members.iter().min().expect("at least this rank");
+        let tag = 1 << 62 | seq << 32 | color as u64;
+        let id = if leader == self.rank {
+            let ip = self.peers[self.rank].addr.ip();
+            let id = UniqueId::with_addr(std::net::SocketAddr::new(ip, 0))?;
+            for &r in members.iter().filter(|&&r| r != self.rank) {
+                boot.send(r, tag, &id.to_bytes())?;
+            }
+            id
+        } else {
+            UniqueId::from_bytes(&boot.recv(leader, tag)?)?
+        };
+        drop(boot);
+        Comm::init_rank(&self.backend, members.len(), new_rank, &id, cfg).map(Some)
+    }
+}
+
+/// The `host:port` rank 0's bootstrap root listens on for a launcher's environment: the
+/// rendezvous itself, or its port + 1 under a torchrun agent that holds that port.
+fn rendezvous_of(env: &crate::launch::LaunchEnv, torch_agent: bool) -> Result<String> {
+    let rdv = env.rendezvous.clone().ok_or_else(|| {
+        Error::Launch(format!(
+            "{} started this process (rank {} of {}) but no rendezvous is set: set {}=host:port, or MASTER_ADDR and MASTER_PORT",
+            env.launcher.name(),
+            env.rank,
+            env.world_size,
+            crate::launch::COMM_ID_VAR
+        ))
+    })?;
+    if !torch_agent {
+        return Ok(rdv);
+    }
+    let (host, port) =
+        rdv.rsplit_once(':').ok_or_else(|| Error::Launch(format!("rendezvous `{rdv}` has no port")))?;
+    let port: u16 = port.parse().map_err(|_| Error::Launch(format!("rendezvous `{rdv}`: bad port")))?;
+    let next = port.checked_add(1).ok_or_else(|| {
+        Error::Launch(format!(
+            "MASTER_PORT {port} leaves no port above it for rsccl's root; set RSCCL_COMM_ID"
+        ))
+    })?;
+    Ok(format!("{host}:{next}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    pub(super) fn the_root_moves_off_a_torchrun_agents_port() {
+        let env = crate::launch::LaunchEnv::from_vars(|v| {
+            match v {
+                "RANK" => Some("1"),
+                "WORLD_SIZE" => Some("2"),
+                "MASTER_ADDR" => Some("127.0.0.1"),
+                "MASTER_PORT" => Some("29500"),
+                _ => None,
+            }
+            .map(String::from)
+        })
+        .unwrap();
+        assert_eq!(rendezvous_of(&env, false).unwrap(), "127.0.0.1:29500");
+        assert_eq!(rendezvous_of(&env, true).unwrap(), "127.0.0.1:29501");
+        let none = crate::launch::LaunchEnv { rendezvous: None, ..env };
+        let e = rendezvous_of(&none, false).unwrap_err().to_string();
+        assert!(e.contains("RSCCL_COMM_ID") && e.contains("MASTER_ADDR"), "{e}");
+    }
+}
