@@ -34,7 +34,9 @@ pub mod transport;
 
 pub use backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig, Preference};
 pub use bootstrap::UniqueId;
-pub use comm::{Algorithm, BufRef, Comm, CommConfig, GroupConfig, LocalGroup, MscclId, ReduceOp, Work};
+pub use comm::{
+    Algorithm, BufRef, Call, Comm, CommConfig, GroupConfig, LocalGroup, MscclId, Plan, ReduceOp, Work,
+};
 /// The cudarc this crate is built with (its `CudaSlice`/`CudaStream` go into `Comm::*_on`).
 pub use cudarc;
 pub use error::{Error, Result};

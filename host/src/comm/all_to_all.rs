@@ -2,8 +2,8 @@
 //! send/recv): an MSCCL-IR program that serves the call, from the registry
 //! (`RSCCL_MSCCL_XML`) when one does, else the built-in two-step all-to-all, compiled for the
 //! communicator's hosts and loaded on its first call.
+use super::algorithm::MscclId;
 use super::communicator::Comm;
-use super::msccl::MscclId;
 use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};

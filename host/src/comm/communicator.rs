@@ -2,9 +2,10 @@
 //! (NCCL's `ncclComm_t`). Ranks meet over the TCP [`Bootstrap`], choose a transport per peer
 //! (in-process, shared memory), exchange connection handles, and run the same ring and tree
 //! kernels as every other path.
+use super::algo_mask::AlgoMask;
 use super::config::CommConfig;
 use super::hang::Progress;
-use super::nvls::{self, Nvls, NvlsPolicy};
+use super::nvls::{self, Nvls};
 use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
 use crate::bootstrap::{Bootstrap, PeerInfo};
 use crate::error::{Error, Result};
@@ -15,18 +16,38 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::msccl::{self, MscclId};
+use super::algorithm::MscclId;
+use super::msccl;
 
 /// How long a rank whose collective timed out waits for the others' status answers.
 pub(super) const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A communicator's collectives between enqueue and [`Work::wait`].
+/// A communicator's collectives between enqueue and [`Work::wait`](super::Work::wait).
 #[derive(Default)]
 pub(super) struct Queue {
-    /// The number of the collective whose kernel may still run.
-    pub(super) in_flight: Option<u64>,
-    /// Finished collectives whose [`Work`] has not asked yet: (number, result).
+    /// The collective whose kernel (or worker) may still run.
+    pub(super) in_flight: Option<InFlight>,
+    /// Finished collectives whose [`Work`](super::Work) has not asked yet: (number, result).
     pub(super) unclaimed: Vec<(u64, Result<()>)>,
+}
+
+/// The collective in flight, by what reports its end.
+pub(super) enum InFlight {
+    /// A kernel that reports in the communicator's status words (rings, trees, NVLS).
+    Kernel(u64),
+    /// An MSCCL program's kernel, reporting in the program's status words.
+    Msccl(u64, Arc<msccl::Loaded>),
+    /// The NVLS_TREE worker thread (collectives of the sub-communicators).
+    NvlsTree(u64, std::thread::JoinHandle<Result<()>>),
+}
+
+impl InFlight {
+    /// The collective's number.
+    pub(super) fn seq(&self) -> u64 {
+        match self {
+            InFlight::Kernel(s) | InFlight::Msccl(s, _) | InFlight::NvlsTree(s, _) => *s,
+        }
+    }
 }
 
 /// One rank of a communicator.
@@ -78,7 +99,7 @@ pub struct Comm {
     pub(super) poisoned: AtomicBool,
     /// What made the communicator unusable, for [`Comm::async_error`].
     pub(super) failure: Mutex<Option<Error>>,
-    /// The collective in flight and the results nobody claimed yet (see [`Work`]).
+    /// The collective in flight and the results nobody claimed yet (see [`Work`](super::Work)).
     pub(super) queue: Mutex<Queue>,
     /// Splits made so far (every rank makes them in the same order: part of their tags).
     pub(super) splits: std::sync::atomic::AtomicU64,
@@ -86,19 +107,16 @@ pub struct Comm {
     pub(super) progress: Arc<Progress>,
     /// NVLS resources, when NVLS applies to this communicator.
     pub(super) nvls: Option<Nvls>,
-    pub(super) nvls_policy: NvlsPolicy,
+    /// The algorithms `RSCCL_ALGO` allows (read at init).
+    pub(super) algos: AlgoMask,
     /// NVLS_TREE: this node's NVLS communicator and the cross-node one of this local rank.
     pub(super) nvls_tree: Option<Arc<nvls::NvlsTree>>,
-    /// The worker running the NVLS_TREE all-reduce in flight, if that is what is in flight.
-    pub(super) tree_in_flight: Mutex<Option<std::thread::JoinHandle<Result<()>>>>,
     /// Symmetric windows registered so far.
     pub(super) windows: Mutex<Vec<nvls::WindowEntry>>,
     /// MSCCL programs loaded so far ([`Comm::load_msccl`]).
     pub(super) msccl: Mutex<Vec<Arc<msccl::Loaded>>>,
     /// The registry's programs loaded at init, in its order: calls they serve run them.
     pub(super) msccl_auto: Mutex<Vec<(crate::msccl::registry::Entry, MscclId)>>,
-    /// The program whose kernel is the collective in flight, if it is one.
-    pub(super) msccl_in_flight: Mutex<Option<Arc<msccl::Loaded>>>,
     /// The built-in all-to-all program, once a call loaded it ([`Comm::all_to_all`]).
     pub(super) all_to_all_builtin: Mutex<Option<MscclId>>,
     /// Where an in-place all-to-all stages its input, once one ran.

@@ -1,7 +1,7 @@
 //! Completion and failure diagnosis: waiting for a call's kernel, reading its channels'
 //! status words, and naming the cause of a failure (a dead or departed peer, a mismatched call,
 //! a broken connection, a hang, with every rank's answer).
-use super::communicator::{Comm, Queue, STATUS_TIMEOUT};
+use super::communicator::{Comm, InFlight, Queue, STATUS_TIMEOUT};
 use super::hang;
 use super::signature::describe;
 use super::RankFailure;
@@ -11,23 +11,24 @@ use crate::transport::net::proxy::Proxy;
 use rsccl_device::prims::conn::{decode_status, mismatch_offset, CallSig, ErrorCode, CALL_SIG_BYTES};
 
 impl Comm {
-    /// Waits for this rank's enqueued collective and reports its failures, naming the peers it
-    /// waited for and any rank whose process has died.
+    /// Waits for this rank's ring, tree or NVLS kernel and reports its failures, naming the
+    /// peers it waited for and any rank whose process has died.
     pub(crate) fn finish(&self) -> Result<()> {
-        let tree = self.tree_in_flight.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(worker) = tree {
-            let r = worker.join().unwrap_or_else(|_| {
-                Err(Error::InvalidConfig(format!("rank {}: the NVLS_TREE worker panicked", self.rank)))
-            });
-            if let Some((seq, _)) = self.progress.in_flight() {
+        self.finish_with(&self.status, self.cfg.nchannels)
+    }
+
+    /// Waits for the collective `f` and reports its failures as what runs it reports them.
+    pub(super) fn finish_flight(&self, f: InFlight) -> Result<()> {
+        match f {
+            InFlight::Kernel(_) => self.finish(),
+            InFlight::Msccl(_, l) => self.finish_msccl(&l),
+            InFlight::NvlsTree(seq, worker) => {
+                let r = worker.join().unwrap_or_else(|_| {
+                    Err(Error::InvalidConfig(format!("rank {}: the NVLS_TREE worker panicked", self.rank)))
+                });
                 self.progress.finish(seq);
+                r
             }
-            return r;
-        }
-        let msccl = self.msccl_in_flight.lock().unwrap_or_else(|e| e.into_inner()).take();
-        match msccl {
-            Some(l) => self.finish_msccl(&l),
-            None => self.finish_with(&self.status, self.cfg.nchannels),
         }
     }
 
@@ -174,8 +175,9 @@ impl Comm {
     }
 
     pub(super) fn complete_in_flight(&self, q: &mut Queue) {
-        if let Some(seq) = q.in_flight.take() {
-            let r = self.finish();
+        if let Some(f) = q.in_flight.take() {
+            let seq = f.seq();
+            let r = self.finish_flight(f);
             q.unclaimed.push((seq, r));
         }
     }

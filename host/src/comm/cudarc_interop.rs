@@ -7,6 +7,7 @@
 //! caller's stream wait for an event recorded after it. The slices are reached through cudarc's
 //! `DevicePtr`/`DevicePtrMut`, whose guards record the use on the caller's stream (after that
 //! wait), so cudarc orders later uses and the slices' frees after the collective.
+use super::call::Call;
 use super::communicator::Comm;
 use super::work::Work;
 use super::{BufRef, ReduceOp};
@@ -75,7 +76,7 @@ impl Comm {
         let (p, _guard) = buf.device_ptr_mut(stream);
         let b = view(p, bytes);
         self.ordered_on(stream, |c| {
-            c.start(Collective::AllReduce, BufRef::from(&b), BufRef::from(&b), n, T::DTYPE, op, 0, false)
+            c.start(Call::all_reduce(BufRef::from(&b), BufRef::from(&b), n, T::DTYPE, op))
         })
     }
 
@@ -147,7 +148,8 @@ impl Comm {
         let (rp, _rg) = recv.device_ptr_mut(stream);
         let (s, r) = (view(sp, send_bytes), view(rp, recv_bytes));
         self.ordered_on(stream, |c| {
-            c.start(coll, BufRef::from(&s), BufRef::from(&r), count, T::DTYPE, op, root, false)
+            let (send, recv) = (BufRef::from(&s), BufRef::from(&r));
+            c.start(Call { coll, send, recv, count, dtype: T::DTYPE, op, root, algorithm: None })
         })
     }
 

@@ -1,17 +1,23 @@
-//! Dispatch: the collective API of [`Comm`] (blocking calls are an enqueue and a wait), and
-//! the one path a call takes to its kernel.
-use super::collectives::check_call;
-use super::communicator::{Comm, Queue};
-use super::nvls::{self, NvlsPolicy};
+//! Dispatch: the collective API of [`Comm`] — each call a [`Call`] on one path, blocking calls
+//! an enqueue and a wait — from the checked call through its [`Plan`](super::Plan) to the
+//! kernel (or the MSCCL program, or the NVLS_TREE worker) in flight.
+use super::algorithm::Algorithm;
+use super::call::Call;
+use super::communicator::{Comm, InFlight, Queue};
 use super::work::{Enqueue, Work};
 use super::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
-use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 impl Comm {
+    /// Runs `call` on this rank and waits for this rank's part (every rank makes the same
+    /// calls in the same order). The named calls below are this with their [`Call`].
+    pub fn run(&self, call: Call) -> Result<()> {
+        self.start(call)?.wait()
+    }
+
     /// Every rank's `recv` gets the reduction of all ranks' `send` (`count` elements).
     pub fn all_reduce(
         &self,
@@ -21,7 +27,7 @@ impl Comm {
         dtype: DataType,
         op: ReduceOp,
     ) -> Result<()> {
-        self.checked(Collective::AllReduce, send, recv, count, dtype, op, 0, false)
+        self.run(Call::all_reduce(send, recv, count, dtype, op))
     }
 
     /// [`Comm::all_reduce`] on the trees (reduce up, broadcast down) instead of the rings.
@@ -33,7 +39,7 @@ impl Comm {
         dtype: DataType,
         op: ReduceOp,
     ) -> Result<()> {
-        self.checked(Collective::AllReduce, send, recv, count, dtype, op, 0, true)
+        self.run(Call::all_reduce(send, recv, count, dtype, op).with_algorithm(Algorithm::Tree))
     }
 
     /// Rank r's `recv` (`recv_count` elements) gets block r of the reduction of all `send`s.
@@ -45,12 +51,12 @@ impl Comm {
         dtype: DataType,
         op: ReduceOp,
     ) -> Result<()> {
-        self.checked(Collective::ReduceScatter, send, recv, recv_count, dtype, op, 0, false)
+        self.run(Call::reduce_scatter(send, recv, recv_count, dtype, op))
     }
 
     /// Every rank's `recv` (`nranks × send_count` elements) gets all `send`s in rank order.
     pub fn all_gather(&self, send: BufRef, recv: BufRef, send_count: usize, dtype: DataType) -> Result<()> {
-        self.checked(Collective::AllGather, send, recv, send_count, dtype, ReduceOp::Sum, 0, false)
+        self.run(Call::all_gather(send, recv, send_count, dtype))
     }
 
     /// Every rank's `recv` gets `root`'s `send`.
@@ -62,7 +68,7 @@ impl Comm {
         dtype: DataType,
         root: usize,
     ) -> Result<()> {
-        self.checked(Collective::Broadcast, send, recv, count, dtype, ReduceOp::Sum, root, false)
+        self.run(Call::broadcast(send, recv, count, dtype, root))
     }
 
     /// `root`'s `recv` gets the reduction of all `send`s.
@@ -75,7 +81,7 @@ impl Comm {
         op: ReduceOp,
         root: usize,
     ) -> Result<()> {
-        self.checked(Collective::Reduce, send, recv, count, dtype, op, root, false)
+        self.run(Call::reduce(send, recv, count, dtype, op, root))
     }
 
     /// Starts collectives without waiting for them (see [`Enqueue`]).
@@ -83,115 +89,27 @@ impl Comm {
         Enqueue { comm: self }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn checked(
-        &self,
-        coll: Collective,
-        send: BufRef,
-        recv: BufRef,
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-        root: usize,
-        tree: bool,
-    ) -> Result<()> {
-        self.start(coll, send, recv, count, dtype, op, root, tree)?.wait()
-    }
-
-    /// Checks a collective's arguments and enqueues its kernel after the one in flight, which
-    /// it completes first; returns its [`Work`].
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn start(
-        &self,
-        coll: Collective,
-        send: BufRef,
-        recv: BufRef,
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-        root: usize,
-        tree: bool,
-    ) -> Result<Work<'_>> {
-        let (red, arg) = check_call(
-            coll,
-            self.rank,
-            self.nranks,
-            std::slice::from_ref(&send),
-            std::slice::from_ref(&recv),
-            count,
-            dtype,
-            op,
-            root,
-            self.stream.compute_capability(),
-        )?;
-        let mut q = self.ready_for(send, recv)?;
-        if let Some(t) = &self.nvls_tree {
-            if !tree && coll == Collective::AllReduce && nvls::applies(coll, dtype, red) {
-                // Three collectives of the sub-communicators and two copies, in order, on a
-                // worker thread: the call returns at once, like a kernel launch.
-                let seq = self.progress.enter(coll, false);
-                let holds = [send.buf.hold(), recv.buf.hold()];
-                let done = Arc::new(AtomicBool::new(false));
-                let (t, stream, flag) = (t.clone(), self.stream.clone(), done.clone());
-                let (sp, rp) = (send.ptr(), recv.ptr());
-                let worker = std::thread::Builder::new()
-                    .name(format!("rsccl-nvls-tree-{}", self.rank))
-                    .spawn(move || {
-                        let r = t.all_reduce(&stream, sp, rp, count, dtype, op);
-                        drop(holds);
-                        flag.store(true, Ordering::Release);
-                        r
-                    });
-                match worker {
-                    Ok(h) => {
-                        *self.tree_in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
-                        q.in_flight = Some(seq);
-                    }
-                    Err(e) => {
-                        self.progress.finish(seq);
-                        return Err(Error::InvalidConfig(format!("starting the NVLS_TREE worker: {e}")));
-                    }
-                }
-                return Ok(Work::new(self, seq, done, "nvls-tree"));
+    /// Checks `call`, completes the collective in flight, plans the call and enqueues it;
+    /// returns its [`Work`]. Every way of making a collective call comes here.
+    pub(super) fn start(&self, call: Call) -> Result<Work<'_>> {
+        let dev = call.check(self.rank, self.nranks, self.stream.compute_capability())?;
+        let mut q = self.ready_for(call.send, call.recv)?;
+        let plan = self.plan(&call, &dev)?;
+        match plan.algorithm {
+            Algorithm::NvlsTree => return self.start_nvls_tree(&mut q, &call, plan),
+            Algorithm::Msccl(id) => {
+                let l = self.loaded(id)?;
+                return self.enqueue_msccl(&mut q, l, call.send, call.recv, call.count, call.dtype, call.op);
             }
+            _ => {}
         }
-        if !tree {
-            if let Some(l) = self.msccl_select(coll, send, recv, count, dtype, red) {
-                return self.enqueue_msccl(&mut q, l, send, recv, count, dtype, op);
-            }
-        }
-        let use_nvls = !tree && self.nvls.is_some() && nvls::applies(coll, dtype, red);
-        if self.nvls_policy == NvlsPolicy::Forced && !tree && !use_nvls {
-            return Err(Error::InvalidConfig(format!(
-                "{}=nvls, but NVLS has no {coll:?} of {} with {red:?} (it serves all-reduce and reduce-scatter \
-                 with sum/min/max of the types multimem reduces, and all-gather of those types)",
-                nvls::ALGO_VAR,
-                dtype.name()
-            )));
-        }
-        // All-reduce buffers in symmetric windows: NVLS straight on them.
-        let symmetric = if use_nvls && coll == Collective::AllReduce {
-            let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-            let bytes = count * dtype.size();
-            nvls::in_window(&windows, send.ptr(), bytes)
-                .map(|ms| (ms, nvls::in_window(&windows, recv.ptr(), bytes)))
-        } else {
-            None
-        };
-        let algorithm = match (use_nvls, symmetric.is_some(), tree) {
-            (true, true, _) => "nvls-symmetric",
-            (true, false, _) => "nvls",
-            (false, _, true) => "tree",
-            (false, _, false) => "ring",
-        };
-        let holds = [send.buf.hold(), recv.buf.hold()];
-        // SAFETY: check_call showed both buffers hold what this rank reads and writes; the
+        let holds = [call.send.buf.hold(), call.recv.buf.hold()];
+        // SAFETY: the check showed both buffers hold what this rank reads and writes; the
         // holds keep their memory alive, and their copies waiting, until the kernel completed.
         let launched = unsafe {
-            if use_nvls {
-                self.launch_nvls(coll, dtype, red, (send.ptr(), recv.ptr()), count as u64, symmetric)
-            } else {
-                self.launch(coll, dtype, red, tree, (send.ptr(), recv.ptr()), count as u64, root, arg)
+            match plan.algorithm {
+                Algorithm::Nvls | Algorithm::NvlsSymmetric => self.launch_nvls(&dev, &plan),
+                _ => self.launch(&dev, &plan),
             }
         };
         let seq = self.progress.in_flight().map(|(s, _)| s);
@@ -208,16 +126,42 @@ impl Comm {
             drop(holds);
             flag.store(true, Ordering::Release);
         }));
-        q.in_flight = Some(seq);
-        Ok(Work::new(self, seq, done, algorithm))
+        q.in_flight = Some(InFlight::Kernel(seq));
+        Ok(Work::new(self, seq, done, plan))
+    }
+
+    /// Starts an NVLS_TREE all-reduce: three collectives of the sub-communicators and two
+    /// copies, in order, on a worker thread, so the call returns at once like a kernel launch.
+    fn start_nvls_tree(&self, q: &mut Queue, call: &Call, plan: super::Plan) -> Result<Work<'_>> {
+        let t = self.nvls_tree.clone().expect("planned NVLS_TREE on a communicator with one");
+        let seq = self.progress.enter(call.coll, false);
+        let holds = [call.send.buf.hold(), call.recv.buf.hold()];
+        let done = Arc::new(AtomicBool::new(false));
+        let (stream, flag) = (self.stream.clone(), done.clone());
+        let (sp, rp, count, dtype, op) = (call.send.ptr(), call.recv.ptr(), call.count, call.dtype, call.op);
+        let worker =
+            std::thread::Builder::new().name(format!("rsccl-nvls-tree-{}", self.rank)).spawn(move || {
+                let r = t.all_reduce(&stream, sp, rp, count, dtype, op);
+                drop(holds);
+                flag.store(true, Ordering::Release);
+                r
+            });
+        match worker {
+            Ok(h) => q.in_flight = Some(InFlight::NvlsTree(seq, h)),
+            Err(e) => {
+                self.progress.finish(seq);
+                return Err(Error::InvalidConfig(format!("starting the NVLS_TREE worker: {e}")));
+            }
+        }
+        Ok(Work::new(self, seq, done, plan))
     }
 
     /// Waits for collective `seq` (if it is the one in flight) and returns its result.
     pub(super) fn complete(&self, seq: u64) -> Result<()> {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        if q.in_flight == Some(seq) {
-            q.in_flight = None;
-            return self.finish();
+        if q.in_flight.as_ref().map(InFlight::seq) == Some(seq) {
+            let f = q.in_flight.take().expect("just seen");
+            return self.finish_flight(f);
         }
         match q.unclaimed.iter().position(|(s, _)| *s == seq) {
             Some(i) => q.unclaimed.swap_remove(i).1,
@@ -225,10 +169,9 @@ impl Comm {
         }
     }
 
-    /// Completes the collective in flight, if any, keeping its result for its [`Work`].
-    /// This communicator's queue, once the collective in flight completed, no collective (of
-    /// any communicator) still uses `send` or `recv`, and the abort word is armed for the next
-    /// kernel.
+    /// This communicator's queue, once the collective in flight completed (its result kept
+    /// for its [`Work`]), no collective (of any communicator) still uses `send` or `recv`, and
+    /// the abort word is armed for the next kernel.
     pub(super) fn ready_for(&self, send: BufRef, recv: BufRef) -> Result<std::sync::MutexGuard<'_, Queue>> {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut q);

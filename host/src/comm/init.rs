@@ -1,10 +1,11 @@
 //! How a rank joins a communicator ([`Comm::init_rank`] and the constructors on it), in
 //! phases that only look forward: meet over the bootstrap, agree on the channels, choose a
 //! transport per peer, connect, upload the channel tables.
+use super::algo_mask::{AlgoMask, ALGO_VAR};
 use super::communicator::{Comm, Queue};
 use super::config::*;
 use super::hang::Progress;
-use super::nvls::{self, NvlsPolicy};
+use super::nvls;
 use super::wiring::*;
 use crate::backend::Backend;
 use crate::bootstrap::{Bootstrap, PeerInfo, UniqueId};
@@ -87,8 +88,9 @@ impl Comm {
                 String::from_utf8_lossy(&all[r])
             )));
         }
-        let env_algo = std::env::var(nvls::ALGO_VAR).ok();
-        let nvls_policy = NvlsPolicy::parse(cfg.algo.as_deref().or(env_algo.as_deref()))?;
+        let env_algo = std::env::var(ALGO_VAR).ok();
+        let algos = AlgoMask::parse(cfg.algo.as_deref().or(env_algo.as_deref()))?;
+        let nvls_policy = algos.nvls_policy();
         let try_nvls = nvls::plan(cfg.nvls, &peers, nvls_policy)?;
         let me = &peers[rank];
         // P2P to a GPU this one reaches (write mode: this rank's kernels write into the
@@ -292,16 +294,14 @@ impl Comm {
             splits: std::sync::atomic::AtomicU64::new(0),
             progress,
             nvls,
-            nvls_policy,
+            algos,
             nvls_tree: None,
             windows: Mutex::new(Vec::new()),
             window_ids: std::sync::atomic::AtomicU64::new(0),
             msccl: Mutex::new(Vec::new()),
             msccl_auto: Mutex::new(Vec::new()),
-            msccl_in_flight: Mutex::new(None),
             all_to_all_builtin: Mutex::new(None),
             all_to_all_staging: Mutex::default(),
-            tree_in_flight: Mutex::new(None),
             conn_key: key_base,
             watchdog: None,
             last_call: Mutex::default(),

@@ -1,133 +1,134 @@
 //! Launch arguments: what a planned call's kernel receives (its channels, status words, call
 //! signature and buffers), built here and only here.
+use super::algorithm::{Algorithm, Plan};
+use super::call::DevCall;
 use super::communicator::Comm;
 use super::nvls;
-use super::signature::{Algo, Call};
+use super::signature::Signed;
 use crate::backend::LaunchConfig;
 use crate::error::{Error, Result};
 use rsccl_device::coll::kernels::CollKernel;
-use rsccl_device::coll::nvls_fifo::{NVLS_GROUPS, NVLS_MIN_THREADS};
+use rsccl_device::coll::nvls::{NvlsArgs, NVLS_FIFO, NVLS_ONE_SHOT, NVLS_SYM_ONE_SHOT, NVLS_SYM_TWO_SHOT};
+use rsccl_device::coll::nvls_fifo::NVLS_GROUPS;
 use rsccl_device::coll::one_rank::OneRankArgs;
 use rsccl_device::coll::ring::RingArgs;
 use rsccl_device::coll::Collective;
-use rsccl_device::dtype::DataType;
 use rsccl_device::prims::conn::{mismatch_offset, CallSig, PrimsStatus};
 use rsccl_device::prims::simple::shm_bytes;
-use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 
 impl Comm {
-    /// The signature of `call` as call number `seq`, kept as the last call launched.
-    pub(super) fn sign(&self, call: Call, seq: u64) -> CallSig {
+    /// The signature of `dev` run by `algorithm` as call number `seq`, kept as the last call
+    /// launched.
+    pub(super) fn sign(&self, dev: &DevCall, algorithm: Algorithm, seq: u64) -> CallSig {
+        let signed = Signed {
+            coll: dev.coll,
+            algo: algorithm,
+            dtype: dev.dtype,
+            op: dev.op,
+            count: dev.count,
+            root: dev.root,
+        };
         // Number 0: the kernels skip the check. A call that moves nothing is not checked: no
         // FIFO step follows it, so the next call's signature takes the same slot.
-        let sig = call.sign(seq);
+        let sig = signed.sign(seq);
         *self.last_call.lock().unwrap_or_else(|e| e.into_inner()) = sig;
-        if self.check_calls && call.count != 0 {
+        if self.check_calls && dev.count != 0 {
             sig
         } else {
             CallSig::default()
         }
     }
 
-    /// Enqueues this rank's kernel of a collective on its stream.
+    /// The status words and call signature of this rank's kernel of call `seq`.
+    fn prims_status(&self, dev: &DevCall, algorithm: Algorithm, seq: u64) -> PrimsStatus {
+        PrimsStatus {
+            status: self.status.ptr(),
+            abort_flag: self.abort.ptr(),
+            // At most MAX_TIMEOUT (checked by shape): fits in u64 nanoseconds.
+            timeout_ns: self.cfg.timeout.as_nanos() as u64,
+            call: self.sign(dev, algorithm, seq),
+            mismatch: self.status.ptr().offset(mismatch_offset(self.cfg.nchannels as u64)),
+        }
+    }
+
+    /// Enqueues this rank's ring or tree kernel of `dev` (planned: `plan`) on its stream; a
+    /// one-rank communicator's copy.
     ///
     /// # Safety
-    /// `send` and `recv` must hold what `coll` reads and writes for `count` elements of `dtype`
-    /// on this rank (as [`check_call`] checks) and stay alive until [`Comm::finish`] returns.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn launch(
-        &self,
-        coll: Collective,
-        dtype: DataType,
-        op: RedOp,
-        tree: bool,
-        (send, recv): (DevPtr, DevPtr),
-        count: u64,
-        root: usize,
-        red_op_arg: u64,
-    ) -> Result<()> {
+    /// `dev`'s buffers must hold what its collective reads and writes on this rank (as
+    /// [`super::Call::check`] checks) and stay alive until [`Comm::finish`] returns.
+    pub(crate) unsafe fn launch(&self, dev: &DevCall, plan: &Plan) -> Result<()> {
         self.check_usable()?;
-        let seq = self.progress.enter(coll, tree);
-        let algo = if tree { Algo::Tree } else { Algo::Ring };
-        let call = Call { coll, algo, dtype, op, count, root };
+        let tree = plan.algorithm == Algorithm::Tree;
+        let seq = self.progress.enter(dev.coll, tree);
+        let (send, recv) = (dev.send, dev.recv);
         if self.nranks == 1 {
-            if count == 0 {
+            if dev.count == 0 {
                 return Ok(());
             }
-            let reduces =
-                matches!(coll, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce);
+            let reduces = dev.reduces();
             let args = OneRankArgs {
                 src: send,
                 dst: recv,
-                count,
-                red_op_arg: if reduces { red_op_arg } else { 0 },
-                op: op as u32,
+                count: dev.count,
+                red_op_arg: if reduces { dev.arg } else { 0 },
+                op: dev.op as u32,
                 apply_op: reduces as u32,
             };
-            let blocks = (count / (1 << 16)).clamp(1, 32) as u32;
-            let kernel = CollKernel::OneRank(dtype).name();
+            let kernel = CollKernel::OneRank(dev.dtype).name();
             // SAFETY: the buffers are the caller's promise; the kernel copies `count` elements.
             return unsafe {
-                self.stream.launch(&kernel, LaunchConfig::linear(blocks, self.cfg.nthreads), &args)
+                self.stream.launch(&kernel, LaunchConfig::linear(plan.channels, plan.threads), &args)
             };
         }
-        let kernel = if tree { CollKernel::TreeAllReduce(dtype) } else { CollKernel::ring(coll, dtype) };
+        let kernel =
+            if tree { CollKernel::TreeAllReduce(dev.dtype) } else { CollKernel::ring(dev.coll, dev.dtype) };
         // Byte kernels (all-gather, broadcast) count bytes, whatever the type.
         let count = if kernel.counts_bytes() {
-            count.checked_mul(dtype.size() as u64).ok_or_else(|| {
-                Error::InvalidConfig(format!("{count} elements of {dtype:?} overflow a byte count"))
+            dev.count.checked_mul(dev.dtype.size() as u64).ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "{} elements of {:?} overflow a byte count",
+                    dev.count, dev.dtype
+                ))
             })?
         } else {
-            count
+            dev.count
         };
         self.stream.copy_in(&self.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
-        let cfg = LaunchConfig::linear(self.cfg.nchannels as u32, self.cfg.nthreads).with_smem(shm_bytes(1));
+        let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(1));
         let args = RingArgs {
             sendbuff: send,
             recvbuff: recv,
             count,
             channels: if tree { self.tree_channels.ptr() } else { self.channels.ptr() },
-            status: PrimsStatus {
-                status: self.status.ptr(),
-                abort_flag: self.abort.ptr(),
-                // At most MAX_TIMEOUT (checked by shape): fits in u64 nanoseconds.
-                timeout_ns: self.cfg.timeout.as_nanos() as u64,
-                call: self.sign(call, seq),
-                mismatch: self.status.ptr().offset(mismatch_offset(self.cfg.nchannels as u64)),
-            },
+            status: self.prims_status(dev, plan.algorithm, seq),
             step_bytes: self.cfg.step_bytes,
-            root: root as u64,
+            root: dev.root as u64,
             rank: self.rank as u64,
             nranks: self.nranks as u64,
-            coll: coll as u32,
-            op: op as u32,
-            red_op_arg,
+            coll: dev.coll as u32,
+            op: dev.op as u32,
+            red_op_arg: dev.arg,
         };
         // SAFETY: the user buffers are the caller's promise; the channel tables, status words and
         // connections are this Comm's own, alive as long as it is, and sized for its channels.
         unsafe { self.stream.launch(&kernel.name(), cfg, &args) }
     }
 
-    /// Enqueues this rank's NVLS kernel of `coll` (all-reduce, reduce-scatter, all-gather).
+    /// Enqueues this rank's NVLS kernel of `dev` (all-reduce, reduce-scatter, all-gather; on
+    /// symmetric windows when `plan` says so).
     ///
     /// # Safety
-    /// As [`Comm::launch`]; `coll` on `dtype` with `op` is one [`nvls::applies`] to.
-    pub(super) unsafe fn launch_nvls(
-        &self,
-        coll: Collective,
-        dtype: DataType,
-        op: RedOp,
-        (send, recv): (DevPtr, DevPtr),
-        count: u64,
-        symmetric: Option<(DevPtr, Option<DevPtr>)>,
-    ) -> Result<()> {
-        let n = self.nvls.as_ref().expect("the caller checked");
+    /// As [`Comm::launch`]; `dev` is a call [`nvls::applies`] to.
+    pub(super) unsafe fn launch_nvls(&self, dev: &DevCall, plan: &Plan) -> Result<()> {
+        let n = self.nvls.as_ref().expect("the plan checked");
         self.check_usable()?;
+        let (coll, count, send, recv) = (dev.coll, dev.count, dev.send, dev.recv);
         let seq = self.progress.enter(coll, false);
-        let algo = if symmetric.is_some() { Algo::NvlsSymmetric } else { Algo::Nvls };
-        let call = Call { coll, algo, dtype, op, count, root: 0 };
-        let eb = dtype.size() as u64;
+        let symmetric =
+            if plan.algorithm == Algorithm::NvlsSymmetric { self.symmetric_windows(dev) } else { None };
+        let eb = dev.dtype.size() as u64;
         let slice_elems = nvls::NVLS_SLICE_BYTES / eb;
         let one_shot =
             coll == Collective::AllReduce && count.saturating_mul(eb) <= nvls::NVLS_ONE_SHOT_MAX_BYTES;
@@ -137,7 +138,6 @@ impl Comm {
             return Err(Error::InvalidConfig(format!("NVLS: {count} elements need too many barriers")));
         }
         self.stream.copy_in(&self.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
-        use rsccl_device::coll::nvls::{NVLS_FIFO, NVLS_ONE_SHOT, NVLS_SYM_ONE_SHOT, NVLS_SYM_TWO_SHOT};
         // Symmetric windows: one-shot from the send window, unless the receive buffer is a
         // window too and the message large (or in place, where one-shot would overwrite what
         // other ranks still read): two-shot. Without windows: one-shot through the scratch for
@@ -147,7 +147,7 @@ impl Comm {
             Some((ms, _)) => (NVLS_SYM_ONE_SHOT, ms, DevPtr::NULL),
             None => (if one_shot { NVLS_ONE_SHOT } else { NVLS_FIFO }, n.mc_scratch, DevPtr::NULL),
         };
-        let args = rsccl_device::coll::nvls::NvlsArgs {
+        let args = NvlsArgs {
             sendbuff: send,
             recvbuff: recv,
             count,
@@ -161,24 +161,16 @@ impl Comm {
             slice_bytes: nvls::NVLS_SLICE_BYTES,
             epoch_base: seq << 32,
             sigs: n.sigs,
-            status: PrimsStatus {
-                status: self.status.ptr(),
-                abort_flag: self.abort.ptr(),
-                timeout_ns: self.cfg.timeout.as_nanos() as u64,
-                call: self.sign(call, seq),
-                mismatch: self.status.ptr().offset(mismatch_offset(self.cfg.nchannels as u64)),
-            },
+            status: self.prims_status(dev, plan.algorithm, seq),
             rank: self.rank as u64,
             nranks: self.nranks as u64,
             coll: coll as u32,
-            op: op as u32,
+            op: dev.op as u32,
             mode,
             pad: 0,
         };
-        let kernel = CollKernel::Nvls(dtype);
-        // The FIFO form's three warp groups need at least a warp each, and primitives' memory.
-        let threads = self.cfg.nthreads.clamp(NVLS_MIN_THREADS, kernel.max_threads());
-        let cfg = LaunchConfig::linear(n.grid, threads).with_smem(shm_bytes(NVLS_GROUPS));
+        let kernel = CollKernel::Nvls(dev.dtype);
+        let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(NVLS_GROUPS));
         // SAFETY: the user buffers are the caller's promise; scratch, flags, FIFOs and their
         // multicast ranges are this Comm's, sized for its grid and ranks, alive as long as it is.
         unsafe { self.stream.launch(&kernel.name(), cfg, &args) }

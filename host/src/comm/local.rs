@@ -1,4 +1,6 @@
 //! N ranks in one process: one [`Comm`] per rank, driven together.
+use super::algorithm::Algorithm;
+use super::call::{check_call, BufRef, Call, DevCall, ReduceOp};
 use super::communicator::Comm;
 use super::config::{CommConfig, MAX_LOCAL_RANKS};
 use crate::backend::{Backend, LaunchConfig};
@@ -291,7 +293,19 @@ impl LocalGroup {
         root: usize,
         red_op_arg: u64,
     ) -> Result<()> {
-        self.run(dtype, false, coll, op, bufs, count, root, red_op_arg)
+        let dev = |&(send, recv): &(DevPtr, DevPtr)| DevCall {
+            coll,
+            dtype,
+            op,
+            arg: red_op_arg,
+            send,
+            recv,
+            count,
+            root,
+        };
+        let devs: Vec<DevCall> = bufs.iter().map(dev).collect();
+        // SAFETY: the caller's promise.
+        unsafe { self.run_kernels(Algorithm::Ring, &devs) }
     }
 
     /// Low-level: tree all-reduce of `dtype`/`op` on every rank (see [`LocalGroup::run_ring`]).
@@ -306,21 +320,28 @@ impl LocalGroup {
         count: u64,
         red_op_arg: u64,
     ) -> Result<()> {
-        self.run(dtype, true, Collective::AllReduce, op, bufs, count, 0, red_op_arg)
+        let coll = Collective::AllReduce;
+        let dev = |&(send, recv): &(DevPtr, DevPtr)| DevCall {
+            coll,
+            dtype,
+            op,
+            arg: red_op_arg,
+            send,
+            recv,
+            count,
+            root: 0,
+        };
+        let devs: Vec<DevCall> = bufs.iter().map(dev).collect();
+        // SAFETY: the caller's promise.
+        unsafe { self.run_kernels(Algorithm::Tree, &devs) }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        &self,
-        dtype: DataType,
-        tree: bool,
-        coll: Collective,
-        op: RedOp,
-        bufs: &[(DevPtr, DevPtr)],
-        count: u64,
-        root: usize,
-        red_op_arg: u64,
-    ) -> Result<()> {
+    /// Runs `devs[r]` on rank r's ring or tree kernel (`algorithm`), waits for all and reports
+    /// every rank's failures at once.
+    ///
+    /// # Safety
+    /// As [`LocalGroup::run_ring`], for every rank's call.
+    unsafe fn run_kernels(&self, algorithm: Algorithm, devs: &[DevCall]) -> Result<()> {
         // One collective at a time; a panic in another caller leaves nothing half-done here
         // (each Comm's poisoned flag, not the lock's, records a failed collective).
         let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
@@ -331,13 +352,13 @@ impl LocalGroup {
             ));
         }
         let n = self.cfg.nranks;
-        if bufs.len() != n {
-            return Err(Error::InvalidConfig(format!("{} buffer pairs given for {n} ranks", bufs.len())));
+        if devs.len() != n {
+            return Err(Error::InvalidConfig(format!("{} buffer pairs given for {n} ranks", devs.len())));
         }
+        let plan = self.comms[0].plan_for(algorithm, &devs[0]);
         if n > 1 {
             // Every rank's launch must be able to start, or those that did would wait on the others.
-            let cfg =
-                LaunchConfig::linear(self.cfg.nchannels as u32, self.cfg.nthreads).with_smem(shm_bytes(1));
+            let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(1));
             self.comms[0].stream_reserve(cfg, n)?;
         }
         let mut launch_errors = Vec::new();
@@ -355,7 +376,7 @@ impl LocalGroup {
             }
             // SAFETY: the caller's promise (run_ring/run_tree) or the typed calls' checks; every
             // launched rank is finished below before this returns.
-            match unsafe { comm.launch(coll, dtype, op, tree, bufs[r], count, root, red_op_arg) } {
+            match unsafe { comm.launch(&devs[r], &plan) } {
                 Ok(()) => launched[r] = true,
                 Err(e) => launch_errors.push((r, e)),
             }
@@ -394,5 +415,149 @@ impl LocalGroup {
             return Err(Error::Collective { failures });
         }
         Ok(())
+    }
+}
+
+impl LocalGroup {
+    /// Runs `calls[r]` on rank r: one call per rank, of the same collective, count, type,
+    /// reduction, root and algorithm (as every rank of a communicator makes the same call),
+    /// planned as a [`Comm`]'s calls are; waits for every rank and reports every rank's
+    /// failures at once. The named calls below are this with their [`Call`]s.
+    pub fn run(&self, calls: &[Call]) -> Result<()> {
+        let n = self.nranks();
+        let Some(c0) = calls.first().filter(|_| calls.len() == n) else {
+            return Err(Error::InvalidConfig(format!("{} calls given for {n} ranks", calls.len())));
+        };
+        let coll = c0.coll;
+        let same = |c: &Call| {
+            (c.coll, c.count, c.dtype, c.root, c.algorithm)
+                == (c0.coll, c0.count, c0.dtype, c0.root, c0.algorithm)
+                && c.op.same_as(c0.op)
+        };
+        if let Some(r) = calls.iter().position(|c| !same(c)) {
+            return Err(Error::InvalidConfig(format!(
+                "{coll:?}: rank {r}'s call differs from rank 0's (collective, count, type, op, root or algorithm)"
+            )));
+        }
+        let send: Vec<BufRef> = calls.iter().map(|c| c.send).collect();
+        let recv: Vec<BufRef> = calls.iter().map(|c| c.recv).collect();
+        if let Some(Algorithm::Msccl(id)) = c0.algorithm {
+            return self.run_msccl(id, &send, &recv, c0.count, c0.dtype, c0.op);
+        }
+        let (red, arg) =
+            check_call(coll, 0, n, &send, &recv, c0.count, c0.dtype, c0.op, c0.root, self.backend_cc())?;
+        let devs: Vec<DevCall> = calls.iter().map(|c| DevCall::new(c, red, arg)).collect();
+        match self.comms[0].plan(c0, &devs[0])?.algorithm {
+            Algorithm::Msccl(id) => self.run_msccl(id, &send, &recv, c0.count, c0.dtype, c0.op),
+            // SAFETY: check_call showed every rank's buffers hold what it reads and writes, and
+            // that no rank writes what another reads; the borrows keep them alive until the
+            // run returns, which waits for every launched kernel.
+            a @ (Algorithm::Ring | Algorithm::Tree) => unsafe { self.run_kernels(a, &devs) },
+            a => Err(Error::InvalidConfig(format!(
+                "{coll:?}: a LocalGroup runs rings, trees and MSCCL programs, not {}",
+                a.name()
+            ))),
+        }
+    }
+
+    /// One [`Call`] per rank from `make(send[r], recv[r])`, run by [`LocalGroup::run`].
+    fn run_each<'a>(
+        &self,
+        coll: Collective,
+        send: &[BufRef<'a>],
+        recv: &[BufRef<'a>],
+        make: impl Fn(BufRef<'a>, BufRef<'a>) -> Call<'a>,
+    ) -> Result<()> {
+        let n = self.nranks();
+        if send.len() != n || recv.len() != n {
+            return Err(Error::InvalidConfig(format!(
+                "{coll:?}: {} send and {} receive buffers given for {n} ranks",
+                send.len(),
+                recv.len()
+            )));
+        }
+        let calls: Vec<Call> = send.iter().zip(recv).map(|(&s, &r)| make(s, r)).collect();
+        self.run(&calls)
+    }
+
+    /// Every rank's `recv` gets the reduction of all ranks' `send` (`count` elements each).
+    /// `send[r]` and `recv[r]` may be the same buffer (in place).
+    pub fn all_reduce(
+        &self,
+        send: &[BufRef],
+        recv: &[BufRef],
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.run_each(Collective::AllReduce, send, recv, |s, r| Call::all_reduce(s, r, count, dtype, op))
+    }
+
+    /// [`LocalGroup::all_reduce`] with a chosen algorithm: the rings, or the trees of
+    /// [`GroupConfig::trees`](super::GroupConfig::trees) (reduce up, broadcast down).
+    pub fn all_reduce_with(
+        &self,
+        send: &[BufRef],
+        recv: &[BufRef],
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        algo: Algorithm,
+    ) -> Result<()> {
+        self.run_each(Collective::AllReduce, send, recv, |s, r| {
+            Call::all_reduce(s, r, count, dtype, op).with_algorithm(algo)
+        })
+    }
+
+    /// Rank r's `recv` (`recv_count` elements) gets block r of the reduction of all `send`s
+    /// (`nranks × recv_count` elements each).
+    pub fn reduce_scatter(
+        &self,
+        send: &[BufRef],
+        recv: &[BufRef],
+        recv_count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.run_each(Collective::ReduceScatter, send, recv, |s, r| {
+            Call::reduce_scatter(s, r, recv_count, dtype, op)
+        })
+    }
+
+    /// Every rank's `recv` (`nranks × send_count` elements) gets all `send`s in rank order.
+    /// In place: `send[r]` is `recv[r]` at byte offset `r × send_count × size`.
+    pub fn all_gather(
+        &self,
+        send: &[BufRef],
+        recv: &[BufRef],
+        send_count: usize,
+        dtype: DataType,
+    ) -> Result<()> {
+        self.run_each(Collective::AllGather, send, recv, |s, r| Call::all_gather(s, r, send_count, dtype))
+    }
+
+    /// Every rank's `recv` gets `root`'s `send`.
+    pub fn broadcast(
+        &self,
+        send: &[BufRef],
+        recv: &[BufRef],
+        count: usize,
+        dtype: DataType,
+        root: usize,
+    ) -> Result<()> {
+        self.run_each(Collective::Broadcast, send, recv, |s, r| Call::broadcast(s, r, count, dtype, root))
+    }
+
+    /// `root`'s `recv` gets the reduction of all `send`s.
+    pub fn reduce(
+        &self,
+        send: &[BufRef],
+        recv: &[BufRef],
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        self.run_each(Collective::Reduce, send, recv, |s, r| Call::reduce(s, r, count, dtype, op, root))
     }
 }

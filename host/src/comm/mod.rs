@@ -2,8 +2,10 @@
 //! (`Comm::init_rank`, `Comm::init_all`), meeting over the TCP bootstrap. [`LocalGroup`] runs N ranks in one process — threads on the CPU backend,
 //! concurrent streams on one GPU — with ring channels between them; it is how every algorithm
 //! is tested without a GPU cluster.
+mod algo_mask;
+mod algorithm;
 mod all_to_all;
-mod collectives;
+mod call;
 mod communicator;
 mod completion;
 mod config;
@@ -17,6 +19,7 @@ mod local;
 mod msccl;
 pub mod nvls;
 mod onesided;
+mod plan;
 mod scratch;
 mod signature;
 mod topo;
@@ -26,7 +29,9 @@ mod wiring;
 mod work;
 
 pub use crate::error::RankFailure;
-pub use collectives::{check_scalar, scalar_bits, Algorithm, BufRef, ReduceOp};
+pub use algo_mask::{AlgoMask, NvlsPolicy, ALGO_VAR};
+pub use algorithm::{Algorithm, MscclId, Plan, Protocol};
+pub use call::{check_scalar, scalar_bits, BufRef, Call, ReduceOp};
 pub use communicator::Comm;
 pub use config::{
     CommConfig, BUFFSIZE_VAR, CHECK_CALLS_VAR, MAX_CHANNELS, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT,
@@ -34,8 +39,7 @@ pub use config::{
 };
 pub use cudarc_interop::CudaElem;
 pub use local::{Fault, GroupConfig, LocalGroup};
-pub use msccl::{MscclId, MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES};
-pub use nvls::NvlsPolicy;
+pub use msccl::{MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES};
 pub use onesided::{SymmetricMemory, MAX_SYMMETRIC_BYTES};
 pub use topo::{TopologyConfig, MAX_NCHANNELS_VAR, MAX_VIEW_BYTES};
 pub use windows::Window;

@@ -2,12 +2,13 @@
 //! wires a connection per (peer, channel) its threadblocks use through the communicator's
 //! transports, and puts its tables in device memory; [`Comm::run_msccl`] runs it as one
 //! kernel (the interpreter of `rsccl_device::coll::msccl`, one block per threadblock).
-use super::communicator::{Comm, Queue};
+use super::algorithm::{Algorithm, MscclId, Plan, Protocol};
+use super::call::{Call, DevCall};
+use super::communicator::{Comm, InFlight, Queue};
 use super::wiring::{conn_tag, Edge};
 use crate::backend::{DeviceBuffer, LaunchConfig};
-use crate::comm::collectives::check_call;
+use crate::comm::call::check_call;
 use crate::comm::scratch::Scratch;
-use crate::comm::signature::{Algo, Call};
 use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
@@ -37,16 +38,6 @@ pub const MAX_MSCCL_SCRATCH_BYTES: u64 = 4 << 30;
 
 /// Most programs one communicator holds (as many as a registry loads).
 pub const MAX_MSCCL_PROGRAMS: usize = crate::msccl::registry::MAX_PROGRAMS;
-
-/// A program loaded on a communicator ([`Comm::load_msccl`]); every rank gets the same id for
-/// the same load, and no other communicator knows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct MscclId {
-    /// Which communicator (from its unique id's secret, the same on all its ranks).
-    comm: u64,
-    /// Which load on it.
-    load: u64,
-}
 
 /// One rank's resources of a loaded program.
 pub(crate) struct Loaded {
@@ -319,22 +310,32 @@ impl Comm {
         // completed.
         let (seq, ran) = unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }?;
         let done = Arc::new(AtomicBool::new(!ran));
+        let plan = self.msccl_plan(&l);
         if ran {
-            // Completed like the ring's kernel: `finish` reads this program's status.
-            *self.msccl_in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
             let flag = done.clone();
             self.stream.host_fn(Box::new(move || {
                 drop(holds);
                 flag.store(true, Ordering::Release);
             }));
-            q.in_flight = Some(seq);
+            // Completed like the ring's kernel, from this program's status words.
+            q.in_flight = Some(InFlight::Msccl(seq, l));
         } else {
             q.unclaimed.push((seq, Ok(())));
         }
-        Ok(Work::new(self, seq, done, "msccl"))
+        Ok(Work::new(self, seq, done, plan))
     }
 
-    /// The launch shape of loaded program `id` on this rank.
+    /// The plan of a call of `l`: its threadblocks on this rank.
+    pub(super) fn msccl_plan(&self, l: &Loaded) -> Plan {
+        let cfg = l.launch_config(self.cfg.nthreads);
+        Plan {
+            algorithm: Algorithm::Msccl(l.id),
+            protocol: Protocol::Simple,
+            channels: cfg.grid.volume() as u32,
+            threads: cfg.block.volume() as u32,
+        }
+    }
+
     /// Scratch bytes a call of `count` × `dtype` of `l` needs on this rank (its scratch chunks
     /// of every pass), checked against [`MAX_MSCCL_SCRATCH_BYTES`].
     pub(super) fn msccl_scratch_bytes(&self, l: &Loaded, count: usize, dtype: DataType) -> Result<u64> {
@@ -357,12 +358,7 @@ impl Comm {
     }
 
     /// How a call of `count` × `dtype` of `l` is cut into passes (`None` for an empty call).
-    fn msccl_geometry(
-        &self,
-        l: &Loaded,
-        count: usize,
-        dtype: DataType,
-    ) -> Result<Option<Geometry>> {
+    fn msccl_geometry(&self, l: &Loaded, count: usize, dtype: DataType) -> Result<Option<Geometry>> {
         let (plan, name) = (&l.plan, &l.plan.name);
         if count == 0 {
             return Ok(None);
@@ -454,30 +450,22 @@ impl Comm {
 
     /// The registry program that serves this call, if any (MSCCL's scheduler: collective,
     /// ranks, bytes, layout; then this runtime's ops).
-    pub(super) fn msccl_select(
-        &self,
-        coll: Collective,
-        send: BufRef,
-        recv: BufRef,
-        count: usize,
-        dtype: DataType,
-        red: RedOp,
-    ) -> Option<Arc<Loaded>> {
+    pub(super) fn msccl_select(&self, call: &Call, red: RedOp) -> Option<MscclId> {
         let auto = self.msccl_auto.lock().unwrap_or_else(|e| e.into_inner());
         if auto.is_empty() {
             return None;
         }
-        let (ir, mult) = match coll {
+        let (ir, mult) = match call.coll {
             Collective::AllReduce => (IrColl::AllReduce, 1),
             Collective::AllGather => (IrColl::AllGather, self.nranks),
             Collective::ReduceScatter => (IrColl::ReduceScatter, self.nranks),
             _ => return None,
         };
-        let block = count.checked_mul(dtype.size())?;
+        let block = call.count.checked_mul(call.dtype.size())?;
         let bytes = block.checked_mul(mult)? as u64;
-        let in_place = in_place(&ir, send.ptr().0, recv.ptr().0, self.rank, block);
+        let in_place = in_place(&ir, call.send.ptr().0, call.recv.ptr().0, self.rank, block);
         let (_, id) = auto.iter().find(|(e, _)| e.serves(&ir, self.nranks, bytes, in_place))?;
-        self.loaded(*id).ok().filter(|l| l.applies(red))
+        self.loaded(*id).ok().filter(|l| l.applies(red)).map(|l| l.id)
     }
 
     /// Checks a call of `l` and enqueues its kernel: `(its collective number, whether a kernel
@@ -564,15 +552,17 @@ impl Comm {
             )));
         }
         let entered = self.progress.enter(native.unwrap_or(Collective::AllReduce), false);
-        let call = Call {
+        let call = DevCall {
             coll: native.unwrap_or(Collective::AllGather),
-            algo: Algo::Msccl,
             dtype,
             op: red,
+            arg: 0,
+            send: send.ptr(),
+            recv: recv.ptr(),
             count: count as u64,
             root: 0,
         };
-        let sig = self.sign(call, entered);
+        let sig = self.sign(&call, Algorithm::Msccl(l.id), entered);
         match self.prepare_msccl(l, send, recv, count, dtype, red, sig) {
             Ok(true) => Ok((entered, true)),
             Ok(false) => {

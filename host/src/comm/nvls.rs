@@ -2,6 +2,7 @@
 //! multicast ranges at init, when NVLS applies, and the choice per call (NCCL's rules: NVLS
 //! heads in the topology, more than two ranks, one node, a multimem form for the type and op,
 //! multicast support; `RSCCL_ALGO` as `NCCL_ALGO` forces or forbids it).
+use super::algo_mask::{NvlsPolicy, ALGO_VAR};
 use super::communicator::Comm;
 use super::config::CommConfig;
 use super::hang::RankState;
@@ -33,64 +34,6 @@ const NVLS_CREDIT_BYTES: u64 = 64;
 /// All-reduces of at most this many bytes run one-shot (every rank reduce-loads the whole
 /// buffer), larger ones two-shot.
 pub const NVLS_ONE_SHOT_MAX_BYTES: u64 = 64 << 10;
-
-/// The variable naming the algorithms a communicator may use (NCCL's `NCCL_ALGO`).
-pub const ALGO_VAR: &str = "RSCCL_ALGO";
-
-/// What `RSCCL_ALGO` says about NVLS.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NvlsPolicy {
-    /// Where it applies (unset, or NVLS in the allowed list with others).
-    Auto,
-    /// Only NVLS (`nvls`): a call or communicator it cannot serve is an error.
-    Forced,
-    /// Never (`^nvls`, or a list without it).
-    Off,
-}
-
-impl NvlsPolicy {
-    /// Parses NCCL's syntax: a comma-separated list of `ring`, `tree`, `nvls`, `nvlstree`,
-    /// `collnet*`, `pat` (case-insensitive), allowed ones, or excluded ones after a `^`.
-    ///
-    /// ```
-    /// use rsccl::comm::NvlsPolicy;
-    /// assert_eq!(NvlsPolicy::parse(None).unwrap(), NvlsPolicy::Auto);
-    /// assert_eq!(NvlsPolicy::parse(Some("NVLS")).unwrap(), NvlsPolicy::Forced);
-    /// assert_eq!(NvlsPolicy::parse(Some("ring,nvls")).unwrap(), NvlsPolicy::Auto);
-    /// assert_eq!(NvlsPolicy::parse(Some("^nvls")).unwrap(), NvlsPolicy::Off);
-    /// assert_eq!(NvlsPolicy::parse(Some("ring,tree")).unwrap(), NvlsPolicy::Off);
-    /// assert!(NvlsPolicy::parse(Some("warp")).is_err());
-    /// ```
-    pub fn parse(value: Option<&str>) -> Result<NvlsPolicy> {
-        let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else { return Ok(NvlsPolicy::Auto) };
-        let (exclude, list) = match v.strip_prefix('^') {
-            Some(rest) => (true, rest),
-            None => (false, v),
-        };
-        let mut nvls = false;
-        let mut others = false;
-        for name in list.split(',').map(|s| s.trim().to_ascii_lowercase()) {
-            match name.as_str() {
-                "nvls" => nvls = true,
-                "ring" | "tree" | "nvlstree" | "collnet" | "collnetdirect" | "collnetchain" | "pat" => {
-                    others = true
-                }
-                _ => {
-                    return Err(Error::InvalidConfig(format!(
-                        "{ALGO_VAR}=\"{v}\": unknown algorithm \"{name}\" (ring, tree, nvls, nvlstree, collnetdirect, collnetchain, pat)"
-                    )))
-                }
-            }
-        }
-        Ok(match (exclude, nvls, others) {
-            (true, true, _) => NvlsPolicy::Off,
-            (true, false, _) => NvlsPolicy::Auto,
-            (false, true, false) => NvlsPolicy::Forced,
-            (false, true, true) => NvlsPolicy::Auto,
-            (false, false, _) => NvlsPolicy::Off,
-        })
-    }
-}
 
 /// Whether a node's NVLS search result (searched for `nodes` nodes) is what these kernels are
 /// wired for. On one node: one head per GPU, GPU `h` heading slot `h` (NCCL's single-node NVLS
@@ -784,6 +727,15 @@ impl NvlsTree {
         copy(recv, tmp.ptr(), count * eb)
     }
 
+    /// The launch shape of the first kernel of an all-reduce of `dev`: this node's NVLS
+    /// reduce-scatter.
+    pub(crate) fn shape(&self, dev: &super::call::DevCall) -> (u32, u32) {
+        match &self.intra.nvls {
+            Some(n) => (n.grid, self.intra.nvls_threads(dev)),
+            None => (0, 0),
+        }
+    }
+
     /// Stops the sub-communicators' collectives (the parent was aborted).
     pub(crate) fn abort(&self) {
         let _ = self.intra.abort();
@@ -799,7 +751,7 @@ pub(crate) fn with_tree(mut comm: Comm) -> Result<Comm> {
     let peers = comm.peers().to_vec();
     let cfg = comm.config().clone();
     let hosts = super::topo::hosts_of(&peers);
-    if hosts.len() < 2 || !cfg.nvls || comm.nvls_policy == NvlsPolicy::Off {
+    if hosts.len() < 2 || !cfg.nvls || comm.algos.nvls_policy() == NvlsPolicy::Off {
         return Ok(comm);
     }
     let local = hosts[0].len();
@@ -811,7 +763,7 @@ pub(crate) fn with_tree(mut comm: Comm) -> Result<Comm> {
         None
     };
     if let Some(why) = why {
-        return if comm.nvls_policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
+        return if comm.algos.nvls_policy() == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
     }
     let rank = comm.rank();
     let (h, l) = hosts
@@ -834,7 +786,7 @@ pub(crate) fn with_tree(mut comm: Comm) -> Result<Comm> {
     let all = comm.all_gather_bootstrap(&[u8::from(up)])?;
     if all.iter().any(|b| b != &[1]) {
         let why = "NVLS did not come up on every node".to_string();
-        return if comm.nvls_policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
+        return if comm.algos.nvls_policy() == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
     }
     tracing::info!(rank, "NVLS_TREE: {} nodes of {local} ranks", hosts.len());
     comm.nvls_tree = Some(Arc::new(NvlsTree { intra, inter, tmp: Default::default() }));

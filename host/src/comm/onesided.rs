@@ -9,7 +9,7 @@
 //! semaphore and the rank it waited for; on the emulator, a put racing another rank's put is
 //! named with both writers) and checks that the launch left its semaphores at zero (always on
 //! the CPU emulator; on a GPU when `RSCCL_ONESIDED_CHECK=1`).
-use super::collectives::check_call;
+use super::call::check_call;
 use super::communicator::Comm;
 use super::{BufRef, ReduceOp};
 use crate::backend::{BackendKind, DeviceBuffer, LaunchConfig};

@@ -3,30 +3,35 @@
 //! fail on the ranks that see them instead of returning wrong data as `Ok` — and leave the
 //! communicator refused, since its FIFOs may hold data no call will read. The device writes
 //! and checks them ([`CallSig`]; `Primitives::new`); here they are made and read.
+use super::algorithm::Algorithm;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::prims::conn::CallSig;
 use rsccl_device::redop::RedOp;
 
-/// The algorithm a call runs with: ranks must agree on it (each form has its own memory).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Algo {
-    Ring = 0,
-    Tree = 1,
-    Msccl = 2,
-    Nvls = 3,
-    NvlsSymmetric = 4,
+/// The algorithm's code in a signature: ranks must agree on it (each form has its own memory);
+/// an MSCCL program is named by its call's key, not here.
+fn algo_code(a: Algorithm) -> u64 {
+    match a {
+        Algorithm::Ring => 0,
+        Algorithm::Tree => 1,
+        Algorithm::Msccl(_) => 2,
+        Algorithm::Nvls => 3,
+        Algorithm::NvlsSymmetric => 4,
+        Algorithm::NvlsTree => 5,
+    }
 }
 
-impl Algo {
-    const ALL: [Algo; 5] = [Algo::Ring, Algo::Tree, Algo::Msccl, Algo::Nvls, Algo::NvlsSymmetric];
+/// What a description says of the algorithm of code `c` (`None`: no such code).
+fn algo_suffix(c: u64) -> Option<&'static str> {
+    ["", " (tree)", " (msccl)", " (nvls)", " (nvls, symmetric)", " (nvls-tree)"].get(c as usize).copied()
 }
 
 /// One call as the kernels run it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Call {
+pub(crate) struct Signed {
     pub coll: Collective,
-    pub algo: Algo,
+    pub algo: Algorithm,
     pub dtype: DataType,
     pub op: RedOp,
     /// Elements (of `dtype`).
@@ -34,7 +39,7 @@ pub(crate) struct Call {
     pub root: usize,
 }
 
-impl Call {
+impl Signed {
     fn reduces(&self) -> bool {
         matches!(self.coll, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
     }
@@ -49,7 +54,7 @@ impl Call {
     pub(crate) fn sign(&self, seq: u64) -> CallSig {
         let mut h = Fnv::default();
         h.add(self.coll as u64);
-        h.add(self.algo as u64);
+        h.add(algo_code(self.algo));
         if self.reduces() {
             h.add(self.dtype as u64);
             h.add(self.op as u64);
@@ -61,7 +66,7 @@ impl Call {
             h.add(self.root as u64);
         }
         let desc = self.coll as u64
-            | (self.algo as u64) << 8
+            | algo_code(self.algo) << 8
             | (self.dtype as u64) << 16
             | (self.op as u64) << 24
             | (self.root as u64 & 0xFFFF_FFFF) << 32;
@@ -75,11 +80,11 @@ pub(crate) fn describe(desc: u64, count: u64) -> String {
     let coll = Collective::from_u32((desc & 0xFF) as u32);
     let dtype = DataType::ALL.get(((desc >> 16) & 0xFF) as usize).copied();
     let op = RedOp::ALL.get(((desc >> 24) & 0xFF) as usize).copied();
-    let algo = Algo::ALL.get(((desc >> 8) & 0xFF) as usize).copied();
+    let algo = algo_suffix((desc >> 8) & 0xFF);
     let (Some(coll), Some(algo), Some(dtype), Some(op)) = (coll, algo, dtype, op) else {
         return format!("an unknown call ({desc:#x})");
     };
-    let c = Call { coll, algo, dtype, op, count, root: (desc >> 32) as usize };
+    let c = Signed { coll, algo: Algorithm::Ring, dtype, op, count, root: (desc >> 32) as usize };
     let name = match coll {
         Collective::AllReduce => "all_reduce",
         Collective::ReduceScatter => "reduce_scatter",
@@ -94,13 +99,6 @@ pub(crate) fn describe(desc: u64, count: u64) -> String {
     if c.rooted() {
         args += &format!(", root {}", c.root);
     }
-    let algo = match c.algo {
-        Algo::Ring => "",
-        Algo::Tree => " (tree)",
-        Algo::Msccl => " (msccl)",
-        Algo::Nvls => " (nvls)",
-        Algo::NvlsSymmetric => " (nvls, symmetric)",
-    };
     format!("{name}({args}){algo}")
 }
 
@@ -125,8 +123,8 @@ impl Fnv {
 mod tests {
     use super::*;
 
-    fn call(coll: Collective, dtype: DataType, count: u64) -> Call {
-        Call { coll, algo: Algo::Ring, dtype, op: RedOp::Sum, count, root: 0 }
+    fn call(coll: Collective, dtype: DataType, count: u64) -> Signed {
+        Signed { coll, algo: Algorithm::Ring, dtype, op: RedOp::Sum, count, root: 0 }
     }
 
     #[test]
@@ -134,12 +132,12 @@ mod tests {
         let ar = call(Collective::AllReduce, DataType::F32, 2000);
         assert_eq!(ar.sign(7), ar.sign(7));
         for other in [
-            Call { count: 1000, ..ar },
-            Call { dtype: DataType::I32, ..ar },
-            Call { op: RedOp::Max, ..ar },
-            Call { algo: Algo::Tree, ..ar },
-            Call { algo: Algo::Nvls, ..ar },
-            Call { algo: Algo::NvlsSymmetric, ..ar },
+            Signed { count: 1000, ..ar },
+            Signed { dtype: DataType::I32, ..ar },
+            Signed { op: RedOp::Max, ..ar },
+            Signed { algo: Algorithm::Tree, ..ar },
+            Signed { algo: Algorithm::Nvls, ..ar },
+            Signed { algo: Algorithm::NvlsSymmetric, ..ar },
             call(Collective::AllGather, DataType::F32, 2000),
         ] {
             assert_ne!(ar.sign(7).key, other.sign(7).key, "{other:?}");
@@ -147,9 +145,9 @@ mod tests {
         // Bytes are what all-gather and broadcast move; roots matter only where they exist.
         let ag = call(Collective::AllGather, DataType::F32, 1000);
         assert_eq!(ag.sign(1).key, call(Collective::AllGather, DataType::U8, 4000).sign(1).key);
-        assert_eq!(ar.sign(1).key, Call { root: 3, ..ar }.sign(1).key);
+        assert_eq!(ar.sign(1).key, Signed { root: 3, ..ar }.sign(1).key);
         let bc = call(Collective::Broadcast, DataType::F32, 10);
-        assert_ne!(bc.sign(1).key, Call { root: 1, ..bc }.sign(1).key);
+        assert_ne!(bc.sign(1).key, Signed { root: 1, ..bc }.sign(1).key);
     }
 
     #[test]
@@ -158,12 +156,16 @@ mod tests {
         assert_eq!(describe(s.desc, s.count), "all_reduce(2000 × f32, sum)");
         let s = call(Collective::AllGather, DataType::F32, 1000).sign(7);
         assert_eq!(describe(s.desc, s.count), "all_gather(1000 × f32)");
-        let s = Call { root: 1, ..call(Collective::Broadcast, DataType::I32, 10) }.sign(1);
+        let s = Signed { root: 1, ..call(Collective::Broadcast, DataType::I32, 10) }.sign(1);
         assert_eq!(describe(s.desc, s.count), "broadcast(10 × i32, root 1)");
-        let s = Call { algo: Algo::Tree, op: RedOp::Max, ..call(Collective::AllReduce, DataType::BF16, 5) }
-            .sign(1);
+        let s = Signed {
+            algo: Algorithm::Tree,
+            op: RedOp::Max,
+            ..call(Collective::AllReduce, DataType::BF16, 5)
+        }
+        .sign(1);
         assert_eq!(describe(s.desc, s.count), "all_reduce(5 × bf16, max) (tree)");
-        let s = Call { algo: Algo::Nvls, ..call(Collective::ReduceScatter, DataType::F16, 8) }.sign(1);
+        let s = Signed { algo: Algorithm::Nvls, ..call(Collective::ReduceScatter, DataType::F16, 8) }.sign(1);
         assert_eq!(describe(s.desc, s.count), "reduce_scatter(8 × f16, sum) (nvls)");
         assert!(describe(0xFF, 1).starts_with("an unknown call"));
     }

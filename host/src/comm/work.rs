@@ -5,10 +5,11 @@
 //! The buffers a collective was given stay alive until its kernel completes, whatever the
 //! caller drops meanwhile, and the backend's copies of them wait for it: the stream, not the
 //! caller's discipline, decides when their memory may be reused.
+use super::algorithm::{Algorithm, Plan};
+use super::call::Call;
 use super::communicator::Comm;
 use super::{BufRef, ReduceOp};
 use crate::error::Result;
-use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -52,18 +53,23 @@ pub struct Work<'c> {
     seq: u64,
     done: Arc<AtomicBool>,
     claimed: bool,
-    algorithm: &'static str,
+    plan: Plan,
 }
 
 impl<'c> Work<'c> {
-    pub(super) fn new(comm: &'c Comm, seq: u64, done: Arc<AtomicBool>, algorithm: &'static str) -> Self {
-        Work { comm, seq, done, claimed: false, algorithm }
+    pub(super) fn new(comm: &'c Comm, seq: u64, done: Arc<AtomicBool>, plan: Plan) -> Self {
+        Work { comm, seq, done, claimed: false, plan }
     }
 
-    /// The algorithm that runs it: `ring`, `tree`, `nvls`, `nvls-symmetric` (on registered
-    /// windows) or `nvls-tree`.
+    /// The name of the algorithm that runs it: `ring`, `tree`, `nvls`, `nvls-symmetric` (on
+    /// registered windows), `nvls-tree` or `msccl` ([`Algorithm::name`](super::Algorithm::name)).
     pub fn algorithm(&self) -> &'static str {
-        self.algorithm
+        self.plan.algorithm.name()
+    }
+
+    /// How it runs: algorithm, protocol, launch shape.
+    pub fn plan(&self) -> Plan {
+        self.plan
     }
 
     /// Waits for the collective and returns its result.
@@ -93,6 +99,11 @@ impl Drop for Work<'_> {
 }
 
 impl<'c> Enqueue<'c> {
+    /// Nonblocking [`Comm::run`]: starts `call` and returns its [`Work`].
+    pub fn run(self, call: Call) -> Result<Work<'c>> {
+        self.comm.start(call)
+    }
+
     /// Nonblocking [`Comm::all_reduce`].
     pub fn all_reduce(
         self,
@@ -102,7 +113,7 @@ impl<'c> Enqueue<'c> {
         dtype: DataType,
         op: ReduceOp,
     ) -> Result<Work<'c>> {
-        self.comm.start(Collective::AllReduce, send, recv, count, dtype, op, 0, false)
+        self.run(Call::all_reduce(send, recv, count, dtype, op))
     }
 
     /// Nonblocking [`Comm::all_reduce_tree`].
@@ -114,7 +125,7 @@ impl<'c> Enqueue<'c> {
         dtype: DataType,
         op: ReduceOp,
     ) -> Result<Work<'c>> {
-        self.comm.start(Collective::AllReduce, send, recv, count, dtype, op, 0, true)
+        self.run(Call::all_reduce(send, recv, count, dtype, op).with_algorithm(Algorithm::Tree))
     }
 
     /// Nonblocking [`Comm::reduce_scatter`].
@@ -126,7 +137,7 @@ impl<'c> Enqueue<'c> {
         dtype: DataType,
         op: ReduceOp,
     ) -> Result<Work<'c>> {
-        self.comm.start(Collective::ReduceScatter, send, recv, recv_count, dtype, op, 0, false)
+        self.run(Call::reduce_scatter(send, recv, recv_count, dtype, op))
     }
 
     /// Nonblocking [`Comm::all_gather`].
@@ -137,7 +148,7 @@ impl<'c> Enqueue<'c> {
         send_count: usize,
         dtype: DataType,
     ) -> Result<Work<'c>> {
-        self.comm.start(Collective::AllGather, send, recv, send_count, dtype, ReduceOp::Sum, 0, false)
+        self.run(Call::all_gather(send, recv, send_count, dtype))
     }
 
     /// Nonblocking [`Comm::broadcast`].
@@ -149,7 +160,7 @@ impl<'c> Enqueue<'c> {
         dtype: DataType,
         root: usize,
     ) -> Result<Work<'c>> {
-        self.comm.start(Collective::Broadcast, send, recv, count, dtype, ReduceOp::Sum, root, false)
+        self.run(Call::broadcast(send, recv, count, dtype, root))
     }
 
     /// Nonblocking [`Comm::all_to_all`]: its `send` (or, in place, the staging copy of it) and
@@ -168,6 +179,6 @@ impl<'c> Enqueue<'c> {
         op: ReduceOp,
         root: usize,
     ) -> Result<Work<'c>> {
-        self.comm.start(Collective::Reduce, send, recv, count, dtype, op, root, false)
+        self.run(Call::reduce(send, recv, count, dtype, op, root))
     }
 }

@@ -1,6 +1,8 @@
-//! The typed collective calls of a [`LocalGroup`], in the style of NCCL: validated buffers, an
-//! element type and a reduction operator.
-use super::LocalGroup;
+//! One collective call as a value ([`Call`], NCCL's `ncclInfo`): what the user asked for, built
+//! by every entry point (blocking, enqueued, cudarc streams, a [`super::LocalGroup`]) and checked
+//! once — buffers, alignment, races between ranks' buffers, the root, the type on this GPU and
+//! PreMulSum's scalar — before a plan chooses how it runs.
+use super::algorithm::Algorithm;
 use crate::backend::DeviceBuffer;
 use crate::error::{Error, Result};
 use rsccl_device::coll::Collective;
@@ -27,6 +29,15 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
+    /// Whether `other` is the same reduction (PreMulSum's scalars compared bit for bit, so a
+    /// NaN scalar is itself).
+    pub(crate) fn same_as(self, other: ReduceOp) -> bool {
+        match (self, other) {
+            (ReduceOp::PreMulSum(a), ReduceOp::PreMulSum(b)) => a.to_bits() == b.to_bits(),
+            (a, b) => a == b,
+        }
+    }
+
     /// The device operator and its argument for `dtype` over `nranks` ranks.
     ///
     /// ```
@@ -44,6 +55,180 @@ impl ReduceOp {
             ReduceOp::Avg => RedOp::avg(dtype, nranks as u32),
             ReduceOp::PreMulSum(s) => (RedOp::PreMulSum, scalar_bits(dtype, s)),
         }
+    }
+}
+
+/// One rank's buffer argument: a device buffer and a byte offset into it.
+#[derive(Clone, Copy, Debug)]
+pub struct BufRef<'a> {
+    /// The buffer.
+    pub buf: &'a DeviceBuffer,
+    /// Byte offset of the first element.
+    pub offset: usize,
+}
+
+impl<'a> From<&'a DeviceBuffer> for BufRef<'a> {
+    fn from(buf: &'a DeviceBuffer) -> Self {
+        BufRef { buf, offset: 0 }
+    }
+}
+
+impl BufRef<'_> {
+    pub(crate) fn ptr(&self) -> DevPtr {
+        self.buf.ptr().offset(self.offset as u64)
+    }
+}
+
+/// One collective call of one rank: the collective, its buffers, count, type, reduction and
+/// root, and the algorithm asked for if any. The constructors name the collectives as NCCL's
+/// calls do; [`Comm::run`](super::Comm::run) and [`Enqueue::run`](super::Enqueue::run) take it.
+///
+/// ```
+/// use rsccl::{backend, BufRef, Call, Comm, CommConfig, DataType, ReduceOp};
+///
+/// let be = backend::cpu();
+/// let comms = Comm::init_all(&be, 2, CommConfig::default())?;
+/// let bufs: Vec<_> = (0..2).map(|r| be.upload(&[r as i32 + 1; 4])).collect::<Result<_, _>>()?;
+/// let work: Vec<_> = comms
+///     .iter()
+///     .zip(&bufs)
+///     .map(|(c, b)| c.enqueue().run(Call::all_reduce(b.into(), b.into(), 4, DataType::I32, ReduceOp::Sum)))
+///     .collect::<Result<_, _>>()?;
+/// for w in work {
+///     w.wait()?;
+/// }
+/// assert_eq!(be.download::<i32>(&bufs[0], 4)?, [3; 4]);
+/// # Ok::<(), rsccl::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Call<'a> {
+    /// Which collective.
+    pub coll: Collective,
+    /// This rank's input.
+    pub send: BufRef<'a>,
+    /// This rank's output.
+    pub recv: BufRef<'a>,
+    /// Elements as NCCL's call counts them: all-reduce, broadcast, reduce: of each buffer;
+    /// reduce-scatter: received; all-gather: sent.
+    pub count: usize,
+    /// The element type.
+    pub dtype: DataType,
+    /// The reduction (ignored by collectives that only move data).
+    pub op: ReduceOp,
+    /// The root of broadcast and reduce (0 otherwise).
+    pub root: usize,
+    /// The algorithm asked for; `None`: the plan chooses ([`RSCCL_ALGO`](super::ALGO_VAR) and
+    /// what the communicator has).
+    pub algorithm: Option<Algorithm>,
+}
+
+impl<'a> Call<'a> {
+    fn new(coll: Collective, send: BufRef<'a>, recv: BufRef<'a>, count: usize, dtype: DataType) -> Self {
+        Call { coll, send, recv, count, dtype, op: ReduceOp::Sum, root: 0, algorithm: None }
+    }
+
+    /// Every rank's `recv` gets the reduction of all ranks' `send` (`count` elements).
+    pub fn all_reduce(
+        send: BufRef<'a>,
+        recv: BufRef<'a>,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Self {
+        Call { op, ..Self::new(Collective::AllReduce, send, recv, count, dtype) }
+    }
+
+    /// Rank r's `recv` (`recv_count` elements) gets block r of the reduction of all `send`s.
+    pub fn reduce_scatter(
+        send: BufRef<'a>,
+        recv: BufRef<'a>,
+        recv_count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    ) -> Self {
+        Call { op, ..Self::new(Collective::ReduceScatter, send, recv, recv_count, dtype) }
+    }
+
+    /// Every rank's `recv` (`nranks × send_count` elements) gets all `send`s in rank order.
+    pub fn all_gather(send: BufRef<'a>, recv: BufRef<'a>, send_count: usize, dtype: DataType) -> Self {
+        Self::new(Collective::AllGather, send, recv, send_count, dtype)
+    }
+
+    /// Every rank's `recv` gets `root`'s `send`.
+    pub fn broadcast(send: BufRef<'a>, recv: BufRef<'a>, count: usize, dtype: DataType, root: usize) -> Self {
+        Call { root, ..Self::new(Collective::Broadcast, send, recv, count, dtype) }
+    }
+
+    /// `root`'s `recv` gets the reduction of all `send`s.
+    pub fn reduce(
+        send: BufRef<'a>,
+        recv: BufRef<'a>,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+        root: usize,
+    ) -> Self {
+        Call { op, root, ..Self::new(Collective::Reduce, send, recv, count, dtype) }
+    }
+
+    /// This call on `algorithm` instead of the plan's choice.
+    pub fn with_algorithm(self, algorithm: Algorithm) -> Self {
+        Call { algorithm: Some(algorithm), ..self }
+    }
+
+    /// Checks this call as rank `rank`'s of `nranks` on a GPU of compute capability `cc`
+    /// ([`check_call`]) and returns it as the kernels take it.
+    pub(crate) fn check(&self, rank: usize, nranks: usize, cc: Option<(i32, i32)>) -> Result<DevCall> {
+        let (op, arg) = check_call(
+            self.coll,
+            rank,
+            nranks,
+            std::slice::from_ref(&self.send),
+            std::slice::from_ref(&self.recv),
+            self.count,
+            self.dtype,
+            self.op,
+            self.root,
+            cc,
+        )?;
+        Ok(DevCall::new(self, op, arg))
+    }
+}
+
+/// A checked call as the kernels take it: the device operator and its argument, the buffers'
+/// addresses, the count in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DevCall {
+    pub coll: Collective,
+    pub dtype: DataType,
+    pub op: RedOp,
+    /// The operator's argument (PreMulSum's scalar bits, SumPostDiv's divisor).
+    pub arg: u64,
+    pub send: DevPtr,
+    pub recv: DevPtr,
+    /// Elements (of `dtype`).
+    pub count: u64,
+    pub root: usize,
+}
+
+impl DevCall {
+    /// `call` with its resolved operator `op` and argument `arg`.
+    pub(crate) fn new(call: &Call, op: RedOp, arg: u64) -> Self {
+        DevCall {
+            coll: call.coll,
+            dtype: call.dtype,
+            op,
+            arg,
+            send: call.send.ptr(),
+            recv: call.recv.ptr(),
+            count: call.count as u64,
+            root: call.root,
+        }
+    }
+
+    /// Whether the collective reduces (all-reduce, reduce-scatter, reduce).
+    pub(crate) fn reduces(&self) -> bool {
+        matches!(self.coll, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
     }
 }
 
@@ -160,38 +345,6 @@ pub fn scalar_bits(dtype: DataType, x: f64) -> u64 {
     }
 }
 
-/// Which algorithm a collective runs (NCCL's `NCCL_ALGO`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Rings: bandwidth-optimal, `2(n-1)` steps.
-    Ring,
-    /// Trees: reduce up, broadcast down; `O(log n)` steps across nodes (all-reduce only).
-    Tree,
-    /// An MSCCL program loaded with [`LocalGroup::load_msccl`] (or [`Comm::load_msccl`](super::Comm::load_msccl)).
-    Msccl(super::MscclId),
-}
-
-/// One rank's buffer argument: a device buffer and a byte offset into it.
-#[derive(Clone, Copy, Debug)]
-pub struct BufRef<'a> {
-    /// The buffer.
-    pub buf: &'a DeviceBuffer,
-    /// Byte offset of the first element.
-    pub offset: usize,
-}
-
-impl<'a> From<&'a DeviceBuffer> for BufRef<'a> {
-    fn from(buf: &'a DeviceBuffer) -> Self {
-        BufRef { buf, offset: 0 }
-    }
-}
-
-impl BufRef<'_> {
-    pub(crate) fn ptr(&self) -> DevPtr {
-        self.buf.ptr().offset(self.offset as u64)
-    }
-}
-
 /// The byte sizes of one rank's send and receive buffers and of one block, for `count`
 /// elements of `dtype` over `n` ranks, after checking that rank `r`'s buffers hold them and are
 /// aligned (checked arithmetic: a count that overflows is an error, not a wrap).
@@ -239,7 +392,7 @@ pub(crate) fn check_rank(
 }
 
 /// Everything a collective call is checked for before a kernel is launched, for the ranks
-/// `first_rank..` whose buffers are `send`/`recv` (all of a [`LocalGroup`]'s, or a
+/// `first_rank..` whose buffers are `send`/`recv` (all of a [`super::LocalGroup`]'s, or a
 /// [`super::Comm`]'s own) in an `n`-rank communicator on a GPU of compute capability `cc`: the
 /// root, the element type on this GPU, each rank's buffers ([`check_rank`]), races between
 /// them ([`check_overlaps`]) and PreMulSum's scalar. Returns the device operator and argument.
@@ -275,118 +428,4 @@ pub(crate) fn check_call(
         check_scalar(dtype, s)?;
     }
     Ok(op.resolve(dtype, n))
-}
-
-impl LocalGroup {
-    #[allow(clippy::too_many_arguments)]
-    fn checked(
-        &self,
-        coll: Collective,
-        send: &[BufRef],
-        recv: &[BufRef],
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-        root: usize,
-        algo: Algorithm,
-    ) -> Result<()> {
-        let n = self.nranks();
-        let bad = |why: String| Error::InvalidConfig(why);
-        if send.len() != n || recv.len() != n {
-            return Err(bad(format!(
-                "{coll:?}: {} send and {} receive buffers given for {n} ranks",
-                send.len(),
-                recv.len()
-            )));
-        }
-        if let Algorithm::Msccl(id) = algo {
-            return self.run_msccl(id, send, recv, count, dtype, op);
-        }
-        let (red, arg) = check_call(coll, 0, n, send, recv, count, dtype, op, root, self.backend_cc())?;
-        let bufs: Vec<(DevPtr, DevPtr)> = send.iter().zip(recv).map(|(s, d)| (s.ptr(), d.ptr())).collect();
-        // SAFETY: check_rank showed every rank's buffers hold what it reads and writes, and
-        // check_overlaps that no rank writes what another reads; the borrows keep them alive
-        // until the run returns, which waits for every launched kernel.
-        match algo {
-            Algorithm::Tree => unsafe { self.run_tree(dtype, red, &bufs, count as u64, arg) },
-            _ => unsafe { self.run_ring(coll, dtype, red, &bufs, count as u64, root, arg) },
-        }
-    }
-
-    /// Every rank's `recv` gets the reduction of all ranks' `send` (`count` elements each).
-    /// `send[r]` and `recv[r]` may be the same buffer (in place).
-    pub fn all_reduce(
-        &self,
-        send: &[BufRef],
-        recv: &[BufRef],
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.all_reduce_with(send, recv, count, dtype, op, Algorithm::Ring)
-    }
-
-    /// [`LocalGroup::all_reduce`] with a chosen algorithm: the rings, or the trees of
-    /// [`GroupConfig::trees`](super::GroupConfig::trees) (reduce up, broadcast down).
-    pub fn all_reduce_with(
-        &self,
-        send: &[BufRef],
-        recv: &[BufRef],
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-        algo: Algorithm,
-    ) -> Result<()> {
-        self.checked(Collective::AllReduce, send, recv, count, dtype, op, 0, algo)
-    }
-
-    /// Rank r's `recv` (`recv_count` elements) gets block r of the reduction of all `send`s
-    /// (`nranks × recv_count` elements each).
-    pub fn reduce_scatter(
-        &self,
-        send: &[BufRef],
-        recv: &[BufRef],
-        recv_count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.checked(Collective::ReduceScatter, send, recv, recv_count, dtype, op, 0, Algorithm::Ring)
-    }
-
-    /// Every rank's `recv` (`nranks × send_count` elements) gets all `send`s in rank order.
-    /// In place: `send[r]` is `recv[r]` at byte offset `r × send_count × size`.
-    pub fn all_gather(
-        &self,
-        send: &[BufRef],
-        recv: &[BufRef],
-        send_count: usize,
-        dtype: DataType,
-    ) -> Result<()> {
-        self.checked(Collective::AllGather, send, recv, send_count, dtype, ReduceOp::Sum, 0, Algorithm::Ring)
-    }
-
-    /// Every rank's `recv` gets `root`'s `send`.
-    pub fn broadcast(
-        &self,
-        send: &[BufRef],
-        recv: &[BufRef],
-        count: usize,
-        dtype: DataType,
-        root: usize,
-    ) -> Result<()> {
-        self.checked(Collective::Broadcast, send, recv, count, dtype, ReduceOp::Sum, root, Algorithm::Ring)
-    }
-
-    /// `root`'s `recv` gets the reduction of all `send`s.
-    pub fn reduce(
-        &self,
-        send: &[BufRef],
-        recv: &[BufRef],
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<()> {
-        self.checked(Collective::Reduce, send, recv, count, dtype, op, root, Algorithm::Ring)
-    }
 }

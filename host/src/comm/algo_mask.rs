@@ -1,0 +1,128 @@
+//! The algorithms a communicator may use: `RSCCL_ALGO` (NCCL's `NCCL_ALGO`) as a mask, read
+//! once at init; the plan ([`super::Plan`]) chooses among what it allows.
+use super::algorithm::Algorithm;
+use crate::error::{Error, Result};
+
+/// The variable naming the algorithms a communicator may use (NCCL's `NCCL_ALGO`).
+pub const ALGO_VAR: &str = "RSCCL_ALGO";
+
+/// What `RSCCL_ALGO` says about NVLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NvlsPolicy {
+    /// Where it applies (unset, or NVLS in the allowed list with others).
+    Auto,
+    /// Only NVLS (`nvls`): a call or communicator it cannot serve is an error.
+    Forced,
+    /// Never (`^nvls`, or a list without it).
+    Off,
+}
+
+impl NvlsPolicy {
+    /// Parses NCCL's syntax: a comma-separated list of `ring`, `tree`, `nvls`, `nvlstree`,
+    /// `collnet*`, `pat` (case-insensitive), allowed ones, or excluded ones after a `^`.
+    ///
+    /// ```
+    /// use rsccl::comm::NvlsPolicy;
+    /// assert_eq!(NvlsPolicy::parse(None).unwrap(), NvlsPolicy::Auto);
+    /// assert_eq!(NvlsPolicy::parse(Some("NVLS")).unwrap(), NvlsPolicy::Forced);
+    /// assert_eq!(NvlsPolicy::parse(Some("ring,nvls")).unwrap(), NvlsPolicy::Auto);
+    /// assert_eq!(NvlsPolicy::parse(Some("^nvls")).unwrap(), NvlsPolicy::Off);
+    /// assert_eq!(NvlsPolicy::parse(Some("ring,tree")).unwrap(), NvlsPolicy::Off);
+    /// assert!(NvlsPolicy::parse(Some("warp")).is_err());
+    /// ```
+    pub fn parse(value: Option<&str>) -> Result<NvlsPolicy> {
+        Ok(AlgoMask::parse(value)?.nvls_policy())
+    }
+}
+
+/// The algorithms `RSCCL_ALGO` allows (NCCL's `NCCL_ALGO`): a comma-separated list of `ring`,
+/// `tree`, `nvls`, `nvlstree`, `collnet` (both CollNet forms), `collnetdirect`, `collnetchain`,
+/// `pat` (any case), the ones allowed, or after a `^` the ones excluded; unset or empty: all.
+/// MSCCL programs are outside it (as in MSCCL): a registry program serves the calls it names.
+///
+/// ```
+/// use rsccl::comm::AlgoMask;
+/// use rsccl::Algorithm;
+/// let m = AlgoMask::parse(Some("ring,NVLS"))?;
+/// assert!(m.allows(Algorithm::Ring) && m.allows(Algorithm::NvlsSymmetric) && !m.allows(Algorithm::Tree));
+/// assert!(!AlgoMask::parse(Some("^tree"))?.allows(Algorithm::Tree));
+/// assert!(AlgoMask::parse(None)?.allows(Algorithm::Tree));
+/// assert!(AlgoMask::parse(Some("warp")).is_err());
+/// # Ok::<(), rsccl::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AlgoMask {
+    /// One bit per name of [`ALGO_NAMES`].
+    bits: u8,
+}
+
+/// The names `RSCCL_ALGO` knows, in bit order.
+const ALGO_NAMES: [&str; 7] = ["ring", "tree", "nvls", "nvlstree", "collnetdirect", "collnetchain", "pat"];
+
+impl AlgoMask {
+    const RING: u8 = 1 << 0;
+    const TREE: u8 = 1 << 1;
+    const NVLS: u8 = 1 << 2;
+    const NVLS_TREE: u8 = 1 << 3;
+    const ALL: u8 = (1 << ALGO_NAMES.len()) - 1;
+
+    /// Parses NCCL's syntax (see [`AlgoMask`]); an unknown name is an error naming it.
+    pub fn parse(value: Option<&str>) -> Result<AlgoMask> {
+        let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+            return Ok(AlgoMask { bits: Self::ALL });
+        };
+        let (exclude, list) = match v.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, v),
+        };
+        let mut named = 0u8;
+        for name in list.split(',').map(|s| s.trim().to_ascii_lowercase()) {
+            named |= match name.as_str() {
+                "collnet" => 0b11 << 4,
+                n => match ALGO_NAMES.iter().position(|&k| k == n) {
+                    Some(b) => 1 << b,
+                    None => {
+                        return Err(Error::InvalidConfig(format!(
+                            "{ALGO_VAR}=\"{v}\": unknown algorithm \"{name}\" (ring, tree, nvls, nvlstree, collnetdirect, collnetchain, pat)"
+                        )))
+                    }
+                },
+            };
+        }
+        Ok(AlgoMask { bits: if exclude { Self::ALL & !named } else { named } })
+    }
+
+    /// Whether `algorithm` may run (the NVLS forms under `nvls`, NVLS_TREE's under either
+    /// `nvls` or `nvlstree`; MSCCL always).
+    pub fn allows(&self, algorithm: Algorithm) -> bool {
+        let bit = match algorithm {
+            Algorithm::Ring => Self::RING,
+            Algorithm::Tree => Self::TREE,
+            Algorithm::Nvls | Algorithm::NvlsSymmetric => Self::NVLS,
+            Algorithm::NvlsTree => Self::NVLS | Self::NVLS_TREE,
+            Algorithm::Msccl(_) => return true,
+        };
+        self.bits & bit != 0
+    }
+
+    /// What it says about NVLS: only NVLS (forced), NVLS among others (where it applies), or
+    /// none.
+    pub fn nvls_policy(&self) -> NvlsPolicy {
+        match (self.bits & Self::NVLS != 0, self.bits & !Self::NVLS != 0) {
+            (false, _) => NvlsPolicy::Off,
+            (true, false) => NvlsPolicy::Forced,
+            (true, true) => NvlsPolicy::Auto,
+        }
+    }
+
+    /// The variable's text for messages (`RSCCL_ALGO=...`).
+    pub(crate) fn describe(&self) -> String {
+        let names: Vec<&str> = ALGO_NAMES
+            .iter()
+            .enumerate()
+            .filter(|(b, _)| self.bits & (1 << b) != 0)
+            .map(|(_, n)| *n)
+            .collect();
+        format!("{ALGO_VAR}={}", names.join(","))
+    }
+}

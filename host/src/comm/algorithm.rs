@@ -1,0 +1,74 @@
+//! How a call runs: the [`Algorithm`], the [`Protocol`] and the launch shape, together a
+//! [`Plan`] (NCCL's `ncclTopoGetAlgoInfo` result). One function chooses it for every call
+//! (`Comm::plan`, in `plan.rs`); the coming cost model plugs in there.
+
+/// A program loaded on a communicator ([`Comm::load_msccl`](super::Comm::load_msccl)); every rank
+/// gets the same id for the same load, and no other communicator knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MscclId {
+    /// Which communicator (from its unique id's secret, the same on all its ranks).
+    pub(super) comm: u64,
+    /// Which load on it.
+    pub(super) load: u64,
+}
+
+/// Which algorithm a collective runs (NCCL's `NCCL_ALGO`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Rings: bandwidth-optimal, `2(n-1)` steps.
+    Ring,
+    /// Trees: reduce up, broadcast down; `O(log n)` steps across nodes (all-reduce only).
+    Tree,
+    /// NVLink SHARP on one node: multimem reductions through the switch (through the
+    /// communicator's scratch).
+    Nvls,
+    /// NVLS straight on symmetric windows ([`Comm::register_window`](super::Comm::register_window)).
+    NvlsSymmetric,
+    /// NVLS inside each node, a ring across nodes per local index (all-reduce).
+    NvlsTree,
+    /// An MSCCL program loaded with [`Comm::load_msccl`](super::Comm::load_msccl) (or
+    /// [`LocalGroup::load_msccl`](super::LocalGroup::load_msccl)), or one of the registry's.
+    Msccl(MscclId),
+}
+
+impl Algorithm {
+    /// Its name in logs and [`Work::algorithm`](super::Work::algorithm): `ring`, `tree`,
+    /// `nvls`, `nvls-symmetric`, `nvls-tree`, `msccl`.
+    ///
+    /// ```
+    /// assert_eq!(rsccl::Algorithm::NvlsSymmetric.name(), "nvls-symmetric");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "tree",
+            Algorithm::Nvls => "nvls",
+            Algorithm::NvlsSymmetric => "nvls-symmetric",
+            Algorithm::NvlsTree => "nvls-tree",
+            Algorithm::Msccl(_) => "msccl",
+        }
+    }
+}
+
+/// How a kernel's steps move data (NCCL's `NCCL_PROTO`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// FIFO slots of `step_bytes`, flagged by head and tail counters: bandwidth-optimal.
+    Simple,
+}
+
+/// How one call runs on this rank: the algorithm, the protocol, and its kernel's launch shape
+/// (blocks and threads per block; for an algorithm of several kernels, its first). Every rank
+/// of a communicator plans the same for the same call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// The protocol.
+    pub protocol: Protocol,
+    /// Blocks of the kernel (a channel each for rings and trees, a threadblock of the program
+    /// for MSCCL).
+    pub channels: u32,
+    /// Threads per block.
+    pub threads: u32,
+}

@@ -1,0 +1,126 @@
+//! The one place a call's [`Plan`] is chosen (NCCL's `ncclTopoGetAlgoInfo`): which algorithm,
+//! protocol and launch shape, from the call, what the communicator has (NVLS, NVLS_TREE, MSCCL
+//! programs, symmetric windows) and what `RSCCL_ALGO` allows. Every entry point — `Comm`'s
+//! calls, enqueued or blocking, the cudarc ones, a `LocalGroup`'s — plans here. The cost model
+//! that weighs algorithms and protocols by size goes here too.
+use super::algo_mask::{NvlsPolicy, ALGO_VAR};
+use super::algorithm::{Algorithm, Plan, Protocol};
+use super::call::{Call, DevCall};
+use super::communicator::Comm;
+use super::nvls;
+use crate::error::{Error, Result};
+use rsccl_device::coll::kernels::CollKernel;
+use rsccl_device::coll::nvls_fifo::NVLS_MIN_THREADS;
+use rsccl_device::coll::Collective;
+use rsccl_device::DevPtr;
+
+/// A one-rank communicator's copy kernel: a block per this many elements, at most
+/// [`ONE_RANK_MAX_BLOCKS`].
+const ONE_RANK_ELEMS_PER_BLOCK: u64 = 1 << 16;
+
+/// Most blocks of a one-rank communicator's copy kernel.
+const ONE_RANK_MAX_BLOCKS: u64 = 32;
+
+impl Comm {
+    /// How `call` (checked: `dev`) runs on this rank. In order: the algorithm the call asks
+    /// for; NVLS_TREE for an all-reduce it serves; a registry MSCCL program that serves the
+    /// call; NVLS (on symmetric windows when both buffers lie in them) where it applies; the
+    /// rings, or the trees for an all-reduce when `RSCCL_ALGO` leaves out the rings. `Err` when
+    /// nothing `RSCCL_ALGO` allows serves the call.
+    pub(super) fn plan(&self, call: &Call, dev: &DevCall) -> Result<Plan> {
+        let algorithm = self.choose(call, dev)?;
+        Ok(self.plan_for(algorithm, dev))
+    }
+
+    fn choose(&self, call: &Call, dev: &DevCall) -> Result<Algorithm> {
+        let (coll, dtype, red) = (dev.coll, dev.dtype, dev.op);
+        if let Some(a) = call.algorithm {
+            return match a {
+                Algorithm::Ring => Ok(a),
+                Algorithm::Tree if coll == Collective::AllReduce => Ok(a),
+                Algorithm::Msccl(_) => Ok(a),
+                _ => Err(Error::InvalidConfig(format!(
+                    "rank {}: {coll:?} cannot run on {} here (rings: every collective; trees: all-reduce; \
+                     MSCCL: a loaded program; NVLS is chosen where it applies)",
+                    self.rank,
+                    a.name()
+                ))),
+            };
+        }
+        let nvls_serves = nvls::applies(coll, dtype, red);
+        if self.nvls_tree.is_some() && coll == Collective::AllReduce && nvls_serves {
+            return Ok(Algorithm::NvlsTree);
+        }
+        if let Some(id) = self.msccl_select(call, red) {
+            return Ok(Algorithm::Msccl(id));
+        }
+        if self.nvls.is_some() && nvls_serves {
+            return Ok(if self.symmetric_windows(dev).is_some() {
+                Algorithm::NvlsSymmetric
+            } else {
+                Algorithm::Nvls
+            });
+        }
+        if self.algos.nvls_policy() == NvlsPolicy::Forced {
+            return Err(Error::InvalidConfig(format!(
+                "{ALGO_VAR}=nvls, but NVLS has no {coll:?} of {} with {red:?} (it serves all-reduce and reduce-scatter \
+                 with sum/min/max of the types multimem reduces, and all-gather of those types)",
+                dtype.name()
+            )));
+        }
+        if self.algos.allows(Algorithm::Ring) || self.nranks == 1 {
+            return Ok(Algorithm::Ring);
+        }
+        if coll == Collective::AllReduce && self.algos.allows(Algorithm::Tree) {
+            return Ok(Algorithm::Tree);
+        }
+        Err(Error::InvalidConfig(format!(
+            "rank {}: {} allows no algorithm that runs {coll:?} of {} here (rings run every collective, trees \
+             all-reduce, NVLS what multimem serves)",
+            self.rank,
+            self.algos.describe(),
+            dtype.name()
+        )))
+    }
+
+    /// The plan of `dev` on `algorithm` (chosen): its launch shape on this rank.
+    pub(super) fn plan_for(&self, algorithm: Algorithm, dev: &DevCall) -> Plan {
+        let (channels, threads) = match algorithm {
+            Algorithm::Ring | Algorithm::Tree if self.nranks == 1 => {
+                let blocks = (dev.count / ONE_RANK_ELEMS_PER_BLOCK).clamp(1, ONE_RANK_MAX_BLOCKS);
+                (blocks as u32, self.cfg.nthreads)
+            }
+            Algorithm::Ring | Algorithm::Tree => (self.cfg.nchannels as u32, self.cfg.nthreads),
+            Algorithm::Nvls | Algorithm::NvlsSymmetric => match &self.nvls {
+                Some(n) => (n.grid, self.nvls_threads(dev)),
+                None => (0, 0),
+            },
+            Algorithm::NvlsTree => match &self.nvls_tree {
+                Some(t) => t.shape(dev),
+                None => (0, 0),
+            },
+            Algorithm::Msccl(id) => match self.loaded(id) {
+                Ok(l) => return self.msccl_plan(&l),
+                Err(_) => (0, 0),
+            },
+        };
+        Plan { algorithm, protocol: Protocol::Simple, channels, threads }
+    }
+
+    /// Threads per block of this rank's NVLS kernel for `dev`: the FIFO form's three warp
+    /// groups need at least a warp each.
+    pub(super) fn nvls_threads(&self, dev: &DevCall) -> u32 {
+        self.cfg.nthreads.clamp(NVLS_MIN_THREADS, CollKernel::Nvls(dev.dtype).max_threads())
+    }
+
+    /// The multicast addresses of an all-reduce's buffers when its send buffer lies in a
+    /// symmetric window: `(send's, receive's if it lies in one too)`.
+    pub(super) fn symmetric_windows(&self, dev: &DevCall) -> Option<(DevPtr, Option<DevPtr>)> {
+        if dev.coll != Collective::AllReduce {
+            return None;
+        }
+        let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let bytes = dev.count as usize * dev.dtype.size();
+        nvls::in_window(&windows, dev.send, bytes).map(|ms| (ms, nvls::in_window(&windows, dev.recv, bytes)))
+    }
+}
