@@ -6,6 +6,7 @@ use super::algo_mask::AlgoMask;
 use super::config::CommConfig;
 use super::hang::Progress;
 use super::nvls::{self, Nvls};
+use super::nvls_window;
 use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
 use crate::bootstrap::{Bootstrap, PeerInfo};
 use crate::error::{Error, Result};
@@ -17,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::algorithm::MscclId;
-use super::msccl;
+use super::msccl_loaded::Loaded;
 
 /// How long a rank whose collective timed out waits for the others' status answers.
 pub(super) const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -36,7 +37,7 @@ pub(super) enum InFlight {
     /// A kernel that reports in the communicator's status words (rings, trees, NVLS).
     Kernel(u64),
     /// An MSCCL program's kernel, reporting in the program's status words.
-    Msccl(u64, Arc<msccl::Loaded>),
+    Msccl(u64, Arc<Loaded>),
     /// The NVLS_TREE worker thread (collectives of the sub-communicators).
     NvlsTree(u64, std::thread::JoinHandle<Result<()>>),
 }
@@ -48,6 +49,18 @@ impl InFlight {
             InFlight::Kernel(s) | InFlight::Msccl(s, _) | InFlight::NvlsTree(s, _) => *s,
         }
     }
+}
+
+/// NVLS_TREE for a communicator across nodes (NCCL's algorithm of that name, composed): the
+/// ranks of each node form an NVLS communicator, the ranks of one local index across the nodes
+/// a ring one. An all-reduce copies the input into a padded buffer, reduce-scatters it inside
+/// the node with NVLS (local rank `l` gets slice `l` of the node's sum), all-reduces slice `l`
+/// across the nodes, and all-gathers the slices inside the node with NVLS.
+pub(crate) struct NvlsTree {
+    pub(super) intra: Comm,
+    pub(super) inter: Comm,
+    /// The padded buffer, grown as calls need.
+    pub(super) tmp: std::sync::Mutex<super::scratch::Scratch>,
 }
 
 /// One rank of a communicator.
@@ -110,11 +123,11 @@ pub struct Comm {
     /// The algorithms `RSCCL_ALGO` allows (read at init).
     pub(super) algos: AlgoMask,
     /// NVLS_TREE: this node's NVLS communicator and the cross-node one of this local rank.
-    pub(super) nvls_tree: Option<Arc<nvls::NvlsTree>>,
+    pub(super) nvls_tree: Option<Arc<NvlsTree>>,
     /// Symmetric windows registered so far.
-    pub(super) windows: Mutex<Vec<nvls::WindowEntry>>,
+    pub(super) windows: Mutex<Vec<nvls_window::WindowEntry>>,
     /// MSCCL programs loaded so far ([`Comm::load_msccl`]).
-    pub(super) msccl: Mutex<Vec<Arc<msccl::Loaded>>>,
+    pub(super) msccl: Mutex<Vec<Arc<Loaded>>>,
     /// The registry's programs loaded at init, in its order: calls they serve run them.
     pub(super) msccl_auto: Mutex<Vec<(crate::msccl::registry::Entry, MscclId)>>,
     /// The built-in all-to-all program, once a call loaded it ([`Comm::all_to_all`]).

@@ -189,7 +189,7 @@ impl CommConfig {
             nchannels: rings.len().max(1),
             rings: Some(rings),
             trees: Some(trees),
-            nvls: super::nvls::heads_of(&graphs.nvls, nodes).is_ok(),
+            nvls: super::topo::heads_of(&graphs.nvls, nodes).is_ok(),
             ..CommConfig::default()
         })
     }

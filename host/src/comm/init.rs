@@ -321,7 +321,7 @@ impl Comm {
         let in_order = Box::new(move |r| super::departure::has_left(key, r));
         comm.watchdog = super::watchdog::Watchdog::start(rank, here, comm.abort.clone(), in_order);
         comm.load_registry()?;
-        nvls::with_tree(comm)
+        super::nvls_tree::with_tree(comm)
     }
 
     /// Joins the communicator a launcher started this process in: rank and size from torchrun

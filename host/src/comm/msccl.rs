@@ -5,10 +5,10 @@
 use super::algorithm::{Algorithm, MscclId, Plan, Protocol};
 use super::call::{Call, DevCall};
 use super::communicator::{Comm, InFlight, Queue};
+use super::msccl_loaded::{Loaded, MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES};
 use super::wiring::{conn_tag, Edge};
-use crate::backend::{DeviceBuffer, LaunchConfig};
+use crate::backend::LaunchConfig;
 use crate::comm::call::check_call;
-use crate::comm::scratch::Scratch;
 use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
@@ -17,64 +17,17 @@ use crate::msccl::runtime::Lowered;
 use crate::transport::net::proxy::Proxy;
 use crate::transport::net::socket::{SocketConfig, SocketNet};
 use crate::transport::net::{Net, NetSetup};
-use crate::transport::{
-    self, ConnHandle, ConnLayout, ConnMem, Side, Transport, TransportKind, MAX_HANDLE_BYTES,
-};
+use crate::transport::{self, ConnHandle, ConnLayout, Side, Transport, TransportKind, MAX_HANDLE_BYTES};
 use rsccl_device::coll::kernels::CollKernel;
-use rsccl_device::coll::msccl::{pass_geometry, MscclArgs, MscclTb, MSCCL_THREADS};
+use rsccl_device::coll::msccl::{pass_geometry, MscclArgs, MscclTb};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::prims::conn::{mismatch_offset, status_bytes, CallSig, ConnInfo, PrimsStatus};
-use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// Most bytes of scratch one MSCCL launch may allocate (`s_chunks` chunks of the call's chunk
-/// size), checked before allocating.
-pub const MAX_MSCCL_SCRATCH_BYTES: u64 = 4 << 30;
-
-/// Most programs one communicator holds (as many as a registry loads).
-pub const MAX_MSCCL_PROGRAMS: usize = crate::msccl::registry::MAX_PROGRAMS;
-
-/// One rank's resources of a loaded program.
-pub(crate) struct Loaded {
-    id: MscclId,
-    plan: Arc<Lowered>,
-    rank: usize,
-    /// `MscclTb[ntbs]`, `MscclStep[]`, positions, progress words, status words.
-    tbs: DeviceBuffer,
-    _steps: DeviceBuffer,
-    positions: DeviceBuffer,
-    progress: DeviceBuffer,
-    status: DeviceBuffer,
-    /// Scratch sized by the largest call so far.
-    scratch: Mutex<Scratch>,
-    /// Launches so far (the progress words' high half).
-    seq: AtomicU64,
-    /// The proxy thread of the program's network connections (none without any); dropped
-    /// before the connections' memory.
-    proxy: Option<Proxy>,
-    _conns: Vec<ConnMem>,
-}
-
-impl Loaded {
-    pub(super) fn ntbs(&self) -> usize {
-        self.plan.ranks[self.rank].tbs.len()
-    }
-
-    /// The launch shape: a block per threadblock, at most the interpreter's block size.
-    pub(super) fn launch_config(&self, nthreads: u32) -> LaunchConfig {
-        LaunchConfig::linear(self.ntbs() as u32, nthreads.min(MSCCL_THREADS)).with_smem(shm_bytes(1))
-    }
-
-    /// Whether the program can apply `red` (a program that only moves data applies any).
-    pub(super) fn applies(&self, red: RedOp) -> bool {
-        !self.plan.reduces || matches!(red, RedOp::Sum | RedOp::Prod | RedOp::Min | RedOp::Max)
-    }
-}
 
 /// How a call of an MSCCL program is cut: `elems` (elements, or bytes for a program that only
 /// moves data, `ebytes` each) in `passes` passes of `per` chunks of `piece` elements.

@@ -3,60 +3,26 @@
 //! heads in the topology, more than two ranks, one node, a multimem form for the type and op,
 //! multicast support; `RSCCL_ALGO` as `NCCL_ALGO` forces or forbids it).
 use super::algo_mask::{NvlsPolicy, ALGO_VAR};
-use super::communicator::Comm;
-use super::config::CommConfig;
 use super::hang::RankState;
-use super::{BufRef, ReduceOp};
+use super::nvls_layout::FifoLayout;
 use crate::backend::{Backend, BackendKind, DeviceBuffer, MulticastObject};
 use crate::bootstrap::{Bootstrap, PeerInfo};
 use crate::error::{Error, Result};
-use rsccl_device::coll::nvls_fifo::{NvlsChannel, MAX_NVLS_ARITY, NO_HEAD};
+use rsccl_device::coll::nvls_fifo::{NvlsChannel, MAX_NVLS_ARITY};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::multimem;
-use rsccl_device::prims::conn::{ConnInfo, CALL_SIG_BYTES, CONN_NVLS_MIN_POLL, NCCL_STEPS};
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 use std::any::Any;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Bytes of one one-shot slice: per block and rank, the unit a barrier moves.
-pub const NVLS_SLICE_BYTES: u64 = 32 << 10;
-
-/// Largest NVLS FIFO slot (NCCL's default `nvlsChunkSize`); a communicator with smaller steps
-/// uses its own step size.
-pub const NVLS_STEP_BYTES: u64 = 128 << 10;
-
-/// Bytes of one FIFO's credit words (NCCL's `memSize`): the head at 0, the tail at half.
-const NVLS_CREDIT_BYTES: u64 = 64;
+pub use super::nvls_layout::{NVLS_SLICE_BYTES, NVLS_STEP_BYTES};
 
 /// All-reduces of at most this many bytes run one-shot (every rank reduce-loads the whole
 /// buffer), larger ones two-shot.
 pub const NVLS_ONE_SHOT_MAX_BYTES: u64 = 64 << 10;
-
-/// Whether a node's NVLS search result (searched for `nodes` nodes) is what these kernels are
-/// wired for. On one node: one head per GPU, GPU `h` heading slot `h` (NCCL's single-node NVLS
-/// search makes every GPU a head, channel `c` headed by GPU `c`; reduce-scatter's head `h`
-/// writes rank `h`'s block). Across nodes NCCL's heads are the GPUs by the NICs; NVLS_TREE
-/// here makes every rank a head of its node's NVLS and crosses nodes per local index, so any
-/// heads will do. `Err` says why not.
-pub(crate) fn heads_of(g: &crate::topology::search::Graph, nodes: usize) -> std::result::Result<(), String> {
-    let heads: Vec<u32> = (0..g.n_channels).map(|h| g.channel(h)[0].0).collect();
-    if heads.is_empty() {
-        return Err("the topology search found no NVLS heads".into());
-    }
-    if nodes > 1 {
-        return Ok(());
-    }
-    if heads.len() != g.ngpus() || heads.iter().enumerate().any(|(h, &r)| r as usize != h) {
-        return Err(format!(
-            "the NVLS search's heads {heads:?} on {} GPUs are not every GPU heading its own slot",
-            g.ngpus()
-        ));
-    }
-    Ok(())
-}
 
 /// Whether NVLS serves `coll` on `dtype` with `op` (all-gather moves bytes: any type with a
 /// multimem store).
@@ -165,7 +131,7 @@ pub(crate) fn plan(want: bool, peers: &[PeerInfo], policy: NvlsPolicy) -> Result
     }
 }
 
-fn forced(why: String) -> Error {
+pub(super) fn forced(why: String) -> Error {
     Error::InvalidConfig(format!("{ALGO_VAR}=nvls, but NVLS cannot run on this communicator: {why}"))
 }
 
@@ -191,7 +157,7 @@ pub(crate) fn setup(
     let nranks = peers.len();
     let grid = nchannels as u32;
     // Every rank heads the slot of its own index: init turned NVLS on only where the search's
-    // heads are so ([`heads_of`]).
+    // heads are so ([`heads_of`](super::topo::heads_of)).
     let layout = FifoLayout::new(nranks, nchannels, step_bytes)?;
     let too_big = || Error::InvalidConfig("NVLS scratch size overflows".into());
     let scratch_bytes = usize::try_from(layout.scratch_bytes()).map_err(|_| too_big())?;
@@ -262,15 +228,15 @@ fn agree<T>(boot: &mut Bootstrap, what: &str, r: Result<T>) -> Result<std::resul
 }
 
 /// This rank's memory bound into multicast ranges, one per size asked for ([`bind`]).
-struct Multicast {
+pub(super) struct Multicast {
     /// Per range: this rank's memory and the multicast address of the range.
-    bufs: Vec<(DeviceBuffer, DevPtr)>,
+    pub(super) bufs: Vec<(DeviceBuffer, DevPtr)>,
     /// The multicast mappings (a GPU's), to release before the memory bound behind them
     /// (NCCL's order).
-    maps: Vec<Box<dyn Any + Send + Sync>>,
+    pub(super) maps: Vec<Box<dyn Any + Send + Sync>>,
     /// What keeps the ranges bound (the objects; or the bindings, then the peers' mappings
     /// they point into), released after this rank's memory.
-    keep: Vec<Box<dyn Any + Send + Sync>>,
+    pub(super) keep: Vec<Box<dyn Any + Send + Sync>>,
 }
 
 /// Binds this rank's new memory of each of `sizes` into a multicast range with every other
@@ -278,7 +244,7 @@ struct Multicast {
 /// multicast memory that way (a GPU's), else by address ([`bind_addresses`]; `across`: the
 /// ranks are separate processes of the CPU emulator). `Ok(Err(why))` names the first rank that
 /// failed a step (`what` the memory is), every rank alike; `Err` only when the bootstrap fails.
-fn bind(
+pub(super) fn bind(
     boot: &mut Bootstrap,
     rank: usize,
     nranks: usize,
@@ -443,128 +409,6 @@ mod shared_here {
     }
 }
 
-/// Where the FIFO form's buffers, credit words and saved steps lie (NCCL's layout; see
-/// [`Nvls`]). The one definition the host builds connections from.
-#[derive(Clone, Copy, Debug)]
-struct FifoLayout {
-    nheads: u64,
-    nch: u64,
-    step_bytes: u64,
-    /// Scratch offset of the first FIFO (after the one-shot windows).
-    fifo_base: u64,
-    /// Flags offset of the first credit words (after the barrier words).
-    credit_base: u64,
-}
-
-/// FIFO direction: every rank's slice towards the head (reduce), or the head's result back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Dir {
-    Reduce = 0,
-    Bcast = 1,
-}
-
-impl FifoLayout {
-    /// The layout for `nheads` heads (≤ [`MAX_NVLS_ARITY`]) and `nch` channels (≤ the
-    /// communicator's limit), with slots of `step_bytes` capped at [`NVLS_STEP_BYTES`].
-    fn new(nheads: usize, nch: usize, step_bytes: u64) -> Result<Self> {
-        let step_bytes = step_bytes.min(NVLS_STEP_BYTES) / 16 * 16;
-        if nheads == 0 || nheads > MAX_NVLS_ARITY || nch == 0 || step_bytes == 0 {
-            return Err(Error::InvalidConfig(format!(
-                "NVLS: {nheads} heads, {nch} channels, {step_bytes}-byte slots"
-            )));
-        }
-        let (nheads, nch) = (nheads as u64, nch as u64);
-        let round = |b: u64| b.div_ceil(NVLS_CREDIT_BYTES) * NVLS_CREDIT_BYTES;
-        Ok(FifoLayout {
-            nheads,
-            nch,
-            step_bytes,
-            fifo_base: round(nch * nheads * NVLS_SLICE_BYTES),
-            credit_base: round(nch * nheads * 8),
-        })
-    }
-
-    /// The index of head `h`'s FIFO of `dir` in channel `c`.
-    fn index(&self, h: u64, c: u64, dir: Dir) -> u64 {
-        (h * 2 + dir as u64) * self.nch + c
-    }
-
-    fn buff_bytes(&self) -> u64 {
-        NCCL_STEPS * self.step_bytes
-    }
-
-    fn scratch_bytes(&self) -> u64 {
-        self.fifo_base + 2 * self.nheads * self.nch * self.buff_bytes()
-    }
-
-    /// Flags offset of the call signatures (after the credit words).
-    fn sig_base(&self) -> u64 {
-        self.credit_base + 2 * self.nheads * self.nch * NVLS_CREDIT_BYTES
-    }
-
-    fn flag_bytes(&self) -> u64 {
-        self.sig_base() + self.nch * self.nheads * 2 * CALL_SIG_BYTES
-    }
-
-    /// Saved-step words: per channel one per head and direction, and the head's two.
-    fn step_words(&self) -> u64 {
-        self.nch * (2 * self.nheads + 2)
-    }
-
-    /// One connection to head `h`'s FIFO of `dir` in channel `c`, from the scratch and flags
-    /// bases given (unicast or multicast), saving its step in word `step` of `steps`.
-    fn conn(
-        &self,
-        (scratch, flags): (DevPtr, DevPtr),
-        h: u64,
-        c: u64,
-        dir: Dir,
-        steps: DevPtr,
-        step: u64,
-    ) -> ConnInfo {
-        let i = self.index(h, c, dir);
-        let credit = flags.offset(self.credit_base + i * NVLS_CREDIT_BYTES);
-        ConnInfo {
-            buff: scratch.offset(self.fifo_base + i * self.buff_bytes()),
-            head: credit,
-            tail: credit.offset(NVLS_CREDIT_BYTES / 2),
-            step: steps.offset(8 * step),
-            sizes_fifo: DevPtr::NULL,
-            // Calls are checked once per block for all ranks (`coll::nvls`), not per FIFO.
-            sig: DevPtr::NULL,
-            step_bytes: self.step_bytes,
-            flags: 0,
-            peer: h,
-        }
-    }
-
-    /// Channel `c` of rank `me` (head `me`): its unicast connections to every head, and as
-    /// head the multicast ones (polled for the minimum, NCCL's `NCCL_NVLS_MIN_POLL`).
-    fn channel(
-        &self,
-        c: usize,
-        me: usize,
-        uc: (DevPtr, DevPtr),
-        mc: (DevPtr, DevPtr),
-        steps: DevPtr,
-    ) -> NvlsChannel {
-        let (c, me, nh) = (c as u64, me as u64, self.nheads);
-        let base = c * (2 * nh + 2);
-        let mut ch = NvlsChannel { nheads: nh, head_rank: NO_HEAD, ..NvlsChannel::default() };
-        for h in 0..nh {
-            ch.up_send[h as usize] = self.conn(uc, h, c, Dir::Reduce, steps, base + h);
-            ch.up_recv[h as usize] = self.conn(uc, h, c, Dir::Bcast, steps, base + nh + h);
-        }
-        if me < nh {
-            ch.head_rank = me;
-            let min_poll = |conn: ConnInfo| ConnInfo { flags: CONN_NVLS_MIN_POLL, ..conn };
-            ch.down_recv = min_poll(self.conn(mc, me, c, Dir::Reduce, steps, base + 2 * nh));
-            ch.down_send = min_poll(self.conn(mc, me, c, Dir::Bcast, steps, base + 2 * nh + 1));
-        }
-        ch
-    }
-}
-
 /// A rank's NVLS memory when the ranks are separate processes: per buffer, its own copy
 /// (exportable) and every rank's copy as an address here (its own, and the others' mapped);
 /// and the mappings.
@@ -682,140 +526,6 @@ fn take_handle(b: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((b.get(2..2 + len)?, b.get(2 + len..)?))
 }
 
-/// NVLS_TREE for a communicator across nodes (NCCL's algorithm of that name, composed): the
-/// ranks of each node form an NVLS communicator, the ranks of one local index across the nodes
-/// a ring one. An all-reduce copies the input into a padded buffer, reduce-scatters it inside
-/// the node with NVLS (local rank `l` gets slice `l` of the node's sum), all-reduces slice `l`
-/// across the nodes, and all-gathers the slices inside the node with NVLS.
-pub(crate) struct NvlsTree {
-    intra: Comm,
-    inter: Comm,
-    /// The padded buffer, grown as calls need.
-    tmp: std::sync::Mutex<super::scratch::Scratch>,
-}
-
-impl NvlsTree {
-    /// One all-reduce of `count` elements from `send` to `recv` (device addresses the caller
-    /// checked and holds), the three steps one after the other. Runs on the communicator's
-    /// NVLS_TREE worker thread, so `enqueue` returns at once (see `Comm::enqueue`).
-    pub(crate) fn all_reduce(
-        &self,
-        stream: &Arc<dyn Backend>,
-        send: DevPtr,
-        recv: DevPtr,
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        let (nl, l, eb) = (self.intra.nranks(), self.intra.rank(), dtype.size());
-        let c = count.div_ceil(nl);
-        let slice = c * eb;
-        let total = nl
-            .checked_mul(slice)
-            .ok_or_else(|| Error::InvalidConfig(format!("NVLS_TREE: {count} elements overflow")))?;
-        let mut guard = self.tmp.lock().unwrap_or_else(|p| p.into_inner());
-        // The user's buffer bounds the size; growth may double it.
-        let tmp = guard.at_least(&**stream, total, total.saturating_mul(2))?;
-        // SAFETY: both ranges were checked by the caller (`check_call` for the user's
-        // buffers, `total` for tmp) and stay alive until each copy has returned.
-        let copy = |dst: DevPtr, src: DevPtr, bytes: usize| unsafe { stream.copy_ptrs(dst, src, bytes) };
-        copy(tmp.ptr(), send, count * eb)?;
-        let mine = BufRef { buf: tmp, offset: l * slice };
-        self.intra.reduce_scatter(BufRef::from(tmp), mine, c, dtype, op)?;
-        self.inter.all_reduce(mine, mine, c, dtype, op)?;
-        self.intra.all_gather(mine, BufRef::from(tmp), c, dtype)?;
-        copy(recv, tmp.ptr(), count * eb)
-    }
-
-    /// The launch shape of the first kernel of an all-reduce of `dev`: this node's NVLS
-    /// reduce-scatter.
-    pub(crate) fn shape(&self, dev: &super::call::DevCall) -> (u32, u32) {
-        match &self.intra.nvls {
-            Some(n) => (n.grid, self.intra.nvls_threads(dev)),
-            None => (0, 0),
-        }
-    }
-
-    /// Stops the sub-communicators' collectives (the parent was aborted).
-    pub(crate) fn abort(&self) {
-        let _ = self.intra.abort();
-        let _ = self.inter.abort();
-    }
-}
-
-/// Adds NVLS_TREE to a communicator that spans nodes when NVLS applies (heads in the topology,
-/// the same number of ranks, more than two, on every node, `RSCCL_ALGO` allowing it): splits
-/// it into the nodes' NVLS communicators and the cross-node ones, and keeps them only if every
-/// node's NVLS came up (all ranks agree).
-pub(crate) fn with_tree(mut comm: Comm) -> Result<Comm> {
-    let peers = comm.peers().to_vec();
-    let cfg = comm.config().clone();
-    let hosts = super::topo::hosts_of(&peers);
-    if hosts.len() < 2 || !cfg.nvls || comm.algos.nvls_policy() == NvlsPolicy::Off {
-        return Ok(comm);
-    }
-    let local = hosts[0].len();
-    let why = if hosts.iter().any(|h| h.len() != local) {
-        Some("the nodes have different numbers of ranks".to_string())
-    } else if local <= 2 {
-        Some(format!("{local} ranks per node: NVLS needs more than 2"))
-    } else {
-        None
-    };
-    if let Some(why) = why {
-        return if comm.algos.nvls_policy() == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
-    }
-    let rank = comm.rank();
-    let (h, l) = hosts
-        .iter()
-        .enumerate()
-        .find_map(|(h, rs)| rs.iter().position(|&r| r == rank).map(|l| (h, l)))
-        .expect("every rank is on a host");
-    let sub = |nvls: bool, algo: Option<String>| CommConfig {
-        rings: None,
-        trees: None,
-        topology: None,
-        nvls,
-        algo,
-        ..cfg.clone()
-    };
-    // The node's ranks in rank order, and each local index's ranks node by node.
-    let intra = comm.split(Some(h as u32), rank as i64, sub(true, cfg.algo.clone()))?.expect("a color");
-    let inter = comm.split(Some(l as u32), rank as i64, sub(false, Some("^nvls".into())))?.expect("a color");
-    let up = intra.uses_nvls();
-    let all = comm.all_gather_bootstrap(&[u8::from(up)])?;
-    if all.iter().any(|b| b != &[1]) {
-        let why = "NVLS did not come up on every node".to_string();
-        return if comm.algos.nvls_policy() == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
-    }
-    tracing::info!(rank, "NVLS_TREE: {} nodes of {local} ranks", hosts.len());
-    comm.nvls_tree = Some(Arc::new(NvlsTree { intra, inter, tmp: Default::default() }));
-    Ok(comm)
-}
-
-/// A symmetric window (NCCL 2.27's `ncclCommWindowRegister`): one buffer per rank, the same
-/// size on every rank, bound into one multicast range. All-reduces whose buffers lie in
-/// windows run straight on them (one-shot from the send window; two-shot when the receive
-/// buffer is in a window too), with no scratch copies. Every rank must use the same offsets
-/// into its window (as NCCL requires); a call only ever touches the windows' bounds.
-pub(crate) struct WindowEntry {
-    pub(crate) id: u64,
-    pub(crate) base: DevPtr,
-    pub(crate) len: usize,
-    pub(crate) mc: DevPtr,
-    pub(crate) _bind: Box<dyn Any + Send + Sync>,
-    pub(crate) _keep: std::sync::Arc<dyn Any + Send + Sync>,
-}
-
-/// The window holding `[p, p + bytes)`, if any: its multicast address of `p`.
-pub(crate) fn in_window(windows: &[WindowEntry], p: DevPtr, bytes: usize) -> Option<DevPtr> {
-    windows.iter().find_map(|w| {
-        let off = p.0.checked_sub(w.base.0)?;
-        let end = off.checked_add(bytes as u64)?;
-        (end <= w.len as u64).then(|| w.mc.offset(off))
-    })
-}
-
 /// Every rank's address of its part of a window whose part here is `len` bytes at `base`, in
 /// one all-gather (`all_gather`); a rank whose part has another size is refused, named (`what`
 /// says which kind of window).
@@ -848,53 +558,6 @@ pub(crate) fn exchange_windows(
         ptrs.push(DevPtr(p));
     }
     Ok(ptrs)
-}
-
-/// Allocates `bytes` on every rank as one symmetric window (a collective of all ranks; NCCL's
-/// `ncclMemAlloc` + `ncclCommWindowRegister`), bound as NVLS scratch is ([`bind`]): from a
-/// multicast object on a GPU; on the CPU emulator by address, from exportable memory every
-/// rank maps when the ranks are separate processes (`across`). A rank that cannot is named in
-/// every rank's error.
-pub(crate) fn alloc_window(
-    boot: &mut Bootstrap,
-    rank: usize,
-    nranks: usize,
-    backend: &std::sync::Arc<dyn Backend>,
-    (bytes, across): (usize, bool),
-    id: u64,
-) -> Result<(DeviceBuffer, WindowEntry)> {
-    if bytes == 0 {
-        return Err(Error::InvalidConfig("symmetric window: 0 bytes".into()));
-    }
-    let m = bind(boot, rank, nranks, backend, &[bytes], across, "symmetric window")?
-        .map_err(|why| Error::InvalidConfig(format!("symmetric window of {bytes} bytes: {why}")))?;
-    let (buf, mc) = m.bufs.into_iter().next().expect("bound as asked: one buffer");
-    // The mappings go before what keeps the range bound (tuple fields drop in order), and both
-    // before this rank's memory (the caller's).
-    let bind: Box<dyn Any + Send + Sync> = Box::new((m.maps, m.keep));
-    let entry = WindowEntry { id, base: buf.ptr(), len: buf.len(), mc, _bind: bind, _keep: buf.keep_alive() };
-    Ok((buf, entry))
-}
-
-/// Registers `buf` as this rank's part of a symmetric window (a collective of all ranks).
-pub(crate) fn register_window(
-    boot: &mut Bootstrap,
-    backend: &std::sync::Arc<dyn Backend>,
-    buf: &DeviceBuffer,
-    id: u64,
-) -> Result<WindowEntry> {
-    let ptrs = exchange_windows(|b| boot.all_gather(b), buf.ptr(), buf.len() as u64, "symmetric window")?;
-    let bound = backend.multicast_bind(&ptrs, buf.len());
-    let ok = boot.all_gather(&[u8::from(bound.is_ok())])?;
-    match (bound, ok.iter().all(|b| b == &[1])) {
-        (Ok((mc, bind)), true) => {
-            Ok(WindowEntry { id, base: buf.ptr(), len: buf.len(), mc, _bind: bind, _keep: buf.keep_alive() })
-        }
-        (Err(e), _) => Err(e),
-        (Ok(_), false) => {
-            Err(Error::InvalidConfig("symmetric window: binding failed on another rank".into()))
-        }
-    }
 }
 
 #[cfg(test)]
@@ -944,93 +607,6 @@ mod tests {
         assert!(weak.upgrade().is_none());
         let e = shared_here::take(&uc, 0).map(|_| ()).unwrap_err().to_string();
         assert!(e.contains("rank 1's buffer 0") && e.contains("not in this process any more"), "{e}");
-    }
-
-    /// NVLS on one node is wired only for what NCCL's search finds there: every GPU a head,
-    /// GPU `h` heading slot `h`; any other result (none, fewer, a different order) turns it off.
-    #[test]
-    fn heads_must_be_every_gpu_in_order() {
-        use crate::topology::search::{Graph, Pattern};
-        use crate::topology::Rank;
-        let graph = |heads: &[u32]| {
-            let mut g = Graph::new(3, Pattern::Nvls, 4, 1, 16);
-            g.n_channels = heads.len();
-            for (c, &h) in heads.iter().enumerate() {
-                g.intra[c * 4] = Rank(h);
-            }
-            g
-        };
-        assert_eq!(heads_of(&graph(&[0, 1, 2, 3]), 1), Ok(()));
-        assert!(heads_of(&graph(&[]), 1).unwrap_err().contains("no NVLS heads"));
-        assert!(heads_of(&graph(&[]), 2).unwrap_err().contains("no NVLS heads"));
-        // Across nodes (NVLS_TREE) the search's heads are the GPUs by the NICs: any will do.
-        assert_eq!(heads_of(&graph(&[2]), 2), Ok(()));
-        for bad in [&[0, 1, 3, 2][..], &[0, 1, 2], &[1, 2, 3, 0]] {
-            let why = heads_of(&graph(bad), 1).unwrap_err();
-            assert!(why.contains(&format!("{bad:?}")) && why.contains("on 4 GPUs"), "{why}");
-        }
-    }
-
-    /// Every FIFO, credit pair and saved step of every rank's channels lies inside its buffer,
-    /// clear of the one-shot windows, barrier words and signatures and of each other; the head's two
-    /// connections are the multicast ones, polled for the minimum.
-    #[test]
-    fn fifo_layout_gives_every_connection_its_own_memory() {
-        let (uc, mc, steps) =
-            ((DevPtr(1 << 40), DevPtr(2 << 40)), (DevPtr(3 << 40), DevPtr(4 << 40)), DevPtr(5 << 40));
-        for nheads in 3..=MAX_NVLS_ARITY {
-            for nch in [1usize, 2, 5] {
-                let l = FifoLayout::new(nheads, nch, 8192).unwrap();
-                let (mut buffs, mut credits, mut words) = (Vec::new(), Vec::new(), Vec::new());
-                for me in 0..nheads {
-                    for c in 0..nch {
-                        let ch = l.channel(c, me, uc, mc, steps);
-                        assert_eq!((ch.nheads, ch.head_rank), (nheads as u64, me as u64));
-                        let ups = ch.up_send[..nheads].iter().chain(&ch.up_recv[..nheads]);
-                        for (k, conn) in ups.enumerate() {
-                            assert_eq!((conn.flags, conn.peer), (0, (k % nheads) as u64));
-                            if me == 0 {
-                                buffs.push(conn.buff.0 - uc.0 .0);
-                                credits.push(conn.head.0 - uc.1 .0);
-                                assert_eq!(conn.tail.0 - conn.head.0, NVLS_CREDIT_BYTES / 2);
-                            }
-                            words.push((me, conn.step.0));
-                        }
-                        for (dir, conn) in [(Dir::Reduce, ch.down_recv), (Dir::Bcast, ch.down_send)] {
-                            assert_eq!(conn.flags, CONN_NVLS_MIN_POLL);
-                            let own = l.conn(uc, me as u64, c as u64, dir, steps, 0);
-                            assert_eq!(conn.buff.0 - mc.0 .0, own.buff.0 - uc.0 .0);
-                            assert_eq!(conn.tail.0 - mc.1 .0, own.tail.0 - uc.1 .0);
-                            words.push((me, conn.step.0));
-                        }
-                        assert!(ch.up_send[nheads..].iter().all(|c| !c.is_connected()));
-                    }
-                }
-                let fifos = 2 * nheads * nch;
-                for (list, base, size, end) in [
-                    (&mut buffs, l.fifo_base, l.buff_bytes(), l.scratch_bytes()),
-                    (&mut credits, l.credit_base, NVLS_CREDIT_BYTES, l.sig_base()),
-                ] {
-                    list.sort_unstable();
-                    assert_eq!(list.len(), fifos);
-                    assert!(list[0] >= base && list[fifos - 1] + size <= end);
-                    assert!(list.windows(2).all(|w| w[1] - w[0] >= size), "{nheads} heads, {nch} channels");
-                }
-                assert!(l.fifo_base >= (nch * nheads) as u64 * NVLS_SLICE_BYTES);
-                assert!(l.credit_base >= (nch * nheads * 8) as u64);
-                // Two signature slots per block and rank, after the credits.
-                assert_eq!(l.flag_bytes() - l.sig_base(), (nch * nheads * 2) as u64 * CALL_SIG_BYTES);
-                words.sort_unstable();
-                words.dedup();
-                assert_eq!(words.len(), nheads * l.step_words() as usize);
-                assert!(words.iter().all(|&(_, w)| w >= steps.0 && w < steps.0 + 8 * l.step_words()));
-            }
-        }
-        // Slots never exceed NCCL's chunk, and nonsense shapes are refused.
-        assert_eq!(FifoLayout::new(4, 2, 1 << 20).unwrap().step_bytes, NVLS_STEP_BYTES);
-        assert!(FifoLayout::new(MAX_NVLS_ARITY + 1, 1, 8192).is_err());
-        assert!(FifoLayout::new(4, 0, 8192).is_err());
-        assert!(FifoLayout::new(4, 1, 8).is_err());
     }
 
     #[test]

@@ -8,6 +8,7 @@ use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::{Call, DevCall};
 use super::communicator::Comm;
 use super::nvls;
+use super::nvls_window;
 use crate::error::{Error, Result};
 use rsccl_device::coll::kernels::CollKernel;
 use rsccl_device::coll::nvls_fifo::NVLS_MIN_THREADS;
@@ -121,6 +122,7 @@ impl Comm {
         }
         let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         let bytes = dev.count as usize * dev.dtype.size();
-        nvls::in_window(&windows, dev.send, bytes).map(|ms| (ms, nvls::in_window(&windows, dev.recv, bytes)))
+        nvls_window::in_window(&windows, dev.send, bytes)
+            .map(|ms| (ms, nvls_window::in_window(&windows, dev.recv, bytes)))
     }
 }

@@ -19,7 +19,7 @@ use crate::topology::xml::{self, XmlDoc, XmlNode};
 use crate::topology::{Rank, System};
 use std::collections::HashMap;
 
-use super::MAX_CHANNELS;
+use crate::topology::search::MAXCHANNELS as MAX_CHANNELS;
 
 /// Most bytes of one rank's view of its host (XML text) sent at init.
 pub const MAX_VIEW_BYTES: usize = 8 << 20;
@@ -81,7 +81,7 @@ impl TopologyConfig {
 pub(crate) type Derived = (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>);
 
 /// [`Derived`] and whether NVLS applies (every host's search found NVLS heads, each GPU heading
-/// its own slot: [`super::nvls::heads_of`]).
+/// its own slot: [`heads_of`]).
 pub(crate) type DerivedWithNvls = (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>, bool);
 
 /// The ranks of each host, hosts in the order of their lowest rank.
@@ -279,7 +279,7 @@ pub(crate) fn channels_at_init(
     let graphs: Vec<&Graphs> = per_host.iter().map(|k| &searched[k]).collect();
     let mut nvls = true;
     for (h, g) in graphs.iter().enumerate() {
-        if let Err(why) = super::nvls::heads_of(&g.nvls, nodes) {
+        if let Err(why) = heads_of(&g.nvls, nodes) {
             // Logged once per host that has NVLS heads at all: a search without them is the norm.
             if g.nvls.n_channels > 0 {
                 tracing::info!(rank, "NVLS off: host {}: {why}", peers[hosts[h][0]].hostname);
@@ -317,4 +317,57 @@ pub(crate) fn derive(graphs: &[&Graphs], hosts: &[Vec<usize>], max_channels: usi
         })
         .collect();
     Ok((rings, trees))
+}
+
+/// Whether a node's NVLS search result (searched for `nodes` nodes) is what these kernels are
+/// wired for. On one node: one head per GPU, GPU `h` heading slot `h` (NCCL's single-node NVLS
+/// search makes every GPU a head, channel `c` headed by GPU `c`; reduce-scatter's head `h`
+/// writes rank `h`'s block). Across nodes NCCL's heads are the GPUs by the NICs; NVLS_TREE
+/// here makes every rank a head of its node's NVLS and crosses nodes per local index, so any
+/// heads will do. `Err` says why not.
+pub(crate) fn heads_of(g: &crate::topology::search::Graph, nodes: usize) -> std::result::Result<(), String> {
+    let heads: Vec<u32> = (0..g.n_channels).map(|h| g.channel(h)[0].0).collect();
+    if heads.is_empty() {
+        return Err("the topology search found no NVLS heads".into());
+    }
+    if nodes > 1 {
+        return Ok(());
+    }
+    if heads.len() != g.ngpus() || heads.iter().enumerate().any(|(h, &r)| r as usize != h) {
+        return Err(format!(
+            "the NVLS search's heads {heads:?} on {} GPUs are not every GPU heading its own slot",
+            g.ngpus()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NVLS on one node is wired only for what NCCL's search finds there: every GPU a head,
+    /// GPU `h` heading slot `h`; any other result (none, fewer, a different order) turns it off.
+    #[test]
+    fn heads_must_be_every_gpu_in_order() {
+        use crate::topology::search::{Graph, Pattern};
+        use crate::topology::Rank;
+        let graph = |heads: &[u32]| {
+            let mut g = Graph::new(3, Pattern::Nvls, 4, 1, 16);
+            g.n_channels = heads.len();
+            for (c, &h) in heads.iter().enumerate() {
+                g.intra[c * 4] = Rank(h);
+            }
+            g
+        };
+        assert_eq!(heads_of(&graph(&[0, 1, 2, 3]), 1), Ok(()));
+        assert!(heads_of(&graph(&[]), 1).unwrap_err().contains("no NVLS heads"));
+        assert!(heads_of(&graph(&[]), 2).unwrap_err().contains("no NVLS heads"));
+        // Across nodes (NVLS_TREE) the search's heads are the GPUs by the NICs: any will do.
+        assert_eq!(heads_of(&graph(&[2]), 2), Ok(()));
+        for bad in [&[0, 1, 3, 2][..], &[0, 1, 2], &[1, 2, 3, 0]] {
+            let why = heads_of(&graph(bad), 1).unwrap_err();
+            assert!(why.contains(&format!("{bad:?}")) && why.contains("on 4 GPUs"), "{why}");
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! Symmetric windows ([`Comm::register_window`], [`Comm::alloc_window`]): buffers every rank
 //! registers in the same order, on which NVLS all-reduces run without scratch copies.
 use super::communicator::Comm;
-use super::nvls;
+use super::nvls_window;
 use crate::backend::DeviceBuffer;
 use crate::error::{Error, Result};
 use std::sync::atomic::Ordering;
@@ -32,7 +32,7 @@ impl Comm {
         let id = self.window_ids.fetch_add(1, Ordering::SeqCst);
         let entry = {
             let mut boot = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner());
-            nvls::register_window(&mut boot, &self.stream, buf, id)?
+            nvls_window::register_window(&mut boot, &self.stream, buf, id)?
         };
         self.windows.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
         Ok(Window { id })
@@ -60,7 +60,7 @@ impl Comm {
         let id = self.window_ids.fetch_add(1, Ordering::SeqCst);
         let (buf, entry) = {
             let mut boot = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner());
-            nvls::alloc_window(&mut boot, self.rank, self.nranks, &self.stream, (bytes, across), id)?
+            nvls_window::alloc_window(&mut boot, self.rank, self.nranks, &self.stream, (bytes, across), id)?
         };
         self.windows.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
         Ok((buf, Window { id }))

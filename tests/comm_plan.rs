@@ -1,0 +1,102 @@
+//! The one plan per call (issue 31): what `RSCCL_ALGO` (here `CommConfig::algo`) allows decides
+//! the algorithm, every entry point plans the same, and what nothing allowed serves is refused
+//! naming the variable.
+use rsccl::comm::{Algorithm, Call, Comm, CommConfig, LocalGroup, Protocol, ReduceOp};
+use rsccl::{backend, BufRef, DataType, GroupConfig};
+
+fn comms(algo: Option<&str>) -> Vec<Comm> {
+    let cfg = CommConfig { nthreads: 64, algo: algo.map(String::from), ..CommConfig::default() };
+    Comm::init_all(&backend::cpu(), 3, cfg).unwrap()
+}
+
+/// All ranks' all-reduce of `count` i32 (rank r holds r + 1 + i), started through `Enqueue::run`:
+/// each rank's plan, and the sums, checked against the arithmetic.
+fn all_reduce(comms: &[Comm], call: impl Fn(BufRef<'_>) -> Call<'_>) -> rsccl::Result<Vec<rsccl::Plan>> {
+    let be = backend::cpu();
+    let count = 1000;
+    let bufs: Vec<_> = (0..comms.len())
+        .map(|r| be.upload(&(0..count).map(|i| (r + 1 + i) as i32).collect::<Vec<_>>()).unwrap())
+        .collect();
+    let work: Vec<_> =
+        comms.iter().zip(&bufs).map(|(c, b)| c.enqueue().run(call(b.into()))).collect::<Result<_, _>>()?;
+    let plans: Vec<_> = work.iter().map(|w| w.plan()).collect();
+    for w in work {
+        w.wait()?;
+    }
+    for b in &bufs {
+        let got = be.download::<i32>(b, count).unwrap();
+        let want: Vec<i32> = (0..count).map(|i| (0..comms.len()).map(|r| (r + 1 + i) as i32).sum()).collect();
+        assert_eq!(got, want);
+    }
+    Ok(plans)
+}
+
+fn sum(b: BufRef<'_>) -> Call<'_> {
+    Call::all_reduce(b, b, 1000, DataType::I32, ReduceOp::Sum)
+}
+
+fn sum_tree(b: BufRef<'_>) -> Call<'_> {
+    sum(b).with_algorithm(Algorithm::Tree)
+}
+
+#[test]
+fn the_mask_chooses_the_algorithm_and_the_plan_says_how_it_runs() {
+    for (algo, want) in [
+        (None, Algorithm::Ring),
+        (Some("ring"), Algorithm::Ring),
+        (Some("tree"), Algorithm::Tree),
+        (Some("^ring"), Algorithm::Tree),
+    ] {
+        let c = comms(algo);
+        let plans = all_reduce(&c, sum).unwrap();
+        for p in plans {
+            assert_eq!(p.algorithm, want, "RSCCL_ALGO={algo:?}");
+            assert_eq!((p.protocol, p.channels, p.threads), (Protocol::Simple, 2, 64));
+        }
+    }
+    // Asked for: the trees, whatever the mask.
+    let c = comms(Some("ring"));
+    let plans = all_reduce(&c, sum_tree).unwrap();
+    assert!(plans.iter().all(|p| p.algorithm == Algorithm::Tree));
+}
+
+#[test]
+fn a_collective_nothing_allowed_serves_is_refused_by_name() {
+    let be = backend::cpu();
+    let c = comms(Some("tree"));
+    let bufs: Vec<_> = (0..3).map(|_| be.alloc(64).unwrap()).collect();
+    std::thread::scope(|s| {
+        for (comm, b) in c.iter().zip(&bufs) {
+            s.spawn(move || {
+                let e = comm.broadcast(b.into(), b.into(), 16, DataType::F32, 0).unwrap_err().to_string();
+                assert!(e.contains("RSCCL_ALGO=tree") && e.contains("Broadcast"), "{e}");
+                let e = comm
+                    .run(
+                        Call::broadcast(b.into(), b.into(), 16, DataType::F32, 0)
+                            .with_algorithm(Algorithm::Tree),
+                    )
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains("cannot run on tree"), "{e}");
+            });
+        }
+    });
+}
+
+#[test]
+fn a_group_plans_as_a_communicator_and_refuses_calls_that_differ() {
+    let be = backend::cpu();
+    let mut cfg = GroupConfig::new(3, 2);
+    cfg.nthreads = 64;
+    let group = LocalGroup::new(&be, cfg).unwrap();
+    let bufs: Vec<_> = (0..3).map(|r| be.upload(&[r as f32 + 1.0; 8]).unwrap()).collect();
+    let calls: Vec<Call> =
+        bufs.iter().map(|b| Call::all_reduce(b.into(), b.into(), 8, DataType::F32, ReduceOp::Sum)).collect();
+    group.run(&calls).unwrap();
+    assert_eq!(be.download::<f32>(&bufs[2], 8).unwrap(), [6.0; 8]);
+    let mut odd = calls.clone();
+    odd[1] = Call::all_reduce((&bufs[1]).into(), (&bufs[1]).into(), 4, DataType::F32, ReduceOp::Sum);
+    let e = group.run(&odd).unwrap_err().to_string();
+    assert!(e.contains("rank 1's call differs from rank 0's"), "{e}");
+    assert!(group.run(&calls[..2]).unwrap_err().to_string().contains("2 calls given for 3 ranks"));
+}
