@@ -14,10 +14,9 @@ use crate::arch;
 use crate::dtype::DataType;
 use crate::redop::{Elem, RedOp};
 
-/// Threads per block of every Simple-protocol collective kernel (NCCL's
-/// `NCCL_SIMPLE_MAX_NTHREADS`): the kernels' `.maxntid`, so ptxas budgets 128 registers per
-/// thread, and the host's default block size.
-pub const SIMPLE_THREADS: u32 = 512;
+// Named here by the host and tests, beside the kernels it sizes; defined in `coll` below the
+// algorithms, which size themselves by it.
+pub use super::SIMPLE_THREADS;
 
 /// A collective kernel of the library, by what it runs.
 ///

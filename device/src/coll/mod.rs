@@ -9,6 +9,13 @@ pub mod one_rank;
 pub mod ring;
 pub mod tree;
 
+/// Threads per block of every Simple-protocol collective kernel (NCCL's
+/// `NCCL_SIMPLE_MAX_NTHREADS`): the kernels' `.maxntid`, so ptxas budgets 128 registers per
+/// thread, and the host's default block size.
+// In `coll`, below the algorithms and the kernel table: MSCCL's interpreter sizes itself by it
+// without importing the table (which imports the interpreter).
+pub const SIMPLE_THREADS: u32 = 512;
+
 /// Which collective a kernel runs.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

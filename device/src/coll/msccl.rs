@@ -21,7 +21,7 @@ use crate::prims::{ConnInfo, DataMover, ErrorCode, Op, Primitives, PrimsStatus};
 use crate::{arch, DevPtr};
 
 /// Threads per block of the interpreter (the Simple protocol's block size).
-pub const MSCCL_THREADS: u32 = super::kernels::SIMPLE_THREADS;
+pub const MSCCL_THREADS: u32 = super::SIMPLE_THREADS;
 
 /// Slices per call of the interpreter's primitives. One slice of one FIFO slot per call: a
 /// connection then holds [`MSCCL_FIFO_CALLS`] calls that no receiver has taken yet, so a

@@ -521,33 +521,13 @@ impl Program {
         Ok(())
     }
 
-    /// Compiles to MSCCL-IR: trace → chunk DAG → instruction DAG → fusion → schedule.
-    pub fn compile(&self) -> Result<super::ir::Program, MscclError> {
-        self.compile_with(&super::schedule::Options::default())
-    }
-
-    /// [`Program::compile`] with explicit options (fusion on/off, instance layout).
-    pub fn compile_with(&self, opts: &super::schedule::Options) -> Result<super::ir::Program, MscclError> {
+    /// Checks that there is at least one instance and what replicating over
+    /// [`Program::instances`] multiplies — channels, chunks per buffer, work — against
+    /// [`limits`], before any of it is built (the compile driver's first step).
+    pub(super) fn check_instances(&self) -> Result<(), MscclError> {
         if self.instances == 0 {
             return Err(self.err("instances".into(), "must be at least 1"));
         }
-        self.check_instances()?;
-        // Each graph is freed as soon as the next stage is done with it, to lower peak memory.
-        let mut idag = {
-            let cdag = super::chunk_dag::ChunkDag::trace(self);
-            super::instr_dag::InstrDag::lower(self, &cdag)
-        };
-        if opts.fusion {
-            super::fuse::fuse(&mut idag);
-        }
-        let ir = super::schedule::schedule(self, &idag)?;
-        drop(idag);
-        super::schedule::replicate(ir, self.instances)
-    }
-
-    /// Checks what replicating over [`Program::instances`] multiplies — channels, chunks per
-    /// buffer, work — against [`limits`], before any of it is built.
-    fn check_instances(&self) -> Result<(), MscclError> {
         let k = u64::from(self.instances);
         limits::check(
             "instances",

@@ -6,6 +6,8 @@
 //! - [`instr_dag`]: chunk operations lowered to send/recv/rrc/cpy/re instructions.
 //! - [`fuse`]: peephole fusion into rcs, rrcs and rrs.
 //! - [`schedule`]: threadblocks, step order, cross-threadblock dependencies, instances.
+//! - `compile.rs`: the driver, [`Program::compile`](dsl::Program::compile), running a program
+//!   through the stages above (which import only `dsl`'s types, never the driver).
 //! - [`ir`]: the MSCCL-IR XML the MSCCL runtime reads, written and read.
 //! - [`verify`]: structural checks and a reference executor (symbolic and numeric).
 //! - [`algorithms`]: the algorithm library; [`cli`]: `rsccl msccl ...`.
@@ -19,6 +21,7 @@
 pub mod algorithms;
 pub mod chunk_dag;
 pub mod cli;
+mod compile;
 pub mod dsl;
 pub mod error;
 pub mod fuse;

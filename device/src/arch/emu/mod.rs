@@ -12,11 +12,15 @@
 //!
 //! A thread that traps (or panics) aborts the launch: every other thread of it unwinds at its
 //! next barrier, warp collective or spin hint, so a failing kernel ends instead of hanging.
+mod error;
 pub mod mapping;
 pub mod multicast;
 pub mod ops;
 pub mod stack;
 mod sync;
+mod thread;
+
+pub use error::EmuError;
 
 use super::Dim3;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
@@ -26,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use sync::{NamedBarrier, WarpRendezvous};
+use thread::{Aborted, BlockSched, LaunchShared, ThreadCtx};
 
 /// Most threads in one block, as on every CUDA GPU since sm_20.
 pub const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -42,37 +47,6 @@ pub struct LaunchDims {
     /// Dynamic shared memory per block, bytes.
     pub smem_bytes: u32,
 }
-
-/// Why an emulated launch failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EmuError {
-    /// The launch shape is not one a GPU accepts.
-    InvalidLaunch(String),
-    /// A thread trapped or panicked; the first such thread and its message.
-    Trapped {
-        /// Block index (x) of the thread.
-        block: u32,
-        /// Thread index (x) within the block.
-        thread: u32,
-        /// What it reported.
-        message: String,
-    },
-    /// The OS refused to start another thread.
-    Spawn(String),
-}
-
-impl std::fmt::Display for EmuError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            EmuError::InvalidLaunch(m) => write!(f, "invalid launch: {m}"),
-            EmuError::Trapped { block, thread, message } => {
-                write!(f, "kernel trapped in block {block} thread {thread}: {message}")
-            }
-            EmuError::Spawn(m) => write!(f, "could not start emulated thread: {m}"),
-        }
-    }
-}
-impl std::error::Error for EmuError {}
 
 impl LaunchDims {
     /// Checks the shape against the limits a GPU enforces.
@@ -118,154 +92,48 @@ fn deadlock_timeout() -> Result<Duration, EmuError> {
     }
 }
 
-/// State shared by every thread of one launch.
-pub(crate) struct LaunchShared {
-    pub(crate) aborted: AtomicBool,
-    first_error: Mutex<Option<EmuError>>,
-    pub(crate) deadlock_after: Duration,
-}
-
-/// State shared by the threads of one block (all on the block's OS thread).
+/// The resources a block's threads share (all on the block's OS thread): its named barriers,
+/// warp rendezvous and dynamic shared memory.
 pub(crate) struct BlockShared {
     pub(crate) barriers: Vec<NamedBarrier>,
     pub(crate) warps: Vec<WarpRendezvous>,
     /// u128 storage keeps the base 16-byte aligned, as `.extern .shared .align 16` is.
     pub(crate) smem: Box<[std::cell::UnsafeCell<u128>]>,
     pub(crate) smem_bytes: u32,
-    /// Bumped whenever a barrier or warp collective completes or a thread ends: a scheduler
-    /// round without progress means every thread waits on something outside the block.
-    progress: Cell<u64>,
-    /// Per thread: [`PARKED`] (not to be resumed until woken) and [`LISTED`] (in a waiter list).
-    state: Box<[Cell<u8>]>,
-    parked: Cell<u32>,
-    /// Set when every live thread was parked: their waits can never complete.
-    pub(crate) deadlocked: Cell<bool>,
 }
 
-const PARKED: u8 = 1;
-const LISTED: u8 = 2;
-
-impl BlockShared {
-    /// Parks thread `tid`; true when it is not in a waiter list yet (the caller adds it).
-    pub(crate) fn park(&self, tid: u32) -> bool {
-        let s = &self.state[tid as usize];
-        if s.get() & PARKED == 0 {
-            self.parked.set(self.parked.get() + 1);
-        }
-        let fresh = s.get() & LISTED == 0;
-        s.set(PARKED | LISTED);
-        fresh
-    }
-    /// Makes thread `tid` runnable; it has left its waiter list.
-    pub(crate) fn unpark(&self, tid: u32) {
-        self.resume_parked(tid);
-        self.state[tid as usize].set(0);
-    }
-    /// Makes thread `tid` runnable, still in its waiter list (it rechecks and parks again).
-    fn resume_parked(&self, tid: u32) {
-        let s = &self.state[tid as usize];
-        if s.get() & PARKED != 0 {
-            s.set(s.get() & !PARKED);
-            self.parked.set(self.parked.get() - 1);
-        }
-    }
-    fn is_parked(&self, tid: usize) -> bool {
-        self.state[tid].get() & PARKED != 0
-    }
-    fn resume_all_parked(&self) {
-        for tid in 0..self.state.len() as u32 {
-            self.resume_parked(tid);
-        }
-    }
-}
-
-/// What one emulated thread knows about itself.
-pub(crate) struct ThreadCtx {
-    /// Linear index of the thread in its block.
-    pub(crate) tid: u32,
-    pub(crate) thread: Dim3,
-    pub(crate) block: Dim3,
-    pub(crate) block_dim: Dim3,
-    pub(crate) grid_dim: Dim3,
+/// An emulated thread in its block, as [`ctx`] gives it to the `arch` operations: the thread
+/// and its block's resources. It dereferences to its [`ThreadCtx`] so those operations read
+/// the thread's indices and pass it to the barriers (which take the thread alone: they are
+/// part of the block, so they cannot name it).
+pub(crate) struct BlockThread {
+    thread_ctx: ThreadCtx,
     pub(crate) shared: Rc<BlockShared>,
-    pub(crate) launch: Arc<LaunchShared>,
-    /// The coroutine's yielder, set when it starts.
-    yielder: Cell<*const Yielder<(), ()>>,
-    /// Lowest stack address the thread may use; below it the thread fails (see [`stack`]).
-    stack_floor: Cell<usize>,
-    /// Lowest address of the thread's stack (the end of the reserve).
-    stack_limit: usize,
-    /// Size of the thread's stack.
-    stack_bytes: usize,
+}
+
+impl std::ops::Deref for BlockThread {
+    type Target = ThreadCtx;
+    fn deref(&self) -> &ThreadCtx {
+        &self.thread_ctx
+    }
 }
 
 thread_local! {
-    static CTX: Cell<*const ThreadCtx> = const { Cell::new(std::ptr::null()) };
+    static CTX: Cell<*const BlockThread> = const { Cell::new(std::ptr::null()) };
 }
 
 /// Scheduler rounds between wake-ups of every parked thread (to check deadlock timeouts).
 const SWEEP_ROUNDS: u64 = 1024;
 
-/// Unwinding payload of threads that stop because another thread aborted the launch.
-pub(crate) struct Aborted;
-
 /// The calling thread's context.
-pub(crate) fn ctx() -> &'static ThreadCtx {
+pub(crate) fn ctx() -> &'static BlockThread {
     let p = CTX.with(|c| c.get());
     assert!(!p.is_null(), "rsccl_device::arch called outside an emulated kernel launch");
-    // SAFETY: set by `run_thread` for the thread's lifetime and cleared before the ThreadCtx
+    // SAFETY: set by `run_thread` for the thread's lifetime and cleared before the BlockThread
     // it points to is dropped; only this thread reads it.
     let ctx = unsafe { &*p };
     ctx.check_stack();
     ctx
-}
-
-/// An address in the caller's stack frame: the stack pointer to within a frame.
-#[inline(always)]
-fn approx_sp() -> usize {
-    let probe = 0u8;
-    std::hint::black_box(&probe) as *const u8 as usize
-}
-
-impl ThreadCtx {
-    /// Fails the thread when its stack has reached the reserve at the bottom of its stack
-    /// (the reserve then holds the unwinding).
-    #[inline(always)]
-    fn check_stack(&self) {
-        let floor = self.stack_floor.get();
-        if approx_sp() < floor {
-            self.stack_floor.set(self.stack_limit);
-            self.fail(format!(
-                "stack overflow: the emulated thread reached the {} KiB reserve of its {} KiB stack; \
-                 raise RSCCL_EMU_STACK_KB",
-                stack::STACK_RESERVE >> 10,
-                self.stack_bytes >> 10,
-            ));
-        }
-    }
-    /// Unwinds quietly if another thread of the launch has failed.
-    pub(crate) fn check_abort(&self) {
-        if self.launch.aborted.load(Ordering::Relaxed) {
-            std::panic::resume_unwind(Box::new(Aborted));
-        }
-    }
-    /// Ends this thread with an error that fails the launch.
-    pub(crate) fn fail(&self, message: String) -> ! {
-        std::panic::panic_any(message)
-    }
-    /// Gives the block's other threads a turn (this thread waits for something).
-    pub(crate) fn suspend(&self, _spinning: bool) {
-        let y = self.yielder.get();
-        // SAFETY: set by the coroutine body before any device code runs, valid while it runs.
-        unsafe { (*y).suspend(()) };
-    }
-    /// Records that the block made progress (a barrier released, a thread finished).
-    pub(crate) fn progress(&self) {
-        self.shared.progress.set(self.shared.progress.get() + 1);
-    }
-    pub(crate) fn linear_tid(&self) -> u32 {
-        self.thread.x + self.block_dim.x * (self.thread.y + self.block_dim.y * self.thread.z)
-    }
 }
 
 fn index_of(linear: u64, dim: Dim3) -> Dim3 {
@@ -378,11 +246,8 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
         warps: (0..nwarps).map(|w| WarpRendezvous::new(nthreads.saturating_sub(w * 32).min(32))).collect(),
         smem: (0..(dims.smem_bytes as usize).div_ceil(16)).map(|_| std::cell::UnsafeCell::new(0)).collect(),
         smem_bytes: dims.smem_bytes,
-        progress: Cell::new(0),
-        state: (0..nthreads).map(|_| Cell::new(0)).collect(),
-        parked: Cell::new(0),
-        deadlocked: Cell::new(false),
     });
+    let sched = Rc::new(BlockSched::new(nthreads));
     // Boxed so each context keeps its address while coroutines hold it.
     let slab = match stack::take(nthreads as usize, stack) {
         Ok(s) => s,
@@ -391,21 +256,24 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
             return;
         }
     };
-    let ctxs: Vec<Box<ThreadCtx>> = (0..nthreads as u64)
+    let ctxs: Vec<Box<BlockThread>> = (0..nthreads as u64)
         .map(|t| {
             let st = slab.stack(t as usize);
-            Box::new(ThreadCtx {
-                tid: t as u32,
-                thread: index_of(t, dims.block),
-                block: index_of(b, dims.grid),
-                block_dim: dims.block,
-                grid_dim: dims.grid,
+            Box::new(BlockThread {
+                thread_ctx: ThreadCtx {
+                    tid: t as u32,
+                    thread: index_of(t, dims.block),
+                    block: index_of(b, dims.grid),
+                    block_dim: dims.block,
+                    grid_dim: dims.grid,
+                    sched: sched.clone(),
+                    launch: launch.clone(),
+                    yielder: Cell::new(std::ptr::null()),
+                    stack_floor: Cell::new(st.floor()),
+                    stack_limit: st.limit,
+                    stack_bytes: stack,
+                },
                 shared: shared.clone(),
-                launch: launch.clone(),
-                yielder: Cell::new(std::ptr::null()),
-                stack_floor: Cell::new(st.floor()),
-                stack_limit: st.limit,
-                stack_bytes: stack,
             })
         })
         .collect();
@@ -414,7 +282,7 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
     let body: &'static (dyn Fn() + Sync) = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), _>(body) };
     let mut coros = Vec::with_capacity(ctxs.len());
     for (t, ctx) in ctxs.iter().enumerate() {
-        let ctx_ptr: *const ThreadCtx = &**ctx;
+        let ctx_ptr: *const BlockThread = &**ctx;
         coros.push(Some(Coroutine::with_stack(slab.stack(t), move |y: &Yielder<(), ()>, ()| {
             // SAFETY: the context outlives the coroutine (both live until run_block returns,
             // and the coroutines are all finished before that).
@@ -427,10 +295,10 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
     let mut idle_rounds = 0u32;
     let mut rounds = 0u64;
     while live > 0 {
-        let before = shared.progress.get();
+        let before = sched.progress.get();
         for (i, slot) in coros.iter_mut().enumerate() {
             let Some(co) = slot else { continue };
-            if shared.is_parked(i) {
+            if sched.is_parked(i) {
                 continue;
             }
             CTX.with(|c| c.set(&*ctxs[i]));
@@ -439,20 +307,20 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
             if done {
                 *slot = None;
                 live -= 1;
-                shared.progress.set(shared.progress.get() + 1);
+                sched.progress.set(sched.progress.get() + 1);
             }
         }
         rounds += 1;
-        if live > 0 && shared.parked.get() as usize == live {
+        if live > 0 && sched.parked.get() as usize == live {
             // Only a thread of this block can release a parked one, and none is left to run.
-            shared.deadlocked.set(true);
-            shared.resume_all_parked();
+            sched.deadlocked.set(true);
+            sched.resume_all_parked();
         } else if launch.aborted.load(Ordering::Relaxed) || rounds.is_multiple_of(SWEEP_ROUNDS) {
             // Parked threads unwind on an abort, and check their deadlock timeout on a sweep.
-            shared.resume_all_parked();
+            sched.resume_all_parked();
         }
         // Every thread is waiting on another block or launch: let those run.
-        if shared.progress.get() == before {
+        if sched.progress.get() == before {
             idle_rounds = idle_rounds.saturating_add(1);
             if let Some(d) = jitter_sleep() {
                 std::thread::sleep(d);

@@ -3,7 +3,7 @@
 //! A block's threads are coroutines on one OS thread, so these need no locks: a thread that must
 //! wait suspends and is resumed by the block's scheduler until its condition holds. Every wait
 //! unwinds if the launch was aborted and fails the thread after the launch's deadlock timeout.
-use super::ThreadCtx;
+use super::thread::ThreadCtx;
 use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
@@ -15,7 +15,7 @@ impl Waiters {
     /// Makes every thread parked here runnable again.
     pub(crate) fn wake(&self, ctx: &ThreadCtx) {
         for tid in self.0.borrow_mut().drain(..) {
-            ctx.shared.unpark(tid);
+            ctx.sched.unpark(tid);
         }
     }
 }
@@ -32,7 +32,7 @@ fn wait_until(ctx: &ThreadCtx, waiters: &Waiters, what: &dyn Fn() -> String, don
     // Set on the first recheck; None inside: a timeout too long to represent never fires.
     let mut deadline: Option<Option<Instant>> = None;
     loop {
-        if ctx.shared.park(ctx.tid) {
+        if ctx.sched.park(ctx.tid) {
             waiters.0.borrow_mut().push(ctx.tid);
         }
         ctx.suspend(false);
@@ -40,7 +40,7 @@ fn wait_until(ctx: &ThreadCtx, waiters: &Waiters, what: &dyn Fn() -> String, don
         if done() {
             return;
         }
-        if ctx.shared.deadlocked.get() {
+        if ctx.sched.deadlocked.get() {
             ctx.fail(format!(
                 "deadlock: {} can never complete: every live thread of the block waits at a barrier or \
                  warp collective",
