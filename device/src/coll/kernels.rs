@@ -105,7 +105,7 @@ fn mover<T: Elem>(a: &RingArgs) -> RedMover<T> {
 /// Declares the kernels of element type `$t`: each exported entry (`rsccl_…_<type>`) and the
 /// body it calls (the names are spelled out at each use, so no proc macro pastes them).
 macro_rules! typed_kernels {
-    ($table:ident, $t:ty {
+    ($table:ident, $handles:ident, $t:ty {
         all_reduce_ring: $ar_ring:ident => $ar_ring_fn:ident,
         reduce_scatter_ring: $rs_ring:ident => $rs_ring_fn:ident,
         reduce_ring: $r_ring:ident => $r_ring_fn:ident,
@@ -124,6 +124,15 @@ macro_rules! typed_kernels {
             /// One rank.
             $one_rank(OneRankArgs) [SIMPLE_THREADS] => one_rank_kernel::<$t>;
         });
+        /// The typed handles of this type's kernels.
+        #[cfg(not(target_arch = "nvptx64"))]
+        pub(crate) const $handles: handles::Typed = handles::Typed {
+            all_reduce_ring: $ar_ring::KERNEL,
+            reduce_scatter_ring: $rs_ring::KERNEL,
+            reduce_ring: $r_ring::KERNEL,
+            all_reduce_tree: $ar_tree::KERNEL,
+            one_rank: $one_rank::KERNEL,
+        };
         #[inline(always)]
         fn $ar_ring_fn(a: &RingArgs) {
             ring::all_reduce(a, &mover::<$t>(a))
@@ -143,70 +152,70 @@ macro_rules! typed_kernels {
     };
 }
 
-typed_kernels!(KERNELS_I8, i8 {
+typed_kernels!(KERNELS_I8, HANDLES_I8, i8 {
     all_reduce_ring: rsccl_all_reduce_ring_i8 => all_reduce_ring_i8,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_i8 => reduce_scatter_ring_i8,
     reduce_ring: rsccl_reduce_ring_i8 => reduce_ring_i8,
     all_reduce_tree: rsccl_all_reduce_tree_i8 => all_reduce_tree_i8,
     one_rank: rsccl_one_rank_i8,
 });
-typed_kernels!(KERNELS_U8, u8 {
+typed_kernels!(KERNELS_U8, HANDLES_U8, u8 {
     all_reduce_ring: rsccl_all_reduce_ring_u8 => all_reduce_ring_u8,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_u8 => reduce_scatter_ring_u8,
     reduce_ring: rsccl_reduce_ring_u8 => reduce_ring_u8,
     all_reduce_tree: rsccl_all_reduce_tree_u8 => all_reduce_tree_u8,
     one_rank: rsccl_one_rank_u8,
 });
-typed_kernels!(KERNELS_I32, i32 {
+typed_kernels!(KERNELS_I32, HANDLES_I32, i32 {
     all_reduce_ring: rsccl_all_reduce_ring_i32 => all_reduce_ring_i32,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_i32 => reduce_scatter_ring_i32,
     reduce_ring: rsccl_reduce_ring_i32 => reduce_ring_i32,
     all_reduce_tree: rsccl_all_reduce_tree_i32 => all_reduce_tree_i32,
     one_rank: rsccl_one_rank_i32,
 });
-typed_kernels!(KERNELS_U32, u32 {
+typed_kernels!(KERNELS_U32, HANDLES_U32, u32 {
     all_reduce_ring: rsccl_all_reduce_ring_u32 => all_reduce_ring_u32,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_u32 => reduce_scatter_ring_u32,
     reduce_ring: rsccl_reduce_ring_u32 => reduce_ring_u32,
     all_reduce_tree: rsccl_all_reduce_tree_u32 => all_reduce_tree_u32,
     one_rank: rsccl_one_rank_u32,
 });
-typed_kernels!(KERNELS_I64, i64 {
+typed_kernels!(KERNELS_I64, HANDLES_I64, i64 {
     all_reduce_ring: rsccl_all_reduce_ring_i64 => all_reduce_ring_i64,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_i64 => reduce_scatter_ring_i64,
     reduce_ring: rsccl_reduce_ring_i64 => reduce_ring_i64,
     all_reduce_tree: rsccl_all_reduce_tree_i64 => all_reduce_tree_i64,
     one_rank: rsccl_one_rank_i64,
 });
-typed_kernels!(KERNELS_U64, u64 {
+typed_kernels!(KERNELS_U64, HANDLES_U64, u64 {
     all_reduce_ring: rsccl_all_reduce_ring_u64 => all_reduce_ring_u64,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_u64 => reduce_scatter_ring_u64,
     reduce_ring: rsccl_reduce_ring_u64 => reduce_ring_u64,
     all_reduce_tree: rsccl_all_reduce_tree_u64 => all_reduce_tree_u64,
     one_rank: rsccl_one_rank_u64,
 });
-typed_kernels!(KERNELS_F16, crate::redop::F16 {
+typed_kernels!(KERNELS_F16, HANDLES_F16, crate::redop::F16 {
     all_reduce_ring: rsccl_all_reduce_ring_f16 => all_reduce_ring_f16,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_f16 => reduce_scatter_ring_f16,
     reduce_ring: rsccl_reduce_ring_f16 => reduce_ring_f16,
     all_reduce_tree: rsccl_all_reduce_tree_f16 => all_reduce_tree_f16,
     one_rank: rsccl_one_rank_f16,
 });
-typed_kernels!(KERNELS_F32, f32 {
+typed_kernels!(KERNELS_F32, HANDLES_F32, f32 {
     all_reduce_ring: rsccl_all_reduce_ring_f32 => all_reduce_ring_f32,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_f32 => reduce_scatter_ring_f32,
     reduce_ring: rsccl_reduce_ring_f32 => reduce_ring_f32,
     all_reduce_tree: rsccl_all_reduce_tree_f32 => all_reduce_tree_f32,
     one_rank: rsccl_one_rank_f32,
 });
-typed_kernels!(KERNELS_F64, f64 {
+typed_kernels!(KERNELS_F64, HANDLES_F64, f64 {
     all_reduce_ring: rsccl_all_reduce_ring_f64 => all_reduce_ring_f64,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_f64 => reduce_scatter_ring_f64,
     reduce_ring: rsccl_reduce_ring_f64 => reduce_ring_f64,
     all_reduce_tree: rsccl_all_reduce_tree_f64 => all_reduce_tree_f64,
     one_rank: rsccl_one_rank_f64,
 });
-typed_kernels!(KERNELS_BF16, crate::redop::BF16 {
+typed_kernels!(KERNELS_BF16, HANDLES_BF16, crate::redop::BF16 {
     all_reduce_ring: rsccl_all_reduce_ring_bf16 => all_reduce_ring_bf16,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_bf16 => reduce_scatter_ring_bf16,
     reduce_ring: rsccl_reduce_ring_bf16 => reduce_ring_bf16,
@@ -219,14 +228,14 @@ typed_kernels!(KERNELS_BF16, crate::redop::BF16 {
 #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_90"))]
 mod fp8 {
     use super::*;
-    typed_kernels!(KERNELS_E4M3, crate::redop::Fp8E4M3 {
+    typed_kernels!(KERNELS_E4M3, HANDLES_E4M3, crate::redop::Fp8E4M3 {
         all_reduce_ring: rsccl_all_reduce_ring_e4m3 => all_reduce_ring_e4m3,
         reduce_scatter_ring: rsccl_reduce_scatter_ring_e4m3 => reduce_scatter_ring_e4m3,
         reduce_ring: rsccl_reduce_ring_e4m3 => reduce_ring_e4m3,
         all_reduce_tree: rsccl_all_reduce_tree_e4m3 => all_reduce_tree_e4m3,
         one_rank: rsccl_one_rank_e4m3,
     });
-    typed_kernels!(KERNELS_E5M2, crate::redop::Fp8E5M2 {
+    typed_kernels!(KERNELS_E5M2, HANDLES_E5M2, crate::redop::Fp8E5M2 {
         all_reduce_ring: rsccl_all_reduce_ring_e5m2 => all_reduce_ring_e5m2,
         reduce_scatter_ring: rsccl_reduce_scatter_ring_e5m2 => reduce_scatter_ring_e5m2,
         reduce_ring: rsccl_reduce_ring_e5m2 => reduce_ring_e5m2,
@@ -346,6 +355,99 @@ mod nvls_kernels {
     });
 }
 
+/// The typed handles of the library's collective kernels ([`crate::kernels::Kernel`]), by
+/// what they run: each with the argument struct its kernel takes.
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod handles {
+    use super::*;
+    use crate::kernels::Kernel;
+
+    /// The kernels of one element type.
+    pub(crate) struct Typed {
+        pub(crate) all_reduce_ring: Kernel<RingArgs>,
+        pub(crate) reduce_scatter_ring: Kernel<RingArgs>,
+        pub(crate) reduce_ring: Kernel<RingArgs>,
+        pub(crate) all_reduce_tree: Kernel<RingArgs>,
+        pub(crate) one_rank: Kernel<OneRankArgs>,
+    }
+
+    fn typed(t: DataType) -> &'static Typed {
+        match t {
+            DataType::I8 => &HANDLES_I8,
+            DataType::U8 => &HANDLES_U8,
+            DataType::I32 => &HANDLES_I32,
+            DataType::U32 => &HANDLES_U32,
+            DataType::I64 => &HANDLES_I64,
+            DataType::U64 => &HANDLES_U64,
+            DataType::F16 => &HANDLES_F16,
+            DataType::F32 => &HANDLES_F32,
+            DataType::F64 => &HANDLES_F64,
+            DataType::BF16 => &HANDLES_BF16,
+            DataType::Fp8E4M3 => &fp8::HANDLES_E4M3,
+            DataType::Fp8E5M2 => &fp8::HANDLES_E5M2,
+        }
+    }
+
+    /// The ring kernel of `coll` on `t` ([`CollKernel::ring`]: the byte kernel for all-gather
+    /// and broadcast, which count bytes).
+    pub fn ring(coll: Collective, t: DataType) -> Kernel<RingArgs> {
+        match coll {
+            Collective::AllReduce => typed(t).all_reduce_ring,
+            Collective::ReduceScatter => typed(t).reduce_scatter_ring,
+            Collective::Reduce => typed(t).reduce_ring,
+            Collective::AllGather => rsccl_all_gather_ring::KERNEL,
+            Collective::Broadcast => rsccl_broadcast_ring::KERNEL,
+        }
+    }
+
+    /// The tree all-reduce kernel on `t` (it takes the ring kernels' arguments).
+    pub fn tree(t: DataType) -> Kernel<RingArgs> {
+        typed(t).all_reduce_tree
+    }
+
+    /// A one-rank communicator's kernel on `t`.
+    pub fn one_rank(t: DataType) -> Kernel<OneRankArgs> {
+        typed(t).one_rank
+    }
+
+    /// The NVLS kernel on `t`, for the types multimem serves (`None` otherwise).
+    pub fn nvls(t: DataType) -> Option<Kernel<NvlsArgs>> {
+        use super::nvls_kernels::*;
+        Some(match t {
+            DataType::F32 => rsccl_nvls_f32::KERNEL,
+            DataType::F16 => rsccl_nvls_f16::KERNEL,
+            DataType::BF16 => rsccl_nvls_bf16::KERNEL,
+            DataType::F64 => rsccl_nvls_f64::KERNEL,
+            DataType::I32 => rsccl_nvls_i32::KERNEL,
+            DataType::U32 => rsccl_nvls_u32::KERNEL,
+            DataType::I64 => rsccl_nvls_i64::KERNEL,
+            DataType::U64 => rsccl_nvls_u64::KERNEL,
+            _ => return None,
+        })
+    }
+
+    /// The MSCCL-IR interpreter reducing `t`, or for programs that only move data (`None`:
+    /// counts bytes).
+    pub fn msccl(t: Option<DataType>) -> Kernel<MscclArgs> {
+        use super::msccl_fp8::*;
+        match t {
+            None => rsccl_msccl_bytes::KERNEL,
+            Some(DataType::I8) => rsccl_msccl_i8::KERNEL,
+            Some(DataType::U8) => rsccl_msccl_u8::KERNEL,
+            Some(DataType::I32) => rsccl_msccl_i32::KERNEL,
+            Some(DataType::U32) => rsccl_msccl_u32::KERNEL,
+            Some(DataType::I64) => rsccl_msccl_i64::KERNEL,
+            Some(DataType::U64) => rsccl_msccl_u64::KERNEL,
+            Some(DataType::F16) => rsccl_msccl_f16::KERNEL,
+            Some(DataType::F32) => rsccl_msccl_f32::KERNEL,
+            Some(DataType::F64) => rsccl_msccl_f64::KERNEL,
+            Some(DataType::BF16) => rsccl_msccl_bf16::KERNEL,
+            Some(DataType::Fp8E4M3) => rsccl_msccl_e4m3::KERNEL,
+            Some(DataType::Fp8E5M2) => rsccl_msccl_e5m2::KERNEL,
+        }
+    }
+}
+
 /// Every table of this module (host registry).
 #[cfg(not(target_arch = "nvptx64"))]
 pub static TABLES: &[&[crate::kernels::KernelEntry]] = &[
@@ -366,3 +468,41 @@ pub static TABLES: &[&[crate::kernels::KernelEntry]] = &[
     KERNELS_MSCCL,
     msccl_fp8::KERNELS_MSCCL_FP8,
 ];
+
+#[cfg(all(test, not(target_arch = "nvptx64")))]
+mod tests {
+    use super::*;
+
+    /// Every typed handle names the kernel [`CollKernel`] names for the same job, and the
+    /// registry holds it with its argument size.
+    #[test]
+    fn handles_are_the_kernels_the_names_say() {
+        let colls = [
+            Collective::AllReduce,
+            Collective::ReduceScatter,
+            Collective::AllGather,
+            Collective::Broadcast,
+            Collective::Reduce,
+        ];
+        for t in DataType::ALL {
+            for c in colls {
+                assert_eq!(handles::ring(c, t).name(), CollKernel::ring(c, t).name());
+            }
+            assert_eq!(handles::tree(t).name(), CollKernel::TreeAllReduce(t).name());
+            assert_eq!(handles::one_rank(t).name(), CollKernel::OneRank(t).name());
+            assert_eq!(handles::msccl(Some(t)).name(), CollKernel::Msccl(t).name());
+            if let Some(k) = handles::nvls(t) {
+                assert_eq!(k.name(), CollKernel::Nvls(t).name());
+            }
+            assert_eq!(handles::nvls(t).is_some(), crate::multimem::supported(RedOp::Sum, t), "{t:?}");
+        }
+        assert_eq!(handles::msccl(None).name(), CollKernel::MscclBytes.name());
+        let entries = [
+            *handles::ring(Collective::AllReduce, DataType::F32).entry(),
+            *handles::one_rank(DataType::I8).entry(),
+        ];
+        for k in entries {
+            assert_eq!(crate::kernels::find(k.name).map(|e| e.args_bytes), Some(k.args_bytes));
+        }
+    }
+}

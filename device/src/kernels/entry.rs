@@ -31,6 +31,62 @@ pub struct KernelEntry {
     pub body: fn(&[u8]),
 }
 
+/// A kernel by its table entry, carrying its argument type `A`: a launch takes the handle and
+/// a `&A`, so a kernel and an argument struct that do not belong together do not compile, and
+/// the launch needs no lookup by name (the name stays for the PTX module and logs).
+/// [`kernel_table!`](crate::kernel_table) makes one per kernel: `<kernel name>::KERNEL`.
+///
+/// ```
+/// use rsccl_device::coll::kernels::handles;
+/// use rsccl_device::coll::Collective;
+/// use rsccl_device::dtype::DataType;
+/// let k = handles::ring(Collective::AllReduce, DataType::F32);
+/// assert_eq!(k.name(), "rsccl_all_reduce_ring_f32");
+/// assert_eq!(k.entry().args_bytes, size_of::<rsccl_device::coll::ring::RingArgs>());
+/// ```
+#[cfg(not(target_arch = "nvptx64"))]
+pub struct Kernel<A> {
+    entry: KernelEntry,
+    _args: core::marker::PhantomData<fn(A)>,
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl<A> Kernel<A> {
+    /// The handle of `entry`, whose argument struct is `A` (the table's declaration says so).
+    #[doc(hidden)]
+    pub const fn of(entry: KernelEntry) -> Self {
+        assert!(entry.args_bytes == core::mem::size_of::<A>());
+        Kernel { entry, _args: core::marker::PhantomData }
+    }
+
+    /// The exported symbol (the PTX entry).
+    pub const fn name(&self) -> &'static str {
+        self.entry.name
+    }
+
+    /// The table entry: name, kernel set, argument size, block-size bound, emulator body.
+    pub const fn entry(&self) -> &KernelEntry {
+        &self.entry
+    }
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl<A> Clone for Kernel<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl<A> Copy for Kernel<A> {}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl<A> core::fmt::Debug for Kernel<A> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_tuple("Kernel").field(&self.entry.name).finish()
+    }
+}
+
 /// Declares kernels, collected into a named table of one [`KernelSet`] (`lib`, `test`, or
 /// `user` for a crate that embeds this one): `name(ArgsType) [max_threads] => body_fn;`.
 #[macro_export]
@@ -66,23 +122,35 @@ macro_rules! kernel_table {
                 const $threads
             );
         )*
+        // Each kernel's typed handle, in a module of the kernel's name (the host has no
+        // function of that name; on nvptx there is no module).
+        $(
+            #[cfg(not(target_arch = "nvptx64"))]
+            #[allow(non_snake_case, unused_imports)]
+            $(#[$m])*
+            pub mod $name {
+                use super::*;
+                /// The kernel's handle.
+                pub const KERNEL: $crate::kernels::Kernel<$args> = $crate::kernels::Kernel::of(
+                    $crate::kernels::KernelEntry {
+                        name: stringify!($name),
+                        set: $crate::kernels::KernelSet::$kind,
+                        args_bytes: core::mem::size_of::<$args>(),
+                        max_threads: {
+                            const T: u32 = $threads;
+                            const _: () = assert!(T >= 32 && T <= 1024 && T % 32 == 0);
+                            T
+                        },
+                        body: |bytes| {
+                            let args: $args = $crate::__bytemuck::pod_read_unaligned(bytes);
+                            $body(&args)
+                        },
+                    },
+                );
+            }
+        )*
         /// Host registry of the kernels declared with this table.
         #[cfg(not(target_arch = "nvptx64"))]
-        pub static $table: &[$crate::kernels::KernelEntry] = &[
-            $( $crate::kernels::KernelEntry {
-                name: stringify!($name),
-                set: $crate::kernels::KernelSet::$kind,
-                args_bytes: core::mem::size_of::<$args>(),
-                max_threads: {
-                    const T: u32 = $threads;
-                    const _: () = assert!(T >= 32 && T <= 1024 && T % 32 == 0);
-                    T
-                },
-                body: |bytes| {
-                    let args: $args = $crate::__bytemuck::pod_read_unaligned(bytes);
-                    $body(&args)
-                },
-            }, )*
-        ];
+        pub static $table: &[$crate::kernels::KernelEntry] = &[ $( *$name::KERNEL.entry(), )* ];
     };
 }

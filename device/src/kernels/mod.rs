@@ -19,6 +19,8 @@ use crate::copy::{copy_kernel, CopyArgs};
 
 mod entry;
 #[cfg(not(target_arch = "nvptx64"))]
+pub use entry::Kernel;
+#[cfg(not(target_arch = "nvptx64"))]
 pub use entry::KernelEntry;
 pub use entry::KernelSet;
 

@@ -500,15 +500,30 @@ mod fp8 {
 #[cfg(not(target_arch = "nvptx64"))]
 pub static TABLES: &[&[crate::kernels::KernelEntry]] = &[REDUCE_KERNELS, fp8::REDUCE_KERNELS_FP8];
 
-/// The exported name of the psum / psum_scatter kernel of `t`.
+/// The psum / psum_scatter kernel of `t`.
 ///
 /// ```
-/// use rsccl_device::{dtype::DataType, onesided::ring::reduce_kernel_name};
-/// let name = reduce_kernel_name(DataType::BF16);
-/// assert_eq!(name, "rsccl_onesided_reduce_bf16");
-/// assert!(rsccl_device::kernels::find(&name).is_some());
+/// use rsccl_device::{dtype::DataType, onesided::ring::reduce_kernel};
+/// let k = reduce_kernel(DataType::BF16);
+/// assert_eq!(k.name(), "rsccl_onesided_reduce_bf16");
+/// assert!(rsccl_device::kernels::find(k.name()).is_some());
 /// ```
 #[cfg(not(target_arch = "nvptx64"))]
-pub fn reduce_kernel_name(t: crate::dtype::DataType) -> String {
-    format!("rsccl_onesided_reduce_{}", t.name())
+pub fn reduce_kernel(t: crate::dtype::DataType) -> crate::kernels::Kernel<OneSidedReduceArgs> {
+    use crate::dtype::DataType;
+    use fp8::*;
+    match t {
+        DataType::I8 => rsccl_onesided_reduce_i8::KERNEL,
+        DataType::U8 => rsccl_onesided_reduce_u8::KERNEL,
+        DataType::I32 => rsccl_onesided_reduce_i32::KERNEL,
+        DataType::U32 => rsccl_onesided_reduce_u32::KERNEL,
+        DataType::I64 => rsccl_onesided_reduce_i64::KERNEL,
+        DataType::U64 => rsccl_onesided_reduce_u64::KERNEL,
+        DataType::F16 => rsccl_onesided_reduce_f16::KERNEL,
+        DataType::F32 => rsccl_onesided_reduce_f32::KERNEL,
+        DataType::F64 => rsccl_onesided_reduce_f64::KERNEL,
+        DataType::BF16 => rsccl_onesided_reduce_bf16::KERNEL,
+        DataType::Fp8E4M3 => rsccl_onesided_reduce_e4m3::KERNEL,
+        DataType::Fp8E5M2 => rsccl_onesided_reduce_e5m2::KERNEL,
+    }
 }

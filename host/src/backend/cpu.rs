@@ -226,7 +226,18 @@ impl Backend for CpuBackend {
 
     unsafe fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()> {
         let entry = kernels::find(kernel).ok_or_else(|| Error::UnknownKernel(kernel.to_string()))?;
-        validate_launch(kernel, &cfg, args, Some(entry), MAX_DYNAMIC_SMEM)?;
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.launch_entry(entry, cfg, args) }
+    }
+
+    unsafe fn launch_entry(
+        &self,
+        entry: &kernels::KernelEntry,
+        cfg: LaunchConfig,
+        args: &[u8],
+    ) -> Result<()> {
+        let (kernel, entry) = (entry.name, *entry);
+        validate_launch(kernel, &cfg, args, Some(&entry), MAX_DYNAMIC_SMEM)?;
         let dims = LaunchDims { grid: cfg.grid, block: cfg.block, smem_bytes: cfg.smem_bytes };
         let args = args.to_vec();
         let name = kernel.to_string();

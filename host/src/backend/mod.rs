@@ -262,6 +262,20 @@ pub trait Backend: Send + Sync {
     /// memory must stay alive until the launch is synchronized. The safe entry points are the
     /// collectives of [`crate::Comm`] and [`crate::LocalGroup`], which check their buffers.
     unsafe fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()>;
+    /// [`Backend::launch_raw`] of the kernel of table entry `entry` (from a typed handle, as
+    /// `launch_kernel` passes it), which the backend need not look up by name.
+    ///
+    /// # Safety
+    /// As [`Backend::launch_raw`].
+    unsafe fn launch_entry(
+        &self,
+        entry: &rsccl_device::kernels::KernelEntry,
+        cfg: LaunchConfig,
+        args: &[u8],
+    ) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.launch_raw(entry.name, cfg, args) }
+    }
     /// Waits for every launch so far; reports the first failure.
     fn synchronize(&self) -> Result<()>;
     /// Runs `f` once every launch enqueued so far has completed (or failed), without waiting
@@ -372,10 +386,26 @@ pub trait Backend: Send + Sync {
 }
 
 impl dyn Backend + '_ {
-    /// Launches `kernel` with its `#[repr(C)]` argument struct.
+    /// Launches the kernel of typed handle `kernel` with its argument struct (the library's
+    /// launches: `rsccl_device::coll::kernels::handles`).
     ///
     /// # Safety
     /// As [`Backend::launch_raw`]: the addresses and sizes in `args` are the caller's promise.
+    pub unsafe fn launch_kernel<A: bytemuck::Pod>(
+        &self,
+        kernel: rsccl_device::kernels::Kernel<A>,
+        cfg: LaunchConfig,
+        args: &A,
+    ) -> Result<()> {
+        // SAFETY: the caller's promise, passed on; `A` is the kernel's argument struct.
+        unsafe { self.launch_entry(kernel.entry(), cfg, bytemuck::bytes_of(args)) }
+    }
+
+    /// Launches `kernel` (by name: a kernel of an embedding crate's table, say) with its
+    /// `#[repr(C)]` argument struct, whose size is checked against the kernel's at run time.
+    ///
+    /// # Safety
+    /// As [`Backend::launch_raw`].
     pub unsafe fn launch<A: bytemuck::Pod>(&self, kernel: &str, cfg: LaunchConfig, args: &A) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
         unsafe { self.launch_raw(kernel, cfg, bytemuck::bytes_of(args)) }
@@ -431,7 +461,7 @@ impl dyn Backend + '_ {
         let blocks = (bytes / (1 << 20)).clamp(1, 32) as u32;
         let cfg = LaunchConfig::linear(blocks, rsccl_device::kernels::COPY_THREADS);
         // SAFETY: the caller's promise about both ranges, which outlive the synchronize below.
-        unsafe { self.launch("rsccl_copy", cfg, &args) }?;
+        unsafe { self.launch_kernel(rsccl_device::kernels::rsccl_copy::KERNEL, cfg, &args) }?;
         self.synchronize()
     }
 

@@ -7,7 +7,7 @@ use super::nvls;
 use super::signature::Signed;
 use crate::backend::LaunchConfig;
 use crate::error::{Error, Result};
-use rsccl_device::coll::kernels::CollKernel;
+use rsccl_device::coll::kernels::{handles, CollKernel};
 use rsccl_device::coll::nvls::{NvlsArgs, NVLS_FIFO, NVLS_ONE_SHOT, NVLS_SYM_ONE_SHOT, NVLS_SYM_TWO_SHOT};
 use rsccl_device::coll::nvls_fifo::NVLS_GROUPS;
 use rsccl_device::coll::one_rank::OneRankArgs;
@@ -76,14 +76,17 @@ impl Comm {
                 op: dev.op as u32,
                 apply_op: reduces as u32,
             };
-            let kernel = CollKernel::OneRank(dev.dtype).name();
+            let kernel = handles::one_rank(dev.dtype);
             // SAFETY: the buffers are the caller's promise; the kernel copies `count` elements.
             return unsafe {
-                self.stream.launch(&kernel, LaunchConfig::linear(plan.channels, plan.threads), &args)
+                self.stream.launch_kernel(kernel, LaunchConfig::linear(plan.channels, plan.threads), &args)
             };
         }
-        let kernel =
-            if tree { CollKernel::TreeAllReduce(dev.dtype) } else { CollKernel::ring(dev.coll, dev.dtype) };
+        let (kernel, handle) = if tree {
+            (CollKernel::TreeAllReduce(dev.dtype), handles::tree(dev.dtype))
+        } else {
+            (CollKernel::ring(dev.coll, dev.dtype), handles::ring(dev.coll, dev.dtype))
+        };
         // Byte kernels (all-gather, broadcast) count bytes, whatever the type.
         let count = if kernel.counts_bytes() {
             dev.count.checked_mul(dev.dtype.size() as u64).ok_or_else(|| {
@@ -113,7 +116,7 @@ impl Comm {
         };
         // SAFETY: the user buffers are the caller's promise; the channel tables, status words and
         // connections are this Comm's own, alive as long as it is, and sized for its channels.
-        unsafe { self.stream.launch(&kernel.name(), cfg, &args) }
+        unsafe { self.stream.launch_kernel(handle, cfg, &args) }
     }
 
     /// Enqueues this rank's NVLS kernel of `dev` (all-reduce, reduce-scatter, all-gather; on
@@ -169,10 +172,11 @@ impl Comm {
             mode,
             pad: 0,
         };
-        let kernel = CollKernel::Nvls(dev.dtype);
+        let kernel = handles::nvls(dev.dtype)
+            .ok_or_else(|| Error::InvalidConfig(format!("NVLS has no kernel for {}", dev.dtype.name())))?;
         let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(NVLS_GROUPS));
         // SAFETY: the user buffers are the caller's promise; scratch, flags, FIFOs and their
         // multicast ranges are this Comm's, sized for its grid and ranks, alive as long as it is.
-        unsafe { self.stream.launch(&kernel.name(), cfg, &args) }
+        unsafe { self.stream.launch_kernel(kernel, cfg, &args) }
     }
 }

@@ -18,7 +18,7 @@ use crate::transport::net::proxy::Proxy;
 use crate::transport::net::socket::{SocketConfig, SocketNet};
 use crate::transport::net::{Net, NetSetup};
 use crate::transport::{self, ConnHandle, ConnLayout, Side, Transport, TransportKind, MAX_HANDLE_BYTES};
-use rsccl_device::coll::kernels::CollKernel;
+use rsccl_device::coll::kernels::handles;
 use rsccl_device::coll::msccl::{pass_geometry, MscclArgs, MscclTb};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
@@ -549,7 +549,7 @@ impl Comm {
         else {
             return Ok(false);
         };
-        let kernel = if plan.reduces { CollKernel::Msccl(dtype) } else { CollKernel::MscclBytes };
+        let kernel = handles::msccl(plan.reduces.then_some(dtype));
         let steps = plan.max_steps as u64 + 1;
         if passes.checked_mul(steps).is_none_or(|x| x >= 1 << 32) {
             return Err(bad(format!(
@@ -600,7 +600,7 @@ impl Comm {
         // SAFETY: the user buffers hold what the program reads and writes (checked above: the
         // lowering placed every chunk inside `input_blocks`/`output_blocks` blocks of `c`);
         // tables, scratch, progress and status are this program's, sized for its threadblocks.
-        unsafe { self.stream.launch(&kernel.name(), cfg, &args)? };
+        unsafe { self.stream.launch_kernel(kernel, cfg, &args)? };
         Ok(true)
     }
 }

@@ -16,8 +16,9 @@ use crate::backend::{BackendKind, DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
+use rsccl_device::kernels::{Kernel, KernelEntry};
 use rsccl_device::onesided::ring::{
-    reduce_kernel_name, OneSidedReduceArgs, PermuteArgs, ReduceKind, RingGatherArgs, MIN_STAGE,
+    reduce_kernel, OneSidedReduceArgs, PermuteArgs, ReduceKind, RingGatherArgs, MIN_STAGE,
 };
 use rsccl_device::onesided::{
     lib_sem_base, race, race_parties, SemKind, SymmetricHandle, KIND_SLOTS, MAX_GRID, ONESIDED_THREADS,
@@ -235,8 +236,8 @@ impl Comm {
             self.run_library(
                 mem,
                 &[src.buf],
-                "rsccl_ppermute",
-                bytemuck::bytes_of(&args),
+                rsccl_device::kernels::rsccl_ppermute::KERNEL,
+                &args,
                 "ppermute",
                 SemKind::Permute,
                 launch,
@@ -279,8 +280,8 @@ impl Comm {
             self.run_library(
                 mem,
                 &[src.buf],
-                "rsccl_ring_all_gather_onesided",
-                bytemuck::bytes_of(&args),
+                rsccl_device::kernels::rsccl_ring_all_gather_onesided::KERNEL,
+                &args,
                 "one-sided all-gather",
                 SemKind::Gather,
                 launch,
@@ -377,17 +378,7 @@ impl Comm {
         };
         // SAFETY: check_call checked both buffers' sizes, alignment and overlap for this
         // collective; the staging slots (2 × GRID × stage bytes) fit every window (equal sizes).
-        unsafe {
-            self.run_library(
-                mem,
-                &[src.buf, dst.buf],
-                &reduce_kernel_name(dtype),
-                bytemuck::bytes_of(&args),
-                name,
-                sem,
-                launch,
-            )
-        }
+        unsafe { self.run_library(mem, &[src.buf, dst.buf], reduce_kernel(dtype), &args, name, sem, launch) }
     }
 
     /// Launches a user's one-sided kernel `kernel` with `cfg` (at most [`MAX_GRID`] blocks:
@@ -412,8 +403,10 @@ impl Comm {
                 cfg.grid
             )));
         }
+        let entry =
+            rsccl_device::kernels::find(kernel).ok_or_else(|| Error::UnknownKernel(kernel.to_string()))?;
         // SAFETY: the caller's promise.
-        unsafe { self.run_onesided(mem, holds, kernel, cfg, bytemuck::bytes_of(args), kernel, Sems::User) }
+        unsafe { self.run_onesided(mem, holds, entry, cfg, bytemuck::bytes_of(args), kernel, Sems::User) }
     }
 
     /// Launches the library's one-sided kernel `kernel` (GRID blocks) with `args`, launch
@@ -422,12 +415,12 @@ impl Comm {
     /// # Safety
     /// `args` must make the kernel touch only the windows of `mem` and `holds`, within bounds.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn run_library(
+    unsafe fn run_library<A: bytemuck::Pod>(
         &self,
         mem: &SymmetricMemory,
         holds: &[&DeviceBuffer],
-        kernel: &str,
-        args: &[u8],
+        kernel: Kernel<A>,
+        args: &A,
         name: &str,
         kind: SemKind,
         launch: u64,
@@ -438,16 +431,16 @@ impl Comm {
             self.run_onesided(
                 mem,
                 holds,
-                kernel,
+                kernel.entry(),
                 cfg,
-                args,
+                bytemuck::bytes_of(args),
                 &format!("{name} #{launch}"),
                 Sems::Lib(kind, launch),
             )
         }
     }
 
-    /// Launches one-sided kernel `kernel` with `cfg` and `args` and waits for it, reporting
+    /// Launches the one-sided kernel of table entry `kernel` with `cfg` and `args` and waits for it, reporting
     /// what went wrong as `what`; checks the semaphores `sems` says.
     ///
     /// # Safety
@@ -457,7 +450,7 @@ impl Comm {
         &self,
         mem: &SymmetricMemory,
         holds: &[&DeviceBuffer],
-        kernel: &str,
+        kernel: &KernelEntry,
         cfg: LaunchConfig,
         args: &[u8],
         what: &str,
@@ -467,7 +460,7 @@ impl Comm {
         stream.copy_in(&mem.status, 0, &[0u8; 8 * MAX_GRID as usize])?;
         let held: Vec<_> = holds.iter().map(|b| b.hold()).chain([mem.window.hold()]).collect();
         // SAFETY: the caller's promise; everything stays alive until the synchronize below.
-        unsafe { stream.launch_raw(kernel, cfg, args) }?;
+        unsafe { stream.launch_entry(kernel, cfg, args) }?;
         stream.synchronize()?;
         drop(held);
         let failed = self.status_error(mem, what);
