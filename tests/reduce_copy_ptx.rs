@@ -15,12 +15,22 @@ fn text(ms: &[Module]) -> String {
     ms.iter().map(|m| m.ptx).collect()
 }
 
+/// The library's modules of `arch`, unpacked.
+fn library(arch: &str) -> Vec<Module> {
+    ptx::library(arch).unwrap_or_else(|e| panic!("{arch}: {e}"))
+}
+
+/// The module of `entry` for `arch`, if there is one.
+fn find(arch: &str, entry: &str) -> Option<Module> {
+    ptx::find(arch, entry).unwrap_or_else(|e| panic!("{arch} {entry}: {e}"))
+}
+
 #[test]
 fn every_library_module_exports_one_entry_with_its_launch_bound_and_fits_a_block() {
     for arch in ["sm_90", "sm_80"] {
-        let mods = ptx::library(arch);
+        let mods = library(arch);
         assert!(!mods.is_empty(), "no {arch} modules");
-        for m in mods {
+        for m in &mods {
             assert_eq!(ptx::entry_points(m.ptx).collect::<Vec<_>>(), [m.entry], "{arch} {}", m.entry);
             let entry =
                 kernels::find(m.entry).unwrap_or_else(|| panic!("{} is not in the registry", m.entry));
@@ -52,11 +62,11 @@ fn the_library_has_every_collective_kernel_and_no_test_kernel() {
                 CollKernel::MscclBytes,
             ];
             for k in ks {
-                let m = ptx::find(arch, &k.name()).unwrap_or_else(|| panic!("{arch} lacks {}", k.name()));
+                let m = find(arch, &k.name()).unwrap_or_else(|| panic!("{arch} lacks {}", k.name()));
                 assert_eq!(m.max_threads, SIMPLE_THREADS);
             }
         }
-        for m in ptx::library(arch) {
+        for m in library(arch) {
             assert!(
                 !m.entry.contains("selftest") && !m.entry.contains("redcopy"),
                 "{arch} ships {}",
@@ -65,12 +75,12 @@ fn the_library_has_every_collective_kernel_and_no_test_kernel() {
         }
     }
     // FP8 kernels exist only for sm_90.
-    assert!(ptx::library("sm_80").iter().all(|m| !m.entry.contains("e4m3") && !m.entry.contains("e5m2")));
+    assert!(library("sm_80").iter().all(|m| !m.entry.contains("e4m3") && !m.entry.contains("e5m2")));
 }
 
 #[test]
 fn sm90_modules_have_multimem_ld_reduce_for_f32_f16_bf16_sum_u64_min_and_multimem_st() {
-    let (lib, test) = (text(ptx::library("sm_90")), text(test_kernels::SM_90));
+    let (lib, test) = (text(&library("sm_90")), text(test_kernels::SM_90));
     // Step polling of NVLS connections is part of every collective kernel.
     assert!(lib.contains("multimem.ld_reduce.acquire.sys.global.min.u64"));
     for ins in [
@@ -99,12 +109,12 @@ fn sm90_modules_have_multimem_ld_reduce_for_f32_f16_bf16_sum_u64_min_and_multime
 
 #[test]
 fn sm80_modules_have_no_multimem_and_no_fp8() {
-    for t in [text(ptx::library("sm_80")), text(test_kernels::SM_80)] {
+    for t in [text(&library("sm_80")), text(test_kernels::SM_80)] {
         assert!(!t.contains("multimem"), "the sm_80 PTX contains a multimem instruction");
         assert!(!t.contains("e4m3") && !t.contains("e5m2"), "the sm_80 PTX mentions FP8");
     }
     // sm_80 has no add.bf16x2: the sum is an fma with 1.0.
-    let lib = text(ptx::library("sm_80"));
+    let lib = text(&library("sm_80"));
     assert!(lib.contains("fma.rn.bf16x2") && !lib.contains("add.rn.bf16x2"));
 }
 
@@ -134,13 +144,13 @@ fn nvls_kernels_are_sm90_only_and_use_multimem() {
     ];
     for (t, ins) in types {
         let name = CollKernel::Nvls(t).name();
-        let m = ptx::find("sm_90", &name).unwrap_or_else(|| panic!("sm_90 lacks {name}"));
+        let m = find("sm_90", &name).unwrap_or_else(|| panic!("sm_90 lacks {name}"));
         assert!(m.ptx.contains(ins), "{name} lacks `{ins}`");
         assert!(m.ptx.contains("multimem.st.relaxed.sys.global"), "{name} has no multimem.st");
         assert!(m.ptx.contains("multimem.st.relaxed.sys.global.b64"), "{name}: no flag store");
-        assert!(ptx::find("sm_80", &name).is_none(), "sm_80 ships {name}");
+        assert!(find("sm_80", &name).is_none(), "sm_80 ships {name}");
     }
-    assert!(!text(ptx::library("sm_80")).contains("multimem."), "sm_80 modules use multimem");
+    assert!(!text(&library("sm_80")).contains("multimem."), "sm_80 modules use multimem");
 }
 
 /// The one-sided kernels (ppermute, all-gather, psum / psum_scatter) signal with
@@ -155,12 +165,12 @@ fn one_sided_ops_use_release_and_acquire_forms() {
             "rsccl_onesided_reduce_f32",
             "rsccl_onesided_reduce_i8",
         ] {
-            let m = ptx::find(arch, k).unwrap_or_else(|| panic!("{arch} lacks {k}"));
+            let m = find(arch, k).unwrap_or_else(|| panic!("{arch} lacks {k}"));
             for ins in ["atom.acq_rel.sys.global.add.u64", "ld.acquire.sys.global.u64", "fence.acq_rel.sys"] {
                 assert!(m.ptx.contains(ins), "{arch} {k} lacks `{ins}`");
             }
         }
     }
-    assert!(ptx::find("sm_90", "rsccl_onesided_reduce_e4m3").is_some());
-    assert!(ptx::find("sm_80", "rsccl_onesided_reduce_e4m3").is_none());
+    assert!(find("sm_90", "rsccl_onesided_reduce_e4m3").is_some());
+    assert!(find("sm_80", "rsccl_onesided_reduce_e4m3").is_none());
 }

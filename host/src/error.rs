@@ -22,6 +22,17 @@ pub enum Error {
     },
     /// No kernel of this name exists.
     UnknownKernel(String),
+    /// An embedded library module cannot be read: its packed chunk is damaged.
+    CorruptModule {
+        /// Its arch (`sm_90`, `sm_80`).
+        arch: &'static str,
+        /// The kernel whose module was asked for.
+        entry: String,
+        /// The chunk file it was read from, under `host/ptx/`.
+        file: &'static str,
+        /// What is wrong with the chunk.
+        reason: crate::ptx::pack::PackError,
+    },
     /// The launch shape or arguments are not acceptable.
     InvalidLaunch {
         /// Kernel name.
@@ -149,6 +160,11 @@ impl std::fmt::Display for Error {
                 )
             }
             Error::UnknownKernel(name) => write!(f, "unknown kernel `{name}`"),
+            Error::CorruptModule { arch, entry, file, reason } => write!(
+                f,
+                "the embedded {arch} module of `{entry}` cannot be read from host/ptx/{file}: {reason} \
+                 (this copy of rsccl is damaged: rebuild it from a clean source)"
+            ),
             Error::InvalidLaunch { kernel, reason } => write!(f, "invalid launch of `{kernel}`: {reason}"),
             Error::KernelFailed { kernel, detail } => write!(f, "kernel `{kernel}` failed: {detail}"),
             Error::OutOfMemory { bytes } => write!(f, "out of memory: could not allocate {bytes} bytes"),

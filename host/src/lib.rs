@@ -45,5 +45,5 @@ pub use rsccl_device::DevPtr;
 
 /// The README's code blocks, compiled and run as doctests.
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -97,7 +97,7 @@ pub fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
     std::fs::write(&run, RUN_SH).map_err(|e| e.to_string())?;
     let _ = Command::new("chmod").arg("+x").arg(&run).status();
     let size = dir_size(&out);
-    // The device tool carries at most 64 MiB, the repository's own 42 MB of files included: the
+    // The device tool carries at most 64 MiB, the repository's own 11 MB of files included: the
     // test binaries embed megabytes of PTX text, which xz packs to about 12 MB (gzip: 30 MB).
     let tarball = out.with_file_name(format!(
         "{}.tar.xz",

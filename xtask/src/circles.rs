@@ -187,7 +187,7 @@ fn strip(text: &str) -> String {
             i += 1;
         }
     }
-    drop_cfg_test(&out)
+    drop_macro_relative(&drop_cfg_test(&out))
 }
 
 /// Skips a string literal starting at `i` (normal or raw); returns the index after it.
@@ -216,6 +216,40 @@ fn skip_string(b: &[u8], mut i: usize) -> usize {
         i += if b[i] == b'\\' { 2 } else { 1 };
     }
     i + 1
+}
+
+/// `s` with the relative paths (`super::`, `self::`) inside `macro_rules!` bodies made
+/// unresolvable: they name modules of each expansion site, not of the file defining the macro
+/// (`$crate::` paths stay: they are absolute).
+fn drop_macro_relative(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find("macro_rules!") {
+        let after = &rest[at..];
+        let b = after.as_bytes();
+        let Some(open) = after.find('{') else { break };
+        let (mut i, mut depth) = (open, 0);
+        while i < b.len() {
+            match b[i] {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        i += 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        let end = i.min(after.len());
+        out.push_str(&rest[..at]);
+        out.push_str(&after[..end].replace("super::", "macro_site::").replace("self::", "macro_site::"));
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Removes every item marked `#[cfg(test)]` (its braces balanced, or up to its `;`).
@@ -490,6 +524,22 @@ mod tests {
             std::fs::write(p, text).unwrap();
         }
         dir
+    }
+
+    /// A macro's `use super::*` names the module of each place it expands, not the parent of
+    /// the file defining it.
+    #[test]
+    fn relative_paths_in_macro_bodies_are_not_the_files_imports() {
+        let dir = tree(&[
+            ("lib.rs", "mod a;\nmod b;\n"),
+            ("a/mod.rs", "mod m;\npub use m::Thing;\npub fn f() { crate::b::g(); }\n"),
+            ("a/m.rs", "pub struct Thing;\nmacro_rules! k { () => { mod x { use super::*; } } }\n"),
+            ("b.rs", "pub fn g() { let _ = crate::a::Thing; }\n"),
+        ]);
+        assert_eq!(circles(&dir).unwrap(), Vec::<Circle>::new());
+        // The same import outside a macro is the file's own: a/m.rs → a/mod.rs → b.rs → a/m.rs.
+        std::fs::write(dir.join("a/m.rs"), "pub struct Thing;\nuse super::f;\n").unwrap();
+        assert_eq!(circles(&dir).unwrap().len(), 1);
     }
 
     #[test]

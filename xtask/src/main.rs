@@ -4,6 +4,11 @@
 //! package `nvidia-cuda-nvcc`) and, when they cannot, say which command fixes it.
 mod bundle;
 mod circles;
+// The kernel-pack format, one definition: the host's reader, which xtask's packer writes for.
+// Included by path because xtask must build while it rewrites the packs rsccl embeds.
+#[path = "../../host/src/ptx/pack.rs"]
+#[allow(dead_code)] // the lookups by entry and their errors are the host's; xtask reads whole chunks
+mod kernel_pack;
 mod ptx;
 
 use std::path::PathBuf;
@@ -14,9 +19,11 @@ const USAGE: &str = "usage:
       Compile the device crate (library and test kernel sets) with the pinned nightly, split the
       PTX into one module per kernel entry with its launch bounds (.maxntid), assemble the
       library modules with ptxas in parallel (cached in target/ptx-cache), audit registers,
-      spills and stack, and refresh the embed directory (default host/ptx/: sm_XX/ENTRY.ptx and
-      .cubin, test/sm_XX/ENTRY.ptx, modules.rs and test/modules.rs). Everything also goes to
-      --out (default target/ptx), with the whole-crate PTX.
+      spills and stack, and refresh the embed directory (default host/ptx/: the library's
+      modules packed in LZMA chunks sm_XX/{ptx,cubin}-NN.lz with a ptxas record
+      sm_XX/ENTRY.ptxas each, test/sm_XX/ENTRY.ptx, modules.rs and test/modules.rs). Every
+      module also goes to --out (default target/ptx) as sm_XX/ENTRY.{ptx,cubin}, with the
+      whole-crate PTX.
       --check           compare with the embed directory instead of refreshing it; fail if stale
       --assemble-tests  also assemble (and report) the test kernels
   cargo xtask build-user-ptx PACKAGE [--arch sm_90|sm_80|all]

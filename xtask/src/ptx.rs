@@ -3,7 +3,8 @@
 //! its launch bounds, assembled by ptxas in parallel (cached by content; a committed module's
 //! ptxas record — the cache key of its PTX, its cubin's hash, ptxas' report — seeds the cache,
 //! and cores the compiles leave free start on committed modules without one), audited, and
-//! written to the embed directory (`host/ptx/`) with a generated index the host crate includes.
+//! written to the embed directory (`host/ptx/`) with a generated index the host crate includes:
+//! the library's modules packed in LZMA chunks ([`packing`]), the test kernels as plain files.
 //!
 //! The recipe's steps (toolchain, `core`, compiling a package, splitting, ptxas and the audit)
 //! are rsccl-build's, the same that users' build scripts run; what is here is rsccl's own: the
@@ -204,39 +205,52 @@ fn ptxas_record(ptxas: &Ptxas, m: &BuiltModule, cubin: &[u8], log: &str) -> Vec<
         .into_bytes()
 }
 
-/// The committed modules of the sets the build assembles, read from the embed directory. A
-/// library module whose ptxas record names the cache key of its PTX under this ptxas and the
-/// hash of its committed cubin goes into the cache (`cache`), so the build takes it when it
-/// compiles the same PTX; the others are returned, for the ptxas workers to assemble on
-/// speculation until the compiles deliver (see [`audit::Pool`]).
-fn committed_modules(opts: &Options, embed: &Path, ptxas: &Ptxas, cache: &Path) -> (Vec<Job>, usize) {
+/// The committed modules of the sets the build assembles, read from the embed directory (the
+/// library's unpacked from its chunks, whose bytes go into `reusable`). A library module whose
+/// ptxas record names the cache key of its PTX under this ptxas and the hash of its committed
+/// cubin goes into the cache (`cache`), so the build takes it when it compiles the same PTX; the
+/// others are returned, for the ptxas workers to assemble on speculation until the compiles
+/// deliver (see [`audit::Pool`]).
+fn committed_modules(
+    opts: &Options,
+    embed: &Path,
+    ptxas: &Ptxas,
+    cache: &Path,
+    reusable: &mut packing::Reusable,
+) -> (Vec<Job>, usize) {
     let mut jobs = Vec::new();
     let mut seeded = 0;
-    for set in KernelSet::ALL.into_iter().filter(|&s| s == KernelSet::Library || opts.assemble_tests) {
-        for &arch in &opts.archs {
-            let dir = embed.join(set.subdir()).join(arch.name());
-            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                let path = e.path();
-                let (Some(entry), Some("ptx")) =
-                    (path.file_stem().and_then(|s| s.to_str()), path.extension().and_then(|s| s.to_str()))
-                else {
-                    continue;
-                };
-                let Ok(ptx) = std::fs::read_to_string(&path) else { continue };
-                let recorded = (|| {
-                    let cubin = std::fs::read(path.with_extension("cubin")).ok()?;
-                    let record = std::fs::read_to_string(path.with_extension("ptxas")).ok()?;
-                    let (head, log) = record.split_once('\n')?;
-                    let key = audit::cache_key(ptxas, arch, &ptx);
-                    let want = format!("{RECORD_TAG} key={key} cubin={:016x}", audit::fnv1a64(&[&cubin]));
-                    (head == want).then_some((key, cubin, log.to_string()))
-                })();
-                match recorded {
-                    Some((key, cubin, log)) if audit::seed_cache(cache, &key, &cubin, &log).is_ok() => {
-                        seeded += 1
-                    }
-                    _ => jobs.push(Job { arch, entry: entry.to_string(), ptx }),
+    for &arch in &opts.archs {
+        let dir = embed.join(KernelSet::Library.subdir()).join(arch.name());
+        for m in packing::read_committed(&dir, reusable) {
+            let recorded = (|| {
+                let cubin = m.cubin.as_ref()?;
+                let record = std::fs::read_to_string(dir.join(format!("{}.ptxas", m.entry))).ok()?;
+                let (head, log) = record.split_once('\n')?;
+                let key = audit::cache_key(ptxas, arch, &m.ptx);
+                let want = format!("{RECORD_TAG} key={key} cubin={:016x}", audit::fnv1a64(&[cubin]));
+                (head == want).then_some((key, log.to_string()))
+            })();
+            match (recorded, &m.cubin) {
+                (Some((key, log)), Some(cubin)) if audit::seed_cache(cache, &key, cubin, &log).is_ok() => {
+                    seeded += 1
                 }
+                _ => jobs.push(Job { arch, entry: m.entry, ptx: m.ptx }),
+            }
+        }
+        if !opts.assemble_tests {
+            continue;
+        }
+        let dir = embed.join(KernelSet::Test.subdir()).join(arch.name());
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = e.path();
+            let (Some(entry), Some("ptx")) =
+                (path.file_stem().and_then(|s| s.to_str()), path.extension().and_then(|s| s.to_str()))
+            else {
+                continue;
+            };
+            if let Ok(ptx) = std::fs::read_to_string(&path) {
+                jobs.push(Job { arch, entry: entry.to_string(), ptx });
             }
         }
     }
@@ -272,6 +286,8 @@ fn build(
     let stop = AtomicBool::new(false);
     let compiling = AtomicUsize::new(0);
     let prepared: OnceLock<Result<(), String>> = OnceLock::new();
+    // Committed chunks by content: a chunk the build packs the same keeps its committed bytes.
+    let mut reusable = packing::Reusable::default();
     let preparing = std::sync::Mutex::new(Some(Compiling::start(&compiling)));
     let (mut modules, assembled) = std::thread::scope(|s| -> Result<_, String> {
         let pool = audit::Pool::start(s, &ptxas, cache, &compiling)?;
@@ -303,7 +319,7 @@ fn build(
         drop(done_tx);
         // Committed modules with a ptxas record seed the cache; the ptxas workers start on the
         // others while `core` and the first compiles build.
-        let (speculative, seeded) = committed_modules(opts, &embed, &ptxas, cache);
+        let (speculative, seeded) = committed_modules(opts, &embed, &ptxas, cache, &mut reusable);
         if seeded > 0 {
             println!("ptxas: {seeded} committed modules taken from their records (PTX and cubin checked)");
         }
@@ -376,23 +392,20 @@ fn build(
         ran.iter().fold(0.0, |sum, m| sum + m.seconds)
     );
 
+    let owned = owned_dirs(&opts.archs);
+    // The out directory holds every module as a file of its own (and the whole-crate PTX), also
+    // when the audit fails, so the modules can be read.
+    phases.time("write", || {
+        sync_dir(&out, &module_files(&ptxas, &opts.archs, &modules), &owned, false, false)
+    })?;
+    if !violations.is_empty() {
+        return Err(audit::summary(&violations));
+    }
+    let packs = phases.time("pack", || packing::pack_library(&opts.archs, &modules, &reusable))?;
     phases.time("write", || -> Result<(), String> {
-        let lib_index = index_file(KernelSet::Library, &opts.archs, &modules, &embed)?;
-        let test_index = index_file(KernelSet::Test, &opts.archs, &modules, &embed)?;
-        let owned = owned_dirs(&opts.archs);
-        let embed_files = embed_files(&ptxas, &opts.archs, &modules, &lib_index, &test_index);
-        // The out directory holds the same files plus any test cubins (and the whole-crate PTX),
-        // also when the audit fails, so the modules can be read.
-        let mut out_files = embed_files.clone();
-        for m in modules.iter().filter(|m| m.set == KernelSet::Test) {
-            if let Some(c) = &m.cubin {
-                out_files.insert(module_path(m, "cubin"), c.clone());
-            }
-        }
-        sync_dir(&out, &out_files, &owned, false, false)?;
-        if !violations.is_empty() {
-            return Err(audit::summary(&violations));
-        }
+        let lib_index = index_file(KernelSet::Library, &opts.archs, &modules, &packs, &embed)?;
+        let test_index = index_file(KernelSet::Test, &opts.archs, &modules, &packs, &embed)?;
+        let embed_files = embed_files(&ptxas, &opts.archs, &modules, &packs, &lib_index, &test_index);
         let diff = sync_dir(&embed, &embed_files, &owned, true, opts.check)?;
         if opts.check {
             if !diff.is_clean() {
@@ -541,24 +554,46 @@ fn owned_dirs(archs: &[Arch]) -> Vec<PathBuf> {
     archs.iter().flat_map(|a| KernelSet::ALL.map(|s| Path::new(s.subdir()).join(a.name()))).collect()
 }
 
-/// Every file the embed directory should hold for `archs`: library PTX, cubins and ptxas
+/// Every module of `archs` as files of its own, relative path → contents: library PTX, cubins
+/// and ptxas records, test PTX (and cubins, when assembled). What the out directory holds.
+fn module_files(ptxas: &Ptxas, archs: &[Arch], modules: &[BuiltModule]) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for m in modules.iter().filter(|m| archs.contains(&m.arch)) {
+        files.insert(module_path(m, "ptx"), m.ptx.as_bytes().to_vec());
+        if let Some(c) = &m.cubin {
+            files.insert(module_path(m, "cubin"), c.clone());
+        }
+        if let (KernelSet::Library, Some(c), Some(log)) = (m.set, &m.cubin, &m.log) {
+            files.insert(module_path(m, "ptxas"), ptxas_record(ptxas, m, c, log));
+        }
+    }
+    files
+}
+
+/// Every file the embed directory should hold for `archs`: the library's chunks and ptxas
 /// records, test PTX, the two indexes; relative path → contents.
 fn embed_files(
     ptxas: &Ptxas,
     archs: &[Arch],
     modules: &[BuiltModule],
+    packs: &[packing::ArchPack],
     lib_index: &str,
     test_index: &str,
 ) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut files = BTreeMap::new();
     for m in modules.iter().filter(|m| archs.contains(&m.arch)) {
-        files.insert(module_path(m, "ptx"), m.ptx.as_bytes().to_vec());
-        if let (KernelSet::Library, Some(c)) = (m.set, &m.cubin) {
-            files.insert(module_path(m, "cubin"), c.clone());
-            if let Some(log) = &m.log {
+        match (m.set, &m.cubin, &m.log) {
+            (KernelSet::Library, Some(c), Some(log)) => {
                 files.insert(module_path(m, "ptxas"), ptxas_record(ptxas, m, c, log));
             }
+            (KernelSet::Library, _, _) => {}
+            (KernelSet::Test, _, _) => {
+                files.insert(module_path(m, "ptx"), m.ptx.as_bytes().to_vec());
+            }
         }
+    }
+    for (file, bytes) in packs.iter().flat_map(|p| &p.chunks) {
+        files.insert(PathBuf::from(file), bytes.clone());
     }
     files.insert(PathBuf::from("modules.rs"), lib_index.as_bytes().to_vec());
     files.insert(PathBuf::from("test/modules.rs"), test_index.as_bytes().to_vec());
@@ -571,14 +606,27 @@ fn index_file(
     set: KernelSet,
     built: &[Arch],
     modules: &[BuiltModule],
+    packs: &[packing::ArchPack],
     existing_dir: &Path,
 ) -> Result<String, String> {
     let existing_path = existing_dir.join(set.subdir()).join("modules.rs");
     let existing = std::fs::read_to_string(&existing_path).unwrap_or_default();
-    let mut text =
-        String::from("// @generated by `cargo xtask build-ptx`; do not edit. One module per kernel entry.\n");
+    let mut text = String::from(match set {
+        KernelSet::Library => {
+            "// @generated by `cargo xtask build-ptx`; do not edit. One module per kernel entry, packed\n\
+             // in chunks (see `rsccl::ptx::pack`).\n"
+        }
+        KernelSet::Test => {
+            "// @generated by `cargo xtask build-ptx`; do not edit. One module per kernel entry.\n"
+        }
+    });
     for arch in Arch::ALL {
         if built.contains(&arch) {
+            if set == KernelSet::Library {
+                let pack = packs.iter().find(|p| p.arch == arch).ok_or("an arch built was not packed")?;
+                text.push_str(&packing::index_section(&set.doc(arch), pack));
+                continue;
+            }
             let mut ms: Vec<&BuiltModule> =
                 modules.iter().filter(|m| m.arch == arch && m.set == set).collect();
             ms.sort_by(|a, b| a.entry.cmp(&b.entry));
@@ -597,36 +645,36 @@ fn index_file(
     Ok(text)
 }
 
-/// One arch's static in the index (rsccl-build's format, shared with users' indexes).
+/// One arch's static in the test index (rsccl-build's format, shared with users' indexes: plain
+/// modules, embedded file by file).
 fn index_section(set: KernelSet, arch: Arch, modules: &[&BuiltModule]) -> String {
     let entries: Vec<IndexEntry> = modules
         .iter()
-        .map(|m| {
-            // The test index stays the same whether or not the test kernels were assembled, so a
-            // `--check` does not depend on `--assemble-tests`.
-            let (registers, stack_bytes, cubin) = match (set, &m.report) {
-                (KernelSet::Library, Some(r)) => (r.registers, r.stack_bytes(), true),
-                _ => (0, 0, false),
-            };
-            IndexEntry {
-                entry: &m.entry,
-                max_threads: m.max_threads,
-                registers,
-                stack_bytes,
-                file: format!("{}/{}", arch.name(), m.entry),
-                cubin,
-            }
+        .map(|m| IndexEntry {
+            entry: &m.entry,
+            max_threads: m.max_threads,
+            // The test index stays the same whether or not the test kernels were assembled, so
+            // a `--check` does not depend on `--assemble-tests`.
+            registers: 0,
+            stack_bytes: 0,
+            file: format!("{}/{}", arch.name(), m.entry),
+            cubin: false,
         })
         .collect();
     index_static(&set.doc(arch), &arch.static_name(), &entries)
 }
 
-/// An arch's section (doc line through the closing `];`) of an index written by [`index_section`].
+/// An arch's section (doc line through the end of its static) of an index written by
+/// [`index_section`] or [`packing::index_section`].
 fn existing_section(index: &str, set: KernelSet, arch: Arch) -> Option<String> {
     let doc = set.doc(arch);
     let start = index.find(&format!("{doc}\n"))?;
     let rest = &index[start..];
-    let end = rest.find("];\n")? + "];\n".len();
+    let close = match set {
+        KernelSet::Library => packing::SECTION_END,
+        KernelSet::Test => "];\n",
+    };
+    let end = rest.find(close)? + close.len();
     Some(rest[..end].to_string())
 }
 
@@ -720,5 +768,6 @@ fn sync_dir(
     Ok(diff)
 }
 
+mod packing;
 #[cfg(test)]
 mod tests;

@@ -469,7 +469,7 @@ pub static TABLES: &[&[crate::kernels::KernelEntry]] = &[
     msccl_fp8::KERNELS_MSCCL_FP8,
 ];
 
-#[cfg(all(test, not(target_arch = "nvptx64")))]
+#[cfg(test)]
 mod tests {
     use super::*;
 

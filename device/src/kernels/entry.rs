@@ -52,13 +52,6 @@ pub struct Kernel<A> {
 
 #[cfg(not(target_arch = "nvptx64"))]
 impl<A> Kernel<A> {
-    /// The handle of `entry`, whose argument struct is `A` (the table's declaration says so).
-    #[doc(hidden)]
-    pub const fn of(entry: KernelEntry) -> Self {
-        assert!(entry.args_bytes == core::mem::size_of::<A>());
-        Kernel { entry, _args: core::marker::PhantomData }
-    }
-
     /// The exported symbol (the PTX entry).
     pub const fn name(&self) -> &'static str {
         self.entry.name
@@ -68,6 +61,15 @@ impl<A> Kernel<A> {
     pub const fn entry(&self) -> &KernelEntry {
         &self.entry
     }
+}
+
+/// The handle of `entry`, whose argument struct is `A` (as the table's declaration says; for
+/// [`kernel_table!`](crate::kernel_table)).
+#[cfg(not(target_arch = "nvptx64"))]
+#[doc(hidden)]
+pub const fn kernel_of<A>(entry: KernelEntry) -> Kernel<A> {
+    assert!(entry.args_bytes == core::mem::size_of::<A>());
+    Kernel { entry, _args: core::marker::PhantomData }
 }
 
 #[cfg(not(target_arch = "nvptx64"))]
@@ -131,7 +133,7 @@ macro_rules! kernel_table {
             pub mod $name {
                 use super::*;
                 /// The kernel's handle.
-                pub const KERNEL: $crate::kernels::Kernel<$args> = $crate::kernels::Kernel::of(
+                pub const KERNEL: $crate::kernels::Kernel<$args> = $crate::kernels::kernel_of(
                     $crate::kernels::KernelEntry {
                         name: stringify!($name),
                         set: $crate::kernels::KernelSet::$kind,

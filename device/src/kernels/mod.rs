@@ -19,10 +19,10 @@ use crate::copy::{copy_kernel, CopyArgs};
 
 mod entry;
 #[cfg(not(target_arch = "nvptx64"))]
-pub use entry::Kernel;
-#[cfg(not(target_arch = "nvptx64"))]
 pub use entry::KernelEntry;
 pub use entry::KernelSet;
+#[cfg(not(target_arch = "nvptx64"))]
+pub use entry::{kernel_of, Kernel};
 
 /// Block size of `rsccl_copy` (a grid-stride loop: any size up to this works).
 pub const COPY_THREADS: u32 = 512;

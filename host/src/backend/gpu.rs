@@ -242,7 +242,8 @@ impl GpuBackend {
 
 /// The module image of `kernel` for `arch` on a device of compute capability `cc`, in order:
 /// `$RSCCL_PTX_DIR/ARCH/KERNEL.cubin` (when it fits the device) and `.ptx`, then the embedded
-/// module's cubin (when it fits), then its PTX (JIT-compiled by the driver).
+/// module's cubin (when it fits), then its PTX (JIT-compiled by the driver); an embedded
+/// library module is unpacked from its chunk on first use (`ptx::image`).
 fn module_image(arch: &str, cc: (i32, i32), kernel: &str) -> Result<Vec<u8>> {
     let nul_terminated = |text: &str| -> Result<Vec<u8>> {
         if text.contains('\0') {
@@ -268,10 +269,10 @@ fn module_image(arch: &str, cc: (i32, i32), kernel: &str) -> Result<Vec<u8>> {
             return nul_terminated(&text);
         }
     }
-    let module = crate::ptx::find(arch, kernel).ok_or_else(|| Error::UnknownKernel(kernel.to_string()))?;
-    match module.cubin {
-        Some(bin) if cubin_fits => Ok(bin.to_vec()),
-        _ => nul_terminated(module.ptx),
+    match crate::ptx::image(arch, kernel, cubin_fits)? {
+        Some(crate::ptx::Image::Cubin(bin)) => Ok(bin.to_vec()),
+        Some(crate::ptx::Image::Ptx(text)) => nul_terminated(text),
+        None => Err(Error::UnknownKernel(kernel.to_string())),
     }
 }
 

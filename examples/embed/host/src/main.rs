@@ -58,7 +58,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("backend: {}", be.describe());
     if let Some((major, minor)) = be.compute_capability() {
         let arch = rsccl::ptx::arch_for(major, minor).ok_or("no module arch for this GPU")?;
-        let m = rsccl::ptx::find(arch, "embed_scale_add").ok_or("build.rs made no embed_scale_add module")?;
+        let m =
+            rsccl::ptx::find(arch, "embed_scale_add")?.ok_or("build.rs made no embed_scale_add module")?;
         let form = if m.cubin.is_some() { "cubin and PTX" } else { "PTX" };
         println!("embed_scale_add: the {arch} module from build.rs ({form}, {} registers)", m.registers);
     }
