@@ -5,9 +5,8 @@ use super::algorithm::Algorithm;
 use super::call::Call;
 use super::communicator::{Comm, InFlight, Queue};
 use super::work::{Enqueue, Work};
-use super::{BufRef, ReduceOp};
+use super::BufRef;
 use crate::error::{Error, Result};
-use rsccl_device::dtype::DataType;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -16,72 +15,6 @@ impl Comm {
     /// calls in the same order). The named calls below are this with their [`Call`].
     pub fn run(&self, call: Call) -> Result<()> {
         self.start(call)?.wait()
-    }
-
-    /// Every rank's `recv` gets the reduction of all ranks' `send` (`count` elements).
-    pub fn all_reduce(
-        &self,
-        send: BufRef,
-        recv: BufRef,
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.run(Call::all_reduce(send, recv, count, dtype, op))
-    }
-
-    /// [`Comm::all_reduce`] on the trees (reduce up, broadcast down) instead of the rings.
-    pub fn all_reduce_tree(
-        &self,
-        send: BufRef,
-        recv: BufRef,
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.run(Call::all_reduce(send, recv, count, dtype, op).with_algorithm(Algorithm::Tree))
-    }
-
-    /// Rank r's `recv` (`recv_count` elements) gets block r of the reduction of all `send`s.
-    pub fn reduce_scatter(
-        &self,
-        send: BufRef,
-        recv: BufRef,
-        recv_count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.run(Call::reduce_scatter(send, recv, recv_count, dtype, op))
-    }
-
-    /// Every rank's `recv` (`nranks × send_count` elements) gets all `send`s in rank order.
-    pub fn all_gather(&self, send: BufRef, recv: BufRef, send_count: usize, dtype: DataType) -> Result<()> {
-        self.run(Call::all_gather(send, recv, send_count, dtype))
-    }
-
-    /// Every rank's `recv` gets `root`'s `send`.
-    pub fn broadcast(
-        &self,
-        send: BufRef,
-        recv: BufRef,
-        count: usize,
-        dtype: DataType,
-        root: usize,
-    ) -> Result<()> {
-        self.run(Call::broadcast(send, recv, count, dtype, root))
-    }
-
-    /// `root`'s `recv` gets the reduction of all `send`s.
-    pub fn reduce(
-        &self,
-        send: BufRef,
-        recv: BufRef,
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<()> {
-        self.run(Call::reduce(send, recv, count, dtype, op, root))
     }
 
     /// Starts collectives without waiting for them (see [`Enqueue`]).

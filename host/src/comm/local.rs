@@ -293,19 +293,8 @@ impl LocalGroup {
         root: usize,
         red_op_arg: u64,
     ) -> Result<()> {
-        let dev = |&(send, recv): &(DevPtr, DevPtr)| DevCall {
-            coll,
-            dtype,
-            op,
-            arg: red_op_arg,
-            send,
-            recv,
-            count,
-            root,
-        };
-        let devs: Vec<DevCall> = bufs.iter().map(dev).collect();
         // SAFETY: the caller's promise.
-        unsafe { self.run_kernels(Algorithm::Ring, &devs) }
+        unsafe { self.run_with(Algorithm::Ring, coll, dtype, op, bufs, count, root, red_op_arg) }
     }
 
     /// Low-level: tree all-reduce of `dtype`/`op` on every rank (see [`LocalGroup::run_ring`]).
@@ -320,20 +309,34 @@ impl LocalGroup {
         count: u64,
         red_op_arg: u64,
     ) -> Result<()> {
-        let coll = Collective::AllReduce;
-        let dev = |&(send, recv): &(DevPtr, DevPtr)| DevCall {
-            coll,
-            dtype,
-            op,
-            arg: red_op_arg,
-            send,
-            recv,
-            count,
-            root: 0,
-        };
-        let devs: Vec<DevCall> = bufs.iter().map(dev).collect();
+        // SAFETY: the caller's promise, for the ring's arguments of a tree all-reduce.
+        unsafe {
+            self.run_with(Algorithm::Tree, Collective::AllReduce, dtype, op, bufs, count, 0, red_op_arg)
+        }
+    }
+
+    /// [`LocalGroup::run_ring`] on `algorithm`.
+    ///
+    /// # Safety
+    /// As [`LocalGroup::run_ring`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run_with(
+        &self,
+        algorithm: Algorithm,
+        coll: Collective,
+        dtype: DataType,
+        op: RedOp,
+        bufs: &[(DevPtr, DevPtr)],
+        count: u64,
+        root: usize,
+        arg: u64,
+    ) -> Result<()> {
+        let devs: Vec<DevCall> = bufs
+            .iter()
+            .map(|&(send, recv)| DevCall { coll, dtype, op, arg, send, recv, count, root })
+            .collect();
         // SAFETY: the caller's promise.
-        unsafe { self.run_kernels(Algorithm::Tree, &devs) }
+        unsafe { self.run_kernels(algorithm, &devs) }
     }
 
     /// Runs `devs[r]` on rank r's ring or tree kernel (`algorithm`), waits for all and reports
@@ -461,9 +464,9 @@ impl LocalGroup {
     }
 
     /// One [`Call`] per rank from `make(send[r], recv[r])`, run by [`LocalGroup::run`].
-    fn run_each<'a>(
+    pub(super) fn run_each<'a>(
         &self,
-        coll: Collective,
+        name: &str,
         send: &[BufRef<'a>],
         recv: &[BufRef<'a>],
         make: impl Fn(BufRef<'a>, BufRef<'a>) -> Call<'a>,
@@ -471,26 +474,13 @@ impl LocalGroup {
         let n = self.nranks();
         if send.len() != n || recv.len() != n {
             return Err(Error::InvalidConfig(format!(
-                "{coll:?}: {} send and {} receive buffers given for {n} ranks",
+                "{name}: {} send and {} receive buffers given for {n} ranks",
                 send.len(),
                 recv.len()
             )));
         }
         let calls: Vec<Call> = send.iter().zip(recv).map(|(&s, &r)| make(s, r)).collect();
         self.run(&calls)
-    }
-
-    /// Every rank's `recv` gets the reduction of all ranks' `send` (`count` elements each).
-    /// `send[r]` and `recv[r]` may be the same buffer (in place).
-    pub fn all_reduce(
-        &self,
-        send: &[BufRef],
-        recv: &[BufRef],
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.run_each(Collective::AllReduce, send, recv, |s, r| Call::all_reduce(s, r, count, dtype, op))
     }
 
     /// [`LocalGroup::all_reduce`] with a chosen algorithm: the rings, or the trees of
@@ -504,60 +494,8 @@ impl LocalGroup {
         op: ReduceOp,
         algo: Algorithm,
     ) -> Result<()> {
-        self.run_each(Collective::AllReduce, send, recv, |s, r| {
+        self.run_each("all_reduce", send, recv, |s, r| {
             Call::all_reduce(s, r, count, dtype, op).with_algorithm(algo)
         })
-    }
-
-    /// Rank r's `recv` (`recv_count` elements) gets block r of the reduction of all `send`s
-    /// (`nranks × recv_count` elements each).
-    pub fn reduce_scatter(
-        &self,
-        send: &[BufRef],
-        recv: &[BufRef],
-        recv_count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.run_each(Collective::ReduceScatter, send, recv, |s, r| {
-            Call::reduce_scatter(s, r, recv_count, dtype, op)
-        })
-    }
-
-    /// Every rank's `recv` (`nranks × send_count` elements) gets all `send`s in rank order.
-    /// In place: `send[r]` is `recv[r]` at byte offset `r × send_count × size`.
-    pub fn all_gather(
-        &self,
-        send: &[BufRef],
-        recv: &[BufRef],
-        send_count: usize,
-        dtype: DataType,
-    ) -> Result<()> {
-        self.run_each(Collective::AllGather, send, recv, |s, r| Call::all_gather(s, r, send_count, dtype))
-    }
-
-    /// Every rank's `recv` gets `root`'s `send`.
-    pub fn broadcast(
-        &self,
-        send: &[BufRef],
-        recv: &[BufRef],
-        count: usize,
-        dtype: DataType,
-        root: usize,
-    ) -> Result<()> {
-        self.run_each(Collective::Broadcast, send, recv, |s, r| Call::broadcast(s, r, count, dtype, root))
-    }
-
-    /// `root`'s `recv` gets the reduction of all `send`s.
-    pub fn reduce(
-        &self,
-        send: &[BufRef],
-        recv: &[BufRef],
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<()> {
-        self.run_each(Collective::Reduce, send, recv, |s, r| Call::reduce(s, r, count, dtype, op, root))
     }
 }

@@ -5,6 +5,7 @@
 mod algo_mask;
 mod algorithm;
 mod all_to_all;
+mod api;
 mod call;
 mod communicator;
 mod completion;

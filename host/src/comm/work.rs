@@ -5,10 +5,10 @@
 //! The buffers a collective was given stay alive until its kernel completes, whatever the
 //! caller drops meanwhile, and the backend's copies of them wait for it: the stream, not the
 //! caller's discipline, decides when their memory may be reused.
-use super::algorithm::{Algorithm, Plan};
+use super::algorithm::Plan;
 use super::call::Call;
 use super::communicator::Comm;
-use super::{BufRef, ReduceOp};
+use super::BufRef;
 use crate::error::Result;
 use rsccl_device::dtype::DataType;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,81 +104,9 @@ impl<'c> Enqueue<'c> {
         self.comm.start(call)
     }
 
-    /// Nonblocking [`Comm::all_reduce`].
-    pub fn all_reduce(
-        self,
-        send: BufRef,
-        recv: BufRef,
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<Work<'c>> {
-        self.run(Call::all_reduce(send, recv, count, dtype, op))
-    }
-
-    /// Nonblocking [`Comm::all_reduce_tree`].
-    pub fn all_reduce_tree(
-        self,
-        send: BufRef,
-        recv: BufRef,
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<Work<'c>> {
-        self.run(Call::all_reduce(send, recv, count, dtype, op).with_algorithm(Algorithm::Tree))
-    }
-
-    /// Nonblocking [`Comm::reduce_scatter`].
-    pub fn reduce_scatter(
-        self,
-        send: BufRef,
-        recv: BufRef,
-        recv_count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-    ) -> Result<Work<'c>> {
-        self.run(Call::reduce_scatter(send, recv, recv_count, dtype, op))
-    }
-
-    /// Nonblocking [`Comm::all_gather`].
-    pub fn all_gather(
-        self,
-        send: BufRef,
-        recv: BufRef,
-        send_count: usize,
-        dtype: DataType,
-    ) -> Result<Work<'c>> {
-        self.run(Call::all_gather(send, recv, send_count, dtype))
-    }
-
-    /// Nonblocking [`Comm::broadcast`].
-    pub fn broadcast(
-        self,
-        send: BufRef,
-        recv: BufRef,
-        count: usize,
-        dtype: DataType,
-        root: usize,
-    ) -> Result<Work<'c>> {
-        self.run(Call::broadcast(send, recv, count, dtype, root))
-    }
-
     /// Nonblocking [`Comm::all_to_all`]: its `send` (or, in place, the staging copy of it) and
     /// `recv` stay in use until the work completes.
     pub fn all_to_all(self, send: BufRef, recv: BufRef, count: usize, dtype: DataType) -> Result<Work<'c>> {
         self.comm.start_all_to_all(send, recv, count, dtype)
-    }
-
-    /// Nonblocking [`Comm::reduce`].
-    pub fn reduce(
-        self,
-        send: BufRef,
-        recv: BufRef,
-        count: usize,
-        dtype: DataType,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<Work<'c>> {
-        self.run(Call::reduce(send, recv, count, dtype, op, root))
     }
 }
