@@ -218,6 +218,27 @@ fn skip_string(b: &[u8], mut i: usize) -> usize {
     i + 1
 }
 
+/// Where the item starting at `from` in `b` ends: after its balanced braces, or after its `;`
+/// when one comes first (at most `b.len()`).
+fn item_end(b: &[u8], from: usize) -> usize {
+    let (mut i, mut depth) = (from, 0);
+    while i < b.len() {
+        match b[i] {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            b';' if depth == 0 => return i + 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    b.len()
+}
+
 /// `s` with the relative paths (`super::`, `self::`) inside `macro_rules!` bodies made
 /// unresolvable: they name modules of each expansion site, not of the file defining the macro
 /// (`$crate::` paths stay: they are absolute).
@@ -228,22 +249,7 @@ fn drop_macro_relative(s: &str) -> String {
         let after = &rest[at..];
         let b = after.as_bytes();
         let Some(open) = after.find('{') else { break };
-        let (mut i, mut depth) = (open, 0);
-        while i < b.len() {
-            match b[i] {
-                b'{' => depth += 1,
-                b'}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        i += 1;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-            i += 1;
-        }
-        let end = i.min(after.len());
+        let end = item_end(b, open);
         out.push_str(&rest[..at]);
         out.push_str(&after[..end].replace("super::", "macro_site::").replace("self::", "macro_site::"));
         rest = &after[end..];
@@ -259,28 +265,7 @@ fn drop_cfg_test(s: &str) -> String {
     while let Some(at) = rest.find("#[cfg(test)]") {
         out.push_str(&rest[..at]);
         let after = &rest[at..];
-        let b = after.as_bytes();
-        let mut i = "#[cfg(test)]".len();
-        let mut depth = 0;
-        while i < b.len() {
-            match b[i] {
-                b'{' => depth += 1,
-                b'}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        i += 1;
-                        break;
-                    }
-                }
-                b';' if depth == 0 => {
-                    i += 1;
-                    break;
-                }
-                _ => {}
-            }
-            i += 1;
-        }
-        rest = &after[i.min(after.len())..];
+        rest = &after[item_end(after.as_bytes(), "#[cfg(test)]".len())..];
     }
     out.push_str(rest);
     out
