@@ -1,6 +1,7 @@
 //! Support for the workspace-level tests and benchmarks: checks written once against
 //! `&dyn Backend`, run on the CPU emulator by `tests/` and on a GPU by the GPU bundle.
 pub mod call_check;
+pub mod channels;
 pub mod checks;
 pub mod hooked;
 pub mod msccl_programs;

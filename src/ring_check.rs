@@ -183,7 +183,10 @@ pub fn run(be: &Arc<dyn Backend>, c: &Case) -> Result<(), String> {
     let mut cfg = GroupConfig::new(c.n, c.nch);
     cfg.nthreads = c.nthreads;
     cfg.step_bytes = c.step_bytes;
-    cfg.rings = c.rings.clone();
+    cfg.channels = match &c.rings {
+        Some(r) => Some(crate::channels::with_rings(c.n, r).map_err(|e| e.to_string())?),
+        None => None,
+    };
     let group = LocalGroup::new(be, cfg).map_err(|e| e.to_string())?;
     let (t, n, count) = (c.dtype, c.n, c.count);
     let eb = t.size();

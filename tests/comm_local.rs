@@ -1,6 +1,7 @@
 //! LocalGroup: configuration errors are reported clearly, and a group is usable across calls.
 use rsccl::backend;
 use rsccl::comm::{GroupConfig, LocalGroup};
+use rsccl_suite::channels::with_rings;
 
 #[test]
 fn bad_group_configurations_are_rejected_with_the_reason() {
@@ -22,11 +23,7 @@ fn bad_group_configurations_are_rejected_with_the_reason() {
             "step_bytes 100 must be a multiple of 128",
         ),
         (
-            GroupConfig { rings: Some(vec![vec![0, 0]]), ..GroupConfig::new(2, 1) },
-            "is not a permutation of 0..2",
-        ),
-        (
-            GroupConfig { rings: Some(vec![vec![0, 1]]), ..GroupConfig::new(2, 2) },
+            GroupConfig { channels: Some(with_rings(2, &[vec![0, 1]]).unwrap()), ..GroupConfig::new(2, 2) },
             "1 rings given for 2 channels",
         ),
     ];
@@ -34,6 +31,9 @@ fn bad_group_configurations_are_rejected_with_the_reason() {
         let err = LocalGroup::new(&be, cfg).err().expect("configuration must be rejected");
         assert!(err.to_string().contains(want), "{err} (wanted: {want})");
     }
+    // A ring that is not a permutation is refused where the channels are made.
+    let err = with_rings(2, &[vec![0, 0]]).expect_err("a bad ring must be rejected");
+    assert!(err.to_string().contains("is not a permutation of 0..2"), "{err}");
 }
 
 #[test]

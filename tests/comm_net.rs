@@ -48,8 +48,7 @@ fn config(nodes: usize, local: usize) -> CommConfig {
     let mut cfg = CommConfig::from_topology_nodes(&graphs, nodes).unwrap();
     // Small steps and blocks: many slices cross the network even for small counts.
     cfg.nchannels = cfg.nchannels.min(2);
-    cfg.rings.as_mut().unwrap().truncate(cfg.nchannels);
-    cfg.trees.as_mut().unwrap().truncate(cfg.nchannels);
+    cfg.channels.as_mut().unwrap().truncate(cfg.nchannels);
     cfg.nthreads = 128;
     cfg.step_bytes = 4096;
     cfg.timeout = Duration::from_secs(30);
@@ -110,7 +109,7 @@ fn case(
         exact: k.is_multiple_of(3),
         root: k % n,
         seed: k as u64 * 0x9E37_79B9,
-        rings: cfg.rings.clone(),
+        rings: cfg.channels.as_ref().map(rsccl_suite::channels::rings_of),
     }
 }
 

@@ -364,8 +364,7 @@ fn tree_config(nodes: usize, local: usize, nchannels: usize) -> CommConfig {
     let mut cfg = CommConfig::from_topology_nodes(&graphs, nodes).unwrap();
     assert!(cfg.nvls, "the search found no NVLS heads");
     cfg.nchannels = nchannels;
-    cfg.rings.as_mut().unwrap().truncate(nchannels);
-    cfg.trees.as_mut().unwrap().truncate(nchannels);
+    cfg.channels.as_mut().unwrap().truncate(nchannels);
     cfg.step_bytes = 8192;
     cfg
 }

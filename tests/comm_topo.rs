@@ -12,6 +12,7 @@ use rsccl::transport::{shm, TransportKind};
 use rsccl::{backend, Error};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
+use rsccl_suite::channels::{rings_of, trees_of, with_rings};
 use rsccl_suite::procs::{run_ring_case, Children};
 use rsccl_suite::ring_check::Case;
 use std::path::PathBuf;
@@ -34,8 +35,8 @@ fn by_hand(nodes: usize, local: usize, cap: usize) -> (Vec<Vec<usize>>, Vec<Vec<
         sys.retain(|_, n| n.kind != NodeKind::Gpu || n.gpu().is_some_and(|g| (g.rank.0 as usize) < local));
     let graphs = search_all(&sys, &SearchOptions { nodes, ..SearchOptions::default() });
     let cfg = CommConfig::from_topology_nodes(&graphs, nodes).unwrap();
-    let mut rings = cfg.rings.unwrap();
-    let mut trees = cfg.trees.unwrap();
+    let channels = cfg.channels.unwrap();
+    let (mut rings, mut trees) = (rings_of(&channels), trees_of(&channels));
     rings.truncate(cap);
     trees.truncate(cap);
     (rings, trees)
@@ -110,7 +111,7 @@ fn case(comm: &Comm, coll: Collective, dtype: DataType, op: ReduceOp, count: usi
         exact: true,
         root: k % comm.nranks(),
         seed: 0x5EED + k as u64,
-        rings: cfg.rings.clone(),
+        rings: cfg.channels.as_ref().map(rings_of),
     }
 }
 
@@ -135,8 +136,8 @@ fn one_host_fuses_into_the_hand_made_channels() {
     let comms = Comm::init_all(&be, 4, topo_config(topo)).unwrap();
     let (rings, trees) = renamed(by_hand(1, 4, MAX_CH), &[vec![0, 1, 2, 3]]);
     for c in &comms {
-        assert_eq!(c.config().rings.as_ref(), Some(&rings), "rank {}", c.rank());
-        assert_eq!(c.config().trees.as_ref(), Some(&trees), "rank {}", c.rank());
+        assert_eq!(c.config().channels.as_ref().map(rings_of), Some(rings.clone()), "rank {}", c.rank());
+        assert_eq!(c.config().channels.as_ref().map(trees_of), Some(trees.clone()), "rank {}", c.rank());
         assert_eq!(c.config().nchannels, MAX_CH);
     }
     let fused = System::from_xml(&xml::read_file(&dump).unwrap()).unwrap();
@@ -194,7 +195,7 @@ fn missing_gpus_and_views_are_named() {
     }
     // Rings and a topology together are refused before anything starts.
     let mut cfg = topo_config(file_topology());
-    cfg.rings = Some(vec![vec![0, 1]]);
+    cfg.channels = Some(with_rings(2, &[vec![0, 1]]).unwrap());
     assert!(matches!(Comm::init_all(&be, 2, cfg), Err(Error::InvalidConfig(m)) if m.contains("not both")));
 }
 
@@ -215,8 +216,8 @@ fn topo_child() {
     };
     let comm = Comm::from_env(&be, cfg).unwrap();
     let rank = comm.rank();
-    println!("RINGS {:?}", comm.config().rings.as_ref().unwrap());
-    println!("TREES {:?}", comm.config().trees.as_ref().unwrap());
+    println!("RINGS {:?}", rings_of(comm.config().channels.as_ref().unwrap()));
+    println!("TREES {:?}", trees_of(comm.config().channels.as_ref().unwrap()));
     for c in some_cases(&comm) {
         run_ring_case(&comm, &be, &c).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
     }

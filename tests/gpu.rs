@@ -143,17 +143,14 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
             )?;
             // NCCL's double binary tree over 8 ranks, one tree per channel, in place.
             let mut cfg = GroupConfig::new(8, 2);
-            cfg.trees = Some(
-                (0..2)
-                    .map(|k| {
-                        (0..8).map(|r| if k == 0 { dtree(8, r).0.up } else { dtree(8, r).1.up }).collect()
-                    })
-                    .collect(),
-            );
+            let trees: Vec<Vec<Option<usize>>> = (0..2)
+                .map(|k| (0..8).map(|r| if k == 0 { dtree(8, r).0.up } else { dtree(8, r).1.up }).collect())
+                .collect();
+            cfg.channels = Some(rsccl_suite::channels::with_trees(8, &trees).map_err(|e| e.to_string())?);
             rsccl_suite::tree_check::run(&gpu, cfg, DataType::BF16, ReduceOp::Avg, 300_001, true)?;
             // A 3-ary tree over 7 ranks.
             let mut cfg = GroupConfig::new(7, 1);
-            cfg.trees = Some(vec![(0..7)
+            let parent: Vec<Option<usize>> = (0..7)
                 .map(|r| {
                     if r == 0 {
                         None
@@ -163,7 +160,8 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
                         Some(1)
                     }
                 })
-                .collect()]);
+                .collect();
+            cfg.channels = Some(rsccl_suite::channels::with_trees(7, &[parent]).map_err(|e| e.to_string())?);
             rsccl_suite::tree_check::run(&gpu, cfg, DataType::I32, ReduceOp::Max, 77_777, false)
         }),
     ));
@@ -485,9 +483,8 @@ fn nvls_all_reduce(_: &dyn Backend) -> CheckResult {
     let graphs = rsccl::topology::search::search_all(&sys, &Default::default());
     let mut cfg = CommConfig::from_topology(&graphs).map_err(|e| e.to_string())?;
     cfg.nchannels = 2;
-    if let (Some(r), Some(t)) = (cfg.rings.as_mut(), cfg.trees.as_mut()) {
-        r.truncate(2);
-        t.truncate(2);
+    if let Some(ch) = cfg.channels.as_mut() {
+        ch.truncate(2);
     }
     cfg.algo = Some("nvls".into());
     let id =

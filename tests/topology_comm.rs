@@ -19,7 +19,7 @@ fn config(file: &str) -> GroupConfig {
 
 fn check(file: &str, distinct_rings: usize) {
     let cfg = config(file);
-    let rings = cfg.rings.clone().unwrap();
+    let rings = rsccl_suite::channels::rings_of(cfg.channels.as_ref().unwrap());
     assert_eq!(rings.len(), cfg.nchannels);
     let mut distinct = rings.clone();
     distinct.sort();

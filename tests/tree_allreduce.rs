@@ -8,6 +8,7 @@ use rsccl::topology::search::{search_all, SearchOptions};
 use rsccl::topology::{xml, System};
 use rsccl::Error;
 use rsccl_device::dtype::DataType;
+use rsccl_suite::channels::{trees_of, with_trees};
 use rsccl_suite::tree_check;
 use std::time::Duration;
 
@@ -58,7 +59,7 @@ fn three_ary_tree_in_place() {
         })
         .collect();
     let mut cfg = small(7, 1);
-    cfg.trees = Some(vec![parent]);
+    cfg.channels = Some(with_trees(7, &[parent]).unwrap());
     for t in [DataType::I32, DataType::F32, DataType::U8] {
         run(cfg.clone(), t, ReduceOp::Sum, 10_000, true);
     }
@@ -72,7 +73,7 @@ fn double_binary_trees() {
         .map(|k| (0..8).map(|r| if k == 0 { dtree(8, r).0.up } else { dtree(8, r).1.up }).collect())
         .collect();
     let mut cfg = small(8, 2);
-    cfg.trees = Some(trees);
+    cfg.channels = Some(with_trees(8, &trees).unwrap());
     for op in [ReduceOp::Sum, ReduceOp::Avg] {
         run(cfg.clone(), DataType::F32, op, 12_345, false);
         run(cfg.clone(), DataType::I64, op, 12_345, true);
@@ -88,7 +89,7 @@ fn trees_from_the_topology_search() {
     cfg.nthreads = 64;
     cfg.step_bytes = 1024;
     // NCCL's tree channels on this machine: chains 0>3>2>1, 0>2>3>1 and 3>0>1>2.
-    let trees = cfg.trees.clone().unwrap();
+    let trees = trees_of(cfg.channels.as_ref().unwrap());
     assert_eq!(trees.len(), 24);
     assert_eq!(trees[0], vec![None, Some(2), Some(3), Some(0)]);
     assert_eq!(trees[8], vec![Some(3), Some(0), Some(1), None]);
@@ -114,11 +115,15 @@ fn bad_trees_are_rejected() {
     ];
     for (parent, want) in cases {
         let n = if want.contains("4 children") { 5 } else { 3 };
-        let mut cfg = small(n, 1);
-        cfg.trees = Some(vec![parent]);
-        let err = LocalGroup::new(&be, cfg).err().expect("bad tree accepted");
+        // A bad tree is refused where the channels are made, before any group.
+        let err = with_trees(n, &[parent]).expect_err("bad tree accepted");
         assert!(err.to_string().contains(want), "{err} (wanted {want})");
     }
+    // Good channels over another rank count than the group's.
+    let mut cfg = small(4, 1);
+    cfg.channels = Some(with_trees(3, &[vec![None, Some(0), Some(0)]]).unwrap());
+    let err = LocalGroup::new(&be, cfg).err().expect("channels over 3 ranks accepted for 4");
+    assert!(err.to_string().contains("the channels are over 3 ranks, the communicator has 4"), "{err}");
 }
 
 #[test]

@@ -1,9 +1,9 @@
 //! How a communicator is shaped: [`CommConfig`], the variables a job sets, and the limits
 //! every value is checked against before anything is allocated.
 use super::topo::TopologyConfig;
+use crate::channels::Channels;
 use crate::error::{Error, Result};
 use rsccl_device::coll::kernels::SIMPLE_THREADS;
-use rsccl_device::coll::tree::TREE_ARITY;
 use rsccl_device::prims::conn::NCCL_STEPS;
 use std::time::Duration;
 
@@ -61,13 +61,13 @@ pub struct CommConfig {
     pub timeout: Duration,
     /// How long `init_rank` waits for every rank to arrive.
     pub bootstrap_timeout: Duration,
-    /// Ring order per channel; `None`: channel c uses 0..n, reversed on odd channels.
-    pub rings: Option<Vec<Vec<usize>>>,
-    /// Parent of each rank per channel for tree all-reduce; `None`: the chain of each ring.
-    pub trees: Option<Vec<Vec<Option<usize>>>>,
+    /// Each channel's ring order and tree ([`Channels`], `nchannels` of them, over the
+    /// communicator's ranks); `None`: channel c's ring is 0..n, reversed on odd channels, and
+    /// its tree the ring's chain.
+    pub channels: Option<Channels>,
     /// Search the channels at init from every rank's view of its host (NCCL's way): replaces
-    /// `nchannels`, `rings` and `trees` (which must then be `None`). `None`: they apply as given.
-    /// [`Comm::from_env`](super::Comm::from_env) turns it on when `RSCCL_TOPO_FILE` is set and no rings are given.
+    /// `nchannels` and `channels` (which must then be `None`). `None`: they apply as given.
+    /// [`Comm::from_env`](super::Comm::from_env) turns it on when `RSCCL_TOPO_FILE` is set and no channels are given.
     pub topology: Option<TopologyConfig>,
     /// Use NVLS where it applies (set by the topology constructors when the search found NVLS
     /// heads, every GPU heading its own slot as NCCL's search makes them): on one node NVLS,
@@ -95,8 +95,7 @@ impl Default for CommConfig {
             step_bytes: 512 * 1024,
             timeout: Duration::from_secs(30),
             bootstrap_timeout: Duration::from_secs(30),
-            rings: None,
-            trees: None,
+            channels: None,
             topology: None,
             nvls: false,
             algo: None,
@@ -137,7 +136,7 @@ impl CommConfig {
             }
             cfg.step_bytes = step;
         }
-        if cfg.topology.is_none() && cfg.rings.is_none() && cfg.trees.is_none() {
+        if cfg.topology.is_none() && cfg.channels.is_none() {
             let topo = TopologyConfig::from_env()?;
             if topo.env.topo.topo_file.is_some() {
                 cfg.topology = Some(topo);
@@ -177,26 +176,17 @@ impl CommConfig {
         let peers: Vec<crate::channels::RankChannels> = (0..nranks)
             .map(|r| crate::channels::connect(graphs, nodes, crate::topology::Rank(r as u32)))
             .collect::<Result<_>>()?;
-        let rings: Vec<Vec<usize>> = crate::channels::ring_orders_of(&peers)
-            .iter()
-            .take(MAX_CHANNELS)
-            .map(|o| o.iter().map(|r| r.0 as usize).collect())
-            .collect();
-        let trees: Vec<Vec<Option<usize>>> = (0..rings.len())
-            .map(|c| peers.iter().map(|p| p.tree.get(c).and_then(|t| t.up).map(|u| u.0 as usize)).collect())
-            .collect();
+        let channels = Channels::from_wiring(&peers, MAX_CHANNELS, |r| r)?;
         Ok(CommConfig {
-            nchannels: rings.len().max(1),
-            rings: Some(rings),
-            trees: Some(trees),
+            nchannels: channels.len(),
+            channels: Some(channels),
             nvls: super::topo::heads_of(&graphs.nvls, nodes).is_ok(),
             ..CommConfig::default()
         })
     }
 
-    /// Checks the fields for `n` ranks and returns the rings and trees to build.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn shape(&self, n: usize) -> Result<(Vec<Vec<usize>>, Vec<Vec<Option<usize>>>)> {
+    /// Checks the fields for `n` ranks and returns the channels to build.
+    pub(crate) fn shape(&self, n: usize) -> Result<Channels> {
         let bad = |why: String| Error::InvalidConfig(why);
         if self.nchannels == 0 || self.nchannels > MAX_CHANNELS {
             return Err(bad(format!("nchannels {} is outside 1..={MAX_CHANNELS}", self.nchannels)));
@@ -235,84 +225,30 @@ impl CommConfig {
         if self.bootstrap_timeout.is_zero() {
             return Err(bad("bootstrap_timeout must be above zero".into()));
         }
-        if self.topology.is_some() && (self.rings.is_some() || self.trees.is_some()) {
-            return Err(bad(
-                "give either topology (channels searched at init) or rings/trees, not both".into()
-            ));
+        if self.topology.is_some() && self.channels.is_some() {
+            return Err(bad("give either topology (channels searched at init) or channels, not both".into()));
         }
-        let rings: Vec<Vec<usize>> = match &self.rings {
-            Some(r) => r.clone(),
-            None => (0..self.nchannels)
-                .map(|c| if c % 2 == 0 { (0..n).collect() } else { (0..n).rev().collect() })
-                .collect(),
+        let channels = match &self.channels {
+            Some(ch) => ch.clone(),
+            None => Channels::default_rings(n, self.nchannels)?,
         };
-        if rings.len() != self.nchannels {
-            return Err(bad(format!("{} rings given for {} channels", rings.len(), self.nchannels)));
+        if channels.nranks() != n {
+            return Err(bad(format!(
+                "the channels are over {} ranks, the communicator has {n}",
+                channels.nranks()
+            )));
         }
-        for (c, ring) in rings.iter().enumerate() {
-            let mut seen = vec![false; n];
-            if ring.len() != n || ring.iter().any(|&r| r >= n || std::mem::replace(&mut seen[r], true)) {
-                return Err(bad(format!("ring of channel {c} is not a permutation of 0..{n}")));
-            }
+        if channels.len() != self.nchannels {
+            return Err(bad(format!("{} rings given for {} channels", channels.len(), self.nchannels)));
         }
-        let trees: Vec<Vec<Option<usize>>> = match &self.trees {
-            Some(t) => t.clone(),
-            None => rings
-                .iter()
-                .map(|ring| {
-                    let mut parent = vec![None; n];
-                    for w in ring.windows(2) {
-                        parent[w[1]] = Some(w[0]);
-                    }
-                    parent
-                })
-                .collect(),
-        };
-        if trees.len() != self.nchannels {
-            return Err(bad(format!("{} trees given for {} channels", trees.len(), self.nchannels)));
-        }
-        for (c, parent) in trees.iter().enumerate() {
-            check_tree(c, parent, n).map_err(bad)?;
-        }
-        Ok((rings, trees))
+        Ok(channels)
     }
 
     /// What every rank must agree on, as text (compared across ranks at init).
-    pub(super) fn fingerprint(&self, rings: &[Vec<usize>], trees: &[Vec<Option<usize>>]) -> String {
+    pub(super) fn fingerprint(&self, channels: &Channels) -> String {
         format!(
-            "nchannels={} nthreads={} step_bytes={} timeout={:?} nvls={} rings={rings:?} trees={trees:?}",
+            "nchannels={} nthreads={} step_bytes={} timeout={:?} nvls={} channels={channels:?}",
             self.nchannels, self.nthreads, self.step_bytes, self.timeout, self.nvls
         )
     }
-}
-
-/// Checks one channel's tree (`parent[r]`): one root, no cycle, at most 3 children each.
-pub(crate) fn check_tree(c: usize, parent: &[Option<usize>], n: usize) -> std::result::Result<(), String> {
-    if parent.len() != n {
-        return Err(format!("tree of channel {c} has {} ranks, expected {n}", parent.len()));
-    }
-    let roots = parent.iter().filter(|p| p.is_none()).count();
-    if roots != 1 {
-        return Err(format!("tree of channel {c} has {roots} roots, expected 1"));
-    }
-    for (r, p) in parent.iter().enumerate() {
-        if let Some(p) = *p {
-            if p >= n || p == r {
-                return Err(format!("tree of channel {c}: rank {r}'s parent {p} is not another rank"));
-            }
-        }
-        let kids = parent.iter().filter(|&&x| x == Some(r)).count();
-        if kids > TREE_ARITY {
-            return Err(format!("tree of channel {c}: rank {r} has {kids} children, at most {TREE_ARITY}"));
-        }
-        let (mut x, mut steps) = (r, 0);
-        while let Some(up) = parent[x] {
-            x = up;
-            steps += 1;
-            if steps > n {
-                return Err(format!("tree of channel {c} has a cycle through rank {r}"));
-            }
-        }
-    }
-    Ok(())
 }

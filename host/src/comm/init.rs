@@ -7,11 +7,15 @@ use super::config::*;
 use super::hang::Progress;
 use super::nvls;
 use super::wiring::*;
-use crate::backend::Backend;
+use crate::backend::{Backend, DeviceBuffer, HostMapped};
 use crate::bootstrap::{Bootstrap, PeerInfo, UniqueId};
+use crate::channels::Channels;
 use crate::error::{Error, Result};
+use crate::topology::Rank;
+use crate::transport::net::proxy::Proxy;
 use crate::transport::net::socket::{SocketConfig, SocketNet};
 use crate::transport::net::{Net, NetSetup};
+use crate::transport::ConnMem;
 use crate::transport::{self, ConnHandle, ConnLayout, Side, Transport, TransportKind, MAX_HANDLE_BYTES};
 use rsccl_device::coll::ring::RingChannel;
 use rsccl_device::coll::tree::TreeChannel;
@@ -42,7 +46,7 @@ impl Comm {
         if cfg.nthreads == 0 {
             cfg.nthreads = backend.collective_threads();
         }
-        let shape = cfg.shape(nranks)?;
+        let channels = cfg.shape(nranks)?;
         let mut slot = Some(Bootstrap::init_on_host(
             id,
             rank,
@@ -51,7 +55,7 @@ impl Comm {
             cfg.bootstrap_timeout,
             cfg.host_id.as_deref(),
         )?);
-        let r = Self::init_connected(backend, (nranks, rank), id, cfg, shape, &mut slot);
+        let r = Self::init_connected(backend, (nranks, rank), id, cfg, channels, &mut slot);
         // The ranks waiting on this one name the cause, not its closed connections.
         if let (Err(e), Some(boot)) = (&r, slot.as_mut()) {
             boot.tell_failure(&e.to_string());
@@ -60,160 +64,26 @@ impl Comm {
     }
 
     /// [`Comm::init_rank`] past the bootstrap: `slot` holds it, given to the `Comm` on success
-    /// and left there on failure (for [`Bootstrap::tell_failure`]).
+    /// and left there on failure (for [`Bootstrap::tell_failure`]). The phases only look
+    /// forward: agree, choose transports, connect, upload the tables, assemble.
     pub(super) fn init_connected(
         backend: &Arc<dyn Backend>,
         (nranks, rank): (usize, usize),
         id: &UniqueId,
-        mut cfg: CommConfig,
-        (mut rings, mut trees): (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>),
+        cfg: CommConfig,
+        channels: Channels,
         slot: &mut Option<Bootstrap>,
     ) -> Result<Comm> {
         let boot = slot.as_mut().expect("init_rank passes its bootstrap");
         let peers = boot.peers().to_vec();
-        if let Some(topo) = &cfg.topology {
-            if let Some((r, t, nvls)) = super::topo::channels_at_init(boot, rank, &peers, topo, &**backend)? {
-                // Searched once: `config()` (and a split given it) sees the result.
-                (cfg.nchannels, cfg.rings, cfg.trees, cfg.topology) = (r.len(), Some(r), Some(t), None);
-                cfg.nvls = nvls;
-                (rings, trees) = cfg.shape(nranks)?;
-            }
-        }
-        // Every rank must build the same channels: compare what each was given.
-        let mine = cfg.fingerprint(&rings, &trees);
-        let all = boot.all_gather(mine.as_bytes())?;
-        if let Some(r) = all.iter().position(|f| f != mine.as_bytes()) {
-            return Err(Error::InvalidConfig(format!(
-                "rank {r}'s configuration differs from rank {rank}'s: {} vs {mine}",
-                String::from_utf8_lossy(&all[r])
-            )));
-        }
-        let env_algo = std::env::var(ALGO_VAR).ok();
-        let algos = AlgoMask::parse(cfg.algo.as_deref().or(env_algo.as_deref()))?;
-        let nvls_policy = algos.nvls_policy();
-        let try_nvls = nvls::plan(cfg.nvls, &peers, nvls_policy)?;
-        let me = &peers[rank];
-        // P2P to a GPU this one reaches (write mode: this rank's kernels write into the
-        // receiver's memory, and the peer's into this rank's).
-        let p2p_off = transport::p2p::disabled_by_env();
-        let reaches = |p: &PeerInfo| {
-            !p2p_off
-                && !me.info.is_empty()
-                && std::str::from_utf8(&p.info)
-                    .is_ok_and(|bus| !bus.is_empty() && backend.can_access_peer(bus))
-        };
-        let transports: Vec<TransportKind> = peers
-            .iter()
-            .map(|p| {
-                let same_host = p.host_hash == me.host_hash;
-                TransportKind::choose_with_p2p(
-                    p.pid == me.pid && same_host,
-                    same_host,
-                    same_host && reaches(p),
-                )
-            })
-            .collect();
-        // Both ends of a connection must pick the same transport (peer access could be one-way).
-        let row: Vec<u8> = transports.iter().map(|&t| t as u8).collect();
-        let rows = boot.all_gather(&row)?;
-        for (p, theirs) in rows.iter().enumerate() {
-            if theirs.get(rank) != Some(&row[p]) {
-                return Err(Error::InvalidConfig(format!(
-                    "rank {rank} reaches rank {p} by {} but rank {p} reaches rank {rank} otherwise \
-                     (peer access one way only?); set {}=1",
-                    transports[p].name(),
-                    transport::p2p::P2P_DISABLE_VAR
-                )));
-            }
-        }
-        let check_calls = match env_number(CHECK_CALLS_VAR)? {
-            None | Some(1) => true,
-            Some(0) => false,
-            Some(v) => return Err(Error::InvalidConfig(format!("{CHECK_CALLS_VAR}={v}: give 0 or 1"))),
-        };
+        let agreed = agree(boot, (nranks, rank), &peers, backend, cfg, channels)?;
+        let transports = choose_transports(boot, rank, &peers, &**backend)?;
         let stream = backend.fork_stream()?;
         // The word this rank's kernels watch: set by `abort` and by the proxy when a network
         // connection breaks.
         let abort = Arc::new(stream.alloc_mapped(4)?);
-        let wires = wires(rank, nranks, &rings, &trees);
-        let layout = ConnLayout { step_bytes: cfg.step_bytes };
         let key_base = u128::from_le_bytes(*id.secret());
-        let net = if wires.iter().any(|w| transports[w.peer] == TransportKind::Net) {
-            let sock = SocketConfig::from_env()?;
-            tracing::info!(
-                rank,
-                "NET/socket: using {} ({}), {} thread(s) x {} socket(s) per connection",
-                sock.ifname,
-                sock.ip,
-                sock.nthreads,
-                sock.nsocks_per_thread
-            );
-            let plugin: Arc<dyn Net> = Arc::new(SocketNet::new(sock, *id.secret()));
-            Some(NetSetup::new(plugin, stream.clone(), std::time::Instant::now() + cfg.bootstrap_timeout))
-        } else {
-            None
-        };
-        let transport_of = |peer: usize| -> Box<dyn Transport + '_> {
-            match transport::transport(transports[peer], &stream) {
-                Some(t) => t,
-                None => Box::new(net.as_ref().expect("made above").to_peer(peer, &peers[peer].hostname)),
-            }
-        };
-        let nhosts = super::topo::hosts_of(&peers).len();
-        tracing::info!(
-            rank,
-            "init: rank {rank} of {nranks} on {} ({nhosts} host(s)), {} channel(s), {} threads, {} B steps",
-            me.hostname,
-            cfg.nchannels,
-            cfg.nthreads,
-            cfg.step_bytes
-        );
-        for (c, (ring, tree)) in rings.iter().zip(&trees).enumerate() {
-            let ring: Vec<String> = ring.iter().map(|r| r.to_string()).collect();
-            let up = tree[rank].map_or("-".to_string(), |p| p.to_string());
-            tracing::info!(rank, "channel {c}: ring {} | tree up {up}", ring.join(" "));
-        }
-        for w in &wires {
-            tracing::info!(
-                rank,
-                "connection {} {} rank {} ({}) via {}",
-                w.describe(),
-                if w.side == Side::Send { "to" } else { "from" },
-                w.peer,
-                peers[w.peer].hostname,
-                transports[w.peer].name()
-            );
-        }
-        // Receivers first: allocate and send each handle to its sender; then senders attach.
-        let mut conns = Vec::with_capacity(wires.len());
-        let mut views: Vec<(Slot, ConnInfo)> = Vec::with_capacity(wires.len());
-        for w in wires.iter().filter(|w| w.side == Side::Recv) {
-            let (mem, handle) = transport_of(w.peer).listen(layout, key_base ^ w.tag as u128)?;
-            boot.send(w.peer, w.tag, &handle.0)?;
-            views.push((w.slot, layout.view(mem.base(), Side::Recv, w.peer)));
-            conns.push(mem);
-        }
-        for w in wires.iter().filter(|w| w.side == Side::Send) {
-            let handle = boot.recv(w.peer, w.tag)?;
-            if handle.len() > MAX_HANDLE_BYTES {
-                return Err(Error::InvalidConfig(format!(
-                    "rank {}: a connection handle of {} bytes",
-                    w.peer,
-                    handle.len()
-                )));
-            }
-            let mem = transport_of(w.peer).connect(layout, &ConnHandle(handle)).map_err(|e| Error::Rank {
-                rank,
-                source: Box::new(Error::InvalidConfig(format!("connecting to rank {}: {e}", w.peer))),
-            })?;
-            views.push((w.slot, layout.view(mem.base(), Side::Send, w.peer)));
-            conns.push(mem);
-        }
-        // Network receivers wait for their senders; then one proxy thread serves them all.
-        let proxy = match net {
-            Some(setup) => Some(setup.start(rank, abort.clone())?),
-            None => None,
-        };
+        let linked = connect(boot, rank, &peers, &transports, &agreed, &stream, id, &abort)?;
         // Other ranks may ask where this one is (hang reports), even while it is blocked.
         let progress = Arc::new(Progress::default());
         let p = progress.clone();
@@ -228,50 +98,15 @@ impl Comm {
                 r.pass_on(d);
             }
         }));
+        let Agreed { cfg, channels, algos, try_nvls, check_calls } = agreed;
         let nvls = if try_nvls {
-            nvls::setup(boot, rank, &peers, &stream, cfg.nchannels, cfg.step_bytes, nvls_policy)?
+            nvls::setup(boot, rank, &peers, &stream, cfg.nchannels, cfg.step_bytes, algos.nvls_policy())?
         } else {
             None
         };
         // Both sides attached everywhere before anyone launches (SHM names are unlinked by now).
         boot.barrier()?;
-
-        let nch = cfg.nchannels;
-        let mut ring_tab = vec![(ConnInfo::default(), ConnInfo::default()); nch];
-        let mut tree_tab = vec![TreeChannel::default(); nch];
-        for (slot, v) in views {
-            match slot {
-                Slot::RingRecv(c) => ring_tab[c].0 = v,
-                Slot::RingSend(c) => ring_tab[c].1 = v,
-                Slot::UpRecv(c) => tree_tab[c].up_recv = v,
-                Slot::UpSend(c) => tree_tab[c].up_send = v,
-                Slot::DownRecv(c, k) => tree_tab[c].down_recv[k] = v,
-                Slot::DownSend(c, k) => tree_tab[c].down_send[k] = v,
-            }
-        }
-        let ur_bytes =
-            nranks.checked_mul(nch * 4).ok_or_else(|| Error::InvalidConfig("too many ranks".into()))?;
-        let user_ranks = stream.alloc(ur_bytes)?;
-        let mut ur = Vec::with_capacity(nranks * nch);
-        for ring in &rings {
-            let me = ring.iter().position(|&x| x == rank).expect("validated permutation");
-            ur.extend((0..nranks).map(|k| ring[(me + k) % nranks] as u32));
-        }
-        stream.copy_in(&user_ranks, 0, bytemuck::cast_slice(&ur))?;
-        let chans: Vec<RingChannel> = (0..nch)
-            .map(|c| RingChannel {
-                recv: ring_tab[c].0,
-                send: ring_tab[c].1,
-                user_ranks: user_ranks.ptr().offset((4 * nranks * c) as u64),
-                index: rings[c].iter().position(|&x| x == rank).expect("permutation") as u64,
-            })
-            .collect();
-        let channels = stream.alloc(std::mem::size_of_val(chans.as_slice()))?;
-        stream.copy_in(&channels, 0, bytemuck::cast_slice(&chans))?;
-        let tree_channels = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
-        stream.copy_in(&tree_channels, 0, bytemuck::cast_slice(&tree_tab))?;
-        // A status word per channel, then the channels' mismatch records.
-        let status = stream.alloc(status_bytes(nch as u64) as usize)?;
+        let tables = upload_tables(&*stream, Rank(rank as u32), &channels, &linked.views)?;
         let mut comm = Comm {
             rank,
             nranks,
@@ -280,13 +115,13 @@ impl Comm {
             stream,
             peers,
             transports,
-            channels,
-            tree_channels,
-            status,
-            _user_ranks: user_ranks,
-            _conns: conns,
+            channels: tables.ring,
+            tree_channels: tables.tree,
+            status: tables.status,
+            _user_ranks: tables.user_ranks,
+            _conns: linked.conns,
             abort,
-            proxy,
+            proxy: linked.proxy,
             bootstrap: Mutex::new(slot.take().expect("still here")),
             poisoned: AtomicBool::new(false),
             failure: Mutex::new(None),
@@ -417,6 +252,258 @@ impl Comm {
         drop(boot);
         Comm::init_rank(&self.backend, members.len(), new_rank, &id, cfg).map(Some)
     }
+}
+
+/// What every rank agreed on before any connection: the configuration (with the channels the
+/// topology search found, when it ran), the channels, the algorithms allowed, whether to try
+/// NVLS, whether calls are checked in-band.
+struct Agreed {
+    cfg: CommConfig,
+    channels: Channels,
+    algos: AlgoMask,
+    try_nvls: bool,
+    check_calls: bool,
+}
+
+/// Phase 1, agree: search the channels when the configuration asks (every rank derives the
+/// same), then check that every rank builds the same ones; read the algorithm mask and the
+/// in-band call check.
+fn agree(
+    boot: &mut Bootstrap,
+    (nranks, rank): (usize, usize),
+    peers: &[PeerInfo],
+    backend: &Arc<dyn Backend>,
+    mut cfg: CommConfig,
+    mut channels: Channels,
+) -> Result<Agreed> {
+    if let Some(topo) = &cfg.topology {
+        if let Some((ch, nvls)) = super::topo::channels_at_init(boot, rank, peers, topo, &**backend)? {
+            // Searched once: `config()` (and a split given it) sees the result.
+            (cfg.nchannels, cfg.channels, cfg.topology, cfg.nvls) = (ch.len(), Some(ch), None, nvls);
+            channels = cfg.shape(nranks)?;
+        }
+    }
+    let mine = cfg.fingerprint(&channels);
+    let all = boot.all_gather(mine.as_bytes())?;
+    if let Some(r) = all.iter().position(|f| f != mine.as_bytes()) {
+        return Err(Error::InvalidConfig(format!(
+            "rank {r}'s configuration differs from rank {rank}'s: {} vs {mine}",
+            String::from_utf8_lossy(&all[r])
+        )));
+    }
+    let env_algo = std::env::var(ALGO_VAR).ok();
+    let algos = AlgoMask::parse(cfg.algo.as_deref().or(env_algo.as_deref()))?;
+    let try_nvls = nvls::plan(cfg.nvls, peers, algos.nvls_policy())?;
+    let check_calls = match env_number(CHECK_CALLS_VAR)? {
+        None | Some(1) => true,
+        Some(0) => false,
+        Some(v) => return Err(Error::InvalidConfig(format!("{CHECK_CALLS_VAR}={v}: give 0 or 1"))),
+    };
+    Ok(Agreed { cfg, channels, algos, try_nvls, check_calls })
+}
+
+/// Phase 2, choose transports: per peer the one NCCL would pick (in-process, P2P to a GPU this
+/// one reaches, SHM on the host, NET otherwise), checked to be the same from both ends.
+fn choose_transports(
+    boot: &mut Bootstrap,
+    rank: usize,
+    peers: &[PeerInfo],
+    backend: &dyn Backend,
+) -> Result<Vec<TransportKind>> {
+    let me = &peers[rank];
+    // P2P to a GPU this rank reaches (write mode: this rank's kernels write into the
+    // receiver's memory, and the peer's into this rank's).
+    let p2p_off = transport::p2p::disabled_by_env();
+    let reaches = |p: &PeerInfo| {
+        !p2p_off
+            && !me.info.is_empty()
+            && std::str::from_utf8(&p.info).is_ok_and(|bus| !bus.is_empty() && backend.can_access_peer(bus))
+    };
+    let transports: Vec<TransportKind> = peers
+        .iter()
+        .map(|p| {
+            let same_host = p.host_hash == me.host_hash;
+            TransportKind::choose_with_p2p(p.pid == me.pid && same_host, same_host, same_host && reaches(p))
+        })
+        .collect();
+    // Both ends of a connection must pick the same transport (peer access could be one-way).
+    let row: Vec<u8> = transports.iter().map(|&t| t as u8).collect();
+    let rows = boot.all_gather(&row)?;
+    for (p, theirs) in rows.iter().enumerate() {
+        if theirs.get(rank) != Some(&row[p]) {
+            return Err(Error::InvalidConfig(format!(
+                "rank {rank} reaches rank {p} by {} but rank {p} reaches rank {rank} otherwise \
+                 (peer access one way only?); set {}=1",
+                transports[p].name(),
+                transport::p2p::P2P_DISABLE_VAR
+            )));
+        }
+    }
+    Ok(transports)
+}
+
+/// The connections of this rank's channels, made.
+struct Linked {
+    /// Each connection's memory (kept for the communicator's life).
+    conns: Vec<ConnMem>,
+    /// Each connection's view and where it goes in the channel tables.
+    views: Vec<(Slot, ConnInfo)>,
+    /// The proxy thread serving the network connections, when there are any.
+    proxy: Option<Proxy>,
+}
+
+/// Phase 3, connect: every connection of the channels' rings and trees, receivers first
+/// (allocate, send the handle to the sender), then senders (attach); network receivers wait for
+/// their senders and one proxy thread serves them all.
+#[allow(clippy::too_many_arguments)]
+fn connect(
+    boot: &mut Bootstrap,
+    rank: usize,
+    peers: &[PeerInfo],
+    transports: &[TransportKind],
+    agreed: &Agreed,
+    stream: &Arc<dyn Backend>,
+    id: &UniqueId,
+    abort: &Arc<HostMapped>,
+) -> Result<Linked> {
+    let (cfg, nranks) = (&agreed.cfg, peers.len());
+    let wires = wires(Rank(rank as u32), &agreed.channels);
+    let layout = ConnLayout { step_bytes: cfg.step_bytes };
+    let key_base = u128::from_le_bytes(*id.secret());
+    let net = if wires.iter().any(|w| transports[w.peer] == TransportKind::Net) {
+        let sock = SocketConfig::from_env()?;
+        tracing::info!(
+            rank,
+            "NET/socket: using {} ({}), {} thread(s) x {} socket(s) per connection",
+            sock.ifname,
+            sock.ip,
+            sock.nthreads,
+            sock.nsocks_per_thread
+        );
+        let plugin: Arc<dyn Net> = Arc::new(SocketNet::new(sock, *id.secret()));
+        Some(NetSetup::new(plugin, stream.clone(), std::time::Instant::now() + cfg.bootstrap_timeout))
+    } else {
+        None
+    };
+    let transport_of = |peer: usize| -> Box<dyn Transport + '_> {
+        match transport::transport(transports[peer], stream) {
+            Some(t) => t,
+            None => Box::new(net.as_ref().expect("made above").to_peer(peer, &peers[peer].hostname)),
+        }
+    };
+    let me = &peers[rank];
+    let nhosts = super::topo::hosts_of(peers).len();
+    tracing::info!(
+        rank,
+        "init: rank {rank} of {nranks} on {} ({nhosts} host(s)), {} channel(s), {} threads, {} B steps",
+        me.hostname,
+        cfg.nchannels,
+        cfg.nthreads,
+        cfg.step_bytes
+    );
+    for (c, ch) in agreed.channels.channels().iter().enumerate() {
+        let ring: Vec<String> = ch.ring.iter().map(|r| r.0.to_string()).collect();
+        let up = ch.parent[rank].map_or("-".to_string(), |p| p.0.to_string());
+        tracing::info!(rank, "channel {c}: ring {} | tree up {up}", ring.join(" "));
+    }
+    for w in &wires {
+        tracing::info!(
+            rank,
+            "connection {} {} rank {} ({}) via {}",
+            w.describe(),
+            if w.side == Side::Send { "to" } else { "from" },
+            w.peer,
+            peers[w.peer].hostname,
+            transports[w.peer].name()
+        );
+    }
+    let mut conns = Vec::with_capacity(wires.len());
+    let mut views: Vec<(Slot, ConnInfo)> = Vec::with_capacity(wires.len());
+    for w in wires.iter().filter(|w| w.side == Side::Recv) {
+        let (mem, handle) = transport_of(w.peer).listen(layout, key_base ^ w.tag as u128)?;
+        boot.send(w.peer, w.tag, &handle.0)?;
+        views.push((w.slot, layout.view(mem.base(), Side::Recv, w.peer)));
+        conns.push(mem);
+    }
+    for w in wires.iter().filter(|w| w.side == Side::Send) {
+        let handle = boot.recv(w.peer, w.tag)?;
+        if handle.len() > MAX_HANDLE_BYTES {
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: a connection handle of {} bytes",
+                w.peer,
+                handle.len()
+            )));
+        }
+        let mem = transport_of(w.peer).connect(layout, &ConnHandle(handle)).map_err(|e| Error::Rank {
+            rank,
+            source: Box::new(Error::InvalidConfig(format!("connecting to rank {}: {e}", w.peer))),
+        })?;
+        views.push((w.slot, layout.view(mem.base(), Side::Send, w.peer)));
+        conns.push(mem);
+    }
+    let proxy = match net {
+        Some(setup) => Some(setup.start(rank, abort.clone())?),
+        None => None,
+    };
+    Ok(Linked { conns, views, proxy })
+}
+
+/// The channel tables the kernels read, in device memory.
+struct Tables {
+    /// One [`RingChannel`] per channel.
+    ring: DeviceBuffer,
+    /// One [`TreeChannel`] per channel.
+    tree: DeviceBuffer,
+    /// A status word per channel, then the channels' mismatch records.
+    status: DeviceBuffer,
+    /// Per channel the ranks in ring order from this one (the ring tables point into it).
+    user_ranks: DeviceBuffer,
+}
+
+/// Phase 4, upload the tables: each connection's view into its slot of the ring and tree
+/// tables, with each channel's ring order from this rank.
+fn upload_tables(
+    stream: &dyn Backend,
+    rank: Rank,
+    channels: &Channels,
+    views: &[(Slot, ConnInfo)],
+) -> Result<Tables> {
+    let (nch, nranks) = (channels.len(), channels.nranks());
+    let mut ring_tab = vec![(ConnInfo::default(), ConnInfo::default()); nch];
+    let mut tree_tab = vec![TreeChannel::default(); nch];
+    for &(slot, v) in views {
+        match slot {
+            Slot::RingRecv(c) => ring_tab[c].0 = v,
+            Slot::RingSend(c) => ring_tab[c].1 = v,
+            Slot::UpRecv(c) => tree_tab[c].up_recv = v,
+            Slot::UpSend(c) => tree_tab[c].up_send = v,
+            Slot::DownRecv(c, k) => tree_tab[c].down_recv[k] = v,
+            Slot::DownSend(c, k) => tree_tab[c].down_send[k] = v,
+        }
+    }
+    let ur_bytes =
+        nranks.checked_mul(nch * 4).ok_or_else(|| Error::InvalidConfig("too many ranks".into()))?;
+    let user_ranks = stream.alloc(ur_bytes)?;
+    let mut ur = Vec::with_capacity(nranks * nch);
+    for (c, ch) in channels.channels().iter().enumerate() {
+        let me = channels.ring_index(c, rank);
+        ur.extend((0..nranks).map(|k| ch.ring[(me + k) % nranks].0));
+    }
+    stream.copy_in(&user_ranks, 0, bytemuck::cast_slice(&ur))?;
+    let chans: Vec<RingChannel> = (0..nch)
+        .map(|c| RingChannel {
+            recv: ring_tab[c].0,
+            send: ring_tab[c].1,
+            user_ranks: user_ranks.ptr().offset((4 * nranks * c) as u64),
+            index: channels.ring_index(c, rank) as u64,
+        })
+        .collect();
+    let ring = stream.alloc(std::mem::size_of_val(chans.as_slice()))?;
+    stream.copy_in(&ring, 0, bytemuck::cast_slice(&chans))?;
+    let tree = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
+    stream.copy_in(&tree, 0, bytemuck::cast_slice(&tree_tab))?;
+    let status = stream.alloc(status_bytes(nch as u64) as usize)?;
+    Ok(Tables { ring, tree, status, user_ranks })
 }
 
 /// The `host:port` rank 0's bootstrap root listens on for a launcher's environment: the

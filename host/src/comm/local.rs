@@ -4,6 +4,7 @@ use super::call::{check_call, BufRef, Call, DevCall, ReduceOp};
 use super::communicator::Comm;
 use super::config::{CommConfig, MAX_LOCAL_RANKS};
 use crate::backend::{Backend, LaunchConfig};
+use crate::channels::Channels;
 use crate::error::{Error, Result};
 use rsccl_device::coll::kernels::SIMPLE_THREADS;
 use rsccl_device::coll::Collective;
@@ -34,11 +35,9 @@ pub struct GroupConfig {
     /// How long a primitive may wait for a peer before the collective fails (0 = forever;
     /// at most [`MAX_TIMEOUT`](super::MAX_TIMEOUT)).
     pub timeout: Duration,
-    /// Ring order per channel; `None`: channel c uses 0..n, reversed on odd channels.
-    pub rings: Option<Vec<Vec<usize>>>,
-    /// Tree per channel for tree all-reduce: `trees[c][r]` is rank r's parent (`None` at the
-    /// root; at most 3 children each). `None`: each channel's tree is the chain of its ring.
-    pub trees: Option<Vec<Vec<Option<usize>>>>,
+    /// Each channel's ring order and tree over the group's ranks (`nchannels` of them);
+    /// `None`: channel c's ring is 0..n, reversed on odd channels, its tree the ring's chain.
+    pub channels: Option<Channels>,
     /// Fault injection for resilience tests.
     pub fault: Option<Fault>,
     /// Random delay before each rank's launch (up to this much), to vary arrival order.
@@ -61,14 +60,13 @@ impl GroupConfig {
     /// let sys = System::from_xml(&xml::parse(text, "x.xml").unwrap()).unwrap();
     /// let cfg = GroupConfig::from_topology(&search_all(&sys, &SearchOptions::default())).unwrap();
     /// assert_eq!(cfg.nranks, 2);
-    /// assert_eq!(cfg.rings.as_ref().unwrap().len(), cfg.nchannels);
+    /// assert_eq!(cfg.channels.as_ref().unwrap().len(), cfg.nchannels);
     /// ```
     pub fn from_topology(graphs: &crate::topology::search::Graphs) -> Result<Self> {
         let c = CommConfig::from_topology(graphs)?;
         let nranks = graphs.ring.ngpus();
         let mut cfg = GroupConfig::new(nranks, c.nchannels);
-        cfg.rings = c.rings;
-        cfg.trees = c.trees;
+        cfg.channels = c.channels;
         Ok(cfg)
     }
 
@@ -80,8 +78,7 @@ impl GroupConfig {
             nthreads: SIMPLE_THREADS,
             step_bytes: 512 * 1024,
             timeout: Duration::from_secs(10),
-            rings: None,
-            trees: None,
+            channels: None,
             fault: None,
             launch_jitter: Duration::ZERO,
         }
@@ -151,15 +148,14 @@ impl LocalGroup {
             step_bytes: cfg.step_bytes,
             timeout: cfg.timeout,
             bootstrap_timeout: INIT_TIMEOUT,
-            rings: cfg.rings.clone(),
-            trees: cfg.trees.clone(),
+            channels: cfg.channels.clone(),
             topology: None,
             nvls: false,
             algo: Some("^nvls".into()),
             host_id: None,
             msccl_xml: None,
         };
-        // Every field (channels, threads, step bytes, timeout, rings, trees) is checked, with
+        // Every field (channels, threads, step bytes, timeout) is checked, with
         // the same messages as a Comm's, before any thread or socket is made.
         ccfg.shape(n)?;
         let comms = Comm::init_all(backend, n, ccfg)?;
@@ -484,7 +480,7 @@ impl LocalGroup {
     }
 
     /// [`LocalGroup::all_reduce`] with a chosen algorithm: the rings, or the trees of
-    /// [`GroupConfig::trees`](super::GroupConfig::trees) (reduce up, broadcast down).
+    /// [`GroupConfig::channels`](super::GroupConfig::channels) (reduce up, broadcast down).
     pub fn all_reduce_with(
         &self,
         send: &[BufRef],

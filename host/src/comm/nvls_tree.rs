@@ -89,8 +89,7 @@ pub(crate) fn with_tree(mut comm: Comm) -> Result<Comm> {
         .find_map(|(h, rs)| rs.iter().position(|&r| r == rank).map(|l| (h, l)))
         .expect("every rank is on a host");
     let sub = |nvls: bool, algo: Option<String>| CommConfig {
-        rings: None,
-        trees: None,
+        channels: None,
         topology: None,
         nvls,
         algo,

@@ -9,7 +9,7 @@
 //! the same are searched once.
 use crate::backend::Backend;
 use crate::bootstrap::{Bootstrap, PeerInfo};
-use crate::channels::{connect_nodes, ring_orders_of, RankChannels};
+use crate::channels::{connect_nodes, Channels, RankChannels};
 use crate::error::{Error, Result};
 use crate::topology::detect::{canonical_bus_id, Detector, GpuSource, NvmlSource, TopoEnv};
 use crate::topology::fuse::{for_each_gpu_mut, fuse, gpus, keep_ranked_gpus};
@@ -76,13 +76,6 @@ impl TopologyConfig {
         Ok(TopologyConfig { env: InitEnv::from_env(), max_channels, ..Default::default() })
     }
 }
-
-/// Rings and trees derived at init (`CommConfig::rings` / `trees` shape).
-pub(crate) type Derived = (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>);
-
-/// [`Derived`] and whether NVLS applies (every host's search found NVLS heads, each GPU heading
-/// its own slot: [`heads_of`]).
-pub(crate) type DerivedWithNvls = (Vec<Vec<usize>>, Vec<Vec<Option<usize>>>, bool);
 
 /// The ranks of each host, hosts in the order of their lowest rank.
 pub(crate) fn hosts_of(peers: &[PeerInfo]) -> Vec<Vec<usize>> {
@@ -164,15 +157,16 @@ fn ranked_gpu(view: &XmlNode) -> Option<String> {
     ranked.next().is_none().then_some(first)
 }
 
-/// The rings and trees for this communicator from every rank's view of its host, or `None`
-/// when no rank has a view (nothing to search: the caller's rings apply).
+/// The channels for this communicator from every rank's view of its host, and whether NVLS
+/// applies (every host's search found NVLS heads, each GPU heading its own slot: [`heads_of`]);
+/// `None` when no rank has a view (nothing to search: the caller's channels apply).
 pub(crate) fn channels_at_init(
     boot: &mut Bootstrap,
     rank: usize,
     peers: &[PeerInfo],
     topo: &TopologyConfig,
     backend: &dyn Backend,
-) -> Result<Option<DerivedWithNvls>> {
+) -> Result<Option<(Channels, bool)>> {
     if topo.max_channels == 0 || topo.max_channels > MAX_CHANNELS {
         return Err(Error::InvalidConfig(format!(
             "TopologyConfig::max_channels {} is outside 1..={MAX_CHANNELS}",
@@ -216,7 +210,7 @@ pub(crate) fn channels_at_init(
     if let Some(h) = hosts.iter().position(|h| h.len() != local) {
         return Err(Error::InvalidConfig(format!(
             "host {} has {} ranks and host {} has {local}: channels from the topology need the same \
-             number of ranks on every host (or give CommConfig::rings and trees yourself)",
+             number of ranks on every host (or give CommConfig::channels yourself)",
             peers[hosts[h][0]].hostname,
             hosts[h].len(),
             peers[hosts[0][0]].hostname
@@ -287,36 +281,19 @@ pub(crate) fn channels_at_init(
             nvls = false;
         }
     }
-    let (rings, trees) = derive(&graphs, &hosts, topo.max_channels)?;
-    Ok(Some((rings, trees, nvls)))
+    Ok(Some((derive(&graphs, &hosts, topo.max_channels)?, nvls)))
 }
 
-/// Rings and trees over the communicator's ranks from each host's search: the channel wiring
-/// is built in host-major numbering (`host × local + index`) and mapped onto the ranks.
-pub(crate) fn derive(graphs: &[&Graphs], hosts: &[Vec<usize>], max_channels: usize) -> Result<Derived> {
+/// The channels over the communicator's ranks from each host's search: the wiring is built in
+/// host-major numbering (`host × local + index`) and mapped onto the ranks.
+pub(crate) fn derive(graphs: &[&Graphs], hosts: &[Vec<usize>], max_channels: usize) -> Result<Channels> {
     let local = hosts.first().map_or(0, Vec::len);
-    let actual = |canonical: Rank| hosts[canonical.0 as usize / local][canonical.0 as usize % local];
+    let actual =
+        |canonical: Rank| Rank(hosts[canonical.0 as usize / local][canonical.0 as usize % local] as u32);
     let nranks = hosts.len() * local;
     let wiring: Vec<RankChannels> =
         (0..nranks).map(|c| connect_nodes(graphs, Rank(c as u32))).collect::<Result<_>>()?;
-    let rings: Vec<Vec<usize>> = ring_orders_of(&wiring)
-        .into_iter()
-        .take(max_channels)
-        .map(|o| o.into_iter().map(actual).collect())
-        .collect();
-    if rings.is_empty() {
-        return Err(Error::InvalidConfig("the topology search found no channel".into()));
-    }
-    let trees: Vec<Vec<Option<usize>>> = (0..rings.len())
-        .map(|c| {
-            let mut parent = vec![None; nranks];
-            for w in &wiring {
-                parent[actual(w.rank)] = w.tree.get(c).and_then(|t| t.up).map(actual);
-            }
-            parent
-        })
-        .collect();
-    Ok((rings, trees))
+    Channels::from_wiring(&wiring, max_channels, actual)
 }
 
 /// Whether a node's NVLS search result (searched for `nodes` nodes) is what these kernels are

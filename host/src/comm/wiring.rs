@@ -1,5 +1,7 @@
 //! Which connections a rank sets up for its channels' rings and trees, the bootstrap tag of
 //! each, and where each one's view goes in the channel tables the kernels read.
+use crate::channels::Channels;
+use crate::topology::Rank;
 use crate::transport::Side;
 
 /// Which of a channel's connections a bootstrap message is about (part of its tag).
@@ -49,53 +51,53 @@ pub(super) enum Slot {
 }
 
 /// The connections `rank` sets up: per channel its ring's receive (from the previous rank) and
-/// send (to the next), and per tree edge one connection each way.
-pub(super) fn wires(rank: usize, n: usize, rings: &[Vec<usize>], trees: &[Vec<Option<usize>>]) -> Vec<Wire> {
+/// send (to the next), and per tree edge one connection each way (child slot k: its k-th child
+/// by rank, as [`Channels::of_rank`] numbers them).
+pub(super) fn wires(rank: Rank, channels: &Channels) -> Vec<Wire> {
     let mut out = Vec::new();
-    if n == 1 {
+    if channels.nranks() == 1 {
         return out;
     }
-    for (c, ring) in rings.iter().enumerate() {
-        let pos = ring.iter().position(|&x| x == rank).expect("validated permutation");
-        let (prev, next) = (ring[(pos + n - 1) % n], ring[(pos + 1) % n]);
+    let me = channels.of_rank(rank);
+    let (r, ix) = (rank, |r: Rank| r.0 as usize);
+    for (c, ring) in me.ring.iter().enumerate() {
         out.push(Wire {
-            tag: conn_tag(Edge::Ring, c, prev, rank),
-            peer: prev,
+            tag: conn_tag(Edge::Ring, c, ix(ring.prev), ix(r)),
+            peer: ix(ring.prev),
             side: Side::Recv,
             slot: Slot::RingRecv(c),
         });
         out.push(Wire {
-            tag: conn_tag(Edge::Ring, c, rank, next),
-            peer: next,
+            tag: conn_tag(Edge::Ring, c, ix(r), ix(ring.next)),
+            peer: ix(ring.next),
             side: Side::Send,
             slot: Slot::RingSend(c),
         });
     }
-    for (c, parent) in trees.iter().enumerate() {
-        if let Some(p) = parent[rank] {
+    for (c, tree) in me.tree.iter().enumerate() {
+        if let Some(p) = tree.up.map(ix) {
             out.push(Wire {
-                tag: conn_tag(Edge::TreeUp, c, rank, p),
+                tag: conn_tag(Edge::TreeUp, c, ix(r), p),
                 peer: p,
                 side: Side::Send,
                 slot: Slot::UpSend(c),
             });
             out.push(Wire {
-                tag: conn_tag(Edge::TreeDown, c, p, rank),
+                tag: conn_tag(Edge::TreeDown, c, p, ix(r)),
                 peer: p,
                 side: Side::Recv,
                 slot: Slot::UpRecv(c),
             });
         }
-        // Children in rank order: slot k of this rank is its k-th child (as LocalGroup numbers them).
-        for (k, child) in (0..n).filter(|&q| parent[q] == Some(rank)).enumerate() {
+        for (k, child) in tree.down.iter().flatten().map(|&d| ix(d)).enumerate() {
             out.push(Wire {
-                tag: conn_tag(Edge::TreeUp, c, child, rank),
+                tag: conn_tag(Edge::TreeUp, c, child, ix(r)),
                 peer: child,
                 side: Side::Recv,
                 slot: Slot::DownRecv(c, k),
             });
             out.push(Wire {
-                tag: conn_tag(Edge::TreeDown, c, rank, child),
+                tag: conn_tag(Edge::TreeDown, c, ix(r), child),
                 peer: child,
                 side: Side::Send,
                 slot: Slot::DownSend(c, k),
@@ -114,10 +116,10 @@ mod tests {
     fn every_connection_has_one_sender_and_one_receiver() {
         let n = 5;
         let cfg = CommConfig { nchannels: 3, ..CommConfig::default() };
-        let (rings, trees) = cfg.shape(n).unwrap();
+        let channels = cfg.shape(n).unwrap();
         let mut sides = std::collections::HashMap::new();
         for r in 0..n {
-            for w in wires(r, n, &rings, &trees) {
+            for w in wires(Rank(r as u32), &channels) {
                 let e = sides.entry(w.tag).or_insert((0, 0));
                 match w.side {
                     Side::Send => e.0 += 1,

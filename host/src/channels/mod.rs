@@ -20,12 +20,16 @@
 //! // The second tree is the mirror image: node 3 is its root.
 //! assert_eq!(dtree(4, 3).1.up, None);
 //! ```
+mod set;
+
 use crate::error::{Error, Result};
 use crate::topology::search::{Graph, Graphs, Pattern, MAXCHANNELS};
 use crate::topology::Rank;
+pub use set::{Channel, Channels};
 
-/// Most children of a tree node (NCCL's `NCCL_MAX_TREE_ARITY`).
-pub const TREE_MAX_ARITY: usize = 3;
+/// Most children of a tree node (NCCL's `NCCL_MAX_TREE_ARITY`): the child slots of the tree
+/// kernels' channel table.
+pub const TREE_MAX_ARITY: usize = rsccl_device::coll::tree::TREE_ARITY;
 
 /// A node's place in a binary tree over nodes: its parent and two children.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
