@@ -65,7 +65,7 @@ impl Comm {
         // In place on an out-of-place program: the input goes to a staging buffer first (every
         // block is read before any arrives), kept for later calls. Nothing is in flight now,
         // so nothing uses the staging buffer.
-        let mut staging = self.all_to_all_staging.lock().unwrap_or_else(|e| e.into_inner());
+        let mut staging = self.programs.all_to_all_staging.lock().unwrap_or_else(|e| e.into_inner());
         // The user's buffer bounds the size; growth may double it.
         let tmp = staging.at_least(&*self.stream, bytes, bytes.saturating_mul(2))?;
         self.stream.copy_range((tmp, 0), (send.buf, send.offset), bytes).map_err(|e| {
@@ -89,14 +89,14 @@ impl Comm {
     /// first call; every rank makes the same calls in the same order).
     pub(super) fn all_to_all_program(&self, in_place: bool, bytes: usize) -> Result<(MscclId, bool)> {
         let n = self.nranks;
-        let auto = self.msccl_auto.lock().unwrap_or_else(|e| e.into_inner());
+        let auto = self.programs.auto.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, id)) =
             auto.iter().find(|(e, _)| e.serves(&IrColl::AllToAll, n, bytes as u64, in_place))
         {
             return Ok((*id, false));
         }
         drop(auto);
-        let mut builtin = self.all_to_all_builtin.lock().unwrap_or_else(|e| e.into_inner());
+        let mut builtin = self.programs.all_to_all_builtin.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(id) = *builtin {
             return Ok((id, true));
         }

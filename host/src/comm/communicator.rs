@@ -99,55 +99,95 @@ pub struct Comm {
     pub(super) backend: Arc<dyn Backend>,
     pub(super) stream: Arc<dyn Backend>,
     pub(super) peers: Vec<PeerInfo>,
-    pub(super) transports: Vec<TransportKind>,
-    pub(super) channels: DeviceBuffer,
-    pub(super) tree_channels: DeviceBuffer,
-    pub(super) status: DeviceBuffer,
-    pub(super) _user_ranks: DeviceBuffer,
-    pub(super) _conns: Vec<ConnMem>,
-    pub(super) abort: Arc<HostMapped>,
-    /// The proxy thread of this rank's network connections (none without any).
-    pub(super) proxy: Option<Proxy>,
+    /// How this rank reaches its peers.
+    pub(super) links: Links,
+    /// The channel tables the ring and tree kernels read.
+    pub(super) tables: Tables,
+    /// Failure handling: the abort word, the failure kept, where this rank is, who watches.
+    pub(super) health: Health,
     pub(super) bootstrap: Mutex<Bootstrap>,
-    pub(super) poisoned: AtomicBool,
-    /// What made the communicator unusable, for [`Comm::async_error`].
-    pub(super) failure: Mutex<Option<Error>>,
     /// The collective in flight and the results nobody claimed yet (see [`Work`](super::Work)).
     pub(super) queue: Mutex<Queue>,
     /// Splits made so far (every rank makes them in the same order: part of their tags).
     pub(super) splits: std::sync::atomic::AtomicU64,
-    /// Which collective this rank is in (answers other ranks' status queries).
-    pub(super) progress: Arc<Progress>,
-    /// NVLS resources, when NVLS applies to this communicator.
-    pub(super) nvls: Option<Nvls>,
     /// The algorithms `RSCCL_ALGO` allows (read at init).
     pub(super) algos: AlgoMask,
+    /// NVLS resources, when NVLS applies to this communicator.
+    pub(super) nvls: Option<Nvls>,
     /// NVLS_TREE: this node's NVLS communicator and the cross-node one of this local rank.
     pub(super) nvls_tree: Option<Arc<NvlsTree>>,
     /// Symmetric windows registered so far.
-    pub(super) windows: Mutex<Vec<nvls_window::WindowEntry>>,
-    /// MSCCL programs loaded so far ([`Comm::load_msccl`]).
-    pub(super) msccl: Mutex<Vec<Arc<Loaded>>>,
-    /// The registry's programs loaded at init, in its order: calls they serve run them.
-    pub(super) msccl_auto: Mutex<Vec<(crate::msccl::registry::Entry, MscclId)>>,
-    /// The built-in all-to-all program, once a call loaded it ([`Comm::all_to_all`]).
-    pub(super) all_to_all_builtin: Mutex<Option<MscclId>>,
-    /// Where an in-place all-to-all stages its input, once one ran.
-    pub(super) all_to_all_staging: Mutex<super::scratch::Scratch>,
+    pub(super) windows: Windows,
+    /// MSCCL programs loaded, by hand or from the registry.
+    pub(super) programs: Programs,
+}
+
+/// How a rank reaches its peers: the transport to each, its channels' connections and the
+/// proxy thread serving the network ones.
+pub(super) struct Links {
+    /// The transport to each peer (the same from both ends).
+    pub(super) transports: Vec<TransportKind>,
+    /// Each channel connection's memory, kept for the communicator's life.
+    pub(super) _conns: Vec<ConnMem>,
+    /// The proxy thread of this rank's network connections (none without any).
+    pub(super) proxy: Option<Proxy>,
     /// The secret connection keys derive from (each connection's key is unique in a process).
     pub(super) conn_key: u128,
-    /// Window ids handed out so far.
-    pub(super) window_ids: std::sync::atomic::AtomicU64,
+}
+
+/// The channel tables the kernels read, in device memory.
+pub(super) struct Tables {
+    /// One `RingChannel` per channel.
+    pub(super) ring: DeviceBuffer,
+    /// One `TreeChannel` per channel.
+    pub(super) tree: DeviceBuffer,
+    /// A status word per channel, then the channels' mismatch records.
+    pub(super) status: DeviceBuffer,
+    /// Per channel the ranks in ring order from this one (the ring tables point into it).
+    pub(super) _user_ranks: DeviceBuffer,
+}
+
+/// What a rank knows and does about failures: its abort word, the failure that made it
+/// unusable, where it is (for other ranks' hang reports), the watchers of its peers.
+pub(super) struct Health {
+    /// The word this rank's kernels watch: set by `abort` and by the proxy when a network
+    /// connection breaks.
+    pub(super) abort: Arc<HostMapped>,
+    pub(super) poisoned: AtomicBool,
+    /// What made the communicator unusable, for [`Comm::async_error`].
+    pub(super) failure: Mutex<Option<Error>>,
+    /// Which collective this rank is in (answers other ranks' status queries).
+    pub(super) progress: Arc<Progress>,
     /// Watches the peer processes of this host (none when there are none).
     pub(super) watchdog: Option<super::watchdog::Watchdog>,
     /// The signature of the last call launched (what a mismatch report says this rank called).
     pub(super) last_call: Mutex<CallSig>,
-    /// Whether calls are checked in-band ([`CHECK_CALLS_VAR`]).
+    /// Whether calls are checked in-band ([`CHECK_CALLS_VAR`](super::CHECK_CALLS_VAR)).
     pub(super) check_calls: bool,
     /// This rank's leaving (abort, drop), told once.
     pub(super) leaving: super::departure::Leaving,
     /// Passes departures of other ranks on around the ring.
     pub(super) relay: Arc<super::departure::Relay>,
+}
+
+/// Symmetric windows registered so far, and the ids handed out.
+#[derive(Default)]
+pub(super) struct Windows {
+    pub(super) list: Mutex<Vec<nvls_window::WindowEntry>>,
+    pub(super) ids: std::sync::atomic::AtomicU64,
+}
+
+/// The MSCCL programs of a communicator.
+#[derive(Default)]
+pub(super) struct Programs {
+    /// Loaded so far ([`Comm::load_msccl`]).
+    pub(super) loaded: Mutex<Vec<Arc<Loaded>>>,
+    /// The registry's programs loaded at init, in its order: calls they serve run them.
+    pub(super) auto: Mutex<Vec<(crate::msccl::registry::Entry, MscclId)>>,
+    /// The built-in all-to-all program, once a call loaded it ([`Comm::all_to_all`]).
+    pub(super) all_to_all_builtin: Mutex<Option<MscclId>>,
+    /// Where an in-place all-to-all stages its input, once one ran.
+    pub(super) all_to_all_staging: Mutex<super::scratch::Scratch>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -181,7 +221,7 @@ impl Comm {
     /// communicator). Whether a connection exists depends on the channels: ring and tree
     /// neighbours only.
     pub fn transport_to(&self, peer: usize) -> Option<TransportKind> {
-        self.transports.get(peer).copied()
+        self.links.transports.get(peer).copied()
     }
 
     /// Whether NVLS serves this communicator's all-reduce, reduce-scatter and all-gather where
@@ -224,11 +264,11 @@ impl Comm {
         if let Some(t) = &self.nvls_tree {
             t.abort();
         }
-        if let Some(p) = &self.proxy {
+        if let Some(p) = &self.links.proxy {
             // The connections cannot be trusted after an aborted collective: close them.
             p.shutdown();
         }
-        self.abort.store_u32(0, 1)
+        self.health.abort.store_u32(0, 1)
     }
 
     /// Waits until every rank has called `barrier` (over the bootstrap network).
@@ -241,7 +281,7 @@ impl Comm {
     /// abort, a kernel fault) that failure, for every later call to report. Callable from any
     /// thread at any time.
     pub fn async_error(&self) -> Result<()> {
-        match &*self.failure.lock().unwrap_or_else(|e| e.into_inner()) {
+        match &*self.health.failure.lock().unwrap_or_else(|e| e.into_inner()) {
             Some(e) => Err(e.clone()),
             None => Ok(()),
         }
@@ -249,19 +289,19 @@ impl Comm {
 
     /// The failure recorded first, as a departure tells it (see [`cause_of`]).
     pub(super) fn recorded_failure(&self) -> super::departure::Why {
-        cause_of(self.failure.lock().unwrap_or_else(|e| e.into_inner()).as_ref())
+        cause_of(self.health.failure.lock().unwrap_or_else(|e| e.into_inner()).as_ref())
     }
 
     /// This rank leaves (see [`super::departure::Leaving`]).
     pub(super) fn depart(&self, why: super::departure::Why, boot: Option<&mut Bootstrap>) {
-        self.leaving.go((self.conn_key, self.rank, &self.progress), why, boot);
+        self.health.leaving.go((self.links.conn_key, self.rank, &self.health.progress), why, boot);
     }
 
     /// Records a failure that left the connections inconsistent, and returns the first one
     /// recorded (an abort, say, that made this collective fail), which every later call reports.
     pub(super) fn fail(&self, e: Error) -> Error {
-        self.poisoned.store(true, Ordering::SeqCst);
-        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        self.health.poisoned.store(true, Ordering::SeqCst);
+        let mut f = self.health.failure.lock().unwrap_or_else(|e| e.into_inner());
         f.get_or_insert(e).clone()
     }
 
@@ -280,21 +320,21 @@ impl Comm {
 
     /// Whether a failed collective left this rank's connections inconsistent.
     pub(crate) fn is_poisoned(&self) -> bool {
-        self.poisoned.load(Ordering::SeqCst)
+        self.health.poisoned.load(Ordering::SeqCst)
     }
 
     /// Clears the abort flag before a collective (an abort after this stops it).
     pub(crate) fn arm(&self) -> Result<()> {
-        if let Some(e) = self.proxy.as_ref().and_then(Proxy::failure) {
+        if let Some(e) = self.links.proxy.as_ref().and_then(Proxy::failure) {
             return Err(self.fail(e));
         }
-        if self.proxy.as_ref().is_some_and(Proxy::is_stopped) {
+        if self.links.proxy.as_ref().is_some_and(Proxy::is_stopped) {
             return Err(self.fail(Error::InvalidConfig(format!(
                 "rank {}: the communicator was aborted; create a new one",
                 self.rank
             ))));
         }
-        self.abort.store_u32(0, 0)
+        self.health.abort.store_u32(0, 0)
     }
 
     /// Makes sure `launches` launches of shape `cfg` can run at once on this rank's backend.
@@ -313,7 +353,7 @@ impl Drop for Comm {
         // until they drop too); those of other processes hear it over the bootstrap.
         let why = self.recorded_failure();
         let boot = self.bootstrap.get_mut().unwrap_or_else(|p| p.into_inner());
-        self.leaving.go((self.conn_key, self.rank, &self.progress), why, Some(boot));
+        self.health.leaving.go((self.links.conn_key, self.rank, &self.health.progress), why, Some(boot));
         // GPU multicast memory is unbound (below, as the fields drop) once no peer's kernel
         // can reach it through the object any more.
         if self.nvls.as_ref().is_some_and(|n| n.objects) {
@@ -325,7 +365,7 @@ impl Drop for Comm {
         }
         // After a failed collective the FIFOs hold slices no peer will read: close at once
         // instead of trying to send them (a healthy communicator's proxy sends what is left).
-        if let Some(mut p) = self.proxy.take() {
+        if let Some(mut p) = self.links.proxy.take() {
             p.stop_with(!self.is_poisoned());
         }
     }

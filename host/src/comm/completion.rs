@@ -14,7 +14,7 @@ impl Comm {
     /// Waits for this rank's ring, tree or NVLS kernel and reports its failures, naming the
     /// peers it waited for and any rank whose process has died.
     pub(crate) fn finish(&self) -> Result<()> {
-        self.finish_with(&self.status, self.cfg.nchannels)
+        self.finish_with(&self.tables.status, self.cfg.nchannels)
     }
 
     /// Waits for the collective `f` and reports its failures as what runs it reports them.
@@ -26,7 +26,7 @@ impl Comm {
                 let r = worker.join().unwrap_or_else(|_| {
                     Err(Error::InvalidConfig(format!("rank {}: the NVLS_TREE worker panicked", self.rank)))
                 });
-                self.progress.finish(seq);
+                self.health.progress.finish(seq);
                 r
             }
         }
@@ -35,13 +35,13 @@ impl Comm {
     /// [`Comm::finish`] for a kernel that reports in `words` status words of `status` (one per
     /// block).
     pub(super) fn finish_with(&self, status: &DeviceBuffer, words: usize) -> Result<()> {
-        let current = self.progress.in_flight();
+        let current = self.health.progress.in_flight();
         let res = self.finish_inner(current, status, words);
         if let Some((seq, _)) = current {
             if res.is_ok() {
-                self.progress.finish(seq);
+                self.health.progress.finish(seq);
             } else {
-                self.progress.fail(seq);
+                self.health.progress.fail(seq);
             }
         }
         res
@@ -96,7 +96,7 @@ impl Comm {
             let mut rec = vec![0u8; CALL_SIG_BYTES as usize * nwords];
             self.stream.copy_out(status, mismatch_offset(nwords as u64) as usize, &mut rec)?;
             let records: &[CallSig] = bytemuck::cast_slice(&rec);
-            let mine = *self.last_call.lock().unwrap_or_else(|e| e.into_inner());
+            let mine = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
             let mut peers: Vec<(usize, Option<(u64, String)>)> = Vec::new();
             for f in failures.iter().filter(|f| f.code == ErrorCode::Mismatch) {
                 let theirs =
@@ -116,7 +116,7 @@ impl Comm {
         }
         // A broken network connection names its peer and host; the other ranks' states say
         // whether that peer left because someone else never came.
-        if let Some(mut e) = self.proxy.as_ref().and_then(Proxy::failure) {
+        if let Some(mut e) = self.links.proxy.as_ref().and_then(Proxy::failure) {
             if let (Error::PeerLost { report, .. }, Some((seq, what))) = (&mut e, current) {
                 *report = Some(self.ask_ranks(seq, what).0);
             }
@@ -156,19 +156,19 @@ impl Comm {
     /// `Err` naming the peer processes of this host that died, or the ranks of this process that
     /// left this communicator, if any (`failures`: what this rank's channels reported).
     pub(super) fn check_peers_here(&self, failures: &[RankFailure]) -> Result<()> {
-        let dead = self.watchdog.as_ref().map(super::watchdog::Watchdog::dead).unwrap_or_default();
+        let dead = self.health.watchdog.as_ref().map(super::watchdog::Watchdog::dead).unwrap_or_default();
         if !dead.is_empty() {
             return Err(self.fail(Error::PeerDied { rank: self.rank, dead, failures: failures.to_vec() }));
         }
         // The call this rank is in (or about to enter): peers that left before finishing it.
-        let seq = self.progress.in_flight().map_or(self.progress.done() + 1, |(s, _)| s);
-        let left = super::departure::left(self.conn_key, self.rank, seq);
+        let seq = self.health.progress.in_flight().map_or(self.health.progress.done() + 1, |(s, _)| s);
+        let left = super::departure::left(self.links.conn_key, self.rank, seq);
         if left.is_empty() {
             return Ok(());
         }
         // The ranks after this one may wait on it: they hear it from here.
         for d in &left {
-            self.relay.pass_on(d);
+            self.health.relay.pass_on(d);
         }
         let left = left.into_iter().map(|d| (d.rank, d.why)).collect();
         Err(self.fail(Error::PeerLeft { rank: self.rank, left }))

@@ -45,10 +45,10 @@ impl Comm {
                 _ => self.launch(&dev, &plan),
             }
         };
-        let seq = self.progress.in_flight().map(|(s, _)| s);
+        let seq = self.health.progress.in_flight().map(|(s, _)| s);
         if let Err(e) = launched {
             if let Some(seq) = seq {
-                self.progress.finish(seq);
+                self.health.progress.finish(seq);
             }
             return Err(e);
         }
@@ -67,7 +67,7 @@ impl Comm {
     /// copies, in order, on a worker thread, so the call returns at once like a kernel launch.
     fn start_nvls_tree(&self, q: &mut Queue, call: &Call, plan: super::Plan) -> Result<Work<'_>> {
         let t = self.nvls_tree.clone().expect("planned NVLS_TREE on a communicator with one");
-        let seq = self.progress.enter(call.coll, false);
+        let seq = self.health.progress.enter(call.coll, false);
         let holds = [call.send.buf.hold(), call.recv.buf.hold()];
         let done = Arc::new(AtomicBool::new(false));
         let (stream, flag) = (self.stream.clone(), done.clone());
@@ -82,7 +82,7 @@ impl Comm {
         match worker {
             Ok(h) => q.in_flight = Some(InFlight::NvlsTree(seq, h)),
             Err(e) => {
-                self.progress.finish(seq);
+                self.health.progress.finish(seq);
                 return Err(Error::InvalidConfig(format!("starting the NVLS_TREE worker: {e}")));
             }
         }

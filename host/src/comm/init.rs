@@ -2,12 +2,12 @@
 //! phases that only look forward: meet over the bootstrap, agree on the channels, choose a
 //! transport per peer, connect, upload the channel tables.
 use super::algo_mask::{AlgoMask, ALGO_VAR};
-use super::communicator::{Comm, Queue};
+use super::communicator::{Comm, Health, Links, Programs, Queue, Tables, Windows};
 use super::config::*;
 use super::hang::Progress;
 use super::nvls;
 use super::wiring::*;
-use crate::backend::{Backend, DeviceBuffer, HostMapped};
+use crate::backend::{Backend, HostMapped};
 use crate::bootstrap::{Bootstrap, PeerInfo, UniqueId};
 use crate::channels::Channels;
 use crate::error::{Error, Result};
@@ -114,37 +114,29 @@ impl Comm {
             backend: backend.clone(),
             stream,
             peers,
-            transports,
-            channels: tables.ring,
-            tree_channels: tables.tree,
-            status: tables.status,
-            _user_ranks: tables.user_ranks,
-            _conns: linked.conns,
-            abort,
-            proxy: linked.proxy,
+            links: Links { transports, _conns: linked.conns, proxy: linked.proxy, conn_key: key_base },
+            tables,
+            health: Health {
+                abort,
+                poisoned: AtomicBool::new(false),
+                failure: Mutex::new(None),
+                progress,
+                watchdog: None,
+                last_call: Mutex::default(),
+                check_calls,
+                leaving: Default::default(),
+                relay,
+            },
             bootstrap: Mutex::new(slot.take().expect("still here")),
-            poisoned: AtomicBool::new(false),
-            failure: Mutex::new(None),
             queue: Mutex::new(Queue::default()),
             splits: std::sync::atomic::AtomicU64::new(0),
-            progress,
-            nvls,
             algos,
+            nvls,
             nvls_tree: None,
-            windows: Mutex::new(Vec::new()),
-            window_ids: std::sync::atomic::AtomicU64::new(0),
-            msccl: Mutex::new(Vec::new()),
-            msccl_auto: Mutex::new(Vec::new()),
-            all_to_all_builtin: Mutex::new(None),
-            all_to_all_staging: Mutex::default(),
-            conn_key: key_base,
-            watchdog: None,
-            last_call: Mutex::default(),
-            check_calls,
-            leaving: Default::default(),
-            relay,
+            windows: Windows::default(),
+            programs: Programs::default(),
         };
-        super::departure::join(comm.conn_key, rank, &comm.abort, &comm.progress);
+        super::departure::join(comm.links.conn_key, rank, &comm.health.abort, &comm.health.progress);
         let me = &comm.peers[rank];
         let here: Vec<(usize, u32)> = comm
             .peers
@@ -152,9 +144,10 @@ impl Comm {
             .filter(|p| p.host_hash == me.host_hash && p.pid != me.pid)
             .map(|p| (p.rank, p.pid))
             .collect();
-        let key = comm.conn_key;
+        let key = comm.links.conn_key;
         let in_order = Box::new(move |r| super::departure::has_left(key, r));
-        comm.watchdog = super::watchdog::Watchdog::start(rank, here, comm.abort.clone(), in_order);
+        comm.health.watchdog =
+            super::watchdog::Watchdog::start(rank, here, comm.health.abort.clone(), in_order);
         comm.load_registry()?;
         super::nvls_tree::with_tree(comm)
     }
@@ -448,18 +441,6 @@ fn connect(
     Ok(Linked { conns, views, proxy })
 }
 
-/// The channel tables the kernels read, in device memory.
-struct Tables {
-    /// One [`RingChannel`] per channel.
-    ring: DeviceBuffer,
-    /// One [`TreeChannel`] per channel.
-    tree: DeviceBuffer,
-    /// A status word per channel, then the channels' mismatch records.
-    status: DeviceBuffer,
-    /// Per channel the ranks in ring order from this one (the ring tables point into it).
-    user_ranks: DeviceBuffer,
-}
-
 /// Phase 4, upload the tables: each connection's view into its slot of the ring and tree
 /// tables, with each channel's ring order from this rank.
 fn upload_tables(
@@ -503,7 +484,7 @@ fn upload_tables(
     let tree = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
     stream.copy_in(&tree, 0, bytemuck::cast_slice(&tree_tab))?;
     let status = stream.alloc(status_bytes(nch as u64) as usize)?;
-    Ok(Tables { ring, tree, status, user_ranks })
+    Ok(Tables { ring, tree, status, _user_ranks: user_ranks })
 }
 
 /// The `host:port` rank 0's bootstrap root listens on for a launcher's environment: the

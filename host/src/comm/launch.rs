@@ -32,8 +32,8 @@ impl Comm {
         // Number 0: the kernels skip the check. A call that moves nothing is not checked: no
         // FIFO step follows it, so the next call's signature takes the same slot.
         let sig = signed.sign(seq);
-        *self.last_call.lock().unwrap_or_else(|e| e.into_inner()) = sig;
-        if self.check_calls && dev.count != 0 {
+        *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner()) = sig;
+        if self.health.check_calls && dev.count != 0 {
             sig
         } else {
             CallSig::default()
@@ -43,12 +43,12 @@ impl Comm {
     /// The status words and call signature of this rank's kernel of call `seq`.
     fn prims_status(&self, dev: &DevCall, algorithm: Algorithm, seq: u64) -> PrimsStatus {
         PrimsStatus {
-            status: self.status.ptr(),
-            abort_flag: self.abort.ptr(),
+            status: self.tables.status.ptr(),
+            abort_flag: self.health.abort.ptr(),
             // At most MAX_TIMEOUT (checked by shape): fits in u64 nanoseconds.
             timeout_ns: self.cfg.timeout.as_nanos() as u64,
             call: self.sign(dev, algorithm, seq),
-            mismatch: self.status.ptr().offset(mismatch_offset(self.cfg.nchannels as u64)),
+            mismatch: self.tables.status.ptr().offset(mismatch_offset(self.cfg.nchannels as u64)),
         }
     }
 
@@ -61,7 +61,7 @@ impl Comm {
     pub(crate) unsafe fn launch(&self, dev: &DevCall, plan: &Plan) -> Result<()> {
         self.check_usable()?;
         let tree = plan.algorithm == Algorithm::Tree;
-        let seq = self.progress.enter(dev.coll, tree);
+        let seq = self.health.progress.enter(dev.coll, tree);
         let (send, recv) = (dev.send, dev.recv);
         if self.nranks == 1 {
             if dev.count == 0 {
@@ -98,13 +98,13 @@ impl Comm {
         } else {
             dev.count
         };
-        self.stream.copy_in(&self.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
+        self.stream.copy_in(&self.tables.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
         let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(1));
         let args = RingArgs {
             sendbuff: send,
             recvbuff: recv,
             count,
-            channels: if tree { self.tree_channels.ptr() } else { self.channels.ptr() },
+            channels: if tree { self.tables.tree.ptr() } else { self.tables.ring.ptr() },
             status: self.prims_status(dev, plan.algorithm, seq),
             step_bytes: self.cfg.step_bytes,
             root: dev.root as u64,
@@ -128,7 +128,7 @@ impl Comm {
         let n = self.nvls.as_ref().expect("the plan checked");
         self.check_usable()?;
         let (coll, count, send, recv) = (dev.coll, dev.count, dev.send, dev.recv);
-        let seq = self.progress.enter(coll, false);
+        let seq = self.health.progress.enter(coll, false);
         let symmetric =
             if plan.algorithm == Algorithm::NvlsSymmetric { self.symmetric_windows(dev) } else { None };
         let eb = dev.dtype.size() as u64;
@@ -140,7 +140,7 @@ impl Comm {
         if (one_shot || symmetric.is_some()) && (barriers >= 1 << 32 || seq >= 1 << 31) {
             return Err(Error::InvalidConfig(format!("NVLS: {count} elements need too many barriers")));
         }
-        self.stream.copy_in(&self.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
+        self.stream.copy_in(&self.tables.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
         // Symmetric windows: one-shot from the send window, unless the receive buffer is a
         // window too and the message large (or in place, where one-shot would overwrite what
         // other ranks still read): two-shot. Without windows: one-shot through the scratch for

@@ -88,7 +88,7 @@ impl Comm {
                 plan.name, plan.nranks
             )));
         }
-        if self.msccl.lock().unwrap_or_else(|e| e.into_inner()).len() >= MAX_MSCCL_PROGRAMS {
+        if self.programs.loaded.lock().unwrap_or_else(|e| e.into_inner()).len() >= MAX_MSCCL_PROGRAMS {
             return Err(bad(format!("rank {rank}: {MAX_MSCCL_PROGRAMS} MSCCL programs are loaded already")));
         }
         let all = self.all_gather_bootstrap(&print.to_le_bytes())?;
@@ -101,21 +101,22 @@ impl Comm {
         let me = &plan.ranks[rank];
         let (sends, recvs) = plan.connections(rank);
         // Connections to other hosts go through the network with a proxy thread of their own.
-        let net = if sends.iter().chain(&recvs).any(|&(peer, _)| self.transports[peer] == TransportKind::Net)
-        {
-            let sock = SocketConfig::from_env()?;
-            let plugin: Arc<dyn Net> = Arc::new(SocketNet::new(sock, self.conn_key.to_le_bytes()));
-            let deadline = std::time::Instant::now() + self.cfg.bootstrap_timeout;
-            Some(NetSetup::new(plugin, self.stream.clone(), deadline))
-        } else {
-            None
-        };
+        let net =
+            if sends.iter().chain(&recvs).any(|&(peer, _)| self.links.transports[peer] == TransportKind::Net)
+            {
+                let sock = SocketConfig::from_env()?;
+                let plugin: Arc<dyn Net> = Arc::new(SocketNet::new(sock, self.links.conn_key.to_le_bytes()));
+                let deadline = std::time::Instant::now() + self.cfg.bootstrap_timeout;
+                Some(NetSetup::new(plugin, self.stream.clone(), deadline))
+            } else {
+                None
+            };
         let layout = ConnLayout { step_bytes: self.cfg.step_bytes };
-        let load_no = self.msccl.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
+        let load_no = self.programs.loaded.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
         // Apart from the ring and tree connections' keys and from other loads'.
-        let key_base = self.conn_key ^ u128::from(load_no + 1) << 64;
+        let key_base = self.links.conn_key ^ u128::from(load_no + 1) << 64;
         let transport_of = |peer: usize| -> Result<Box<dyn Transport + '_>> {
-            match (transport::transport(self.transports[peer], &self.stream), &net) {
+            match (transport::transport(self.links.transports[peer], &self.stream), &net) {
                 (Some(t), _) => Ok(t),
                 (None, Some(setup)) => Ok(Box::new(setup.to_peer(peer, &self.peers[peer].hostname))),
                 (None, None) => {
@@ -163,7 +164,7 @@ impl Comm {
         }
         // Network receivers wait for their senders; then one proxy thread serves them.
         let proxy = match net {
-            Some(setup) => Some(setup.start(rank, self.abort.clone())?),
+            Some(setup) => Some(setup.start(rank, self.health.abort.clone())?),
             None => None,
         };
         let stream = &self.stream;
@@ -192,7 +193,7 @@ impl Comm {
         // A status word per threadblock, then their mismatch records.
         let status = stream.alloc(status_bytes(me.tbs.len().max(1) as u64) as usize)?;
         // Loads are collective and in the same order everywhere: the same id on every rank.
-        let id = MscclId { comm: self.conn_key as u64, load: load_no };
+        let id = MscclId { comm: self.links.conn_key as u64, load: load_no };
         let loaded = Loaded {
             id,
             plan,
@@ -207,12 +208,12 @@ impl Comm {
             proxy,
             _conns: conns,
         };
-        self.msccl.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(loaded));
+        self.programs.loaded.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(loaded));
         Ok(id)
     }
 
     pub(super) fn loaded(&self, id: MscclId) -> Result<Arc<Loaded>> {
-        let v = self.msccl.lock().unwrap_or_else(|e| e.into_inner());
+        let v = self.programs.loaded.lock().unwrap_or_else(|e| e.into_inner());
         v.iter().find(|l| l.id == id).cloned().ok_or_else(|| {
             bad(format!("rank {}: no MSCCL program {:?} is loaded on this communicator", self.rank, id))
         })
@@ -397,14 +398,14 @@ impl Comm {
                 ),
             }
         }
-        *self.msccl_auto.lock().unwrap_or_else(|e| e.into_inner()) = auto;
+        *self.programs.auto.lock().unwrap_or_else(|e| e.into_inner()) = auto;
         Ok(())
     }
 
     /// The registry program that serves this call, if any (MSCCL's scheduler: collective,
     /// ranks, bytes, layout; then this runtime's ops).
     pub(super) fn msccl_select(&self, call: &Call, red: RedOp) -> Option<MscclId> {
-        let auto = self.msccl_auto.lock().unwrap_or_else(|e| e.into_inner());
+        let auto = self.programs.auto.lock().unwrap_or_else(|e| e.into_inner());
         if auto.is_empty() {
             return None;
         }
@@ -504,7 +505,7 @@ impl Comm {
                 if inplace { "in place" } else { "out of place" }
             )));
         }
-        let entered = self.progress.enter(native.unwrap_or(Collective::AllReduce), false);
+        let entered = self.health.progress.enter(native.unwrap_or(Collective::AllReduce), false);
         let call = DevCall {
             coll: native.unwrap_or(Collective::AllGather),
             dtype,
@@ -519,11 +520,11 @@ impl Comm {
         match self.prepare_msccl(l, send, recv, count, dtype, red, sig) {
             Ok(true) => Ok((entered, true)),
             Ok(false) => {
-                self.progress.finish(entered);
+                self.health.progress.finish(entered);
                 Ok((entered, false))
             }
             Err(e) => {
-                self.progress.finish(entered);
+                self.health.progress.finish(entered);
                 Err(e)
             }
         }
@@ -588,7 +589,7 @@ impl Comm {
             seq,
             status: PrimsStatus {
                 status: l.status.ptr(),
-                abort_flag: self.abort.ptr(),
+                abort_flag: self.health.abort.ptr(),
                 timeout_ns: self.cfg.timeout.as_nanos() as u64,
                 call: sig,
                 mismatch: l.status.ptr().offset(mismatch_offset(ntbs as u64)),

@@ -120,7 +120,7 @@ impl Comm {
         if dev.coll != Collective::AllReduce {
             return None;
         }
-        let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let windows = self.windows.list.lock().unwrap_or_else(|p| p.into_inner());
         let bytes = dev.count as usize * dev.dtype.size();
         nvls_window::in_window(&windows, dev.send, bytes)
             .map(|ms| (ms, nvls_window::in_window(&windows, dev.recv, bytes)))

@@ -29,12 +29,12 @@ impl Comm {
         }
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut q);
-        let id = self.window_ids.fetch_add(1, Ordering::SeqCst);
+        let id = self.windows.ids.fetch_add(1, Ordering::SeqCst);
         let entry = {
             let mut boot = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner());
             nvls_window::register_window(&mut boot, &self.stream, buf, id)?
         };
-        self.windows.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
+        self.windows.list.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
         Ok(Window { id })
     }
 
@@ -57,12 +57,12 @@ impl Comm {
         let across = self.window_ready()?;
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut q);
-        let id = self.window_ids.fetch_add(1, Ordering::SeqCst);
+        let id = self.windows.ids.fetch_add(1, Ordering::SeqCst);
         let (buf, entry) = {
             let mut boot = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner());
             nvls_window::alloc_window(&mut boot, self.rank, self.nranks, &self.stream, (bytes, across), id)?
         };
-        self.windows.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
+        self.windows.list.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
         Ok((buf, Window { id }))
     }
 
@@ -86,7 +86,7 @@ impl Comm {
         self.complete_in_flight(&mut q);
         // No rank still runs a collective on it once all are here.
         self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).barrier()?;
-        let mut w = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = self.windows.list.lock().unwrap_or_else(|p| p.into_inner());
         let before = w.len();
         w.retain(|e| e.id != window.id);
         if w.len() == before {
