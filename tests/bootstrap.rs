@@ -304,6 +304,36 @@ fn a_rank_claimed_twice_fails_every_rank() {
     }
 }
 
+/// A rank that gives up its init before an exchange the others are in (what NVLS setup does
+/// when a rank's own check fails): every other rank names it and its reason — the ring's
+/// predecessor, whose sends to it break, as well as the ranks that wait on it — never only a
+/// reset connection.
+#[test]
+fn a_rank_that_gives_up_is_named_with_its_reason_by_every_rank() {
+    for _ in 0..3 {
+        let id = loopback_id();
+        let out = on_threads(&[0, 1, 2, 3], move |r| {
+            let mut b = Bootstrap::init(&id, r, 4, &[], Duration::from_secs(10)).unwrap();
+            b.barrier().unwrap();
+            if r == 0 {
+                b.tell_failure("rank 0 could not bind its memory");
+                return Ok(());
+            }
+            // Unequal sizes: the ring's steps (and so the broken sends) fall at other times.
+            let res = b.all_gather(&vec![r as u8; 40 * r]).map(|_| ());
+            // As a failed init does: pass the cause on before the connections close.
+            if let Err(e) = &res {
+                b.tell_failure(&e.to_string());
+            }
+            res
+        });
+        for (r, res) in out.into_iter().enumerate().skip(1) {
+            let e = res.expect_err("an all-gather with a rank that gave up succeeded").to_string();
+            assert!(e.contains("gave up its init: rank 0 could not bind its memory"), "rank {r}: {e}");
+        }
+    }
+}
+
 #[test]
 fn ranks_that_disagree_on_nranks_fail() {
     let id = loopback_id();

@@ -163,6 +163,13 @@ impl Mailbox {
         }
     }
 
+    /// Word that a rank gave up its init (see [`Lane::GaveUp`]), waiting for it until
+    /// `deadline` while taking in whatever else arrives.
+    pub fn gave_up_by(&mut self, deadline: Instant) -> Option<(usize, String)> {
+        while self.gave_up.is_none() && self.next_event(deadline).is_ok() {}
+        self.gave_up.clone()
+    }
+
     /// The peers this rank has a connection to.
     pub fn connected(&self) -> Vec<usize> {
         self.out.keys().copied().collect()

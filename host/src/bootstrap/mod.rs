@@ -188,6 +188,11 @@ pub struct Bootstrap {
 /// How often a receive that waits looks whether a peer process of this host still lives.
 const LIVENESS_POLL: Duration = Duration::from_millis(100);
 
+/// How long a rank whose link to a peer broke waits for word that some rank gave up its init
+/// (the likely reason the peer closed), so it names that cause rather than a reset connection.
+/// Only failing paths wait; the word travels at most a few hops, each bounded by a second.
+const GAVE_UP_GRACE: Duration = Duration::from_secs(2);
+
 impl std::fmt::Debug for Bootstrap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Bootstrap")
@@ -453,19 +458,25 @@ impl Bootstrap {
             RecvError::TimedOut => {
                 format!("{op}: nothing from rank {peer} within {}", fmt_duration(self.timeout))
             }
-            RecvError::Gone(why) => format!("{op}: rank {peer} is gone ({why})"),
-            RecvError::GaveUp { from, why } => {
-                self.cause.get_or_insert_with(|| why.clone());
-                return BootstrapError::Link {
-                    rank: self.rank,
-                    peer: Some(from),
-                    addr: self.peers[from].addr,
-                    what: format!("{op}: rank {from} gave up its init: {why}"),
-                }
-                .into();
-            }
+            RecvError::Gone(why) => match self.mailbox.gave_up_by(Instant::now() + GAVE_UP_GRACE) {
+                Some((from, gave_up)) => return self.gave_up_err(op, from, gave_up),
+                None => format!("{op}: rank {peer} is gone ({why})"),
+            },
+            RecvError::GaveUp { from, why } => return self.gave_up_err(op, from, why),
         };
         self.link_err(peer, what)
+    }
+
+    /// Rank `from` gave up its init, saying `why` (kept as the cause this rank passes on).
+    fn gave_up_err(&mut self, op: &str, from: usize, why: String) -> crate::Error {
+        self.cause.get_or_insert_with(|| why.clone());
+        BootstrapError::Link {
+            rank: self.rank,
+            peer: Some(from),
+            addr: self.peers[from].addr,
+            what: format!("{op}: rank {from} gave up its init: {why}"),
+        }
+        .into()
     }
 
     /// Tells the ranks this one is connected to, and its ring successor, that its init failed
@@ -476,7 +487,11 @@ impl Bootstrap {
     pub fn tell_failure(&mut self, error: &str) {
         let why = self.cause.clone().unwrap_or_else(|| error.to_string());
         let why = depart::cut(&why);
-        let to = self.mailbox.connected();
+        // The ring's predecessor too: it may be sending to this rank, unaware.
+        let mut to = self.mailbox.connected();
+        if !to.contains(&self.prev()) {
+            to.push(self.prev());
+        }
         self.notify(Lane::GaveUp, to, why.as_bytes(), Duration::from_secs(1));
     }
 
@@ -516,7 +531,10 @@ impl Bootstrap {
         let addr = self.peers[peer].addr;
         match self.mailbox.send(lane, peer, addr, tag, data, deadline) {
             Ok(()) => Ok(()),
-            Err(e) => Err(self.link_err(peer, format!("{op}: {e}"))),
+            Err(e) => match self.mailbox.gave_up_by(Instant::now() + GAVE_UP_GRACE) {
+                Some((from, why)) => Err(self.gave_up_err(op, from, why)),
+                None => Err(self.link_err(peer, format!("{op}: {e}"))),
+            },
         }
     }
 
