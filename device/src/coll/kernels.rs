@@ -1,12 +1,14 @@
 //! The collective kernels the library launches, one entry per (collective, algorithm, type) as
 //! NCCL instantiates its device functions, so a kernel holds only the code it runs and loads
 //! on its own. The op is an argument (uniform across the grid, so its branch costs nothing
-//! measurable next to the memory traffic). All-gather and broadcast only move bytes: one kernel
-//! each serves every type ([`CollKernel::counts_bytes`]). [`CollKernel`] names them.
+//! measurable next to the memory traffic). All-gather, broadcast and point-to-point only move
+//! bytes: one kernel each serves every type ([`CollKernel::counts_bytes`]). [`CollKernel`] names
+//! them.
 use super::mover::RedMover;
 use super::msccl::{msccl_kernel, MscclArgs, MSCCL_THREADS};
 use super::nvls::{NvlsArgs, NVLS_THREADS};
 use super::one_rank::{one_rank_kernel, OneRankArgs};
+use super::p2p::{p2p_kernel, P2pArgs};
 use super::ring::{self, RingArgs};
 use super::tree::tree_kernel;
 use super::Collective;
@@ -29,6 +31,7 @@ pub use super::SIMPLE_THREADS;
 /// assert_eq!(CollKernel::ring(Collective::AllGather, DataType::F64).name(), "rsccl_all_gather_ring");
 /// assert_eq!(CollKernel::TreeAllReduce(DataType::BF16).name(), "rsccl_all_reduce_tree_bf16");
 /// assert_eq!(CollKernel::OneRank(DataType::I8).name(), "rsccl_one_rank_i8");
+/// assert_eq!(CollKernel::P2p.name(), "rsccl_p2p");
 /// assert!(rsccl_device::kernels::find(&k.name()).is_some());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -48,6 +51,8 @@ pub enum CollKernel {
     Msccl(DataType),
     /// The MSCCL-IR interpreter for programs that only move data: counts in bytes.
     MscclBytes,
+    /// Point-to-point sends, receives and copies ([`super::p2p`]): counts in bytes.
+    P2p,
 }
 
 impl CollKernel {
@@ -61,7 +66,7 @@ impl CollKernel {
 
     /// Whether the kernel counts bytes (the host passes `count × element size`).
     pub const fn counts_bytes(self) -> bool {
-        matches!(self, CollKernel::RingBytes(_) | CollKernel::MscclBytes)
+        matches!(self, CollKernel::RingBytes(_) | CollKernel::MscclBytes | CollKernel::P2p)
     }
 
     /// The block size the kernel is built for and launched with.
@@ -90,6 +95,7 @@ impl CollKernel {
             CollKernel::Nvls(t) => format!("rsccl_nvls_{}", t.name()),
             CollKernel::Msccl(t) => format!("rsccl_msccl_{}", t.name()),
             CollKernel::MscclBytes => "rsccl_msccl_bytes".to_string(),
+            CollKernel::P2p => "rsccl_p2p".to_string(),
         }
     }
 }
@@ -252,12 +258,19 @@ fn all_gather_ring(a: &RingArgs) {
 fn broadcast_ring(a: &RingArgs) {
     ring::broadcast(a, &RedMover::<u8>::new(RedOp::Sum, 0))
 }
+#[inline(always)]
+fn p2p_bytes(a: &P2pArgs) {
+    p2p_kernel(a, &RedMover::<u8>::new(RedOp::Sum, 0))
+}
 
 crate::kernel_table!(KERNELS_BYTES, lib {
     /// Ring all-gather of bytes.
     rsccl_all_gather_ring(RingArgs) [SIMPLE_THREADS] => all_gather_ring;
     /// Ring broadcast of bytes.
     rsccl_broadcast_ring(RingArgs) [SIMPLE_THREADS] => broadcast_ring;
+    /// Point-to-point sends, receives and copies of bytes (launched with
+    /// [`crate::coll::p2p::P2P_SHM_BYTES`] of dynamic shared memory).
+    rsccl_p2p(P2pArgs) [SIMPLE_THREADS] => p2p_bytes;
 });
 
 /// The data mover of an MSCCL launch.
@@ -426,6 +439,11 @@ pub mod handles {
         })
     }
 
+    /// The point-to-point kernel (every type: it moves bytes).
+    pub fn p2p() -> Kernel<P2pArgs> {
+        rsccl_p2p::KERNEL
+    }
+
     /// The MSCCL-IR interpreter reducing `t`, or for programs that only move data (`None`:
     /// counts bytes).
     pub fn msccl(t: Option<DataType>) -> Kernel<MscclArgs> {
@@ -497,9 +515,12 @@ mod tests {
             assert_eq!(handles::nvls(t).is_some(), crate::multimem::supported(RedOp::Sum, t), "{t:?}");
         }
         assert_eq!(handles::msccl(None).name(), CollKernel::MscclBytes.name());
+        assert_eq!(handles::p2p().name(), CollKernel::P2p.name());
+        assert!(CollKernel::P2p.counts_bytes());
         let entries = [
             *handles::ring(Collective::AllReduce, DataType::F32).entry(),
             *handles::one_rank(DataType::I8).entry(),
+            *handles::p2p().entry(),
         ];
         for k in entries {
             assert_eq!(crate::kernels::find(k.name).map(|e| e.args_bytes), Some(k.args_bytes));

@@ -6,6 +6,7 @@ pub mod msccl;
 pub mod nvls;
 pub mod nvls_fifo;
 pub mod one_rank;
+pub mod p2p;
 pub mod ring;
 pub mod tree;
 

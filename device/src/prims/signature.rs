@@ -1,17 +1,60 @@
-//! Matched calls, checked in-band: at a kernel's start each block signs the call on its send
-//! connections (the [`CallSig`] slot of the FIFO step the call starts at, in the receiver's
-//! memory) and checks the signatures on its receive connections against its own before any
-//! data moves. A call that differs — another collective, algorithm, type, op, count or root —
-//! stops the block ([`ErrorCode::Mismatch`], the peer's call kept for the host's message) and
-//! refuses the sender's next credit wait ([`CONN_REFUSED`] in the head word).
+//! Matched calls, checked in-band: before any data of a call moves, the sending side signs the
+//! call on its send connections (the [`CallSig`] slot of the FIFO step the call starts at, in
+//! the receiver's memory) and the receiving side checks the signature on its receive
+//! connections against its own. A call that differs — another collective, algorithm, type, op,
+//! count or root; for point-to-point another size — stops the checking threads
+//! ([`ErrorCode::Mismatch`], the peer's call kept for the host's message) and refuses the
+//! sender's next credit wait ([`CONN_REFUSED`] in the head word).
 //!
-//! One thread does it, at the kernel's start, before the data loops exist: it costs them no
-//! registers. Both sides index the slots by the connection's saved step, equal on both sides
-//! after every matched call.
+//! The collectives check once per kernel with the whole block ([`calls_match`], the call being
+//! `status.call`); point-to-point checks once per operation, with the primitives group that
+//! runs it and the operation's own signature ([`calls_match_with`]), so that one group's check
+//! never waits on the other group. One thread does it, before the data loops start: it costs
+//! them no registers. Both sides index the slots by the connection's saved step, equal on both
+//! sides after every matched call.
 use super::conn::{
     encode_status, CallSig, ConnInfo, ErrorCode, PrimsStatus, CALL_SIG_BYTES, CONN_REFUSED, NCCL_STEPS,
 };
 use crate::{arch, DevPtr};
+
+/// The threads that check calls together and the named barrier they meet at afterwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checkers {
+    /// This thread's index among them (index 0 signs and checks).
+    pub tid: u32,
+    /// How many they are (a multiple of 32).
+    pub nthreads: u32,
+    /// The named barrier they meet at.
+    pub barrier: u32,
+}
+
+impl Checkers {
+    /// The whole block, at barrier 0 (the collectives).
+    #[inline(always)]
+    pub fn block() -> Checkers {
+        Checkers { tid: arch::thread_idx().x, nthreads: arch::block_dim().x, barrier: 0 }
+    }
+
+    /// Primitives group `group` of `nthreads` threads, this one its `tid`-th: they meet at the
+    /// group's all-threads barrier (`1 + 2·group`), which its primitives use only inside an
+    /// operation, so a check between operations never meets the other group's threads.
+    #[inline(always)]
+    pub fn group(group: u32, tid: u32, nthreads: u32) -> Checkers {
+        Checkers { tid, nthreads, barrier: 1 + 2 * group }
+    }
+}
+
+/// What of a peer's signature must equal this rank's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Matching {
+    /// Number and key (the collectives: the key covers the count in the unit that matters, and
+    /// the count field is in the call's own elements, which may differ, e.g. all-gather of
+    /// 1000 f32 and of 4000 bytes).
+    Call,
+    /// Number, key and count (point-to-point: the count is the bytes, which decide how many
+    /// FIFO steps each side takes, so it must agree whatever the host hashed into the key).
+    Message,
+}
 
 /// Signs this block's call on `sends` and checks it on `recvs` (each a list of connections;
 /// unconnected ones and ones without signature slots are skipped). Every thread of the block
@@ -19,10 +62,26 @@ use crate::{arch, DevPtr};
 /// that gave up: `bid`'s status word says which).
 #[inline(always)]
 pub fn calls_match(status: &PrimsStatus, bid: u32, recvs: &[&[ConnInfo]], sends: &[&[ConnInfo]]) -> bool {
+    calls_match_with(status, bid, Checkers::block(), &status.call, Matching::Call, recvs, sends)
+}
+
+/// [`calls_match`] for the call `call` (compared as `matching` says), checked by the threads
+/// `who`: every one of them calls it, and it returns false on all of them when they must stop.
+/// Nothing is checked when `call.seq` is 0.
+#[inline(always)]
+pub fn calls_match_with(
+    status: &PrimsStatus,
+    bid: u32,
+    who: Checkers,
+    call: &CallSig,
+    matching: Matching,
+    recvs: &[&[ConnInfo]],
+    sends: &[&[ConnInfo]],
+) -> bool {
     let mut ok = true;
-    if arch::thread_idx().x == 0 && status.call.seq != 0 {
+    if who.tid == 0 && call.seq != 0 {
         for c in sends.iter().flat_map(|s| s.iter()).filter(|c| c.is_connected() && c.sig != DevPtr::NULL) {
-            if !sign(c, status, bid) {
+            if !sign(c, status, call, bid) {
                 ok = false;
                 break;
             }
@@ -30,13 +89,50 @@ pub fn calls_match(status: &PrimsStatus, bid: u32, recvs: &[&[ConnInfo]], sends:
         for c in
             recvs.iter().flat_map(|r| r.iter()).filter(|c| ok && c.is_connected() && c.sig != DevPtr::NULL)
         {
-            if !check(c, status, bid) {
+            if !check(c, status, call, matching, bid) {
                 ok = false;
                 break;
             }
         }
     }
-    !arch::bar_red_or(0, arch::block_dim().x, !ok)
+    !arch::bar_red_or(who.barrier, who.nthreads, !ok)
+}
+
+/// Whether the receiver of `conn` took the call this rank signed at FIFO step `first_step`
+/// (one thread; the call's number `seq` goes in the report). The receiver releases that step
+/// only after its check found the call its own, and refuses it otherwise; waiting for one or
+/// the other tells a sender whose whole call fit in the FIFO, and so never waited for credits,
+/// that its call was refused. False when it was (recorded in `bid`'s status word as
+/// [`ErrorCode::Mismatch`] naming the peer, the step field holding `seq`'s low 32 bits) or the
+/// wait gave up (recorded by the wait).
+#[inline(always)]
+pub fn accepted(conn: &ConnInfo, status: &PrimsStatus, bid: u32, first_step: u64, seq: u64) -> bool {
+    let head = conn.head.as_ptr::<u64>();
+    let (peer, block) = (conn.peer, bid as u64);
+    // SAFETY: a connected sender's head word; the status words as PrimsStatus says.
+    if !unsafe {
+        status.wait_at_least(
+            head,
+            first_step.saturating_add(1),
+            block,
+            ErrorCode::SendTimeout,
+            peer,
+            first_step,
+        )
+    } {
+        return false;
+    }
+    // SAFETY: as above.
+    if unsafe { arch::ld_volatile_u64(head) } != CONN_REFUSED {
+        return true;
+    }
+    if status.status != DevPtr::NULL {
+        let word = status.status.offset(8 * block).as_ptr::<u64>();
+        let w = encode_status(ErrorCode::Mismatch, peer, seq & 0xFFFF_FFFF);
+        // SAFETY: the host sizes `status` with one word per block; the first error wins.
+        unsafe { arch::atomic_cas_acq_rel_sys_u64(word, 0, w) };
+    }
+    false
 }
 
 /// The step `conn` saved last (where the call starts) and its signature slot.
@@ -47,13 +143,13 @@ fn slot(conn: &ConnInfo) -> (u64, *mut u64) {
     (step, conn.sig.offset((step % NCCL_STEPS) * CALL_SIG_BYTES).as_ptr::<u64>())
 }
 
-/// Writes this rank's call in the slot the receiver reads (its number last, after a fence),
+/// Writes `call` in the slot the receiver reads (its number last, after a fence),
 /// once the slot is free: as for the data of the step it belongs to, the receiver must have
 /// released the step `NCCL_STEPS` before it (a sender that waits for nobody, a broadcast's
 /// root, can otherwise finish calls its peer has not started and overwrite a signature unread).
 /// False when that wait gave up (recorded in `bid`'s status word).
 #[inline(always)]
-fn sign(conn: &ConnInfo, status: &PrimsStatus, bid: u32) -> bool {
+fn sign(conn: &ConnInfo, status: &PrimsStatus, call: &CallSig, bid: u32) -> bool {
     let (step, s) = slot(conn);
     let free = (step + 1).saturating_sub(NCCL_STEPS);
     // SAFETY: a connected sender's head word (its credits); the status words as PrimsStatus says.
@@ -62,7 +158,6 @@ fn sign(conn: &ConnInfo, status: &PrimsStatus, bid: u32) -> bool {
     } {
         return false;
     }
-    let call = &status.call;
     // SAFETY: the host gives NCCL_STEPS signature slots when `sig` is set; 8-aligned. The
     // receiver has read this slot's last signature (the credit wait above).
     unsafe {
@@ -75,18 +170,18 @@ fn sign(conn: &ConnInfo, status: &PrimsStatus, bid: u32) -> bool {
     true
 }
 
-/// Waits for the sender's signature and compares it with this rank's; false when it differs
+/// Waits for the sender's signature and compares it with `call`; false when it differs
 /// (recorded, the sender refused) or the wait gave up (recorded by the wait).
 #[inline(always)]
-fn check(conn: &ConnInfo, status: &PrimsStatus, bid: u32) -> bool {
-    let ((_, s), call) = (slot(conn), status.call);
+fn check(conn: &ConnInfo, status: &PrimsStatus, call: &CallSig, matching: Matching, bid: u32) -> bool {
+    let (_, s) = slot(conn);
     // SAFETY: the slot is valid while the kernel runs; the status words as PrimsStatus says.
     if !unsafe { status.wait_at_least(s, call.seq, bid as u64, ErrorCode::RecvTimeout, conn.peer, 0) } {
         return false;
     }
     // SAFETY: as above, read after the acquiring wait.
     let theirs = unsafe { read(s) };
-    if matches(status, bid, conn.peer, &theirs) {
+    if matches_call(status, bid, conn.peer, call, matching, &theirs) {
         return true;
     }
     // SAFETY: this connection's head word; the sender's credit wait reads it as a refusal.
@@ -111,11 +206,26 @@ pub(crate) unsafe fn read(s: *const u64) -> CallSig {
     }
 }
 
-/// Whether `theirs`, the call of rank `peer`, is this rank's (same number and key); when not,
-/// records it as block `bid`'s mismatch (the first error of the block wins).
+/// Whether `theirs`, the call of rank `peer`, is this rank's `status.call` (same number and
+/// key); when not, records it as block `bid`'s mismatch (the first error of the block wins).
 #[inline(always)]
 pub(crate) fn matches(status: &PrimsStatus, bid: u32, peer: u64, theirs: &CallSig) -> bool {
-    if theirs.seq == status.call.seq && theirs.key == status.call.key {
+    matches_call(status, bid, peer, &status.call, Matching::Call, theirs)
+}
+
+/// Whether `theirs`, the call of rank `peer`, is `mine` as `matching` compares them; when not,
+/// records it as block `bid`'s mismatch (the first error of the block wins).
+#[inline(always)]
+fn matches_call(
+    status: &PrimsStatus,
+    bid: u32,
+    peer: u64,
+    mine: &CallSig,
+    matching: Matching,
+    theirs: &CallSig,
+) -> bool {
+    let count_ok = matching == Matching::Call || theirs.count == mine.count;
+    if theirs.seq == mine.seq && theirs.key == mine.key && count_ok {
         return true;
     }
     if status.mismatch != DevPtr::NULL {
