@@ -60,6 +60,7 @@ fn the_library_has_every_collective_kernel_and_no_test_kernel() {
                 CollKernel::OneRank(t),
                 CollKernel::Msccl(t),
                 CollKernel::MscclBytes,
+                CollKernel::P2p,
             ];
             for k in ks {
                 let m = find(arch, &k.name()).unwrap_or_else(|| panic!("{arch} lacks {}", k.name()));
