@@ -114,7 +114,13 @@ impl Comm {
             backend: backend.clone(),
             stream,
             peers,
-            links: Links { transports, _conns: linked.conns, proxy: linked.proxy, conn_key: key_base },
+            links: Links {
+                transports,
+                _conns: linked.conns,
+                proxy: linked.proxy,
+                conn_key: key_base,
+                p2p: Default::default(),
+            },
             tables,
             health: Health {
                 abort,

@@ -12,6 +12,8 @@ pub(super) enum Edge {
     TreeDown = 3,
     /// A connection of an MSCCL program (one load at a time: the tags are reused).
     Msccl = 4,
+    /// A point-to-point connection, made when a call first needs it (channel 0).
+    P2p = 5,
 }
 
 /// The bootstrap tag of connection (`edge`, channel `c`, `from` → `to`); the top bit keeps it

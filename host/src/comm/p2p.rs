@@ -1,0 +1,388 @@
+//! Point-to-point: sends and receives (NCCL's `ncclSend` / `ncclRecv`), a rank's operations of
+//! one group in one launch of the p2p kernel, over connections made the first time a call needs
+//! them (NCCL's runtime connect) and kept for later calls.
+//!
+//! **Schedule.** As NCCL's: an operation with peer `p` belongs to round `(p − rank) mod n` for a
+//! send and `(rank − p) mod n` for a receive, and round `r` runs in block `r % blocks`; a block
+//! runs its sends and its receives concurrently, each in round order, so every group completes
+//! whatever the sizes (the device module [`rsccl_device::coll::p2p`] shows why). Operations on
+//! one connection stay in the order they were called: they are matched in that order.
+//!
+//! **Matching.** Each operation carries its byte count to the peer in the connection's
+//! signature slot; a receive of another size than its send stops both ranks with an error
+//! naming both sizes (never a truncated or padded buffer).
+//!
+//! **Connections.** The first call between two ranks in a direction connects them: the receiver
+//! allocates the FIFO (over the transport chosen at init for that pair) and sends its handle
+//! over the bootstrap; the sender waits for it (at most the bootstrap timeout, naming the peer)
+//! and attaches. No other rank takes part. [`MAX_P2P_CONNS`] bounds them.
+use super::call::BufRef;
+use super::communicator::Comm;
+use super::wiring::{conn_tag, Edge};
+use crate::backend::LaunchConfig;
+use crate::error::{Error, Result};
+use crate::transport::{self, ConnHandle, ConnLayout, ConnMem, Side, TransportKind, MAX_HANDLE_BYTES};
+use rsccl_device::coll::kernels::{handles, SIMPLE_THREADS};
+use rsccl_device::coll::p2p::{P2pArgs, P2pKind, P2pOp, P2P_SHM_BYTES};
+use rsccl_device::dtype::DataType;
+use rsccl_device::prims::conn::{
+    decode_status, mismatch_offset, status_bytes, CallSig, ConnInfo, ErrorCode, PrimsStatus, CALL_SIG_BYTES,
+};
+use rsccl_device::DevPtr;
+use std::collections::HashMap;
+
+/// Most point-to-point connections (each direction to each peer counts once) one rank keeps:
+/// each holds a FIFO of `NCCL_STEPS` slots, so memory stays bounded however many peers a job
+/// talks to. A call that needs one more fails naming the limit.
+pub const MAX_P2P_CONNS: usize = 512;
+
+/// Largest FIFO slot of a point-to-point connection (NCCL's p2p chunk over the network and
+/// PCIe, 128 KiB): a communicator's `step_bytes` applies when it is smaller.
+pub const P2P_MAX_STEP_BYTES: u64 = 128 * 1024;
+
+/// Most operations one rank may put in one group (NCCL queues any number; a bound keeps the
+/// argument array a checked size).
+pub const MAX_P2P_OPS: usize = 1 << 16;
+
+/// Which way a point-to-point operation moves data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// This rank's buffer goes to the peer.
+    Send,
+    /// The peer's data lands in this rank's buffer.
+    Recv,
+}
+
+/// One point-to-point operation of this rank: `count` elements of `dtype` in `buf`, to or from
+/// `peer` (this rank itself included: a local copy).
+#[derive(Clone, Copy, Debug)]
+pub struct P2p<'a> {
+    /// Send or receive.
+    pub dir: Direction,
+    /// The data (send) or where it lands (receive).
+    pub buf: BufRef<'a>,
+    /// Elements.
+    pub count: usize,
+    /// Element type (only the size matters: the bytes move as they are).
+    pub dtype: DataType,
+    /// The other rank.
+    pub peer: usize,
+}
+
+impl<'a> P2p<'a> {
+    /// Sends `count` elements of `buf` to `peer` (NCCL's `ncclSend`).
+    pub fn send(buf: BufRef<'a>, count: usize, dtype: DataType, peer: usize) -> Self {
+        P2p { dir: Direction::Send, buf, count, dtype, peer }
+    }
+
+    /// Receives `count` elements from `peer` into `buf` (NCCL's `ncclRecv`).
+    pub fn recv(buf: BufRef<'a>, count: usize, dtype: DataType, peer: usize) -> Self {
+        P2p { dir: Direction::Recv, buf, count, dtype, peer }
+    }
+
+    /// "send of 400 bytes to rank 2", for messages.
+    fn describe(&self, bytes: u64) -> String {
+        match self.dir {
+            Direction::Send => format!("send of {bytes} bytes to rank {}", self.peer),
+            Direction::Recv => format!("receive of {bytes} bytes from rank {}", self.peer),
+        }
+    }
+}
+
+/// One direction of a connection to one peer, made by a call that needed it.
+struct P2pConn {
+    _mem: ConnMem,
+    view: ConnInfo,
+    /// Operations signed on it so far (each side numbers its own; they agree while matched).
+    ops: u64,
+}
+
+/// A rank's point-to-point connections, by peer and direction.
+#[derive(Default)]
+pub(super) struct P2pLinks {
+    conns: HashMap<(usize, Direction), P2pConn>,
+}
+
+/// What must match besides the byte count (which the kernel compares itself): nothing yet, a
+/// fixed word so a stray signature of another kind of call does not pass.
+const P2P_KEY: u64 = 0x7032_7073_656e_6400;
+
+impl Comm {
+    /// Sends `count` elements of `buf` to rank `peer` and waits until this rank's part is done
+    /// (the peer receives with [`Comm::recv`] or in a group: [`Comm::p2p`]).
+    ///
+    /// ```
+    /// use rsccl::{backend, BufRef, Comm, CommConfig, DataType};
+    /// let be = backend::cpu();
+    /// let comms = Comm::init_all(&be, 2, CommConfig::default())?;
+    /// let (a, b) = (be.upload(&[7u32; 5])?, be.alloc(20)?);
+    /// std::thread::scope(|s| {
+    ///     let (c0, c1) = (&comms[0], &comms[1]);
+    ///     let t = s.spawn(|| c0.send(BufRef::from(&a), 5, DataType::U32, 1));
+    ///     c1.recv(BufRef::from(&b), 5, DataType::U32, 0)?;
+    ///     t.join().unwrap()
+    /// })?;
+    /// assert_eq!(be.download::<u32>(&b, 5)?, [7; 5]);
+    /// # Ok::<(), rsccl::Error>(())
+    /// ```
+    pub fn send(&self, buf: BufRef, count: usize, dtype: DataType, peer: usize) -> Result<()> {
+        self.p2p(&[P2p::send(buf, count, dtype, peer)])
+    }
+
+    /// Receives `count` elements from rank `peer` into `buf` and waits for them.
+    pub fn recv(&self, buf: BufRef, count: usize, dtype: DataType, peer: usize) -> Result<()> {
+        self.p2p(&[P2p::recv(buf, count, dtype, peer)])
+    }
+
+    /// Runs `ops` — this rank's sends and receives of one group, in the order called — in one
+    /// launch, and waits for them. Peers call their matching operations (in any grouping); a
+    /// send and its receive must move the same number of bytes.
+    pub fn p2p(&self, ops: &[P2p]) -> Result<()> {
+        self.check_usable()?;
+        let bytes = self.check_p2p(ops)?;
+        let copies = self_copies(self.rank, ops, &bytes)?;
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.complete_in_flight(&mut q);
+        for op in ops {
+            op.buf.buf.wait_idle();
+        }
+        self.arm()?;
+        self.check_peers_here(&[])?;
+        let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
+        self.connect_p2p(&mut links, ops)?;
+        let nblocks = self.cfg.nchannels.min(self.nranks).max(1);
+        let mut dev: Vec<(usize, usize, P2pOp)> = Vec::with_capacity(ops.len());
+        for (i, op) in ops.iter().enumerate().filter(|(_, op)| op.peer != self.rank) {
+            let round = match op.dir {
+                Direction::Send => (op.peer + self.nranks - self.rank) % self.nranks,
+                Direction::Recv => (self.rank + self.nranks - op.peer) % self.nranks,
+            };
+            let conn = links.conns.get_mut(&(op.peer, op.dir)).expect("connected above");
+            conn.ops += 1;
+            let sig = CallSig { seq: conn.ops, key: P2P_KEY, desc: i as u64, count: bytes[i] };
+            let (src, dst, kind) = match op.dir {
+                Direction::Send => (op.buf.ptr(), DevPtr::NULL, P2pKind::Send),
+                Direction::Recv => (DevPtr::NULL, op.buf.ptr(), P2pKind::Recv),
+            };
+            let block = (round % nblocks) as u32;
+            dev.push((
+                round,
+                i,
+                P2pOp { conn: conn.view, src, dst, bytes: bytes[i], sig, kind: kind as u32, block },
+            ));
+        }
+        drop(links);
+        for (s, r) in &copies {
+            let (src, dst) = (ops[*s].buf.ptr(), ops[*r].buf.ptr());
+            let op = P2pOp { src, dst, bytes: bytes[*s], kind: P2pKind::Copy as u32, ..Default::default() };
+            dev.push((0, *s, op));
+        }
+        if dev.is_empty() {
+            return Ok(());
+        }
+        // By block, then round, then the order called (the sort is stable).
+        dev.sort_by_key(|(round, _, op)| (op.block, *round));
+        let index: Vec<usize> = dev.iter().map(|(_, i, _)| *i).collect();
+        let dev: Vec<P2pOp> = dev.into_iter().map(|(_, _, op)| op).collect();
+        let table = self.stream.alloc(std::mem::size_of_val(dev.as_slice()))?;
+        self.stream.copy_in(&table, 0, bytemuck::cast_slice(&dev))?;
+        let status = self.stream.alloc(status_bytes(nblocks as u64) as usize)?;
+        self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
+        let args = P2pArgs {
+            ops: table.ptr(),
+            nops: dev.len() as u32,
+            reserved: 0,
+            status: PrimsStatus {
+                status: status.ptr(),
+                abort_flag: self.health.abort.ptr(),
+                // At most MAX_TIMEOUT (checked by shape): fits in u64 nanoseconds.
+                timeout_ns: self.cfg.timeout.as_nanos() as u64,
+                call: CallSig::default(),
+                mismatch: status.ptr().offset(mismatch_offset(nblocks as u64)),
+            },
+        };
+        let cfg = LaunchConfig::linear(nblocks as u32, self.cfg.nthreads.clamp(64, SIMPLE_THREADS))
+            .with_smem(P2P_SHM_BYTES);
+        // SAFETY: every op's buffer holds its bytes (check_p2p), the connections and the op
+        // table are this Comm's and alive until the kernel ends (finish waits for it below).
+        unsafe { self.stream.launch_kernel(handles::p2p(), cfg, &args) }?;
+        match self.p2p_mismatch(&status, nblocks, ops, &bytes, &dev, &index)? {
+            Some(e) => Err(self.fail(e)),
+            None => self.finish_with(&status, nblocks),
+        }
+    }
+
+    /// Checks `ops` (peers, counts, buffers, how many) and returns each one's bytes.
+    fn check_p2p(&self, ops: &[P2p]) -> Result<Vec<u64>> {
+        let bad = |why: String| Error::InvalidConfig(format!("rank {}: {why}", self.rank));
+        if ops.len() > MAX_P2P_OPS {
+            return Err(bad(format!(
+                "{} point-to-point operations in one group, at most {MAX_P2P_OPS}",
+                ops.len()
+            )));
+        }
+        ops.iter()
+            .enumerate()
+            .map(|(i, op)| {
+                if op.peer >= self.nranks {
+                    return Err(bad(format!(
+                        "operation {i}: {:?} with rank {}, outside the communicator's {} ranks",
+                        op.dir, op.peer, self.nranks
+                    )));
+                }
+                let need = op.count.checked_mul(op.dtype.size()).ok_or_else(|| {
+                    bad(format!("operation {i}: {} elements of {} overflow a byte size", op.count, op.dtype.name()))
+                })?;
+                let have = op.buf.buf.len().saturating_sub(op.buf.offset);
+                if op.buf.offset > op.buf.buf.len() || have < need {
+                    return Err(bad(format!(
+                        "operation {i} ({}): the buffer has {have} bytes after offset {}, needs {need} ({} × {} {})",
+                        op.describe(need as u64),
+                        op.buf.offset,
+                        op.count,
+                        op.dtype.size(),
+                        op.dtype.name()
+                    )));
+                }
+                Ok(need as u64)
+            })
+            .collect()
+    }
+
+    /// Makes the connections `ops` need that this rank does not have yet: first every receiving
+    /// side (allocate, send the handle to the sender), then every sending side (wait for the
+    /// handle, attach), so two ranks that each send to the other never wait on each other.
+    fn connect_p2p(&self, links: &mut P2pLinks, ops: &[P2p]) -> Result<()> {
+        let mut need: Vec<(usize, Direction)> = Vec::new();
+        for op in ops.iter().filter(|op| op.peer != self.rank) {
+            let key = (op.peer, op.dir);
+            if !links.conns.contains_key(&key) && !need.contains(&key) {
+                need.push(key);
+            }
+        }
+        if need.is_empty() {
+            return Ok(());
+        }
+        if links.conns.len() + need.len() > MAX_P2P_CONNS {
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: {} point-to-point connections would exceed the limit of {MAX_P2P_CONNS} per rank",
+                self.rank,
+                links.conns.len() + need.len()
+            )));
+        }
+        let layout = ConnLayout { step_bytes: self.cfg.step_bytes.min(P2P_MAX_STEP_BYTES) };
+        let tag = |from: usize, to: usize| conn_tag(Edge::P2p, 0, from, to);
+        let transport_to = |peer: usize| {
+            match self.links.transports[peer] {
+            TransportKind::Net => Err(Error::InvalidConfig(format!(
+                "rank {}: point-to-point with rank {peer} needs the network transport, which it does not run on yet",
+                self.rank
+            ))),
+            kind => Ok(transport::transport(kind, &self.stream).expect("not the network")),
+        }
+        };
+        let mut boot = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
+        for &(peer, _) in need.iter().filter(|(_, d)| *d == Direction::Recv) {
+            let t = tag(peer, self.rank);
+            let (mem, handle) = transport_to(peer)?.listen(layout, self.links.conn_key ^ t as u128)?;
+            boot.send(peer, t, &handle.0)?;
+            let view = layout.view(mem.base(), Side::Recv, peer);
+            links.conns.insert((peer, Direction::Recv), P2pConn { _mem: mem, view, ops: 0 });
+        }
+        for &(peer, _) in need.iter().filter(|(_, d)| *d == Direction::Send) {
+            let handle = boot.recv(peer, tag(self.rank, peer)).map_err(|e| {
+                Error::InvalidConfig(format!(
+                    "rank {}: connecting to rank {peer} for a send: its receiving side never came \
+                     (no matching receive posted?): {e}",
+                    self.rank
+                ))
+            })?;
+            if handle.len() > MAX_HANDLE_BYTES {
+                return Err(Error::InvalidConfig(format!(
+                    "rank {}: rank {peer} sent a connection handle of {} bytes",
+                    self.rank,
+                    handle.len()
+                )));
+            }
+            let mem = transport_to(peer)?.connect(layout, &ConnHandle(handle))?;
+            let view = layout.view(mem.base(), Side::Send, peer);
+            links.conns.insert((peer, Direction::Send), P2pConn { _mem: mem, view, ops: 0 });
+        }
+        Ok(())
+    }
+
+    /// After the launch: a mismatch between a send and its receive, as an error naming both
+    /// operations and sizes (`None` when there is none; other failures are `finish`'s).
+    fn p2p_mismatch(
+        &self,
+        status: &crate::backend::DeviceBuffer,
+        nblocks: usize,
+        ops: &[P2p],
+        bytes: &[u64],
+        dev: &[P2pOp],
+        index: &[usize],
+    ) -> Result<Option<Error>> {
+        if let Err(e) = self.stream.synchronize() {
+            return Ok(Some(Error::Rank { rank: self.rank, source: Box::new(e) }));
+        }
+        let mut words = vec![0u8; 8 * nblocks];
+        self.stream.copy_out(status, 0, &mut words)?;
+        let mut rec = vec![0u8; CALL_SIG_BYTES as usize * nblocks];
+        self.stream.copy_out(status, mismatch_offset(nblocks as u64) as usize, &mut rec)?;
+        let records: &[CallSig] = bytemuck::cast_slice(&rec);
+        for (b, w) in words.chunks_exact(8).enumerate() {
+            let (code, peer, _) = decode_status(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+            if code != ErrorCode::Mismatch {
+                continue;
+            }
+            let peer = peer as usize;
+            // The receiver holds the sender's signature: name both sizes. The sender learns only
+            // that its receiver refused.
+            let theirs = records.get(b).filter(|r| r.seq != 0);
+            let mine = (0..dev.len()).find(|&k| {
+                dev[k].block == b as u32
+                    && ops[index[k]].peer == peer
+                    && theirs.is_none_or(|t| dev[k].kind == P2pKind::Recv as u32 && dev[k].sig.seq == t.seq)
+            });
+            let mine_text = mine.map_or_else(
+                || format!("an operation with rank {peer}"),
+                |k| ops[index[k]].describe(bytes[index[k]]),
+            );
+            let (seq, peers) = match (mine, theirs) {
+                (_, Some(t)) => (
+                    t.seq,
+                    vec![(peer, Some((t.seq, format!("a send of {} bytes to rank {}", t.count, self.rank))))],
+                ),
+                (Some(k), None) => (dev[k].sig.seq, vec![(peer, None)]),
+                (None, None) => (0, vec![(peer, None)]),
+            };
+            return Ok(Some(Error::CallMismatch { rank: self.rank, seq, mine: mine_text, peers }));
+        }
+        Ok(None)
+    }
+}
+
+/// Pairs this rank's sends to itself with its receives from itself, in the order called
+/// (`(send index, receive index)`); their counts and sizes must agree.
+fn self_copies(rank: usize, ops: &[P2p], bytes: &[u64]) -> Result<Vec<(usize, usize)>> {
+    let of = |d: Direction| -> Vec<usize> {
+        (0..ops.len()).filter(|&i| ops[i].peer == rank && ops[i].dir == d).collect()
+    };
+    let (sends, recvs) = (of(Direction::Send), of(Direction::Recv));
+    if sends.len() != recvs.len() {
+        return Err(Error::InvalidConfig(format!(
+            "rank {rank}: {} sends to itself but {} receives from itself in one group",
+            sends.len(),
+            recvs.len()
+        )));
+    }
+    for (&s, &r) in sends.iter().zip(&recvs) {
+        if bytes[s] != bytes[r] {
+            return Err(Error::InvalidConfig(format!(
+                "rank {rank}: a send to itself of {} bytes (operation {s}) does not match its receive of {} bytes (operation {r})",
+                bytes[s], bytes[r]
+            )));
+        }
+    }
+    Ok(sends.into_iter().zip(recvs).collect())
+}

@@ -1,0 +1,224 @@
+//! Point-to-point sends and receives (issue 32) on the CPU emulator, ranks as threads of one
+//! process: patterns of messages checked byte for byte against what was sent (with guard bytes
+//! after every receive buffer), and the failures — mismatched sizes, a bad peer or buffer, a
+//! receive nobody sends, a send nobody receives — each as a clear error, never a hang.
+use rsccl::backend::{self, Backend, DeviceBuffer};
+use rsccl::comm::{BufRef, Comm, CommConfig, P2p};
+use rsccl_device::dtype::DataType;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes after every receive buffer that must stay untouched.
+const GUARD: usize = 16;
+const GUARD_BYTE: u8 = 0xA5;
+
+fn config() -> CommConfig {
+    CommConfig {
+        nchannels: 2,
+        nthreads: 128,
+        step_bytes: 4096,
+        timeout: Duration::from_secs(20),
+        bootstrap_timeout: Duration::from_secs(20),
+        ..CommConfig::default()
+    }
+}
+
+/// A message of a pattern: `count` elements from rank `from` to rank `to`.
+#[derive(Clone, Copy, Debug)]
+struct Msg {
+    from: usize,
+    to: usize,
+    count: usize,
+}
+
+/// The bytes message `m` carries: a function of its number and position only.
+fn payload(m: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i.wrapping_mul(31) ^ m.wrapping_mul(0x9E37) ^ (i >> 8)) as u8).collect()
+}
+
+/// Runs `msgs` as one group per rank (each rank's operations in message order) and checks every
+/// receive buffer against the payload its sender sent. Returns the elapsed time.
+fn run(comms: &[Comm], be: &Arc<dyn Backend>, msgs: &[Msg], dtype: DataType) -> Duration {
+    let eb = dtype.size();
+    let send: Vec<DeviceBuffer> =
+        msgs.iter().enumerate().map(|(k, m)| be.upload(&payload(k, m.count * eb)).unwrap()).collect();
+    let recv: Vec<DeviceBuffer> =
+        msgs.iter().map(|m| be.upload(&vec![GUARD_BYTE; m.count * eb + GUARD]).unwrap()).collect();
+    let t = Instant::now();
+    let results: Vec<rsccl::Result<()>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                let (send, recv) = (&send, &recv);
+                s.spawn(move || {
+                    let r = c.rank();
+                    let mut ops = Vec::new();
+                    for (k, m) in msgs.iter().enumerate() {
+                        if m.from == r {
+                            ops.push(P2p::send(BufRef::from(&send[k]), m.count, dtype, m.to));
+                        }
+                        if m.to == r {
+                            ops.push(P2p::recv(BufRef::from(&recv[k]), m.count, dtype, m.from));
+                        }
+                    }
+                    c.p2p(&ops)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let took = t.elapsed();
+    for (r, res) in results.into_iter().enumerate() {
+        res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+    }
+    for (k, m) in msgs.iter().enumerate() {
+        let got: Vec<u8> = be.download(&recv[k], m.count * eb + GUARD).unwrap();
+        let len = m.count * eb;
+        assert!(got[..len] == payload(k, len)[..], "message {k} {m:?} ({dtype:?}): wrong bytes");
+        assert!(got[len..].iter().all(|&b| b == GUARD_BYTE), "message {k} {m:?}: wrote past its buffer");
+    }
+    took
+}
+
+fn shift(n: usize, k: usize, count: usize) -> Vec<Msg> {
+    (0..n).map(|r| Msg { from: r, to: (r + k) % n, count }).collect()
+}
+
+#[test]
+fn ring_shifts_pairs_chains_and_self_sends_deliver_every_byte() {
+    let be = backend::cpu();
+    for n in [1usize, 2, 3, 5, 8] {
+        let comms = Comm::init_all(&be, n, config()).unwrap();
+        // Ring shift by 1 and by k, each type once, odd counts around the FIFO's size.
+        for (k, dtype, count) in
+            [(1, DataType::F32, 1001), (n / 2 + 1, DataType::U8, 4097), (n - 1, DataType::F64, 3)]
+        {
+            run(&comms, &be, &shift(n, k % n.max(1), count), dtype);
+        }
+        // Pairwise exchange (rank r with r ^ 1, the last one alone with itself when n is odd).
+        let pairs: Vec<Msg> =
+            (0..n).map(|r| Msg { from: r, to: if r ^ 1 < n { r ^ 1 } else { r }, count: 777 }).collect();
+        run(&comms, &be, &pairs, DataType::I32);
+        // A pipeline chain 0 → 1 → … → n−1.
+        let chain: Vec<Msg> = (1..n).map(|r| Msg { from: r - 1, to: r, count: 10_001 }).collect();
+        run(&comms, &be, &chain, DataType::BF16);
+        // Self-sends beside sends to others, and zero-byte messages.
+        let mut mixed: Vec<Msg> = (0..n).map(|r| Msg { from: r, to: r, count: 513 }).collect();
+        mixed.extend(shift(n, 1, 0));
+        mixed.extend(shift(n, 1, 65));
+        run(&comms, &be, &mixed, DataType::U64);
+    }
+}
+
+#[test]
+fn all_pairs_and_many_messages_to_one_peer_in_one_group() {
+    let be = backend::cpu();
+    let n = 4;
+    let comms = Comm::init_all(&be, n, config()).unwrap();
+    // Every rank to every rank (itself included), sizes differing per pair.
+    let all: Vec<Msg> = (0..n)
+        .flat_map(|a| (0..n).map(move |b| Msg { from: a, to: b, count: 1 + 977 * (a * n + b) % 5000 }))
+        .collect();
+    run(&comms, &be, &all, DataType::U8);
+    // Twenty messages of different sizes one way and back: matched in the order called.
+    let many: Vec<Msg> = (0..20)
+        .map(|k| {
+            if k % 3 == 0 {
+                Msg { from: 2, to: 1, count: k * 101 }
+            } else {
+                Msg { from: 1, to: 2, count: k * 313 + 1 }
+            }
+        })
+        .collect();
+    run(&comms, &be, &many, DataType::I8);
+    // The connections made above serve later groups: run both again.
+    run(&comms, &be, &all, DataType::U8);
+    run(&comms, &be, &many, DataType::I8);
+}
+
+#[test]
+fn large_odd_messages_and_blocking_send_recv() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, config()).unwrap();
+    run(
+        &comms,
+        &be,
+        &[Msg { from: 0, to: 1, count: (1 << 20) + 3 }, Msg { from: 1, to: 0, count: 99_999 }],
+        DataType::F32,
+    );
+    // The blocking calls, one thread per rank.
+    let a = be.upload(&payload(7, 4003)).unwrap();
+    let b = be.alloc(4003).unwrap();
+    std::thread::scope(|s| {
+        let t = s.spawn(|| comms[0].send(BufRef::from(&a), 4003, DataType::U8, 1));
+        comms[1].recv(BufRef::from(&b), 4003, DataType::U8, 0).unwrap();
+        t.join().unwrap().unwrap();
+    });
+    assert_eq!(be.download::<u8>(&b, 4003).unwrap(), payload(7, 4003));
+}
+
+#[test]
+fn a_send_and_a_receive_of_different_sizes_fail_both_ranks_naming_both_sizes() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, config()).unwrap();
+    let a = be.alloc(4000).unwrap();
+    let b = be.alloc(4800).unwrap();
+    let t = Instant::now();
+    let (r0, r1) = std::thread::scope(|s| {
+        let h = s.spawn(|| comms[0].send(BufRef::from(&a), 1000, DataType::F32, 1));
+        let r1 = comms[1].recv(BufRef::from(&b), 1200, DataType::F32, 0);
+        (h.join().unwrap(), r1)
+    });
+    assert!(t.elapsed() < Duration::from_secs(15), "took {:?}", t.elapsed());
+    let (e0, e1) = (r0.unwrap_err().to_string(), r1.unwrap_err().to_string());
+    eprintln!("sender: {e0}\nreceiver: {e1}");
+    assert!(
+        e1.contains("send of 4000 bytes to rank 1") && e1.contains("receive of 4800 bytes from rank 0"),
+        "{e1}"
+    );
+    assert!(e0.contains("rank 1 refused") && e0.contains("send of 4000 bytes to rank 1"), "{e0}");
+}
+
+#[test]
+fn bad_peers_buffers_and_self_sends_are_refused_before_anything_moves() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, config()).unwrap();
+    let buf = be.alloc(400).unwrap();
+    let e = comms[0].send(BufRef::from(&buf), 10, DataType::F32, 2).unwrap_err().to_string();
+    assert!(e.contains("rank 2, outside the communicator's 2 ranks"), "{e}");
+    let e = comms[0].recv(BufRef::from(&buf), 101, DataType::F32, 1).unwrap_err().to_string();
+    assert!(e.contains("the buffer has 400 bytes after offset 0, needs 404"), "{e}");
+    let e = comms[0].p2p(&[P2p::send(BufRef::from(&buf), 10, DataType::U8, 0)]).unwrap_err().to_string();
+    assert!(e.contains("1 sends to itself but 0 receives from itself"), "{e}");
+    let ops = [
+        P2p::send(BufRef::from(&buf), 10, DataType::U8, 0),
+        P2p::recv(BufRef::from(&buf), 12, DataType::U8, 0),
+    ];
+    let e = comms[0].p2p(&ops).unwrap_err().to_string();
+    assert!(
+        e.contains("a send to itself of 10 bytes (operation 0) does not match its receive of 12 bytes"),
+        "{e}"
+    );
+    // The communicator still works after refused calls.
+    run(&comms, &be, &shift(2, 1, 100), DataType::F32);
+}
+
+#[test]
+fn a_receive_nobody_sends_and_a_send_nobody_receives_time_out_naming_the_peer() {
+    let be = backend::cpu();
+    let cfg =
+        CommConfig { timeout: Duration::from_secs(2), bootstrap_timeout: Duration::from_secs(3), ..config() };
+    let comms = Comm::init_all(&be, 2, cfg.clone()).unwrap();
+    let buf = be.alloc(400).unwrap();
+    let t = Instant::now();
+    let e = comms[0].recv(BufRef::from(&buf), 100, DataType::F32, 1).unwrap_err().to_string();
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    eprintln!("receive nobody sends: {e}");
+    assert!(e.contains("rank 1"), "{e}");
+    let comms = Comm::init_all(&be, 2, cfg).unwrap();
+    let t = Instant::now();
+    let e = comms[1].send(BufRef::from(&buf), 100, DataType::F32, 0).unwrap_err().to_string();
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    eprintln!("send nobody receives: {e}");
+    assert!(e.contains("connecting to rank 0 for a send") && e.contains("no matching receive"), "{e}");
+}
