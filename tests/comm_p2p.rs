@@ -3,7 +3,7 @@
 //! after every receive buffer), and the failures — mismatched sizes, a bad peer or buffer, a
 //! receive nobody sends, a send nobody receives — each as a clear error, never a hang.
 use rsccl::backend::{self, Backend, DeviceBuffer};
-use rsccl::comm::{BufRef, Comm, CommConfig, P2p};
+use rsccl::comm::{BufRef, Comm, CommConfig, Group, P2p};
 use rsccl_device::dtype::DataType;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,34 +39,58 @@ fn payload(m: usize, len: usize) -> Vec<u8> {
 /// Runs `msgs` as one group per rank (each rank's operations in message order) and checks every
 /// receive buffer against the payload its sender sent. Returns the elapsed time.
 fn run(comms: &[Comm], be: &Arc<dyn Backend>, msgs: &[Msg], dtype: DataType) -> Duration {
+    run_as(comms, be, msgs, dtype, false)
+}
+
+/// [`run`], each rank on its own thread (`one_thread` false) or every rank's operations in one
+/// [`Group`] run by this thread.
+fn run_as(
+    comms: &[Comm],
+    be: &Arc<dyn Backend>,
+    msgs: &[Msg],
+    dtype: DataType,
+    one_thread: bool,
+) -> Duration {
     let eb = dtype.size();
     let send: Vec<DeviceBuffer> =
         msgs.iter().enumerate().map(|(k, m)| be.upload(&payload(k, m.count * eb)).unwrap()).collect();
     let recv: Vec<DeviceBuffer> =
         msgs.iter().map(|m| be.upload(&vec![GUARD_BYTE; m.count * eb + GUARD]).unwrap()).collect();
     let t = Instant::now();
-    let results: Vec<rsccl::Result<()>> = std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .map(|c| {
-                let (send, recv) = (&send, &recv);
-                s.spawn(move || {
-                    let r = c.rank();
-                    let mut ops = Vec::new();
-                    for (k, m) in msgs.iter().enumerate() {
-                        if m.from == r {
-                            ops.push(P2p::send(BufRef::from(&send[k]), m.count, dtype, m.to));
+    if one_thread {
+        let mut g = Group::new();
+        for (k, m) in msgs.iter().enumerate() {
+            g.send(&comms[m.from], BufRef::from(&send[k]), m.count, dtype, m.to);
+            g.recv(&comms[m.to], BufRef::from(&recv[k]), m.count, dtype, m.from);
+        }
+        g.run().unwrap();
+    }
+    let results: Vec<rsccl::Result<()>> = if one_thread {
+        Vec::new()
+    } else {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .map(|c| {
+                    let (send, recv) = (&send, &recv);
+                    s.spawn(move || {
+                        let r = c.rank();
+                        let mut ops = Vec::new();
+                        for (k, m) in msgs.iter().enumerate() {
+                            if m.from == r {
+                                ops.push(P2p::send(BufRef::from(&send[k]), m.count, dtype, m.to));
+                            }
+                            if m.to == r {
+                                ops.push(P2p::recv(BufRef::from(&recv[k]), m.count, dtype, m.from));
+                            }
                         }
-                        if m.to == r {
-                            ops.push(P2p::recv(BufRef::from(&recv[k]), m.count, dtype, m.from));
-                        }
-                    }
-                    c.p2p(&ops)
+                        c.p2p(&ops)
+                    })
                 })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
     let took = t.elapsed();
     for (r, res) in results.into_iter().enumerate() {
         res.unwrap_or_else(|e| panic!("rank {r}: {e}"));
@@ -221,4 +245,29 @@ fn a_receive_nobody_sends_and_a_send_nobody_receives_time_out_naming_the_peer() 
     assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
     eprintln!("send nobody receives: {e}");
     assert!(e.contains("connecting to rank 0 for a send") && e.contains("no matching receive"), "{e}");
+}
+
+#[test]
+fn one_thread_drives_eight_ranks_through_a_group() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 8, config()).unwrap();
+    run_as(&comms, &be, &shift(8, 1, 3001), DataType::F32, true);
+    run_as(&comms, &be, &shift(8, 3, 100), DataType::I64, true);
+    // Every pair, from one thread: 64 messages, connections made in the group.
+    let all: Vec<Msg> = (0..8)
+        .flat_map(|a| (0..8).map(move |b| Msg { from: a, to: b, count: 1 + (a * 8 + b) * 37 }))
+        .collect();
+    run_as(&comms, &be, &all, DataType::U8, true);
+}
+
+#[test]
+fn a_group_of_a_thousand_operations_runs_in_one_launch_per_communicator() {
+    let be = backend::cpu();
+    let n = 4;
+    let comms = Comm::init_all(&be, n, config()).unwrap();
+    // 500 messages: 1,000 sends and receives, to every peer and to itself, sizes 0 to ~2 KiB.
+    let msgs: Vec<Msg> =
+        (0..500).map(|k| Msg { from: k % n, to: (k / n + k) % n, count: (k * 7919) % 2049 }).collect();
+    run_as(&comms, &be, &msgs, DataType::U8, true);
+    run(&comms, &be, &msgs, DataType::U8);
 }

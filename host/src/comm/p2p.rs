@@ -103,6 +103,130 @@ pub(super) struct P2pLinks {
     conns: HashMap<(usize, Direction), P2pConn>,
 }
 
+/// The bootstrap tag of the point-to-point connection `from` → `to`.
+fn p2p_tag(from: usize, to: usize) -> u64 {
+    conn_tag(Edge::P2p, 0, from, to)
+}
+
+/// One communicator's part of a group after phase 1.
+struct Prepared<'c> {
+    /// No other call of the communicator starts until the group ends.
+    _queue: std::sync::MutexGuard<'c, super::communicator::Queue>,
+    /// Each operation's bytes.
+    bytes: Vec<u64>,
+    /// The self-sends paired with their receives.
+    copies: Vec<(usize, usize)>,
+}
+
+/// One communicator's kernel of a group, launched.
+struct Launched {
+    _table: crate::backend::DeviceBuffer,
+    status: crate::backend::DeviceBuffer,
+    nblocks: usize,
+    dev: Vec<P2pOp>,
+    /// `dev[k]` is operation `index[k]` of the communicator's part.
+    index: Vec<usize>,
+}
+
+/// Point-to-point operations on one or several communicators run together (NCCL's
+/// `ncclGroupStart` … `ncclGroupEnd`): [`Group::run`] checks every communicator's part, makes
+/// the connections they need (every receiving side before any sending side, so one thread may
+/// drive every rank of an [`Comm::init_all`] set), launches one kernel per communicator and
+/// waits for all of them. A group that is dropped without running moves nothing.
+///
+/// ```
+/// use rsccl::{backend, BufRef, Comm, CommConfig, DataType, Group};
+/// // One thread drives three ranks: each sends to the next and receives from the previous.
+/// let be = backend::cpu();
+/// let comms = Comm::init_all(&be, 3, CommConfig::default())?;
+/// let send: Vec<_> = (0..3).map(|r| be.upload(&[r as i32; 4])).collect::<Result<_, _>>()?;
+/// let recv: Vec<_> = (0..3).map(|_| be.alloc(16)).collect::<Result<_, _>>()?;
+/// let mut g = Group::new();
+/// for r in 0..3 {
+///     g.send(&comms[r], BufRef::from(&send[r]), 4, DataType::I32, (r + 1) % 3);
+///     g.recv(&comms[r], BufRef::from(&recv[r]), 4, DataType::I32, (r + 2) % 3);
+/// }
+/// g.run()?;
+/// assert_eq!(be.download::<i32>(&recv[0], 4)?, [2; 4]);
+/// # Ok::<(), rsccl::Error>(())
+/// ```
+#[derive(Default)]
+pub struct Group<'a> {
+    parts: Vec<(&'a Comm, Vec<P2p<'a>>)>,
+}
+
+impl<'a> Group<'a> {
+    /// An empty group.
+    pub fn new() -> Self {
+        Group { parts: Vec::new() }
+    }
+
+    /// Queues `op` on `comm`.
+    pub fn add(&mut self, comm: &'a Comm, op: P2p<'a>) -> &mut Self {
+        match self.parts.iter_mut().find(|(c, _)| std::ptr::eq(*c, comm)) {
+            Some((_, ops)) => ops.push(op),
+            None => self.parts.push((comm, vec![op])),
+        }
+        self
+    }
+
+    /// Queues a send of `count` elements of `buf` from `comm`'s rank to `peer`.
+    pub fn send(
+        &mut self,
+        comm: &'a Comm,
+        buf: BufRef<'a>,
+        count: usize,
+        dtype: DataType,
+        peer: usize,
+    ) -> &mut Self {
+        self.add(comm, P2p::send(buf, count, dtype, peer))
+    }
+
+    /// Queues a receive of `count` elements from `peer` into `buf` on `comm`'s rank.
+    pub fn recv(
+        &mut self,
+        comm: &'a Comm,
+        buf: BufRef<'a>,
+        count: usize,
+        dtype: DataType,
+        peer: usize,
+    ) -> &mut Self {
+        self.add(comm, P2p::recv(buf, count, dtype, peer))
+    }
+
+    /// Runs the group and waits for every communicator's part; the first error (every kernel
+    /// that started has ended by then).
+    pub fn run(self) -> Result<()> {
+        let prepared: Vec<Prepared> =
+            self.parts.iter().map(|(c, ops)| c.p2p_prepare(ops)).collect::<Result<_>>()?;
+        for (c, ops) in &self.parts {
+            c.p2p_listen(ops)?;
+        }
+        for (c, ops) in &self.parts {
+            c.p2p_attach(ops)?;
+        }
+        let mut launched = Vec::with_capacity(self.parts.len());
+        let mut first_err = None;
+        for ((c, ops), prep) in self.parts.iter().zip(&prepared) {
+            match c.p2p_launch(ops, prep) {
+                Ok(l) => launched.push(l),
+                Err(e) => {
+                    first_err = Some(e);
+                    break;
+                }
+            }
+        }
+        for (((c, ops), prep), l) in self.parts.iter().zip(&prepared).zip(&launched) {
+            if let Some(l) = l {
+                if let Err(e) = c.p2p_finish(ops, prep, l) {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
 /// What must match besides the byte count (which the kernel compares itself): nothing yet, a
 /// fixed word so a stray signature of another kind of call does not pass.
 const P2P_KEY: u64 = 0x7032_7073_656e_6400;
@@ -136,20 +260,36 @@ impl Comm {
 
     /// Runs `ops` — this rank's sends and receives of one group, in the order called — in one
     /// launch, and waits for them. Peers call their matching operations (in any grouping); a
-    /// send and its receive must move the same number of bytes.
+    /// send and its receive must move the same number of bytes. [`Group`] spans communicators.
     pub fn p2p(&self, ops: &[P2p]) -> Result<()> {
+        let mut g = Group::new();
+        for op in ops {
+            g.add(self, *op);
+        }
+        g.run()
+    }
+
+    /// Phase 1 of a group on this communicator: checks `ops`, pairs the self-sends, completes
+    /// the call in flight and waits until no call uses the buffers; holds the queue until
+    /// the group ends.
+    fn p2p_prepare<'c>(&'c self, ops: &[P2p]) -> Result<Prepared<'c>> {
         self.check_usable()?;
         let bytes = self.check_p2p(ops)?;
         let copies = self_copies(self.rank, ops, &bytes)?;
-        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        self.complete_in_flight(&mut q);
+        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.complete_in_flight(&mut queue);
         for op in ops {
             op.buf.buf.wait_idle();
         }
         self.arm()?;
         self.check_peers_here(&[])?;
+        Ok(Prepared { _queue: queue, bytes, copies })
+    }
+
+    /// Phase 4: launches this rank's kernel of `ops` (none when nothing moves).
+    fn p2p_launch(&self, ops: &[P2p], prep: &Prepared) -> Result<Option<Launched>> {
+        let (bytes, copies) = (&prep.bytes, &prep.copies);
         let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
-        self.connect_p2p(&mut links, ops)?;
         let nblocks = self.cfg.nchannels.min(self.nranks).max(1);
         let mut dev: Vec<(usize, usize, P2pOp)> = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate().filter(|(_, op)| op.peer != self.rank) {
@@ -157,7 +297,7 @@ impl Comm {
                 Direction::Send => (op.peer + self.nranks - self.rank) % self.nranks,
                 Direction::Recv => (self.rank + self.nranks - op.peer) % self.nranks,
             };
-            let conn = links.conns.get_mut(&(op.peer, op.dir)).expect("connected above");
+            let conn = links.conns.get_mut(&(op.peer, op.dir)).expect("connected in phases 2 and 3");
             conn.ops += 1;
             let sig = CallSig { seq: conn.ops, key: P2P_KEY, desc: i as u64, count: bytes[i] };
             let (src, dst, kind) = match op.dir {
@@ -172,13 +312,13 @@ impl Comm {
             ));
         }
         drop(links);
-        for (s, r) in &copies {
+        for (s, r) in copies {
             let (src, dst) = (ops[*s].buf.ptr(), ops[*r].buf.ptr());
             let op = P2pOp { src, dst, bytes: bytes[*s], kind: P2pKind::Copy as u32, ..Default::default() };
             dev.push((0, *s, op));
         }
         if dev.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         // By block, then round, then the order called (the sort is stable).
         dev.sort_by_key(|(round, _, op)| (op.block, *round));
@@ -203,12 +343,18 @@ impl Comm {
         };
         let cfg = LaunchConfig::linear(nblocks as u32, self.cfg.nthreads.clamp(64, SIMPLE_THREADS))
             .with_smem(P2P_SHM_BYTES);
-        // SAFETY: every op's buffer holds its bytes (check_p2p), the connections and the op
-        // table are this Comm's and alive until the kernel ends (finish waits for it below).
+        // SAFETY: every op's buffer holds its bytes (check_p2p) and stays untouched by other
+        // calls until the group ends (the queue is held); the connections and the op table are
+        // this Comm's and `Launched`'s, alive until phase 5 waited for the kernel.
         unsafe { self.stream.launch_kernel(handles::p2p(), cfg, &args) }?;
-        match self.p2p_mismatch(&status, nblocks, ops, &bytes, &dev, &index)? {
+        Ok(Some(Launched { _table: table, status, nblocks, dev, index }))
+    }
+
+    /// Phase 5: waits for the kernel of phase 4 and reports how it ended.
+    fn p2p_finish(&self, ops: &[P2p], prep: &Prepared, l: &Launched) -> Result<()> {
+        match self.p2p_mismatch(&l.status, l.nblocks, ops, &prep.bytes, &l.dev, &l.index)? {
             Some(e) => Err(self.fail(e)),
-            None => self.finish_with(&status, nblocks),
+            None => self.finish_with(&l.status, l.nblocks),
         }
     }
 
@@ -249,19 +395,15 @@ impl Comm {
             .collect()
     }
 
-    /// Makes the connections `ops` need that this rank does not have yet: first every receiving
-    /// side (allocate, send the handle to the sender), then every sending side (wait for the
-    /// handle, attach), so two ranks that each send to the other never wait on each other.
-    fn connect_p2p(&self, links: &mut P2pLinks, ops: &[P2p]) -> Result<()> {
+    /// The connections `ops` need that this rank does not have yet, checked against
+    /// [`MAX_P2P_CONNS`].
+    fn p2p_missing(&self, links: &P2pLinks, ops: &[P2p]) -> Result<Vec<(usize, Direction)>> {
         let mut need: Vec<(usize, Direction)> = Vec::new();
         for op in ops.iter().filter(|op| op.peer != self.rank) {
             let key = (op.peer, op.dir);
             if !links.conns.contains_key(&key) && !need.contains(&key) {
                 need.push(key);
             }
-        }
-        if need.is_empty() {
-            return Ok(());
         }
         if links.conns.len() + need.len() > MAX_P2P_CONNS {
             return Err(Error::InvalidConfig(format!(
@@ -270,27 +412,52 @@ impl Comm {
                 links.conns.len() + need.len()
             )));
         }
-        let layout = ConnLayout { step_bytes: self.cfg.step_bytes.min(P2P_MAX_STEP_BYTES) };
-        let tag = |from: usize, to: usize| conn_tag(Edge::P2p, 0, from, to);
-        let transport_to = |peer: usize| {
-            match self.links.transports[peer] {
+        Ok(need)
+    }
+
+    /// The transport to `peer` for point-to-point connections.
+    fn p2p_transport(&self, peer: usize) -> Result<Box<dyn transport::Transport>> {
+        match self.links.transports[peer] {
             TransportKind::Net => Err(Error::InvalidConfig(format!(
                 "rank {}: point-to-point with rank {peer} needs the network transport, which it does not run on yet",
                 self.rank
             ))),
             kind => Ok(transport::transport(kind, &self.stream).expect("not the network")),
         }
-        };
+    }
+
+    /// The FIFO shape of point-to-point connections (the same on both sides: `step_bytes` is
+    /// part of what every rank agreed on).
+    fn p2p_layout(&self) -> ConnLayout {
+        ConnLayout { step_bytes: self.cfg.step_bytes.min(P2P_MAX_STEP_BYTES) }
+    }
+
+    /// Phase 2: the receiving side of every missing connection `ops` needs — allocated, its
+    /// handle sent to the sender. Never waits on a peer.
+    fn p2p_listen(&self, ops: &[P2p]) -> Result<()> {
+        let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
+        let need = self.p2p_missing(&links, ops)?;
+        let layout = self.p2p_layout();
         let mut boot = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
         for &(peer, _) in need.iter().filter(|(_, d)| *d == Direction::Recv) {
-            let t = tag(peer, self.rank);
-            let (mem, handle) = transport_to(peer)?.listen(layout, self.links.conn_key ^ t as u128)?;
+            let t = p2p_tag(peer, self.rank);
+            let (mem, handle) = self.p2p_transport(peer)?.listen(layout, self.links.conn_key ^ t as u128)?;
             boot.send(peer, t, &handle.0)?;
             let view = layout.view(mem.base(), Side::Recv, peer);
             links.conns.insert((peer, Direction::Recv), P2pConn { _mem: mem, view, ops: 0 });
         }
+        Ok(())
+    }
+
+    /// Phase 3: the sending side of every missing connection `ops` needs — waits for the
+    /// receiver's handle (at most the bootstrap timeout) and attaches.
+    fn p2p_attach(&self, ops: &[P2p]) -> Result<()> {
+        let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
+        let need = self.p2p_missing(&links, ops)?;
+        let layout = self.p2p_layout();
+        let mut boot = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
         for &(peer, _) in need.iter().filter(|(_, d)| *d == Direction::Send) {
-            let handle = boot.recv(peer, tag(self.rank, peer)).map_err(|e| {
+            let handle = boot.recv(peer, p2p_tag(self.rank, peer)).map_err(|e| {
                 Error::InvalidConfig(format!(
                     "rank {}: connecting to rank {peer} for a send: its receiving side never came \
                      (no matching receive posted?): {e}",
@@ -304,7 +471,7 @@ impl Comm {
                     handle.len()
                 )));
             }
-            let mem = transport_to(peer)?.connect(layout, &ConnHandle(handle))?;
+            let mem = self.p2p_transport(peer)?.connect(layout, &ConnHandle(handle))?;
             let view = layout.view(mem.base(), Side::Send, peer);
             links.conns.insert((peer, Direction::Send), P2pConn { _mem: mem, view, ops: 0 });
         }
