@@ -2,6 +2,8 @@
 //! process: patterns of messages checked byte for byte against what was sent (with guard bytes
 //! after every receive buffer), and the failures — mismatched sizes, a bad peer or buffer, a
 //! receive nobody sends, a send nobody receives — each as a clear error, never a hang.
+// Rank indices are the point of these loops.
+#![allow(clippy::needless_range_loop)]
 use rsccl::backend::{self, Backend, DeviceBuffer};
 use rsccl::comm::{BufRef, Comm, CommConfig, Group, P2p};
 use rsccl_device::dtype::DataType;
@@ -270,4 +272,116 @@ fn a_group_of_a_thousand_operations_runs_in_one_launch_per_communicator() {
         (0..500).map(|k| Msg { from: k % n, to: (k / n + k) % n, count: (k * 7919) % 2049 }).collect();
     run_as(&comms, &be, &msgs, DataType::U8, true);
     run(&comms, &be, &msgs, DataType::U8);
+}
+
+/// Runs `f(rank's comm)` on a thread per rank and unwraps every result.
+fn on_ranks(comms: &[Comm], f: impl Fn(&Comm) -> rsccl::Result<()> + Sync) {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms.iter().map(|c| s.spawn(|| f(c))).collect();
+        for (r, h) in hs.into_iter().enumerate() {
+            h.join().unwrap().unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        }
+    });
+}
+
+#[test]
+fn gather_and_scatter_with_every_root() {
+    let be = backend::cpu();
+    let n = 5;
+    let comms = Comm::init_all(&be, n, config()).unwrap();
+    let count = 1003;
+    let input: Vec<Vec<u32>> =
+        (0..n).map(|r| (0..count).map(|i| (r * 1_000_000 + i) as u32).collect()).collect();
+    for root in 0..n {
+        let send: Vec<DeviceBuffer> = input.iter().map(|v| be.upload(v).unwrap()).collect();
+        let recv: Vec<DeviceBuffer> = (0..n).map(|_| be.alloc(4 * n * count).unwrap()).collect();
+        on_ranks(&comms, |c| {
+            let r = c.rank();
+            c.gather(BufRef::from(&send[r]), BufRef::from(&recv[r]), count, DataType::U32, root)
+        });
+        let got: Vec<u32> = be.download(&recv[root], n * count).unwrap();
+        assert_eq!(got, input.concat(), "gather to root {root}");
+        // Scatter the gathered data back out from the same root.
+        let out: Vec<DeviceBuffer> = (0..n).map(|_| be.alloc(4 * count).unwrap()).collect();
+        on_ranks(&comms, |c| {
+            let r = c.rank();
+            c.scatter(BufRef::from(&recv[r]), BufRef::from(&out[r]), count, DataType::U32, root)
+        });
+        for r in 0..n {
+            assert_eq!(be.download::<u32>(&out[r], count).unwrap(), input[r], "scatter from {root} to {r}");
+        }
+    }
+    let buf = be.alloc(64).unwrap();
+    let e = comms[0].gather(BufRef::from(&buf), BufRef::from(&buf), 1, DataType::U8, n).unwrap_err();
+    assert!(e.to_string().contains("root 5 is outside the communicator's 5 ranks"), "{e}");
+}
+
+#[test]
+fn all_to_all_v_with_uneven_counts_zeros_and_one_skewed_pair() {
+    let be = backend::cpu();
+    let n = 4;
+    let comms = Comm::init_all(&be, n, config()).unwrap();
+    // counts[a][b]: elements rank a sends to rank b; zeros, small, and one large skewed pair.
+    let mut counts = vec![vec![0usize; n]; n];
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    for c in counts.iter_mut().flatten() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *c = if x.is_multiple_of(4) { 0 } else { (x % 3000) as usize };
+    }
+    counts[1][3] = 300_001;
+    let value = |a: usize, b: usize, i: usize| (a * 0x0100_0000 + b * 0x0001_0000 + i) as u64;
+    // Send displacements packed; receive displacements with a gap of 3 elements between peers.
+    let sdispl = |a: usize| -> Vec<usize> {
+        (0..n)
+            .scan(0, |s, b| {
+                let d = *s;
+                *s += counts[a][b];
+                Some(d)
+            })
+            .collect()
+    };
+    let rdispl = |b: usize| -> Vec<usize> {
+        (0..n)
+            .scan(0, |s, a| {
+                let d = *s;
+                *s += counts[a][b] + 3;
+                Some(d)
+            })
+            .collect()
+    };
+    let send: Vec<DeviceBuffer> = (0..n)
+        .map(|a| {
+            be.upload(
+                &(0..n).flat_map(|b| (0..counts[a][b]).map(move |i| value(a, b, i))).collect::<Vec<_>>(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let recv_len = |b: usize| (0..n).map(|a| counts[a][b] + 3).sum::<usize>();
+    let recv: Vec<DeviceBuffer> = (0..n).map(|b| be.upload(&vec![u64::MAX; recv_len(b)]).unwrap()).collect();
+    on_ranks(&comms, |c| {
+        let r = c.rank();
+        let sc: Vec<usize> = (0..n).map(|b| counts[r][b]).collect();
+        let rc: Vec<usize> = (0..n).map(|a| counts[a][r]).collect();
+        c.all_to_all_v(
+            BufRef::from(&send[r]),
+            &sc,
+            &sdispl(r),
+            BufRef::from(&recv[r]),
+            &rc,
+            &rdispl(r),
+            DataType::U64,
+        )
+    });
+    for b in 0..n {
+        let got: Vec<u64> = be.download(&recv[b], recv_len(b)).unwrap();
+        let mut want = Vec::new();
+        for a in 0..n {
+            want.extend((0..counts[a][b]).map(|i| value(a, b, i)));
+            want.extend([u64::MAX; 3]);
+        }
+        assert_eq!(got, want, "rank {b}'s receive buffer");
+    }
 }

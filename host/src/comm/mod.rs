@@ -25,6 +25,7 @@ mod nvls_tree;
 mod nvls_window;
 mod onesided;
 mod p2p;
+mod p2p_coll;
 mod plan;
 mod scratch;
 mod signature;
