@@ -385,3 +385,86 @@ fn all_to_all_v_with_uneven_counts_zeros_and_one_skewed_pair() {
         assert_eq!(got, want, "rank {b}'s receive buffer");
     }
 }
+
+const CHILD_VAR: &str = "RSCCL_TEST_P2P_CHILD";
+
+/// The patterns a process runs as one rank of `n`: each message's bytes checked on its
+/// receiver (against [`payload`]).
+fn process_patterns(n: usize) -> Vec<(Vec<Msg>, DataType)> {
+    let all: Vec<Msg> = (0..n)
+        .flat_map(|a| (0..n).map(move |b| Msg { from: a, to: b, count: 1 + (a * n + b) * 1013 }))
+        .collect();
+    let chain: Vec<Msg> = (1..n).map(|r| Msg { from: r - 1, to: r, count: 100_003 }).collect();
+    vec![
+        (shift(n, 1, 40_001), DataType::F32),
+        (shift(n, n - 1, 0), DataType::U8),
+        (all, DataType::U8),
+        (chain, DataType::I64),
+    ]
+}
+
+/// The child side: one rank in its own process, running [`process_patterns`] with its own
+/// operations only.
+#[test]
+fn p2p_child() {
+    let Ok(_) = std::env::var(CHILD_VAR) else { return };
+    let var = |v: &str| std::env::var(v).unwrap_or_else(|_| panic!("{v} not set"));
+    let (rank, n): (usize, usize) =
+        (var("RSCCL_TEST_RANK").parse().unwrap(), var("RSCCL_TEST_N").parse().unwrap());
+    let id: rsccl::UniqueId = var("RSCCL_TEST_ID").parse().unwrap();
+    let be = backend::cpu();
+    let comm = Comm::init_rank(&be, n, rank, &id, config()).unwrap();
+    for (p, (msgs, dtype)) in process_patterns(n).into_iter().enumerate() {
+        let eb = dtype.size();
+        let mine: Vec<(usize, Msg)> =
+            msgs.iter().copied().enumerate().filter(|(_, m)| m.from == rank || m.to == rank).collect();
+        let send: Vec<DeviceBuffer> =
+            mine.iter().map(|(k, m)| be.upload(&payload(*k, m.count * eb)).unwrap()).collect();
+        let recv: Vec<DeviceBuffer> =
+            mine.iter().map(|(_, m)| be.upload(&vec![GUARD_BYTE; m.count * eb + GUARD]).unwrap()).collect();
+        let mut ops = Vec::new();
+        for (j, (_, m)) in mine.iter().enumerate() {
+            if m.from == rank {
+                ops.push(P2p::send(BufRef::from(&send[j]), m.count, dtype, m.to));
+            }
+            if m.to == rank {
+                ops.push(P2p::recv(BufRef::from(&recv[j]), m.count, dtype, m.from));
+            }
+        }
+        comm.p2p(&ops).unwrap_or_else(|e| panic!("rank {rank} pattern {p}: {e}"));
+        for (j, (k, m)) in mine.iter().enumerate().filter(|(_, (_, m))| m.to == rank) {
+            let got: Vec<u8> = be.download(&recv[j], m.count * eb + GUARD).unwrap();
+            let len = m.count * eb;
+            assert!(got[..len] == payload(*k, len)[..], "rank {rank} pattern {p}: message {k} {m:?} wrong");
+            assert!(
+                got[len..].iter().all(|&b| b == GUARD_BYTE),
+                "rank {rank}: message {k} wrote past its buffer"
+            );
+        }
+    }
+    println!("rank {rank}: p2p patterns ok");
+}
+
+#[test]
+fn four_processes_send_and_receive_over_shared_memory() {
+    let n = 4;
+    let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    let envs = (0..n).map(|r| {
+        vec![
+            (CHILD_VAR.to_string(), "1".to_string()),
+            ("RSCCL_TEST_ID".to_string(), id.to_string()),
+            ("RSCCL_TEST_RANK".to_string(), r.to_string()),
+            ("RSCCL_TEST_N".to_string(), n.to_string()),
+        ]
+    });
+    let mut ranks = rsccl_suite::procs::Children::spawn("p2p_child", envs);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(240));
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(*ok && text.contains(&format!("rank {r}: p2p patterns ok")), "rank {r}:\n{text}");
+    }
+    for pid in pids {
+        let left = rsccl::transport::shm::leftover_segments(pid);
+        assert!(left.is_empty(), "pid {pid} left shared memory behind: {left:?}");
+    }
+}

@@ -92,7 +92,9 @@ fn mark(key: u128, rank: usize, done: u64, why: Option<String>, remote: bool) ->
         // In a later call, or about to enter one: a member between arming its word and
         // entering its call has no call in flight yet, and checked for departures before this.
         let waiting = |m: &Member| {
-            m.progress.upgrade().is_some_and(|p| p.in_flight().map_or(p.done() + 1, |(seq, _)| seq) > done)
+            m.progress
+                .upgrade()
+                .is_some_and(|p| !p.in_p2p() && p.in_flight().map_or(p.done() + 1, |(seq, _)| seq) > done)
         };
         let others = members
             .iter()

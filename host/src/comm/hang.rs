@@ -19,6 +19,18 @@ pub(crate) struct Progress {
     what: AtomicU64,
     /// Number of the last collective that failed (0: none).
     failed: AtomicU64,
+    /// Point-to-point groups running now: only some ranks take part in them, so another
+    /// rank's leaving says nothing about them (see [`Progress::in_p2p`]).
+    p2p: AtomicU64,
+}
+
+/// A point-to-point group in progress ([`Progress::enter_p2p`]).
+pub(crate) struct P2pGuard(std::sync::Arc<Progress>);
+
+impl Drop for P2pGuard {
+    fn drop(&mut self) {
+        self.0.p2p.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A collective as a small code for the status answer.
@@ -44,6 +56,19 @@ impl Progress {
     pub(crate) fn enter(&self, coll: Collective, tree: bool) -> u64 {
         self.what.store(op_code(coll, tree), Ordering::Relaxed);
         self.entered.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Enters a point-to-point group (left when the returned guard drops).
+    pub(crate) fn enter_p2p(self: &std::sync::Arc<Self>) -> P2pGuard {
+        self.p2p.fetch_add(1, Ordering::AcqRel);
+        P2pGuard(self.clone())
+    }
+
+    /// Whether a point-to-point group runs: a departure of another rank does not stop it (it
+    /// may be no peer of the group, or have done its part); a peer that never sends is named
+    /// by the kernel's timeout, one that dies by the watchdog.
+    pub(crate) fn in_p2p(&self) -> bool {
+        self.p2p.load(Ordering::Acquire) > 0
     }
 
     /// Marks collective `seq` finished.

@@ -112,6 +112,8 @@ fn p2p_tag(from: usize, to: usize) -> u64 {
 struct Prepared<'c> {
     /// No other call of the communicator starts until the group ends.
     _queue: std::sync::MutexGuard<'c, super::communicator::Queue>,
+    /// Other ranks' departures do not stop this group (see [`super::hang::Progress::in_p2p`]).
+    _in_p2p: super::hang::P2pGuard,
     /// Each operation's bytes.
     bytes: Vec<u64>,
     /// The self-sends paired with their receives.
@@ -278,12 +280,16 @@ impl Comm {
         let copies = self_copies(self.rank, ops, &bytes)?;
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut queue);
+        let in_p2p = self.health.progress.enter_p2p();
         for op in ops {
             op.buf.buf.wait_idle();
         }
         self.arm()?;
-        self.check_peers_here(&[])?;
-        Ok(Prepared { _queue: queue, bytes, copies })
+        // No departure check here, unlike a collective's: ranks that left may have been no
+        // peer of this group, or done their part of it (a send's last steps wait in the
+        // receiver's memory). A peer that dies mid-transfer stops the kernel (the watchdog's
+        // abort) and is named when it ends.
+        Ok(Prepared { _queue: queue, _in_p2p: in_p2p, bytes, copies })
     }
 
     /// Phase 4: launches this rank's kernel of `ops` (none when nothing moves).
