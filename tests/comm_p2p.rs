@@ -407,13 +407,25 @@ fn process_patterns(n: usize) -> Vec<(Vec<Msg>, DataType)> {
 /// operations only.
 #[test]
 fn p2p_child() {
-    let Ok(_) = std::env::var(CHILD_VAR) else { return };
+    let Ok(role) = std::env::var(CHILD_VAR) else { return };
     let var = |v: &str| std::env::var(v).unwrap_or_else(|_| panic!("{v} not set"));
     let (rank, n): (usize, usize) =
         (var("RSCCL_TEST_RANK").parse().unwrap(), var("RSCCL_TEST_N").parse().unwrap());
     let id: rsccl::UniqueId = var("RSCCL_TEST_ID").parse().unwrap();
     let be = backend::cpu();
     let comm = Comm::init_rank(&be, n, rank, &id, config()).unwrap();
+    if role == "dies" {
+        // Rank 0 waits to be killed; rank 1 waits for its data.
+        if rank == 0 {
+            println!("rank 0: ready");
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        let buf = be.alloc(1 << 20).unwrap();
+        let t = Instant::now();
+        let e = comm.recv(BufRef::from(&buf), 1 << 18, DataType::F32, 0).unwrap_err();
+        println!("rank {rank}: after {:?}: {e}", t.elapsed());
+        return;
+    }
     for (p, (msgs, dtype)) in process_patterns(n).into_iter().enumerate() {
         let eb = dtype.size();
         let mine: Vec<(usize, Msg)> =
@@ -467,4 +479,36 @@ fn four_processes_send_and_receive_over_shared_memory() {
         let left = rsccl::transport::shm::leftover_segments(pid);
         assert!(left.is_empty(), "pid {pid} left shared memory behind: {left:?}");
     }
+}
+
+#[test]
+fn a_sender_killed_while_its_receiver_waits_is_named_with_its_pid() {
+    let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    let envs = (0..2).map(|r| {
+        vec![
+            (CHILD_VAR.to_string(), "dies".to_string()),
+            ("RSCCL_TEST_ID".to_string(), id.to_string()),
+            ("RSCCL_TEST_RANK".to_string(), r.to_string()),
+            ("RSCCL_TEST_N".to_string(), "2".to_string()),
+        ]
+    });
+    let mut ranks = rsccl_suite::procs::Children::spawn("p2p_child", envs);
+    let pid0 = ranks.pids()[0];
+    // Rank 1 posts its receive; then rank 0's process goes.
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = ranks.children[0].kill();
+    let results = ranks.wait(Duration::from_secs(60));
+    let text = &results[1].1;
+    eprintln!("{text}");
+    assert!(
+        text.contains(&format!("rank 0 (pid {pid0})")) || text.contains(&format!("pid {pid0}")),
+        "rank 1:\n{text}"
+    );
+    let secs: f64 = text
+        .split("after ")
+        .nth(1)
+        .and_then(|t| t.split('s').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(f64::MAX);
+    assert!(secs < 15.0, "rank 1 waited {secs} s:\n{text}");
 }
