@@ -3,7 +3,7 @@
 //! receives: one [`Group`] of this rank's operations, one launch.
 use super::call::BufRef;
 use super::communicator::Comm;
-use super::p2p::{Group, P2p};
+use super::p2p::{Direction, Group, P2p};
 use crate::error::{Error, Result};
 use rsccl_device::dtype::DataType;
 
@@ -29,13 +29,7 @@ impl<'a> Group<'a> {
         dtype: DataType,
         root: usize,
     ) -> Result<&mut Self> {
-        check_root(comm, "gather", root)?;
-        if comm.rank() == root {
-            for r in 0..comm.nranks() {
-                self.recv(comm, at(recv, r * count, dtype, "gather")?, count, dtype, r);
-            }
-        }
-        Ok(self.send(comm, send, count, dtype, root))
+        self.rooted(comm, Direction::Recv, recv, send, count, dtype, root)
     }
 
     /// Queues `comm`'s part of a scatter: the root's `send` holds `count` elements per rank, in
@@ -49,13 +43,39 @@ impl<'a> Group<'a> {
         dtype: DataType,
         root: usize,
     ) -> Result<&mut Self> {
-        check_root(comm, "scatter", root)?;
+        self.rooted(comm, Direction::Send, send, recv, count, dtype, root)
+    }
+
+    /// A gather (`at_root` the root's receives) or a scatter (its sends): the root moves rank
+    /// r's `count` elements at element `r × count` of `whole`; every rank moves its own `part`
+    /// the other way.
+    #[allow(clippy::too_many_arguments)]
+    fn rooted(
+        &mut self,
+        comm: &'a Comm,
+        at_root: Direction,
+        whole: BufRef<'a>,
+        part: BufRef<'a>,
+        count: usize,
+        dtype: DataType,
+        root: usize,
+    ) -> Result<&mut Self> {
+        let what = if at_root == Direction::Recv { "gather" } else { "scatter" };
+        if root >= comm.nranks() {
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: {what}: root {root} is outside the communicator's {} ranks",
+                comm.rank(),
+                comm.nranks()
+            )));
+        }
+        let op = |dir, buf, peer| P2p { dir, buf, count, dtype, peer };
         if comm.rank() == root {
             for r in 0..comm.nranks() {
-                self.send(comm, at(send, r * count, dtype, "scatter")?, count, dtype, r);
+                self.add(comm, op(at_root, at(whole, r * count, dtype, what)?, r));
             }
         }
-        Ok(self.recv(comm, recv, count, dtype, root))
+        let mine = if at_root == Direction::Recv { Direction::Send } else { Direction::Recv };
+        Ok(self.add(comm, op(mine, part, root)))
     }
 
     /// Queues `comm`'s part of an all-to-all with per-peer counts (MSCCL's `ncclAllToAllv`, what
@@ -99,18 +119,6 @@ impl<'a> Group<'a> {
         }
         Ok(self)
     }
-}
-
-/// Checks a root argument.
-fn check_root(comm: &Comm, what: &str, root: usize) -> Result<()> {
-    if root >= comm.nranks() {
-        return Err(Error::InvalidConfig(format!(
-            "rank {}: {what}: root {root} is outside the communicator's {} ranks",
-            comm.rank(),
-            comm.nranks()
-        )));
-    }
-    Ok(())
 }
 
 impl Comm {
