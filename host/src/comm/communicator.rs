@@ -134,7 +134,7 @@ pub(super) struct Links {
     /// The secret connection keys derive from (each connection's key is unique in a process).
     pub(super) conn_key: u128,
     /// Point-to-point connections, made as calls first need them.
-    pub(super) p2p: Mutex<super::p2p::P2pLinks>,
+    pub(super) p2p: Mutex<super::p2p_links::P2pLinks>,
 }
 
 /// The channel tables the kernels read, in device memory.

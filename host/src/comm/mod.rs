@@ -26,6 +26,7 @@ mod nvls_window;
 mod onesided;
 mod p2p;
 mod p2p_coll;
+mod p2p_links;
 mod plan;
 mod scratch;
 mod signature;

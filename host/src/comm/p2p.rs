@@ -18,18 +18,18 @@
 //! and attaches. No other rank takes part. [`MAX_P2P_CONNS`] bounds them.
 use super::call::BufRef;
 use super::communicator::Comm;
+use super::p2p_links::{P2pConn, P2pLinks};
 use super::wiring::{conn_tag, Edge};
 use crate::backend::LaunchConfig;
 use crate::error::{Error, Result};
-use crate::transport::{self, ConnHandle, ConnLayout, ConnMem, Side, TransportKind, MAX_HANDLE_BYTES};
+use crate::transport::{self, ConnHandle, ConnLayout, Side, TransportKind, MAX_HANDLE_BYTES};
 use rsccl_device::coll::kernels::{handles, SIMPLE_THREADS};
 use rsccl_device::coll::p2p::{P2pArgs, P2pKind, P2pOp, P2P_SHM_BYTES};
 use rsccl_device::dtype::DataType;
 use rsccl_device::prims::conn::{
-    decode_status, mismatch_offset, status_bytes, CallSig, ConnInfo, ErrorCode, PrimsStatus, CALL_SIG_BYTES,
+    decode_status, mismatch_offset, status_bytes, CallSig, ErrorCode, PrimsStatus, CALL_SIG_BYTES,
 };
 use rsccl_device::DevPtr;
-use std::collections::HashMap;
 
 /// Most point-to-point connections (each direction to each peer counts once) one rank keeps:
 /// each holds a FIFO of `NCCL_STEPS` slots, so memory stays bounded however many peers a job
@@ -69,6 +69,16 @@ pub struct P2p<'a> {
     pub peer: usize,
 }
 
+impl Direction {
+    /// The side of the connection this rank holds for an operation of this direction.
+    fn side(self) -> Side {
+        match self {
+            Direction::Send => Side::Send,
+            Direction::Recv => Side::Recv,
+        }
+    }
+}
+
 impl<'a> P2p<'a> {
     /// Sends `count` elements of `buf` to `peer` (NCCL's `ncclSend`).
     pub fn send(buf: BufRef<'a>, count: usize, dtype: DataType, peer: usize) -> Self {
@@ -87,20 +97,6 @@ impl<'a> P2p<'a> {
             Direction::Recv => format!("receive of {bytes} bytes from rank {}", self.peer),
         }
     }
-}
-
-/// One direction of a connection to one peer, made by a call that needed it.
-struct P2pConn {
-    _mem: ConnMem,
-    view: ConnInfo,
-    /// Operations signed on it so far (each side numbers its own; they agree while matched).
-    ops: u64,
-}
-
-/// A rank's point-to-point connections, by peer and direction.
-#[derive(Default)]
-pub(super) struct P2pLinks {
-    conns: HashMap<(usize, Direction), P2pConn>,
 }
 
 /// The bootstrap tag of the point-to-point connection `from` → `to`.
@@ -303,7 +299,7 @@ impl Comm {
                 Direction::Send => (op.peer + self.nranks - self.rank) % self.nranks,
                 Direction::Recv => (self.rank + self.nranks - op.peer) % self.nranks,
             };
-            let conn = links.conns.get_mut(&(op.peer, op.dir)).expect("connected in phases 2 and 3");
+            let conn = links.conns.get_mut(&(op.peer, op.dir.side())).expect("connected in phases 2 and 3");
             conn.ops += 1;
             let sig = CallSig { seq: conn.ops, key: P2P_KEY, desc: i as u64, count: bytes[i] };
             let (src, dst, kind) = match op.dir {
@@ -403,10 +399,10 @@ impl Comm {
 
     /// The connections `ops` need that this rank does not have yet, checked against
     /// [`MAX_P2P_CONNS`].
-    fn p2p_missing(&self, links: &P2pLinks, ops: &[P2p]) -> Result<Vec<(usize, Direction)>> {
-        let mut need: Vec<(usize, Direction)> = Vec::new();
+    fn p2p_missing(&self, links: &P2pLinks, ops: &[P2p]) -> Result<Vec<(usize, Side)>> {
+        let mut need: Vec<(usize, Side)> = Vec::new();
         for op in ops.iter().filter(|op| op.peer != self.rank) {
-            let key = (op.peer, op.dir);
+            let key = (op.peer, op.dir.side());
             if !links.conns.contains_key(&key) && !need.contains(&key) {
                 need.push(key);
             }
@@ -445,12 +441,12 @@ impl Comm {
         let need = self.p2p_missing(&links, ops)?;
         let layout = self.p2p_layout();
         let mut boot = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
-        for &(peer, _) in need.iter().filter(|(_, d)| *d == Direction::Recv) {
+        for &(peer, _) in need.iter().filter(|(_, d)| *d == Side::Recv) {
             let t = p2p_tag(peer, self.rank);
             let (mem, handle) = self.p2p_transport(peer)?.listen(layout, self.links.conn_key ^ t as u128)?;
             boot.send(peer, t, &handle.0)?;
             let view = layout.view(mem.base(), Side::Recv, peer);
-            links.conns.insert((peer, Direction::Recv), P2pConn { _mem: mem, view, ops: 0 });
+            links.conns.insert((peer, Side::Recv), P2pConn { _mem: mem, view, ops: 0 });
         }
         Ok(())
     }
@@ -462,7 +458,7 @@ impl Comm {
         let need = self.p2p_missing(&links, ops)?;
         let layout = self.p2p_layout();
         let mut boot = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
-        for &(peer, _) in need.iter().filter(|(_, d)| *d == Direction::Send) {
+        for &(peer, _) in need.iter().filter(|(_, d)| *d == Side::Send) {
             let handle = boot.recv(peer, p2p_tag(self.rank, peer)).map_err(|e| {
                 Error::InvalidConfig(format!(
                     "rank {}: connecting to rank {peer} for a send: its receiving side never came \
@@ -479,7 +475,7 @@ impl Comm {
             }
             let mem = self.p2p_transport(peer)?.connect(layout, &ConnHandle(handle))?;
             let view = layout.view(mem.base(), Side::Send, peer);
-            links.conns.insert((peer, Direction::Send), P2pConn { _mem: mem, view, ops: 0 });
+            links.conns.insert((peer, Side::Send), P2pConn { _mem: mem, view, ops: 0 });
         }
         Ok(())
     }

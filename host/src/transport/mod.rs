@@ -34,7 +34,7 @@ pub struct ConnLayout {
 }
 
 /// Which end of a connection a view is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Side {
     /// Writes the FIFO, advances `tail`.
     Send,
