@@ -48,3 +48,20 @@ fn perf_g_honours_the_topology_file() {
     let text = perf("all_reduce -g 2 -b 1K -e 1K", &[("RSCCL_BUFFSIZE", "1000".into())]);
     assert!(text.contains("PERF-FAILED") && text.contains("RSCCL_BUFFSIZE=1000"), "{text}");
 }
+
+/// nccl-tests' point-to-point shapes (issue 32): `sendrecv`, `gather`, `scatter` (every root of
+/// four ranks is the root of one run), `hypercube` and `alltoall`, each with `-g 4`, every
+/// element checked against the reference; hypercube on a rank count that is not a power of
+/// two is refused saying so.
+#[test]
+fn perf_runs_the_point_to_point_shapes() {
+    for args in ["sendrecv", "gather -r 1", "scatter -r 3", "hypercube", "alltoall"] {
+        let text = perf(&format!("{args} -g 4 -b 1K -e 64K -f 8 -w 1 -n 2"), &[]);
+        assert!(
+            text.contains("PERF-ERRORS 0") && text.contains("Out of bounds values : 0 OK"),
+            "{args}: {text}"
+        );
+    }
+    let text = perf("hypercube -g 3 -b 1K -e 1K -w 0 -n 1", &[]);
+    assert!(text.contains("power-of-two rank count, not 3"), "{text}");
+}

@@ -262,13 +262,13 @@ pub fn parse(args: &[String]) -> Result<Option<PerfOptions>, String> {
     }
     let Some((first, rest)) = args.split_first() else {
         return Err(
-            "give the collective to benchmark: all_reduce, all_gather, reduce_scatter, broadcast, reduce or alltoall"
+            "give the collective to benchmark: all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv, gather, scatter or hypercube"
                 .into(),
         );
     };
     let coll = PerfCollective::from_name(first).ok_or_else(|| {
         format!(
-            "unknown collective `{first}`: use all_reduce, all_gather, reduce_scatter, broadcast, reduce or alltoall"
+            "unknown collective `{first}`: use all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv, gather, scatter or hypercube"
         )
     })?;
     let mut o = PerfOptions::new(coll);

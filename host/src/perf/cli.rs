@@ -1,7 +1,7 @@
 //! `rsccl perf`: nccl-tests' collective benchmarks.
 //!
 //! ```text
-//! rsccl perf all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall [FLAGS]
+//! rsccl perf all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|sendrecv|gather|scatter|hypercube [FLAGS]
 //! ```
 //! Exit status: 0 when every checked value was right; 1 when some were wrong, the mean bus
 //! bandwidth fell below `NCCL_TESTS_MIN_BW`, or a communicator failed; 2 on a command line
@@ -15,7 +15,7 @@ Benchmarks a collective as NVIDIA's nccl-tests do (all_reduce_perf, ...), with t
 their report: one row per size, out of place then in place, time in us, algorithm and bus
 bandwidth in GB/s, and the wrong elements found by checking against a host reference.
 
-collectives: all_reduce all_gather reduce_scatter broadcast reduce alltoall
+collectives: all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter hypercube
 
 flags (nccl-tests' defaults):
   -b, --minbytes SIZE      first size (32M); sizes take K, M, G suffixes (powers of 1024)

@@ -20,6 +20,15 @@ pub enum PerfCollective {
     Reduce,
     /// `alltoall_perf`.
     AllToAll,
+    /// `sendrecv_perf`: each rank sends to the next and receives from the previous.
+    SendRecv,
+    /// `gather_perf`.
+    Gather,
+    /// `scatter_perf`.
+    Scatter,
+    /// `hypercube_perf`: an all-gather by pairwise exchanges with `rank ^ 2^k` (a power-of-two
+    /// rank count).
+    HyperCube,
 }
 
 /// The element counts of one step of a benchmark, for one rank (nccl-tests' `setupArgs`).
@@ -40,13 +49,17 @@ pub struct Shape {
 
 impl PerfCollective {
     /// Every benchmark, in the order `rsccl perf --help` lists them.
-    pub const ALL: [PerfCollective; 6] = [
+    pub const ALL: [PerfCollective; 10] = [
         PerfCollective::AllReduce,
         PerfCollective::AllGather,
         PerfCollective::ReduceScatter,
         PerfCollective::Broadcast,
         PerfCollective::Reduce,
         PerfCollective::AllToAll,
+        PerfCollective::SendRecv,
+        PerfCollective::Gather,
+        PerfCollective::Scatter,
+        PerfCollective::HyperCube,
     ];
 
     /// The command-line name (nccl-tests' binary without `_perf`).
@@ -58,6 +71,10 @@ impl PerfCollective {
             PerfCollective::Broadcast => "broadcast",
             PerfCollective::Reduce => "reduce",
             PerfCollective::AllToAll => "alltoall",
+            PerfCollective::SendRecv => "sendrecv",
+            PerfCollective::Gather => "gather",
+            PerfCollective::Scatter => "scatter",
+            PerfCollective::HyperCube => "hypercube",
         }
     }
 
@@ -74,7 +91,13 @@ impl PerfCollective {
 
     /// Whether the collective has a root (takes `-r`); the others print `-1` as their root.
     pub fn rooted(self) -> bool {
-        matches!(self, PerfCollective::Broadcast | PerfCollective::Reduce)
+        matches!(
+            self,
+            PerfCollective::Broadcast
+                | PerfCollective::Reduce
+                | PerfCollective::Gather
+                | PerfCollective::Scatter
+        )
     }
 
     /// The counts for a step of `count` elements (the size in bytes over the type size) on
@@ -82,14 +105,17 @@ impl PerfCollective {
     /// multiple of [`ALIGN`] so that `nranks` blocks fit in `count`.
     pub fn shape(self, count: usize, nranks: usize) -> Shape {
         match self {
-            PerfCollective::AllReduce | PerfCollective::Broadcast | PerfCollective::Reduce => Shape {
+            PerfCollective::AllReduce
+            | PerfCollective::Broadcast
+            | PerfCollective::Reduce
+            | PerfCollective::SendRecv => Shape {
                 send_count: count,
                 recv_count: count,
                 param_count: count,
                 send_inplace_offset: 0,
                 recv_inplace_offset: 0,
             },
-            PerfCollective::AllGather => {
+            PerfCollective::AllGather | PerfCollective::Gather | PerfCollective::HyperCube => {
                 let base = count / (ALIGN * nranks) * ALIGN;
                 Shape {
                     send_count: base,
@@ -99,7 +125,7 @@ impl PerfCollective {
                     recv_inplace_offset: 0,
                 }
             }
-            PerfCollective::ReduceScatter => {
+            PerfCollective::ReduceScatter | PerfCollective::Scatter => {
                 let base = count / (ALIGN * nranks) * ALIGN;
                 Shape {
                     send_count: base * nranks,
@@ -129,10 +155,15 @@ impl PerfCollective {
         let n = nranks as f64;
         let (bytes, factor) = match self {
             PerfCollective::AllReduce => (param_count * type_size, 2.0 * (n - 1.0) / n),
-            PerfCollective::AllGather | PerfCollective::ReduceScatter | PerfCollective::AllToAll => {
-                (param_count * type_size * nranks, (n - 1.0) / n)
+            PerfCollective::AllGather
+            | PerfCollective::ReduceScatter
+            | PerfCollective::AllToAll
+            | PerfCollective::Gather
+            | PerfCollective::Scatter => (param_count * type_size * nranks, (n - 1.0) / n),
+            PerfCollective::Broadcast | PerfCollective::Reduce | PerfCollective::SendRecv => {
+                (param_count * type_size, 1.0)
             }
-            PerfCollective::Broadcast | PerfCollective::Reduce => (param_count * type_size, 1.0),
+            PerfCollective::HyperCube => (param_count * type_size * nranks.saturating_sub(1), 1.0),
         };
         let algbw = bytes as f64 / 1.0e9 / sec;
         (algbw, algbw * factor)
@@ -169,6 +200,20 @@ mod tests {
         assert_eq!(bw(PerfCollective::Broadcast), (4.0, 4.0));
         assert_eq!(bw(PerfCollective::Reduce), (4.0, 4.0));
         assert_eq!(bw(PerfCollective::AllToAll), (16.0, 12.0));
+        assert_eq!(bw(PerfCollective::Gather), (16.0, 12.0));
+        assert_eq!(bw(PerfCollective::Scatter), (16.0, 12.0));
+        assert_eq!(bw(PerfCollective::SendRecv), (4.0, 4.0));
+        assert_eq!(bw(PerfCollective::HyperCube), (12.0, 12.0));
+        let sc = PerfCollective::Scatter.shape(1000, 3);
+        assert_eq!(
+            (sc.send_count, sc.recv_count, sc.param_count, sc.recv_inplace_offset),
+            (996, 332, 332, 332)
+        );
+        let ga = PerfCollective::Gather.shape(1000, 3);
+        assert_eq!(
+            (ga.send_count, ga.recv_count, ga.param_count, ga.send_inplace_offset),
+            (332, 996, 332, 332)
+        );
         assert_eq!(PerfCollective::from_name("alltoall_perf"), Some(PerfCollective::AllToAll));
         assert_eq!(PerfCollective::from_name("all_reduce_perf"), Some(PerfCollective::AllReduce));
         assert_eq!(PerfCollective::from_name("allreduce"), None);

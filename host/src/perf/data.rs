@@ -288,7 +288,16 @@ impl Pattern {
             .map(|i| match self.coll {
                 PerfCollective::AllReduce => self.reduced(i),
                 PerfCollective::ReduceScatter => self.reduced(rank * param_count + i),
-                PerfCollective::AllGather => self.input(i / param_count.max(1), i % param_count.max(1)),
+                PerfCollective::AllGather | PerfCollective::HyperCube => {
+                    self.input(i / param_count.max(1), i % param_count.max(1))
+                }
+                PerfCollective::Gather if rank == self.root => {
+                    self.input(i / param_count.max(1), i % param_count.max(1))
+                }
+                PerfCollective::Gather => decode(self.dtype, &before[i * es..(i + 1) * es]),
+                PerfCollective::Scatter => self.input(self.root, rank * param_count + i),
+                // From the previous rank.
+                PerfCollective::SendRecv => self.input((rank + self.nranks - 1) % self.nranks, i),
                 // Block q of the output is block `rank` of rank q's input.
                 PerfCollective::AllToAll => {
                     let (q, j) = (i / param_count.max(1), i % param_count.max(1));

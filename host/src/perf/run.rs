@@ -16,7 +16,7 @@ use super::coll::{PerfCollective, Shape};
 use super::data::Pattern;
 use super::table;
 use crate::backend::{self, Backend, BackendKind, DeviceBuffer, Preference};
-use crate::comm::{BufRef, Comm, CommConfig, ReduceOp};
+use crate::comm::{BufRef, Comm, CommConfig, P2p, ReduceOp};
 use crate::error::{Error, Result};
 use crate::launch::Launcher;
 use rsccl_device::dtype::DataType;
@@ -344,6 +344,14 @@ impl Rank<'_> {
             PerfCollective::Broadcast => self.comm.broadcast(send, recv, c, t, step.root),
             PerfCollective::Reduce => self.comm.reduce(send, recv, c, t, op, step.root),
             PerfCollective::AllToAll => self.comm.all_to_all(send, recv, c, t),
+            PerfCollective::SendRecv => {
+                let n = self.comm.nranks();
+                self.comm
+                    .p2p(&[P2p::send(send, c, t, (rank + 1) % n), P2p::recv(recv, c, t, (rank + n - 1) % n)])
+            }
+            PerfCollective::Gather => self.comm.gather(send, recv, c, t, step.root),
+            PerfCollective::Scatter => self.comm.scatter(send, recv, c, t, step.root),
+            PerfCollective::HyperCube => hypercube(self.comm, send, recv, c, t),
         }
     }
 
@@ -441,6 +449,30 @@ impl Rank<'_> {
 }
 
 /// A write to the report failed (a closed pipe, a full disk).
+/// nccl-tests' hypercube all-gather: in step k each rank exchanges everything it holds (the
+/// `2^k` blocks of its aligned group) with rank `rank ^ 2^k`; `count` elements per rank, the
+/// rank count a power of two.
+fn hypercube(comm: &Comm, send: BufRef, recv: BufRef, count: usize, t: DataType) -> Result<()> {
+    let (rank, n) = (comm.rank(), comm.nranks());
+    if !n.is_power_of_two() {
+        return Err(Error::InvalidConfig(format!("hypercube needs a power-of-two rank count, not {n}")));
+    }
+    let block = |b: usize| BufRef { buf: recv.buf, offset: recv.offset + b * count * t.size() };
+    // This rank's own block first (nothing to do in place: the self-copy of a buffer onto itself).
+    comm.p2p(&[P2p::send(send, count, t, rank), P2p::recv(block(rank), count, t, rank)])?;
+    let mut mask = 1;
+    while mask < n {
+        let peer = rank ^ mask;
+        let (mine, theirs) = (rank & !(mask - 1), peer & !(mask - 1));
+        comm.p2p(&[
+            P2p::send(block(mine), mask * count, t, peer),
+            P2p::recv(block(theirs), mask * count, t, peer),
+        ])?;
+        mask <<= 1;
+    }
+    Ok(())
+}
+
 fn io(e: std::io::Error) -> Error {
     Error::InvalidConfig(format!("writing the report: {e}"))
 }
