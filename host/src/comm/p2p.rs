@@ -34,11 +34,17 @@ use rsccl_device::DevPtr;
 /// Most point-to-point connections (each direction to each peer counts once) one rank keeps:
 /// each holds a FIFO of `NCCL_STEPS` slots, so memory stays bounded however many peers a job
 /// talks to. A call that needs one more fails naming the limit.
-pub const MAX_P2P_CONNS: usize = 512;
+pub const MAX_P2P_CONNS: usize = 256;
 
-/// Largest FIFO slot of a point-to-point connection (NCCL's p2p chunk over the network and
-/// PCIe, 128 KiB): a communicator's `step_bytes` applies when it is smaller.
-pub const P2P_MAX_STEP_BYTES: u64 = 128 * 1024;
+/// Largest FIFO slot of a point-to-point connection (NCCL's p2p chunk over NVLink, 512 KiB): a
+/// communicator's `step_bytes` applies when it is smaller. With [`MAX_P2P_CONNS`] it bounds a
+/// rank's point-to-point memory (`NCCL_STEPS` slots per connection).
+pub const P2P_MAX_STEP_BYTES: u64 = 512 * 1024;
+
+/// Most blocks of one point-to-point launch: one per round (peer distance) up to this, the
+/// rounds beyond sharing blocks. Every block of every rank must be resident at once on a GPU,
+/// so it stays well under an SM count.
+pub const MAX_P2P_BLOCKS: usize = 32;
 
 /// Most operations one rank may put in one group (NCCL queues any number; a bound keeps the
 /// argument array a checked size).
@@ -292,7 +298,9 @@ impl Comm {
     fn p2p_launch(&self, ops: &[P2p], prep: &Prepared) -> Result<Option<Launched>> {
         let (bytes, copies) = (&prep.bytes, &prep.copies);
         let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
-        let nblocks = self.cfg.nchannels.min(self.nranks).max(1);
+        // A block per round: each peer distance progresses on its own (round 0, the self-copies,
+        // shares block 0).
+        let nblocks = self.nranks.clamp(1, MAX_P2P_BLOCKS);
         let mut dev: Vec<(usize, usize, P2pOp)> = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate().filter(|(_, op)| op.peer != self.rank) {
             let round = match op.dir {
