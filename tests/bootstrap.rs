@@ -323,10 +323,7 @@ fn a_rank_that_gives_up_is_named_with_its_reason_by_every_rank() {
             // Rank 0 may leave the barrier and give up while this rank is still in it, so the
             // failure may reach the barrier as well as the all-gather. Unequal sizes: the
             // ring's steps (and so the broken sends) fall at other times.
-            let res = b
-                .barrier()
-                .and_then(|()| b.all_gather(&vec![r as u8; 40 * r]))
-                .map(|_| ());
+            let res = b.barrier().and_then(|()| b.all_gather(&vec![r as u8; 40 * r])).map(|_| ());
             // As a failed init does: pass the cause on before the connections close.
             if let Err(e) = &res {
                 b.tell_failure(&e.to_string());

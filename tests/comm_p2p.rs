@@ -512,3 +512,301 @@ fn a_sender_killed_while_its_receiver_waits_is_named_with_its_pid() {
         .unwrap_or(f64::MAX);
     assert!(secs < 15.0, "rank 1 waited {secs} s:\n{text}");
 }
+
+// ---- Collectives in groups -------------------------------------------------------------------
+
+use rsccl::comm::{Call, ReduceOp};
+use rsccl_device::coll::Collective;
+use rsccl_device::redop::RedOp;
+use rsccl_suite::reference;
+
+/// A collective of a group test: what every rank calls.
+#[derive(Clone, Copy, Debug)]
+struct Spec {
+    coll: Collective,
+    dtype: DataType,
+    op: ReduceOp,
+    /// NCCL's count (see [`Call::count`]).
+    count: usize,
+    root: usize,
+}
+
+impl Spec {
+    fn new(coll: Collective, dtype: DataType, op: ReduceOp, count: usize, root: usize) -> Self {
+        Spec { coll, dtype, op, count, root }
+    }
+
+    /// Elements of the send and receive buffers on `n` ranks.
+    fn elems(&self, n: usize) -> (usize, usize) {
+        match self.coll {
+            Collective::ReduceScatter => (n * self.count, self.count),
+            Collective::AllGather => (self.count, n * self.count),
+            _ => (self.count, self.count),
+        }
+    }
+
+    fn call<'a>(&self, send: &'a DeviceBuffer, recv: &'a DeviceBuffer) -> Call<'a> {
+        let (s, r, c, t) = (BufRef::from(send), BufRef::from(recv), self.count, self.dtype);
+        match self.coll {
+            Collective::AllReduce => Call::all_reduce(s, r, c, t, self.op),
+            Collective::ReduceScatter => Call::reduce_scatter(s, r, c, t, self.op),
+            Collective::AllGather => Call::all_gather(s, r, c, t),
+            Collective::Broadcast => Call::broadcast(s, r, c, t, self.root),
+            Collective::Reduce => Call::reduce(s, r, c, t, self.op, self.root),
+        }
+    }
+}
+
+/// Rank `r`'s input of collective `k`: integers of any bits, floats small whole numbers (so
+/// every sum order gives the same bits).
+fn input(spec: &Spec, k: usize, r: usize, elems: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(elems * spec.dtype.size());
+    for i in 0..elems {
+        let x = (i.wrapping_mul(2654435761) ^ (k * 7919 + r * 104729)) as u64;
+        let bits = match spec.dtype {
+            DataType::F32 => ((x % 64) as f32 - 32.0).to_bits() as u64,
+            DataType::F64 => ((x % 64) as f64 - 32.0).to_bits(),
+            DataType::BF16 | DataType::F16 => x & 0x3C7F,
+            _ => x.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        };
+        out.extend_from_slice(&bits.to_le_bytes()[..spec.dtype.size()]);
+    }
+    out
+}
+
+fn elem(bytes: &[u8], eb: usize, i: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w[..eb].copy_from_slice(&bytes[i * eb..(i + 1) * eb]);
+    u64::from_le_bytes(w)
+}
+
+/// What rank `r` must hold after collective `spec` (`None`: its receive buffer is untouched,
+/// a reduce's non-root), computed from the inputs element by element.
+fn expected(spec: &Spec, inputs: &[Vec<u8>], r: usize) -> Option<Vec<u8>> {
+    let (n, eb, t) = (inputs.len(), spec.dtype.size(), spec.dtype);
+    let red = match spec.op {
+        ReduceOp::Sum => RedOp::Sum,
+        ReduceOp::Prod => RedOp::Prod,
+        ReduceOp::Min => RedOp::Min,
+        ReduceOp::Max => RedOp::Max,
+        other => panic!("the test reduces with sum, prod, min or max, not {other:?}"),
+    };
+    let fold = |i: usize| {
+        let srcs: Vec<u64> = inputs.iter().map(|x| elem(x, eb, i)).collect();
+        reference::fold(t, red, 0, &srcs, 0, false)
+    };
+    let put = |v: u64, out: &mut Vec<u8>| out.extend_from_slice(&v.to_le_bytes()[..eb]);
+    let mut out = Vec::new();
+    match spec.coll {
+        Collective::AllReduce => (0..spec.count).for_each(|i| put(fold(i), &mut out)),
+        Collective::Reduce if r != spec.root => return None,
+        Collective::Reduce => (0..spec.count).for_each(|i| put(fold(i), &mut out)),
+        Collective::ReduceScatter => (0..spec.count).for_each(|i| put(fold(r * spec.count + i), &mut out)),
+        Collective::AllGather => inputs.iter().for_each(|x| out.extend_from_slice(x)),
+        Collective::Broadcast => out.extend_from_slice(&inputs[spec.root]),
+    }
+    let _ = n;
+    Some(out)
+}
+
+/// Runs `specs` on every rank — grouped (with a ring shift by one of `p2p_bytes` bytes, from
+/// this one thread) or each call on its own on a thread per rank — and returns every rank's
+/// receive buffers and p2p receive buffer, and the kernels each rank launched.
+fn run_specs(
+    comms: &[Comm],
+    be: &Arc<dyn Backend>,
+    specs: &[Spec],
+    p2p_bytes: usize,
+    grouped: bool,
+) -> (Vec<Vec<Vec<u8>>>, Vec<u64>) {
+    let n = comms.len();
+    let bufs: Vec<Vec<(DeviceBuffer, DeviceBuffer)>> = (0..n)
+        .map(|r| {
+            specs
+                .iter()
+                .enumerate()
+                .map(|(k, s)| {
+                    let (se, re) = s.elems(n);
+                    let eb = s.dtype.size();
+                    (be.upload(&input(s, k, r, se)).unwrap(), be.upload(&vec![GUARD_BYTE; re * eb]).unwrap())
+                })
+                .collect()
+        })
+        .collect();
+    let p2p: Vec<(DeviceBuffer, DeviceBuffer)> = (0..n)
+        .map(|r| {
+            (be.upload(&payload(r, p2p_bytes)).unwrap(), be.upload(&vec![GUARD_BYTE; p2p_bytes]).unwrap())
+        })
+        .collect();
+    let before: Vec<u64> = comms.iter().map(|c| c.kernels_launched().unwrap()).collect();
+    if grouped {
+        let mut g = Group::new();
+        for r in 0..n {
+            for (k, s) in specs.iter().enumerate() {
+                g.call(&comms[r], s.call(&bufs[r][k].0, &bufs[r][k].1));
+            }
+            g.send(&comms[r], BufRef::from(&p2p[r].0), p2p_bytes, DataType::U8, (r + 1) % n);
+            g.recv(&comms[r], BufRef::from(&p2p[r].1), p2p_bytes, DataType::U8, (r + n - 1) % n);
+        }
+        g.run().unwrap();
+    } else {
+        on_ranks(comms, |c| {
+            let r = c.rank();
+            for (k, s) in specs.iter().enumerate() {
+                c.run(s.call(&bufs[r][k].0, &bufs[r][k].1))?;
+            }
+            c.p2p(&[
+                P2p::send(BufRef::from(&p2p[r].0), p2p_bytes, DataType::U8, (r + 1) % n),
+                P2p::recv(BufRef::from(&p2p[r].1), p2p_bytes, DataType::U8, (r + n - 1) % n),
+            ])
+        });
+    }
+    let launches = comms.iter().zip(&before).map(|(c, b)| c.kernels_launched().unwrap() - b).collect();
+    let out = (0..n)
+        .map(|r| {
+            let mut v: Vec<Vec<u8>> = specs
+                .iter()
+                .enumerate()
+                .map(|(k, s)| be.download::<u8>(&bufs[r][k].1, s.elems(n).1 * s.dtype.size()).unwrap())
+                .collect();
+            v.push(be.download::<u8>(&p2p[r].1, p2p_bytes).unwrap());
+            v
+        })
+        .collect();
+    (out, launches)
+}
+
+/// Checks every rank's results of `specs` against the reference and the ring shift.
+fn check_specs(specs: &[Spec], out: &[Vec<Vec<u8>>], p2p_bytes: usize) {
+    let n = out.len();
+    for (k, s) in specs.iter().enumerate() {
+        let inputs: Vec<Vec<u8>> = (0..n).map(|r| input(s, k, r, s.elems(n).0)).collect();
+        for r in 0..n {
+            let got = &out[r][k];
+            match expected(s, &inputs, r) {
+                Some(want) => assert!(*got == want, "rank {r}, collective {k} {s:?}: wrong result"),
+                None => assert!(got.iter().all(|&b| b == GUARD_BYTE), "rank {r}, {s:?}: non-root written"),
+            }
+        }
+    }
+    for r in 0..n {
+        assert_eq!(out[r][specs.len()], payload((r + n - 1) % n, p2p_bytes), "rank {r}: p2p bytes");
+    }
+}
+
+#[test]
+fn grouped_collectives_equal_ungrouped_ones_and_the_reference() {
+    let be = backend::cpu();
+    let n = 4;
+    let comms = Comm::init_all(&be, n, config()).unwrap();
+    let specs = [
+        Spec::new(Collective::AllReduce, DataType::I32, ReduceOp::Sum, 1001, 0),
+        Spec::new(Collective::AllGather, DataType::BF16, ReduceOp::Sum, 333, 0),
+        Spec::new(Collective::ReduceScatter, DataType::U64, ReduceOp::Max, 257, 0),
+        Spec::new(Collective::Broadcast, DataType::F32, ReduceOp::Sum, 500, 2),
+        Spec::new(Collective::Reduce, DataType::I32, ReduceOp::Prod, 129, 1),
+        Spec::new(Collective::AllReduce, DataType::F32, ReduceOp::Sum, 4097, 0),
+        Spec::new(Collective::AllReduce, DataType::I8, ReduceOp::Min, 0, 0),
+        Spec::new(Collective::AllReduce, DataType::U64, ReduceOp::Min, 3, 0),
+    ];
+    let (grouped, launches) = run_specs(&comms, &be, &specs, 777, true);
+    check_specs(&specs, &grouped, 777);
+    // The reducing types i32, u64, f32, i8: a launch each.
+    assert_eq!(launches, vec![4; n], "kernels per rank");
+    let (alone, _) = run_specs(&comms, &be, &specs, 777, false);
+    assert_eq!(grouped, alone, "grouped and ungrouped collectives differ");
+    // One reducing type (the byte collectives and the sends join it): one launch per rank.
+    let one_type = [specs[0], specs[1], specs[3], specs[4]];
+    let (out, launches) = run_specs(&comms, &be, &one_type, 4099, true);
+    check_specs(&one_type, &out, 4099);
+    assert_eq!(launches, vec![1; n], "kernels per rank");
+}
+
+#[test]
+fn a_group_of_a_thousand_sends_receives_and_collectives_on_eight_ranks_is_one_launch_each() {
+    let be = backend::cpu();
+    let n = 8;
+    let comms = Comm::init_all(&be, n, config()).unwrap();
+    // Per rank: 100 collectives of one reducing type (and byte collectives), then 450 sends
+    // and 450 receives (every peer distance, itself included), sizes 0 to ~600 bytes.
+    let specs: Vec<Spec> = (0..100)
+        .map(|k| match k % 4 {
+            0 => Spec::new(Collective::AllReduce, DataType::I64, ReduceOp::Sum, k * 3, 0),
+            1 => Spec::new(Collective::AllGather, DataType::U8, ReduceOp::Sum, k % 37, 0),
+            2 => Spec::new(Collective::ReduceScatter, DataType::I64, ReduceOp::Max, k % 11, 0),
+            _ => Spec::new(Collective::Broadcast, DataType::F16, ReduceOp::Sum, k, k % n),
+        })
+        .collect();
+    let msgs: Vec<Msg> =
+        (0..450 * n).map(|k| Msg { from: k % n, to: (k % n + k / n) % n, count: (k * 7919) % 601 }).collect();
+    let eb = 1;
+    let send: Vec<DeviceBuffer> =
+        msgs.iter().enumerate().map(|(k, m)| be.upload(&payload(k, m.count * eb)).unwrap()).collect();
+    let recv: Vec<DeviceBuffer> =
+        msgs.iter().map(|m| be.upload(&vec![GUARD_BYTE; m.count]).unwrap()).collect();
+    let bufs: Vec<Vec<(DeviceBuffer, DeviceBuffer)>> = (0..n)
+        .map(|r| {
+            specs
+                .iter()
+                .enumerate()
+                .map(|(k, s)| {
+                    let (se, re) = s.elems(n);
+                    (
+                        be.upload(&input(s, k, r, se)).unwrap(),
+                        be.upload(&vec![GUARD_BYTE; re * s.dtype.size()]).unwrap(),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let before: Vec<u64> = comms.iter().map(|c| c.kernels_launched().unwrap()).collect();
+    let mut g = Group::new();
+    for r in 0..n {
+        for (k, s) in specs.iter().enumerate() {
+            g.call(&comms[r], s.call(&bufs[r][k].0, &bufs[r][k].1));
+        }
+    }
+    for (k, m) in msgs.iter().enumerate() {
+        g.send(&comms[m.from], BufRef::from(&send[k]), m.count, DataType::U8, m.to);
+        g.recv(&comms[m.to], BufRef::from(&recv[k]), m.count, DataType::U8, m.from);
+    }
+    let t = Instant::now();
+    g.run().unwrap();
+    eprintln!("1,000 operations per rank on 8 ranks: {:?}", t.elapsed());
+    for (r, c) in comms.iter().enumerate() {
+        assert_eq!(c.kernels_launched().unwrap() - before[r], 1, "rank {r}: kernels launched");
+    }
+    for (k, m) in msgs.iter().enumerate() {
+        assert_eq!(be.download::<u8>(&recv[k], m.count).unwrap(), payload(k, m.count), "message {k} {m:?}");
+    }
+    for (k, s) in specs.iter().enumerate() {
+        let inputs: Vec<Vec<u8>> = (0..n).map(|r| input(s, k, r, s.elems(n).0)).collect();
+        for r in 0..n {
+            let got = be.download::<u8>(&bufs[r][k].1, s.elems(n).1 * s.dtype.size()).unwrap();
+            assert_eq!(Some(got), expected(s, &inputs, r), "rank {r}, collective {k} {s:?}");
+        }
+    }
+}
+
+#[test]
+fn a_group_collective_asking_for_another_algorithm_or_mismatched_between_ranks_fails_clearly() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, config()).unwrap();
+    let a = be.alloc(4096).unwrap();
+    let b = be.alloc(4096).unwrap();
+    let mut g = Group::new();
+    let tree = Call::all_reduce((&a).into(), (&b).into(), 16, DataType::F32, ReduceOp::Sum)
+        .with_algorithm(rsccl::comm::Algorithm::Tree);
+    g.call(&comms[0], tree);
+    let e = g.run().unwrap_err().to_string();
+    assert!(e.contains("collective 0 of a group") && e.contains("rings"), "{e}");
+    // Rank 0 all-reduces 100 elements where rank 1 all-reduces 200: both name the mismatch.
+    let t = Instant::now();
+    let (c, d) = (be.alloc(4096).unwrap(), be.alloc(4096).unwrap());
+    let mut g = Group::new();
+    g.call(&comms[0], Call::all_reduce((&a).into(), (&b).into(), 100, DataType::F32, ReduceOp::Sum));
+    g.call(&comms[1], Call::all_reduce((&c).into(), (&d).into(), 200, DataType::F32, ReduceOp::Sum));
+    let e = g.run().unwrap_err().to_string();
+    assert!(t.elapsed() < Duration::from_secs(15), "took {:?}", t.elapsed());
+    assert!(e.contains("100") && e.contains("200"), "{e}");
+}

@@ -4,7 +4,7 @@
 //! multimem forms reduceCopy and step polling need, the sm_80 ones none (multimem needs sm_90)
 //! and no FP8. ptxas acceptance and the resource audit are `cargo xtask build-ptx`'s (CI).
 use rsccl::ptx::{self, Module};
-use rsccl_device::coll::kernels::{CollKernel, SIMPLE_THREADS};
+use rsccl_device::coll::kernels::CollKernel;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::kernels::{self, KernelSet};
@@ -61,10 +61,11 @@ fn the_library_has_every_collective_kernel_and_no_test_kernel() {
                 CollKernel::Msccl(t),
                 CollKernel::MscclBytes,
                 CollKernel::P2p,
+                CollKernel::Group(t),
             ];
             for k in ks {
                 let m = find(arch, &k.name()).unwrap_or_else(|| panic!("{arch} lacks {}", k.name()));
-                assert_eq!(m.max_threads, SIMPLE_THREADS);
+                assert_eq!(m.max_threads, k.max_threads());
             }
         }
         for m in library(arch) {

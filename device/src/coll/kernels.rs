@@ -4,6 +4,7 @@
 //! measurable next to the memory traffic). All-gather, broadcast and point-to-point only move
 //! bytes: one kernel each serves every type ([`CollKernel::counts_bytes`]). [`CollKernel`] names
 //! them.
+use super::group::{group_kernel, GroupArgs, GROUP_THREADS};
 use super::mover::RedMover;
 use super::msccl::{msccl_kernel, MscclArgs, MSCCL_THREADS};
 use super::nvls::{NvlsArgs, NVLS_THREADS};
@@ -32,6 +33,7 @@ pub use super::SIMPLE_THREADS;
 /// assert_eq!(CollKernel::TreeAllReduce(DataType::BF16).name(), "rsccl_all_reduce_tree_bf16");
 /// assert_eq!(CollKernel::OneRank(DataType::I8).name(), "rsccl_one_rank_i8");
 /// assert_eq!(CollKernel::P2p.name(), "rsccl_p2p");
+/// assert_eq!(CollKernel::Group(DataType::F16).name(), "rsccl_group_f16");
 /// assert!(rsccl_device::kernels::find(&k.name()).is_some());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -53,6 +55,9 @@ pub enum CollKernel {
     MscclBytes,
     /// Point-to-point sends, receives and copies ([`super::p2p`]): counts in bytes.
     P2p,
+    /// A group's ring collectives (reducing ones of one element type; all-gather and broadcast
+    /// in bytes) and point-to-point ops in one launch ([`super::group`]).
+    Group(DataType),
 }
 
 impl CollKernel {
@@ -73,6 +78,7 @@ impl CollKernel {
     pub const fn max_threads(self) -> u32 {
         match self {
             CollKernel::Nvls(_) => NVLS_THREADS,
+            CollKernel::Group(_) => GROUP_THREADS,
             _ => SIMPLE_THREADS,
         }
     }
@@ -96,6 +102,7 @@ impl CollKernel {
             CollKernel::Msccl(t) => format!("rsccl_msccl_{}", t.name()),
             CollKernel::MscclBytes => "rsccl_msccl_bytes".to_string(),
             CollKernel::P2p => "rsccl_p2p".to_string(),
+            CollKernel::Group(t) => format!("rsccl_group_{}", t.name()),
         }
     }
 }
@@ -116,7 +123,8 @@ macro_rules! typed_kernels {
         reduce_scatter_ring: $rs_ring:ident => $rs_ring_fn:ident,
         reduce_ring: $r_ring:ident => $r_ring_fn:ident,
         all_reduce_tree: $ar_tree:ident => $ar_tree_fn:ident,
-        one_rank: $one_rank:ident $(,)?
+        one_rank: $one_rank:ident,
+        group: $group:ident $(,)?
     }) => {
         crate::kernel_table!($table, lib {
             /// Ring all-reduce.
@@ -129,6 +137,9 @@ macro_rules! typed_kernels {
             $ar_tree(RingArgs) [SIMPLE_THREADS] => $ar_tree_fn;
             /// One rank.
             $one_rank(OneRankArgs) [SIMPLE_THREADS] => one_rank_kernel::<$t>;
+            /// A group's ring collectives and point-to-point ops (launched with
+            /// [`crate::coll::group::GROUP_SHM_BYTES`] of dynamic shared memory).
+            $group(GroupArgs) [GROUP_THREADS] => group_kernel::<$t>;
         });
         /// The typed handles of this type's kernels.
         #[cfg(not(target_arch = "nvptx64"))]
@@ -138,6 +149,7 @@ macro_rules! typed_kernels {
             reduce_ring: $r_ring::KERNEL,
             all_reduce_tree: $ar_tree::KERNEL,
             one_rank: $one_rank::KERNEL,
+            group: $group::KERNEL,
         };
         #[inline(always)]
         fn $ar_ring_fn(a: &RingArgs) {
@@ -164,6 +176,7 @@ typed_kernels!(KERNELS_I8, HANDLES_I8, i8 {
     reduce_ring: rsccl_reduce_ring_i8 => reduce_ring_i8,
     all_reduce_tree: rsccl_all_reduce_tree_i8 => all_reduce_tree_i8,
     one_rank: rsccl_one_rank_i8,
+    group: rsccl_group_i8,
 });
 typed_kernels!(KERNELS_U8, HANDLES_U8, u8 {
     all_reduce_ring: rsccl_all_reduce_ring_u8 => all_reduce_ring_u8,
@@ -171,6 +184,7 @@ typed_kernels!(KERNELS_U8, HANDLES_U8, u8 {
     reduce_ring: rsccl_reduce_ring_u8 => reduce_ring_u8,
     all_reduce_tree: rsccl_all_reduce_tree_u8 => all_reduce_tree_u8,
     one_rank: rsccl_one_rank_u8,
+    group: rsccl_group_u8,
 });
 typed_kernels!(KERNELS_I32, HANDLES_I32, i32 {
     all_reduce_ring: rsccl_all_reduce_ring_i32 => all_reduce_ring_i32,
@@ -178,6 +192,7 @@ typed_kernels!(KERNELS_I32, HANDLES_I32, i32 {
     reduce_ring: rsccl_reduce_ring_i32 => reduce_ring_i32,
     all_reduce_tree: rsccl_all_reduce_tree_i32 => all_reduce_tree_i32,
     one_rank: rsccl_one_rank_i32,
+    group: rsccl_group_i32,
 });
 typed_kernels!(KERNELS_U32, HANDLES_U32, u32 {
     all_reduce_ring: rsccl_all_reduce_ring_u32 => all_reduce_ring_u32,
@@ -185,6 +200,7 @@ typed_kernels!(KERNELS_U32, HANDLES_U32, u32 {
     reduce_ring: rsccl_reduce_ring_u32 => reduce_ring_u32,
     all_reduce_tree: rsccl_all_reduce_tree_u32 => all_reduce_tree_u32,
     one_rank: rsccl_one_rank_u32,
+    group: rsccl_group_u32,
 });
 typed_kernels!(KERNELS_I64, HANDLES_I64, i64 {
     all_reduce_ring: rsccl_all_reduce_ring_i64 => all_reduce_ring_i64,
@@ -192,6 +208,7 @@ typed_kernels!(KERNELS_I64, HANDLES_I64, i64 {
     reduce_ring: rsccl_reduce_ring_i64 => reduce_ring_i64,
     all_reduce_tree: rsccl_all_reduce_tree_i64 => all_reduce_tree_i64,
     one_rank: rsccl_one_rank_i64,
+    group: rsccl_group_i64,
 });
 typed_kernels!(KERNELS_U64, HANDLES_U64, u64 {
     all_reduce_ring: rsccl_all_reduce_ring_u64 => all_reduce_ring_u64,
@@ -199,6 +216,7 @@ typed_kernels!(KERNELS_U64, HANDLES_U64, u64 {
     reduce_ring: rsccl_reduce_ring_u64 => reduce_ring_u64,
     all_reduce_tree: rsccl_all_reduce_tree_u64 => all_reduce_tree_u64,
     one_rank: rsccl_one_rank_u64,
+    group: rsccl_group_u64,
 });
 typed_kernels!(KERNELS_F16, HANDLES_F16, crate::redop::F16 {
     all_reduce_ring: rsccl_all_reduce_ring_f16 => all_reduce_ring_f16,
@@ -206,6 +224,7 @@ typed_kernels!(KERNELS_F16, HANDLES_F16, crate::redop::F16 {
     reduce_ring: rsccl_reduce_ring_f16 => reduce_ring_f16,
     all_reduce_tree: rsccl_all_reduce_tree_f16 => all_reduce_tree_f16,
     one_rank: rsccl_one_rank_f16,
+    group: rsccl_group_f16,
 });
 typed_kernels!(KERNELS_F32, HANDLES_F32, f32 {
     all_reduce_ring: rsccl_all_reduce_ring_f32 => all_reduce_ring_f32,
@@ -213,6 +232,7 @@ typed_kernels!(KERNELS_F32, HANDLES_F32, f32 {
     reduce_ring: rsccl_reduce_ring_f32 => reduce_ring_f32,
     all_reduce_tree: rsccl_all_reduce_tree_f32 => all_reduce_tree_f32,
     one_rank: rsccl_one_rank_f32,
+    group: rsccl_group_f32,
 });
 typed_kernels!(KERNELS_F64, HANDLES_F64, f64 {
     all_reduce_ring: rsccl_all_reduce_ring_f64 => all_reduce_ring_f64,
@@ -220,6 +240,7 @@ typed_kernels!(KERNELS_F64, HANDLES_F64, f64 {
     reduce_ring: rsccl_reduce_ring_f64 => reduce_ring_f64,
     all_reduce_tree: rsccl_all_reduce_tree_f64 => all_reduce_tree_f64,
     one_rank: rsccl_one_rank_f64,
+    group: rsccl_group_f64,
 });
 typed_kernels!(KERNELS_BF16, HANDLES_BF16, crate::redop::BF16 {
     all_reduce_ring: rsccl_all_reduce_ring_bf16 => all_reduce_ring_bf16,
@@ -227,6 +248,7 @@ typed_kernels!(KERNELS_BF16, HANDLES_BF16, crate::redop::BF16 {
     reduce_ring: rsccl_reduce_ring_bf16 => reduce_ring_bf16,
     all_reduce_tree: rsccl_all_reduce_tree_bf16 => all_reduce_tree_bf16,
     one_rank: rsccl_one_rank_bf16,
+    group: rsccl_group_bf16,
 });
 
 /// FP8 kernels exist only in the sm_90 module (and on the host); the host API refuses FP8 on
@@ -240,6 +262,7 @@ mod fp8 {
         reduce_ring: rsccl_reduce_ring_e4m3 => reduce_ring_e4m3,
         all_reduce_tree: rsccl_all_reduce_tree_e4m3 => all_reduce_tree_e4m3,
         one_rank: rsccl_one_rank_e4m3,
+        group: rsccl_group_e4m3,
     });
     typed_kernels!(KERNELS_E5M2, HANDLES_E5M2, crate::redop::Fp8E5M2 {
         all_reduce_ring: rsccl_all_reduce_ring_e5m2 => all_reduce_ring_e5m2,
@@ -247,6 +270,7 @@ mod fp8 {
         reduce_ring: rsccl_reduce_ring_e5m2 => reduce_ring_e5m2,
         all_reduce_tree: rsccl_all_reduce_tree_e5m2 => all_reduce_tree_e5m2,
         one_rank: rsccl_one_rank_e5m2,
+        group: rsccl_group_e5m2,
     });
 }
 
@@ -382,6 +406,7 @@ pub mod handles {
         pub(crate) reduce_ring: Kernel<RingArgs>,
         pub(crate) all_reduce_tree: Kernel<RingArgs>,
         pub(crate) one_rank: Kernel<OneRankArgs>,
+        pub(crate) group: Kernel<GroupArgs>,
     }
 
     fn typed(t: DataType) -> &'static Typed {
@@ -442,6 +467,11 @@ pub mod handles {
     /// The point-to-point kernel (every type: it moves bytes).
     pub fn p2p() -> Kernel<P2pArgs> {
         rsccl_p2p::KERNEL
+    }
+
+    /// The group kernel whose reducing collectives move `t` ([`super::super::group`]).
+    pub fn group(t: DataType) -> Kernel<GroupArgs> {
+        typed(t).group
     }
 
     /// The MSCCL-IR interpreter reducing `t`, or for programs that only move data (`None`:
@@ -508,6 +538,7 @@ mod tests {
             }
             assert_eq!(handles::tree(t).name(), CollKernel::TreeAllReduce(t).name());
             assert_eq!(handles::one_rank(t).name(), CollKernel::OneRank(t).name());
+            assert_eq!(handles::group(t).name(), CollKernel::Group(t).name());
             assert_eq!(handles::msccl(Some(t)).name(), CollKernel::Msccl(t).name());
             if let Some(k) = handles::nvls(t) {
                 assert_eq!(k.name(), CollKernel::Nvls(t).name());
@@ -521,6 +552,7 @@ mod tests {
             *handles::ring(Collective::AllReduce, DataType::F32).entry(),
             *handles::one_rank(DataType::I8).entry(),
             *handles::p2p().entry(),
+            *handles::group(DataType::BF16).entry(),
         ];
         for k in entries {
             assert_eq!(crate::kernels::find(k.name).map(|e| e.args_bytes), Some(k.args_bytes));

@@ -1,5 +1,6 @@
 //! Collective algorithms over the primitives. An algorithm decides which chunk goes where in
 //! which step; it never touches a flag word or a FIFO slot.
+pub mod group;
 pub mod kernels;
 pub mod mover;
 pub mod msccl;

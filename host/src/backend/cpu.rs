@@ -62,6 +62,8 @@ impl Drop for HostMemory {
 #[derive(Default)]
 pub struct CpuBackend {
     last: Mutex<Option<JoinHandle<Result<()>>>>,
+    /// Kernels launched on this stream.
+    launched: std::sync::atomic::AtomicU64,
 }
 
 impl CpuBackend {
@@ -253,7 +255,12 @@ impl Backend for CpuBackend {
             })
             .map_err(|e| Error::KernelFailed { kernel: kernel.to_string(), detail: e.to_string() })?;
         *last = Some(handle);
+        self.launched.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    fn kernels_launched(&self) -> Option<u64> {
+        Some(self.launched.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -288,6 +288,11 @@ pub trait Backend: Send + Sync {
     /// A handle to the same device and memory with its own stream, so launches on it run
     /// concurrently with this one's (one per emulated rank or per channel group).
     fn fork_stream(&self) -> Result<Arc<dyn Backend>>;
+    /// Kernels launched on this stream so far, where the backend counts them (the CPU
+    /// emulator does; a GPU backend says `None`): how tests see that a group is one launch.
+    fn kernels_launched(&self) -> Option<u64> {
+        None
+    }
     /// Allocates `bytes` of zeroed device memory that another process on this host can map,
     /// for the P2P transport and symmetric memory: the buffer and the handle bytes that open
     /// it there (a CUDA IPC handle of [`IPC_HANDLE_BYTES`] on a GPU; on the CPU emulator a

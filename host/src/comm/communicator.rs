@@ -243,6 +243,12 @@ impl Comm {
         self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).all_gather(data)
     }
 
+    /// Kernels this rank's stream has launched, where the backend counts them (the CPU
+    /// emulator; `None` on a GPU).
+    pub fn kernels_launched(&self) -> Option<u64> {
+        self.stream.kernels_launched()
+    }
+
     /// This rank's stream (sub-communicators' helpers launch copies on it).
     pub(super) fn stream(&self) -> &Arc<dyn Backend> {
         &self.stream

@@ -34,7 +34,7 @@ impl Drop for P2pGuard {
 }
 
 /// A collective as a small code for the status answer.
-fn op_code(coll: Collective, tree: bool) -> u64 {
+pub(super) fn op_code(coll: Collective, tree: bool) -> u64 {
     coll as u64 * 2 + u64::from(tree)
 }
 

@@ -42,14 +42,58 @@ impl Comm {
 
     /// The status words and call signature of this rank's kernel of call `seq`.
     fn prims_status(&self, dev: &DevCall, algorithm: Algorithm, seq: u64) -> PrimsStatus {
+        self.prims_status_in(&self.tables.status, self.cfg.nchannels, dev, algorithm, seq)
+    }
+
+    /// [`Comm::prims_status`] reporting in `status` (`blocks` status words and mismatch
+    /// records).
+    pub(super) fn prims_status_in(
+        &self,
+        status: &crate::backend::DeviceBuffer,
+        blocks: usize,
+        dev: &DevCall,
+        algorithm: Algorithm,
+        seq: u64,
+    ) -> PrimsStatus {
         PrimsStatus {
-            status: self.tables.status.ptr(),
+            status: status.ptr(),
             abort_flag: self.health.abort.ptr(),
             // At most MAX_TIMEOUT (checked by shape): fits in u64 nanoseconds.
             timeout_ns: self.cfg.timeout.as_nanos() as u64,
             call: self.sign(dev, algorithm, seq),
-            mismatch: self.tables.status.ptr().offset(mismatch_offset(self.cfg.nchannels as u64)),
+            mismatch: status.ptr().offset(mismatch_offset(blocks as u64)),
         }
+    }
+
+    /// The ring (or, `tree`, tree) kernel arguments of `dev` reporting in `status`: byte
+    /// kernels (all-gather, broadcast) count bytes, whatever the type.
+    pub(super) fn ring_args(&self, dev: &DevCall, tree: bool, status: PrimsStatus) -> Result<RingArgs> {
+        let kernel =
+            if tree { CollKernel::TreeAllReduce(dev.dtype) } else { CollKernel::ring(dev.coll, dev.dtype) };
+        let count = if kernel.counts_bytes() {
+            dev.count.checked_mul(dev.dtype.size() as u64).ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "{} elements of {:?} overflow a byte count",
+                    dev.count, dev.dtype
+                ))
+            })?
+        } else {
+            dev.count
+        };
+        Ok(RingArgs {
+            sendbuff: dev.send,
+            recvbuff: dev.recv,
+            count,
+            channels: if tree { self.tables.tree.ptr() } else { self.tables.ring.ptr() },
+            status,
+            step_bytes: self.cfg.step_bytes,
+            root: dev.root as u64,
+            rank: self.rank as u64,
+            nranks: self.nranks as u64,
+            coll: dev.coll as u32,
+            op: dev.op as u32,
+            red_op_arg: dev.arg,
+        })
     }
 
     /// Enqueues this rank's ring or tree kernel of `dev` (planned: `plan`) on its stream; a
@@ -62,15 +106,14 @@ impl Comm {
         self.check_usable()?;
         let tree = plan.algorithm == Algorithm::Tree;
         let seq = self.health.progress.enter(dev.coll, tree);
-        let (send, recv) = (dev.send, dev.recv);
         if self.nranks == 1 {
             if dev.count == 0 {
                 return Ok(());
             }
             let reduces = dev.reduces();
             let args = OneRankArgs {
-                src: send,
-                dst: recv,
+                src: dev.send,
+                dst: dev.recv,
                 count: dev.count,
                 red_op_arg: if reduces { dev.arg } else { 0 },
                 op: dev.op as u32,
@@ -82,38 +125,10 @@ impl Comm {
                 self.stream.launch_kernel(kernel, LaunchConfig::linear(plan.channels, plan.threads), &args)
             };
         }
-        let (kernel, handle) = if tree {
-            (CollKernel::TreeAllReduce(dev.dtype), handles::tree(dev.dtype))
-        } else {
-            (CollKernel::ring(dev.coll, dev.dtype), handles::ring(dev.coll, dev.dtype))
-        };
-        // Byte kernels (all-gather, broadcast) count bytes, whatever the type.
-        let count = if kernel.counts_bytes() {
-            dev.count.checked_mul(dev.dtype.size() as u64).ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "{} elements of {:?} overflow a byte count",
-                    dev.count, dev.dtype
-                ))
-            })?
-        } else {
-            dev.count
-        };
+        let handle = if tree { handles::tree(dev.dtype) } else { handles::ring(dev.coll, dev.dtype) };
+        let args = self.ring_args(dev, tree, self.prims_status(dev, plan.algorithm, seq))?;
         self.stream.copy_in(&self.tables.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
         let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(1));
-        let args = RingArgs {
-            sendbuff: send,
-            recvbuff: recv,
-            count,
-            channels: if tree { self.tables.tree.ptr() } else { self.tables.ring.ptr() },
-            status: self.prims_status(dev, plan.algorithm, seq),
-            step_bytes: self.cfg.step_bytes,
-            root: dev.root as u64,
-            rank: self.rank as u64,
-            nranks: self.nranks as u64,
-            coll: dev.coll as u32,
-            op: dev.op as u32,
-            red_op_arg: dev.arg,
-        };
         // SAFETY: the user buffers are the caller's promise; the channel tables, status words and
         // connections are this Comm's own, alive as long as it is, and sized for its channels.
         unsafe { self.stream.launch_kernel(handle, cfg, &args) }

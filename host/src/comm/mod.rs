@@ -13,6 +13,7 @@ mod config;
 mod cudarc_interop;
 mod departure;
 mod dispatch;
+mod group;
 mod hang;
 mod init;
 mod launch;
@@ -46,10 +47,11 @@ pub use config::{
     NTHREADS_VAR,
 };
 pub use cudarc_interop::CudaElem;
+pub use group::Group;
 pub use local::{Fault, GroupConfig, LocalGroup};
 pub use msccl_loaded::{MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES};
 pub use onesided::{SymmetricMemory, MAX_SYMMETRIC_BYTES};
-pub use p2p::{Direction, Group, P2p, MAX_P2P_BLOCKS, MAX_P2P_CONNS, MAX_P2P_OPS, P2P_MAX_STEP_BYTES};
+pub use p2p::{Direction, P2p, MAX_P2P_BLOCKS, MAX_P2P_CONNS, MAX_P2P_OPS, P2P_MAX_STEP_BYTES};
 pub use topo::{TopologyConfig, MAX_NCHANNELS_VAR, MAX_VIEW_BYTES};
 pub use windows::Window;
 pub use work::{Enqueue, Work};

@@ -20,11 +20,9 @@ use super::call::BufRef;
 use super::communicator::Comm;
 use super::p2p_links::{P2pConn, P2pLinks};
 use super::wiring::{conn_tag, Edge};
-use crate::backend::LaunchConfig;
 use crate::error::{Error, Result};
 use crate::transport::{self, ConnHandle, ConnLayout, Side, TransportKind, MAX_HANDLE_BYTES};
-use rsccl_device::coll::kernels::{handles, SIMPLE_THREADS};
-use rsccl_device::coll::p2p::{P2pArgs, P2pKind, P2pOp, P2P_SHM_BYTES};
+use rsccl_device::coll::p2p::{P2pArgs, P2pKind, P2pOp};
 use rsccl_device::dtype::DataType;
 use rsccl_device::prims::conn::{
     decode_status, mismatch_offset, status_bytes, CallSig, ErrorCode, PrimsStatus, CALL_SIG_BYTES,
@@ -110,197 +108,22 @@ fn p2p_tag(from: usize, to: usize) -> u64 {
     conn_tag(Edge::P2p, 0, from, to)
 }
 
-/// One communicator's part of a group after phase 1.
-struct Prepared<'c> {
-    /// No other call of the communicator starts until the group ends.
-    _queue: std::sync::MutexGuard<'c, super::communicator::Queue>,
-    /// Other ranks' departures do not stop this group (see [`super::hang::Progress::in_p2p`]).
-    _in_p2p: super::hang::P2pGuard,
-    /// Each operation's bytes.
-    bytes: Vec<u64>,
-    /// The self-sends paired with their receives.
-    copies: Vec<(usize, usize)>,
-}
-
-/// One communicator's kernel of a group, launched.
-struct Launched {
-    _table: crate::backend::DeviceBuffer,
-    status: crate::backend::DeviceBuffer,
-    nblocks: usize,
-    dev: Vec<P2pOp>,
-    /// `dev[k]` is operation `index[k]` of the communicator's part.
-    index: Vec<usize>,
-}
-
-/// Point-to-point operations on one or several communicators run together (NCCL's
-/// `ncclGroupStart` … `ncclGroupEnd`): [`Group::run`] checks every communicator's part, makes
-/// the connections they need (every receiving side before any sending side, so one thread may
-/// drive every rank of an [`Comm::init_all`] set), launches one kernel per communicator and
-/// waits for all of them. A group that is dropped without running moves nothing.
-///
-/// ```
-/// use rsccl::{backend, BufRef, Comm, CommConfig, DataType, Group};
-/// // One thread drives three ranks: each sends to the next and receives from the previous.
-/// let be = backend::cpu();
-/// let comms = Comm::init_all(&be, 3, CommConfig::default())?;
-/// let send: Vec<_> = (0..3).map(|r| be.upload(&[r as i32; 4])).collect::<Result<_, _>>()?;
-/// let recv: Vec<_> = (0..3).map(|_| be.alloc(16)).collect::<Result<_, _>>()?;
-/// let mut g = Group::new();
-/// for r in 0..3 {
-///     g.send(&comms[r], BufRef::from(&send[r]), 4, DataType::I32, (r + 1) % 3);
-///     g.recv(&comms[r], BufRef::from(&recv[r]), 4, DataType::I32, (r + 2) % 3);
-/// }
-/// g.run()?;
-/// assert_eq!(be.download::<i32>(&recv[0], 4)?, [2; 4]);
-/// # Ok::<(), rsccl::Error>(())
-/// ```
-#[derive(Default)]
-pub struct Group<'a> {
-    parts: Vec<(&'a Comm, Vec<P2p<'a>>)>,
-}
-
-impl<'a> Group<'a> {
-    /// An empty group.
-    pub fn new() -> Self {
-        Group { parts: Vec::new() }
-    }
-
-    /// Queues `op` on `comm`.
-    pub fn add(&mut self, comm: &'a Comm, op: P2p<'a>) -> &mut Self {
-        match self.parts.iter_mut().find(|(c, _)| std::ptr::eq(*c, comm)) {
-            Some((_, ops)) => ops.push(op),
-            None => self.parts.push((comm, vec![op])),
-        }
-        self
-    }
-
-    /// Queues a send of `count` elements of `buf` from `comm`'s rank to `peer`.
-    pub fn send(
-        &mut self,
-        comm: &'a Comm,
-        buf: BufRef<'a>,
-        count: usize,
-        dtype: DataType,
-        peer: usize,
-    ) -> &mut Self {
-        self.add(comm, P2p::send(buf, count, dtype, peer))
-    }
-
-    /// Queues a receive of `count` elements from `peer` into `buf` on `comm`'s rank.
-    pub fn recv(
-        &mut self,
-        comm: &'a Comm,
-        buf: BufRef<'a>,
-        count: usize,
-        dtype: DataType,
-        peer: usize,
-    ) -> &mut Self {
-        self.add(comm, P2p::recv(buf, count, dtype, peer))
-    }
-
-    /// Runs the group and waits for every communicator's part; the first error (every kernel
-    /// that started has ended by then).
-    pub fn run(self) -> Result<()> {
-        let prepared: Vec<Prepared> =
-            self.parts.iter().map(|(c, ops)| c.p2p_prepare(ops)).collect::<Result<_>>()?;
-        for (c, ops) in &self.parts {
-            c.p2p_listen(ops)?;
-        }
-        for (c, ops) in &self.parts {
-            c.p2p_attach(ops)?;
-        }
-        let mut launched = Vec::with_capacity(self.parts.len());
-        let mut first_err = None;
-        for ((c, ops), prep) in self.parts.iter().zip(&prepared) {
-            match c.p2p_launch(ops, prep) {
-                Ok(l) => launched.push(l),
-                Err(e) => {
-                    first_err = Some(e);
-                    break;
-                }
-            }
-        }
-        for (((c, ops), prep), l) in self.parts.iter().zip(&prepared).zip(&launched) {
-            if let Some(l) = l {
-                if let Err(e) = c.p2p_finish(ops, prep, l) {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        first_err.map_or(Ok(()), Err)
-    }
-}
-
 /// What must match besides the byte count (which the kernel compares itself): nothing yet, a
 /// fixed word so a stray signature of another kind of call does not pass.
 const P2P_KEY: u64 = 0x7032_7073_656e_6400;
 
 impl Comm {
-    /// Sends `count` elements of `buf` to rank `peer` and waits until this rank's part is done
-    /// (the peer receives with [`Comm::recv`] or in a group: [`Comm::p2p`]).
-    ///
-    /// ```
-    /// use rsccl::{backend, BufRef, Comm, CommConfig, DataType};
-    /// let be = backend::cpu();
-    /// let comms = Comm::init_all(&be, 2, CommConfig::default())?;
-    /// let (a, b) = (be.upload(&[7u32; 5])?, be.alloc(20)?);
-    /// std::thread::scope(|s| {
-    ///     let (c0, c1) = (&comms[0], &comms[1]);
-    ///     let t = s.spawn(|| c0.send(BufRef::from(&a), 5, DataType::U32, 1));
-    ///     c1.recv(BufRef::from(&b), 5, DataType::U32, 0)?;
-    ///     t.join().unwrap()
-    /// })?;
-    /// assert_eq!(be.download::<u32>(&b, 5)?, [7; 5]);
-    /// # Ok::<(), rsccl::Error>(())
-    /// ```
-    pub fn send(&self, buf: BufRef, count: usize, dtype: DataType, peer: usize) -> Result<()> {
-        self.p2p(&[P2p::send(buf, count, dtype, peer)])
-    }
-
-    /// Receives `count` elements from rank `peer` into `buf` and waits for them.
-    pub fn recv(&self, buf: BufRef, count: usize, dtype: DataType, peer: usize) -> Result<()> {
-        self.p2p(&[P2p::recv(buf, count, dtype, peer)])
-    }
-
-    /// Runs `ops` — this rank's sends and receives of one group, in the order called — in one
-    /// launch, and waits for them. Peers call their matching operations (in any grouping); a
-    /// send and its receive must move the same number of bytes. [`Group`] spans communicators.
-    pub fn p2p(&self, ops: &[P2p]) -> Result<()> {
-        let mut g = Group::new();
-        for op in ops {
-            g.add(self, *op);
-        }
-        g.run()
-    }
-
-    /// Phase 1 of a group on this communicator: checks `ops`, pairs the self-sends, completes
-    /// the call in flight and waits until no call uses the buffers; holds the queue until
-    /// the group ends.
-    fn p2p_prepare<'c>(&'c self, ops: &[P2p]) -> Result<Prepared<'c>> {
-        self.check_usable()?;
-        let bytes = self.check_p2p(ops)?;
-        let copies = self_copies(self.rank, ops, &bytes)?;
-        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        self.complete_in_flight(&mut queue);
-        let in_p2p = self.health.progress.enter_p2p();
-        for op in ops {
-            op.buf.buf.wait_idle();
-        }
-        self.arm()?;
-        // No departure check here, unlike a collective's: ranks that left may have been no
-        // peer of this group, or done their part of it (a send's last steps wait in the
-        // receiver's memory). A peer that dies mid-transfer stops the kernel (the watchdog's
-        // abort) and is named when it ends.
-        Ok(Prepared { _queue: queue, _in_p2p: in_p2p, bytes, copies })
-    }
-
-    /// Phase 4: launches this rank's kernel of `ops` (none when nothing moves).
-    fn p2p_launch(&self, ops: &[P2p], prep: &Prepared) -> Result<Option<Launched>> {
-        let (bytes, copies) = (&prep.bytes, &prep.copies);
+    /// This rank's device ops of `ops` (checked: `bytes`, self-sends paired: `copies`) over
+    /// `nblocks` blocks, by block, then round, then the order called, and for each the index
+    /// of its operation. Counts each op on its connection (the number both sides sign).
+    pub(super) fn p2p_ops(
+        &self,
+        ops: &[P2p],
+        bytes: &[u64],
+        copies: &[(usize, usize)],
+        nblocks: usize,
+    ) -> (Vec<P2pOp>, Vec<usize>) {
         let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
-        // A block per round: each peer distance progresses on its own (round 0, the self-copies,
-        // shares block 0).
-        let nblocks = self.nranks.clamp(1, MAX_P2P_BLOCKS);
         let mut dev: Vec<(usize, usize, P2pOp)> = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate().filter(|(_, op)| op.peer != self.rank) {
             let round = match op.dir {
@@ -327,15 +150,21 @@ impl Comm {
             let op = P2pOp { src, dst, bytes: bytes[*s], kind: P2pKind::Copy as u32, ..Default::default() };
             dev.push((0, *s, op));
         }
-        if dev.is_empty() {
-            return Ok(None);
-        }
-        // By block, then round, then the order called (the sort is stable).
+        // The sort is stable: operations of one round keep the order called.
         dev.sort_by_key(|(round, _, op)| (op.block, *round));
-        let index: Vec<usize> = dev.iter().map(|(_, i, _)| *i).collect();
-        let dev: Vec<P2pOp> = dev.into_iter().map(|(_, _, op)| op).collect();
-        let table = self.stream.alloc(std::mem::size_of_val(dev.as_slice()))?;
-        self.stream.copy_in(&table, 0, bytemuck::cast_slice(&dev))?;
+        let index = dev.iter().map(|(_, i, _)| *i).collect();
+        (dev.into_iter().map(|(_, _, op)| op).collect(), index)
+    }
+
+    /// The status area of a point-to-point part over `nblocks` blocks and its arguments for
+    /// the device ops `dev` (uploaded into `table`).
+    pub(super) fn p2p_args(
+        &self,
+        dev: &[P2pOp],
+        nblocks: usize,
+    ) -> Result<(crate::backend::DeviceBuffer, crate::backend::DeviceBuffer, P2pArgs)> {
+        let table = self.stream.alloc(std::mem::size_of_val(dev).max(1))?;
+        self.stream.copy_in(&table, 0, bytemuck::cast_slice(dev))?;
         let status = self.stream.alloc(status_bytes(nblocks as u64) as usize)?;
         self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
         let args = P2pArgs {
@@ -351,25 +180,11 @@ impl Comm {
                 mismatch: status.ptr().offset(mismatch_offset(nblocks as u64)),
             },
         };
-        let cfg = LaunchConfig::linear(nblocks as u32, self.cfg.nthreads.clamp(64, SIMPLE_THREADS))
-            .with_smem(P2P_SHM_BYTES);
-        // SAFETY: every op's buffer holds its bytes (check_p2p) and stays untouched by other
-        // calls until the group ends (the queue is held); the connections and the op table are
-        // this Comm's and `Launched`'s, alive until phase 5 waited for the kernel.
-        unsafe { self.stream.launch_kernel(handles::p2p(), cfg, &args) }?;
-        Ok(Some(Launched { _table: table, status, nblocks, dev, index }))
-    }
-
-    /// Phase 5: waits for the kernel of phase 4 and reports how it ended.
-    fn p2p_finish(&self, ops: &[P2p], prep: &Prepared, l: &Launched) -> Result<()> {
-        match self.p2p_mismatch(&l.status, l.nblocks, ops, &prep.bytes, &l.dev, &l.index)? {
-            Some(e) => Err(self.fail(e)),
-            None => self.finish_with(&l.status, l.nblocks),
-        }
+        Ok((table, status, args))
     }
 
     /// Checks `ops` (peers, counts, buffers, how many) and returns each one's bytes.
-    fn check_p2p(&self, ops: &[P2p]) -> Result<Vec<u64>> {
+    pub(super) fn check_p2p(&self, ops: &[P2p]) -> Result<Vec<u64>> {
         let bad = |why: String| Error::InvalidConfig(format!("rank {}: {why}", self.rank));
         if ops.len() > MAX_P2P_OPS {
             return Err(bad(format!(
@@ -444,7 +259,7 @@ impl Comm {
 
     /// Phase 2: the receiving side of every missing connection `ops` needs — allocated, its
     /// handle sent to the sender. Never waits on a peer.
-    fn p2p_listen(&self, ops: &[P2p]) -> Result<()> {
+    pub(super) fn p2p_listen(&self, ops: &[P2p]) -> Result<()> {
         let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
         let need = self.p2p_missing(&links, ops)?;
         let layout = self.p2p_layout();
@@ -461,7 +276,7 @@ impl Comm {
 
     /// Phase 3: the sending side of every missing connection `ops` needs — waits for the
     /// receiver's handle (at most the bootstrap timeout) and attaches.
-    fn p2p_attach(&self, ops: &[P2p]) -> Result<()> {
+    pub(super) fn p2p_attach(&self, ops: &[P2p]) -> Result<()> {
         let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
         let need = self.p2p_missing(&links, ops)?;
         let layout = self.p2p_layout();
@@ -490,7 +305,7 @@ impl Comm {
 
     /// After the launch: a mismatch between a send and its receive, as an error naming both
     /// operations and sizes (`None` when there is none; other failures are `finish`'s).
-    fn p2p_mismatch(
+    pub(super) fn p2p_mismatch(
         &self,
         status: &crate::backend::DeviceBuffer,
         nblocks: usize,
@@ -541,7 +356,7 @@ impl Comm {
 
 /// Pairs this rank's sends to itself with its receives from itself, in the order called
 /// (`(send index, receive index)`); their counts and sizes must agree.
-fn self_copies(rank: usize, ops: &[P2p], bytes: &[u64]) -> Result<Vec<(usize, usize)>> {
+pub(super) fn self_copies(rank: usize, ops: &[P2p], bytes: &[u64]) -> Result<Vec<(usize, usize)>> {
     let of = |d: Direction| -> Vec<usize> {
         (0..ops.len()).filter(|&i| ops[i].peer == rank && ops[i].dir == d).collect()
     };

@@ -3,7 +3,8 @@
 //! receives: one [`Group`] of this rank's operations, one launch.
 use super::call::BufRef;
 use super::communicator::Comm;
-use super::p2p::{Direction, Group, P2p};
+use super::group::Group;
+use super::p2p::{Direction, P2p};
 use crate::error::{Error, Result};
 use rsccl_device::dtype::DataType;
 

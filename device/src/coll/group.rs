@@ -1,0 +1,111 @@
+//! A group's launch (NCCL's aggregated kernel of `ncclGroupEnd`): ring collectives and
+//! point-to-point operations of one rank in one kernel, one after another in each block.
+//!
+//! **What the host gives.** A [`GroupArgs`]: `RingArgs[nworks]` — ring collectives, each with
+//! its own status area, all on the grid's channels (block `c` runs channel `c` of every
+//! work) — and a [`P2pArgs`] whose ops name blocks of the same grid. Reducing collectives move
+//! elements of the kernel's type (`rsccl_group_<type>`); all-gather and broadcast count bytes,
+//! so they join a launch of any type.
+//!
+//! **Order (deadlock freedom).** Every block runs the collectives first, in array order, then
+//! its point-to-point ops ([`super::p2p`]'s schedule). Every rank's host lists the same
+//! collectives in the same order (NCCL's rule for collectives), so channel `c` of collective
+//! `k` on one rank only waits for channel `c` of collective `k` on its ring neighbours, which
+//! have finished their collectives before `k` by induction; the point-to-point ops then
+//! complete as they do in their own kernel. A block whose collective fails (a timeout, a
+//! mismatched call, an abort) runs nothing after it: its peers fail the same way, by their
+//! timeout or the abort word, never by waiting forever.
+use super::mover::RedMover;
+use super::p2p::{p2p_kernel, P2pArgs, P2P_SHM_BYTES};
+use super::ring::{self, RingArgs};
+use super::Collective;
+use crate::redop::{Elem, RedOp};
+use crate::{arch, DevPtr};
+
+/// Arguments of the `rsccl_group_<type>` kernels.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupArgs {
+    /// `RingArgs[nworks]`, alive for the launch: the collectives, in the order every rank runs
+    /// them. Each one's `channels` holds a channel per block of the grid and its `status` its
+    /// own words (one per block).
+    pub works: DevPtr,
+    /// Collectives in `works`.
+    pub nworks: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// The point-to-point ops, run after the collectives (`nops` 0: none).
+    pub p2p: P2pArgs,
+}
+// SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
+crate::pod::unsafe_impl_pod!(GroupArgs { works, nworks, reserved, p2p });
+
+/// Threads per block of the group kernels (their `.maxntid`): half the Simple kernels' 512,
+/// so ptxas may give each thread up to 255 registers. Every body of a ring collective already
+/// uses the 128 a 512-thread block allows; one kernel holding all of them would spill.
+pub const GROUP_THREADS: u32 = 256;
+
+/// Bytes of dynamic shared memory a group kernel must be launched with: the point-to-point
+/// part's two primitives groups (the collectives use the first).
+pub const GROUP_SHM_BYTES: u32 = P2P_SHM_BYTES;
+
+/// Work `i` of the launch, read in place.
+#[inline(always)]
+fn work_at(a: &GroupArgs, i: u32) -> &RingArgs {
+    // SAFETY: the host gives `nworks` works, alive for the launch; i < nworks at every call.
+    unsafe { &*a.works.as_ptr::<RingArgs>().add(i as usize) }
+}
+
+/// Whether channel `bid` of `w` recorded a failure (read after the block's barrier, so every
+/// thread of the block sees the same word: only this block writes it).
+#[inline(always)]
+fn failed(w: &RingArgs, bid: u32) -> bool {
+    if w.status.status == DevPtr::NULL {
+        return false;
+    }
+    // SAFETY: the host sizes each work's status with one word per block of the grid.
+    unsafe { arch::ld_volatile_u64(w.status.status.offset(8 * bid as u64).as_ptr()) != 0 }
+}
+
+/// Kernel body of `rsccl_group_<T>`: this block's channel of every collective (reducing ones
+/// in `T`, the others in bytes), then its point-to-point ops. Traps on a collective it does
+/// not run (tree algorithms, an unknown one) and on less than [`GROUP_SHM_BYTES`] of dynamic
+/// shared memory.
+#[inline(always)]
+pub fn group_kernel<T: Elem>(a: &GroupArgs) {
+    if arch::dynamic_smem_bytes() < GROUP_SHM_BYTES {
+        arch::trap();
+    }
+    let bid = arch::block_idx().x;
+    for i in 0..a.nworks {
+        let w = work_at(a, i);
+        let Some(&op) = RedOp::ALL.get(w.op as usize) else { arch::trap() };
+        let bytes = RedMover::<u8>::new(RedOp::Sum, 0);
+        match Collective::from_u32(w.coll) {
+            Some(Collective::AllReduce) => ring::all_reduce(w, &RedMover::<T>::new(op, w.red_op_arg)),
+            Some(Collective::ReduceScatter) => ring::reduce_scatter(w, &RedMover::<T>::new(op, w.red_op_arg)),
+            Some(Collective::Reduce) => ring::reduce(w, &RedMover::<T>::new(op, w.red_op_arg)),
+            Some(Collective::AllGather) => ring::all_gather(w, &bytes),
+            Some(Collective::Broadcast) => ring::broadcast(w, &bytes),
+            None => arch::trap(),
+        }
+        // The next collective's primitives reuse the shared memory; a failed channel stops here.
+        arch::sync_threads();
+        if failed(w, bid) {
+            return;
+        }
+    }
+    if a.p2p.nops > 0 {
+        p2p_kernel(&a.p2p, &RedMover::<u8>::new(RedOp::Sum, 0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_layout_is_what_the_host_writes() {
+        assert_eq!(core::mem::size_of::<GroupArgs>(), 16 + core::mem::size_of::<P2pArgs>());
+    }
+}

@@ -1,0 +1,441 @@
+//! Groups (NCCL's `ncclGroupStart` … `ncclGroupEnd`): sends, receives and collectives of one
+//! or several communicators, checked when queued and run together, one launch per
+//! communicator.
+//!
+//! **Phases**, each done for every communicator before the next begins (so one thread may
+//! drive every rank of an [`Comm::init_all`] set): prepare (check the calls, wait for the call
+//! in flight, hold the queue), listen (the receiving sides of new point-to-point connections),
+//! attach (their sending sides), launch, finish (wait, report).
+//!
+//! **Collectives in a group** run on the rings, in the order queued, before the point-to-point
+//! operations, in the same kernel ([`rsccl_device::coll::group`]): one launch per communicator
+//! when the group's reducing collectives share one element type (all-gather and broadcast move
+//! bytes and join any launch), one more launch for each further type. Every rank queues the
+//! same collectives in the same order, as NCCL requires. On a one-rank communicator each
+//! collective is its copy kernel.
+use super::algorithm::Algorithm;
+use super::call::{BufRef, Call, DevCall};
+use super::communicator::{Comm, Queue};
+use super::hang::{op_code, P2pGuard};
+use super::p2p::{self_copies, P2p, MAX_P2P_BLOCKS};
+use crate::backend::{DeviceBuffer, LaunchConfig};
+use crate::error::{Error, Result};
+use rsccl_device::coll::group::{GroupArgs, GROUP_SHM_BYTES, GROUP_THREADS};
+use rsccl_device::coll::kernels::{handles, CollKernel, SIMPLE_THREADS};
+use rsccl_device::coll::p2p::{P2pArgs, P2pOp, P2P_SHM_BYTES};
+use rsccl_device::coll::ring::RingArgs;
+use rsccl_device::coll::Collective;
+use rsccl_device::dtype::DataType;
+use rsccl_device::prims::conn::{status_bytes, CallSig};
+
+/// Point-to-point operations and collectives on one or several communicators, run together
+/// by [`Group::run`] (NCCL's `ncclGroupStart` … `ncclGroupEnd`): it checks every
+/// communicator's part, makes the connections they need (every receiving side before any
+/// sending side, so one thread may drive every rank of an [`Comm::init_all`] set), launches one
+/// kernel per communicator (see the [module](self) for collectives of several types) and waits
+/// for all of them. A group that is dropped without running moves nothing; a group cannot be
+/// left open. [`Group::join`] nests one group in another, as NCCL's nested group calls do.
+///
+/// ```
+/// use rsccl::{backend, BufRef, Call, Comm, CommConfig, DataType, Group, ReduceOp};
+/// // One thread drives three ranks: each sends to the next and receives from the previous,
+/// // and all three all-reduce, in one launch per rank.
+/// let be = backend::cpu();
+/// let comms = Comm::init_all(&be, 3, CommConfig::default())?;
+/// let send: Vec<_> = (0..3).map(|r| be.upload(&[r as i32; 4])).collect::<Result<_, _>>()?;
+/// let recv: Vec<_> = (0..3).map(|_| be.alloc(16)).collect::<Result<_, _>>()?;
+/// let sum: Vec<_> = (0..3).map(|_| be.alloc(16)).collect::<Result<_, _>>()?;
+/// let mut g = Group::new();
+/// for r in 0..3 {
+///     g.send(&comms[r], BufRef::from(&send[r]), 4, DataType::I32, (r + 1) % 3);
+///     g.recv(&comms[r], BufRef::from(&recv[r]), 4, DataType::I32, (r + 2) % 3);
+///     g.call(&comms[r], Call::all_reduce((&send[r]).into(), (&sum[r]).into(), 4, DataType::I32, ReduceOp::Sum));
+/// }
+/// g.run()?;
+/// assert_eq!(be.download::<i32>(&recv[0], 4)?, [2; 4]);
+/// assert_eq!(be.download::<i32>(&sum[1], 4)?, [3; 4]);
+/// # Ok::<(), rsccl::Error>(())
+/// ```
+#[derive(Default)]
+pub struct Group<'a> {
+    parts: Vec<Part<'a>>,
+}
+
+/// One communicator's calls in a group, in the order queued.
+struct Part<'a> {
+    comm: &'a Comm,
+    ops: Vec<P2p<'a>>,
+    calls: Vec<Call<'a>>,
+}
+
+impl<'a> Group<'a> {
+    /// An empty group.
+    pub fn new() -> Self {
+        Group { parts: Vec::new() }
+    }
+
+    fn part(&mut self, comm: &'a Comm) -> &mut Part<'a> {
+        match self.parts.iter().position(|p| std::ptr::eq(p.comm, comm)) {
+            Some(i) => &mut self.parts[i],
+            None => {
+                self.parts.push(Part { comm, ops: Vec::new(), calls: Vec::new() });
+                self.parts.last_mut().expect("just pushed")
+            }
+        }
+    }
+
+    /// Queues `op` on `comm`.
+    pub fn add(&mut self, comm: &'a Comm, op: P2p<'a>) -> &mut Self {
+        self.part(comm).ops.push(op);
+        self
+    }
+
+    /// Queues a send of `count` elements of `buf` from `comm`'s rank to `peer`.
+    pub fn send(
+        &mut self,
+        comm: &'a Comm,
+        buf: BufRef<'a>,
+        count: usize,
+        dtype: DataType,
+        peer: usize,
+    ) -> &mut Self {
+        self.add(comm, P2p::send(buf, count, dtype, peer))
+    }
+
+    /// Queues a receive of `count` elements from `peer` into `buf` on `comm`'s rank.
+    pub fn recv(
+        &mut self,
+        comm: &'a Comm,
+        buf: BufRef<'a>,
+        count: usize,
+        dtype: DataType,
+        peer: usize,
+    ) -> &mut Self {
+        self.add(comm, P2p::recv(buf, count, dtype, peer))
+    }
+
+    /// Queues the collective `call` on `comm` (every rank of the communicator queues the same
+    /// collectives in the same order). It runs on the rings: a call that asks for another
+    /// algorithm is refused when the group runs.
+    pub fn call(&mut self, comm: &'a Comm, call: Call<'a>) -> &mut Self {
+        self.part(comm).calls.push(call);
+        self
+    }
+
+    /// Moves everything `inner` queued into this group (NCCL's nested groups: the inner
+    /// group's calls run when the outermost group does).
+    pub fn join(&mut self, inner: Group<'a>) -> &mut Self {
+        for p in inner.parts {
+            let part = self.part(p.comm);
+            part.ops.extend(p.ops);
+            part.calls.extend(p.calls);
+        }
+        self
+    }
+
+    /// Runs the group and waits for every communicator's part; the first error (every kernel
+    /// that started has ended by then).
+    pub fn run(self) -> Result<()> {
+        let prepared: Vec<Prepared> =
+            self.parts.iter().map(|p| p.comm.group_prepare(&p.ops, &p.calls)).collect::<Result<_>>()?;
+        for p in &self.parts {
+            p.comm.p2p_listen(&p.ops)?;
+        }
+        for p in &self.parts {
+            p.comm.p2p_attach(&p.ops)?;
+        }
+        let mut launched = Vec::with_capacity(self.parts.len());
+        let mut first_err = None;
+        for (p, prep) in self.parts.iter().zip(&prepared) {
+            match p.comm.group_launch(&p.ops, prep) {
+                Ok(l) => launched.push(l),
+                Err(e) => {
+                    first_err = Some(e);
+                    break;
+                }
+            }
+        }
+        for ((p, prep), l) in self.parts.iter().zip(&prepared).zip(&launched) {
+            if let Err(e) = p.comm.group_finish(&p.ops, prep, l) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+/// One communicator's part of a group after phase 1.
+struct Prepared<'c> {
+    /// No other call of the communicator starts until the group ends.
+    _queue: std::sync::MutexGuard<'c, Queue>,
+    /// Other ranks' departures do not stop this group (see [`super::hang::Progress::in_p2p`]).
+    _in_p2p: P2pGuard,
+    /// Each point-to-point operation's bytes.
+    bytes: Vec<u64>,
+    /// The self-sends paired with their receives.
+    copies: Vec<(usize, usize)>,
+    /// The collectives, checked.
+    devs: Vec<DevCall>,
+}
+
+/// A collective of a launched group kernel: where it reports.
+struct WorkStatus {
+    /// Its status words (none on a one-rank communicator: a copy cannot fail).
+    status: Option<DeviceBuffer>,
+    seq: u64,
+    coll: Collective,
+    /// Its full signature (for a mismatch message).
+    sig: CallSig,
+}
+
+/// The point-to-point part of a launched kernel.
+struct P2pPart {
+    status: DeviceBuffer,
+    nblocks: usize,
+    dev: Vec<P2pOp>,
+    /// `dev[k]` is operation `index[k]` of the communicator's part.
+    index: Vec<usize>,
+}
+
+/// One kernel of a communicator's part, launched.
+struct Launched {
+    /// Argument tables the kernel reads.
+    _tables: Vec<DeviceBuffer>,
+    works: Vec<WorkStatus>,
+    p2p: Option<P2pPart>,
+}
+
+impl Comm {
+    /// Runs `ops` — this rank's sends and receives of one group, in the order called — in one
+    /// launch, and waits for them. Peers call their matching operations (in any grouping); a
+    /// send and its receive must move the same number of bytes. [`Group`] spans communicators.
+    pub fn p2p(&self, ops: &[P2p]) -> Result<()> {
+        let mut g = Group::new();
+        for op in ops {
+            g.add(self, *op);
+        }
+        g.run()
+    }
+
+    /// Sends `count` elements of `buf` to rank `peer` and waits until this rank's part is done
+    /// (the peer receives with [`Comm::recv`] or in a group: [`Comm::p2p`]).
+    ///
+    /// ```
+    /// use rsccl::{backend, BufRef, Comm, CommConfig, DataType};
+    /// let be = backend::cpu();
+    /// let comms = Comm::init_all(&be, 2, CommConfig::default())?;
+    /// let (a, b) = (be.upload(&[7u32; 5])?, be.alloc(20)?);
+    /// std::thread::scope(|s| {
+    ///     let (c0, c1) = (&comms[0], &comms[1]);
+    ///     let t = s.spawn(|| c0.send(BufRef::from(&a), 5, DataType::U32, 1));
+    ///     c1.recv(BufRef::from(&b), 5, DataType::U32, 0)?;
+    ///     t.join().unwrap()
+    /// })?;
+    /// assert_eq!(be.download::<u32>(&b, 5)?, [7; 5]);
+    /// # Ok::<(), rsccl::Error>(())
+    /// ```
+    pub fn send(&self, buf: BufRef, count: usize, dtype: DataType, peer: usize) -> Result<()> {
+        self.p2p(&[P2p::send(buf, count, dtype, peer)])
+    }
+
+    /// Receives `count` elements from rank `peer` into `buf` and waits for them.
+    pub fn recv(&self, buf: BufRef, count: usize, dtype: DataType, peer: usize) -> Result<()> {
+        self.p2p(&[P2p::recv(buf, count, dtype, peer)])
+    }
+
+    /// Phase 1 of a group on this communicator: checks `ops` and `calls`, pairs the
+    /// self-sends, completes the call in flight and waits until no call uses the buffers;
+    /// holds the queue until the group ends.
+    fn group_prepare<'c>(&'c self, ops: &[P2p], calls: &[Call]) -> Result<Prepared<'c>> {
+        self.check_usable()?;
+        let bytes = self.check_p2p(ops)?;
+        let copies = self_copies(self.rank, ops, &bytes)?;
+        let cc = self.stream.compute_capability();
+        let devs = calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match c.algorithm {
+                None | Some(Algorithm::Ring) => c.check(self.rank, self.nranks, cc),
+                Some(a) => Err(Error::InvalidConfig(format!(
+                    "rank {}: collective {i} of a group ({:?}) asks for {}; a group's collectives run on the rings",
+                    self.rank,
+                    c.coll,
+                    a.name()
+                ))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.complete_in_flight(&mut queue);
+        let in_p2p = self.health.progress.enter_p2p();
+        for op in ops {
+            op.buf.buf.wait_idle();
+        }
+        for c in calls {
+            c.send.buf.wait_idle();
+            c.recv.buf.wait_idle();
+        }
+        self.arm()?;
+        // No departure check here, unlike a collective's: ranks that left may have been no
+        // peer of this group, or done their part of it (a send's last steps wait in the
+        // receiver's memory). A peer that dies mid-transfer stops the kernel (the watchdog's
+        // abort) and is named when it ends.
+        Ok(Prepared { _queue: queue, _in_p2p: in_p2p, bytes, copies, devs })
+    }
+
+    /// Phase 4: launches this rank's kernels of the group (none when nothing moves).
+    fn group_launch(&self, ops: &[P2p], prep: &Prepared) -> Result<Vec<Launched>> {
+        if prep.devs.is_empty() {
+            return Ok(self.launch_p2p_only(ops, prep)?.into_iter().collect());
+        }
+        let mut launched = Vec::new();
+        if self.nranks == 1 {
+            // A copy kernel per collective (nothing to wait on), then the self-copies.
+            for dev in &prep.devs {
+                // SAFETY: `check` showed the buffers hold what the copy reads and writes; the
+                // group holds them (borrowed) until phase 5 waited for the kernel.
+                unsafe { self.launch(dev, &self.plan_for(Algorithm::Ring, dev)) }?;
+                let seq = self.health.progress.in_flight().map_or(0, |(s, _)| s);
+                let sig = CallSig::default();
+                launched.push(Launched {
+                    _tables: Vec::new(),
+                    works: vec![WorkStatus { status: None, seq, coll: dev.coll, sig }],
+                    p2p: None,
+                });
+            }
+            launched.extend(self.launch_p2p_only(ops, prep)?);
+            return Ok(launched);
+        }
+        // The reducing collectives' types in order of appearance: one launch each; the byte
+        // collectives and the point-to-point operations go in the first.
+        let mut types: Vec<DataType> = Vec::new();
+        for d in prep.devs.iter().filter(|d| d.reduces()) {
+            if !types.contains(&d.dtype) {
+                types.push(d.dtype);
+            }
+        }
+        if types.is_empty() {
+            types.push(DataType::U8);
+        }
+        // Every kernel's tables first: a copy to the device waits for the stream (on the CPU
+        // emulator), and a kernel already launched may wait for peers this thread drives.
+        let grid = self.cfg.nchannels;
+        let mut staged = Vec::with_capacity(types.len());
+        for (j, &t) in types.iter().enumerate() {
+            let mine: Vec<&DevCall> =
+                prep.devs.iter().filter(|d| if d.reduces() { d.dtype == t } else { j == 0 }).collect();
+            let p2p_ops = if j == 0 { ops } else { &[] };
+            let (args, l) = self.stage_group_kernel(&mine, p2p_ops, prep, grid)?;
+            staged.push((t, args));
+            launched.push(l);
+        }
+        let cfg = LaunchConfig::linear(grid as u32, self.cfg.nthreads.clamp(64, GROUP_THREADS))
+            .with_smem(GROUP_SHM_BYTES);
+        for (t, args) in staged {
+            debug_assert_eq!(handles::group(t).name(), CollKernel::Group(t).name());
+            // SAFETY: every collective's buffers hold what it reads and writes on this rank
+            // (`check`) and every op's buffer its bytes (`check_p2p`), untouched by other calls
+            // until the group ends (the queue is held); the channel tables, connections, status
+            // areas and argument tables are this Comm's and `Launched`'s, alive until phase 5
+            // waited for the kernel.
+            unsafe { self.stream.launch_kernel(handles::group(t), cfg, &args) }?;
+        }
+        Ok(launched)
+    }
+
+    /// The tables and arguments of one group kernel: the collectives `devs` (in order) and the
+    /// point-to-point operations `ops`, over `grid` blocks (the rings' channels).
+    fn stage_group_kernel(
+        &self,
+        devs: &[&DevCall],
+        ops: &[P2p],
+        prep: &Prepared,
+        grid: usize,
+    ) -> Result<(GroupArgs, Launched)> {
+        let mut tables = Vec::new();
+        let mut works = Vec::with_capacity(devs.len());
+        let mut args: Vec<RingArgs> = Vec::with_capacity(devs.len());
+        for dev in devs {
+            let status = self.stream.alloc(status_bytes(grid as u64) as usize)?;
+            self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
+            let seq = self.health.progress.enter(dev.coll, false);
+            let prims = self.prims_status_in(&status, grid, dev, Algorithm::Ring, seq);
+            let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
+            args.push(self.ring_args(dev, false, prims)?);
+            works.push(WorkStatus { status: Some(status), seq, coll: dev.coll, sig });
+        }
+        let table = self.stream.alloc(std::mem::size_of_val(args.as_slice()).max(1))?;
+        self.stream.copy_in(&table, 0, bytemuck::cast_slice(&args))?;
+        let mut group =
+            GroupArgs { works: table.ptr(), nworks: args.len() as u32, reserved: 0, p2p: P2pArgs::default() };
+        tables.push(table);
+        let (p2p_ops, copies) = if ops.is_empty() { (&[][..], &[][..]) } else { (ops, &prep.copies[..]) };
+        let (dev, index) = self.p2p_ops(p2p_ops, &prep.bytes, copies, grid);
+        let p2p = if dev.is_empty() {
+            None
+        } else {
+            let (table, status, a) = self.p2p_args(&dev, grid)?;
+            group.p2p = a;
+            tables.push(table);
+            Some(P2pPart { status, nblocks: grid, dev, index })
+        };
+        Ok((group, Launched { _tables: tables, works, p2p }))
+    }
+
+    /// The point-to-point kernel of a group without collectives: a block per round (each
+    /// peer distance progresses on its own; round 0, the self-copies, shares block 0).
+    fn launch_p2p_only(&self, ops: &[P2p], prep: &Prepared) -> Result<Option<Launched>> {
+        let nblocks = self.nranks.clamp(1, MAX_P2P_BLOCKS);
+        let (dev, index) = self.p2p_ops(ops, &prep.bytes, &prep.copies, nblocks);
+        if dev.is_empty() {
+            return Ok(None);
+        }
+        let (table, status, args) = self.p2p_args(&dev, nblocks)?;
+        let cfg = LaunchConfig::linear(nblocks as u32, self.cfg.nthreads.clamp(64, SIMPLE_THREADS))
+            .with_smem(P2P_SHM_BYTES);
+        // SAFETY: every op's buffer holds its bytes (check_p2p) and stays untouched by other
+        // calls until the group ends (the queue is held); the connections and the op table are
+        // this Comm's and `Launched`'s, alive until phase 5 waited for the kernel.
+        unsafe { self.stream.launch_kernel(handles::p2p(), cfg, &args) }?;
+        Ok(Some(Launched {
+            _tables: vec![table],
+            works: Vec::new(),
+            p2p: Some(P2pPart { status, nblocks, dev, index }),
+        }))
+    }
+
+    /// Phase 5: waits for the kernels of phase 4 and reports how they ended: the first
+    /// collective that failed, else a point-to-point failure.
+    fn group_finish(&self, ops: &[P2p], prep: &Prepared, launched: &[Launched]) -> Result<()> {
+        let mut res = Ok(());
+        let mut last = None;
+        for w in launched.iter().flat_map(|l| &l.works) {
+            last = Some(w.seq);
+            if res.is_err() {
+                continue;
+            }
+            res = match &w.status {
+                None => self.stream.synchronize(),
+                Some(status) => {
+                    // The mismatch message names this collective.
+                    *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner()) = w.sig;
+                    self.finish_inner(Some((w.seq, op_code(w.coll, false))), status, self.cfg.nchannels)
+                }
+            };
+        }
+        if let Some(seq) = last {
+            if res.is_ok() {
+                self.health.progress.finish(seq);
+            } else {
+                self.health.progress.fail(seq);
+            }
+        }
+        res?;
+        for p in launched.iter().filter_map(|l| l.p2p.as_ref()) {
+            match self.p2p_mismatch(&p.status, p.nblocks, ops, &prep.bytes, &p.dev, &p.index)? {
+                Some(e) => return Err(self.fail(e)),
+                None => self.finish_with(&p.status, p.nblocks)?,
+            }
+        }
+        Ok(())
+    }
+}
