@@ -1,6 +1,6 @@
 //! All-to-all on point-to-point (one group of sends and receives per rank, `Comm::all_to_all_v`
-//! with equal counts) against the MSCCL program path (`Comm::all_to_all`: the compiled two-step
-//! program on the interpreter), on the same ranks and buffers, as a ratio (MSCCL time / p2p
+//! with equal counts) against the MSCCL program path (`Enqueue::all_to_all`: the compiled
+//! two-step program on the interpreter), on the same ranks and buffers, as a ratio (MSCCL time / p2p
 //! time: above 1.0 the p2p path is faster). Both are checked against the expected blocks before
 //! they are timed.
 //!
@@ -51,8 +51,11 @@ fn run(be: &Arc<dyn Backend>, comms: &[Comm], bytes: usize, iters: usize) -> rsc
             DataType::U32,
         )
     };
+    // Enqueued, all-to-all runs the MSCCL program (blocking, point-to-point like `p2p` here).
     let msccl = |c: &Comm| {
-        c.all_to_all(BufRef::from(&send[c.rank()]), BufRef::from(&recv[c.rank()]), block, DataType::U32)
+        c.enqueue()
+            .all_to_all(BufRef::from(&send[c.rank()]), BufRef::from(&recv[c.rank()]), block, DataType::U32)?
+            .wait()
     };
     let check = |what: &str| -> rsccl::Result<()> {
         for (r, out) in recv.iter().enumerate() {

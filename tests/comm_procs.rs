@@ -299,16 +299,23 @@ fn comm_child() {
                     (0..count).map(|i| (0..n).map(|q| ((i * 7 + q * 13) % 101) as i32 - 50).sum()).collect();
                 assert!(be.download::<i32>(&buf, count).unwrap() == want, "rank {rank}: count {count}");
             }
-            // All-to-all: the registry's program up to its maxBytes, the built-in one above (its
-            // loading is logged); both give every block where the definition puts it.
+            // All-to-all: the registry's program up to its maxBytes; above it grouped sends and
+            // receives, blocking, or the built-in program, enqueued (its loading is logged).
             let log = var("RSCCL_DEBUG_FILE");
             let built_in =
                 || std::fs::read_to_string(&log).unwrap().contains("the built-in two-step program");
-            for (count, from_registry) in [(1000usize, true), (3000, false)] {
+            for (count, enqueued) in [(1000usize, false), (3000, false), (3000, true)] {
                 let word = |src: usize, dst: usize, i: usize| (src * 1_000_000 + dst * 10_000 + i) as i32;
                 let send: Vec<i32> = (0..n).flat_map(|p| (0..count).map(move |i| word(rank, p, i))).collect();
                 let (sb, rb) = (be.upload(&send).unwrap(), be.alloc(4 * n * count).unwrap());
-                comm.all_to_all(BufRef::from(&sb), BufRef::from(&rb), count, DataType::I32).unwrap();
+                let (s, d) = (BufRef::from(&sb), BufRef::from(&rb));
+                if enqueued {
+                    let w = comm.enqueue().all_to_all(s, d, count, DataType::I32).unwrap();
+                    assert_eq!(w.algorithm(), "msccl");
+                    w.wait().unwrap();
+                } else {
+                    comm.all_to_all(s, d, count, DataType::I32).unwrap();
+                }
                 let want: Vec<i32> = (0..n).flat_map(|q| (0..count).map(move |i| word(q, rank, i))).collect();
                 assert!(
                     be.download::<i32>(&rb, n * count).unwrap() == want,
@@ -316,7 +323,7 @@ fn comm_child() {
                 );
                 assert_eq!(
                     built_in(),
-                    !from_registry,
+                    enqueued,
                     "rank {rank}: all_to_all of {count}: the log:\n{}",
                     std::fs::read_to_string(&log).unwrap()
                 );

@@ -1,9 +1,11 @@
-//! All-to-all on a communicator (MSCCL's `ncclAllToAll`; NCCL users write it as grouped
-//! send/recv): an MSCCL-IR program that serves the call, from the registry
-//! (`RSCCL_MSCCL_XML`) when one does, else the built-in two-step all-to-all, compiled for the
-//! communicator's hosts and loaded on its first call.
+//! All-to-all on a communicator (NCCL 2.28's `ncclAlltoAll`, MSCCL's `ncclAllToAll`): grouped
+//! sends and receives, unless an MSCCL-IR program from the registry (`RSCCL_MSCCL_XML`) serves
+//! the call. The enqueued form runs an MSCCL program (the registry's, else the built-in
+//! two-step all-to-all, compiled for the communicator's hosts on its first call) until
+//! point-to-point groups can be enqueued.
 use super::algorithm::MscclId;
 use super::communicator::Comm;
+use super::group::Group;
 use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
@@ -17,12 +19,11 @@ impl Comm {
     /// rank calls it with the same `count` and `dtype`. In place (`send` = `recv`) the input is
     /// staged in a buffer of the communicator's first (kept for later calls).
     ///
-    /// It runs an MSCCL-IR program: one of the registry's (`RSCCL_MSCCL_XML`) that serves the
-    /// call, else the built-in two-step all-to-all (MSCCL's), compiled on the first call for
-    /// this communicator's hosts. Across hosts, the blocks for another host first gather on the
-    /// GPU of the destination's local index and cross the network as one transfer; inside a
-    /// host every block goes directly. Blocks until this rank's part is done;
-    /// [`crate::comm::Enqueue::all_to_all`] returns at once.
+    /// It runs as grouped sends and receives (NCCL's `ncclAlltoAll`: one point-to-point launch),
+    /// unless a registry MSCCL program (`RSCCL_MSCCL_XML`) serves the call, which then runs
+    /// instead, as does the built-in two-step program across hosts (point-to-point does not
+    /// run over the network transport yet). Blocks until this rank's part is done; [`crate::comm::Enqueue::all_to_all`]
+    /// returns at once (on an MSCCL program: the registry's or the built-in two-step one).
     ///
     /// ```
     /// use rsccl::{backend, BufRef, Comm, CommConfig, DataType};
@@ -43,7 +44,30 @@ impl Comm {
     /// # Ok::<(), rsccl::Error>(())
     /// ```
     pub fn all_to_all(&self, send: BufRef, recv: BufRef, count: usize, dtype: DataType) -> Result<()> {
-        self.start_all_to_all(send, recv, count, dtype)?.wait()
+        let bytes = self.all_to_all_bytes(count, dtype)?;
+        // Point-to-point does not run over the network yet: across hosts, the program.
+        let net = self.links.transports.iter().any(|t| *t == crate::transport::TransportKind::Net);
+        if net || self.all_to_all_registry(send.ptr() == recv.ptr(), bytes).is_some() {
+            return self.start_all_to_all(send, recv, count, dtype)?.wait();
+        }
+        if send.ptr() != recv.ptr() {
+            let mut g = Group::new();
+            g.all_to_all(self, send, recv, count, dtype)?;
+            return g.run();
+        }
+        // In place: every block is read before any arrives, so the input goes to the staging
+        // buffer first (kept for later calls; no call of this communicator uses it now: calls
+        // of one communicator do not overlap and this one holds it until it ends).
+        let mut staging = self.programs.all_to_all_staging.lock().unwrap_or_else(|e| e.into_inner());
+        // The user's buffer bounds the size; growth may double it.
+        let tmp = staging.at_least(&*self.stream, bytes, bytes.saturating_mul(2))?;
+        send.buf.wait_idle();
+        self.stream.copy_range((tmp, 0), (send.buf, send.offset), bytes).map_err(|e| {
+            Error::InvalidConfig(format!("rank {}: all_to_all in place: the buffer: {e}", self.rank))
+        })?;
+        let mut g = Group::new();
+        g.all_to_all(self, BufRef::from(tmp), recv, count, dtype)?;
+        g.run()
     }
 
     /// [`Comm::all_to_all`], enqueued ([`crate::comm::Enqueue::all_to_all`]).
@@ -88,14 +112,9 @@ impl Comm {
     /// one: the registry's if one serves the call, else the built-in one (loaded now on the
     /// first call; every rank makes the same calls in the same order).
     pub(super) fn all_to_all_program(&self, in_place: bool, bytes: usize) -> Result<(MscclId, bool)> {
-        let n = self.nranks;
-        let auto = self.programs.auto.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, id)) =
-            auto.iter().find(|(e, _)| e.serves(&IrColl::AllToAll, n, bytes as u64, in_place))
-        {
-            return Ok((*id, false));
+        if let Some(id) = self.all_to_all_registry(in_place, bytes) {
+            return Ok((id, false));
         }
-        drop(auto);
         let mut builtin = self.programs.all_to_all_builtin.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(id) = *builtin {
             return Ok((id, true));
@@ -113,6 +132,14 @@ impl Comm {
         );
         *builtin = Some(id);
         Ok((id, true))
+    }
+
+    /// The registry program that serves an all-to-all of `bytes` per rank, if one does.
+    fn all_to_all_registry(&self, in_place: bool, bytes: usize) -> Option<MscclId> {
+        let auto = self.programs.auto.lock().unwrap_or_else(|e| e.into_inner());
+        auto.iter()
+            .find(|(e, _)| e.serves(&IrColl::AllToAll, self.nranks, bytes as u64, in_place))
+            .map(|(_, id)| *id)
     }
 
     /// `(hosts, ranks per host)` when the ranks are numbered host by host, each host holding
