@@ -6,6 +6,7 @@ pub mod checks;
 pub mod hooked;
 pub mod msccl_programs;
 pub mod onesided_check;
+pub mod p2p_check;
 pub mod procs;
 pub mod reduce_copy_check;
 pub mod reference;

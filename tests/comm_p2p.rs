@@ -810,3 +810,13 @@ fn a_group_collective_asking_for_another_algorithm_or_mismatched_between_ranks_f
     assert!(t.elapsed() < Duration::from_secs(15), "took {:?}", t.elapsed());
     assert!(e.contains("100") && e.contains("200"), "{e}");
 }
+
+/// The GPU bundle's point-to-point check (`rsccl_suite::p2p_check`), here on the CPU emulator:
+/// it passes its own checks, and two runs give the same bytes.
+#[test]
+fn the_gpu_bundles_p2p_check_passes_on_the_emulator() {
+    let be = backend::cpu();
+    let a = rsccl_suite::p2p_check::run(&be).unwrap();
+    let b = rsccl_suite::p2p_check::run(&be).unwrap();
+    assert!(a == b);
+}

@@ -15,6 +15,7 @@ use std::sync::Arc;
 type Check = (&'static str, Box<dyn Fn(&dyn Backend) -> CheckResult>);
 
 fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
+    let cpu_p2p = cpu.clone();
     let mut v: Vec<Check> = vec![
         (
             "named_barrier_subset",
@@ -202,6 +203,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
             Ok(())
         }),
     ));
+    v.push(("p2p_groups_and_all_to_all_v_bitwise_with_cpu", Box::new(move |_| p2p_against_cpu(&cpu_p2p))));
     v.push(("mismatched_calls_fail_naming_both", Box::new(|_| mismatched_calls())));
     // Last: a trap leaves a CUDA context unusable, so nothing may run after it.
     v.push(("trap_reports_error", Box::new(checks::trap_reports_error)));
@@ -277,7 +279,28 @@ fn comm_child() -> Result<(), String> {
         return Err(format!("rank {rank}: all_gather result differs"));
     }
     if net {
-        return Ok(()); // Symmetric memory is for ranks of one host.
+        return Ok(()); // Point-to-point and symmetric memory are for ranks of one host here.
+    }
+    // Point-to-point between the two processes: one group of an exchange of 3 MiB + 5 bytes and
+    // an all-reduce of the sums (in place: twice the sum).
+    let bytes = 3 * 1024 * 1024 + 5;
+    let payload = |r: usize| -> Vec<u8> { (0..bytes).map(|i| (i * 7 + r * 101 + (i >> 12)) as u8).collect() };
+    let sb = be.upload(&payload(rank)).map_err(|e| e.to_string())?;
+    let rb = be.alloc(bytes).map_err(|e| e.to_string())?;
+    let mut g = rsccl::Group::new();
+    g.send(&comm, BufRef::from(&sb), bytes, DataType::U8, 1 - rank);
+    g.recv(&comm, BufRef::from(&rb), bytes, DataType::U8, 1 - rank);
+    g.call(
+        &comm,
+        rsccl::Call::all_reduce((&recv).into(), (&recv).into(), count, DataType::F32, ReduceOp::Sum),
+    );
+    g.run().map_err(|e| format!("rank {rank}: group: {e}"))?;
+    if be.download::<u8>(&rb, bytes).map_err(|e| e.to_string())? != payload(1 - rank) {
+        return Err(format!("rank {rank}: the bytes from rank {} differ", 1 - rank));
+    }
+    let twice: Vec<f32> = sum.iter().map(|s| 2.0 * s).collect();
+    if be.download::<f32>(&recv, count).map_err(|e| e.to_string())? != twice {
+        return Err(format!("rank {rank}: the grouped all-reduce differs"));
     }
     // Symmetric memory across the two processes (CUDA IPC on a GPU, shared memory on the
     // emulator): psum and psum_scatter through a window smaller than the data.
@@ -521,6 +544,23 @@ fn nvls_all_reduce(_: &dyn Backend) -> CheckResult {
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a rank panicked".into()))).collect()
     });
     results.into_iter().collect()
+}
+
+/// Sends and receives (ring shifts, 0 to 1 M + 3 bytes), a group of collectives and sends
+/// between every pair from one thread, `all_to_all_v` (uneven, zeros, one skewed pair) and
+/// `all_to_all` on 4 ranks of this GPU, each checked against what was sent, then every output
+/// compared bit for bit with the CPU emulator's run of the same.
+fn p2p_against_cpu(cpu: &Arc<dyn Backend>) -> CheckResult {
+    let gpu = backend::gpu().map_err(|e| e.to_string())?;
+    let t = std::time::Instant::now();
+    let on_gpu = rsccl_suite::p2p_check::run(&gpu).map_err(|e| format!("GPU: {e}"))?;
+    println!("  p2p check on the GPU: {:.2?}", t.elapsed());
+    let on_cpu = rsccl_suite::p2p_check::run(cpu).map_err(|e| format!("CPU: {e}"))?;
+    match on_gpu.iter().zip(&on_cpu).position(|(g, c)| g != c) {
+        Some(k) => Err(format!("output {k} differs between the GPU and the CPU emulator")),
+        None if on_gpu.len() != on_cpu.len() => Err("the GPU and CPU runs made different outputs".into()),
+        None => Ok(()),
+    }
 }
 
 fn wait_all(works: rsccl::Result<Vec<rsccl::Work<'_>>>) -> CheckResult {

@@ -46,7 +46,7 @@ impl Comm {
     pub fn all_to_all(&self, send: BufRef, recv: BufRef, count: usize, dtype: DataType) -> Result<()> {
         let bytes = self.all_to_all_bytes(count, dtype)?;
         // Point-to-point does not run over the network yet: across hosts, the program.
-        let net = self.links.transports.iter().any(|t| *t == crate::transport::TransportKind::Net);
+        let net = self.links.transports.contains(&crate::transport::TransportKind::Net);
         if net || self.all_to_all_registry(send.ptr() == recv.ptr(), bytes).is_some() {
             return self.start_all_to_all(send, recv, count, dtype)?.wait();
         }
