@@ -21,8 +21,8 @@ impl Comm {
     ///
     /// It runs as grouped sends and receives (NCCL's `ncclAlltoAll`: one point-to-point launch),
     /// unless a registry MSCCL program (`RSCCL_MSCCL_XML`) serves the call, which then runs
-    /// instead, as does the built-in two-step program across hosts (point-to-point does not
-    /// run over the network transport yet). Blocks until this rank's part is done; [`crate::comm::Enqueue::all_to_all`]
+    /// instead, as does the built-in two-step program across hosts (the blocks for another
+    /// host gather on one GPU and cross the network as one transfer). Blocks until this rank's part is done; [`crate::comm::Enqueue::all_to_all`]
     /// returns at once (on an MSCCL program: the registry's or the built-in two-step one).
     ///
     /// ```
@@ -45,7 +45,7 @@ impl Comm {
     /// ```
     pub fn all_to_all(&self, send: BufRef, recv: BufRef, count: usize, dtype: DataType) -> Result<()> {
         let bytes = self.all_to_all_bytes(count, dtype)?;
-        // Point-to-point does not run over the network yet: across hosts, the program.
+        // Across hosts the two-step program: one network transfer per pair of hosts.
         let net = self.links.transports.contains(&crate::transport::TransportKind::Net);
         if net || self.all_to_all_registry(send.ptr() == recv.ptr(), bytes).is_some() {
             return self.start_all_to_all(send, recv, count, dtype)?.wait();

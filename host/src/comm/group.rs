@@ -144,6 +144,9 @@ impl<'a> Group<'a> {
         for p in &self.parts {
             p.comm.p2p_attach(&p.ops)?;
         }
+        for p in &self.parts {
+            p.comm.p2p_start_proxy()?;
+        }
         let mut launched = Vec::with_capacity(self.parts.len());
         let mut first_err = None;
         for (p, prep) in self.parts.iter().zip(&prepared) {

@@ -15,19 +15,28 @@
 //! **Connections.** The first call between two ranks in a direction connects them: the receiver
 //! allocates the FIFO (over the transport chosen at init for that pair) and sends its handle
 //! over the bootstrap; the sender waits for it (at most the bootstrap timeout, naming the peer)
-//! and attaches. No other rank takes part. [`MAX_P2P_CONNS`] bounds them.
+//! and attaches. No other rank takes part. [`MAX_P2P_CONNS`] bounds them. Network connections
+//! (peers on other hosts) are served by a proxy thread each group that made some starts once
+//! its connections are made. Across the network only the receiver reports a size mismatch: the
+//! refusal does not travel back through the proxies yet.
 use super::call::BufRef;
 use super::communicator::Comm;
 use super::p2p_links::{P2pConn, P2pLinks};
 use super::wiring::{conn_tag, Edge};
 use crate::error::{Error, Result};
-use crate::transport::{self, ConnHandle, ConnLayout, Side, TransportKind, MAX_HANDLE_BYTES};
+use crate::transport::net::socket::{SocketConfig, SocketNet};
+use crate::transport::net::{Net, NetSetup};
+use crate::transport::{
+    self, ConnHandle, ConnLayout, ConnMem, Side, Transport, TransportKind, MAX_HANDLE_BYTES,
+};
 use rsccl_device::coll::p2p::{P2pArgs, P2pKind, P2pOp};
 use rsccl_device::dtype::DataType;
 use rsccl_device::prims::conn::{
     decode_status, mismatch_offset, status_bytes, CallSig, ErrorCode, PrimsStatus, CALL_SIG_BYTES,
 };
 use rsccl_device::DevPtr;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Most point-to-point connections (each direction to each peer counts once) one rank keeps:
 /// each holds a FIFO of `NCCL_STEPS` slots, so memory stays bounded however many peers a job
@@ -240,15 +249,53 @@ impl Comm {
         Ok(need)
     }
 
-    /// The transport to `peer` for point-to-point connections.
-    fn p2p_transport(&self, peer: usize) -> Result<Box<dyn transport::Transport>> {
-        match self.links.transports[peer] {
-            TransportKind::Net => Err(Error::InvalidConfig(format!(
-                "rank {}: point-to-point with rank {peer} needs the network transport, which it does not run on yet",
-                self.rank
-            ))),
-            kind => Ok(transport::transport(kind, &self.stream).expect("not the network")),
+    /// Opens `peer`'s side of a point-to-point connection (`listen`: the receiving side, its
+    /// handle; else the sending side from `handle`) over the transport chosen at init for the
+    /// pair; network connections join `links`' setup, whose proxy starts once the group's
+    /// connections are made ([`Comm::p2p_start_proxy`]).
+    fn p2p_open(
+        &self,
+        links: &mut P2pLinks,
+        peer: usize,
+        key: u128,
+        handle: Option<&ConnHandle>,
+    ) -> Result<(ConnMem, Option<ConnHandle>)> {
+        let layout = self.p2p_layout();
+        let kind = self.links.transports[peer];
+        if kind != TransportKind::Net {
+            let t = transport::transport(kind, &self.stream).expect("not the network");
+            return match handle {
+                None => t.listen(layout, key).map(|(m, h)| (m, Some(h))),
+                Some(h) => t.connect(layout, h).map(|m| (m, None)),
+            };
         }
+        let setup = match links.net.take() {
+            Some(s) => s,
+            None => {
+                let plugin: Arc<dyn Net> =
+                    Arc::new(SocketNet::new(SocketConfig::from_env()?, self.links.conn_key.to_le_bytes()));
+                NetSetup::new(plugin, self.stream.clone(), Instant::now() + self.cfg.bootstrap_timeout)
+            }
+        };
+        let t = setup.to_peer(peer, &self.peers[peer].hostname);
+        let res = match handle {
+            None => t.listen(layout, key).map(|(m, h)| (m, Some(h))),
+            Some(h) => t.connect(layout, h).map(|m| (m, None)),
+        };
+        links.net = Some(setup);
+        res
+    }
+
+    /// After phase 3 of every communicator: starts the proxy thread serving the network
+    /// connections this group made (it waits until each receiving side's sender connected,
+    /// at most the bootstrap timeout).
+    pub(super) fn p2p_start_proxy(&self) -> Result<()> {
+        let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(setup) = links.net.take() {
+            let proxy = setup.start(self.rank, self.health.abort.clone())?;
+            links.proxies.push(proxy);
+        }
+        Ok(())
     }
 
     /// The FIFO shape of point-to-point connections (the same on both sides: `step_bytes` is
@@ -266,8 +313,8 @@ impl Comm {
         let mut boot = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
         for &(peer, _) in need.iter().filter(|(_, d)| *d == Side::Recv) {
             let t = p2p_tag(peer, self.rank);
-            let (mem, handle) = self.p2p_transport(peer)?.listen(layout, self.links.conn_key ^ t as u128)?;
-            boot.send(peer, t, &handle.0)?;
+            let (mem, handle) = self.p2p_open(&mut links, peer, self.links.conn_key ^ t as u128, None)?;
+            boot.send(peer, t, &handle.expect("a listening side's handle").0)?;
             let view = layout.view(mem.base(), Side::Recv, peer);
             links.conns.insert((peer, Side::Recv), P2pConn { _mem: mem, view, ops: 0 });
         }
@@ -296,7 +343,7 @@ impl Comm {
                     handle.len()
                 )));
             }
-            let mem = self.p2p_transport(peer)?.connect(layout, &ConnHandle(handle))?;
+            let (mem, _) = self.p2p_open(&mut links, peer, 0, Some(&ConnHandle(handle)))?;
             let view = layout.view(mem.base(), Side::Send, peer);
             links.conns.insert((peer, Side::Send), P2pConn { _mem: mem, view, ops: 0 });
         }

@@ -1,5 +1,7 @@
 //! A rank's point-to-point connections, by peer and direction, made as calls first need them
 //! (see [`super::p2p`]); owned by the communicator's links.
+use crate::transport::net::proxy::Proxy;
+use crate::transport::net::NetSetup;
 use crate::transport::{ConnMem, Side};
 use rsccl_device::prims::conn::ConnInfo;
 use std::collections::HashMap;
@@ -16,4 +18,9 @@ pub(super) struct P2pConn {
 #[derive(Default)]
 pub(super) struct P2pLinks {
     pub(super) conns: HashMap<(usize, Side), P2pConn>,
+    /// Network connections being made by the group in progress, until their proxy starts.
+    pub(super) net: Option<NetSetup>,
+    /// A proxy thread per group that made network connections, serving those (declared after
+    /// `conns`: the FIFOs they serve are shared with them).
+    pub(super) proxies: Vec<Proxy>,
 }
