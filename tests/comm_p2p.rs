@@ -413,7 +413,14 @@ fn p2p_child() {
         (var("RSCCL_TEST_RANK").parse().unwrap(), var("RSCCL_TEST_N").parse().unwrap());
     let id: rsccl::UniqueId = var("RSCCL_TEST_ID").parse().unwrap();
     let be = backend::cpu();
-    let comm = Comm::init_rank(&be, n, rank, &id, config()).unwrap();
+    // With a host identity per pair of ranks: two nodes, the network transport between them.
+    let host = std::env::var("RSCCL_TEST_HOST").ok();
+    let net = host.is_some();
+    let comm = Comm::init_rank(&be, n, rank, &id, CommConfig { host_id: host, ..config() }).unwrap();
+    if net {
+        assert_eq!(comm.transport_to((rank + 2) % n), Some(rsccl::transport::TransportKind::Net));
+        assert_eq!(comm.transport_to(rank ^ 1), Some(rsccl::transport::TransportKind::Shm));
+    }
     if role == "dies" {
         // Rank 0 waits to be killed; rank 1 waits for its data.
         if rank == 0 {
@@ -467,6 +474,33 @@ fn four_processes_send_and_receive_over_shared_memory() {
             ("RSCCL_TEST_ID".to_string(), id.to_string()),
             ("RSCCL_TEST_RANK".to_string(), r.to_string()),
             ("RSCCL_TEST_N".to_string(), n.to_string()),
+        ]
+    });
+    let mut ranks = rsccl_suite::procs::Children::spawn("p2p_child", envs);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(240));
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(*ok && text.contains(&format!("rank {r}: p2p patterns ok")), "rank {r}:\n{text}");
+    }
+    for pid in pids {
+        let left = rsccl::transport::shm::leftover_segments(pid);
+        assert!(left.is_empty(), "pid {pid} left shared memory behind: {left:?}");
+    }
+}
+
+/// Two nodes of two processes each (a host identity per pair): shared memory inside a node,
+/// the network transport between them, the same patterns as above.
+#[test]
+fn two_nodes_of_two_processes_send_and_receive_over_the_network() {
+    let n = 4;
+    let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    let envs = (0..n).map(|r| {
+        vec![
+            (CHILD_VAR.to_string(), "1".to_string()),
+            ("RSCCL_TEST_ID".to_string(), id.to_string()),
+            ("RSCCL_TEST_RANK".to_string(), r.to_string()),
+            ("RSCCL_TEST_N".to_string(), n.to_string()),
+            ("RSCCL_TEST_HOST".to_string(), format!("node{}", r / 2)),
         ]
     });
     let mut ranks = rsccl_suite::procs::Children::spawn("p2p_child", envs);
