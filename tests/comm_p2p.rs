@@ -464,17 +464,19 @@ fn p2p_child() {
     println!("rank {rank}: p2p patterns ok");
 }
 
-#[test]
-fn four_processes_send_and_receive_over_shared_memory() {
-    let n = 4;
+/// Runs [`process_patterns`] on `n` child processes (with `RSCCL_TEST_HOST` from `host` when it
+/// gives one) and checks every rank's report and that none left shared memory behind.
+fn on_processes(n: usize, host: impl Fn(usize) -> Option<String>) {
     let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
     let envs = (0..n).map(|r| {
-        vec![
+        let mut env = vec![
             (CHILD_VAR.to_string(), "1".to_string()),
             ("RSCCL_TEST_ID".to_string(), id.to_string()),
             ("RSCCL_TEST_RANK".to_string(), r.to_string()),
             ("RSCCL_TEST_N".to_string(), n.to_string()),
-        ]
+        ];
+        env.extend(host(r).map(|h| ("RSCCL_TEST_HOST".to_string(), h)));
+        env
     });
     let mut ranks = rsccl_suite::procs::Children::spawn("p2p_child", envs);
     let pids = ranks.pids();
@@ -488,31 +490,16 @@ fn four_processes_send_and_receive_over_shared_memory() {
     }
 }
 
+#[test]
+fn four_processes_send_and_receive_over_shared_memory() {
+    on_processes(4, |_| None);
+}
+
 /// Two nodes of two processes each (a host identity per pair): shared memory inside a node,
 /// the network transport between them, the same patterns as above.
 #[test]
 fn two_nodes_of_two_processes_send_and_receive_over_the_network() {
-    let n = 4;
-    let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
-    let envs = (0..n).map(|r| {
-        vec![
-            (CHILD_VAR.to_string(), "1".to_string()),
-            ("RSCCL_TEST_ID".to_string(), id.to_string()),
-            ("RSCCL_TEST_RANK".to_string(), r.to_string()),
-            ("RSCCL_TEST_N".to_string(), n.to_string()),
-            ("RSCCL_TEST_HOST".to_string(), format!("node{}", r / 2)),
-        ]
-    });
-    let mut ranks = rsccl_suite::procs::Children::spawn("p2p_child", envs);
-    let pids = ranks.pids();
-    let results = ranks.wait(Duration::from_secs(240));
-    for (r, (ok, text)) in results.iter().enumerate() {
-        assert!(*ok && text.contains(&format!("rank {r}: p2p patterns ok")), "rank {r}:\n{text}");
-    }
-    for pid in pids {
-        let left = rsccl::transport::shm::leftover_segments(pid);
-        assert!(left.is_empty(), "pid {pid} left shared memory behind: {left:?}");
-    }
+    on_processes(4, |r| Some(format!("node{}", r / 2)));
 }
 
 #[test]
