@@ -77,6 +77,17 @@ impl BufRef<'_> {
     pub(crate) fn ptr(&self) -> DevPtr {
         self.buf.ptr().offset(self.offset as u64)
     }
+
+    /// Bytes of the buffer from the offset on (0 when the offset lies past its end).
+    pub(crate) fn bytes_after(&self) -> usize {
+        self.buf.len().saturating_sub(self.offset)
+    }
+
+    /// Whether the buffer holds `need` bytes from the offset on (an offset past its end holds
+    /// nothing, not even 0 bytes).
+    pub(crate) fn holds(&self, need: usize) -> bool {
+        self.offset <= self.buf.len() && self.bytes_after() >= need
+    }
 }
 
 /// One collective call of one rank: the collective, its buffers, count, type, reduction and
@@ -371,10 +382,10 @@ pub(crate) fn check_rank(
     for (what, b, need) in [("send", s, send_bytes), ("receive", d, recv_bytes)] {
         // Non-root ranks of broadcast/reduce do not read or write some buffers, but NCCL
         // requires them to be valid; so do we.
-        let have = b.buf.len().saturating_sub(b.offset);
-        if b.offset > b.buf.len() || have < need {
+        if !b.holds(need) {
             return Err(bad(format!(
-                "{coll:?} rank {r}: {what} buffer has {have} bytes after offset {}, needs {need} ({count} × {} {})",
+                "{coll:?} rank {r}: {what} buffer has {} bytes after offset {}, needs {need} ({count} × {} {})",
+                b.bytes_after(),
                 b.offset,
                 eb,
                 dtype.name()

@@ -213,11 +213,11 @@ impl Comm {
                 let need = op.count.checked_mul(op.dtype.size()).ok_or_else(|| {
                     bad(format!("operation {i}: {} elements of {} overflow a byte size", op.count, op.dtype.name()))
                 })?;
-                let have = op.buf.buf.len().saturating_sub(op.buf.offset);
-                if op.buf.offset > op.buf.buf.len() || have < need {
+                if !op.buf.holds(need) {
                     return Err(bad(format!(
-                        "operation {i} ({}): the buffer has {have} bytes after offset {}, needs {need} ({} × {} {})",
+                        "operation {i} ({}): the buffer has {} bytes after offset {}, needs {need} ({} × {} {})",
                         op.describe(need as u64),
+                        op.buf.bytes_after(),
                         op.buf.offset,
                         op.count,
                         op.dtype.size(),
