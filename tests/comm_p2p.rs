@@ -240,13 +240,17 @@ fn a_receive_nobody_sends_and_a_send_nobody_receives_time_out_naming_the_peer() 
     let e = comms[0].recv(BufRef::from(&buf), 100, DataType::F32, 1).unwrap_err().to_string();
     assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
     eprintln!("receive nobody sends: {e}");
-    assert!(e.contains("rank 1"), "{e}");
+    // The group (this rank's first), the operation, what the kernel saw, and where rank 1 is.
+    assert!(e.contains("rank 0: point-to-point group #1 timed out: receive of 400 bytes from rank 1"), "{e}");
+    assert!(e.contains("timed out waiting for data from rank 1"), "{e}");
+    assert!(e.contains("rank 1: in no point-to-point group (none yet), between collectives"), "{e}");
     let comms = Comm::init_all(&be, 2, cfg).unwrap();
     let t = Instant::now();
     let e = comms[1].send(BufRef::from(&buf), 100, DataType::F32, 0).unwrap_err().to_string();
     assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
     eprintln!("send nobody receives: {e}");
-    assert!(e.contains("connecting to rank 0 for a send") && e.contains("no matching receive"), "{e}");
+    assert!(e.contains("rank 1: point-to-point group #1: connecting to rank 0 for a send"), "{e}");
+    assert!(e.contains("no matching receive"), "{e}");
 }
 
 #[test]
@@ -260,6 +264,98 @@ fn one_thread_drives_eight_ranks_through_a_group() {
         .flat_map(|a| (0..8).map(move |b| Msg { from: a, to: b, count: 1 + (a * 8 + b) * 37 }))
         .collect();
     run_as(&comms, &be, &all, DataType::U8, true);
+}
+
+/// Nonblocking point-to-point: one thread starts every rank's receive, then every send
+/// (`Enqueue`), and waits; a started group (sends and an all-reduce) is completed by the
+/// communicator's next call; a dropped work waits. Each result against what was sent.
+#[test]
+fn nonblocking_sends_receives_and_groups_complete_with_the_right_bytes() {
+    let be = backend::cpu();
+    let n = 4;
+    let comms = Comm::init_all(&be, n, config()).unwrap();
+    let count = 5003;
+    let send: Vec<DeviceBuffer> = (0..n).map(|r| be.upload(&payload(r, count * 4)).unwrap()).collect();
+    let recv: Vec<DeviceBuffer> =
+        (0..n).map(|_| be.upload(&vec![GUARD_BYTE; count * 4 + GUARD]).unwrap()).collect();
+    let check = |shift: usize| {
+        for r in 0..n {
+            let got: Vec<u8> = be.download(&recv[r], count * 4 + GUARD).unwrap();
+            let from = (r + n - shift) % n;
+            assert!(
+                got[..count * 4] == payload(from, count * 4)[..],
+                "rank {r}: wrong bytes from rank {from}"
+            );
+            assert!(got[count * 4..].iter().all(|&b| b == GUARD_BYTE), "rank {r}: guard bytes overwritten");
+        }
+    };
+    // Even ranks send to the next odd one: one operation per communicator (each has one call
+    // in flight; the next waits for it), the receives started first, from one thread.
+    let recvs: Vec<_> = (1..n)
+        .step_by(2)
+        .map(|r| comms[r].enqueue().recv(BufRef::from(&recv[r]), count, DataType::F32, r - 1).unwrap())
+        .collect();
+    let sends: Vec<_> = (0..n)
+        .step_by(2)
+        .map(|r| comms[r].enqueue().send(BufRef::from(&send[r]), count, DataType::F32, r + 1).unwrap())
+        .collect();
+    let numbers: Vec<u64> = recvs.iter().chain(&sends).flat_map(|w| w.numbers()).collect();
+    assert_eq!(numbers, [1, 1, 1, 1], "each rank numbers its own groups");
+    for w in sends.into_iter().chain(recvs) {
+        w.wait().unwrap();
+    }
+    for r in (1..n).step_by(2) {
+        let got: Vec<u8> = be.download(&recv[r], count * 4).unwrap();
+        assert!(got == payload(r - 1, count * 4), "rank {r}: wrong bytes from rank {}", r - 1);
+    }
+    // A ring shift, each rank's send and receive in one nonblocking call on its own thread.
+    on_ranks(&comms, |c| {
+        let r = c.rank();
+        let ops = [
+            P2p::send(BufRef::from(&send[r]), count, DataType::F32, (r + 1) % n),
+            P2p::recv(BufRef::from(&recv[r]), count, DataType::F32, (r + n - 1) % n),
+        ];
+        let w = c.enqueue().p2p(&ops)?;
+        assert_eq!(w.numbers(), [2]);
+        w.wait()
+    });
+    check(1);
+    // A started group of sends, receives and an all-reduce on every rank; the all-reduce
+    // enqueued behind it on each communicator completes it first.
+    let sums: Vec<DeviceBuffer> = (0..n).map(|r| be.upload(&[r as i32 + 1; 7]).unwrap()).collect();
+    let mut g = Group::new();
+    for r in 0..n {
+        g.send(&comms[r], BufRef::from(&send[r]), count, DataType::F32, (r + 2) % n);
+        g.recv(&comms[r], BufRef::from(&recv[r]), count, DataType::F32, (r + n - 2) % n);
+        let b = BufRef::from(&sums[r]);
+        g.call(&comms[r], rsccl::Call::all_reduce(b, b, 7, DataType::I32, rsccl::ReduceOp::Sum));
+    }
+    let work = g.start().unwrap();
+    let after: Vec<_> = (0..n)
+        .map(|r| {
+            let b = BufRef::from(&sums[r]);
+            comms[r].enqueue().all_reduce(b, b, 7, DataType::I32, rsccl::ReduceOp::Sum).unwrap()
+        })
+        .collect();
+    assert!(work.is_done(), "the next call on every communicator completed the group");
+    work.wait().unwrap();
+    for w in after {
+        w.wait().unwrap();
+    }
+    check(2);
+    // Summed twice: 4 · (1 + 2 + 3 + 4).
+    for r in 0..n {
+        assert_eq!(be.download::<i32>(&sums[r], 7).unwrap(), [40; 7], "rank {r}");
+    }
+    // A work dropped without waiting waits; the next group sees its bytes delivered.
+    let mut g = Group::new();
+    for r in 0..n {
+        g.send(&comms[r], BufRef::from(&send[r]), count, DataType::F32, (r + 3) % n);
+        g.recv(&comms[r], BufRef::from(&recv[r]), count, DataType::F32, (r + 1) % n);
+    }
+    drop(g.start().unwrap());
+    check(3);
+    assert!(comms.iter().all(|c| c.async_error().is_ok()));
 }
 
 #[test]

@@ -114,6 +114,20 @@ pub enum Error {
         /// What this rank's channels reported.
         failures: Vec<RankFailure>,
     },
+    /// A point-to-point group timed out: the operations that did not complete and where each
+    /// peer they waited for is (its own point-to-point group and collective).
+    P2pTimeout {
+        /// The rank reporting.
+        rank: usize,
+        /// The group's number on this rank (1-based; each rank numbers its own groups).
+        group: u64,
+        /// The operations that did not complete ("receive of 400 bytes from rank 1").
+        stuck: Vec<String>,
+        /// Each peer waited for, a line each.
+        peers: Vec<String>,
+        /// What this rank's blocks reported.
+        failures: Vec<RankFailure>,
+    },
     /// A collective failed because peer processes on this host died.
     PeerDied {
         /// The rank reporting.
@@ -194,6 +208,20 @@ impl std::fmt::Display for Error {
                     write!(f, " ({x})")?;
                 }
                 for l in ranks {
+                    write!(f, "\n  {l}")?;
+                }
+                Ok(())
+            }
+            Error::P2pTimeout { rank, group, stuck, peers, failures } => {
+                write!(
+                    f,
+                    "rank {rank}: point-to-point group #{group} timed out: {} did not complete",
+                    stuck.join("; ")
+                )?;
+                if let Some(x) = failures.first() {
+                    write!(f, " ({x})")?;
+                }
+                for l in peers {
                     write!(f, "\n  {l}")?;
                 }
                 Ok(())

@@ -35,8 +35,8 @@ pub mod transport;
 pub use backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig, Preference};
 pub use bootstrap::UniqueId;
 pub use comm::{
-    Algorithm, BufRef, Call, Comm, CommConfig, Group, GroupConfig, LocalGroup, MscclId, P2p, Plan, ReduceOp,
-    Work,
+    Algorithm, BufRef, Call, Comm, CommConfig, Group, GroupConfig, GroupWork, LocalGroup, MscclId, P2p, Plan,
+    ReduceOp, Work,
 };
 /// The cudarc this crate is built with (its `CudaSlice`/`CudaStream` go into `Comm::*_on`).
 pub use cudarc;

@@ -23,16 +23,29 @@ use super::msccl_loaded::Loaded;
 /// How long a rank whose collective timed out waits for the others' status answers.
 pub(super) const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A communicator's collectives between enqueue and [`Work::wait`](super::Work::wait).
+/// A communicator's calls between enqueue and [`Work::wait`](super::Work::wait) (or
+/// [`GroupWork::wait`](super::GroupWork::wait)).
 #[derive(Default)]
 pub(super) struct Queue {
-    /// The collective whose kernel (or worker) may still run.
+    /// The call whose kernel (or worker) may still run.
     pub(super) in_flight: Option<InFlight>,
-    /// Finished collectives whose [`Work`](super::Work) has not asked yet: (number, result).
-    pub(super) unclaimed: Vec<(u64, Result<()>)>,
+    /// Finished calls whose work has not asked yet: (which, result).
+    pub(super) unclaimed: Vec<(FlightId, Result<()>)>,
 }
 
-/// The collective in flight, by what reports its end.
+/// Which call in flight: a collective by its number, or a group by this rank's group number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FlightId {
+    /// Collective number `.0` (the numbers every rank shares).
+    Collective(u64),
+    /// This rank's group number `.0` ([`super::hang::P2pGuard::number`]).
+    Group(u64),
+}
+
+/// What finishes a group's kernels on this communicator (waits, reports).
+pub(super) type GroupFinish = Box<dyn FnOnce(&Comm) -> Result<()> + Send>;
+
+/// The call in flight, by what reports its end.
 pub(super) enum InFlight {
     /// A kernel that reports in the communicator's status words (rings, trees, NVLS).
     Kernel(u64),
@@ -40,13 +53,18 @@ pub(super) enum InFlight {
     Msccl(u64, Arc<Loaded>),
     /// The NVLS_TREE worker thread (collectives of the sub-communicators).
     NvlsTree(u64, std::thread::JoinHandle<Result<()>>),
+    /// A group's kernels (this rank's group number), finished by what its start left.
+    Group(u64, GroupFinish),
 }
 
 impl InFlight {
-    /// The collective's number.
-    pub(super) fn seq(&self) -> u64 {
+    /// Which call it is.
+    pub(super) fn id(&self) -> FlightId {
         match self {
-            InFlight::Kernel(s) | InFlight::Msccl(s, _) | InFlight::NvlsTree(s, _) => *s,
+            InFlight::Kernel(s) | InFlight::Msccl(s, _) | InFlight::NvlsTree(s, _) => {
+                FlightId::Collective(*s)
+            }
+            InFlight::Group(n, _) => FlightId::Group(*n),
         }
     }
 }

@@ -10,6 +10,28 @@ use crate::error::{Error, Result};
 use crate::transport::net::proxy::Proxy;
 use rsccl_device::prims::conn::{decode_status, mismatch_offset, CallSig, ErrorCode, CALL_SIG_BYTES};
 
+/// What a kernel whose failures are being diagnosed was running, for the report on a timeout.
+pub(super) enum Awaiting<'a> {
+    /// Nothing a report can name.
+    Nothing,
+    /// Collective number `.0`, [`hang::op_code`] `.1`: the hang report.
+    Collective(u64, u64),
+    /// Point-to-point group `group` (this rank's number): `stuck` names the operations the
+    /// failed blocks ran, and the report says where their peers are.
+    P2p {
+        /// The group's number on this rank.
+        group: u64,
+        /// The operations behind the given failures, as users name them.
+        stuck: &'a dyn Fn(&[RankFailure]) -> Vec<String>,
+    },
+}
+
+impl From<Option<(u64, u64)>> for Awaiting<'_> {
+    fn from(c: Option<(u64, u64)>) -> Self {
+        c.map_or(Awaiting::Nothing, |(seq, what)| Awaiting::Collective(seq, what))
+    }
+}
+
 impl Comm {
     /// Waits for this rank's ring, tree or NVLS kernel and reports its failures, naming the
     /// peers it waited for and any rank whose process has died.
@@ -29,6 +51,7 @@ impl Comm {
                 self.health.progress.finish(seq);
                 r
             }
+            InFlight::Group(_, finish) => finish(self),
         }
     }
 
@@ -36,7 +59,7 @@ impl Comm {
     /// block).
     pub(super) fn finish_with(&self, status: &DeviceBuffer, words: usize) -> Result<()> {
         let current = self.health.progress.in_flight();
-        let res = self.finish_inner(current, status, words);
+        let res = self.finish_inner(current.into(), status, words);
         if let Some((seq, _)) = current {
             if res.is_ok() {
                 self.health.progress.finish(seq);
@@ -53,13 +76,8 @@ impl Comm {
         hang::report(self.rank, seq, what, &answers)
     }
 
-    /// [`Comm::finish`] for the collective in flight (`current`: its number and what it is).
-    pub(super) fn finish_inner(
-        &self,
-        current: Option<(u64, u64)>,
-        status: &DeviceBuffer,
-        nwords: usize,
-    ) -> Result<()> {
+    /// [`Comm::finish`] for what runs (`current`).
+    pub(super) fn finish_inner(&self, current: Awaiting, status: &DeviceBuffer, nwords: usize) -> Result<()> {
         if let Err(e) = self.stream.synchronize() {
             return Err(self.fail(Error::Rank { rank: self.rank, source: Box::new(e) }));
         }
@@ -117,8 +135,8 @@ impl Comm {
         // A broken network connection names its peer and host; the other ranks' states say
         // whether that peer left because someone else never came.
         if let Some(mut e) = self.links.proxy.as_ref().and_then(Proxy::failure) {
-            if let (Error::PeerLost { report, .. }, Some((seq, what))) = (&mut e, current) {
-                *report = Some(self.ask_ranks(seq, what).0);
+            if let (Error::PeerLost { report, .. }, Awaiting::Collective(seq, what)) = (&mut e, &current) {
+                *report = Some(self.ask_ranks(*seq, *what).0);
             }
             return Err(self.fail(e));
         }
@@ -142,13 +160,26 @@ impl Comm {
         let timed_out = failures.iter().any(|f| {
             matches!(f.code, ErrorCode::RecvTimeout | ErrorCode::SendTimeout | ErrorCode::DependencyTimeout)
         });
-        if let (true, Some((seq, what))) = (timed_out, current) {
-            let (headline, ranks) = self.ask_ranks(seq, what);
-            tracing::warn!(rank = self.rank, "hang report: {headline}");
-            for l in &ranks {
-                tracing::warn!(rank = self.rank, "hang report: {l}");
+        match (timed_out, current) {
+            (true, Awaiting::Collective(seq, what)) => {
+                let (headline, ranks) = self.ask_ranks(seq, what);
+                tracing::warn!(rank = self.rank, "hang report: {headline}");
+                for l in &ranks {
+                    tracing::warn!(rank = self.rank, "hang report: {l}");
+                }
+                return Err(self.fail(Error::Hang { rank: self.rank, headline, ranks, failures }));
             }
-            return Err(self.fail(Error::Hang { rank: self.rank, headline, ranks, failures }));
+            (true, Awaiting::P2p { group, stuck }) => {
+                let mut waited: Vec<usize> = failures.iter().map(|f| f.peer).collect();
+                waited.sort_unstable();
+                waited.dedup();
+                let answers =
+                    self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).query_status(STATUS_TIMEOUT);
+                let peers = hang::p2p_lines(&waited, &answers);
+                let stuck = stuck(&failures);
+                return Err(self.fail(Error::P2pTimeout { rank: self.rank, group, stuck, peers, failures }));
+            }
+            _ => {}
         }
         Err(self.fail(Error::Collective { failures }))
     }
@@ -176,9 +207,9 @@ impl Comm {
 
     pub(super) fn complete_in_flight(&self, q: &mut Queue) {
         if let Some(f) = q.in_flight.take() {
-            let seq = f.seq();
+            let id = f.id();
             let r = self.finish_flight(f);
-            q.unclaimed.push((seq, r));
+            q.unclaimed.push((id, r));
         }
     }
 }

@@ -3,7 +3,7 @@
 //! kernel (or the MSCCL program, or the NVLS_TREE worker) in flight.
 use super::algorithm::Algorithm;
 use super::call::Call;
-use super::communicator::{Comm, InFlight, Queue};
+use super::communicator::{Comm, FlightId, InFlight, Queue};
 use super::work::{Enqueue, Work};
 use super::BufRef;
 use crate::error::{Error, Result};
@@ -90,13 +90,13 @@ impl Comm {
     }
 
     /// Waits for collective `seq` (if it is the one in flight) and returns its result.
-    pub(super) fn complete(&self, seq: u64) -> Result<()> {
+    pub(super) fn complete(&self, id: FlightId) -> Result<()> {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        if q.in_flight.as_ref().map(InFlight::seq) == Some(seq) {
+        if q.in_flight.as_ref().map(InFlight::id) == Some(id) {
             let f = q.in_flight.take().expect("just seen");
             return self.finish_flight(f);
         }
-        match q.unclaimed.iter().position(|(s, _)| *s == seq) {
+        match q.unclaimed.iter().position(|(s, _)| *s == id) {
             Some(i) => q.unclaimed.swap_remove(i).1,
             None => Ok(()),
         }

@@ -15,9 +15,10 @@
 //! collective is its copy kernel.
 use super::algorithm::Algorithm;
 use super::call::{BufRef, Call, DevCall};
-use super::communicator::{Comm, Queue};
+use super::communicator::{Comm, FlightId, InFlight, Queue};
+use super::completion::Awaiting;
 use super::hang::{op_code, P2pGuard};
-use super::p2p::{self_copies, P2p, MAX_P2P_BLOCKS};
+use super::p2p::{self_copies, OpNote, P2p, MAX_P2P_BLOCKS};
 use crate::backend::{DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
 use rsccl_device::coll::group::{GroupArgs, GROUP_SHM_BYTES, GROUP_THREADS};
@@ -27,6 +28,8 @@ use rsccl_device::coll::ring::RingArgs;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::prims::conn::{status_bytes, CallSig};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Point-to-point operations and collectives on one or several communicators, run together
 /// by [`Group::run`] (NCCL's `ncclGroupStart` … `ncclGroupEnd`): it checks every
@@ -136,13 +139,21 @@ impl<'a> Group<'a> {
     /// Runs the group and waits for every communicator's part; the first error (every kernel
     /// that started has ended by then).
     pub fn run(self) -> Result<()> {
+        self.start()?.wait()
+    }
+
+    /// Starts the group without waiting for it (NCCL's `ncclGroupEnd` on a stream; PyTorch's
+    /// `batch_isend_irecv`): checks, connects and launches every communicator's part, and
+    /// returns its [`GroupWork`]. Each communicator's next call (or the work's wait) completes
+    /// it; its buffers stay alive and in use until its kernels end, whatever the caller drops.
+    pub fn start(self) -> Result<GroupWork<'a>> {
         let prepared: Vec<Prepared> =
             self.parts.iter().map(|p| p.comm.group_prepare(&p.ops, &p.calls)).collect::<Result<_>>()?;
         for p in &self.parts {
             p.comm.p2p_listen(&p.ops)?;
         }
-        for p in &self.parts {
-            p.comm.p2p_attach(&p.ops)?;
+        for (p, prep) in self.parts.iter().zip(&prepared) {
+            p.comm.p2p_attach(&p.ops, prep.in_p2p.number())?;
         }
         for p in &self.parts {
             p.comm.p2p_start_proxy()?;
@@ -158,21 +169,125 @@ impl<'a> Group<'a> {
                 }
             }
         }
-        for ((p, prep), l) in self.parts.iter().zip(&prepared).zip(&launched) {
-            if let Err(e) = p.comm.group_finish(&p.ops, prep, l) {
-                first_err.get_or_insert(e);
+        if let Some(e) = first_err {
+            // The parts launched before the failure end before the error returns.
+            for ((p, prep), l) in self.parts.iter().zip(&prepared).zip(&launched) {
+                let _ = p.comm.group_finish(prep.in_p2p.number(), l);
+            }
+            return Err(e);
+        }
+        let mut work = GroupWork { parts: Vec::with_capacity(self.parts.len()), claimed: false };
+        for ((p, prep), l) in self.parts.iter().zip(prepared).zip(launched) {
+            let holds: Vec<_> = p
+                .ops
+                .iter()
+                .map(|o| o.buf.buf.hold())
+                .chain(p.calls.iter().flat_map(|c| [c.send.buf.hold(), c.recv.buf.hold()]))
+                .collect();
+            let done = Arc::new(AtomicBool::new(false));
+            let flag = done.clone();
+            p.comm.stream.host_fn(Box::new(move || {
+                drop(holds);
+                flag.store(true, Ordering::Release);
+            }));
+            let Prepared { queue: mut q, in_p2p, .. } = prep;
+            let number = in_p2p.number();
+            q.in_flight = Some(InFlight::Group(
+                number,
+                Box::new(move |c: &Comm| {
+                    let r = c.group_finish(number, &l);
+                    // The group ends here for the status answers.
+                    drop(in_p2p);
+                    r
+                }),
+            ));
+            work.parts.push((p.comm, number, done));
+        }
+        Ok(work)
+    }
+}
+
+/// A started group ([`Group::start`]), or nonblocking sends and receives
+/// ([`Enqueue::send`](super::Enqueue::send), [`Enqueue::p2p`](super::Enqueue::p2p)):
+/// [`GroupWork::wait`] returns its result, the same errors [`Group::run`] returns; dropping it
+/// without waiting waits too (a failure then stays for [`Comm::async_error`]).
+///
+/// ```
+/// use rsccl::{backend, BufRef, Comm, CommConfig, DataType, Group};
+/// // One thread starts a ring shift on three ranks, then waits for it.
+/// let be = backend::cpu();
+/// let comms = Comm::init_all(&be, 3, CommConfig::default())?;
+/// let send: Vec<_> = (0..3).map(|r| be.upload(&[r as u16; 6])).collect::<Result<_, _>>()?;
+/// let recv: Vec<_> = (0..3).map(|_| be.alloc(12)).collect::<Result<_, _>>()?;
+/// let mut g = Group::new();
+/// for r in 0..3 {
+///     g.send(&comms[r], BufRef::from(&send[r]), 6, DataType::F16, (r + 1) % 3);
+///     g.recv(&comms[r], BufRef::from(&recv[r]), 6, DataType::F16, (r + 2) % 3);
+/// }
+/// let work = g.start()?;
+/// // … other host work while the kernels run …
+/// work.wait()?;
+/// assert_eq!(be.download::<u16>(&recv[0], 6)?, [2; 6]);
+/// # Ok::<(), rsccl::Error>(())
+/// ```
+#[must_use = "a group in flight: wait for it to see its result"]
+pub struct GroupWork<'a> {
+    /// Each communicator of the group, this rank's group number there, and whether its
+    /// kernels have ended.
+    parts: Vec<(&'a Comm, u64, Arc<AtomicBool>)>,
+    claimed: bool,
+}
+
+impl GroupWork<'_> {
+    /// Waits for every communicator's part and returns the first error.
+    pub fn wait(mut self) -> Result<()> {
+        self.claimed = true;
+        let mut res = Ok(());
+        for (comm, number, _) in &self.parts {
+            let r = comm.complete(FlightId::Group(*number));
+            if res.is_ok() {
+                res = r;
             }
         }
-        first_err.map_or(Ok(()), Err)
+        res
+    }
+
+    /// Whether every communicator's kernels have ended (a poll: the result still comes from
+    /// [`GroupWork::wait`]).
+    pub fn is_done(&self) -> bool {
+        self.parts.iter().all(|(_, _, d)| d.load(Ordering::Acquire))
+    }
+
+    /// This rank's number of the group on each of its communicators (the number its timeout
+    /// errors name), in the order the group first used them.
+    pub fn numbers(&self) -> Vec<u64> {
+        self.parts.iter().map(|(_, n, _)| *n).collect()
+    }
+}
+
+impl Drop for GroupWork<'_> {
+    fn drop(&mut self) {
+        if !self.claimed {
+            for (comm, number, _) in &self.parts {
+                let _ = comm.complete(FlightId::Group(*number));
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for GroupWork<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupWork").field("numbers", &self.numbers()).field("done", &self.is_done()).finish()
     }
 }
 
 /// One communicator's part of a group after phase 1.
 struct Prepared<'c> {
-    /// No other call of the communicator starts until the group ends.
-    _queue: std::sync::MutexGuard<'c, Queue>,
+    /// No other call of the communicator starts until the group is launched (then its
+    /// in-flight entry).
+    queue: std::sync::MutexGuard<'c, Queue>,
     /// Other ranks' departures do not stop this group (see [`super::hang::Progress::in_p2p`]).
-    _in_p2p: P2pGuard,
+    in_p2p: P2pGuard,
     /// Each point-to-point operation's bytes.
     bytes: Vec<u64>,
     /// The self-sends paired with their receives.
@@ -196,8 +311,8 @@ struct P2pPart {
     status: DeviceBuffer,
     nblocks: usize,
     dev: Vec<P2pOp>,
-    /// `dev[k]` is operation `index[k]` of the communicator's part.
-    index: Vec<usize>,
+    /// `notes[k]` names `dev[k]`.
+    notes: Vec<OpNote>,
 }
 
 /// One kernel of a communicator's part, launched.
@@ -282,7 +397,7 @@ impl Comm {
         // peer of this group, or done their part of it (a send's last steps wait in the
         // receiver's memory). A peer that dies mid-transfer stops the kernel (the watchdog's
         // abort) and is named when it ends.
-        Ok(Prepared { _queue: queue, _in_p2p: in_p2p, bytes, copies, devs })
+        Ok(Prepared { queue, in_p2p, bytes, copies, devs })
     }
 
     /// Phase 4: launches this rank's kernels of the group (none when nothing moves).
@@ -372,14 +487,14 @@ impl Comm {
             GroupArgs { works: table.ptr(), nworks: args.len() as u32, reserved: 0, p2p: P2pArgs::default() };
         tables.push(table);
         let (p2p_ops, copies) = if ops.is_empty() { (&[][..], &[][..]) } else { (ops, &prep.copies[..]) };
-        let (dev, index) = self.p2p_ops(p2p_ops, &prep.bytes, copies, grid);
+        let (dev, notes) = self.p2p_ops(p2p_ops, &prep.bytes, copies, grid);
         let p2p = if dev.is_empty() {
             None
         } else {
             let (table, status, a) = self.p2p_args(&dev, grid)?;
             group.p2p = a;
             tables.push(table);
-            Some(P2pPart { status, nblocks: grid, dev, index })
+            Some(P2pPart { status, nblocks: grid, dev, notes })
         };
         Ok((group, Launched { _tables: tables, works, p2p }))
     }
@@ -388,7 +503,7 @@ impl Comm {
     /// peer distance progresses on its own; round 0, the self-copies, shares block 0).
     fn launch_p2p_only(&self, ops: &[P2p], prep: &Prepared) -> Result<Option<Launched>> {
         let nblocks = self.nranks.clamp(1, MAX_P2P_BLOCKS);
-        let (dev, index) = self.p2p_ops(ops, &prep.bytes, &prep.copies, nblocks);
+        let (dev, notes) = self.p2p_ops(ops, &prep.bytes, &prep.copies, nblocks);
         if dev.is_empty() {
             return Ok(None);
         }
@@ -402,13 +517,13 @@ impl Comm {
         Ok(Some(Launched {
             _tables: vec![table],
             works: Vec::new(),
-            p2p: Some(P2pPart { status, nblocks, dev, index }),
+            p2p: Some(P2pPart { status, nblocks, dev, notes }),
         }))
     }
 
     /// Phase 5: waits for the kernels of phase 4 and reports how they ended: the first
     /// collective that failed, else a point-to-point failure.
-    fn group_finish(&self, ops: &[P2p], prep: &Prepared, launched: &[Launched]) -> Result<()> {
+    fn group_finish(&self, group: u64, launched: &[Launched]) -> Result<()> {
         let mut res = Ok(());
         let mut last = None;
         for w in launched.iter().flat_map(|l| &l.works) {
@@ -421,7 +536,11 @@ impl Comm {
                 Some(status) => {
                     // The mismatch message names this collective.
                     *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner()) = w.sig;
-                    self.finish_inner(Some((w.seq, op_code(w.coll, false))), status, self.cfg.nchannels)
+                    self.finish_inner(
+                        Awaiting::Collective(w.seq, op_code(w.coll, false)),
+                        status,
+                        self.cfg.nchannels,
+                    )
                 }
             };
         }
@@ -434,11 +553,37 @@ impl Comm {
         }
         res?;
         for p in launched.iter().filter_map(|l| l.p2p.as_ref()) {
-            match self.p2p_mismatch(&p.status, p.nblocks, ops, &prep.bytes, &p.dev, &p.index)? {
+            match self.p2p_mismatch(&p.status, p.nblocks, &p.dev, &p.notes)? {
                 Some(e) => return Err(self.fail(e)),
-                None => self.finish_with(&p.status, p.nblocks)?,
+                None => self.p2p_finish(p, group)?,
             }
         }
         Ok(())
+    }
+
+    /// Waits for a group's point-to-point part and reports its failures; a timeout names the
+    /// group, the operations of the blocks that gave up and where their peers are.
+    fn p2p_finish(&self, p: &P2pPart, group: u64) -> Result<()> {
+        let stuck = |failures: &[super::RankFailure]| -> Vec<String> {
+            let mut out: Vec<String> = Vec::new();
+            for f in failures {
+                let mine = p
+                    .dev
+                    .iter()
+                    .zip(&p.notes)
+                    .filter(|(op, n)| op.block as usize == f.channel && n.peer == f.peer);
+                let before = out.len();
+                for (_, n) in mine {
+                    if !out.contains(&n.text) {
+                        out.push(n.text.clone());
+                    }
+                }
+                if out.len() == before && !out.iter().any(|t| t.ends_with(&format!("rank {}", f.peer))) {
+                    out.push(format!("an operation with rank {}", f.peer));
+                }
+            }
+            out
+        };
+        self.finish_inner(Awaiting::P2p { group, stuck: &stuck }, &p.status, p.nblocks)
     }
 }

@@ -22,13 +22,27 @@ pub(crate) struct Progress {
     /// Point-to-point groups running now: only some ranks take part in them, so another
     /// rank's leaving says nothing about them (see [`Progress::in_p2p`]).
     p2p: AtomicU64,
+    /// Number of the last point-to-point group entered (1-based; 0: none yet). Groups differ
+    /// between ranks, so their numbers are this rank's own.
+    groups: AtomicU64,
+    /// Number of the last point-to-point group ended.
+    groups_done: AtomicU64,
 }
 
 /// A point-to-point group in progress ([`Progress::enter_p2p`]).
-pub(crate) struct P2pGuard(std::sync::Arc<Progress>);
+#[derive(Debug)]
+pub(crate) struct P2pGuard(std::sync::Arc<Progress>, u64);
+
+impl P2pGuard {
+    /// The group's number on this rank (1-based).
+    pub(crate) fn number(&self) -> u64 {
+        self.1
+    }
+}
 
 impl Drop for P2pGuard {
     fn drop(&mut self) {
+        self.0.groups_done.fetch_max(self.1, Ordering::AcqRel);
         self.0.p2p.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -61,7 +75,8 @@ impl Progress {
     /// Enters a point-to-point group (left when the returned guard drops).
     pub(crate) fn enter_p2p(self: &std::sync::Arc<Self>) -> P2pGuard {
         self.p2p.fetch_add(1, Ordering::AcqRel);
-        P2pGuard(self.clone())
+        let number = self.groups.fetch_add(1, Ordering::AcqRel) + 1;
+        P2pGuard(self.clone(), number)
     }
 
     /// Whether a point-to-point group runs: a departure of another rank does not stop it (it
@@ -102,14 +117,16 @@ impl Progress {
         (entered > self.done.load(Ordering::Acquire)).then(|| (entered, self.what.load(Ordering::Relaxed)))
     }
 
-    /// The status answer: `rsccl-progress entered done what failed`.
+    /// The status answer: `rsccl-progress entered done what failed groups groups_done`.
     pub(crate) fn encode(&self) -> Vec<u8> {
         format!(
-            "rsccl-progress {} {} {} {}",
+            "rsccl-progress {} {} {} {} {} {}",
             self.entered.load(Ordering::Acquire),
             self.done.load(Ordering::Acquire),
             self.what.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Acquire)
+            self.failed.load(Ordering::Acquire),
+            self.groups.load(Ordering::Acquire),
+            self.groups_done.load(Ordering::Acquire)
         )
         .into_bytes()
     }
@@ -123,6 +140,10 @@ pub(crate) struct RankState {
     pub what: u64,
     /// The last collective that failed there (0: none).
     pub failed: u64,
+    /// The last point-to-point group entered there (its own numbering).
+    pub groups: u64,
+    /// The last point-to-point group ended there.
+    pub groups_done: u64,
 }
 
 impl RankState {
@@ -131,8 +152,16 @@ impl RankState {
         let s = std::str::from_utf8(b).ok()?;
         let mut it = s.strip_prefix("rsccl-progress ")?.split(' ');
         let mut num = || it.next()?.parse::<u64>().ok();
-        let st = RankState { entered: num()?, done: num()?, what: num()?, failed: num()? };
-        (st.done <= st.entered && st.failed <= st.done && it.next().is_none()).then_some(st)
+        let st = RankState {
+            entered: num()?,
+            done: num()?,
+            what: num()?,
+            failed: num()?,
+            groups: num()?,
+            groups_done: num()?,
+        };
+        let ordered = st.done <= st.entered && st.failed <= st.done && st.groups_done <= st.groups;
+        (ordered && it.next().is_none()).then_some(st)
     }
 }
 
@@ -254,13 +283,49 @@ pub(crate) fn report(
     (headline, lines)
 }
 
+/// For a point-to-point group that timed out waiting for `peers`: where each of them is, a
+/// line each ("rank 1: in no point-to-point group (last ended #2), between collectives (last
+/// completed #7)"), from every rank's answer.
+pub(crate) fn p2p_lines(peers: &[usize], answers: &[Result<Vec<u8>, String>]) -> Vec<String> {
+    peers
+        .iter()
+        .map(|&r| {
+            let st = match answers.get(r) {
+                Some(Ok(b)) => {
+                    RankState::decode(b).ok_or_else(|| "answered something that is not a status".into())
+                }
+                Some(Err(e)) => Err(e.clone()),
+                None => Err("not asked".to_string()),
+            };
+            match st {
+                Err(why) => format!("rank {r}: no answer ({why})"),
+                Ok(s) => {
+                    let group = if s.groups > s.groups_done {
+                        format!("in its point-to-point group #{}", s.groups)
+                    } else if s.groups == 0 {
+                        "in no point-to-point group (none yet)".to_string()
+                    } else {
+                        format!("in no point-to-point group (last ended #{})", s.groups_done)
+                    };
+                    let coll = if s.entered > s.done {
+                        format!("in {} #{}", op_name(s.what), s.entered)
+                    } else {
+                        format!("between collectives (last completed #{})", s.done)
+                    };
+                    format!("rank {r}: {group}, {coll}")
+                }
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn progress_round_trips_and_garbage_is_refused() {
-        let p = Progress::default();
+        let p = std::sync::Arc::new(Progress::default());
         assert_eq!(p.enter(Collective::Broadcast, false), 1);
         assert_eq!(p.in_flight(), Some((1, op_code(Collective::Broadcast, false))));
         p.finish(1);
@@ -268,20 +333,29 @@ mod tests {
         assert_eq!(p.enter(Collective::AllReduce, true), 2);
         assert_eq!(
             RankState::decode(&p.encode()),
-            Some(RankState { entered: 2, done: 1, what: 1, failed: 0 })
+            Some(RankState { entered: 2, done: 1, what: 1, failed: 0, groups: 0, groups_done: 0 })
         );
         p.fail(2);
         assert_eq!(
             RankState::decode(&p.encode()),
-            Some(RankState { entered: 2, done: 2, what: 1, failed: 2 })
+            Some(RankState { entered: 2, done: 2, what: 1, failed: 2, groups: 0, groups_done: 0 })
         );
+        let g = p.enter_p2p();
+        assert_eq!(g.number(), 1);
+        assert!(p.in_p2p());
+        assert_eq!(RankState::decode(&p.encode()).map(|s| (s.groups, s.groups_done)), Some((1, 0)));
+        drop(g);
+        assert!(!p.in_p2p());
+        assert_eq!(RankState::decode(&p.encode()).map(|s| (s.groups, s.groups_done)), Some((1, 1)));
         for bad in [
             &b""[..],
             b"rsccl-progress",
-            b"rsccl-progress 1 2 0 0",
-            b"rsccl-progress 2 1 0 2",
-            b"rsccl-progress 2 1 0",
+            b"rsccl-progress 1 2 0 0 0 0",
+            b"rsccl-progress 2 1 0 2 0 0",
+            b"rsccl-progress 2 1 0 0 1 2",
+            b"rsccl-progress 2 1 0 0",
             b"rsccl-progress 2 1 0 0 0",
+            b"rsccl-progress 2 1 0 0 0 0 0",
             b"x 1 1 1",
             b"rsccl-progress 1 a 0",
             &[0xff; 9],
@@ -293,7 +367,7 @@ mod tests {
 
     #[test]
     fn the_rank_that_never_came_is_named_first() {
-        let st = |e: u64, d: u64| Ok(format!("rsccl-progress {e} {d} 0 0").into_bytes());
+        let st = |e: u64, d: u64| Ok(format!("rsccl-progress {e} {d} 0 0 0 0").into_bytes());
         let mut answers: Vec<Result<Vec<u8>, String>> = (0..8).map(|_| st(812, 811)).collect();
         answers[5] = st(811, 811);
         let (head, lines) = report(0, 812, op_code(Collective::AllReduce, false), &answers);
@@ -315,7 +389,7 @@ mod tests {
             "{head}"
         );
         // A rank whose call failed is not counted as finished.
-        answers[5] = Ok(b"rsccl-progress 812 812 0 812".to_vec());
+        answers[5] = Ok(b"rsccl-progress 812 812 0 812 0 0".to_vec());
         let (head, lines) = report(1, 812, op_code(Collective::AllReduce, false), &answers);
         assert!(head.ends_with(", rank 5 failed it"), "{head}");
         assert_eq!(lines[5], "rank 5: failed all_reduce #812, last completed #812");
@@ -327,11 +401,35 @@ mod tests {
     fn ranks_in_different_collectives_are_named_by_theirs() {
         let tree = op_code(Collective::AllReduce, true);
         let ring = op_code(Collective::AllReduce, false);
-        let answers: Vec<Result<Vec<u8>, String>> =
-            [tree, ring, ring].iter().map(|w| Ok(format!("rsccl-progress 1 0 {w} 0").into_bytes())).collect();
+        let answers: Vec<Result<Vec<u8>, String>> = [tree, ring, ring]
+            .iter()
+            .map(|w| Ok(format!("rsccl-progress 1 0 {w} 0 0 0").into_bytes()))
+            .collect();
         let (head, lines) = report(1, 1, ring, &answers);
         assert_eq!(head, "the ranks called different collectives as #1: rank 0 called all_reduce(tree), ranks 1–2 called all_reduce");
         assert_eq!(lines[0], "rank 0: waits in all_reduce(tree) #1, not all_reduce");
         assert_eq!(lines[1], "rank 1: waits in all_reduce #1 (this rank)");
+    }
+
+    #[test]
+    fn a_point_to_point_timeout_says_where_each_peer_is() {
+        let answers: Vec<Result<Vec<u8>, String>> = vec![
+            Ok(b"rsccl-progress 3 3 0 0 2 1".to_vec()),
+            Ok(b"rsccl-progress 3 3 0 0 1 1".to_vec()),
+            Ok(b"rsccl-progress 4 3 4 0 0 0".to_vec()),
+            Err("no answer within 2 s".into()),
+        ];
+        assert_eq!(
+            p2p_lines(&[1, 2, 3], &answers),
+            [
+                "rank 1: in no point-to-point group (last ended #1), between collectives (last completed #3)",
+                "rank 2: in no point-to-point group (none yet), in all_gather #4",
+                "rank 3: no answer (no answer within 2 s)",
+            ]
+        );
+        assert_eq!(
+            p2p_lines(&[0], &answers),
+            ["rank 0: in its point-to-point group #2, between collectives (last completed #3)"]
+        );
     }
 }

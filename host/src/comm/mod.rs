@@ -47,7 +47,7 @@ pub use config::{
     NTHREADS_VAR,
 };
 pub use cudarc_interop::CudaElem;
-pub use group::Group;
+pub use group::{Group, GroupWork};
 pub use local::{Fault, GroupConfig, LocalGroup};
 pub use msccl_loaded::{MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES};
 pub use onesided::{SymmetricMemory, MAX_SYMMETRIC_BYTES};

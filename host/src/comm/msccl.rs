@@ -4,7 +4,7 @@
 //! kernel (the interpreter of `rsccl_device::coll::msccl`, one block per threadblock).
 use super::algorithm::{Algorithm, MscclId, Plan, Protocol};
 use super::call::{Call, DevCall};
-use super::communicator::{Comm, InFlight, Queue};
+use super::communicator::{Comm, FlightId, InFlight, Queue};
 use super::msccl_loaded::{Loaded, MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES};
 use super::wiring::{conn_tag, Edge};
 use crate::backend::LaunchConfig;
@@ -274,7 +274,7 @@ impl Comm {
             // Completed like the ring's kernel, from this program's status words.
             q.in_flight = Some(InFlight::Msccl(seq, l));
         } else {
-            q.unclaimed.push((seq, Ok(())));
+            q.unclaimed.push((FlightId::Collective(seq), Ok(())));
         }
         Ok(Work::new(self, seq, done, plan))
     }

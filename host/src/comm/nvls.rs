@@ -568,7 +568,8 @@ mod tests {
     /// flight (an unreachable rank counts as stopped), or the limit, naming who still runs.
     #[test]
     fn unbinding_waits_until_the_peers_stopped() {
-        let st = |entered: u64, done: u64| Ok(format!("rsccl-progress {entered} {done} 1 0").into_bytes());
+        let st =
+            |entered: u64, done: u64| Ok(format!("rsccl-progress {entered} {done} 1 0 0 0").into_bytes());
         let mut asked = 0;
         let busy = wait_peers_stopped(
             0,

@@ -104,12 +104,22 @@ impl<'a> P2p<'a> {
     }
 
     /// "send of 400 bytes to rank 2", for messages.
-    fn describe(&self, bytes: u64) -> String {
+    pub(super) fn describe(&self, bytes: u64) -> String {
         match self.dir {
             Direction::Send => format!("send of {bytes} bytes to rank {}", self.peer),
             Direction::Recv => format!("receive of {bytes} bytes from rank {}", self.peer),
         }
     }
+}
+
+/// A device operation of a launched point-to-point part, for its messages: its peer and how
+/// users name it ("receive of 400 bytes from rank 1").
+#[derive(Clone, Debug)]
+pub(super) struct OpNote {
+    /// The other rank (this rank for a self-copy).
+    pub(super) peer: usize,
+    /// The operation, as [`P2p::describe`] names it.
+    pub(super) text: String,
 }
 
 /// The bootstrap tag of the point-to-point connection `from` → `to`.
@@ -123,15 +133,15 @@ const P2P_KEY: u64 = 0x7032_7073_656e_6400;
 
 impl Comm {
     /// This rank's device ops of `ops` (checked: `bytes`, self-sends paired: `copies`) over
-    /// `nblocks` blocks, by block, then round, then the order called, and for each the index
-    /// of its operation. Counts each op on its connection (the number both sides sign).
+    /// `nblocks` blocks, by block, then round, then the order called, and for each its note.
+    /// Counts each op on its connection (the number both sides sign).
     pub(super) fn p2p_ops(
         &self,
         ops: &[P2p],
         bytes: &[u64],
         copies: &[(usize, usize)],
         nblocks: usize,
-    ) -> (Vec<P2pOp>, Vec<usize>) {
+    ) -> (Vec<P2pOp>, Vec<OpNote>) {
         let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
         let mut dev: Vec<(usize, usize, P2pOp)> = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate().filter(|(_, op)| op.peer != self.rank) {
@@ -161,8 +171,11 @@ impl Comm {
         }
         // The sort is stable: operations of one round keep the order called.
         dev.sort_by_key(|(round, _, op)| (op.block, *round));
-        let index = dev.iter().map(|(_, i, _)| *i).collect();
-        (dev.into_iter().map(|(_, _, op)| op).collect(), index)
+        let notes = dev
+            .iter()
+            .map(|&(_, i, _)| OpNote { peer: ops[i].peer, text: ops[i].describe(bytes[i]) })
+            .collect();
+        (dev.into_iter().map(|(_, _, op)| op).collect(), notes)
     }
 
     /// The status area of a point-to-point part over `nblocks` blocks and its arguments for
@@ -322,8 +335,9 @@ impl Comm {
     }
 
     /// Phase 3: the sending side of every missing connection `ops` needs — waits for the
-    /// receiver's handle (at most the bootstrap timeout) and attaches.
-    pub(super) fn p2p_attach(&self, ops: &[P2p]) -> Result<()> {
+    /// receiver's handle (at most the bootstrap timeout) and attaches. `group`: the group's
+    /// number on this rank, for the message when a receiver never comes.
+    pub(super) fn p2p_attach(&self, ops: &[P2p], group: u64) -> Result<()> {
         let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
         let need = self.p2p_missing(&links, ops)?;
         let layout = self.p2p_layout();
@@ -331,8 +345,8 @@ impl Comm {
         for &(peer, _) in need.iter().filter(|(_, d)| *d == Side::Send) {
             let handle = boot.recv(peer, p2p_tag(self.rank, peer)).map_err(|e| {
                 Error::InvalidConfig(format!(
-                    "rank {}: connecting to rank {peer} for a send: its receiving side never came \
-                     (no matching receive posted?): {e}",
+                    "rank {}: point-to-point group #{group}: connecting to rank {peer} for a send: its \
+                     receiving side never came (no matching receive posted?): {e}",
                     self.rank
                 ))
             })?;
@@ -356,10 +370,8 @@ impl Comm {
         &self,
         status: &crate::backend::DeviceBuffer,
         nblocks: usize,
-        ops: &[P2p],
-        bytes: &[u64],
         dev: &[P2pOp],
-        index: &[usize],
+        notes: &[OpNote],
     ) -> Result<Option<Error>> {
         if let Err(e) = self.stream.synchronize() {
             return Ok(Some(Error::Rank { rank: self.rank, source: Box::new(e) }));
@@ -380,13 +392,11 @@ impl Comm {
             let theirs = records.get(b).filter(|r| r.seq != 0);
             let mine = (0..dev.len()).find(|&k| {
                 dev[k].block == b as u32
-                    && ops[index[k]].peer == peer
+                    && notes[k].peer == peer
                     && theirs.is_none_or(|t| dev[k].kind == P2pKind::Recv as u32 && dev[k].sig.seq == t.seq)
             });
-            let mine_text = mine.map_or_else(
-                || format!("an operation with rank {peer}"),
-                |k| ops[index[k]].describe(bytes[index[k]]),
-            );
+            let mine_text =
+                mine.map_or_else(|| format!("an operation with rank {peer}"), |k| notes[k].text.clone());
             let (seq, peers) = match (mine, theirs) {
                 (_, Some(t)) => (
                     t.seq,

@@ -7,7 +7,9 @@
 //! caller's discipline, decides when their memory may be reused.
 use super::algorithm::Plan;
 use super::call::Call;
-use super::communicator::Comm;
+use super::communicator::{Comm, FlightId};
+use super::group::{Group, GroupWork};
+use super::p2p::P2p;
 use super::BufRef;
 use crate::error::Result;
 use rsccl_device::dtype::DataType;
@@ -75,7 +77,7 @@ impl<'c> Work<'c> {
     /// Waits for the collective and returns its result.
     pub fn wait(mut self) -> Result<()> {
         self.claimed = true;
-        self.comm.complete(self.seq)
+        self.comm.complete(FlightId::Collective(self.seq))
     }
 
     /// Whether its kernel has finished on this rank (a poll: the result still comes from
@@ -93,7 +95,7 @@ impl<'c> Work<'c> {
 impl Drop for Work<'_> {
     fn drop(&mut self) {
         if !self.claimed {
-            let _ = self.comm.complete(self.seq);
+            let _ = self.comm.complete(FlightId::Collective(self.seq));
         }
     }
 }
@@ -108,5 +110,42 @@ impl<'c> Enqueue<'c> {
     /// `recv` stay in use until the work completes.
     pub fn all_to_all(self, send: BufRef, recv: BufRef, count: usize, dtype: DataType) -> Result<Work<'c>> {
         self.comm.start_all_to_all(send, recv, count, dtype)
+    }
+
+    /// Nonblocking [`Comm::send`]: starts the send and returns its [`GroupWork`] (`buf` stays
+    /// in use until it completes). As for collectives, a communicator has one call in flight
+    /// and its next call waits for it: a rank's send and receive that depend on each other go
+    /// in one [`Enqueue::p2p`] (or [`Group`]), as NCCL users group them.
+    ///
+    /// ```
+    /// use rsccl::{backend, BufRef, Comm, CommConfig, DataType};
+    /// let be = backend::cpu();
+    /// let comms = Comm::init_all(&be, 2, CommConfig::default())?;
+    /// let (a, b) = (be.upload(&[3.5f64; 9])?, be.alloc(72)?);
+    /// // One thread: the receive first (its side of the connection), then the send.
+    /// let r = comms[1].enqueue().recv(BufRef::from(&b), 9, DataType::F64, 0)?;
+    /// let s = comms[0].enqueue().send(BufRef::from(&a), 9, DataType::F64, 1)?;
+    /// s.wait()?;
+    /// r.wait()?;
+    /// assert_eq!(be.download::<f64>(&b, 9)?, [3.5; 9]);
+    /// # Ok::<(), rsccl::Error>(())
+    /// ```
+    pub fn send(self, buf: BufRef<'c>, count: usize, dtype: DataType, peer: usize) -> Result<GroupWork<'c>> {
+        self.p2p(&[P2p::send(buf, count, dtype, peer)])
+    }
+
+    /// Nonblocking [`Comm::recv`].
+    pub fn recv(self, buf: BufRef<'c>, count: usize, dtype: DataType, peer: usize) -> Result<GroupWork<'c>> {
+        self.p2p(&[P2p::recv(buf, count, dtype, peer)])
+    }
+
+    /// Nonblocking [`Comm::p2p`]: this rank's sends and receives of one group, started in one
+    /// launch.
+    pub fn p2p(self, ops: &[P2p<'c>]) -> Result<GroupWork<'c>> {
+        let mut g = Group::new();
+        for op in ops {
+            g.add(self.comm, *op);
+        }
+        g.start()
     }
 }
