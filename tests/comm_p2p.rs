@@ -183,6 +183,26 @@ fn large_odd_messages_and_blocking_send_recv() {
     assert_eq!(be.download::<u8>(&b, 4003).unwrap(), payload(7, 4003));
 }
 
+/// Every element type: a ring shift by 1 and self-sends on 3 ranks at counts 0, 1 and odd
+/// ones, and a pairwise exchange of 2^20 + 1 elements for each element size.
+#[test]
+fn every_dtype_moves_every_byte_from_zero_to_a_million_elements() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 3, config()).unwrap();
+    for (i, dtype) in DataType::ALL.into_iter().enumerate() {
+        for count in [0, 1, 12_345 + 2 * i] {
+            let mut msgs = shift(3, 1, count);
+            msgs.extend((0..3).map(|r| Msg { from: r, to: r, count: count + 1 }));
+            run(&comms[..], &be, &msgs, dtype);
+        }
+    }
+    let pair = Comm::init_all(&be, 2, config()).unwrap();
+    for dtype in [DataType::U8, DataType::BF16, DataType::I32, DataType::F64] {
+        let count = (1 << 20) + 1;
+        run(&pair, &be, &[Msg { from: 0, to: 1, count }, Msg { from: 1, to: 0, count }], dtype);
+    }
+}
+
 #[test]
 fn a_send_and_a_receive_of_different_sizes_fail_both_ranks_naming_both_sizes() {
     let be = backend::cpu();
