@@ -273,6 +273,47 @@ fn a_receive_nobody_sends_and_a_send_nobody_receives_time_out_naming_the_peer() 
     assert!(e.contains("no matching receive"), "{e}");
 }
 
+/// A group dropped before it runs moves nothing (a group cannot be left open: it is a value);
+/// after rank 0 aborts, its sends are refused naming the abort, and rank 1's receive from it
+/// fails within the timeout naming rank 0.
+#[test]
+fn a_dropped_group_moves_nothing_and_an_aborted_rank_is_named() {
+    let be = backend::cpu();
+    let cfg =
+        CommConfig { timeout: Duration::from_secs(2), bootstrap_timeout: Duration::from_secs(3), ..config() };
+    let comms = Comm::init_all(&be, 2, cfg).unwrap();
+    let a = be.upload(&payload(1, 999)).unwrap();
+    let b = be.upload(&[GUARD_BYTE; 999]).unwrap();
+    let mut g = Group::new();
+    g.send(&comms[0], BufRef::from(&a), 999, DataType::U8, 1);
+    g.recv(&comms[1], BufRef::from(&b), 999, DataType::U8, 0);
+    drop(g);
+    assert_eq!(be.download::<u8>(&b, 999).unwrap(), [GUARD_BYTE; 999]);
+    assert_eq!((comms[0].kernels_launched(), comms[1].kernels_launched()), (Some(0), Some(0)));
+    let mut g = Group::new();
+    g.send(&comms[0], BufRef::from(&a), 999, DataType::U8, 1);
+    g.recv(&comms[1], BufRef::from(&b), 999, DataType::U8, 0);
+    g.run().unwrap();
+    assert_eq!(be.download::<u8>(&b, 999).unwrap(), payload(1, 999));
+
+    comms[0].abort().unwrap();
+    let e = comms[0].send(BufRef::from(&a), 999, DataType::U8, 1).unwrap_err().to_string();
+    assert!(
+        e.contains("rank 0: this communicator cannot run collectives any more") && e.contains("aborted"),
+        "{e}"
+    );
+    let t = Instant::now();
+    let e = comms[1].recv(BufRef::from(&b), 999, DataType::U8, 0).unwrap_err().to_string();
+    eprintln!("receive from an aborted rank: {e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    assert!(e.contains("receive of 999 bytes from rank 0 did not complete"), "{e}");
+    assert!(
+        e.contains("rank 0: in no point-to-point group (last ended #1)")
+            && e.contains("it left the communicator"),
+        "{e}"
+    );
+}
+
 #[test]
 fn one_thread_drives_eight_ranks_through_a_group() {
     let be = backend::cpu();

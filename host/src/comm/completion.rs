@@ -175,7 +175,17 @@ impl Comm {
                 waited.dedup();
                 let answers =
                     self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).query_status(STATUS_TIMEOUT);
-                let peers = hang::p2p_lines(&waited, &answers);
+                let mut peers = hang::p2p_lines(&waited, &answers);
+                // A peer that left (dropped or aborted its communicator) says so.
+                let left = super::departure::left(self.links.conn_key, self.rank, u64::MAX);
+                for (line, r) in peers.iter_mut().zip(&waited) {
+                    if let Some(d) = left.iter().find(|d| d.rank == *r) {
+                        match &d.why {
+                            Some(why) => line.push_str(&format!("; it left the communicator: {why}")),
+                            None => line.push_str("; it left the communicator (dropped or aborted it)"),
+                        }
+                    }
+                }
                 let stuck = stuck(&failures);
                 return Err(self.fail(Error::P2pTimeout { rank: self.rank, group, stuck, peers, failures }));
             }
