@@ -16,8 +16,8 @@ pub struct Children {
 }
 
 impl Children {
-    /// Runs the test `test` of this binary once per entry of `envs`, each child with those
-    /// variables set and its output captured.
+    /// Runs the test `test` of this binary (its full name: `module::name` in the suite binary)
+    /// once per entry of `envs`, each child with those variables set and its output captured.
     pub fn spawn(test: &str, envs: impl IntoIterator<Item = Vec<(String, String)>>) -> Children {
         let exe = std::env::current_exe().expect("this test's path");
         let children = envs

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Default stack of one emulated thread, KiB (`RSCCL_EMU_STACK_KB` overrides it). Measured
-/// need of the library's kernels: see [`stack_high_water`] and `tests/emulator.rs`.
+/// need of the library's kernels: see [`stack_high_water`] and `tests/suite/emulator.rs`.
 pub const DEFAULT_STACK_KB: usize = 128;
 /// Smallest and largest `RSCCL_EMU_STACK_KB` accepted.
 pub const STACK_KB_RANGE: std::ops::RangeInclusive<usize> = 64..=16384;

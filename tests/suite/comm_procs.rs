@@ -439,7 +439,7 @@ fn an_msccl_program_runs_across_4_processes() {
             ("RSCCL_DEBUG_FILE".to_string(), dir.join(format!("log{r}.txt")).display().to_string()),
         ]
     });
-    let mut ranks = Children::spawn("comm_child", envs);
+    let mut ranks = Children::spawn("comm_procs::comm_child", envs);
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(300));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -463,7 +463,7 @@ fn start_ranks(role: &str, id: &UniqueId, n: usize, ranks: impl Iterator<Item = 
             ("RSCCL_TEST_N".to_string(), n.to_string()),
         ]
     });
-    Children::spawn("comm_child", envs)
+    Children::spawn("comm_procs::comm_child", envs)
 }
 
 fn loopback_id() -> UniqueId {
@@ -894,7 +894,7 @@ fn from_env_under_each_launchers_variables() {
         let children = (0..n)
             .map(|r| {
                 let mut cmd = Command::new(&exe);
-                cmd.args(["--exact", "comm_child", "--nocapture", "--test-threads", "1"])
+                cmd.args(["--exact", "comm_procs::comm_child", "--nocapture", "--test-threads", "1"])
                     .env(CHILD_VAR, "from_env")
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped());

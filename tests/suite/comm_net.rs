@@ -364,7 +364,7 @@ fn start_ranks_with(
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     });
-    Children::spawn("net_child", envs)
+    Children::spawn("comm_net::net_child", envs)
 }
 
 fn assert_no_segments(pids: &[u32]) {

@@ -26,7 +26,7 @@ fn perf(args: &str, vars: &[(&str, String)]) -> String {
         .into_iter()
         .chain(vars.iter().map(|(k, v)| (k.to_string(), v.clone())))
         .collect();
-    let mut child = Children::spawn("perf_child", [env]);
+    let mut child = Children::spawn("perf_env::perf_child", [env]);
     let (ok, text) = child.wait(Duration::from_secs(300)).remove(0);
     assert!(ok, "{text}");
     text

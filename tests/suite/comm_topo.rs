@@ -261,7 +261,7 @@ fn interleaved_hosts_get_the_renamed_multi_node_channels() {
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     });
-    let mut ranks = Children::spawn("topo_child", envs);
+    let mut ranks = Children::spawn("comm_topo::topo_child", envs);
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(240));
     let hosts = vec![vec![0, 2], vec![1, 3]];

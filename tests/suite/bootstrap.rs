@@ -412,7 +412,7 @@ fn spawn_children(n: usize, arg: impl Fn(usize) -> String) -> Children {
         (0..n)
             .map(|i| {
                 Command::new(&exe)
-                    .args(["--exact", "bootstrap_child", "--nocapture", "--test-threads", "1"])
+                    .args(["--exact", "bootstrap::bootstrap_child", "--nocapture", "--test-threads", "1"])
                     .env(CHILD_VAR, arg(i))
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())

@@ -727,7 +727,7 @@ fn nvls_processes_with(nodes: usize, local: usize, extra: &[(&str, &str)]) -> Ve
         .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
         .collect()
     });
-    let mut ranks = Children::spawn("nvls_child", envs);
+    let mut ranks = Children::spawn("comm_nvls::nvls_child", envs);
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(240));
     for (r, (ok, text)) in results.iter().enumerate() {

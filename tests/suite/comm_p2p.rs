@@ -635,7 +635,7 @@ fn on_processes(n: usize, host: impl Fn(usize) -> Option<String>) {
         env.extend(host(r).map(|h| ("RSCCL_TEST_HOST".to_string(), h)));
         env
     });
-    let mut ranks = rsccl_suite::procs::Children::spawn("p2p_child", envs);
+    let mut ranks = rsccl_suite::procs::Children::spawn("comm_p2p::p2p_child", envs);
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(240));
     for (r, (ok, text)) in results.iter().enumerate() {
@@ -670,7 +670,7 @@ fn a_sender_killed_while_its_receiver_waits_is_named_with_its_pid() {
             ("RSCCL_TEST_N".to_string(), "2".to_string()),
         ]
     });
-    let mut ranks = rsccl_suite::procs::Children::spawn("p2p_child", envs);
+    let mut ranks = rsccl_suite::procs::Children::spawn("comm_p2p::p2p_child", envs);
     let pid0 = ranks.pids()[0];
     // Rank 1 posts its receive; then rank 0's process goes.
     std::thread::sleep(Duration::from_secs(2));
