@@ -9,6 +9,7 @@ mod circles;
 #[path = "../../host/src/ptx/pack.rs"]
 #[allow(dead_code)] // the lookups by entry and their errors are the host's; xtask reads whole chunks
 mod kernel_pack;
+mod nccl;
 mod ptx;
 
 use std::path::PathBuf;
@@ -36,6 +37,9 @@ const USAGE: &str = "usage:
       List the import circles between the files of host/src and device/src (a file importing
       from one that imports from it, directly or around a loop); fail when there are more
       than N in all (default 0).
+  cargo xtask nccl [--out DIR]
+      Build the drop-in NCCL library (release) into one folder (default dist/nccl):
+      lib/libnccl.so.2, lib/libnccl.so and include/nccl.h (rendered from its definitions).
   cargo xtask gpu-bundle [--out DIR]
       Build both kernel sets for both archs with cubins and the GPU test/bench binaries
       (release) into one folder with run.sh.
@@ -51,6 +55,8 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("build-ptx") => parse_build_ptx(&args[1..]).and_then(|o| ptx::build_ptx(&o).map(|_| ())),
         Some("gpu-bundle") => parse_out(&args[1..]).and_then(bundle::gpu_bundle),
+        Some("nccl") => parse_out(&args[1..])
+            .and_then(|o| nccl::nccl(&o.unwrap_or_else(|| workspace_root().join("dist/nccl")))),
         Some("import-circles") => import_circles(&args[1..]),
         Some("build-user-ptx") => parse_user(&args[1..]).and_then(|(p, a)| ptx::build_user_ptx(&p, &a)),
         _ => Err(format!("unknown or missing task\n{USAGE}")),

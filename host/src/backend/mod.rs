@@ -99,6 +99,17 @@ impl DeviceBuffer {
         DeviceBuffer { ptr, len, owner }
     }
     /// Marks the buffer in use by an enqueued collective until the returned hold is dropped.
+    /// A buffer over `len` bytes at `ptr` that this crate does not own (a C caller's memory,
+    /// as `libnccl` receives it): nothing is freed when it drops.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` is memory of the backend's device (host memory on the CPU emulator),
+    /// readable and writable, that stays valid until every call given this buffer has
+    /// completed.
+    pub unsafe fn from_raw(ptr: DevPtr, len: usize) -> DeviceBuffer {
+        DeviceBuffer::new(ptr, len, Box::new(()))
+    }
+
     pub(crate) fn hold(&self) -> Hold {
         *self.owner.users.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         Hold(self.owner.clone())

@@ -1,0 +1,257 @@
+//! What an `ncclComm_t` points to, the backend every communicator of the process runs on, and
+//! how failures become NCCL's result codes and `ncclGetLastError` text.
+use crate::abi::{self, NcclComm, NcclResult};
+use rsccl::backend::{self, Backend, DeviceBuffer, Preference};
+use rsccl::{Comm, Error, ReduceOp};
+use std::cell::RefCell;
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+/// Dynamic reduction ops (PreMulSum) a communicator may hold at once.
+pub const MAX_DYNAMIC_OPS: usize = 1024;
+
+/// A failed call: NCCL's code and the message `ncclGetLastError` returns.
+#[derive(Debug, Clone)]
+pub struct Fail {
+    /// The `ncclResult_t`.
+    pub code: NcclResult,
+    /// What went wrong, naming the argument, rank or peer.
+    pub msg: String,
+}
+
+impl Fail {
+    /// `ncclInvalidArgument` with `msg`.
+    pub fn arg(msg: impl Into<String>) -> Fail {
+        Fail { code: abi::INVALID_ARGUMENT, msg: msg.into() }
+    }
+    /// `ncclInvalidUsage` with `msg`.
+    pub fn usage(msg: impl Into<String>) -> Fail {
+        Fail { code: abi::INVALID_USAGE, msg: msg.into() }
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        let code = match &e {
+            Error::InvalidConfig(_) | Error::OutOfRange { .. } => abi::INVALID_ARGUMENT,
+            Error::Hang { .. } | Error::P2pTimeout { .. } => abi::TIMEOUT,
+            Error::PeerLost { .. }
+            | Error::PeerDied { .. }
+            | Error::PeerLeft { .. }
+            | Error::CallMismatch { .. }
+            | Error::Collective { .. } => abi::REMOTE_ERROR,
+            Error::Driver { .. } | Error::NoGpu(_) | Error::KernelFailed { .. } => abi::UNHANDLED_CUDA_ERROR,
+            Error::Bootstrap(_) | Error::Network(_) => abi::SYSTEM_ERROR,
+            _ => abi::INTERNAL_ERROR,
+        };
+        Fail { code, msg: e.to_string() }
+    }
+}
+
+/// A call's result before it crosses to C.
+pub type Res<T = ()> = std::result::Result<T, Fail>;
+
+thread_local! {
+    /// The last failure of this thread's calls (`ncclGetLastError(NULL)`).
+    static LAST: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Records `f` as this thread's last error.
+pub fn record(f: &Fail) {
+    let text = CString::new(f.msg.replace('\0', " ")).unwrap_or_default();
+    LAST.with(|l| *l.borrow_mut() = text);
+}
+
+/// This thread's last error text, alive until its next failing call.
+pub fn last_error() -> *const std::ffi::c_char {
+    LAST.with(|l| l.borrow().as_ptr())
+}
+
+/// The backend of every communicator of this process: `RSCCL_BACKEND` (or the GPU when there is
+/// one). The C ABI runs on the CPU emulator so far: there, "device" pointers are host memory.
+pub fn backend() -> Res<Arc<dyn Backend>> {
+    static BACKEND: OnceLock<std::result::Result<Arc<dyn Backend>, String>> = OnceLock::new();
+    let be = BACKEND.get_or_init(|| {
+        let pref = Preference::from_env().map_err(|e| e.to_string())?;
+        let be = backend::default_backend(pref).map_err(|e| e.to_string())?;
+        if be.cuda_stream().is_some() {
+            return Err("rsccl's libnccl runs on the CPU emulator so far (set RSCCL_BACKEND=cpu): \
+                 ordering its kernels on the caller's cudaStream_t is not implemented yet"
+                .to_string());
+        }
+        Ok(be)
+    });
+    be.clone().map_err(Fail::usage)
+}
+
+/// An `ncclComm_t`: the communicator once its init completed, and what C asks of it.
+pub struct CommHandle {
+    /// The communicator; set by its init (at once, at the end of the group it was called in,
+    /// or by its init thread when nonblocking).
+    comm: OnceLock<Comm>,
+    /// A nonblocking init still running.
+    pending: Mutex<Option<JoinHandle<rsccl::Result<Comm>>>>,
+    /// Why the init failed.
+    init_failed: Mutex<Option<Fail>>,
+    /// PreMulSum scalars of the dynamic ops, op `NUM_OPS + i` at `i` (`None`: destroyed).
+    ops: Mutex<Vec<Option<f64>>>,
+    /// The rank and size it was created for (known before the init completes).
+    pub rank: usize,
+    /// See `rank`.
+    pub nranks: usize,
+}
+
+impl CommHandle {
+    /// A handle for rank `rank` of `nranks` whose init has not completed.
+    pub fn new(rank: usize, nranks: usize) -> CommHandle {
+        CommHandle {
+            comm: OnceLock::new(),
+            pending: Mutex::new(None),
+            init_failed: Mutex::new(None),
+            ops: Mutex::new(Vec::new()),
+            rank,
+            nranks,
+        }
+    }
+
+    /// Completes the init with its result.
+    pub fn set(&self, r: rsccl::Result<Comm>) {
+        match r {
+            Ok(c) => {
+                let _ = self.comm.set(c);
+            }
+            Err(e) => *self.init_failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(Fail::from(e)),
+        }
+    }
+
+    /// Runs the init on a thread of its own (nonblocking init); [`CommHandle::state`] polls it.
+    pub fn spawn_init(&self, init: impl FnOnce() -> rsccl::Result<Comm> + Send + 'static) -> Res {
+        let h = std::thread::Builder::new()
+            .name(format!("rsccl-nccl-init-{}", self.rank))
+            .spawn(init)
+            .map_err(|e| Fail { code: abi::SYSTEM_ERROR, msg: format!("starting the init thread: {e}") })?;
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+        Ok(())
+    }
+
+    /// `ncclSuccess` when the communicator is ready, `ncclInProgress` while its init runs, or
+    /// the init's failure, or the communicator's asynchronous error.
+    pub fn state(&self) -> Res {
+        {
+            let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(h) = p.take() {
+                if !h.is_finished() {
+                    *p = Some(h);
+                    return Err(Fail { code: abi::IN_PROGRESS, msg: String::new() });
+                }
+                let r =
+                    h.join().unwrap_or_else(|_| Err(Error::InvalidConfig("the init thread panicked".into())));
+                drop(p);
+                self.set(r);
+            }
+        }
+        if let Some(f) = self.init_failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(f);
+        }
+        match self.comm.get() {
+            Some(c) => c.async_error().map_err(Fail::from),
+            None => Err(Fail { code: abi::IN_PROGRESS, msg: String::new() }),
+        }
+    }
+
+    /// The communicator, or why a call cannot use it now.
+    pub fn comm(&self) -> Res<&Comm> {
+        if let Some(c) = self.comm.get() {
+            return Ok(c);
+        }
+        match self.state() {
+            Ok(()) => self.comm.get().ok_or_else(|| Fail::usage("the communicator has no init")),
+            Err(f) if f.code == abi::IN_PROGRESS => Err(Fail::usage(format!(
+                "rank {}: the communicator's init has not completed (poll ncclCommGetAsyncError)",
+                self.rank
+            ))),
+            Err(f) => Err(Fail {
+                code: abi::INVALID_USAGE,
+                msg: format!("the communicator's init failed: {}", f.msg),
+            }),
+        }
+    }
+
+    /// A new dynamic op multiplying by `scalar`; its `ncclRedOp_t`.
+    pub fn add_op(&self, scalar: f64) -> Res<std::ffi::c_int> {
+        let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+        let i = match ops.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if ops.len() < MAX_DYNAMIC_OPS => {
+                ops.push(None);
+                ops.len() - 1
+            }
+            None => {
+                return Err(Fail::usage(format!(
+                    "rank {}: {MAX_DYNAMIC_OPS} reduction ops exist on this communicator; destroy one first",
+                    self.rank
+                )))
+            }
+        };
+        ops[i] = Some(scalar);
+        Ok(abi::NUM_OPS + i as std::ffi::c_int)
+    }
+
+    /// Destroys dynamic op `op`.
+    pub fn remove_op(&self, op: std::ffi::c_int) -> Res {
+        let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = usize::try_from(op - abi::NUM_OPS).ok().and_then(|i| ops.get_mut(i));
+        match slot {
+            Some(s @ Some(_)) => {
+                *s = None;
+                Ok(())
+            }
+            _ => {
+                Err(Fail::arg(format!("ncclRedOp_t {op} is not a reduction op created on this communicator")))
+            }
+        }
+    }
+
+    /// The reduction `op` names on this communicator.
+    pub fn op(&self, op: std::ffi::c_int) -> Res<ReduceOp> {
+        Ok(match op {
+            0 => ReduceOp::Sum,
+            1 => ReduceOp::Prod,
+            2 => ReduceOp::Max,
+            3 => ReduceOp::Min,
+            4 => ReduceOp::Avg,
+            _ => {
+                let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+                let s = usize::try_from(op - abi::NUM_OPS).ok().and_then(|i| ops.get(i).copied().flatten());
+                ReduceOp::PreMulSum(s.ok_or_else(|| {
+                    Fail::arg(format!(
+                        "ncclRedOp_t {op}: neither a built-in op (0–4) nor one created on this communicator"
+                    ))
+                })?)
+            }
+        })
+    }
+}
+
+/// The handle behind `comm`, or why there is none.
+///
+/// # Safety
+/// `comm` is NULL or a handle this library returned and that was not destroyed.
+pub unsafe fn handle<'a>(comm: NcclComm) -> Res<&'a CommHandle> {
+    // SAFETY: the caller's contract.
+    unsafe { comm.as_ref() }.ok_or_else(|| Fail::arg("comm is NULL"))
+}
+
+/// A buffer over `bytes` of the caller's memory at `ptr`, for one call.
+///
+/// # Safety
+/// `ptr..ptr + bytes` is memory of the backend's device (host memory on the CPU emulator) that
+/// stays valid until the call using the view has completed.
+pub unsafe fn view(ptr: *const c_void, bytes: usize, what: &str) -> Res<DeviceBuffer> {
+    if ptr.is_null() && bytes > 0 {
+        return Err(Fail::arg(format!("{what} is NULL for {bytes} bytes")));
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { DeviceBuffer::from_raw(rsccl_device::DevPtr(ptr as u64), bytes) })
+}

@@ -1,0 +1,749 @@
+//! NCCL's C ABI on rsccl: this crate builds `libnccl.so` (SONAME `libnccl.so.2`), exporting the
+//! `nccl*` calls and their `pnccl*` profiling aliases and nothing else, and renders the
+//! `nccl.h` it is built with ([`header::render`]) from the same definitions ([`abi`]). A program
+//! written for NCCL — C, nccl-tests, cudarc's `nccl` module — loads it in NCCL's place
+//! (`LD_LIBRARY_PATH` or `LD_PRELOAD`).
+//!
+//! So far it runs on the CPU emulator (`RSCCL_BACKEND=cpu`): "device" pointers are host
+//! memory, any stream value is accepted, and a call has completed when it returns (grouped
+//! calls when `ncclGroupEnd` returns). Calls not implemented yet return `ncclInvalidUsage` with a
+//! message naming them. No panic crosses into C: a bad argument is NCCL's error code plus a
+//! message for `ncclGetLastError`.
+#![allow(non_snake_case)]
+// The exported functions keep NCCL's parameter names and their C types (the header is
+// rendered from them).
+#![allow(clippy::too_many_arguments)]
+
+pub mod abi;
+pub mod group;
+pub mod handle;
+pub mod header;
+
+use abi::{
+    CudaStream, NcclComm, NcclConfig, NcclDataType, NcclRedOp, NcclResult, NcclScalarResidence, NcclUniqueId,
+};
+use group::{Queued, QueuedInit, RootedKind};
+use handle::{handle, view, CommHandle, Fail, Res};
+use rsccl::{Comm, CommConfig, DataType, UniqueId};
+use rsccl_device::coll::Collective;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::AssertUnwindSafe;
+
+/// Runs a call's body: its result as NCCL's code; a failure (or a panic, which never crosses
+/// into C) recorded for `ncclGetLastError`, prefixed with the call's name.
+fn guard(name: &str, body: impl FnOnce() -> Res) -> NcclResult {
+    let r = std::panic::catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(Fail { code: abi::INTERNAL_ERROR, msg: format!("internal error (a panic): {what}") })
+    });
+    match r {
+        Ok(()) => abi::SUCCESS,
+        Err(f) => {
+            if f.code != abi::IN_PROGRESS {
+                handle::record(&Fail { code: f.code, msg: format!("{name}: {}", f.msg) });
+            }
+            f.code
+        }
+    }
+}
+
+macro_rules! api {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident / $pname:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block
+    )*) => {
+        $(
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// NCCL's contract for this call: every pointer is NULL where NCCL allows it or valid for
+            /// what the call reads and writes, and every communicator is one this library created and
+            /// has not destroyed.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> NcclResult {
+                guard(stringify!($name), || -> Res { $body })
+            }
+
+            /// The profiling alias of the call of the same name without the `p` (PMPI-style).
+            ///
+            /// # Safety
+            /// As that call.
+            #[no_mangle]
+            pub unsafe extern "C" fn $pname($($arg: $ty),*) -> NcclResult {
+                // SAFETY: the same call with the same arguments, under the same contract.
+                unsafe { $name($($arg),*) }
+            }
+        )*
+
+        /// Every exported call returning `ncclResult_t`, as the header declares it (from the
+        /// functions' own parameter types).
+        pub const PROTOTYPES: &[abi::Prototype] = &[$(abi::Prototype {
+            ret: "ncclResult_t",
+            name: stringify!($name),
+            params: &[$((stringify!($arg), <$ty as abi::CType>::C)),*],
+        }),*];
+    };
+}
+
+/// Writes `v` through the caller's pointer `p`.
+///
+/// # Safety
+/// `p` is NULL or valid for a write of `T`.
+unsafe fn put<T>(p: *mut T, v: T, what: &str) -> Res {
+    if p.is_null() {
+        return Err(Fail::arg(format!("{what} is NULL")));
+    }
+    // SAFETY: non-NULL, and valid for a write by the caller's contract.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// The element type `d` names.
+fn dtype(d: NcclDataType) -> Res<DataType> {
+    u8::try_from(d.0)
+        .ok()
+        .and_then(|v| DataType::from_u8(v).ok())
+        .ok_or_else(|| Fail::arg(format!("datatype {}: not an ncclDataType_t (0–11)", d.0)))
+}
+
+/// Bytes of `count × times` elements of `t`.
+fn bytes(count: usize, times: usize, t: DataType, what: &str) -> Res<usize> {
+    count.checked_mul(times).and_then(|n| n.checked_mul(t.size())).ok_or_else(|| {
+        Fail::arg(format!("{what}: {count} × {times} elements of {} overflow a byte size", t.name()))
+    })
+}
+
+/// A rank number `r` of communicator `h`.
+fn rank_in(h: &CommHandle, r: c_int, what: &str) -> Res<usize> {
+    usize::try_from(r)
+        .ok()
+        .filter(|&r| r < h.nranks)
+        .ok_or_else(|| Fail::arg(format!("{what} {r} is outside the communicator's {} ranks", h.nranks)))
+}
+
+/// Converts an `int` count to a `usize`.
+fn count_of(n: c_int, what: &str) -> Res<usize> {
+    usize::try_from(n).map_err(|_| Fail::arg(format!("{what} {n} is negative")))
+}
+
+/// A collective with per-rank element counts `send_elems` and `recv_elems` (multiples of
+/// `count`) queued or run.
+///
+/// # Safety
+/// `send` and `recv` hold those elements (NCCL's contract); `comm` is live.
+unsafe fn collective(
+    comm: NcclComm,
+    coll: Collective,
+    (send, send_times): (*const c_void, usize),
+    (recv, recv_times): (*mut c_void, usize),
+    count: usize,
+    datatype: NcclDataType,
+    op: Option<NcclRedOp>,
+    root: c_int,
+) -> Res {
+    // SAFETY: the caller's contract.
+    let h = unsafe { handle(comm) }?;
+    let t = dtype(datatype)?;
+    let op = match op {
+        Some(o) => h.op(o.0)?,
+        None => rsccl::ReduceOp::Sum,
+    };
+    let root = if matches!(coll, Collective::Broadcast | Collective::Reduce) {
+        rank_in(h, root, "root")?
+    } else {
+        0
+    };
+    let sb = bytes(count, send_times, t, "sendbuff")?;
+    let rb = bytes(count, recv_times, t, "recvbuff")?;
+    // SAFETY: NCCL's contract: the buffers hold these bytes until the call completed, which
+    // is before this returns (or before the group's end returns).
+    let (s, r) = unsafe { (view(send, sb, "sendbuff")?, view(recv, rb, "recvbuff")?) };
+    group::submit(Queued::Coll { comm, coll, send: s, recv: r, count, dtype: t, op, root })
+}
+
+/// An all-to-all, gather or scatter of `count` elements per rank.
+///
+/// # Safety
+/// As [`collective`].
+unsafe fn rooted(
+    comm: NcclComm,
+    kind: RootedKind,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: NcclDataType,
+    root: c_int,
+) -> Res {
+    // SAFETY: the caller's contract.
+    let h = unsafe { handle(comm) }?;
+    let t = dtype(datatype)?;
+    let n = h.nranks;
+    let (root, st, rt) = match kind {
+        RootedKind::AllToAll => (0, n, n),
+        RootedKind::Gather => {
+            let root = rank_in(h, root, "root")?;
+            (root, 1, if h.rank == root { n } else { 0 })
+        }
+        RootedKind::Scatter => {
+            let root = rank_in(h, root, "root")?;
+            (root, if h.rank == root { n } else { 0 }, 1)
+        }
+    };
+    let (sb, rb) = (bytes(count, st, t, "sendbuff")?, bytes(count, rt, t, "recvbuff")?);
+    // SAFETY: as in `collective`.
+    let (s, r) = unsafe { (view(send, sb, "sendbuff")?, view(recv, rb, "recvbuff")?) };
+    group::submit(Queued::Rooted { comm, kind, send: s, recv: r, count, dtype: t, root })
+}
+
+/// A send (`is_recv` false) or receive.
+///
+/// # Safety
+/// As [`collective`].
+unsafe fn p2p(
+    comm: NcclComm,
+    is_recv: bool,
+    buf: *const c_void,
+    count: usize,
+    datatype: NcclDataType,
+    peer: c_int,
+) -> Res {
+    // SAFETY: the caller's contract.
+    let h = unsafe { handle(comm) }?;
+    let t = dtype(datatype)?;
+    let peer = rank_in(h, peer, "peer")?;
+    let b = bytes(count, 1, t, if is_recv { "recvbuff" } else { "sendbuff" })?;
+    // SAFETY: as in `collective`.
+    let buf = unsafe { view(buf, b, if is_recv { "recvbuff" } else { "sendbuff" })? };
+    group::submit(Queued::P2p { comm, recv: is_recv, buf, count, dtype: t, peer })
+}
+
+/// The rsccl configuration of an NCCL config (read by the caller's size and version).
+///
+/// # Safety
+/// `config` is NULL or points to at least `config.size` readable bytes.
+unsafe fn read_config(config: *const NcclConfig) -> Res<(CommConfig, bool)> {
+    let mut cfg = CommConfig::default().with_env().map_err(Fail::from)?;
+    if config.is_null() {
+        return Ok((cfg, true));
+    }
+    // SAFETY: non-NULL; the first fields (size, magic, version) are in every version's struct.
+    let (size, magic, version) = unsafe { ((*config).size, (*config).magic, (*config).version) };
+    if magic != abi::API_MAGIC {
+        return Err(Fail::arg(format!(
+            "config: magic {magic:#x}, not NCCL_API_MAGIC {:#x} (initialise it with NCCL_CONFIG_INITIALIZER)",
+            abi::API_MAGIC
+        )));
+    }
+    let mut c = NcclConfig::default();
+    let n = size.min(std::mem::size_of::<NcclConfig>());
+    // SAFETY: the caller's struct has `size` bytes; at most that many, and at most ours, are
+    // copied into `c` (plain data: ints and pointers it only compares).
+    unsafe {
+        std::ptr::copy_nonoverlapping(config.cast::<u8>(), (&mut c as *mut NcclConfig).cast::<u8>(), n)
+    };
+    let _ = version; // Every field this library reads is older than the oldest config (2.14).
+    if c.max_ctas != abi::CONFIG_UNDEF_INT && c.max_ctas > 0 {
+        cfg.nchannels = cfg.nchannels.min(c.max_ctas as usize).max(1);
+    }
+    if c.min_ctas != abi::CONFIG_UNDEF_INT && c.min_ctas > 0 {
+        cfg.nchannels = cfg.nchannels.max(c.min_ctas as usize);
+    }
+    Ok((cfg, c.blocking != 0))
+}
+
+/// The rsccl unique id of an NCCL one.
+fn unique_id(id: &NcclUniqueId) -> Res<UniqueId> {
+    // SAFETY: c_char and u8 have the same size and alignment.
+    let b: &[u8; abi::UNIQUE_ID_BYTES] =
+        unsafe { &*(&id.internal as *const [c_char; abi::UNIQUE_ID_BYTES]).cast() };
+    UniqueId::from_bytes(b).map_err(|e| Fail::arg(format!("commId: {e}")))
+}
+
+/// `ncclCommInitRankConfig`'s body.
+///
+/// # Safety
+/// As that call.
+unsafe fn init_rank(
+    newcomm: *mut NcclComm,
+    nranks: c_int,
+    id: NcclUniqueId,
+    rank: c_int,
+    config: *const NcclConfig,
+) -> Res {
+    if newcomm.is_null() {
+        return Err(Fail::arg("comm is NULL"));
+    }
+    let n = count_of(nranks, "nranks")?;
+    if n == 0 {
+        return Err(Fail::arg("nranks 0: a communicator has at least one rank"));
+    }
+    let r = usize::try_from(rank)
+        .ok()
+        .filter(|&r| r < n)
+        .ok_or_else(|| Fail::arg(format!("rank {rank} is outside 0..{n}")))?;
+    let id = unique_id(&id)?;
+    // SAFETY: the caller's contract.
+    let (cfg, blocking) = unsafe { read_config(config) }?;
+    let be = handle::backend()?;
+    let h = Box::into_raw(Box::new(CommHandle::new(r, n)));
+    // SAFETY: checked non-NULL above.
+    unsafe { newcomm.write(h) };
+    // SAFETY: just created.
+    let hr = unsafe { &*h };
+    if group::open() {
+        return group::queue_init(QueuedInit { handle: h, id, cfg });
+    }
+    if !blocking {
+        hr.spawn_init(move || Comm::init_rank(&be, n, r, &id, cfg))?;
+        return Err(Fail { code: abi::IN_PROGRESS, msg: String::new() });
+    }
+    hr.set(Comm::init_rank(&be, n, r, &id, cfg));
+    hr.state()
+}
+
+api! {
+    /// Writes the NCCL version code of the API level implemented ([`abi::NCCL_VERSION_CODE`]).
+    fn ncclGetVersion / pncclGetVersion(version: *mut c_int) {
+        // SAFETY: the caller's contract.
+        unsafe { put(version, abi::NCCL_VERSION_CODE, "version") }
+    }
+
+    /// A new unique id: its root listens here until every rank of the communicator arrived.
+    fn ncclGetUniqueId / pncclGetUniqueId(uniqueId: *mut NcclUniqueId) {
+        let id = UniqueId::new().map_err(Fail::from)?;
+        let mut out = NcclUniqueId { internal: [0; abi::UNIQUE_ID_BYTES] };
+        for (o, b) in out.internal.iter_mut().zip(id.to_bytes()) {
+            *o = b as c_char;
+        }
+        // SAFETY: the caller's contract.
+        unsafe { put(uniqueId, out, "uniqueId") }
+    }
+
+    /// Joins the communicator of `commId` as `rank` of `nranks` with `config` (NULL: defaults;
+    /// `blocking = 0`: returns `ncclInProgress`, polled with `ncclCommGetAsyncError`). In a
+    /// group, the init runs at the group's end, with the group's other inits.
+    fn ncclCommInitRankConfig / pncclCommInitRankConfig(comm: *mut NcclComm, nranks: c_int, commId: NcclUniqueId, rank: c_int, config: *mut NcclConfig) {
+        // SAFETY: the caller's contract.
+        unsafe { init_rank(comm, nranks, commId, rank, config) }
+    }
+
+    /// [`ncclCommInitRankConfig`] with the default configuration.
+    fn ncclCommInitRank / pncclCommInitRank(comm: *mut NcclComm, nranks: c_int, commId: NcclUniqueId, rank: c_int) {
+        // SAFETY: the caller's contract.
+        unsafe { init_rank(comm, nranks, commId, rank, std::ptr::null()) }
+    }
+
+    /// [`ncclCommInitRankConfig`] given several ids (NCCL spreads the bootstrap over them);
+    /// rsccl's bootstrap uses the first.
+    fn ncclCommInitRankScalable / pncclCommInitRankScalable(newcomm: *mut NcclComm, nranks: c_int, myrank: c_int, nId: c_int, commIds: *mut NcclUniqueId, config: *mut NcclConfig) {
+        if nId < 1 || commIds.is_null() {
+            return Err(Fail::arg(format!("nId {nId} with commIds {commIds:?}: at least one id is needed")));
+        }
+        // SAFETY: non-NULL with at least one id (the caller's contract).
+        let id = unsafe { *commIds };
+        // SAFETY: the caller's contract.
+        unsafe { init_rank(newcomm, nranks, id, myrank, config) }
+    }
+
+    /// `ndev` communicators of one process, rank `i` in `comm[i]` (`devlist` is not used on
+    /// the CPU emulator).
+    fn ncclCommInitAll / pncclCommInitAll(comm: *mut NcclComm, ndev: c_int, devlist: *const c_int) {
+        let _ = devlist;
+        let n = count_of(ndev, "ndev")?;
+        if comm.is_null() || n == 0 {
+            return Err(Fail::arg(format!("comm {comm:?} with ndev {ndev}: an array of at least one")));
+        }
+        let cfg = CommConfig::default().with_env().map_err(Fail::from)?;
+        let comms = Comm::init_all(&handle::backend()?, n, cfg).map_err(Fail::from)?;
+        for (i, c) in comms.into_iter().enumerate() {
+            let h = CommHandle::new(i, n);
+            h.set(Ok(c));
+            // SAFETY: the caller's array has ndev entries.
+            unsafe { comm.add(i).write(Box::into_raw(Box::new(h))) };
+        }
+        Ok(())
+    }
+
+    /// Completes the communicator's calls (every call has completed when it returned, so this
+    /// reports its state).
+    fn ncclCommFinalize / pncclCommFinalize(comm: NcclComm) {
+        // SAFETY: the caller's contract.
+        unsafe { handle(comm) }?.comm().map(|_| ())
+    }
+
+    /// Frees the communicator (waiting for a nonblocking init that still runs).
+    fn ncclCommDestroy / pncclCommDestroy(comm: NcclComm) {
+        if comm.is_null() {
+            return Err(Fail::arg("comm is NULL"));
+        }
+        // SAFETY: a handle this library created (the caller's contract); not used after this.
+        let h = unsafe { Box::from_raw(comm) };
+        let _ = h.state();
+        drop(h);
+        Ok(())
+    }
+
+    /// Stops the communicator's calls in flight and frees it.
+    fn ncclCommAbort / pncclCommAbort(comm: NcclComm) {
+        if comm.is_null() {
+            return Err(Fail::arg("comm is NULL"));
+        }
+        // SAFETY: a handle this library created (the caller's contract); not used after this.
+        let h = unsafe { Box::from_raw(comm) };
+        if let Ok(c) = h.comm() {
+            let _ = c.abort();
+        }
+        drop(h);
+        Ok(())
+    }
+
+    /// The communicator's state: `ncclInProgress` while a nonblocking init runs, its init's or
+    /// its calls' failure, else `ncclSuccess`.
+    fn ncclCommGetAsyncError / pncclCommGetAsyncError(comm: NcclComm, asyncError: *mut abi::ResultOut) {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(comm) }?;
+        let code = match h.state() {
+            Ok(()) => abi::SUCCESS,
+            Err(f) => {
+                if f.code != abi::IN_PROGRESS {
+                    handle::record(&f);
+                }
+                f.code
+            }
+        };
+        // SAFETY: the caller's contract.
+        unsafe { put(asyncError, abi::ResultOut(code), "asyncError") }
+    }
+
+    /// Ranks in the communicator.
+    fn ncclCommCount / pncclCommCount(comm: NcclComm, count: *mut c_int) {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(comm) }?;
+        // SAFETY: the caller's contract.
+        unsafe { put(count, h.nranks as c_int, "count") }
+    }
+
+    /// The CUDA device of the communicator (0 on the CPU emulator).
+    fn ncclCommCuDevice / pncclCommCuDevice(comm: NcclComm, device: *mut c_int) {
+        // SAFETY: the caller's contract.
+        unsafe { handle(comm) }?;
+        // SAFETY: the caller's contract.
+        unsafe { put(device, 0, "device") }
+    }
+
+    /// This rank's number.
+    fn ncclCommUserRank / pncclCommUserRank(comm: NcclComm, rank: *mut c_int) {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(comm) }?;
+        // SAFETY: the caller's contract.
+        unsafe { put(rank, h.rank as c_int, "rank") }
+    }
+
+    /// A new communicator of the ranks that pass the same `color` (NCCL_SPLIT_NOCOLOR: none,
+    /// `*newcomm` NULL), ordered by `key`.
+    fn ncclCommSplit / pncclCommSplit(comm: NcclComm, color: c_int, key: c_int, newcomm: *mut NcclComm, config: *mut NcclConfig) {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(comm) }?;
+        if newcomm.is_null() {
+            return Err(Fail::arg("newcomm is NULL"));
+        }
+        let color = match color {
+            abi::SPLIT_NOCOLOR => None,
+            c => Some(u32::try_from(c).map_err(|_| Fail::arg(format!("color {c}: NCCL_SPLIT_NOCOLOR or ≥ 0")))?),
+        };
+        // SAFETY: the caller's contract.
+        let (cfg, _) = unsafe { read_config(config) }?;
+        let out = match h.comm()?.split(color, i64::from(key), cfg).map_err(Fail::from)? {
+            None => std::ptr::null_mut(),
+            Some(c) => {
+                let nh = CommHandle::new(c.rank(), c.nranks());
+                nh.set(Ok(c));
+                Box::into_raw(Box::new(nh))
+            }
+        };
+        // SAFETY: checked non-NULL.
+        unsafe { newcomm.write(out) };
+        Ok(())
+    }
+
+    /// Not implemented yet: returns `ncclInvalidUsage` naming it.
+    fn ncclCommShrink / pncclCommShrink(comm: NcclComm, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut NcclComm, config: *mut NcclConfig, shrinkFlags: c_int) {
+        let _ = (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+        Err(Fail::usage("not implemented in rsccl yet"))
+    }
+
+    /// Opens a group: calls until the matching `ncclGroupEnd` run together.
+    fn ncclGroupStart / pncclGroupStart() {
+        group::start()
+    }
+
+    /// Closes a group; the outermost end runs the group's inits, then its calls (one launch per
+    /// communicator), and returns when they have completed.
+    fn ncclGroupEnd / pncclGroupEnd() {
+        group::end()
+    }
+
+    /// Not implemented yet (it needs the cost model): returns `ncclInvalidUsage`.
+    fn ncclGroupSimulateEnd / pncclGroupSimulateEnd(simInfo: *mut abi::NcclSimInfo) {
+        let _ = simInfo;
+        Err(Fail::usage("not implemented in rsccl yet (it needs the cost model)"))
+    }
+
+    /// Every rank's `recvbuff` gets the reduction of all `sendbuff`s (`count` elements).
+    fn ncclAllReduce / pncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, op: NcclRedOp, comm: NcclComm, stream: CudaStream) {
+        let _ = stream;
+        // SAFETY: the caller's contract.
+        unsafe { collective(comm, Collective::AllReduce, (sendbuff, 1), (recvbuff, 1), count, datatype, Some(op), 0) }
+    }
+
+    /// Every rank's `recvbuff` gets `root`'s `sendbuff`.
+    fn ncclBroadcast / pncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) {
+        let _ = stream;
+        // Only the root's send buffer is read: elsewhere it may be anything, NULL included.
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(comm) }?;
+        let send = if i64::from(root) == h.rank as i64 { sendbuff } else { recvbuff.cast_const() };
+        // SAFETY: the caller's contract.
+        unsafe { collective(comm, Collective::Broadcast, (send, 1), (recvbuff, 1), count, datatype, None, root) }
+    }
+
+    /// [`ncclBroadcast`] in place.
+    fn ncclBcast / pncclBcast(buff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) {
+        let _ = stream;
+        // SAFETY: the caller's contract.
+        unsafe { collective(comm, Collective::Broadcast, (buff.cast_const(), 1), (buff, 1), count, datatype, None, root) }
+    }
+
+    /// `root`'s `recvbuff` gets the reduction of all `sendbuff`s.
+    fn ncclReduce / pncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, op: NcclRedOp, root: c_int, comm: NcclComm, stream: CudaStream) {
+        let _ = stream;
+        // SAFETY: the caller's contract.
+        unsafe { collective(comm, Collective::Reduce, (sendbuff, 1), (recvbuff, 1), count, datatype, Some(op), root) }
+    }
+
+    /// Every rank's `recvbuff` (`nranks × sendcount` elements) gets every `sendbuff`, in rank order.
+    fn ncclAllGather / pncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: NcclDataType, comm: NcclComm, stream: CudaStream) {
+        let _ = stream;
+        // SAFETY: the caller's contract.
+        let n = unsafe { handle(comm) }?.nranks;
+        // SAFETY: the caller's contract.
+        unsafe { collective(comm, Collective::AllGather, (sendbuff, 1), (recvbuff, n), sendcount, datatype, None, 0) }
+    }
+
+    /// Rank r's `recvbuff` (`recvcount` elements) gets block r of the reduction of all `sendbuff`s.
+    fn ncclReduceScatter / pncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: NcclDataType, op: NcclRedOp, comm: NcclComm, stream: CudaStream) {
+        let _ = stream;
+        // SAFETY: the caller's contract.
+        let n = unsafe { handle(comm) }?.nranks;
+        // SAFETY: the caller's contract.
+        unsafe { collective(comm, Collective::ReduceScatter, (sendbuff, n), (recvbuff, 1), recvcount, datatype, Some(op), 0) }
+    }
+
+    /// Block p (`count` elements) of every rank's `sendbuff` goes to rank p, in rank order.
+    fn ncclAlltoAll / pncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, comm: NcclComm, stream: CudaStream) {
+        let _ = stream;
+        // SAFETY: the caller's contract.
+        unsafe { rooted(comm, RootedKind::AllToAll, sendbuff, recvbuff, count, datatype, 0) }
+    }
+
+    /// Every rank's `count` elements land in `root`'s `recvbuff`, in rank order.
+    fn ncclGather / pncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) {
+        let _ = stream;
+        // SAFETY: the caller's contract.
+        unsafe { rooted(comm, RootedKind::Gather, sendbuff, recvbuff, count, datatype, root) }
+    }
+
+    /// Block r of `root`'s `sendbuff` lands in rank r's `recvbuff`.
+    fn ncclScatter / pncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) {
+        let _ = stream;
+        // SAFETY: the caller's contract.
+        unsafe { rooted(comm, RootedKind::Scatter, sendbuff, recvbuff, count, datatype, root) }
+    }
+
+    /// Sends `count` elements to `peer` (which receives them with `ncclRecv`).
+    fn ncclSend / pncclSend(sendbuff: *const c_void, count: usize, datatype: NcclDataType, peer: c_int, comm: NcclComm, stream: CudaStream) {
+        let _ = stream;
+        // SAFETY: the caller's contract.
+        unsafe { p2p(comm, false, sendbuff, count, datatype, peer) }
+    }
+
+    /// Receives `count` elements from `peer`.
+    fn ncclRecv / pncclRecv(recvbuff: *mut c_void, count: usize, datatype: NcclDataType, peer: c_int, comm: NcclComm, stream: CudaStream) {
+        let _ = stream;
+        // SAFETY: the caller's contract.
+        unsafe { p2p(comm, true, recvbuff.cast_const(), count, datatype, peer) }
+    }
+
+    /// A reduction op of `comm` that multiplies every input by `*scalar` (of `datatype`) and sums.
+    fn ncclRedOpCreatePreMulSum / pncclRedOpCreatePreMulSum(op: *mut NcclRedOp, scalar: *mut c_void, datatype: NcclDataType, residence: NcclScalarResidence, comm: NcclComm) {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(comm) }?;
+        let t = dtype(datatype)?;
+        if scalar.is_null() {
+            return Err(Fail::arg("scalar is NULL"));
+        }
+        if !matches!(residence.0, 0 | 1) {
+            return Err(Fail::arg(format!("residence {}: not an ncclScalarResidence_t (0–1)", residence.0)));
+        }
+        // On the CPU emulator device memory is host memory: both residences read the same way.
+        let mut raw = [0u8; 8];
+        // SAFETY: the scalar holds one element of `datatype` (the caller's contract).
+        unsafe { std::ptr::copy_nonoverlapping(scalar.cast::<u8>(), raw.as_mut_ptr(), t.size()) };
+        let v = rsccl::perf::data::decode(t, &raw[..t.size()]);
+        let id = h.add_op(v)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(op, NcclRedOp(id), "op") }
+    }
+
+    /// Destroys a reduction op made by [`ncclRedOpCreatePreMulSum`].
+    fn ncclRedOpDestroy / pncclRedOpDestroy(op: NcclRedOp, comm: NcclComm) {
+        // SAFETY: the caller's contract.
+        unsafe { handle(comm) }?.remove_op(op.0)
+    }
+
+    /// Memory for buffers (host memory on the CPU emulator, page-aligned).
+    fn ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) {
+        let p = mem::alloc(size)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(ptr, p, "ptr") }
+    }
+
+    /// Frees memory from [`ncclMemAlloc`].
+    fn ncclMemFree / pncclMemFree(ptr: *mut c_void) {
+        mem::free(ptr)
+    }
+
+    /// Registers a buffer for the communicator's calls (an optimisation NCCL allows to be a
+    /// no-op: rsccl's calls take any buffer); `*handle` is for `ncclCommDeregister`.
+    fn ncclCommRegister / pncclCommRegister(comm: NcclComm, buff: *mut c_void, size: usize, handle: *mut *mut c_void) {
+        let _ = size;
+        // SAFETY: the caller's contract.
+        unsafe { self::handle(comm) }?;
+        // SAFETY: the caller's contract.
+        unsafe { put(handle, buff, "handle") }
+    }
+
+    /// Deregisters a buffer of [`ncclCommRegister`].
+    fn ncclCommDeregister / pncclCommDeregister(comm: NcclComm, handle: *mut c_void) {
+        let _ = handle;
+        // SAFETY: the caller's contract.
+        unsafe { self::handle(comm) }.map(|_| ())
+    }
+}
+
+/// NCCL's text for `result`.
+///
+/// # Safety
+/// None: any value is accepted.
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char {
+    error_string(result).as_ptr()
+}
+
+/// The profiling alias of [`ncclGetErrorString`].
+///
+/// # Safety
+/// None: any value is accepted.
+#[no_mangle]
+pub unsafe extern "C" fn pncclGetErrorString(result: NcclResult) -> *const c_char {
+    error_string(result).as_ptr()
+}
+
+fn error_string(result: NcclResult) -> &'static CStr {
+    match result {
+        0 => c"no error",
+        1 => c"unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+        2 => c"unhandled system error (run with NCCL_DEBUG=INFO for details)",
+        3 => c"internal error - please report this issue to the NCCL developers",
+        4 => c"invalid argument (run with NCCL_DEBUG=WARN for details)",
+        5 => c"invalid usage (run with NCCL_DEBUG=WARN for details)",
+        6 => c"remote process exited or there was a network error",
+        7 => c"NCCL operation in progress",
+        8 => c"NCCL operation timed out",
+        _ => c"unknown result code",
+    }
+}
+
+/// The last failure of this thread's calls, as text (empty when none); valid until its next
+/// failing call. `comm` is not read (NCCL's text is per process too).
+///
+/// # Safety
+/// None: `comm` is not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetLastError(comm: NcclComm) -> *const c_char {
+    let _ = comm;
+    handle::last_error()
+}
+
+/// The profiling alias of [`ncclGetLastError`].
+///
+/// # Safety
+/// None: `comm` is not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn pncclGetLastError(comm: NcclComm) -> *const c_char {
+    let _ = comm;
+    handle::last_error()
+}
+
+/// The exported calls that do not return `ncclResult_t`.
+pub const OTHER_PROTOTYPES: &[abi::Prototype] = &[
+    abi::Prototype { ret: "const char*", name: "ncclGetErrorString", params: &[("result", "ncclResult_t")] },
+    abi::Prototype { ret: "const char*", name: "ncclGetLastError", params: &[("comm", "ncclComm_t")] },
+];
+
+mod mem {
+    //! `ncclMemAlloc`: page-aligned host memory on the CPU emulator, its sizes kept for free.
+    use crate::handle::{Fail, Res};
+    use std::alloc::Layout;
+    use std::collections::HashMap;
+    use std::ffi::c_void;
+    use std::sync::Mutex;
+
+    /// The largest single allocation.
+    pub const MAX_MEM_ALLOC: usize = 1 << 40;
+    const ALIGN: usize = 4096;
+
+    static SIZES: Mutex<Option<HashMap<usize, Layout>>> = Mutex::new(None);
+
+    pub fn alloc(size: usize) -> Res<*mut c_void> {
+        if size > MAX_MEM_ALLOC {
+            return Err(Fail::arg(format!(
+                "size {size}: more than the {MAX_MEM_ALLOC} bytes one allocation may have"
+            )));
+        }
+        let layout = Layout::from_size_align(size.max(1), ALIGN)
+            .map_err(|e| Fail::arg(format!("size {size}: {e}")))?;
+        // SAFETY: a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            return Err(Fail {
+                code: crate::abi::SYSTEM_ERROR,
+                msg: format!("out of memory for {size} bytes"),
+            });
+        }
+        SIZES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(p as usize, layout);
+        Ok(p.cast())
+    }
+
+    pub fn free(ptr: *mut c_void) -> Res {
+        if ptr.is_null() {
+            return Ok(());
+        }
+        let layout =
+            SIZES.lock().unwrap_or_else(|e| e.into_inner()).as_mut().and_then(|m| m.remove(&(ptr as usize)));
+        let layout = layout.ok_or_else(|| {
+            Fail::arg(format!("ptr {ptr:?} was not allocated by ncclMemAlloc (or is freed)"))
+        })?;
+        // SAFETY: allocated above with this layout, removed from the table so freed once.
+        unsafe { std::alloc::dealloc(ptr.cast(), layout) };
+        Ok(())
+    }
+}

@@ -1,0 +1,305 @@
+/* An nccl-tests-shaped C program against rsccl's libnccl.so.2 (CPU emulator: "device" buffers
+ * are host memory). Modes:
+ *   g4 [N]            one thread drives N (default 4) communicators made in one group (-g N)
+ *   ranks IDFILE      one rank per process (RANK, WORLD_SIZE from `rsccl run`); rank 0 writes
+ *                     the unique id to IDFILE, the others read it
+ *   config            an older, smaller ncclConfig_t and nonblocking inits polled to completion
+ *   bad               each bad argument: its return code and ncclGetLastError text
+ * Every collective's result is checked against a host reference; "ok <what>" per check, exit
+ * status 0 only when all passed. */
+#define _DEFAULT_SOURCE /* usleep */
+#include "nccl.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define N 1001
+#define MAXR 8
+
+#define CHECK(cmd)                                                                        \
+  do {                                                                                    \
+    ncclResult_t r_ = (cmd);                                                              \
+    if (r_ != ncclSuccess) {                                                              \
+      printf("FAIL %s: %d (%s) %s\n", #cmd, (int)r_, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
+      exit(2);                                                                            \
+    }                                                                                     \
+  } while (0)
+
+static int nranks, nown;
+static int own[MAXR];
+static ncclComm_t comms[MAXR];
+static int failures;
+
+static int32_t val(int r, size_t i) { return (r + 1) * 100000 + (int32_t)(i % 99991); }
+static float fval(int r, size_t i) { return (float)((r + 1) * 1000 + (int)(i % 1000)); }
+
+static void begin(void) { if (nown > 1) CHECK(ncclGroupStart()); }
+static void end(void) { if (nown > 1) CHECK(ncclGroupEnd()); }
+
+static void expect_i(const char* what, int rank, const int32_t* got, const int32_t* want, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (got[i] != want[i]) {
+      printf("WRONG %s rank %d element %zu: %d, want %d\n", what, rank, i, got[i], want[i]);
+      failures++;
+      return;
+    }
+  }
+}
+
+/* `tol`: the relative error allowed (0: bit-exact). */
+static void expect_f(const char* what, int rank, const float* got, const float* want, size_t n, float tol) {
+  for (size_t i = 0; i < n; i++) {
+    float d = got[i] > want[i] ? got[i] - want[i] : want[i] - got[i];
+    if (d > tol * (want[i] < 0 ? -want[i] : want[i])) {
+      printf("WRONG %s rank %d element %zu: %g, want %g\n", what, rank, i, got[i], want[i]);
+      failures++;
+      return;
+    }
+  }
+}
+
+static void* mem(size_t bytes) {
+  void* p = NULL;
+  CHECK(ncclMemAlloc(&p, bytes));
+  memset(p, 0xA5, bytes);
+  return p;
+}
+
+/* The ten collectives plus avg and premul-sum on the communicators this process drives. */
+static void collectives(void) {
+  const size_t n = (size_t)nranks;
+  int32_t *send[MAXR], *recv[MAXR], *want = malloc(sizeof(int32_t) * N * n);
+  float *fs[MAXR], *fr[MAXR], *fwant = malloc(sizeof(float) * N);
+  for (int k = 0; k < nown; k++) {
+    send[k] = mem(sizeof(int32_t) * N * n);
+    recv[k] = mem(sizeof(int32_t) * N * n);
+    fs[k] = mem(sizeof(float) * N);
+    fr[k] = mem(sizeof(float) * N);
+  }
+#define FILL(expr) for (int k = 0; k < nown; k++) { int r = own[k]; for (size_t i = 0; i < N * n; i++) send[k][i] = (expr); (void)r; }
+
+  /* all_reduce (sum) */
+  FILL(val(r, i));
+  begin();
+  for (int k = 0; k < nown; k++) CHECK(ncclAllReduce(send[k], recv[k], N, ncclInt32, ncclSum, comms[k], NULL));
+  end();
+  for (size_t i = 0; i < N; i++) { want[i] = 0; for (int r = 0; r < nranks; r++) want[i] += val(r, i); }
+  for (int k = 0; k < nown; k++) expect_i("all_reduce", own[k], recv[k], want, N);
+  printf("ok all_reduce\n");
+
+  /* all_gather */
+  begin();
+  for (int k = 0; k < nown; k++) CHECK(ncclAllGather(send[k], recv[k], N, ncclInt32, comms[k], NULL));
+  end();
+  for (int r = 0; r < nranks; r++) for (size_t i = 0; i < N; i++) want[r * N + i] = val(r, i);
+  for (int k = 0; k < nown; k++) expect_i("all_gather", own[k], recv[k], want, N * n);
+  printf("ok all_gather\n");
+
+  /* reduce_scatter (max) */
+  begin();
+  for (int k = 0; k < nown; k++) CHECK(ncclReduceScatter(send[k], recv[k], N, ncclInt32, ncclMax, comms[k], NULL));
+  end();
+  for (int k = 0; k < nown; k++) {
+    for (size_t i = 0; i < N; i++) { want[i] = val(nranks - 1, own[k] * N + i); }
+    expect_i("reduce_scatter", own[k], recv[k], want, N);
+  }
+  printf("ok reduce_scatter\n");
+
+  /* broadcast from root 1 % n, and bcast in place from root 0 */
+  int root = 1 % nranks;
+  begin();
+  for (int k = 0; k < nown; k++) CHECK(ncclBroadcast(send[k], recv[k], N, ncclInt32, root, comms[k], NULL));
+  end();
+  for (size_t i = 0; i < N; i++) want[i] = val(root, i);
+  for (int k = 0; k < nown; k++) expect_i("broadcast", own[k], recv[k], want, N);
+  begin();
+  for (int k = 0; k < nown; k++) { memcpy(recv[k], send[k], sizeof(int32_t) * N); CHECK(ncclBcast(recv[k], N, ncclInt32, 0, comms[k], NULL)); }
+  end();
+  for (size_t i = 0; i < N; i++) want[i] = val(0, i);
+  for (int k = 0; k < nown; k++) expect_i("bcast", own[k], recv[k], want, N);
+  printf("ok broadcast\n");
+
+  /* reduce (sum) to the last rank */
+  root = nranks - 1;
+  begin();
+  for (int k = 0; k < nown; k++) CHECK(ncclReduce(send[k], recv[k], N, ncclInt32, ncclSum, root, comms[k], NULL));
+  end();
+  for (size_t i = 0; i < N; i++) { want[i] = 0; for (int r = 0; r < nranks; r++) want[i] += val(r, i); }
+  for (int k = 0; k < nown; k++) if (own[k] == root) expect_i("reduce", own[k], recv[k], want, N);
+  printf("ok reduce\n");
+
+  /* all_to_all: block p of rank r's send goes to rank p */
+  begin();
+  for (int k = 0; k < nown; k++) CHECK(ncclAlltoAll(send[k], recv[k], N, ncclInt32, comms[k], NULL));
+  end();
+  for (int k = 0; k < nown; k++) {
+    for (int p = 0; p < nranks; p++) for (size_t i = 0; i < N; i++) want[p * N + i] = val(p, own[k] * N + i);
+    expect_i("all_to_all", own[k], recv[k], want, N * n);
+  }
+  printf("ok all_to_all\n");
+
+  /* gather to 0 and scatter from 0 */
+  begin();
+  for (int k = 0; k < nown; k++) CHECK(ncclGather(send[k], recv[k], N, ncclInt32, 0, comms[k], NULL));
+  end();
+  for (int r = 0; r < nranks; r++) for (size_t i = 0; i < N; i++) want[r * N + i] = val(r, i);
+  for (int k = 0; k < nown; k++) if (own[k] == 0) expect_i("gather", 0, recv[k], want, N * n);
+  begin();
+  for (int k = 0; k < nown; k++) CHECK(ncclScatter(send[k], recv[k], N, ncclInt32, 0, comms[k], NULL));
+  end();
+  for (int k = 0; k < nown; k++) {
+    for (size_t i = 0; i < N; i++) want[i] = val(0, own[k] * N + i);
+    expect_i("scatter", own[k], recv[k], want, N);
+  }
+  printf("ok gather_scatter\n");
+
+  /* send/recv: a ring shift by one, grouped as nccl-tests' sendrecv does */
+  CHECK(ncclGroupStart());
+  for (int k = 0; k < nown; k++) {
+    int r = own[k];
+    CHECK(ncclSend(send[k], N, ncclInt32, (r + 1) % nranks, comms[k], NULL));
+    CHECK(ncclRecv(recv[k], N, ncclInt32, (r + nranks - 1) % nranks, comms[k], NULL));
+  }
+  CHECK(ncclGroupEnd());
+  for (int k = 0; k < nown; k++) {
+    int prev = (own[k] + nranks - 1) % nranks;
+    for (size_t i = 0; i < N; i++) want[i] = val(prev, i);
+    expect_i("sendrecv", own[k], recv[k], want, N);
+  }
+  printf("ok sendrecv\n");
+
+  /* avg and premul-sum (by 2, a host scalar) on floats: exact for these values */
+  for (int k = 0; k < nown; k++) for (size_t i = 0; i < N; i++) fs[k][i] = fval(own[k], i);
+  begin();
+  for (int k = 0; k < nown; k++) CHECK(ncclAllReduce(fs[k], fr[k], N, ncclFloat32, ncclAvg, comms[k], NULL));
+  end();
+  for (size_t i = 0; i < N; i++) { float s = 0; for (int r = 0; r < nranks; r++) s += fval(r, i) / (float)nranks; fwant[i] = s; }
+  /* Exact when 1/n is (n a power of two); else rounding in the ring's order differs. */
+  float tol = (nranks & (nranks - 1)) == 0 ? 0.0f : 1e-6f;
+  for (int k = 0; k < nown; k++) expect_f("avg", own[k], fr[k], fwant, N, tol);
+  ncclRedOp_t ops[MAXR];
+  float two = 2.0f;
+  for (int k = 0; k < nown; k++) CHECK(ncclRedOpCreatePreMulSum(&ops[k], &two, ncclFloat32, ncclScalarHostImmediate, comms[k]));
+  begin();
+  for (int k = 0; k < nown; k++) CHECK(ncclAllReduce(fs[k], fr[k], N, ncclFloat32, ops[k], comms[k], NULL));
+  end();
+  for (size_t i = 0; i < N; i++) { float s = 0; for (int r = 0; r < nranks; r++) s += 2.0f * fval(r, i); fwant[i] = s; }
+  for (int k = 0; k < nown; k++) expect_f("premul_sum", own[k], fr[k], fwant, N, 0.0f);
+  for (int k = 0; k < nown; k++) CHECK(ncclRedOpDestroy(ops[k], comms[k]));
+  printf("ok avg_premul_sum\n");
+
+  for (int k = 0; k < nown; k++) {
+    CHECK(ncclMemFree(send[k])); CHECK(ncclMemFree(recv[k])); CHECK(ncclMemFree(fs[k])); CHECK(ncclMemFree(fr[k]));
+  }
+  free(want);
+  free(fwant);
+}
+
+static void describe(void) {
+  int v = 0, c = 0, r = 0;
+  CHECK(ncclGetVersion(&v));
+  CHECK(ncclCommCount(comms[0], &c));
+  CHECK(ncclCommUserRank(comms[0], &r));
+  printf("version %d (header %d), count %d, first rank %d\n", v, NCCL_VERSION_CODE, c, r);
+  if (v != NCCL_VERSION_CODE || c != nranks || r != own[0]) failures++;
+}
+
+static int bad_case(const char* name, ncclResult_t got) {
+  printf("case %s: %d %s\n", name, (int)got, ncclGetLastError(NULL));
+  return got == ncclSuccess;
+}
+
+/* An ncclConfig_t as NCCL 2.17's header had it (no splitShare and later fields). */
+typedef struct {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;
+  int cgaClusterSize;
+  int minCTAs;
+  int maxCTAs;
+  const char* netName;
+} oldConfig_t;
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "g4";
+  if (!strcmp(mode, "g4") || !strcmp(mode, "config")) {
+    nranks = nown = argc > 2 ? atoi(argv[2]) : 4;
+    if (nranks < 1 || nranks > MAXR) return 3;
+    ncclUniqueId id;
+    CHECK(ncclGetUniqueId(&id));
+    if (!strcmp(mode, "g4")) {
+      CHECK(ncclGroupStart());
+      for (int k = 0; k < nown; k++) { own[k] = k; CHECK(ncclCommInitRank(&comms[k], nranks, id, k)); }
+      CHECK(ncclGroupEnd());
+    } else {
+      oldConfig_t old = {sizeof(oldConfig_t), NCCL_API_MAGIC, 21700, 0, INT_MIN, INT_MIN, INT_MIN, NULL};
+      for (int k = 0; k < nown; k++) {
+        own[k] = k;
+        ncclResult_t r = ncclCommInitRankConfig(&comms[k], nranks, id, k, (ncclConfig_t*)&old);
+        if (r != ncclSuccess && r != ncclInProgress) { printf("FAIL init %d: %d %s\n", k, (int)r, ncclGetLastError(NULL)); return 2; }
+      }
+      int polls = 0;
+      for (int k = 0; k < nown; k++) {
+        ncclResult_t st = ncclInProgress;
+        while (st == ncclInProgress) { CHECK(ncclCommGetAsyncError(comms[k], &st)); if (st == ncclInProgress) { polls++; usleep(1000); } }
+        if (st != ncclSuccess) { printf("FAIL async %d: %d %s\n", k, (int)st, ncclGetLastError(NULL)); return 2; }
+      }
+      printf("ok nonblocking init (%d polls)\n", polls);
+    }
+  } else if (!strcmp(mode, "ranks")) {
+    const char* rs = getenv("RANK");
+    const char* ws = getenv("WORLD_SIZE");
+    if (argc < 3 || !rs || !ws) { printf("FAIL: ranks IDFILE under rsccl run\n"); return 3; }
+    nranks = atoi(ws); nown = 1; own[0] = atoi(rs);
+    ncclUniqueId id;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", argv[2]);
+    if (own[0] == 0) {
+      CHECK(ncclGetUniqueId(&id));
+      FILE* f = fopen(tmp, "wb");
+      if (!f || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, argv[2]) != 0) { printf("FAIL writing the id\n"); return 2; }
+    } else {
+      FILE* f = NULL;
+      for (int t = 0; t < 60000 && !(f = fopen(argv[2], "rb")); t++) usleep(1000);
+      if (!f || fread(&id, sizeof id, 1, f) != 1) { printf("FAIL reading the id\n"); return 2; }
+      fclose(f);
+    }
+    CHECK(ncclCommInitRank(&comms[0], nranks, id, own[0]));
+  } else if (!strcmp(mode, "bad")) {
+    int ok = 0;
+    nranks = nown = 2;
+    ncclUniqueId id;
+    CHECK(ncclGetUniqueId(&id));
+    CHECK(ncclGroupStart());
+    for (int k = 0; k < 2; k++) { own[k] = k; CHECK(ncclCommInitRank(&comms[k], 2, id, k)); }
+    CHECK(ncclGroupEnd());
+    int32_t buf[16];
+    ok += bad_case("null_comm", ncclAllReduce(buf, buf, 4, ncclInt32, ncclSum, NULL, NULL));
+    ok += bad_case("bad_dtype", ncclAllReduce(buf, buf, 4, (ncclDataType_t)99, ncclSum, comms[0], NULL));
+    ok += bad_case("bad_op", ncclAllReduce(buf, buf, 4, ncclInt32, (ncclRedOp_t)77, comms[0], NULL));
+    ok += bad_case("bad_root", ncclBroadcast(buf, buf, 4, ncclInt32, 5, comms[0], NULL));
+    ok += bad_case("bad_peer", ncclSend(buf, 4, ncclInt32, -1, comms[0], NULL));
+    ok += bad_case("overflow", ncclAllGather(buf, buf, (size_t)-1 / 2, ncclInt32, comms[0], NULL));
+    ok += bad_case("null_buffer", ncclAllReduce(NULL, buf, 4, ncclInt32, ncclSum, comms[0], NULL));
+    ok += bad_case("end_without_start", ncclGroupEnd());
+    ok += bad_case("null_version", ncclGetVersion(NULL));
+    ok += bad_case("bad_nranks", ncclCommInitRank(&comms[2], 0, id, 0));
+    ok += bad_case("bad_magic", ncclCommInitRankConfig(&comms[2], 2, id, 0, &(ncclConfig_t){.size = sizeof(ncclConfig_t), .magic = 1}));
+    ok += bad_case("unimplemented", ncclGroupSimulateEnd(NULL));
+    ok += bad_case("free_foreign", ncclMemFree(buf));
+    printf("error string 4: %s\n", ncclGetErrorString(ncclInvalidArgument));
+    for (int k = 0; k < 2; k++) CHECK(ncclCommDestroy(comms[k]));
+    printf("%d bad cases returned ncclSuccess\n", ok);
+    return ok == 0 ? 0 : 1;
+  } else {
+    printf("FAIL: unknown mode %s\n", mode);
+    return 3;
+  }
+  describe();
+  collectives();
+  for (int k = 0; k < nown; k++) CHECK(ncclCommDestroy(comms[k]));
+  printf("%d wrong\n", failures);
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,220 @@
+//! The C ABI as C programs see it: the library's exports and SONAME, and `tests/c/nccl_shapes.c`
+//! built with the system C compiler against the generated `nccl.h`, run on the CPU emulator —
+//! one thread driving 4 communicators made in a group, an older `ncclConfig_t` with nonblocking
+//! inits, one rank per process under `rsccl run -n 4`, and every bad-argument case with its
+//! code and message.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The cdylib cargo built with this test (`target/<profile>/deps/libnccl.so`).
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().expect("this test's path");
+    let lib = exe.parent().expect("deps").join("libnccl.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    lib
+}
+
+/// A folder with `nccl.h`, `libnccl.so.2`, `libnccl.so` and the compiled program (once).
+fn built() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("rsccl-nccl-c-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("nccl.h"), nccl::header::render()).unwrap();
+        for name in ["libnccl.so.2", "libnccl.so"] {
+            let _ = std::fs::remove_file(dir.join(name));
+            std::fs::copy(library(), dir.join(name)).unwrap();
+        }
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/nccl_shapes.c");
+        let out = Command::new("cc")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+            .arg(dir.join("nccl_shapes"))
+            .arg(&src)
+            .arg(format!("-I{}", dir.display()))
+            .arg(format!("-L{}", dir.display()))
+            .args(["-lnccl", "-Wl,-rpath,$ORIGIN"])
+            .output()
+            .expect("run cc");
+        assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        dir
+    })
+}
+
+/// Runs the program with `args` (bounded in time); (success, stdout + stderr).
+fn run(args: &[&str]) -> (bool, String) {
+    let mut child = Command::new(built().join("nccl_shapes"))
+        .args(args)
+        .env("RSCCL_BACKEND", "cpu")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[test]
+fn exports_only_nccl_calls_with_nccls_soname() {
+    let lib = library();
+    let nm = Command::new("nm").args(["-D", "--defined-only"]).arg(&lib).output().expect("run nm");
+    assert!(nm.status.success());
+    let names: Vec<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect();
+    let foreign: Vec<&String> =
+        names.iter().filter(|n| !n.starts_with("nccl") && !n.starts_with("pnccl")).collect();
+    assert!(foreign.is_empty(), "exports other than nccl*/pnccl*: {foreign:?}");
+    for p in nccl::PROTOTYPES.iter().chain(nccl::OTHER_PROTOTYPES) {
+        for name in [p.name.to_string(), format!("p{}", p.name)] {
+            assert!(names.contains(&name), "{name} is not exported");
+        }
+    }
+    for must in [
+        "ncclGetVersion",
+        "ncclGetUniqueId",
+        "ncclCommInitRank",
+        "ncclCommInitRankConfig",
+        "ncclCommInitAll",
+        "ncclCommInitRankScalable",
+        "ncclCommSplit",
+        "ncclCommShrink",
+        "ncclCommFinalize",
+        "ncclCommDestroy",
+        "ncclCommAbort",
+        "ncclCommGetAsyncError",
+        "ncclCommCount",
+        "ncclCommCuDevice",
+        "ncclCommUserRank",
+        "ncclGetErrorString",
+        "ncclGetLastError",
+        "ncclGroupStart",
+        "ncclGroupEnd",
+        "ncclGroupSimulateEnd",
+        "ncclAllReduce",
+        "ncclBroadcast",
+        "ncclBcast",
+        "ncclReduce",
+        "ncclAllGather",
+        "ncclReduceScatter",
+        "ncclAlltoAll",
+        "ncclGather",
+        "ncclScatter",
+        "ncclSend",
+        "ncclRecv",
+        "ncclRedOpCreatePreMulSum",
+        "ncclRedOpDestroy",
+        "ncclMemAlloc",
+        "ncclMemFree",
+        "ncclCommRegister",
+        "ncclCommDeregister",
+    ] {
+        assert!(names.iter().any(|n| n == must), "{must} is not exported");
+    }
+    let elf = Command::new("readelf").arg("-d").arg(&lib).output().expect("run readelf");
+    let dynamic = String::from_utf8_lossy(&elf.stdout);
+    assert!(dynamic.contains("Library soname: [libnccl.so.2]"), "{dynamic}");
+}
+
+#[test]
+fn one_thread_drives_four_communicators_through_every_collective() {
+    let (ok, text) = run(&["g4", "4"]);
+    eprintln!("{text}");
+    assert!(ok, "{text}");
+    for what in [
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+        "reduce",
+        "all_to_all",
+        "gather_scatter",
+        "sendrecv",
+        "avg_premul_sum",
+    ] {
+        assert!(text.contains(&format!("ok {what}\n")), "{what} missing:\n{text}");
+    }
+    assert!(text.contains("version 22800 (header 22800), count 4, first rank 0"), "{text}");
+    assert!(text.contains("0 wrong"), "{text}");
+    // One rank and three: the same program.
+    for n in ["1", "3"] {
+        let (ok, text) = run(&["g4", n]);
+        assert!(ok && text.contains("0 wrong"), "{n} ranks:\n{text}");
+    }
+}
+
+#[test]
+fn an_older_config_and_nonblocking_inits_polled_to_completion() {
+    let (ok, text) = run(&["config", "4"]);
+    eprintln!("{text}");
+    assert!(ok, "{text}");
+    assert!(text.contains("ok nonblocking init"), "{text}");
+    assert!(text.contains("0 wrong"), "{text}");
+}
+
+#[test]
+fn every_bad_argument_returns_nccls_code_and_names_the_argument() {
+    let (ok, text) = run(&["bad"]);
+    eprintln!("{text}");
+    assert!(ok, "{text}");
+    for (case, code, words) in [
+        ("null_comm", 4, "ncclAllReduce: comm is NULL"),
+        ("bad_dtype", 4, "datatype 99: not an ncclDataType_t"),
+        ("bad_op", 4, "ncclRedOp_t 77"),
+        ("bad_root", 4, "root 5 is outside the communicator's 2 ranks"),
+        ("bad_peer", 4, "peer -1 is outside"),
+        ("overflow", 4, "overflow a byte size"),
+        ("null_buffer", 4, "sendbuff is NULL for 16 bytes"),
+        ("end_without_start", 5, "ncclGroupEnd without ncclGroupStart"),
+        ("null_version", 4, "version is NULL"),
+        ("bad_nranks", 4, "nranks 0"),
+        ("bad_magic", 4, "not NCCL_API_MAGIC"),
+        ("unimplemented", 5, "ncclGroupSimulateEnd: not implemented in rsccl yet"),
+        ("free_foreign", 4, "was not allocated by ncclMemAlloc"),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("case {case}: ")))
+            .unwrap_or_else(|| panic!("{case} missing:\n{text}"));
+        assert!(line.starts_with(&format!("case {case}: {code} ")) && line.contains(words), "{line}");
+    }
+    assert!(text.contains("0 bad cases returned ncclSuccess"), "{text}");
+}
+
+#[test]
+fn one_rank_per_process_under_the_launcher() {
+    // `cargo test --workspace` builds the workspace's binaries beside this test's folder.
+    let exe = std::env::current_exe().unwrap();
+    let launcher = exe.parent().and_then(Path::parent).expect("target/<profile>").join("rsccl");
+    assert!(
+        launcher.exists(),
+        "{} missing: run `cargo build -p rsccl --bin rsccl` first",
+        launcher.display()
+    );
+    let id = built().join(format!("id-{}", std::process::id()));
+    let _ = std::fs::remove_file(&id);
+    let out = Command::new(&launcher)
+        .args(["run", "-n", "4", "--timeout", "100", "--"])
+        .arg(built().join("nccl_shapes"))
+        .arg("ranks")
+        .arg(&id)
+        .env("RSCCL_BACKEND", "cpu")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{text}");
+    let _ = std::fs::remove_file(&id);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(text.matches("0 wrong").count(), 4, "{text}");
+}
