@@ -20,7 +20,9 @@ fn library() -> PathBuf {
 fn built() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("rsccl-nccl-c-{}", std::process::id()));
+        // Under target/<profile>/, rebuilt by each run (nothing left in /tmp).
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe.parent().and_then(Path::parent).expect("target/<profile>").join("nccl-c");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("nccl.h"), nccl::header::render()).unwrap();
         for name in ["libnccl.so.2", "libnccl.so"] {
