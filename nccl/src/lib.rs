@@ -15,6 +15,7 @@
 #![allow(clippy::too_many_arguments)]
 
 pub mod abi;
+pub mod env;
 pub mod group;
 pub mod handle;
 pub mod header;
@@ -32,6 +33,7 @@ use std::panic::AssertUnwindSafe;
 /// Runs a call's body: its result as NCCL's code; a failure (or a panic, which never crosses
 /// into C) recorded for `ncclGetLastError`, prefixed with the call's name.
 fn guard(name: &str, body: impl FnOnce() -> Res) -> NcclResult {
+    env::apply();
     let r = std::panic::catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|p| {
         let what = p
             .downcast_ref::<&str>()
@@ -314,7 +316,17 @@ api! {
 
     /// A new unique id: its root listens here until every rank of the communicator arrived.
     fn ncclGetUniqueId / pncclGetUniqueId(uniqueId: *mut NcclUniqueId) {
-        let id = UniqueId::new().map_err(Fail::from)?;
+        // Its root listens on the interface RSCCL_SOCKET_IFNAME (NCCL_SOCKET_IFNAME) picks,
+        // else on every interface, announced as the default route's.
+        let id = match std::env::var("RSCCL_SOCKET_IFNAME") {
+            Ok(spec) => {
+                let (_, ip) = rsccl::transport::net::socket::pick_interface(Some(&spec), &rsccl::transport::net::socket::interfaces())
+                    .map_err(|e| Fail::arg(format!("RSCCL_SOCKET_IFNAME={spec}: {e}")))?;
+                UniqueId::with_addr(std::net::SocketAddr::new(ip, 0))
+            }
+            Err(_) => UniqueId::new(),
+        }
+        .map_err(Fail::from)?;
         let mut out = NcclUniqueId { internal: [0; abi::UNIQUE_ID_BYTES] };
         for (o, b) in out.internal.iter_mut().zip(id.to_bytes()) {
             *o = b as c_char;

@@ -49,6 +49,7 @@ fn run(args: &[&str]) -> (bool, String) {
     let mut child = Command::new(built().join("nccl_shapes"))
         .args(args)
         .env("RSCCL_BACKEND", "cpu")
+        .env("RSCCL_SOCKET_IFNAME", "lo")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -194,9 +195,8 @@ fn every_bad_argument_returns_nccls_code_and_names_the_argument() {
     assert!(text.contains("0 bad cases returned ncclSuccess"), "{text}");
 }
 
-#[test]
-fn one_rank_per_process_under_the_launcher() {
-    // `cargo test --workspace` builds the workspace's binaries beside this test's folder.
+/// `rsccl run`, which `cargo test --workspace` builds beside this test's folder.
+fn launcher() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let launcher = exe.parent().and_then(Path::parent).expect("target/<profile>").join("rsccl");
     assert!(
@@ -204,6 +204,56 @@ fn one_rank_per_process_under_the_launcher() {
         "{} missing: run `cargo build -p rsccl --bin rsccl` first",
         launcher.display()
     );
+    launcher
+}
+
+/// Two nodes of two ranks on loopback (each node its own `rsccl run` and host identity, so the
+/// ranks of different nodes connect over the network transport), the id shared by a file.
+#[test]
+fn two_nodes_of_two_ranks_over_the_network() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let id = built().join(format!("id-nodes-{}", std::process::id()));
+    let _ = std::fs::remove_file(&id);
+    let nodes: Vec<_> = (0..2)
+        .map(|k| {
+            Command::new(launcher())
+                .args(["run", "--nnodes", "2", "--node-rank", &k.to_string(), "--master"])
+                .arg(format!("127.0.0.1:{port}"))
+                .args(["-n", "2", "--timeout", "100", "--env"])
+                .arg(format!("NCCL_HOSTID=node{k}"))
+                // NCCL's names, honoured through rsccl's twins: loopback only, and the log that
+                // shows the network transport.
+                .args(["--env", "NCCL_SOCKET_IFNAME=lo", "--env", "NCCL_DEBUG=INFO"])
+                .arg("--")
+                .arg(built().join("nccl_shapes"))
+                .arg("ranks")
+                .arg(&id)
+                .env("RSCCL_BACKEND", "cpu")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = nodes.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    let _ = std::fs::remove_file(&id);
+    for (k, out) in outs.iter().enumerate() {
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        eprintln!("node {k}:\n{text}");
+        assert!(out.status.success(), "node {k}:\n{text}");
+        assert_eq!(text.matches("0 wrong").count(), 2, "node {k}:\n{text}");
+        assert!(text.contains("count 4"), "node {k}:\n{text}");
+        assert!(
+            text.contains("via NET") && text.contains("NET/socket: using lo (127.0.0.1)"),
+            "node {k}:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn one_rank_per_process_under_the_launcher() {
+    let launcher = launcher();
     let id = built().join(format!("id-{}", std::process::id()));
     let _ = std::fs::remove_file(&id);
     let out = Command::new(&launcher)
@@ -212,6 +262,7 @@ fn one_rank_per_process_under_the_launcher() {
         .arg("ranks")
         .arg(&id)
         .env("RSCCL_BACKEND", "cpu")
+        .env("RSCCL_SOCKET_IFNAME", "lo")
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
