@@ -4,7 +4,7 @@
 use std::sync::Once;
 
 /// `(NCCL's name, rsccl's twin)`.
-pub const TWINS: [(&str, &str); 14] = [
+pub const TWINS: [(&str, &str); 15] = [
     ("NCCL_DEBUG", "RSCCL_DEBUG"),
     ("NCCL_DEBUG_FILE", "RSCCL_DEBUG_FILE"),
     ("NCCL_SOCKET_IFNAME", "RSCCL_SOCKET_IFNAME"),
@@ -16,6 +16,7 @@ pub const TWINS: [(&str, &str); 14] = [
     ("NCCL_GRAPH_DUMP_FILE", "RSCCL_GRAPH_DUMP_FILE"),
     ("NCCL_ALGO", "RSCCL_ALGO"),
     ("NCCL_HOSTID", "RSCCL_HOSTID"),
+    ("NCCL_COMM_ID", "RSCCL_COMM_ID"),
     ("NCCL_BUFFSIZE", "RSCCL_BUFFSIZE"),
     ("NCCL_NTHREADS", "RSCCL_NTHREADS"),
     ("NCCL_MAX_NCHANNELS", "RSCCL_MAX_NCHANNELS"),

@@ -265,6 +265,20 @@ fn unique_id(id: &NcclUniqueId) -> Res<UniqueId> {
     UniqueId::from_bytes(b).map_err(|e| Fail::arg(format!("commId: {e}")))
 }
 
+/// The rendezvous address of `RSCCL_COMM_ID` (or `NCCL_COMM_ID`), when one is set.
+fn rendezvous() -> Option<String> {
+    std::env::var(rsccl::bootstrap::COMM_ID_VAR).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Rank 0 of a communicator whose id names the `RSCCL_COMM_ID` address starts its root there.
+fn start_rendezvous_root(id: &UniqueId, rank: usize) -> Res {
+    let Some(addr) = rendezvous() else { return Ok(()) };
+    if rank != 0 || UniqueId::from_rendezvous(&addr, 1).map_err(Fail::from)?.to_bytes() != id.to_bytes() {
+        return Ok(());
+    }
+    UniqueId::from_rendezvous(&addr, 0).map(|_| ()).map_err(Fail::from)
+}
+
 /// `ncclCommInitRankConfig`'s body.
 ///
 /// # Safety
@@ -288,6 +302,7 @@ unsafe fn init_rank(
         .filter(|&r| r < n)
         .ok_or_else(|| Fail::arg(format!("rank {rank} is outside 0..{n}")))?;
     let id = unique_id(&id)?;
+    start_rendezvous_root(&id, r)?;
     // SAFETY: the caller's contract.
     let (cfg, blocking) = unsafe { read_config(config) }?;
     let be = handle::backend()?;
@@ -316,15 +331,18 @@ api! {
 
     /// A new unique id: its root listens here until every rank of the communicator arrived.
     fn ncclGetUniqueId / pncclGetUniqueId(uniqueId: *mut NcclUniqueId) {
-        // Its root listens on the interface RSCCL_SOCKET_IFNAME (NCCL_SOCKET_IFNAME) picks,
-        // else on every interface, announced as the default route's.
-        let id = match std::env::var("RSCCL_SOCKET_IFNAME") {
-            Ok(spec) => {
+        // With RSCCL_COMM_ID (NCCL_COMM_ID, which `rsccl run` sets) the id names that address
+        // and rank 0's init starts the root there (NCCL's behaviour); else its root starts now,
+        // on the interface RSCCL_SOCKET_IFNAME (NCCL_SOCKET_IFNAME) picks, or on every interface,
+        // announced as the default route's.
+        let id = match (rendezvous(), std::env::var("RSCCL_SOCKET_IFNAME")) {
+            (Some(addr), _) => UniqueId::from_rendezvous(&addr, 1),
+            (None, Ok(spec)) => {
                 let (_, ip) = rsccl::transport::net::socket::pick_interface(Some(&spec), &rsccl::transport::net::socket::interfaces())
                     .map_err(|e| Fail::arg(format!("RSCCL_SOCKET_IFNAME={spec}: {e}")))?;
                 UniqueId::with_addr(std::net::SocketAddr::new(ip, 0))
             }
-            Err(_) => UniqueId::new(),
+            (None, Err(_)) => UniqueId::new(),
         }
         .map_err(Fail::from)?;
         let mut out = NcclUniqueId { internal: [0; abi::UNIQUE_ID_BYTES] };

@@ -270,4 +270,16 @@ fn one_rank_per_process_under_the_launcher() {
     let _ = std::fs::remove_file(&id);
     assert!(out.status.success(), "{text}");
     assert_eq!(text.matches("0 wrong").count(), 4, "{text}");
+    // Without sharing the id: every rank makes it from NCCL_COMM_ID's address.
+    let out = Command::new(&launcher)
+        .args(["run", "-n", "3", "--timeout", "100", "--"])
+        .arg(built().join("nccl_shapes"))
+        .args(["ranks", "-"])
+        .env("RSCCL_BACKEND", "cpu")
+        .env("RSCCL_SOCKET_IFNAME", "lo")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    assert_eq!(text.matches("0 wrong").count(), 3, "{text}");
 }

@@ -2,7 +2,9 @@
  * are host memory). Modes:
  *   g4 [N]            one thread drives N (default 4) communicators made in one group (-g N)
  *   ranks IDFILE      one rank per process (RANK, WORLD_SIZE from `rsccl run`); rank 0 writes
- *                     the unique id to IDFILE, the others read it
+ *                     the unique id to IDFILE, the others read it; IDFILE "-": every rank
+ *                     calls ncclGetUniqueId (NCCL_COMM_ID, which `rsccl run` sets as
+ *                     RSCCL_COMM_ID, names the rendezvous)
  *   config            an older, smaller ncclConfig_t and nonblocking inits polled to completion
  *   bad               each bad argument: its return code and ncclGetLastError text
  * Every collective's result is checked against a host reference; "ok <what>" per check, exit
@@ -256,7 +258,10 @@ int main(int argc, char** argv) {
     ncclUniqueId id;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", argv[2]);
-    if (own[0] == 0) {
+    if (!strcmp(argv[2], "-")) {
+      /* NCCL_COMM_ID style: every rank makes the same id from the rendezvous address. */
+      CHECK(ncclGetUniqueId(&id));
+    } else if (own[0] == 0) {
       CHECK(ncclGetUniqueId(&id));
       FILE* f = fopen(tmp, "wb");
       if (!f || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, argv[2]) != 0) { printf("FAIL writing the id\n"); return 2; }
