@@ -130,6 +130,20 @@ fn exports_only_nccl_calls_with_nccls_soname() {
     assert!(dynamic.contains("Library soname: [libnccl.so.2]"), "{dynamic}");
 }
 
+/// The header compiles as C++ too (C++ callers: nccl-tests, PyTorch).
+#[test]
+fn the_header_compiles_as_cpp() {
+    let src = built().join("header_check.cpp");
+    std::fs::write(&src, "#include \"nccl.h\"\nstatic_assert(sizeof(ncclUniqueId) == 128, \"id\");\nint main() { ncclConfig_t c = NCCL_CONFIG_INITIALIZER; return c.magic == NCCL_API_MAGIC ? 0 : 1; }\n").unwrap();
+    let out = Command::new("c++")
+        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only"])
+        .arg(format!("-I{}", built().display()))
+        .arg(&src)
+        .output()
+        .expect("run c++");
+    assert!(out.status.success(), "c++:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn one_thread_drives_four_communicators_through_every_collective() {
     let (ok, text) = run(&["g4", "4"]);
@@ -149,6 +163,15 @@ fn one_thread_drives_four_communicators_through_every_collective() {
         assert!(text.contains(&format!("ok {what}\n")), "{what} missing:\n{text}");
     }
     assert!(text.contains("version 22800 (header 22800), count 4, first rank 0"), "{text}");
+    // The header's structs as C lays them out are the library's.
+    let layout = format!(
+        "layout: ncclConfig_t {} (nvlsCTAs at {}), ncclUniqueId {}, ncclSimInfo_t {}",
+        std::mem::size_of::<nccl::abi::NcclConfig>(),
+        std::mem::offset_of!(nccl::abi::NcclConfig, nvls_ctas),
+        std::mem::size_of::<nccl::abi::NcclUniqueId>(),
+        std::mem::size_of::<nccl::abi::NcclSimInfo>()
+    );
+    assert!(text.contains(&layout), "{layout}:\n{text}");
     assert!(text.contains("0 wrong"), "{text}");
     // One rank and three: the same program.
     for n in ["1", "3"] {

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <unistd.h>
 
 #define N 1001
@@ -204,6 +205,8 @@ static void describe(void) {
   CHECK(ncclCommCount(comms[0], &c));
   CHECK(ncclCommUserRank(comms[0], &r));
   printf("version %d (header %d), count %d, first rank %d\n", v, NCCL_VERSION_CODE, c, r);
+  printf("layout: ncclConfig_t %zu (nvlsCTAs at %zu), ncclUniqueId %zu, ncclSimInfo_t %zu\n", sizeof(ncclConfig_t),
+         offsetof(ncclConfig_t, nvlsCTAs), sizeof(ncclUniqueId), sizeof(ncclSimInfo_t));
   if (v != NCCL_VERSION_CODE || c != nranks || r != own[0]) failures++;
 }
 
