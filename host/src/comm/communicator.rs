@@ -165,6 +165,8 @@ pub(super) struct Tables {
     pub(super) status: DeviceBuffer,
     /// Per channel the ranks in ring order from this one (the ring tables point into it).
     pub(super) _user_ranks: DeviceBuffer,
+    /// Group kernels' argument tables and status areas, reused from call to call.
+    pub(super) pool: super::pool::BufferPool,
 }
 
 /// What a rank knows and does about failures: its abort word, the failure that made it

@@ -19,7 +19,8 @@ use super::communicator::{Comm, FlightId, InFlight, Queue};
 use super::completion::Awaiting;
 use super::hang::{op_code, P2pGuard};
 use super::p2p::{self_copies, OpNote, P2p, MAX_P2P_BLOCKS};
-use crate::backend::{DeviceBuffer, LaunchConfig};
+use super::pool::Pooled;
+use crate::backend::LaunchConfig;
 use crate::error::{Error, Result};
 use rsccl_device::coll::group::{GroupArgs, GROUP_SHM_BYTES, GROUP_THREADS};
 use rsccl_device::coll::kernels::{handles, CollKernel, SIMPLE_THREADS};
@@ -299,7 +300,7 @@ struct Prepared<'c> {
 /// A collective of a launched group kernel: where it reports.
 struct WorkStatus {
     /// Its status words (none on a one-rank communicator: a copy cannot fail).
-    status: Option<DeviceBuffer>,
+    status: Option<Pooled>,
     seq: u64,
     coll: Collective,
     /// Its full signature (for a mismatch message).
@@ -308,7 +309,7 @@ struct WorkStatus {
 
 /// The point-to-point part of a launched kernel.
 struct P2pPart {
-    status: DeviceBuffer,
+    status: Pooled,
     nblocks: usize,
     dev: Vec<P2pOp>,
     /// `notes[k]` names `dev[k]`.
@@ -318,7 +319,7 @@ struct P2pPart {
 /// One kernel of a communicator's part, launched.
 struct Launched {
     /// Argument tables the kernel reads.
-    _tables: Vec<DeviceBuffer>,
+    _tables: Vec<Pooled>,
     works: Vec<WorkStatus>,
     p2p: Option<P2pPart>,
 }
@@ -455,7 +456,13 @@ impl Comm {
             // until the group ends (the queue is held); the channel tables, connections, status
             // areas and argument tables are this Comm's and `Launched`'s, alive until phase 5
             // waited for the kernel.
-            unsafe { self.stream.launch_kernel(handles::group(t), cfg, &args) }?;
+            let launched_now = unsafe { self.stream.launch_kernel(handles::group(t), cfg, &args) };
+            if let Err(e) = launched_now {
+                // The kernels launched before this one end (their timeouts bound them) before
+                // their tables go back to the pool.
+                let _ = self.stream.synchronize();
+                return Err(e);
+            }
         }
         Ok(launched)
     }
@@ -473,7 +480,7 @@ impl Comm {
         let mut works = Vec::with_capacity(devs.len());
         let mut args: Vec<RingArgs> = Vec::with_capacity(devs.len());
         for dev in devs {
-            let status = self.stream.alloc(status_bytes(grid as u64) as usize)?;
+            let status = self.tables.pool.take(&*self.stream, status_bytes(grid as u64) as usize)?;
             self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
             let seq = self.health.progress.enter(dev.coll, false);
             let prims = self.prims_status_in(&status, grid, dev, Algorithm::Ring, seq);
@@ -481,7 +488,7 @@ impl Comm {
             args.push(self.ring_args(dev, false, prims)?);
             works.push(WorkStatus { status: Some(status), seq, coll: dev.coll, sig });
         }
-        let table = self.stream.alloc(std::mem::size_of_val(args.as_slice()).max(1))?;
+        let table = self.tables.pool.take(&*self.stream, std::mem::size_of_val(args.as_slice()).max(1))?;
         self.stream.copy_in(&table, 0, bytemuck::cast_slice(&args))?;
         let mut group =
             GroupArgs { works: table.ptr(), nworks: args.len() as u32, reserved: 0, p2p: P2pArgs::default() };

@@ -490,7 +490,7 @@ fn upload_tables(
     let tree = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
     stream.copy_in(&tree, 0, bytemuck::cast_slice(&tree_tab))?;
     let status = stream.alloc(status_bytes(nch as u64) as usize)?;
-    Ok(Tables { ring, tree, status, _user_ranks: user_ranks })
+    Ok(Tables { ring, tree, status, _user_ranks: user_ranks, pool: Default::default() })
 }
 
 /// The `host:port` rank 0's bootstrap root listens on for a launcher's environment: the

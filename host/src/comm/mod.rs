@@ -29,6 +29,7 @@ mod p2p;
 mod p2p_coll;
 mod p2p_links;
 mod plan;
+mod pool;
 mod scratch;
 mod signature;
 mod topo;

@@ -22,6 +22,7 @@
 use super::call::BufRef;
 use super::communicator::Comm;
 use super::p2p_links::{P2pConn, P2pLinks};
+use super::pool::Pooled;
 use super::wiring::{conn_tag, Edge};
 use crate::error::{Error, Result};
 use crate::transport::net::socket::{SocketConfig, SocketNet};
@@ -180,14 +181,10 @@ impl Comm {
 
     /// The status area of a point-to-point part over `nblocks` blocks and its arguments for
     /// the device ops `dev` (uploaded into `table`).
-    pub(super) fn p2p_args(
-        &self,
-        dev: &[P2pOp],
-        nblocks: usize,
-    ) -> Result<(crate::backend::DeviceBuffer, crate::backend::DeviceBuffer, P2pArgs)> {
-        let table = self.stream.alloc(std::mem::size_of_val(dev).max(1))?;
+    pub(super) fn p2p_args(&self, dev: &[P2pOp], nblocks: usize) -> Result<(Pooled, Pooled, P2pArgs)> {
+        let table = self.tables.pool.take(&*self.stream, std::mem::size_of_val(dev).max(1))?;
         self.stream.copy_in(&table, 0, bytemuck::cast_slice(dev))?;
-        let status = self.stream.alloc(status_bytes(nblocks as u64) as usize)?;
+        let status = self.tables.pool.take(&*self.stream, status_bytes(nblocks as u64) as usize)?;
         self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
         let args = P2pArgs {
             ops: table.ptr(),
