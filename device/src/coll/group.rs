@@ -99,13 +99,3 @@ pub fn group_kernel<T: Elem>(a: &GroupArgs) {
         p2p_kernel(&a.p2p, &RedMover::<u8>::new(RedOp::Sum, 0));
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn args_layout_is_what_the_host_writes() {
-        assert_eq!(core::mem::size_of::<GroupArgs>(), 16 + core::mem::size_of::<P2pArgs>());
-    }
-}
