@@ -213,22 +213,27 @@ fn comm_of<'a>(comm: NcclComm) -> Res<&'a Comm> {
     unsafe { handle::handle(comm) }?.comm()
 }
 
+/// The rsccl call of a queued collective (`None` for the others).
+fn call_of(q: &Queued) -> Option<Call<'_>> {
+    match q {
+        Queued::Coll { coll, send, recv, count, dtype, op, root, .. } => Some(Call {
+            coll: *coll,
+            send: BufRef::from(send),
+            recv: BufRef::from(recv),
+            count: *count,
+            dtype: *dtype,
+            op: *op,
+            root: *root,
+            algorithm: None,
+        }),
+        _ => None,
+    }
+}
+
 /// One call outside a group: the communicator's own path (its planner picks the algorithm).
 fn run_alone(q: &Queued) -> Res {
     match q {
-        Queued::Coll { comm, coll, send, recv, count, dtype, op, root } => {
-            let call = Call {
-                coll: *coll,
-                send: BufRef::from(send),
-                recv: BufRef::from(recv),
-                count: *count,
-                dtype: *dtype,
-                op: *op,
-                root: *root,
-                algorithm: None,
-            };
-            Ok(comm_of(*comm)?.run(call)?)
-        }
+        Queued::Coll { comm, .. } => Ok(comm_of(*comm)?.run(call_of(q).expect("a collective"))?),
         Queued::Rooted { comm, kind: RootedKind::AllToAll, send, recv, count, dtype, .. } => {
             Ok(comm_of(*comm)?.all_to_all(BufRef::from(send), BufRef::from(recv), *count, *dtype)?)
         }
@@ -244,18 +249,8 @@ fn run_group(calls: &[Queued]) -> Res {
     let mut g = Group::new();
     for q in calls {
         match q {
-            Queued::Coll { comm, coll, send, recv, count, dtype, op, root } => {
-                let call = Call {
-                    coll: *coll,
-                    send: BufRef::from(send),
-                    recv: BufRef::from(recv),
-                    count: *count,
-                    dtype: *dtype,
-                    op: *op,
-                    root: *root,
-                    algorithm: None,
-                };
-                g.call(comm_of(*comm)?, call);
+            Queued::Coll { comm, .. } => {
+                g.call(comm_of(*comm)?, call_of(q).expect("a collective"));
             }
             Queued::P2p { comm, recv, buf, count, dtype, peer } => {
                 let c = comm_of(*comm)?;

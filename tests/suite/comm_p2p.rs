@@ -490,24 +490,19 @@ fn all_to_all_v_with_uneven_counts_zeros_and_one_skewed_pair() {
     counts[1][3] = 300_001;
     let value = |a: usize, b: usize, i: usize| (a * 0x0100_0000 + b * 0x0001_0000 + i) as u64;
     // Send displacements packed; receive displacements with a gap of 3 elements between peers.
-    let sdispl = |a: usize| -> Vec<usize> {
-        (0..n)
-            .scan(0, |s, b| {
+    // Each block's start: the sum of the sizes before it.
+    let starts = |sizes: Vec<usize>| -> Vec<usize> {
+        sizes
+            .iter()
+            .scan(0, |s, &len| {
                 let d = *s;
-                *s += counts[a][b];
+                *s += len;
                 Some(d)
             })
             .collect()
     };
-    let rdispl = |b: usize| -> Vec<usize> {
-        (0..n)
-            .scan(0, |s, a| {
-                let d = *s;
-                *s += counts[a][b] + 3;
-                Some(d)
-            })
-            .collect()
-    };
+    let sdispl = |a: usize| starts((0..n).map(|b| counts[a][b]).collect());
+    let rdispl = |b: usize| starts((0..n).map(|a| counts[a][b] + 3).collect());
     let send: Vec<DeviceBuffer> = (0..n)
         .map(|a| {
             be.upload(
