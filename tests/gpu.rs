@@ -126,6 +126,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
         }),
     ));
     v.push(("cudarc_slices_on_cudarc_streams", Box::new(|_| cudarc_interop())));
+    v.push(("cudarc_nccl_module_on_rsccl_libnccl", Box::new(|_| cudarc_nccl())));
     v.push(("msccl_programs_match_the_collective", Box::new(|_| msccl_programs())));
     v.push((
         "tree_all_reduce_matches_the_reference",
@@ -646,6 +647,80 @@ fn cudarc_interop() -> CheckResult {
         let got = s.clone_dtoh(&scattered[r]).map_err(d)?;
         if (0..per).any(|i| got[i] != sum(r * per + i)) {
             return Err(format!("rank {r}: reduce_scatter_on differs"));
+        }
+    }
+    Ok(())
+}
+
+/// cudarc's own `nccl` module (written for NVIDIA's NCCL, loaded at run time) on rsccl's
+/// `libnccl.so.2`, which run.sh puts first on `LD_LIBRARY_PATH`: four ranks on this GPU from
+/// `Comm::from_devices` (NCCL's `ncclCommInitAll`), a grouped all-reduce, a ring of grouped
+/// sends and receives, and a broadcast, each on the ranks' cudarc streams.
+fn cudarc_nccl() -> CheckResult {
+    use rsccl::cudarc::driver::CudaContext;
+    use rsccl::cudarc::nccl::result::{group_end, group_start};
+    use rsccl::cudarc::nccl::safe::{Comm, ReduceOp};
+    let libnccl = std::env::var("LD_LIBRARY_PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| std::path::Path::new(d).join("libnccl.so.2"))
+        .find(|p| p.exists() && p.to_string_lossy().contains("/nccl/lib/"));
+    let Some(libnccl) = libnccl else {
+        return Err("SKIPPED: rsccl's nccl/lib is not on LD_LIBRARY_PATH (run.sh puts it there)".into());
+    };
+    let d = |e: rsccl::cudarc::driver::DriverError| format!("{e:?}");
+    let nc = |e: rsccl::cudarc::nccl::result::NcclError| format!("{e:?}");
+    let n = 4;
+    let ctx = CudaContext::new(0).map_err(d)?;
+    let streams: Vec<_> = (0..n).map(|_| ctx.new_stream()).collect::<Result<_, _>>().map_err(d)?;
+    let comms = Comm::from_devices(streams.clone()).map_err(nc)?;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let loaded: Vec<&str> =
+        maps.lines().filter_map(|l| l.split_whitespace().nth(5)).filter(|p| p.contains("libnccl")).collect();
+    println!("  libnccl loaded: {:?} (expected {})", loaded.first(), libnccl.display());
+    if !loaded.iter().any(|p| std::path::Path::new(p) == libnccl) {
+        return Err(format!("cudarc loaded {loaded:?}, not rsccl's {}", libnccl.display()));
+    }
+    let count = (1 << 20) + 3;
+    let x = |r: usize, i: usize| ((i * 5 + r * 17) % 997) as f32;
+    let mut sends = Vec::new();
+    let mut recvs = Vec::new();
+    for (r, s) in streams.iter().enumerate() {
+        sends.push(s.clone_htod(&(0..count).map(|i| x(r, i)).collect::<Vec<f32>>()).map_err(d)?);
+        recvs.push(s.alloc_zeros::<f32>(count).map_err(d)?);
+    }
+    group_start().map_err(nc)?;
+    for (r, c) in comms.iter().enumerate() {
+        c.all_reduce(&sends[r], &mut recvs[r], &ReduceOp::Sum).map_err(nc)?;
+    }
+    group_end().map_err(nc)?;
+    for (r, s) in streams.iter().enumerate() {
+        let got = s.clone_dtoh(&recvs[r]).map_err(d)?;
+        if let Some(i) = (0..count).find(|&i| got[i] != (0..n).map(|q| x(q, i)).sum::<f32>()) {
+            return Err(format!("all_reduce: rank {r} element {i} is {}", got[i]));
+        }
+    }
+    group_start().map_err(nc)?;
+    for (r, c) in comms.iter().enumerate() {
+        c.send(&sends[r], ((r + 1) % n) as i32).map_err(nc)?;
+        c.recv(&mut recvs[r], ((r + n - 1) % n) as i32).map_err(nc)?;
+    }
+    group_end().map_err(nc)?;
+    for (r, s) in streams.iter().enumerate() {
+        let got = s.clone_dtoh(&recvs[r]).map_err(d)?;
+        if let Some(i) = (0..count).find(|&i| got[i] != x((r + n - 1) % n, i)) {
+            return Err(format!("send/recv: rank {r} element {i} is {}", got[i]));
+        }
+    }
+    group_start().map_err(nc)?;
+    for (r, c) in comms.iter().enumerate() {
+        c.broadcast(Some(&sends[r]), &mut recvs[r], 2).map_err(nc)?;
+    }
+    group_end().map_err(nc)?;
+    for (r, s) in streams.iter().enumerate() {
+        let got = s.clone_dtoh(&recvs[r]).map_err(d)?;
+        if let Some(i) = (0..count).find(|&i| got[i] != x(2, i)) {
+            return Err(format!("broadcast: rank {r} element {i} is {}", got[i]));
         }
     }
     Ok(())

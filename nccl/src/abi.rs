@@ -133,6 +133,18 @@ pub type NcclComm = *mut crate::handle::CommHandle;
 #[derive(Clone, Copy, Debug)]
 pub struct CudaStream(pub *mut c_void);
 
+/// `ncclWindow_t`: a registered symmetric window (none are made yet: the calls that would are
+/// refused).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+pub struct NcclWindow(pub *mut c_void);
+
+/// `ncclDevCommRequirements_t`, only ever behind a pointer here.
+pub enum DevCommRequirements {}
+
+/// `ncclDevComm_t`, only ever behind a pointer here.
+pub enum DevComm {}
+
 /// An `ncclResult_t` a call writes through a pointer (`ncclCommGetAsyncError`).
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug)]
@@ -278,6 +290,11 @@ c_types!(
     *mut NcclConfig => "ncclConfig_t*",
     *mut NcclSimInfo => "ncclSimInfo_t*",
     *mut ResultOut => "ncclResult_t*",
+    NcclWindow => "ncclWindow_t",
+    *mut NcclWindow => "ncclWindow_t*",
+    *const DevCommRequirements => "const ncclDevCommRequirements_t*",
+    *mut DevComm => "ncclDevComm_t*",
+    *const DevComm => "const ncclDevComm_t*",
 );
 
 /// An exported function as the header declares it.

@@ -3,11 +3,12 @@
 //! outermost end runs them: the inits together (a thread each), then every queued call as one
 //! rsccl [`Group`] (one launch per communicator). Outside a group a call runs at once and has
 //! completed when it returns.
-use crate::abi::NcclComm;
+use crate::abi::{CudaStream, NcclComm};
 use crate::handle::{self, Fail, Res};
-use rsccl::backend::DeviceBuffer;
+use rsccl::backend::{Backend, DeviceBuffer};
 use rsccl::{BufRef, Call, Comm, CommConfig, DataType, Group, ReduceOp, UniqueId};
 use std::cell::RefCell;
+use std::sync::Arc;
 
 /// Calls one thread may queue in a group.
 pub const MAX_GROUP_CALLS: usize = 1 << 16;
@@ -20,6 +21,8 @@ pub enum Queued {
     Coll {
         /// The communicator.
         comm: NcclComm,
+        /// The caller's stream: the call runs after the work on it and before what follows.
+        stream: CudaStream,
         /// The collective.
         coll: rsccl_device::coll::Collective,
         /// Its send buffer.
@@ -39,6 +42,8 @@ pub enum Queued {
     P2p {
         /// The communicator.
         comm: NcclComm,
+        /// The caller's stream: the call runs after the work on it and before what follows.
+        stream: CudaStream,
         /// Receive rather than send.
         recv: bool,
         /// The buffer.
@@ -54,6 +59,8 @@ pub enum Queued {
     Rooted {
         /// The communicator.
         comm: NcclComm,
+        /// The caller's stream: the call runs after the work on it and before what follows.
+        stream: CudaStream,
         /// Which.
         kind: RootedKind,
         /// Send buffer.
@@ -84,6 +91,8 @@ pub enum RootedKind {
 pub struct QueuedInit {
     /// Its handle (returned to the caller already).
     pub handle: NcclComm,
+    /// The backend of the device it was called on.
+    pub be: Arc<dyn Backend>,
     /// The id.
     pub id: UniqueId,
     /// Its configuration.
@@ -175,28 +184,17 @@ fn run_inits(inits: Vec<QueuedInit>) -> Res {
     if inits.is_empty() {
         return Ok(());
     }
-    let be = handle::backend()?;
-    let results: Vec<rsccl::Result<Comm>> = std::thread::scope(|s| {
-        let hs: Vec<_> = inits
-            .iter()
-            .map(|i| {
-                let be = &be;
-                // SAFETY: the handle was created by the init that queued it and is not destroyed
-                // before the group ends (NCCL's contract).
-                let h = unsafe { &*i.handle };
-                let (n, r, id, cfg) = (h.nranks, h.rank, i.id, i.cfg.clone());
-                s.spawn(move || Comm::init_rank(be, n, r, &id, cfg))
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(rsccl::Error::InvalidConfig("an init thread panicked".into())))
-            })
-            .collect()
-    });
+    let jobs = inits
+        .iter()
+        .map(|i| {
+            // SAFETY: the handle was created by the init that queued it and is not destroyed
+            // before the group ends (NCCL's contract).
+            let h = unsafe { &*i.handle };
+            InitJob { be: i.be.clone(), nranks: h.nranks, rank: h.rank, id: i.id, cfg: i.cfg.clone() }
+        })
+        .collect();
     let mut first = None;
-    for (i, r) in inits.iter().zip(results) {
+    for (i, r) in inits.iter().zip(init_together(jobs)) {
         if let Err(e) = &r {
             first.get_or_insert_with(|| Fail::from(e.clone()));
         }
@@ -204,6 +202,37 @@ fn run_inits(inits: Vec<QueuedInit>) -> Res {
         unsafe { &*i.handle }.set(r);
     }
     first.map_or(Ok(()), Err)
+}
+
+/// One rank's init, to run beside others of its communicator.
+pub struct InitJob {
+    /// Its device's backend.
+    pub be: Arc<dyn Backend>,
+    /// Ranks of the communicator.
+    pub nranks: usize,
+    /// This rank.
+    pub rank: usize,
+    /// The communicator's id.
+    pub id: UniqueId,
+    /// Its configuration.
+    pub cfg: CommConfig,
+}
+
+/// Runs the inits on a thread each (each waits for the others of its communicator); their
+/// results in order.
+pub fn init_together(jobs: Vec<InitJob>) -> Vec<rsccl::Result<Comm>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = jobs
+            .into_iter()
+            .map(|j| s.spawn(move || Comm::init_rank(&j.be, j.nranks, j.rank, &j.id, j.cfg)))
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(rsccl::Error::InvalidConfig("an init thread panicked".into())))
+            })
+            .collect()
+    })
 }
 
 /// The communicator of `comm`, for a queued call.
@@ -232,27 +261,64 @@ fn call_of(q: &Queued) -> Option<Call<'_>> {
 
 /// One call outside a group: the communicator's own path (its planner picks the algorithm).
 fn run_alone(q: &Queued) -> Res {
-    match q {
+    on_streams(std::slice::from_ref(q), || match q {
         Queued::Coll { comm, .. } => Ok(comm_of(*comm)?.run(call_of(q).expect("a collective"))?),
         Queued::Rooted { comm, kind: RootedKind::AllToAll, send, recv, count, dtype, .. } => {
             Ok(comm_of(*comm)?.all_to_all(BufRef::from(send), BufRef::from(recv), *count, *dtype)?)
         }
-        _ => run_group(std::slice::from_ref(q)),
+        _ => group_of(std::slice::from_ref(q)),
+    })
+}
+
+/// The communicator and stream a queued call was given.
+fn target(q: &Queued) -> (NcclComm, CudaStream) {
+    match q {
+        Queued::Coll { comm, stream, .. }
+        | Queued::P2p { comm, stream, .. }
+        | Queued::Rooted { comm, stream, .. } => (*comm, *stream),
     }
 }
 
-/// The queued calls as one rsccl group.
+/// Runs `body` (which completes `calls`) in the order of the callers' streams: each
+/// communicator's stream first waits for the work on the streams its calls were given, and
+/// each of those streams then waits for the communicator's calls.
+fn on_streams(calls: &[Queued], body: impl FnOnce() -> Res) -> Res {
+    let mut pairs: Vec<(NcclComm, CudaStream)> = calls.iter().map(target).collect();
+    pairs.sort_by_key(|(c, s)| (*c as usize, s.0 as usize));
+    pairs.dedup_by_key(|(c, s)| (*c as usize, s.0 as usize));
+    for (c, s) in &pairs {
+        // SAFETY: NCCL's contract: a call's stream is NULL or a live stream of its
+        // communicator's device, alive until the call was enqueued.
+        unsafe { comm_of(*c)?.wait_for_stream(s.0.cast()) }?;
+    }
+    let r = body();
+    for (c, s) in &pairs {
+        // SAFETY: as above.
+        let signalled = unsafe { comm_of(*c)?.signal_stream(s.0.cast()) };
+        if r.is_ok() {
+            signalled?;
+        }
+    }
+    r
+}
+
+/// The queued calls as one rsccl group, in the order of their streams.
 fn run_group(calls: &[Queued]) -> Res {
     if calls.is_empty() {
         return Ok(());
     }
+    on_streams(calls, || group_of(calls))
+}
+
+/// Runs the calls as one rsccl group.
+fn group_of(calls: &[Queued]) -> Res {
     let mut g = Group::new();
     for q in calls {
         match q {
             Queued::Coll { comm, .. } => {
                 g.call(comm_of(*comm)?, call_of(q).expect("a collective"));
             }
-            Queued::P2p { comm, recv, buf, count, dtype, peer } => {
+            Queued::P2p { comm, recv, buf, count, dtype, peer, .. } => {
                 let c = comm_of(*comm)?;
                 if *recv {
                     g.recv(c, BufRef::from(buf), *count, *dtype, *peer);
@@ -260,7 +326,7 @@ fn run_group(calls: &[Queued]) -> Res {
                     g.send(c, BufRef::from(buf), *count, *dtype, *peer);
                 }
             }
-            Queued::Rooted { comm, kind, send, recv, count, dtype, root } => {
+            Queued::Rooted { comm, kind, send, recv, count, dtype, root, .. } => {
                 let c = comm_of(*comm)?;
                 let (s, r) = (BufRef::from(send), BufRef::from(recv));
                 match kind {

@@ -68,21 +68,38 @@ pub fn last_error() -> *const std::ffi::c_char {
     LAST.with(|l| l.borrow().as_ptr())
 }
 
-/// The backend of every communicator of this process: `RSCCL_BACKEND` (or the GPU when there is
-/// one). The C ABI runs on the CPU emulator so far: there, "device" pointers are host memory.
-pub fn backend() -> Res<Arc<dyn Backend>> {
-    static BACKEND: OnceLock<std::result::Result<Arc<dyn Backend>, String>> = OnceLock::new();
-    let be = BACKEND.get_or_init(|| {
-        let pref = Preference::from_env().map_err(|e| e.to_string())?;
-        let be = backend::default_backend(pref).map_err(|e| e.to_string())?;
-        if be.cuda_stream().is_some() {
-            return Err("rsccl's libnccl runs on the CPU emulator so far (set RSCCL_BACKEND=cpu): \
-                 ordering its kernels on the caller's cudaStream_t is not implemented yet"
-                .to_string());
+/// The backend a communicator made now runs on, and its device number: the CPU emulator for
+/// every communicator of the process when `RSCCL_BACKEND=cpu` (or under `auto` when there is no
+/// GPU; "device" pointers are then host memory), else device `device` — by default the one the
+/// calling thread's current CUDA context belongs to (NCCL's: where `cudaSetDevice` left it),
+/// device 0 when none is current. One backend per device, shared by its communicators.
+pub fn backend_on(device: Option<usize>) -> Res<(Arc<dyn Backend>, usize)> {
+    static EMULATOR: OnceLock<std::result::Result<Option<Arc<dyn Backend>>, String>> = OnceLock::new();
+    static GPUS: Mutex<Vec<(usize, Arc<dyn Backend>)>> = Mutex::new(Vec::new());
+    let ordinal = device.or_else(backend::current_device).unwrap_or(0);
+    let gpu = |ordinal: usize| -> rsccl::Result<Arc<dyn Backend>> {
+        let mut gpus = GPUS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, be)) = gpus.iter().find(|(d, _)| *d == ordinal) {
+            return Ok(be.clone());
         }
+        let be = backend::gpu_device(ordinal)?;
+        gpus.push((ordinal, be.clone()));
         Ok(be)
+    };
+    let emulator = EMULATOR.get_or_init(|| match Preference::from_env().map_err(|e| e.to_string())? {
+        Preference::Cpu => Ok(Some(backend::cpu())),
+        Preference::Gpu => Ok(None),
+        Preference::Auto => Ok(gpu(ordinal).err().map(|_| backend::cpu())),
     });
-    be.clone().map_err(Fail::usage)
+    match emulator.as_ref().map_err(|m| Fail::usage(m.clone()))? {
+        Some(cpu) => Ok((cpu.clone(), 0)),
+        None => Ok((gpu(ordinal).map_err(Fail::from)?, ordinal)),
+    }
+}
+
+/// [`backend_on`] the calling thread's device.
+pub fn backend() -> Res<(Arc<dyn Backend>, usize)> {
+    backend_on(None)
 }
 
 /// An `ncclComm_t`: the communicator once its init completed, and what C asks of it.
@@ -98,19 +115,22 @@ pub struct CommHandle {
     ops: Mutex<Vec<Option<f64>>>,
     /// The rank and size it was created for (known before the init completes).
     pub rank: usize,
+    /// The CUDA device it runs on (0 on the CPU emulator).
+    pub device: usize,
     /// See `rank`.
     pub nranks: usize,
 }
 
 impl CommHandle {
     /// A handle for rank `rank` of `nranks` whose init has not completed.
-    pub fn new(rank: usize, nranks: usize) -> CommHandle {
+    pub fn new(rank: usize, nranks: usize, device: usize) -> CommHandle {
         CommHandle {
             comm: OnceLock::new(),
             pending: Mutex::new(None),
             init_failed: Mutex::new(None),
             ops: Mutex::new(Vec::new()),
             rank,
+            device,
             nranks,
         }
     }

@@ -29,7 +29,12 @@ pub fn render() -> String {
          #ifdef __cplusplus\nextern \"C\" {\n#endif\n\n\
          /* The CUDA runtime's stream type (the same definition as cuda_runtime.h). */\n\
          typedef struct CUstream_st* cudaStream_t;\n\n\
-         typedef struct ncclComm* ncclComm_t;\n#define NCCL_COMM_NULL NULL\n\n",
+         typedef struct ncclComm* ncclComm_t;\n#define NCCL_COMM_NULL NULL\n\n\
+         /* Symmetric windows and the device communicator (declared; rsccl refuses the calls). */\n\
+         typedef struct ncclWindow_vidmem* ncclWindow_t;\n\
+         #define NCCL_WIN_DEFAULT 0x00\n#define NCCL_WIN_COLL_SYMMETRIC 0x01\n\
+         typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;\n\
+         typedef struct ncclDevComm ncclDevComm_t;\n\n",
     );
     let _ = writeln!(w, "#define NCCL_UNIQUE_ID_BYTES {}", abi::UNIQUE_ID_BYTES);
     w.push_str("typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;\n\n");

@@ -4,11 +4,14 @@
 //! written for NCCL — C, nccl-tests, cudarc's `nccl` module — loads it in NCCL's place
 //! (`LD_LIBRARY_PATH` or `LD_PRELOAD`).
 //!
-//! So far it runs on the CPU emulator (`RSCCL_BACKEND=cpu`): "device" pointers are host
-//! memory, any stream value is accepted, and a call has completed when it returns (grouped
-//! calls when `ncclGroupEnd` returns). Calls not implemented yet return `ncclInvalidUsage` with a
-//! message naming them. No panic crosses into C: a bad argument is NCCL's error code plus a
-//! message for `ncclGetLastError`.
+//! On a GPU each communicator runs on the device current when it was made (NCCL's
+//! `cudaSetDevice` order); a call given a `cudaStream_t` runs after the work already on that
+//! stream, and the stream's later work runs after it (event waits both ways). So far a call
+//! has also completed when it returns (grouped calls when `ncclGroupEnd` returns), which NCCL's
+//! contract allows; an asynchronous return is next. On the CPU emulator (`RSCCL_BACKEND=cpu`,
+//! or no GPU) "device" pointers are host memory and any stream value is accepted. Calls not
+//! implemented yet return `ncclInvalidUsage` with a message naming them. No panic crosses into
+//! C: a bad argument is NCCL's error code plus a message for `ncclGetLastError`.
 #![allow(non_snake_case)]
 // The exported functions keep NCCL's parameter names and their C types (the header is
 // rendered from them).
@@ -29,6 +32,7 @@ use rsccl::{Comm, CommConfig, DataType, UniqueId};
 use rsccl_device::coll::Collective;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 /// Runs a call's body: its result as NCCL's code; a failure (or a panic, which never crosses
 /// into C) recorded for `ncclGetLastError`, prefixed with the call's name.
@@ -139,6 +143,7 @@ fn count_of(n: c_int, what: &str) -> Res<usize> {
 /// `send` and `recv` hold those elements (NCCL's contract); `comm` is live.
 unsafe fn collective(
     comm: NcclComm,
+    stream: CudaStream,
     coll: Collective,
     (send, send_times): (*const c_void, usize),
     (recv, recv_times): (*mut c_void, usize),
@@ -164,7 +169,7 @@ unsafe fn collective(
     // SAFETY: NCCL's contract: the buffers hold these bytes until the call completed, which
     // is before this returns (or before the group's end returns).
     let (s, r) = unsafe { (view(send, sb, "sendbuff")?, view(recv, rb, "recvbuff")?) };
-    group::submit(Queued::Coll { comm, coll, send: s, recv: r, count, dtype: t, op, root })
+    group::submit(Queued::Coll { comm, stream, coll, send: s, recv: r, count, dtype: t, op, root })
 }
 
 /// An all-to-all, gather or scatter of `count` elements per rank.
@@ -173,6 +178,7 @@ unsafe fn collective(
 /// As [`collective`].
 unsafe fn rooted(
     comm: NcclComm,
+    stream: CudaStream,
     kind: RootedKind,
     send: *const c_void,
     recv: *mut c_void,
@@ -198,7 +204,7 @@ unsafe fn rooted(
     let (sb, rb) = (bytes(count, st, t, "sendbuff")?, bytes(count, rt, t, "recvbuff")?);
     // SAFETY: as in `collective`.
     let (s, r) = unsafe { (view(send, sb, "sendbuff")?, view(recv, rb, "recvbuff")?) };
-    group::submit(Queued::Rooted { comm, kind, send: s, recv: r, count, dtype: t, root })
+    group::submit(Queued::Rooted { comm, stream, kind, send: s, recv: r, count, dtype: t, root })
 }
 
 /// A send (`is_recv` false) or receive.
@@ -207,6 +213,7 @@ unsafe fn rooted(
 /// As [`collective`].
 unsafe fn p2p(
     comm: NcclComm,
+    stream: CudaStream,
     is_recv: bool,
     buf: *const c_void,
     count: usize,
@@ -220,7 +227,7 @@ unsafe fn p2p(
     let b = bytes(count, 1, t, if is_recv { "recvbuff" } else { "sendbuff" })?;
     // SAFETY: as in `collective`.
     let buf = unsafe { view(buf, b, if is_recv { "recvbuff" } else { "sendbuff" })? };
-    group::submit(Queued::P2p { comm, recv: is_recv, buf, count, dtype: t, peer })
+    group::submit(Queued::P2p { comm, stream, recv: is_recv, buf, count, dtype: t, peer })
 }
 
 /// The rsccl configuration of an NCCL config (read by the caller's size and version).
@@ -305,14 +312,14 @@ unsafe fn init_rank(
     start_rendezvous_root(&id, r)?;
     // SAFETY: the caller's contract.
     let (cfg, blocking) = unsafe { read_config(config) }?;
-    let be = handle::backend()?;
-    let h = Box::into_raw(Box::new(CommHandle::new(r, n)));
+    let (be, device) = handle::backend()?;
+    let h = Box::into_raw(Box::new(CommHandle::new(r, n, device)));
     // SAFETY: checked non-NULL above.
     unsafe { newcomm.write(h) };
     // SAFETY: just created.
     let hr = unsafe { &*h };
     if group::open() {
-        return group::queue_init(QueuedInit { handle: h, id, cfg });
+        return group::queue_init(QueuedInit { handle: h, be, id, cfg });
     }
     if !blocking {
         hr.spawn_init(move || Comm::init_rank(&be, n, r, &id, cfg))?;
@@ -379,18 +386,43 @@ api! {
         unsafe { init_rank(newcomm, nranks, id, myrank, config) }
     }
 
-    /// `ndev` communicators of one process, rank `i` in `comm[i]` (`devlist` is not used on
-    /// the CPU emulator).
+    /// `ndev` communicators of one process, rank `i` in `comm[i]` on device `devlist[i]`
+    /// (device `i` when `devlist` is NULL; every rank on the CPU emulator's one "device").
     fn ncclCommInitAll / pncclCommInitAll(comm: *mut NcclComm, ndev: c_int, devlist: *const c_int) {
-        let _ = devlist;
         let n = count_of(ndev, "ndev")?;
         if comm.is_null() || n == 0 {
             return Err(Fail::arg(format!("comm {comm:?} with ndev {ndev}: an array of at least one")));
         }
+        if n > rsccl::comm::MAX_LOCAL_RANKS {
+            return Err(Fail::arg(format!("ndev {n}: more than the {} ranks one process may hold", rsccl::comm::MAX_LOCAL_RANKS)));
+        }
+        // Rank i on device devlist[i] (device i when devlist is NULL), as NCCL places them.
+        let mut placed = Vec::with_capacity(n);
+        for i in 0..n {
+            let d = if devlist.is_null() {
+                i
+            } else {
+                // SAFETY: a non-NULL devlist has ndev entries (the caller's contract).
+                count_of(unsafe { *devlist.add(i) }, &format!("devlist[{i}]"))?
+            };
+            placed.push(handle::backend_on(Some(d))?);
+        }
         let cfg = CommConfig::default().with_env().map_err(Fail::from)?;
-        let comms = Comm::init_all(&handle::backend()?, n, cfg).map_err(Fail::from)?;
+        let comms = if placed.iter().all(|(be, _)| Arc::ptr_eq(be, &placed[0].0)) {
+            Comm::init_all(&placed[0].0, n, cfg).map_err(Fail::from)?
+        } else {
+            // Ranks on several devices: an init each, on its device, joined through a root on
+            // this host.
+            let id = UniqueId::with_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).map_err(Fail::from)?;
+            let jobs = placed
+                .iter()
+                .enumerate()
+                .map(|(rank, (be, _))| group::InitJob { be: be.clone(), nranks: n, rank, id, cfg: cfg.clone() })
+                .collect();
+            group::init_together(jobs).into_iter().collect::<rsccl::Result<Vec<Comm>>>().map_err(Fail::from)?
+        };
         for (i, c) in comms.into_iter().enumerate() {
-            let h = CommHandle::new(i, n);
+            let h = CommHandle::new(i, n, placed[i].1);
             h.set(Ok(c));
             // SAFETY: the caller's array has ndev entries.
             unsafe { comm.add(i).write(Box::into_raw(Box::new(h))) };
@@ -460,9 +492,9 @@ api! {
     /// The CUDA device of the communicator (0 on the CPU emulator).
     fn ncclCommCuDevice / pncclCommCuDevice(comm: NcclComm, device: *mut c_int) {
         // SAFETY: the caller's contract.
-        unsafe { handle(comm) }?;
+        let h = unsafe { handle(comm) }?;
         // SAFETY: the caller's contract.
-        unsafe { put(device, 0, "device") }
+        unsafe { put(device, h.device as c_int, "device") }
     }
 
     /// This rank's number.
@@ -490,7 +522,7 @@ api! {
         let out = match h.comm()?.split(color, i64::from(key), cfg).map_err(Fail::from)? {
             None => std::ptr::null_mut(),
             Some(c) => {
-                let nh = CommHandle::new(c.rank(), c.nranks());
+                let nh = CommHandle::new(c.rank(), c.nranks(), h.device);
                 nh.set(Ok(c));
                 Box::into_raw(Box::new(nh))
             }
@@ -503,6 +535,33 @@ api! {
     /// Not implemented yet: returns `ncclInvalidUsage` naming it.
     fn ncclCommShrink / pncclCommShrink(comm: NcclComm, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut NcclComm, config: *mut NcclConfig, shrinkFlags: c_int) {
         let _ = (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+        Err(Fail::usage("not implemented in rsccl yet"))
+    }
+
+    /// Not implemented yet (symmetric windows go through rsccl's own API so far): returns
+    /// `ncclInvalidUsage` naming it. Exported because programs built against NCCL 2.28 link it
+    /// (PyTorch does), and the preloaded `libnccl.so.2` is the only one they load.
+    fn ncclCommWindowRegister / pncclCommWindowRegister(comm: NcclComm, buff: *mut c_void, size: usize, win: *mut abi::NcclWindow, winFlags: c_int) {
+        let _ = (comm, buff, size, win, winFlags);
+        Err(Fail::usage("not implemented in rsccl yet"))
+    }
+
+    /// Not implemented yet: returns `ncclInvalidUsage` naming it.
+    fn ncclCommWindowDeregister / pncclCommWindowDeregister(comm: NcclComm, win: abi::NcclWindow) {
+        let _ = (comm, win);
+        Err(Fail::usage("not implemented in rsccl yet"))
+    }
+
+    /// Not implemented yet (NCCL's device API; rsccl's is `rsccl_device`): returns
+    /// `ncclInvalidUsage` naming it.
+    fn ncclDevCommCreate / pncclDevCommCreate(comm: NcclComm, reqs: *const abi::DevCommRequirements, outDevComm: *mut abi::DevComm) {
+        let _ = (comm, reqs, outDevComm);
+        Err(Fail::usage("not implemented in rsccl yet"))
+    }
+
+    /// Not implemented yet: returns `ncclInvalidUsage` naming it.
+    fn ncclDevCommDestroy / pncclDevCommDestroy(comm: NcclComm, devComm: *const abi::DevComm) {
+        let _ = (comm, devComm);
         Err(Fail::usage("not implemented in rsccl yet"))
     }
 
@@ -525,87 +584,76 @@ api! {
 
     /// Every rank's `recvbuff` gets the reduction of all `sendbuff`s (`count` elements).
     fn ncclAllReduce / pncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, op: NcclRedOp, comm: NcclComm, stream: CudaStream) {
-        let _ = stream;
         // SAFETY: the caller's contract.
-        unsafe { collective(comm, Collective::AllReduce, (sendbuff, 1), (recvbuff, 1), count, datatype, Some(op), 0) }
+        unsafe { collective(comm, stream, Collective::AllReduce, (sendbuff, 1), (recvbuff, 1), count, datatype, Some(op), 0) }
     }
 
     /// Every rank's `recvbuff` gets `root`'s `sendbuff`.
     fn ncclBroadcast / pncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) {
-        let _ = stream;
         // Only the root's send buffer is read: elsewhere it may be anything, NULL included.
         // SAFETY: the caller's contract.
         let h = unsafe { handle(comm) }?;
         let send = if i64::from(root) == h.rank as i64 { sendbuff } else { recvbuff.cast_const() };
         // SAFETY: the caller's contract.
-        unsafe { collective(comm, Collective::Broadcast, (send, 1), (recvbuff, 1), count, datatype, None, root) }
+        unsafe { collective(comm, stream, Collective::Broadcast, (send, 1), (recvbuff, 1), count, datatype, None, root) }
     }
 
     /// [`ncclBroadcast`] in place.
     fn ncclBcast / pncclBcast(buff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) {
-        let _ = stream;
         // SAFETY: the caller's contract.
-        unsafe { collective(comm, Collective::Broadcast, (buff.cast_const(), 1), (buff, 1), count, datatype, None, root) }
+        unsafe { collective(comm, stream, Collective::Broadcast, (buff.cast_const(), 1), (buff, 1), count, datatype, None, root) }
     }
 
     /// `root`'s `recvbuff` gets the reduction of all `sendbuff`s.
     fn ncclReduce / pncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, op: NcclRedOp, root: c_int, comm: NcclComm, stream: CudaStream) {
-        let _ = stream;
         // SAFETY: the caller's contract.
-        unsafe { collective(comm, Collective::Reduce, (sendbuff, 1), (recvbuff, 1), count, datatype, Some(op), root) }
+        unsafe { collective(comm, stream, Collective::Reduce, (sendbuff, 1), (recvbuff, 1), count, datatype, Some(op), root) }
     }
 
     /// Every rank's `recvbuff` (`nranks × sendcount` elements) gets every `sendbuff`, in rank order.
     fn ncclAllGather / pncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: NcclDataType, comm: NcclComm, stream: CudaStream) {
-        let _ = stream;
         // SAFETY: the caller's contract.
         let n = unsafe { handle(comm) }?.nranks;
         // SAFETY: the caller's contract.
-        unsafe { collective(comm, Collective::AllGather, (sendbuff, 1), (recvbuff, n), sendcount, datatype, None, 0) }
+        unsafe { collective(comm, stream, Collective::AllGather, (sendbuff, 1), (recvbuff, n), sendcount, datatype, None, 0) }
     }
 
     /// Rank r's `recvbuff` (`recvcount` elements) gets block r of the reduction of all `sendbuff`s.
     fn ncclReduceScatter / pncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: NcclDataType, op: NcclRedOp, comm: NcclComm, stream: CudaStream) {
-        let _ = stream;
         // SAFETY: the caller's contract.
         let n = unsafe { handle(comm) }?.nranks;
         // SAFETY: the caller's contract.
-        unsafe { collective(comm, Collective::ReduceScatter, (sendbuff, n), (recvbuff, 1), recvcount, datatype, Some(op), 0) }
+        unsafe { collective(comm, stream, Collective::ReduceScatter, (sendbuff, n), (recvbuff, 1), recvcount, datatype, Some(op), 0) }
     }
 
     /// Block p (`count` elements) of every rank's `sendbuff` goes to rank p, in rank order.
     fn ncclAlltoAll / pncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, comm: NcclComm, stream: CudaStream) {
-        let _ = stream;
         // SAFETY: the caller's contract.
-        unsafe { rooted(comm, RootedKind::AllToAll, sendbuff, recvbuff, count, datatype, 0) }
+        unsafe { rooted(comm, stream, RootedKind::AllToAll, sendbuff, recvbuff, count, datatype, 0) }
     }
 
     /// Every rank's `count` elements land in `root`'s `recvbuff`, in rank order.
     fn ncclGather / pncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) {
-        let _ = stream;
         // SAFETY: the caller's contract.
-        unsafe { rooted(comm, RootedKind::Gather, sendbuff, recvbuff, count, datatype, root) }
+        unsafe { rooted(comm, stream, RootedKind::Gather, sendbuff, recvbuff, count, datatype, root) }
     }
 
     /// Block r of `root`'s `sendbuff` lands in rank r's `recvbuff`.
     fn ncclScatter / pncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) {
-        let _ = stream;
         // SAFETY: the caller's contract.
-        unsafe { rooted(comm, RootedKind::Scatter, sendbuff, recvbuff, count, datatype, root) }
+        unsafe { rooted(comm, stream, RootedKind::Scatter, sendbuff, recvbuff, count, datatype, root) }
     }
 
     /// Sends `count` elements to `peer` (which receives them with `ncclRecv`).
     fn ncclSend / pncclSend(sendbuff: *const c_void, count: usize, datatype: NcclDataType, peer: c_int, comm: NcclComm, stream: CudaStream) {
-        let _ = stream;
         // SAFETY: the caller's contract.
-        unsafe { p2p(comm, false, sendbuff, count, datatype, peer) }
+        unsafe { p2p(comm, stream, false, sendbuff, count, datatype, peer) }
     }
 
     /// Receives `count` elements from `peer`.
     fn ncclRecv / pncclRecv(recvbuff: *mut c_void, count: usize, datatype: NcclDataType, peer: c_int, comm: NcclComm, stream: CudaStream) {
-        let _ = stream;
         // SAFETY: the caller's contract.
-        unsafe { p2p(comm, true, recvbuff.cast_const(), count, datatype, peer) }
+        unsafe { p2p(comm, stream, true, recvbuff.cast_const(), count, datatype, peer) }
     }
 
     /// A reduction op of `comm` that multiplies every input by `*scalar` (of `datatype`) and sums.
@@ -619,10 +667,18 @@ api! {
         if !matches!(residence.0, 0 | 1) {
             return Err(Fail::arg(format!("residence {}: not an ncclScalarResidence_t (0–1)", residence.0)));
         }
-        // On the CPU emulator device memory is host memory: both residences read the same way.
+        // The scalar is read now (NCCL reads a device scalar when each call runs): from the GPU
+        // for ncclScalarDevice (0), else from host memory (the CPU emulator's device memory).
         let mut raw = [0u8; 8];
-        // SAFETY: the scalar holds one element of `datatype` (the caller's contract).
-        unsafe { std::ptr::copy_nonoverlapping(scalar.cast::<u8>(), raw.as_mut_ptr(), t.size()) };
+        let (be, _) = handle::backend_on(Some(h.device))?;
+        if residence.0 == 0 && be.cuda_stream().is_some() {
+            // SAFETY: a device scalar of one element (the caller's contract), read before this returns.
+            let v = unsafe { view(scalar, t.size(), "scalar") }?;
+            be.copy_out(&v, 0, &mut raw[..t.size()]).map_err(Fail::from)?;
+        } else {
+            // SAFETY: the scalar holds one element of `datatype` in host memory (the caller's contract).
+            unsafe { std::ptr::copy_nonoverlapping(scalar.cast::<u8>(), raw.as_mut_ptr(), t.size()) };
+        }
         let v = rsccl::perf::data::decode(t, &raw[..t.size()]);
         let id = h.add_op(v)?;
         // SAFETY: the caller's contract.
@@ -635,7 +691,7 @@ api! {
         unsafe { handle(comm) }?.remove_op(op.0)
     }
 
-    /// Memory for buffers (host memory on the CPU emulator, page-aligned).
+    /// Memory for buffers on the calling thread's device (host memory on the CPU emulator).
     fn ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) {
         let p = mem::alloc(size)?;
         // SAFETY: the caller's contract.
@@ -726,18 +782,18 @@ pub const OTHER_PROTOTYPES: &[abi::Prototype] = &[
 ];
 
 mod mem {
-    //! `ncclMemAlloc`: page-aligned host memory on the CPU emulator, its sizes kept for free.
-    use crate::handle::{Fail, Res};
-    use std::alloc::Layout;
+    //! `ncclMemAlloc`: memory of the calling thread's device from its backend (host memory on
+    //! the CPU emulator), kept here until `ncclMemFree`.
+    use crate::handle::{self, Fail, Res};
+    use rsccl::backend::DeviceBuffer;
     use std::collections::HashMap;
     use std::ffi::c_void;
     use std::sync::Mutex;
 
     /// The largest single allocation.
     pub const MAX_MEM_ALLOC: usize = 1 << 40;
-    const ALIGN: usize = 4096;
 
-    static SIZES: Mutex<Option<HashMap<usize, Layout>>> = Mutex::new(None);
+    static BUFFERS: Mutex<Option<HashMap<usize, DeviceBuffer>>> = Mutex::new(None);
 
     pub fn alloc(size: usize) -> Res<*mut c_void> {
         if size > MAX_MEM_ALLOC {
@@ -745,35 +801,27 @@ mod mem {
                 "size {size}: more than the {MAX_MEM_ALLOC} bytes one allocation may have"
             )));
         }
-        let layout = Layout::from_size_align(size.max(1), ALIGN)
-            .map_err(|e| Fail::arg(format!("size {size}: {e}")))?;
-        // SAFETY: a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        if p.is_null() {
-            return Err(Fail {
-                code: crate::abi::SYSTEM_ERROR,
-                msg: format!("out of memory for {size} bytes"),
-            });
-        }
-        SIZES
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashMap::new)
-            .insert(p as usize, layout);
-        Ok(p.cast())
+        let (be, device) = handle::backend()?;
+        let buf = be.alloc(size.max(1)).map_err(|e| Fail {
+            code: crate::abi::SYSTEM_ERROR,
+            msg: format!("{size} bytes on device {device}: {e}"),
+        })?;
+        let p = buf.ptr().0 as usize;
+        BUFFERS.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(p, buf);
+        Ok(p as *mut c_void)
     }
 
     pub fn free(ptr: *mut c_void) -> Res {
         if ptr.is_null() {
             return Ok(());
         }
-        let layout =
-            SIZES.lock().unwrap_or_else(|e| e.into_inner()).as_mut().and_then(|m| m.remove(&(ptr as usize)));
-        let layout = layout.ok_or_else(|| {
-            Fail::arg(format!("ptr {ptr:?} was not allocated by ncclMemAlloc (or is freed)"))
-        })?;
-        // SAFETY: allocated above with this layout, removed from the table so freed once.
-        unsafe { std::alloc::dealloc(ptr.cast(), layout) };
-        Ok(())
+        let buf = BUFFERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .and_then(|m| m.remove(&(ptr as usize)));
+        // Dropping it frees it once its calls completed.
+        buf.map(drop)
+            .ok_or_else(|| Fail::arg(format!("ptr {ptr:?} was not allocated by ncclMemAlloc (or is freed)")))
     }
 }

@@ -1,6 +1,7 @@
 //! `gpu-bundle`: per-kernel PTX and cubins plus release-built GPU test and bench binaries and a
 //! `run.sh`, in one folder (and the same folder as a `.tar.xz` beside it) that runs on an x86-64
-//! Linux machine with a CUDA driver and no Rust toolchain.
+//! Linux machine with a CUDA driver and no Rust toolchain; with it rsccl's `libnccl.so.2` and the
+//! CUDA C and PyTorch programs run.sh checks it with (where the machine has nvcc and PyTorch).
 use crate::ptx;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -20,6 +21,8 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so '; then
   fi
 fi
 export RSCCL_PTX_DIR="${RSCCL_PTX_DIR:-$PWD/ptx}"
+# rsccl's libnccl.so.2 first for programs that load NCCL (cudarc's nccl module in gpu-tests).
+[ -d nccl/lib ] && export LD_LIBRARY_PATH="$PWD/nccl/lib:${LD_LIBRARY_PATH:-}"
 passed=0; failed=0; skipped=0
 # Each check in its own process under a time limit (timeout signals the whole process group, so
 # a check's child processes go too): a hang or a trap costs that check alone.
@@ -47,6 +50,44 @@ for t in tests/*; do
     echo "  ($(( ($(date +%s%N) - start) / 1000000 )) ms in all, process start included)"
   done
 done
+# rsccl's libnccl.so.2 under programs written for NCCL: a CUDA C program (built here with nvcc)
+# and PyTorch's ProcessGroupNCCL (LD_PRELOAD), each counted by its own summary line.
+tally() { # $1: the program's summary prefix; reads .check.out
+  local line; line=$(grep -E "^$1: [0-9]+ passed, [0-9]+ failed" .check.out | tail -n 1)
+  if [ -n "$line" ]; then
+    passed=$((passed + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
+    failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
+  else
+    echo "  FAIL  $1: no summary line"; failed=$((failed + 1))
+  fi
+}
+if [ "${RSCCL_SKIP_NCCL:-0}" != 1 ] && [ -d nccl ]; then
+  echo "=== nccl/tests/nccl_gpu.cu (CUDA C against rsccl's nccl.h and libnccl.so.2)"
+  nvcc_bin=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -n 1)
+  if [ -z "$nvcc_bin" ]; then
+    echo "  skip  nccl_gpu: SKIPPED: no nvcc"; skipped=$((skipped + 1))
+  elif ! "$nvcc_bin" -O2 -arch=native -o .nccl-gpu nccl/tests/nccl_gpu.cu -Inccl/include -Lnccl/lib -lnccl; then
+    echo "  FAIL  nccl_gpu: did not compile"; failed=$((failed + 1))
+  else
+    NCCL_SOCKET_IFNAME=lo timeout -k 5 "$limit" ./.nccl-gpu 2>&1 | tee .check.out
+    tally nccl-gpu
+  fi
+  echo "=== nccl/tests/torch_nccl.py (PyTorch's ProcessGroupNCCL with LD_PRELOAD=libnccl.so.2)"
+  if ! python3 -c 'import torch.distributed' 2>/dev/null; then
+    echo "  skip  torch_nccl: SKIPPED: no PyTorch"; skipped=$((skipped + 1))
+  else
+    torch_cuda=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so"))')
+    nm -D --undefined-only "$torch_cuda" 2>/dev/null | awk '{print $NF}' | sed 's/@.*//' | grep -E '^p?nccl' | sort -u > .torch-nccl-imports
+    nm -D --defined-only nccl/lib/libnccl.so.2 | awk '{print $NF}' | sort -u > .rsccl-nccl-exports
+    echo "  libtorch_cuda.so imports $(wc -l < .torch-nccl-imports) nccl symbols; not exported by rsccl: $(comm -23 .torch-nccl-imports .rsccl-nccl-exports | tr '\n' ' ')"
+    rm -rf .torch-logs && mkdir -p .torch-logs
+    RSCCL_LOG_DIR="$PWD/.torch-logs" RSCCL_DEBUG=INFO RSCCL_DEBUG_FILE="$PWD/.torch-logs/rsccl-torch-%p.log" \
+      NCCL_SOCKET_IFNAME=lo LD_PRELOAD="$PWD/nccl/lib/libnccl.so.2" \
+      timeout -k 5 "${RSCCL_TORCH_TIMEOUT:-300}" python3 nccl/tests/torch_nccl.py 2>&1 | tee .check.out
+    tally torch-nccl
+    for f in .torch-logs/*; do [ -f "$f" ] && { echo "  first lines of $f:"; head -n 4 "$f" | sed 's/^/    /'; break; }; done
+  fi
+fi
 if [ "${RSCCL_SKIP_BENCH:-0}" != 1 ]; then
   for b in bench/*; do
     echo "=== $b"
@@ -93,6 +134,17 @@ pub fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
     let benches = cargo_executables(&root, &["bench", "--no-run", "--bench", "gpu_bench"])?;
     copy_stripped(&tests, &out.join("tests"), "gpu-tests")?;
     copy_stripped(&benches, &out.join("bench"), "gpu-bench")?;
+    // rsccl's libnccl.so.2 and nccl.h, and the programs run.sh checks it with.
+    crate::nccl::nccl(&out.join("nccl"))?;
+    let tests_dir = root.join("nccl/tests/gpu");
+    let nccl_tests = out.join("nccl/tests");
+    std::fs::create_dir_all(&nccl_tests)
+        .map_err(|e| format!("cannot create {}: {e}", nccl_tests.display()))?;
+    for f in ["nccl_gpu.cu", "torch_nccl.py"] {
+        std::fs::copy(tests_dir.join(f), nccl_tests.join(f))
+            .map_err(|e| format!("cannot copy {}: {e}", tests_dir.join(f).display()))?;
+    }
+    let _ = Command::new("strip").arg(out.join("nccl/lib/libnccl.so.2")).status();
     let run = out.join("run.sh");
     std::fs::write(&run, RUN_SH).map_err(|e| e.to_string())?;
     let _ = Command::new("chmod").arg("+x").arg(&run).status();

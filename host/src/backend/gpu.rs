@@ -27,6 +27,21 @@ pub fn driver_present() -> bool {
     })
 }
 
+/// The device of the calling thread's current CUDA context, if there is a driver and one.
+pub fn current_device() -> Option<usize> {
+    if !driver_present() {
+        return None;
+    }
+    // cuCtxGetCurrent needs cuInit, which a fresh process (or a C caller that only used the
+    // runtime lazily) may not have run.
+    result::init().ok()?;
+    result::ctx::get_current().ok()??;
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: a context is current (checked above); the driver writes one device number.
+    unsafe { sys::cuCtxGetDevice(&mut dev) }.result().ok()?;
+    usize::try_from(dev).ok()
+}
+
 /// A kernel's module, loaded on first use, and what the kernel is currently allowed.
 struct Loaded {
     module: sys::CUmodule,

@@ -574,6 +574,17 @@ pub fn gpu() -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(GpuBackend::new(0)?))
 }
 
+/// The GPU backend on device `ordinal`, or why there is none.
+pub fn gpu_device(ordinal: usize) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(GpuBackend::new(ordinal)?))
+}
+
+/// The CUDA device whose context is current on the calling thread (where a C caller's
+/// `cudaSetDevice` left it), or `None` when there is no driver or no current context.
+pub fn current_device() -> Option<usize> {
+    gpu::current_device()
+}
+
 /// The GPU backend on a cudarc context (a cudarc user's device): memory and streams of that
 /// context work with communicators on it ([`crate::comm::CudaElem`]).
 pub fn gpu_on(ctx: Arc<cudarc::driver::CudaContext>) -> Result<Arc<dyn Backend>> {

@@ -72,8 +72,12 @@ impl Comm {
 
     /// Asks every rank where it is and reports on collective `seq` (`what`): the hang report.
     pub(super) fn ask_ranks(&self, seq: u64, what: u64) -> (String, Vec<String>) {
-        let answers = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).query_status(STATUS_TIMEOUT);
-        hang::report(self.rank, seq, what, &answers)
+        hang::report(self.rank, seq, what, &self.status_answers())
+    }
+
+    /// Every rank's answer to "where are you" (its progress words), or why it gave none.
+    fn status_answers(&self) -> Vec<std::result::Result<Vec<u8>, String>> {
+        self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).query_status(STATUS_TIMEOUT)
     }
 
     /// [`Comm::finish`] for what runs (`current`).
@@ -173,9 +177,7 @@ impl Comm {
                 let mut waited: Vec<usize> = failures.iter().map(|f| f.peer).collect();
                 waited.sort_unstable();
                 waited.dedup();
-                let answers =
-                    self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).query_status(STATUS_TIMEOUT);
-                let mut peers = hang::p2p_lines(&waited, &answers);
+                let mut peers = hang::p2p_lines(&waited, &self.status_answers());
                 // A peer that left (dropped or aborted its communicator) says so.
                 let left = super::departure::left(self.links.conn_key, self.rank, u64::MAX);
                 for (line, r) in peers.iter_mut().zip(&waited) {

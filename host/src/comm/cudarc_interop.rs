@@ -191,3 +191,72 @@ impl Comm {
         Ok(work)
     }
 }
+
+/// A CUDA stream handle as a C caller passes it (`cudaStream_t` and `CUstream` are the same
+/// handle; null is the legacy default stream).
+pub type RawStream = sys::CUstream;
+
+impl Comm {
+    /// Makes this communicator's stream wait for the work already on `stream`: the calls that
+    /// follow run after it (NCCL's order for a call given a `cudaStream_t`). Does nothing on
+    /// the CPU emulator, whose calls run in the order they are made.
+    ///
+    /// # Safety
+    /// `stream` is null or a live stream of this communicator's CUDA context.
+    pub unsafe fn wait_for_stream(&self, stream: RawStream) -> Result<()> {
+        let Some((ctx, mine)) = self.stream().cuda_stream() else { return Ok(()) };
+        // SAFETY: the caller's contract for `stream`; `mine` is this communicator's stream.
+        unsafe { in_context(ctx, || join(stream, mine)) }
+    }
+
+    /// Makes `stream` wait for the calls this communicator enqueued so far: work the caller
+    /// puts on it next runs after them. Does nothing on the CPU emulator.
+    ///
+    /// # Safety
+    /// As [`Comm::wait_for_stream`].
+    pub unsafe fn signal_stream(&self, stream: RawStream) -> Result<()> {
+        let Some((ctx, mine)) = self.stream().cuda_stream() else { return Ok(()) };
+        // SAFETY: as above, in the other direction.
+        unsafe { in_context(ctx, || join(mine, stream)) }
+    }
+}
+
+/// Runs `f` with `ctx` current on this thread, then makes the caller's context current again
+/// (a C caller's thread may have another device's context current).
+///
+/// # Safety
+/// `ctx` is a live context.
+unsafe fn in_context(ctx: sys::CUcontext, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    let before = result::ctx::get_current().map_err(driver("cuCtxGetCurrent"))?;
+    if before == Some(ctx) {
+        return f();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { result::ctx::set_current(ctx) }.map_err(driver("cuCtxSetCurrent"))?;
+    let r = f();
+    // SAFETY: the context that was current (or none) when this began.
+    unsafe { result::ctx::set_current(before.unwrap_or(std::ptr::null_mut())) }
+        .map_err(driver("cuCtxSetCurrent"))?;
+    r
+}
+
+/// Makes `waiter` wait for the work on `first` so far: an event recorded on `first` and waited
+/// for on `waiter`, then released (the driver keeps it until the wait is satisfied).
+///
+/// # Safety
+/// Both are null or live streams of the current context.
+unsafe fn join(first: RawStream, waiter: RawStream) -> Result<()> {
+    let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        .map_err(driver("cuEventCreate"))?;
+    // SAFETY: a new event of the current context and the caller's streams; the event is
+    // destroyed once, after the wait is enqueued, which CUDA allows.
+    let r = unsafe {
+        result::event::record(event, first).map_err(driver("cuEventRecord")).and_then(|()| {
+            result::stream::wait_event(waiter, event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+                .map_err(driver("cuStreamWaitEvent"))
+        })
+    };
+    // SAFETY: as above.
+    unsafe { result::event::destroy(event) }.map_err(driver("cuEventDestroy"))?;
+    r
+}

@@ -53,12 +53,7 @@ impl Comm {
             return Err(e);
         }
         let seq = seq.expect("launch entered a collective");
-        let done = Arc::new(AtomicBool::new(false));
-        let flag = done.clone();
-        self.stream.host_fn(Box::new(move || {
-            drop(holds);
-            flag.store(true, Ordering::Release);
-        }));
+        let done = self.done_flag(holds);
         q.in_flight = Some(InFlight::Kernel(seq));
         Ok(Work::new(self, seq, done, plan))
     }
@@ -115,5 +110,19 @@ impl Comm {
         // armed word.
         self.check_peers_here(&[])?;
         Ok(q)
+    }
+}
+
+impl Comm {
+    /// A flag set when the work enqueued so far on this communicator's stream has ended, which
+    /// is also when `holds` (the buffers that work uses) are released.
+    pub(super) fn done_flag<H: Send + 'static>(&self, holds: H) -> Arc<AtomicBool> {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        self.stream.host_fn(Box::new(move || {
+            drop(holds);
+            flag.store(true, Ordering::Release);
+        }));
+        done
     }
 }

@@ -78,6 +78,11 @@ impl<'a> Group<'a> {
         Group { parts: Vec::new() }
     }
 
+    /// A group of `ops` on `comm` alone.
+    pub fn of(comm: &'a Comm, ops: &[P2p<'a>]) -> Self {
+        Group { parts: vec![Part { comm, ops: ops.to_vec(), calls: Vec::new() }] }
+    }
+
     fn part(&mut self, comm: &'a Comm) -> &mut Part<'a> {
         match self.parts.iter().position(|p| std::ptr::eq(p.comm, comm)) {
             Some(i) => &mut self.parts[i],
@@ -185,12 +190,7 @@ impl<'a> Group<'a> {
                 .map(|o| o.buf.buf.hold())
                 .chain(p.calls.iter().flat_map(|c| [c.send.buf.hold(), c.recv.buf.hold()]))
                 .collect();
-            let done = Arc::new(AtomicBool::new(false));
-            let flag = done.clone();
-            p.comm.stream.host_fn(Box::new(move || {
-                drop(holds);
-                flag.store(true, Ordering::Release);
-            }));
+            let done = p.comm.done_flag(holds);
             let Prepared { queue: mut q, in_p2p, .. } = prep;
             let number = in_p2p.number();
             q.in_flight = Some(InFlight::Group(
@@ -329,11 +329,7 @@ impl Comm {
     /// launch, and waits for them. Peers call their matching operations (in any grouping); a
     /// send and its receive must move the same number of bytes. [`Group`] spans communicators.
     pub fn p2p(&self, ops: &[P2p]) -> Result<()> {
-        let mut g = Group::new();
-        for op in ops {
-            g.add(self, *op);
-        }
-        g.run()
+        Group::of(self, ops).run()
     }
 
     /// Sends `count` elements of `buf` to rank `peer` and waits until this rank's part is done

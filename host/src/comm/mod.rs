@@ -47,7 +47,7 @@ pub use config::{
     CommConfig, BUFFSIZE_VAR, CHECK_CALLS_VAR, MAX_CHANNELS, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT,
     NTHREADS_VAR,
 };
-pub use cudarc_interop::CudaElem;
+pub use cudarc_interop::{CudaElem, RawStream};
 pub use group::{Group, GroupWork};
 pub use local::{Fault, GroupConfig, LocalGroup};
 pub use msccl_loaded::{MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES};

@@ -263,19 +263,16 @@ impl Comm {
         // the holds keep their memory alive, and their copies waiting, until the kernel
         // completed.
         let (seq, ran) = unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }?;
-        let done = Arc::new(AtomicBool::new(!ran));
         let plan = self.msccl_plan(&l);
-        if ran {
-            let flag = done.clone();
-            self.stream.host_fn(Box::new(move || {
-                drop(holds);
-                flag.store(true, Ordering::Release);
-            }));
+        let done = if ran {
+            let done = self.done_flag(holds);
             // Completed like the ring's kernel, from this program's status words.
             q.in_flight = Some(InFlight::Msccl(seq, l));
+            done
         } else {
             q.unclaimed.push((FlightId::Collective(seq), Ok(())));
-        }
+            Arc::new(AtomicBool::new(true))
+        };
         Ok(Work::new(self, seq, done, plan))
     }
 

@@ -142,10 +142,6 @@ impl<'c> Enqueue<'c> {
     /// Nonblocking [`Comm::p2p`]: this rank's sends and receives of one group, started in one
     /// launch.
     pub fn p2p(self, ops: &[P2p<'c>]) -> Result<GroupWork<'c>> {
-        let mut g = Group::new();
-        for op in ops {
-            g.add(self.comm, *op);
-        }
-        g.start()
+        Group::of(self.comm, ops).start()
     }
 }

@@ -297,6 +297,8 @@ int main(int argc, char** argv) {
     ok += bad_case("bad_magic", ncclCommInitRankConfig(&comms[2], 2, id, 0, &(ncclConfig_t){.size = sizeof(ncclConfig_t), .magic = 1}));
     ok += bad_case("unimplemented", ncclGroupSimulateEnd(NULL));
     ok += bad_case("free_foreign", ncclMemFree(buf));
+    ncclWindow_t win;
+    ok += bad_case("window_register", ncclCommWindowRegister(comms[0], buf, 16, &win, NCCL_WIN_COLL_SYMMETRIC));
     printf("error string 4: %s\n", ncclGetErrorString(ncclInvalidArgument));
     for (int k = 0; k < 2; k++) CHECK(ncclCommDestroy(comms[k]));
     printf("%d bad cases returned ncclSuccess\n", ok);
