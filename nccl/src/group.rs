@@ -1,8 +1,9 @@
 //! NCCL's groups in C: `ncclGroupStart` … `ncclGroupEnd` on a thread queue the calls made
 //! between them (inits included, so one thread may create several communicators), and the
 //! outermost end runs them: the inits together (a thread each), then every queued call as one
-//! rsccl [`Group`] (one launch per communicator). Outside a group a call runs at once and has
-//! completed when it returns.
+//! rsccl [`Group`] (one launch per communicator). Outside a group a call runs at once. On a GPU
+//! a call returns once enqueued, ordered on the caller's stream; on the CPU emulator once it
+//! has completed.
 use crate::abi::{CudaStream, NcclComm};
 use crate::handle::{self, Fail, Res};
 use rsccl::backend::{Backend, DeviceBuffer};
@@ -262,7 +263,15 @@ fn call_of(q: &Queued) -> Option<Call<'_>> {
 /// One call outside a group: the communicator's own path (its planner picks the algorithm).
 fn run_alone(q: &Queued) -> Res {
     on_streams(std::slice::from_ref(q), || match q {
-        Queued::Coll { comm, .. } => Ok(comm_of(*comm)?.run(call_of(q).expect("a collective"))?),
+        Queued::Coll { comm, .. } => {
+            let (c, call) = (comm_of(*comm)?, call_of(q).expect("a collective"));
+            if handle::on_gpu() {
+                c.enqueue().run(call)?.detach();
+                Ok(())
+            } else {
+                Ok(c.run(call)?)
+            }
+        }
         Queued::Rooted { comm, kind: RootedKind::AllToAll, send, recv, count, dtype, .. } => {
             Ok(comm_of(*comm)?.all_to_all(BufRef::from(send), BufRef::from(recv), *count, *dtype)?)
         }
@@ -337,5 +346,10 @@ fn group_of(calls: &[Queued]) -> Res {
             }
         }
     }
-    Ok(g.run()?)
+    if handle::on_gpu() {
+        g.start()?.detach();
+        Ok(())
+    } else {
+        Ok(g.run()?)
+    }
 }

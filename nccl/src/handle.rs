@@ -68,13 +68,22 @@ pub fn last_error() -> *const std::ffi::c_char {
     LAST.with(|l| l.borrow().as_ptr())
 }
 
+/// The process's choice of backend, made at its first communicator: `Some` when it is the
+/// CPU emulator (for every communicator), `None` for GPUs.
+static EMULATOR: OnceLock<std::result::Result<Option<Arc<dyn Backend>>, String>> = OnceLock::new();
+
+/// Whether this process's communicators run on GPUs, where a call returns once enqueued on the
+/// caller's stream (on the CPU emulator, whose caller has no stream to wait on, once complete).
+pub fn on_gpu() -> bool {
+    matches!(EMULATOR.get(), Some(Ok(None)))
+}
+
 /// The backend a communicator made now runs on, and its device number: the CPU emulator for
 /// every communicator of the process when `RSCCL_BACKEND=cpu` (or under `auto` when there is no
 /// GPU; "device" pointers are then host memory), else device `device` — by default the one the
 /// calling thread's current CUDA context belongs to (NCCL's: where `cudaSetDevice` left it),
 /// device 0 when none is current. One backend per device, shared by its communicators.
 pub fn backend_on(device: Option<usize>) -> Res<(Arc<dyn Backend>, usize)> {
-    static EMULATOR: OnceLock<std::result::Result<Option<Arc<dyn Backend>>, String>> = OnceLock::new();
     static GPUS: Mutex<Vec<(usize, Arc<dyn Backend>)>> = Mutex::new(Vec::new());
     let ordinal = device.or_else(backend::current_device).unwrap_or(0);
     let gpu = |ordinal: usize| -> rsccl::Result<Arc<dyn Backend>> {

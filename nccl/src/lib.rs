@@ -6,10 +6,12 @@
 //!
 //! On a GPU each communicator runs on the device current when it was made (NCCL's
 //! `cudaSetDevice` order); a call given a `cudaStream_t` runs after the work already on that
-//! stream, and the stream's later work runs after it (event waits both ways). So far a call
-//! has also completed when it returns (grouped calls when `ncclGroupEnd` returns), which NCCL's
-//! contract allows; an asynchronous return is next. On the CPU emulator (`RSCCL_BACKEND=cpu`,
-//! or no GPU) "device" pointers are host memory and any stream value is accepted. Calls not
+//! stream, and the stream's later work runs after it (event waits both ways); the call returns
+//! once enqueued, and a failure found later is reported by `ncclCommGetAsyncError` and the
+//! communicator's next calls (one call is in flight per communicator: the next one waits for
+//! it to end on the host). On the CPU emulator (`RSCCL_BACKEND=cpu`,
+//! or no GPU) "device" pointers are host memory, any stream value is accepted, and a call has
+//! completed when it returns (grouped calls when `ncclGroupEnd` returns). Calls not
 //! implemented yet return `ncclInvalidUsage` with a message naming them. No panic crosses into
 //! C: a bad argument is NCCL's error code plus a message for `ncclGetLastError`.
 #![allow(non_snake_case)]
@@ -430,11 +432,11 @@ api! {
         Ok(())
     }
 
-    /// Completes the communicator's calls (every call has completed when it returned, so this
-    /// reports its state).
+    /// Waits for the communicator's calls in flight (on a GPU a call returns once enqueued) and
+    /// reports its state.
     fn ncclCommFinalize / pncclCommFinalize(comm: NcclComm) {
         // SAFETY: the caller's contract.
-        unsafe { handle(comm) }?.comm().map(|_| ())
+        Ok(unsafe { handle(comm) }?.comm()?.wait_all()?)
     }
 
     /// Frees the communicator (waiting for a nonblocking init that still runs).
@@ -571,7 +573,7 @@ api! {
     }
 
     /// Closes a group; the outermost end runs the group's inits, then its calls (one launch per
-    /// communicator), and returns when they have completed.
+    /// communicator), and returns once they are enqueued (on the CPU emulator, completed).
     fn ncclGroupEnd / pncclGroupEnd() {
         group::end()
     }
@@ -668,12 +670,14 @@ api! {
             return Err(Fail::arg(format!("residence {}: not an ncclScalarResidence_t (0–1)", residence.0)));
         }
         // The scalar is read now (NCCL reads a device scalar when each call runs): from the GPU
-        // for ncclScalarDevice (0), else from host memory (the CPU emulator's device memory).
+        // for ncclScalarDevice (0), once the device's streams are idle (the caller's stream may
+        // still be writing it), else from host memory (the CPU emulator's device memory).
         let mut raw = [0u8; 8];
         let (be, _) = handle::backend_on(Some(h.device))?;
         if residence.0 == 0 && be.cuda_stream().is_some() {
             // SAFETY: a device scalar of one element (the caller's contract), read before this returns.
             let v = unsafe { view(scalar, t.size(), "scalar") }?;
+            be.synchronize_all().map_err(Fail::from)?;
             be.copy_out(&v, 0, &mut raw[..t.size()]).map_err(Fail::from)?;
         } else {
             // SAFETY: the scalar holds one element of `datatype` in host memory (the caller's contract).

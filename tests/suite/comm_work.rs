@@ -216,3 +216,48 @@ fn forgotten_work_is_completed_and_its_failure_kept() {
         other => panic!("expected a hang report, got {other:?}"),
     }
 }
+
+/// Detached work (NCCL's enqueue-and-return, what the C library does on a GPU): many calls
+/// detached in a row, each completed by the next; `wait_all` then returns with the results in
+/// place, and nothing is kept for them. A detached call that fails reaches `wait_all` and
+/// `async_error`, and a detached group is completed the same way.
+#[test]
+fn detached_work_is_completed_by_the_next_call_and_its_failure_reported() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, cfg()).unwrap();
+    let bufs: Vec<DeviceBuffer> = (0..2).map(|r| upload(&be, &[r as i32 + 1; 1000])).collect();
+    // 1 + 2 = 3, then doubled by each of the next 9 all-reduces: 3 · 2^9.
+    for _ in 0..10 {
+        for (c, b) in comms.iter().zip(&bufs) {
+            let b = BufRef::from(b);
+            c.enqueue().all_reduce(b, b, 1000, DataType::I32, ReduceOp::Sum).unwrap().detach();
+        }
+    }
+    // A detached group (a swap of the two buffers' first 100 elements) after them: one group
+    // of both communicators, as one thread driving both ranks must (their first connection is
+    // made while both start).
+    let recv: Vec<DeviceBuffer> = (0..2).map(|_| be.alloc(400).unwrap()).collect();
+    let mut g = rsccl::Group::new();
+    for r in 0..2 {
+        g.send(&comms[r], BufRef::from(&bufs[r]), 100, DataType::I32, 1 - r);
+        g.recv(&comms[r], BufRef::from(&recv[r]), 100, DataType::I32, 1 - r);
+    }
+    g.start().unwrap().detach();
+    for c in &comms {
+        c.wait_all().unwrap();
+    }
+    for r in 0..2 {
+        assert_eq!(be.download::<i32>(&bufs[r], 1000).unwrap(), vec![3 << 9; 1000], "rank {r}");
+        assert_eq!(be.download::<i32>(&recv[r], 100).unwrap(), vec![3 << 9; 100], "rank {r}");
+    }
+
+    // Only rank 0 calls: its detached all-reduce times out; wait_all names the hang.
+    let comms = Comm::init_all(&be, 2, CommConfig { timeout: Duration::from_millis(500), ..cfg() }).unwrap();
+    let b = BufRef::from(&bufs[0]);
+    comms[0].enqueue().all_reduce(b, b, 1000, DataType::I32, ReduceOp::Sum).unwrap().detach();
+    match comms[0].wait_all() {
+        Err(Error::Hang { headline, .. }) => assert!(headline.contains("rank 1 never entered"), "{headline}"),
+        other => panic!("expected a hang report, got {other:?}"),
+    }
+    assert!(matches!(comms[0].async_error(), Err(Error::Hang { .. })));
+}

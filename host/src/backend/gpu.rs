@@ -559,6 +559,15 @@ impl Backend for GpuBackend {
             .map_err(|e| Error::KernelFailed { kernel: "(last launch)".into(), detail: format!("{e:?}") })
     }
 
+    fn synchronize_all(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: waits for the bound context's streams; no memory is touched.
+        unsafe { sys::cuCtxSynchronize() }.result().map_err(|e| Error::KernelFailed {
+            kernel: "(a stream of this context)".into(),
+            detail: format!("{e:?}"),
+        })
+    }
+
     fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
         // Not a CUDA host function: `f` may free device memory, which a host function may not
         // do. An event after the work so far, waited for by a thread of its own, then `f`.

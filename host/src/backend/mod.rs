@@ -289,6 +289,12 @@ pub trait Backend: Send + Sync {
     }
     /// Waits for every launch so far; reports the first failure.
     fn synchronize(&self) -> Result<()>;
+    /// Waits for the work of every stream of this device's context, the callers' included
+    /// (before reading a value another stream may still be writing). This default is
+    /// [`Backend::synchronize`].
+    fn synchronize_all(&self) -> Result<()> {
+        self.synchronize()
+    }
     /// Runs `f` once every launch enqueued so far has completed (or failed), without waiting
     /// for it here when the backend can (CUDA's `cuLaunchHostFunc`). This default waits, then
     /// runs `f`.

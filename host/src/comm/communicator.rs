@@ -31,6 +31,9 @@ pub(super) struct Queue {
     pub(super) in_flight: Option<InFlight>,
     /// Finished calls whose work has not asked yet: (which, result).
     pub(super) unclaimed: Vec<(FlightId, Result<()>)>,
+    /// The call in flight, when its work was detached: nobody asks for its result (a failure
+    /// still reaches [`Comm::async_error`]).
+    pub(super) detached: Option<FlightId>,
 }
 
 /// Which call in flight: a collective by its number, or a group by this rank's group number.

@@ -221,7 +221,9 @@ impl Comm {
         if let Some(f) = q.in_flight.take() {
             let id = f.id();
             let r = self.finish_flight(f);
-            q.unclaimed.push((id, r));
+            if q.detached.take() != Some(id) {
+                q.unclaimed.push((id, r));
+            }
         }
     }
 }

@@ -84,6 +84,29 @@ impl Comm {
         Ok(Work::new(self, seq, done, plan))
     }
 
+    /// Gives up the result of call `id`: the next call, [`Comm::wait_all`] or the
+    /// communicator's drop completes it; a failure still reaches [`Comm::async_error`].
+    pub(super) fn detach(&self, id: FlightId) {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if q.in_flight.as_ref().map(InFlight::id) == Some(id) {
+            q.detached = Some(id);
+        } else if let Some(i) = q.unclaimed.iter().position(|(s, _)| *s == id) {
+            // Already ended: its failure, if any, is recorded for async_error.
+            let _ = q.unclaimed.swap_remove(i);
+        }
+    }
+
+    /// Waits until this communicator's call in flight (if any) has ended, then reports its
+    /// state as [`Comm::async_error`] does: what a caller that detached its calls
+    /// ([`Work::detach`]) waits for before it reads their results or frees their buffers
+    /// (NCCL's `ncclCommFinalize`).
+    pub fn wait_all(&self) -> Result<()> {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.complete_in_flight(&mut q);
+        drop(q);
+        self.async_error()
+    }
+
     /// Waits for collective `seq` (if it is the one in flight) and returns its result.
     pub(super) fn complete(&self, id: FlightId) -> Result<()> {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());

@@ -253,6 +253,15 @@ impl GroupWork<'_> {
         res
     }
 
+    /// Lets the group run on without waiting ([`Work::detach`](super::Work::detach) for each
+    /// of its communicators).
+    pub fn detach(mut self) {
+        self.claimed = true;
+        for (comm, number, _) in &self.parts {
+            comm.detach(FlightId::Group(*number));
+        }
+    }
+
     /// Whether every communicator's kernels have ended (a poll: the result still comes from
     /// [`GroupWork::wait`]).
     pub fn is_done(&self) -> bool {

@@ -80,6 +80,14 @@ impl<'c> Work<'c> {
         self.comm.complete(FlightId::Collective(self.seq))
     }
 
+    /// Lets the collective run on without a `Work` to wait for it (NCCL's enqueue-and-return):
+    /// the communicator's next call, [`Comm::wait_all`] or its drop completes it, and a failure
+    /// reaches [`Comm::async_error`] and every later call. Its buffers stay alive until it ends.
+    pub fn detach(mut self) {
+        self.claimed = true;
+        self.comm.detach(FlightId::Collective(self.seq));
+    }
+
     /// Whether its kernel has finished on this rank (a poll: the result still comes from
     /// [`Work::wait`]).
     pub fn is_done(&self) -> bool {

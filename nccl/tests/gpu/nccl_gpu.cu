@@ -4,7 +4,7 @@
 //   order   4 ranks on device 0 (ncclCommInitAll with devlist {0,0,0,0}), each on its own
 //           non-blocking stream whose input a kernel writes only after spinning ~20 ms: the
 //           grouped all-reduce must run after that kernel, and a kernel queued after it on the
-//           same stream must see its result.
+//           same stream must see its result (the group end returns once enqueued).
 //   colls   the other collectives and point-to-point calls in one group, every result checked.
 //   mem     ncclMemAlloc'd buffers, ncclCommCuDevice/Count/UserRank, a PreMulSum op whose
 //           scalar is in device memory.
@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,9 +61,16 @@ static int order(void) {
   CK(cudaDeviceSynchronize());
   for (int r = 0; r < NR; r++) late_fill<<<64, 256, 0, streams[r]>>>(in[r], n, 1000.0f * (r + 1), 40000000LL);
   CK(cudaGetLastError());
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   NK(ncclGroupStart());
   for (int r = 0; r < NR; r++) NK(ncclAllReduce(in[r], out[r], n, ncclFloat, ncclSum, comms[r], streams[r]));
   NK(ncclGroupEnd());
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  // Informational: the group end returns once the calls are enqueued, before the spinning
+  // kernels ahead of them on the streams end.
+  printf("  ncclGroupEnd returned after %.2f ms (the kernels ahead of it spin 40M cycles, ~20 ms)\n",
+         (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
   for (int r = 0; r < NR; r++) copy_f32<<<64, 256, 0, streams[r]>>>(after[r], out[r], n);
   float* h = (float*)malloc(n * 4);
   for (int r = 0; r < NR; r++) {

@@ -43,6 +43,23 @@ def checks(rank, dev):
         assert torch.equal(x.cpu(), want), "avg differs"
 
     @check
+    def all_reduce_premul_sum_host_and_device_factor():
+        n = 1025
+        base = torch.arange(n, dtype=torch.float32) % 16
+        x = base.to(dev) + rank
+        # A float factor (NCCL's ncclScalarHostImmediate).
+        dist.all_reduce(x, op=dist._make_nccl_premul_sum(0.5))
+        want = sum(0.5 * (base + r) for r in range(WORLD))
+        assert torch.equal(x.cpu(), want), "premul_sum with a float factor differs"
+        # A per-rank factor in device memory, computed on the current stream just before
+        # (ncclScalarDevice).
+        x = base.to(dev) + rank
+        factor = torch.full((1,), 2.0, device=dev) * (rank + 1)
+        dist.all_reduce(x, op=dist._make_nccl_premul_sum(factor))
+        want = sum(2.0 * (r + 1) * (base + r) for r in range(WORLD))
+        assert torch.equal(x.cpu(), want), "premul_sum with a device factor differs"
+
+    @check
     def broadcast_from_rank_1():
         x = torch.full((300_001,), float(rank + 7), device=dev)
         dist.broadcast(x, src=1)
