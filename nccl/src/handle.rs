@@ -184,7 +184,7 @@ impl CommHandle {
             return Err(f);
         }
         match self.comm.get() {
-            Some(c) => c.async_error().map_err(Fail::from),
+            Some(c) => c.poll_async_error().map_err(Fail::from),
             None => Err(Fail { code: abi::IN_PROGRESS, msg: String::new() }),
         }
     }

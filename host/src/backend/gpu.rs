@@ -156,11 +156,26 @@ impl Drop for Stream {
     }
 }
 
+impl Drop for GpuBackend {
+    fn drop(&mut self) {
+        let events = std::mem::take(self.deferred.get_mut().unwrap_or_else(|p| p.into_inner()));
+        if !events.is_empty() && self.bind().is_ok() {
+            for e in events {
+                // SAFETY: recorded by defer_wait_for and never waited for: destroyed once here.
+                let _ = unsafe { result::event::destroy(e as sys::CUevent) };
+            }
+        }
+    }
+}
+
 /// A CUDA GPU with rsccl's PTX module loaded, and one stream: the legacy default stream, or a
 /// non-blocking stream of its own for handles made by [`Backend::fork_stream`].
 pub struct GpuBackend {
     shared: Arc<Shared>,
     stream: Option<Stream>,
+    /// Events (as addresses) of other streams' work the next launch on this stream waits
+    /// for ([`Backend::defer_wait_for`]).
+    deferred: Mutex<Vec<usize>>,
 }
 
 impl GpuBackend {
@@ -203,6 +218,7 @@ impl GpuBackend {
                 multicast,
             }),
             stream: None,
+            deferred: Mutex::new(Vec::new()),
         })
     }
 
@@ -514,6 +530,7 @@ impl Backend for GpuBackend {
 
     unsafe fn launch_raw(&self, kernel: &str, cfg: LaunchConfig, args: &[u8]) -> Result<()> {
         self.bind()?;
+        self.flush_deferred()?;
         let (f, allowed) = self.function(kernel)?;
         validate_launch(kernel, &cfg, args, rsccl_device::kernels::find(kernel), self.shared.max_smem_optin)?;
         if cfg.smem_bytes > allowed {
@@ -557,6 +574,57 @@ impl Backend for GpuBackend {
         unsafe { sys::cuStreamSynchronize(self.raw_stream()) }
             .result()
             .map_err(|e| Error::KernelFailed { kernel: "(last launch)".into(), detail: format!("{e:?}") })
+    }
+
+    unsafe fn defer_wait_for(&self, stream: sys::CUstream) -> Result<()> {
+        self.bind()?;
+        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map_err(driver("cuEventCreate"))?;
+        // SAFETY: a new event of the bound context; `stream` is null or a live stream of it
+        // (the caller's contract).
+        if let Err(e) = unsafe { result::event::record(event, stream) } {
+            // SAFETY: created above, used by nothing.
+            let _ = unsafe { result::event::destroy(event) };
+            return Err(driver("cuEventRecord")(e));
+        }
+        self.deferred.lock().unwrap_or_else(|p| p.into_inner()).push(event as usize);
+        Ok(())
+    }
+
+    fn idle(&self) -> bool {
+        if self.bind().is_err() {
+            return false;
+        }
+        // SAFETY: our stream (or the legacy default stream) in the bound context; a query.
+        let r = unsafe { sys::cuStreamQuery(self.raw_stream()) };
+        r == sys::CUresult::CUDA_SUCCESS
+    }
+
+    fn flush_deferred(&self) -> Result<()> {
+        let events = std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|p| p.into_inner()));
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        let mut first = Ok(());
+        for e in events {
+            let event = e as sys::CUevent;
+            // SAFETY: an event recorded by defer_wait_for in this context, waited for on our
+            // stream, then destroyed once (the driver keeps it until the wait is satisfied).
+            let waited = unsafe {
+                result::stream::wait_event(
+                    self.raw_stream(),
+                    event,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+            };
+            // SAFETY: as above.
+            let _ = unsafe { result::event::destroy(event) };
+            if first.is_ok() {
+                first = waited.map_err(driver("cuStreamWaitEvent"));
+            }
+        }
+        first
     }
 
     fn synchronize_all(&self) -> Result<()> {
@@ -622,6 +690,7 @@ impl Backend for GpuBackend {
         Ok(Arc::new(GpuBackend {
             shared: self.shared.clone(),
             stream: Some(Stream { raw, shared: self.shared.clone() }),
+            deferred: Mutex::new(Vec::new()),
         }))
     }
 }

@@ -289,6 +289,27 @@ pub trait Backend: Send + Sync {
     }
     /// Waits for every launch so far; reports the first failure.
     fn synchronize(&self) -> Result<()>;
+    /// Makes the next kernel launched on this stream (a collective's, or a device copy's) wait
+    /// for the work on `stream` so far — an event recorded on it now — without making this
+    /// stream wait before then, so the host-side copies a call makes before its launch do not
+    /// wait for the caller's work. Does nothing on the CPU emulator, whose calls run in the
+    /// order they are made.
+    ///
+    /// # Safety
+    /// `stream` is null or a live stream of this backend's context.
+    unsafe fn defer_wait_for(&self, stream: cudarc::driver::sys::CUstream) -> Result<()> {
+        let _ = stream;
+        Ok(())
+    }
+    /// Whether every launch so far on this stream has ended (a poll that never waits). This
+    /// default says no: the caller then does not know.
+    fn idle(&self) -> bool {
+        false
+    }
+    /// Makes this stream wait now for what [`Backend::defer_wait_for`] deferred.
+    fn flush_deferred(&self) -> Result<()> {
+        Ok(())
+    }
     /// Waits for the work of every stream of this device's context, the callers' included
     /// (before reading a value another stream may still be writing). This default is
     /// [`Backend::synchronize`].

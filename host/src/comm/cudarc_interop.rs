@@ -160,7 +160,7 @@ impl Comm {
         stream: &CudaStream,
         enqueue: impl FnOnce(&'c Comm) -> Result<Work<'c>>,
     ) -> Result<Work<'c>> {
-        let Some((ctx, mine)) = self.stream().cuda_stream() else {
+        let Some((ctx, _)) = self.stream().cuda_stream() else {
             return Err(Error::InvalidConfig(
                 "a cudarc stream with a communicator of the CPU emulator: use DeviceBuffer and BufRef".into(),
             ));
@@ -172,22 +172,12 @@ impl Comm {
                 stream.context().ordinal()
             )));
         }
-        let before = stream.record_event(None).map_err(driver("cuEventRecord"))?;
-        // SAFETY: both handles belong to this context (checked), the event stays alive until
-        // the end of this function, and the wait is enqueued on the communicator's stream.
-        unsafe {
-            result::stream::wait_event(
-                mine,
-                before.cu_event(),
-                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-            )
-        }
-        .map_err(driver("cuStreamWaitEvent"))?;
+        // SAFETY: the cudarc stream is live (borrowed) and of this communicator's context
+        // (checked above).
+        unsafe { self.wait_for_stream(stream.cu_stream()) }?;
         let work = enqueue(self)?;
-        let after = stream.context().new_event(None).map_err(driver("cuEventCreate"))?;
-        // SAFETY: an event and the communicator's stream of this context.
-        unsafe { result::event::record(after.cu_event(), mine) }.map_err(driver("cuEventRecord"))?;
-        stream.wait(&after).map_err(driver("cuStreamWaitEvent"))?;
+        // SAFETY: as above.
+        unsafe { self.signal_stream(stream.cu_stream()) }?;
         Ok(work)
     }
 }
@@ -197,16 +187,19 @@ impl Comm {
 pub type RawStream = sys::CUstream;
 
 impl Comm {
-    /// Makes this communicator's stream wait for the work already on `stream`: the calls that
-    /// follow run after it (NCCL's order for a call given a `cudaStream_t`). Does nothing on
-    /// the CPU emulator, whose calls run in the order they are made.
+    /// Makes this communicator's next launch wait for the work already on `stream`: the call
+    /// that follows runs after it (NCCL's order for a call given a `cudaStream_t`), while its
+    /// host-side preparation does not wait. Does nothing on the CPU emulator, whose calls run
+    /// in the order they are made.
     ///
     /// # Safety
     /// `stream` is null or a live stream of this communicator's CUDA context.
     pub unsafe fn wait_for_stream(&self, stream: RawStream) -> Result<()> {
-        let Some((ctx, mine)) = self.stream().cuda_stream() else { return Ok(()) };
-        // SAFETY: the caller's contract for `stream`; `mine` is this communicator's stream.
-        unsafe { in_context(ctx, || join(stream, mine)) }
+        let Some((ctx, _)) = self.stream().cuda_stream() else { return Ok(()) };
+        // The wait applies at this communicator's next launch: the host-side preparation of a
+        // call (argument tables, the abort word) must not wait for the caller's work.
+        // SAFETY: the caller's contract for `stream`.
+        unsafe { in_context(ctx, || self.stream().defer_wait_for(stream)) }
     }
 
     /// Makes `stream` wait for the calls this communicator enqueued so far: work the caller
@@ -216,6 +209,8 @@ impl Comm {
     /// As [`Comm::wait_for_stream`].
     pub unsafe fn signal_stream(&self, stream: RawStream) -> Result<()> {
         let Some((ctx, mine)) = self.stream().cuda_stream() else { return Ok(()) };
+        // A wait no launch took (a call that moved nothing) still orders this stream first.
+        self.stream().flush_deferred()?;
         // SAFETY: as above, in the other direction.
         unsafe { in_context(ctx, || join(mine, stream)) }
     }

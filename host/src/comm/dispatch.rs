@@ -96,6 +96,23 @@ impl Comm {
         }
     }
 
+    /// [`Comm::async_error`] after completing the call in flight if its kernels have already
+    /// ended, without waiting for anything (NCCL's `ncclCommGetAsyncError`, polled while calls
+    /// run: a detached call's failure shows here once its kernel stopped).
+    pub fn poll_async_error(&self) -> Result<()> {
+        if let Ok(mut q) = self.queue.try_lock() {
+            let ended = match q.in_flight {
+                Some(InFlight::Kernel(_) | InFlight::Msccl(..) | InFlight::Group(..)) => self.stream.idle(),
+                Some(InFlight::NvlsTree(_, ref worker)) => worker.is_finished(),
+                None => false,
+            };
+            if ended {
+                self.complete_in_flight(&mut q);
+            }
+        }
+        self.async_error()
+    }
+
     /// Waits until this communicator's call in flight (if any) has ended, then reports its
     /// state as [`Comm::async_error`] does: what a caller that detached its calls
     /// ([`Work::detach`]) waits for before it reads their results or frees their buffers

@@ -8,6 +8,8 @@
 //   colls   the other collectives and point-to-point calls in one group, every result checked.
 //   mem     ncclMemAlloc'd buffers, ncclCommCuDevice/Count/UserRank, a PreMulSum op whose
 //           scalar is in device memory.
+//   async   grouped all-reduces of different counts: ncclCommGetAsyncError reports the
+//           mismatch after the group end returned.
 //   procs   two processes on this GPU (fork, the id from ncclGetUniqueId), an all-reduce and a
 //           send/recv exchange between them.
 //
@@ -187,6 +189,31 @@ static int mem(void) {
   return 0;
 }
 
+// Two ranks whose grouped all-reduces differ in count (1000 and 500 elements): the group end
+// returns once enqueued; the kernels find the mismatch, and ncclCommGetAsyncError, polled,
+// reports it on both ranks within a few seconds, naming both calls.
+static int async_error(void) {
+  ncclComm_t c[2];
+  int devs[2] = {0, 0};
+  NK(ncclCommInitAll(c, 2, devs));
+  float* buf[2];
+  for (int r = 0; r < 2; r++) { CK(cudaMalloc(&buf[r], 4000)); CK(cudaMemset(buf[r], 0, 4000)); }
+  NK(ncclGroupStart());
+  for (int r = 0; r < 2; r++) NK(ncclAllReduce(buf[r], buf[r], r ? 500 : 1000, ncclFloat, ncclSum, c[r], streams[r]));
+  ncclResult_t end = ncclGroupEnd();
+  ncclResult_t got[2] = {ncclSuccess, ncclSuccess};
+  for (int tries = 0; tries < 1000 && (got[0] == ncclSuccess || got[1] == ncclSuccess); tries++) {
+    for (int r = 0; r < 2; r++) if (got[r] == ncclSuccess) NK(ncclCommGetAsyncError(c[r], &got[r]));
+    usleep(10000);
+  }
+  const char* msg = ncclGetLastError(c[0]);
+  printf("  group end: %s; async errors: %s / %s; last error: %s\n", ncclGetErrorString(end),
+         ncclGetErrorString(got[0]), ncclGetErrorString(got[1]), msg);
+  EXPECT(got[0] != ncclSuccess && got[1] != ncclSuccess, "ncclCommGetAsyncError still ncclSuccess after 10 s");
+  for (int r = 0; r < 2; r++) { ncclCommAbort(c[r]); cudaFree(buf[r]); }
+  return 0;
+}
+
 // One of two processes on this GPU.
 static int proc_rank(ncclUniqueId id, int rank) {
   CK(cudaSetDevice(0));
@@ -265,6 +292,7 @@ int main(void) {
     report("order_on_the_callers_streams", order());
     report("collectives_and_p2p_in_groups", colls());
     report("mem_alloc_and_device_scalar", mem());
+    report("async_error_after_mismatched_counts", async_error());
     for (int r = 0; r < NR; r++) ncclCommDestroy(comms[r]);
   }
   printf("nccl-gpu: %d passed, %d failed\n", passed_checks, failed_checks);
