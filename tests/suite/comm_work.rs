@@ -225,7 +225,7 @@ fn forgotten_work_is_completed_and_its_failure_kept() {
 fn detached_work_is_completed_by_the_next_call_and_its_failure_reported() {
     let be = backend::cpu();
     let comms = Comm::init_all(&be, 2, cfg()).unwrap();
-    let bufs: Vec<DeviceBuffer> = (0..2).map(|r| upload(&be, &[r as i32 + 1; 1000])).collect();
+    let bufs: Vec<DeviceBuffer> = (0..2).map(|r| upload(&be, &[r + 1; 1000])).collect();
     // 1 + 2 = 3, then doubled by each of the next 9 all-reduces: 3 · 2^9.
     for _ in 0..10 {
         for (c, b) in comms.iter().zip(&bufs) {
