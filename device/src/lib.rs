@@ -26,6 +26,7 @@ pub mod dtype;
 pub mod kernels;
 pub mod multimem;
 pub mod onesided;
+pub mod overlap;
 pub mod pack;
 mod pod;
 pub mod prims;
@@ -78,6 +79,9 @@ pub mod prelude {
     pub use crate::dtype::DataType;
     pub use crate::multimem;
     pub use crate::onesided::{Cmp, RemoteCopy, SignalOp, SymmetricHandle, Team, SEM_SLOTS, USER_SEM_BASE};
+    pub use crate::overlap::gate::{GateWait, TileGate};
+    pub use crate::overlap::layout::{TileLayout, TileSlot};
+    pub use crate::overlap::signal::{TileRecord, TileSignal};
     pub use crate::prims::conn::{ConnInfo, PrimsStatus};
     pub use crate::redop::{Elem, RedOp, Reducer};
     pub use crate::reduce_copy::{reduce_copy, ReduceCopy, DEFAULT_UNROLL};

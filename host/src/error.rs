@@ -160,6 +160,17 @@ pub enum Error {
         /// that timed out waiting for a third and dropped its `Comm` names that third).
         left: Vec<(usize, Option<String>)>,
     },
+    /// A gated collective ([`crate::overlap`]) gave up waiting for a GEMM's tiles.
+    TileTimeout {
+        /// The rank whose GEMM fell short.
+        rank: usize,
+        /// The wave group waited for.
+        group: usize,
+        /// Tiles of that group signalled by then.
+        signalled: u64,
+        /// Tiles the group holds.
+        expected: u64,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -266,6 +277,11 @@ impl std::fmt::Display for Error {
                 }
                 write!(f, " (the communicator cannot be used any more)")
             }
+            Error::TileTimeout { rank, group, signalled, expected } => write!(
+                f,
+                "rank {rank}: timed out waiting for the GEMM's tiles of wave group {group}: {signalled} of \
+                 {expected} signalled (a kernel that writes the output must signal every tile)"
+            ),
             Error::PeerLeft { rank, left } => {
                 let names: Vec<String> = left.iter().map(|(r, _)| format!("rank {r}")).collect();
                 write!(
@@ -318,6 +334,13 @@ impl std::fmt::Display for RankFailure {
                 format!("timed out waiting for threadblock {} of this rank (an MSCCL dependency)", self.peer)
             }
             ErrorCode::Mismatch => format!("rank {}'s call does not match this rank's", self.peer),
+            ErrorCode::TileTimeout => {
+                return write!(
+                f,
+                "rank {} channel {}: timed out waiting for the GEMM's tiles of wave group {} ({} signalled)",
+                self.rank, self.channel, self.peer, self.step
+            )
+            }
             ErrorCode::None => "no error".to_string(),
         };
         write!(f, "rank {} channel {}: {what} (step {})", self.rank, self.channel, self.step)

@@ -27,6 +27,7 @@ pub mod debug;
 pub mod error;
 pub mod launch;
 pub mod msccl;
+pub mod overlap;
 pub mod perf;
 pub mod ptx;
 pub mod topology;

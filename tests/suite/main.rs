@@ -21,6 +21,8 @@ mod msccl_ir;
 mod msccl_props;
 mod msccl_runtime;
 mod onesided;
+mod overlap;
+mod overlap_tune;
 mod perf_env;
 mod reduce_copy_ptx;
 mod topology_cli;

@@ -46,6 +46,10 @@ pub use nvptx::*;
 mod nvptx_float;
 #[cfg(target_arch = "nvptx64")]
 pub use nvptx_float::*;
+#[cfg(target_arch = "nvptx64")]
+mod nvptx_mma;
+#[cfg(target_arch = "nvptx64")]
+pub use nvptx_mma::*;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
 mod nvptx_multimem;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]

@@ -290,6 +290,50 @@ pub unsafe fn atomic_add_relaxed_gpu_u32(p: *mut u32, v: u32) -> u32 {
     old
 }
 
+/// `red.release.gpu.global.add.u32`: the adds of other blocks may be reordered with it, but
+/// this thread's earlier accesses (and, after a block barrier, its block's) are performed first.
+///
+/// # Safety
+/// `p` is valid, 4-byte-aligned device memory.
+#[inline(always)]
+pub unsafe fn red_release_gpu_add_u32(p: *mut u32, v: u32) {
+    // SAFETY: the caller guarantees p.
+    unsafe { asm!("red.release.gpu.global.add.u32 [{0}], {1};", in(reg64) p, in(reg32) v, options(nostack)) };
+}
+/// `atom.acq_rel.gpu.global.add.u32`, returning the old value.
+///
+/// # Safety
+/// `p` is valid, 4-byte-aligned device memory.
+#[inline(always)]
+pub unsafe fn atomic_add_acq_rel_gpu_u32(p: *mut u32, v: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees p.
+    unsafe {
+        asm!("atom.acq_rel.gpu.global.add.u32 {0}, [{1}], {2};", out(reg32) old, in(reg64) p, in(reg32) v, options(nostack))
+    };
+    old
+}
+/// `ld.acquire.gpu.global.u32`: later accesses are not performed before this load.
+///
+/// # Safety
+/// `p` is valid, 4-byte-aligned device memory.
+#[inline(always)]
+pub unsafe fn ld_acquire_gpu_u32(p: *const u32) -> u32 {
+    let v: u32;
+    // SAFETY: the caller guarantees p.
+    unsafe { asm!("ld.acquire.gpu.global.u32 {0}, [{1}];", out(reg32) v, in(reg64) p, options(nostack)) };
+    v
+}
+/// `st.relaxed.gpu.global.u32`.
+///
+/// # Safety
+/// `p` is valid, 4-byte-aligned device memory.
+#[inline(always)]
+pub unsafe fn st_relaxed_gpu_u32(p: *mut u32, v: u32) {
+    // SAFETY: the caller guarantees p.
+    unsafe { asm!("st.relaxed.gpu.global.u32 [{0}], {1};", in(reg64) p, in(reg32) v, options(nostack)) };
+}
+
 /// `nanosleep.u32`: a hint to back off in spin loops.
 #[inline(always)]
 pub fn nanosleep(ns: u32) {

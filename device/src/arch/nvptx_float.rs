@@ -109,3 +109,40 @@ pub fn f16x2_to_e5m2x2_satfinite(a: u32) -> u16 {
     };
     d
 }
+
+/// `cvt.f32.f16`: an f16 (bits) to f32, exactly.
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let d: f32;
+    // SAFETY: register-only conversion.
+    unsafe { asm!("cvt.f32.f16 {0}, {1};", out(reg32) d, in(reg16) h, options(pure, nomem, nostack)) };
+    d
+}
+/// `cvt.rn.f16x2.f32`: two f32 to two f16 (nearest-even), `lo` in the low half.
+#[inline(always)]
+pub fn f32x2_to_f16x2(lo: f32, hi: f32) -> u32 {
+    let d: u32;
+    // SAFETY: register-only conversion (the instruction puts its first source in the high half).
+    unsafe {
+        asm!("cvt.rn.f16x2.f32 {0}, {1}, {2};", out(reg32) d, in(reg32) hi, in(reg32) lo, options(pure, nomem, nostack))
+    };
+    d
+}
+/// `cvt.rn.bf16x2.f32` (sm_80+): two f32 to two bf16 (nearest-even), `lo` in the low half.
+#[inline(always)]
+pub fn f32x2_to_bf16x2(lo: f32, hi: f32) -> u32 {
+    let d: u32;
+    // SAFETY: register-only conversion (the instruction puts its first source in the high half).
+    unsafe {
+        asm!("cvt.rn.bf16x2.f32 {0}, {1}, {2};", out(reg32) d, in(reg32) hi, in(reg32) lo, options(pure, nomem, nostack))
+    };
+    d
+}
+/// `sqrt.rn.f32`: correctly rounded.
+#[inline(always)]
+pub fn f32_sqrt(x: f32) -> f32 {
+    let d: f32;
+    // SAFETY: register-only arithmetic.
+    unsafe { asm!("sqrt.rn.f32 {0}, {1};", out(reg32) d, in(reg32) x, options(pure, nomem, nostack)) };
+    d
+}

@@ -7,6 +7,10 @@
 //! elements of the kernel's type (`rsccl_group_<type>`); all-gather and broadcast count bytes,
 //! so they join a launch of any type.
 //!
+//! **Gated launches** ([`crate::overlap`]): with a [`TileGate`], every block waits before work
+//! `i` until a GEMM signalled the tiles of that work's wave group, and the last block resets
+//! the counters.
+//!
 //! **Order (deadlock freedom).** Every block runs the collectives first, in array order, then
 //! its point-to-point ops ([`super::p2p`]'s schedule). Every rank's host lists the same
 //! collectives in the same order (NCCL's rule for collectives), so channel `c` of collective
@@ -19,6 +23,7 @@ use super::mover::RedMover;
 use super::p2p::{p2p_kernel, P2pArgs, P2P_SHM_BYTES};
 use super::ring::{self, RingArgs};
 use super::Collective;
+use crate::overlap::gate::TileGate;
 use crate::redop::{Elem, RedOp};
 use crate::{arch, DevPtr};
 
@@ -36,9 +41,11 @@ pub struct GroupArgs {
     pub reserved: u32,
     /// The point-to-point ops, run after the collectives (`nops` 0: none).
     pub p2p: P2pArgs,
+    /// A GEMM's tile counters each collective waits for ([`crate::overlap`]; all zero: none).
+    pub gate: TileGate,
 }
 // SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
-crate::pod::unsafe_impl_pod!(GroupArgs { works, nworks, reserved, p2p });
+crate::pod::unsafe_impl_pod!(GroupArgs { works, nworks, reserved, p2p, gate });
 
 /// Threads per block of the group kernels (their `.maxntid`): half the Simple kernels' 512,
 /// so ptxas may give each thread up to 255 registers. Every body of a ring collective already
@@ -79,6 +86,10 @@ pub fn group_kernel<T: Elem>(a: &GroupArgs) {
     let bid = arch::block_idx().x;
     for i in 0..a.nworks {
         let w = work_at(a, i);
+        // SAFETY: an active gate's tables are the host's, one wait per work.
+        if a.gate.is_active() && !unsafe { a.gate.wait(i, &w.status) } {
+            return;
+        }
         let Some(&op) = RedOp::ALL.get(w.op as usize) else { arch::trap() };
         let bytes = RedMover::<u8>::new(RedOp::Sum, 0);
         match Collective::from_u32(w.coll) {
@@ -94,8 +105,13 @@ pub fn group_kernel<T: Elem>(a: &GroupArgs) {
         if failed(w, bid) {
             return;
         }
+        a.gate.work_done(i);
     }
     if a.p2p.nops > 0 {
         p2p_kernel(&a.p2p, &RedMover::<u8>::new(RedOp::Sum, 0));
+    }
+    if a.gate.is_active() {
+        // SAFETY: as above.
+        unsafe { a.gate.finish() };
     }
 }

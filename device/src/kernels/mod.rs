@@ -39,11 +39,16 @@ crate::kernel_table!(COPY_KERNELS, lib {
 /// Every kernel table of the crate.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn tables() -> impl Iterator<Item = &'static [KernelEntry]> {
-    [COPY_KERNELS, crate::selftest::SELFTEST_KERNELS, crate::onesided::fault::FAULT_KERNELS]
-        .into_iter()
-        .chain(crate::coll::kernels::TABLES.iter().copied())
-        .chain(crate::reduce_kernels::TABLES.iter().copied())
-        .chain(crate::onesided::ring::TABLES.iter().copied())
+    [
+        COPY_KERNELS,
+        crate::selftest::SELFTEST_KERNELS,
+        crate::onesided::fault::FAULT_KERNELS,
+        crate::overlap::OVERLAP_KERNELS,
+    ]
+    .into_iter()
+    .chain(crate::coll::kernels::TABLES.iter().copied())
+    .chain(crate::reduce_kernels::TABLES.iter().copied())
+    .chain(crate::onesided::ring::TABLES.iter().copied())
 }
 
 /// Finds a kernel by its exported name.

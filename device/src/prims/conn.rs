@@ -97,6 +97,9 @@ pub enum ErrorCode {
     /// The peer's call is not this rank's (its signature differs; the step field holds the
     /// peer's call number, low 32 bits), or the peer refused this rank's call.
     Mismatch = 6,
+    /// Timed out waiting for a GEMM's tiles (a gated collective of [`crate::overlap`]): the
+    /// peer field holds the wave group, the step field the tiles signalled by then.
+    TileTimeout = 7,
 }
 
 impl ErrorCode {
@@ -109,6 +112,7 @@ impl ErrorCode {
             4 => ErrorCode::Race,
             5 => ErrorCode::DependencyTimeout,
             6 => ErrorCode::Mismatch,
+            7 => ErrorCode::TileTimeout,
             _ => ErrorCode::None,
         }
     }
@@ -153,9 +157,27 @@ impl PrimsStatus {
         peer: u64,
         step: u64,
     ) -> bool {
-        let (mut spins, mut started) = (0u32, 0u64);
         // SAFETY: the caller's promise.
-        while unsafe { crate::arch::ld_acquire_sys_u64(word) } < want {
+        let ready = || unsafe { crate::arch::ld_acquire_sys_u64(word) } >= want;
+        // SAFETY: the caller's promise about `status` and `abort_flag`.
+        unsafe { self.spin_until(ready, block, || (code, peer, step)) }
+    }
+
+    /// Thread-scoped wait until `ready()` holds, under the same abort flag and timeout as
+    /// [`PrimsStatus::wait_at_least`]; on giving up, block `block`'s status word records
+    /// `Aborted`, or what `why()` says then (code, peer, step).
+    ///
+    /// # Safety
+    /// `status`/`abort_flag` are what the struct documents.
+    #[inline(always)]
+    pub unsafe fn spin_until(
+        &self,
+        mut ready: impl FnMut() -> bool,
+        block: u64,
+        why: impl FnOnce() -> (ErrorCode, u64, u64),
+    ) -> bool {
+        let (mut spins, mut started) = (0u32, 0u64);
+        while !ready() {
             crate::arch::spin_hint();
             spins += 1;
             // Polling the abort word and timer costs global loads; do it every so often on the GPU.
@@ -172,6 +194,7 @@ impl PrimsStatus {
             }
             if aborted || (self.timeout_ns != 0 && now - started > self.timeout_ns) {
                 if self.status != DevPtr::NULL {
+                    let (code, peer, step) = why();
                     let code = if aborted { ErrorCode::Aborted } else { code };
                     let w = self.status.offset(8 * block).as_ptr::<u64>();
                     // SAFETY: the host sizes `status` with one word per block.

@@ -12,6 +12,7 @@ commands:
   msccl    compile or check MSCCL algorithm XML
   run      start N local processes of a program as the ranks of one job
   perf     benchmark a collective as nccl-tests do (all_reduce, all_gather, ...)
+  overlap  plan a GEMM's overlap with the collective on its output (tune, table)
   help     print this help
 
 options:
@@ -19,7 +20,7 @@ options:
   -V, --version    print the version
 
 Each command has its own help: `rsccl topo --help`, `rsccl msccl --help`, `rsccl run --help`,
-`rsccl perf --help`.";
+`rsccl perf --help`, `rsccl overlap --help`.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -28,6 +29,7 @@ fn main() -> ExitCode {
         Some("topo") => rsccl::topology::cli::run(&args[1..]),
         Some("run") => rsccl::launch::cli::run(&args[1..]),
         Some("perf") => rsccl::perf::cli::run(&args[1..]),
+        Some("overlap") => rsccl::overlap::cli::run(&args[1..]),
         // Asked-for help goes to stdout with success, so `rsccl --help | less` works.
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");

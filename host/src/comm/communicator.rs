@@ -273,7 +273,7 @@ impl Comm {
     }
 
     /// This rank's stream (sub-communicators' helpers launch copies on it).
-    pub(super) fn stream(&self) -> &Arc<dyn Backend> {
+    pub(crate) fn stream(&self) -> &Arc<dyn Backend> {
         &self.stream
     }
 

@@ -28,6 +28,7 @@ use rsccl_device::coll::p2p::{P2pArgs, P2pOp, P2P_SHM_BYTES};
 use rsccl_device::coll::ring::RingArgs;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
+use rsccl_device::overlap::gate::TileGate;
 use rsccl_device::prims::conn::{status_bytes, CallSig};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -70,6 +71,9 @@ struct Part<'a> {
     comm: &'a Comm,
     ops: Vec<P2p<'a>>,
     calls: Vec<Call<'a>>,
+    /// A GEMM's tile counters the collectives wait for, and how many waits its table holds.
+    gate: Option<TileGate>,
+    gate_waits: usize,
 }
 
 impl<'a> Group<'a> {
@@ -80,14 +84,14 @@ impl<'a> Group<'a> {
 
     /// A group of `ops` on `comm` alone.
     pub fn of(comm: &'a Comm, ops: &[P2p<'a>]) -> Self {
-        Group { parts: vec![Part { comm, ops: ops.to_vec(), calls: Vec::new() }] }
+        Group { parts: vec![Part { comm, ops: ops.to_vec(), calls: Vec::new(), gate: None, gate_waits: 0 }] }
     }
 
     fn part(&mut self, comm: &'a Comm) -> &mut Part<'a> {
         match self.parts.iter().position(|p| std::ptr::eq(p.comm, comm)) {
             Some(i) => &mut self.parts[i],
             None => {
-                self.parts.push(Part { comm, ops: Vec::new(), calls: Vec::new() });
+                self.parts.push(Part { comm, ops: Vec::new(), calls: Vec::new(), gate: None, gate_waits: 0 });
                 self.parts.last_mut().expect("just pushed")
             }
         }
@@ -131,6 +135,17 @@ impl<'a> Group<'a> {
         self
     }
 
+    /// Gates `comm`'s collectives in this group on a GEMM's tile counters ([`crate::overlap`]):
+    /// before collective `i` the kernel waits for the count `gate.waits[i]` names. The caller
+    /// owns the gate's tables, alive until the group's kernels end, with one wait per
+    /// collective queued on `comm` (checked against their number when the group runs).
+    pub(crate) fn gate(&mut self, comm: &'a Comm, gate: TileGate, waits: usize) -> &mut Self {
+        let part = self.part(comm);
+        part.gate = Some(gate);
+        part.gate_waits = waits;
+        self
+    }
+
     /// Moves everything `inner` queued into this group (NCCL's nested groups: the inner
     /// group's calls run when the outermost group does).
     pub fn join(&mut self, inner: Group<'a>) -> &mut Self {
@@ -138,6 +153,9 @@ impl<'a> Group<'a> {
             let part = self.part(p.comm);
             part.ops.extend(p.ops);
             part.calls.extend(p.calls);
+            if p.gate.is_some() {
+                (part.gate, part.gate_waits) = (p.gate, p.gate_waits);
+            }
         }
         self
     }
@@ -153,8 +171,11 @@ impl<'a> Group<'a> {
     /// returns its [`GroupWork`]. Each communicator's next call (or the work's wait) completes
     /// it; its buffers stay alive and in use until its kernels end, whatever the caller drops.
     pub fn start(self) -> Result<GroupWork<'a>> {
-        let prepared: Vec<Prepared> =
-            self.parts.iter().map(|p| p.comm.group_prepare(&p.ops, &p.calls)).collect::<Result<_>>()?;
+        let prepared: Vec<Prepared> = self
+            .parts
+            .iter()
+            .map(|p| p.comm.group_prepare(&p.ops, &p.calls, p.gate, p.gate_waits))
+            .collect::<Result<_>>()?;
         for p in &self.parts {
             p.comm.p2p_listen(&p.ops)?;
         }
@@ -253,6 +274,13 @@ impl GroupWork<'_> {
         res
     }
 
+    /// Waits for every communicator's part and returns each one's result, in the order the
+    /// communicators joined the group.
+    pub(crate) fn wait_each(mut self) -> Vec<Result<()>> {
+        self.claimed = true;
+        self.parts.iter().map(|(comm, number, _)| comm.complete(FlightId::Group(*number))).collect()
+    }
+
     /// Lets the group run on without waiting ([`Work::detach`](super::Work::detach) for each
     /// of its communicators).
     pub fn detach(mut self) {
@@ -304,6 +332,8 @@ struct Prepared<'c> {
     copies: Vec<(usize, usize)>,
     /// The collectives, checked.
     devs: Vec<DevCall>,
+    /// Their gate, if any (all zero: none).
+    gate: TileGate,
 }
 
 /// A collective of a launched group kernel: where it reports.
@@ -370,8 +400,27 @@ impl Comm {
     /// Phase 1 of a group on this communicator: checks `ops` and `calls`, pairs the
     /// self-sends, completes the call in flight and waits until no call uses the buffers;
     /// holds the queue until the group ends.
-    fn group_prepare<'c>(&'c self, ops: &[P2p], calls: &[Call]) -> Result<Prepared<'c>> {
+    fn group_prepare<'c>(
+        &'c self,
+        ops: &[P2p],
+        calls: &[Call],
+        gate: Option<TileGate>,
+        gate_waits: usize,
+    ) -> Result<Prepared<'c>> {
         self.check_usable()?;
+        if gate.is_some() {
+            let one_type = calls.iter().all(|c| c.dtype == calls[0].dtype);
+            if !ops.is_empty() || self.nranks < 2 || gate_waits != calls.len() || !one_type {
+                return Err(Error::InvalidConfig(format!(
+                    "rank {}: a gated group holds collectives of one type on two or more ranks, one wait \
+                     each ({} collectives, {gate_waits} waits, {} point-to-point operations, {} ranks)",
+                    self.rank,
+                    calls.len(),
+                    ops.len(),
+                    self.nranks
+                )));
+            }
+        }
         let bytes = self.check_p2p(ops)?;
         let copies = self_copies(self.rank, ops, &bytes)?;
         let cc = self.stream.compute_capability();
@@ -403,7 +452,7 @@ impl Comm {
         // peer of this group, or done their part of it (a send's last steps wait in the
         // receiver's memory). A peer that dies mid-transfer stops the kernel (the watchdog's
         // abort) and is named when it ends.
-        Ok(Prepared { queue, in_p2p, bytes, copies, devs })
+        Ok(Prepared { queue, in_p2p, bytes, copies, devs, gate: gate.unwrap_or_default() })
     }
 
     /// Phase 4: launches this rank's kernels of the group (none when nothing moves).
@@ -495,8 +544,13 @@ impl Comm {
         }
         let table = self.tables.pool.take(&*self.stream, std::mem::size_of_val(args.as_slice()).max(1))?;
         self.stream.copy_in(&table, 0, bytemuck::cast_slice(&args))?;
-        let mut group =
-            GroupArgs { works: table.ptr(), nworks: args.len() as u32, reserved: 0, p2p: P2pArgs::default() };
+        let mut group = GroupArgs {
+            works: table.ptr(),
+            nworks: args.len() as u32,
+            reserved: 0,
+            p2p: P2pArgs::default(),
+            gate: prep.gate,
+        };
         tables.push(table);
         let (p2p_ops, copies) = if ops.is_empty() { (&[][..], &[][..]) } else { (ops, &prep.copies[..]) };
         let (dev, notes) = self.p2p_ops(p2p_ops, &prep.bytes, copies, grid);

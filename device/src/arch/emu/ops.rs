@@ -206,11 +206,52 @@ pub unsafe fn atomic_cas_acq_rel_sys_u64(p: *mut u64, expected: u64, new: u64) -
 /// # Safety
 /// `p` is valid, 4-byte-aligned (emulated) device memory.
 pub unsafe fn atomic_add_relaxed_gpu_u32(p: *mut u32, v: u32) -> u32 {
+    // SAFETY: forwarded contract.
+    unsafe { atomic_u32(p) }.fetch_add(v, Ordering::Relaxed)
+}
+
+/// The u32 at `p` as an atomic, failing the launch on a misaligned address.
+///
+/// # Safety
+/// `p` is valid (emulated) device memory for the launch.
+unsafe fn atomic_u32<'a>(p: *const u32) -> &'a AtomicU32 {
     if !(p as usize).is_multiple_of(4) {
         ctx().fail(format!("misaligned 4-byte atomic access at {p:p}"));
     }
     // SAFETY: aligned (checked) and valid (caller).
-    unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::Relaxed)
+    unsafe { AtomicU32::from_ptr(p as *mut u32) }
+}
+/// `red.release.gpu.global.add.u32`.
+///
+/// # Safety
+/// `p` is valid, 4-byte-aligned (emulated) device memory.
+pub unsafe fn red_release_gpu_add_u32(p: *mut u32, v: u32) {
+    // SAFETY: forwarded contract.
+    unsafe { atomic_u32(p) }.fetch_add(v, Ordering::Release);
+}
+/// `atom.acq_rel.gpu.global.add.u32`, returning the old value.
+///
+/// # Safety
+/// `p` is valid, 4-byte-aligned (emulated) device memory.
+pub unsafe fn atomic_add_acq_rel_gpu_u32(p: *mut u32, v: u32) -> u32 {
+    // SAFETY: forwarded contract.
+    unsafe { atomic_u32(p) }.fetch_add(v, Ordering::AcqRel)
+}
+/// `ld.acquire.gpu.global.u32`.
+///
+/// # Safety
+/// `p` is valid, 4-byte-aligned (emulated) device memory.
+pub unsafe fn ld_acquire_gpu_u32(p: *const u32) -> u32 {
+    // SAFETY: forwarded contract.
+    unsafe { atomic_u32(p) }.load(Ordering::Acquire)
+}
+/// `st.relaxed.gpu.global.u32`.
+///
+/// # Safety
+/// `p` is valid, 4-byte-aligned (emulated) device memory.
+pub unsafe fn st_relaxed_gpu_u32(p: *mut u32, v: u32) {
+    // SAFETY: forwarded contract.
+    unsafe { atomic_u32(p) }.store(v, Ordering::Relaxed)
 }
 
 /// `nanosleep`: yields the OS thread (and unwinds if the launch was aborted).

@@ -1,0 +1,292 @@
+//! Compute–communication overlap on the CPU emulator ([`rsccl::overlap`]): a GEMM that signals
+//! its tiles and gated collectives give exactly the bits of the same GEMM followed by the same
+//! collectives, and on one channel (one ring order for every element) the bits of the
+//! one-group plan — for 2, 4 and 8 ranks, f16 and bf16, shapes that are not
+//! tile multiples, one, two, many and uneven groups — and agree with an f64 reference to
+//! rounding; the overlap is real (the first group's collective ends before the GEMM's last
+//! tile); a missing signal is a timeout naming the group and the count; the sm_90 PTX orders
+//! the signal and the wait as the design says.
+use rsccl::backend::{self, Backend, DeviceBuffer};
+use rsccl::overlap::plan::{OverlapColl, OverlapPlan, OverlapShape};
+use rsccl::overlap::run::{self, Overlap, Schedule};
+use rsccl::{BufRef, Call, Comm, CommConfig, DataType, Error, Group, ReduceOp};
+use rsccl_device::redop::soft::{decode, encode, Format, BFLOAT, HALF};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn fmt(t: DataType) -> Format {
+    if t == DataType::F16 {
+        HALF
+    } else {
+        BFLOAT
+    }
+}
+
+/// `n` values in [-1, 1) as `t` bits, from `seed` (xorshift).
+fn random(t: DataType, n: usize, seed: u64) -> Vec<u16> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+            encode(fmt(t), v, false) as u16
+        })
+        .collect()
+}
+
+struct Case {
+    shape: OverlapShape,
+    wave: u32,
+    groups: Vec<u32>,
+}
+
+struct Ranks {
+    be: Arc<dyn Backend>,
+    comms: Vec<Comm>,
+    a: Vec<DeviceBuffer>,
+    w: Vec<DeviceBuffer>,
+    a_host: Vec<Vec<u16>>,
+    w_host: Vec<Vec<u16>>,
+}
+
+fn ranks(s: &OverlapShape, timeout: Duration, nchannels: usize) -> Ranks {
+    let be = backend::cpu();
+    let cfg = CommConfig { nchannels, nthreads: 128, timeout, ..CommConfig::default() };
+    let comms = Comm::init_all(&be, s.ranks, cfg).unwrap();
+    let a_host: Vec<Vec<u16>> = (0..s.ranks).map(|r| random(s.dtype, s.m * s.k, 11 + r as u64)).collect();
+    let w_host: Vec<Vec<u16>> = (0..s.ranks).map(|r| random(s.dtype, s.n * s.k, 101 + r as u64)).collect();
+    let a = a_host.iter().map(|h| be.upload(h).unwrap()).collect();
+    let w = w_host.iter().map(|h| be.upload(h).unwrap()).collect();
+    Ranks { be, comms, a, w, a_host, w_host }
+}
+
+/// Every rank's restored output of `plan` run on `schedule`.
+fn run_plan(rk: &Ranks, plan: &OverlapPlan, schedule: Schedule) -> Vec<Vec<u16>> {
+    let ovs: Vec<Overlap> = rk.comms.iter().map(|c| Overlap::new(c, plan.clone(), false).unwrap()).collect();
+    let ops: Vec<(&DeviceBuffer, &DeviceBuffer)> = rk.a.iter().zip(&rk.w).collect();
+    run::run_all(&ovs, schedule, |i, o| run::launch_gemm(&ops, i, o)).unwrap();
+    ovs.iter()
+        .map(|o| {
+            let n = o.restored_rows() * plan.shape().n;
+            let dst = rk.be.alloc(2 * n).unwrap();
+            o.restore(&dst, None).unwrap();
+            rk.be.download::<u16>(&dst, n).unwrap()
+        })
+        .collect()
+}
+
+/// Output element (row, col) of rank `r`'s GEMM in f64.
+fn gemm_f64(rk: &Ranks, s: &OverlapShape, r: usize, row: usize, col: usize) -> f64 {
+    (0..s.k)
+        .map(|kk| {
+            decode(fmt(s.dtype), rk.a_host[r][row * s.k + kk] as u32)
+                * decode(fmt(s.dtype), rk.w_host[r][col * s.k + kk] as u32)
+        })
+        .sum()
+}
+
+/// Checks `got` (rank → restored rows) against the f64 sum of the ranks' GEMMs at `samples`
+/// elements spread over the output (the corners first), within the rounding of each rank's
+/// GEMM output and of `ranks − 1` additions.
+fn check_reference(rk: &Ranks, s: &OverlapShape, got: &[Vec<u16>], samples: usize) {
+    let ulp_rel = if s.dtype == DataType::F16 { 1.0 / 1024.0 } else { 1.0 / 128.0 };
+    let mut x = 7u64;
+    for i in 0..samples {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let (row, col) = if i < 4 {
+            ([0, s.m - 1][i % 2], [0, s.n - 1][i / 2])
+        } else {
+            ((x >> 33) as usize % s.m, (x >> 17) as usize % s.n)
+        };
+        let parts: Vec<f64> = (0..s.ranks).map(|r| gemm_f64(rk, s, r, row, col)).collect();
+        let want: f64 = parts.iter().sum();
+        let (rank, out_row) = match s.coll {
+            OverlapColl::AllReduce => ((x >> 5) as usize % s.ranks, row),
+            OverlapColl::ReduceScatter => (row % s.ranks, row / s.ranks),
+        };
+        let v = decode(fmt(s.dtype), got[rank][out_row * s.n + col] as u32);
+        let tol = (parts.iter().map(|p| p.abs()).sum::<f64>() + want.abs() * s.ranks as f64 + 1.0) * ulp_rel;
+        assert!((v - want).abs() <= tol, "{}: ({row}, {col}) on rank {rank}: {v} vs {want}", s.describe());
+    }
+}
+
+/// The case's plan: overlapped against the same kernels and calls after the GEMM (two
+/// channels, bit for bit); on one channel (every element on the same ring whatever the
+/// grouping) against the one-group plan, bit for bit; and against the f64 reference.
+fn check_case(c: &Case) -> (Ranks, Vec<Vec<u16>>) {
+    let s = c.shape;
+    let plan = OverlapPlan::by_waves(s, c.wave, &c.groups).unwrap();
+    let same = |a: &[Vec<u16>], b: &[Vec<u16>], what: &str| {
+        for r in 0..s.ranks {
+            let wrong = a[r].iter().zip(&b[r]).filter(|(x, y)| x != y).count();
+            assert_eq!(
+                wrong,
+                0,
+                "{} groups {:?}: rank {r}: {wrong} elements differ from {what}",
+                s.describe(),
+                plan.group_tiles()
+            );
+            assert_eq!(a[r].len(), rk_rows(&s, r) * s.n);
+        }
+    };
+    let rk = ranks(&s, Duration::from_secs(60), 2);
+    let overlapped = run_plan(&rk, &plan, Schedule::Overlapped);
+    same(&overlapped, &run_plan(&rk, &plan, Schedule::GemmFirst), "the GEMM then the same collectives");
+    check_reference(&rk, &s, &overlapped, 64);
+    let one = ranks(&s, Duration::from_secs(60), 1);
+    let single = OverlapPlan::single(s, c.wave).unwrap();
+    same(
+        &run_plan(&one, &plan, Schedule::Overlapped),
+        &run_plan(&one, &single, Schedule::GemmFirst),
+        "the one-group plan",
+    );
+    (rk, overlapped)
+}
+
+fn rk_rows(s: &OverlapShape, r: usize) -> usize {
+    match s.coll {
+        OverlapColl::AllReduce => s.m,
+        OverlapColl::ReduceScatter => (s.m - r.min(s.m)).div_ceil(s.ranks),
+    }
+}
+
+fn shape(coll: OverlapColl, ranks: usize, dtype: DataType, m: usize, n: usize, k: usize) -> OverlapShape {
+    OverlapShape { m, n, k, dtype, coll, ranks }
+}
+
+#[test]
+fn all_reduce_2_ranks_1000x3000x512_uneven_groups_bits_equal_sequential_and_plain_all_reduce() {
+    let c = Case {
+        shape: shape(OverlapColl::AllReduce, 2, DataType::F16, 1000, 3000, 512),
+        wave: 8,
+        groups: vec![3, 5, 16],
+    };
+    let (rk, overlapped) = check_case(&c);
+    // Two ranks add commutatively: the plain GEMM and ring all-reduce give the same bits too.
+    let s = c.shape;
+    let cs: Vec<DeviceBuffer> = (0..2).map(|_| rk.be.alloc(2 * s.m * s.n).unwrap()).collect();
+    let mut g = Group::new();
+    for (((c, a), w), comm) in cs.iter().zip(&rk.a).zip(&rk.w).zip(&rk.comms) {
+        run::gemm(&*rk.be, &s, a, w, c, 8).unwrap();
+        g.call(comm, Call::all_reduce(BufRef::from(c), BufRef::from(c), s.m * s.n, s.dtype, ReduceOp::Sum));
+    }
+    g.run().unwrap();
+    for (r, (c, mine)) in cs.iter().zip(&overlapped).enumerate() {
+        let plain = rk.be.download::<u16>(c, s.m * s.n).unwrap();
+        assert!(plain == *mine, "rank {r}: overlapped all-reduce differs from GEMM + all_reduce");
+    }
+}
+
+#[test]
+fn all_reduce_4_ranks_bf16_a_group_per_wave() {
+    check_case(&Case {
+        shape: shape(OverlapColl::AllReduce, 4, DataType::BF16, 300, 520, 96),
+        wave: 2,
+        groups: vec![1; 8],
+    });
+}
+
+#[test]
+fn all_reduce_8_ranks_f16_two_groups() {
+    check_case(&Case {
+        shape: shape(OverlapColl::AllReduce, 8, DataType::F16, 260, 300, 40),
+        wave: 2,
+        groups: vec![2, 3],
+    });
+}
+
+#[test]
+fn reduce_scatter_2_ranks_bf16_uneven_groups() {
+    check_case(&Case {
+        shape: shape(OverlapColl::ReduceScatter, 2, DataType::BF16, 333, 700, 72),
+        wave: 3,
+        groups: vec![1, 4, 2],
+    });
+}
+
+#[test]
+fn reduce_scatter_4_ranks_f16_many_groups() {
+    check_case(&Case {
+        shape: shape(OverlapColl::ReduceScatter, 4, DataType::F16, 390, 260, 48),
+        wave: 1,
+        groups: vec![1; 12],
+    });
+}
+
+#[test]
+fn reduce_scatter_8_ranks_bf16_one_group() {
+    check_case(&Case {
+        shape: shape(OverlapColl::ReduceScatter, 8, DataType::BF16, 250, 130, 33),
+        wave: 2,
+        groups: vec![4],
+    });
+}
+
+#[test]
+fn first_groups_collective_ends_before_the_gemms_last_tile() {
+    let s = shape(OverlapColl::AllReduce, 2, DataType::F16, 512, 1024, 256);
+    let rk = ranks(&s, Duration::from_secs(60), 2);
+    let plan = OverlapPlan::by_waves(s, 2, &[1; 16]).unwrap();
+    let ovs: Vec<Overlap> = rk.comms.iter().map(|c| Overlap::new(c, plan.clone(), true).unwrap()).collect();
+    let ops: Vec<(&DeviceBuffer, &DeviceBuffer)> = rk.a.iter().zip(&rk.w).collect();
+    run::run_all(&ovs, Schedule::Overlapped, |i, o| run::launch_gemm(&ops, i, o)).unwrap();
+    for o in &ovs {
+        let t = o.timeline().unwrap();
+        let last_tile = t.tiles.iter().map(|r| r.time_ns).max().unwrap();
+        let mut order: Vec<u32> = t.tiles.iter().map(|r| r.order).collect();
+        order.sort_unstable();
+        assert_eq!(order, (0..32).collect::<Vec<_>>(), "every tile signalled once");
+        // Group 0: its reduce-scatter (work 0) and all-gather (work 1).
+        let (gate0, end0) = t.works[1];
+        assert!(gate0 > 0 && end0 > 0, "group 0's all-gather ran: {:?}", t.works);
+        assert!(
+            end0 < last_tile,
+            "group 0's all-reduce ended at {end0} ns, after the last tile at {last_tile} ns"
+        );
+        // No group's collective started before its own tiles were signalled.
+        for g in 0..16 {
+            let group_last = (0..32)
+                .filter(|&tile| plan.tables().0[tile].group == g as u32)
+                .map(|tile| t.tiles[tile].time_ns)
+                .max()
+                .unwrap();
+            assert!(
+                t.works[2 * g].0 >= group_last,
+                "group {g}'s gate opened at {} before its last tile at {group_last}",
+                t.works[2 * g].0
+            );
+        }
+    }
+}
+
+#[test]
+fn a_missing_signal_is_a_timeout_naming_the_group_and_count() {
+    let s = shape(OverlapColl::AllReduce, 2, DataType::F16, 256, 384, 16);
+    let rk = ranks(&s, Duration::from_millis(1500), 2);
+    let plan = OverlapPlan::by_waves(s, 2, &[1, 1, 1]).unwrap();
+    assert_eq!(plan.group_tiles(), [2, 2, 2]);
+    let ovs: Vec<Overlap> = rk.comms.iter().map(|c| Overlap::new(c, plan.clone(), false).unwrap()).collect();
+    // No GEMM: the host signals; rank 0's group 1 gets 1 of its 2 tiles.
+    let err = run::run_all(&ovs, Schedule::Overlapped, |i, o| {
+        for g in 0..3 {
+            o.set_signalled(g, if i == 0 && g == 1 { 1 } else { 2 })?;
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    assert_eq!(err, Error::TileTimeout { rank: 0, group: 1, signalled: 1, expected: 2 }, "{err}");
+    assert!(err.to_string().contains("wave group 1: 1 of 2 signalled"), "{err}");
+}
+
+#[test]
+fn sm_90_ptx_releases_after_the_barrier_and_the_gate_acquires() {
+    let gemm = rsccl::ptx::find("sm_90", "rsccl_overlap_gemm_f16").unwrap().expect("the GEMM module");
+    let text = gemm.ptx;
+    let red = text.find("red.release.gpu.global.add.u32").expect("the signal's release add");
+    let bar = text[..red].rfind("bar.sync").expect("a block barrier before the signal");
+    assert!(bar < red);
+    let group = rsccl::ptx::find("sm_90", "rsccl_group_f16").unwrap().expect("the group kernel");
+    assert!(group.ptx.contains("ld.acquire.gpu.global.u32"), "the gate's wait acquires");
+}
