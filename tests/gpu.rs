@@ -206,6 +206,8 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
     ));
     v.push(("p2p_groups_and_all_to_all_v_bitwise_with_cpu", Box::new(move |_| p2p_against_cpu(&cpu_p2p))));
     v.push(("mismatched_calls_fail_naming_both", Box::new(|_| mismatched_calls())));
+    v.push(("overlap_gemm_matches_reference_and_tflops", Box::new(overlap_gemm)));
+    v.push(("overlap_all_reduce_two_ranks_sharing_the_gpu", Box::new(|_| overlap_all_reduce_two_ranks())));
     // Last: a trap leaves a CUDA context unusable, so nothing may run after it.
     v.push(("trap_reports_error", Box::new(checks::trap_reports_error)));
     v.push(("multicast_object_of_one_device", Box::new(multicast_object)));
@@ -220,6 +222,178 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
         Box::new(|_| comm_across_processes(&[(COMM_NET_VAR, "1"), ("RSCCL_SOCKET_IFNAME", "lo")])),
     ));
     v
+}
+
+/// `n` values in [-1, 1) as `t` bits (xorshift from `seed`).
+fn overlap_random(t: DataType, n: usize, seed: u64) -> Vec<u16> {
+    use rsccl_device::redop::soft::{encode, BFLOAT, HALF};
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+            encode(if t == DataType::F16 { HALF } else { BFLOAT }, v, false) as u16
+        })
+        .collect()
+}
+
+/// rsccl's tensor-core GEMM (`mma.sync`) on shapes that are and are not tile multiples (K a
+/// multiple of 8: `cp.async`; K odd: the element-wise loads), f16 and bf16, against f64 sums
+/// at sampled elements; then its TFLOP/s at 8192³ (the bundle compares them with
+/// `torch.matmul`'s, measured by overlap/torch_matmul.py in the same run).
+fn overlap_gemm(gpu: &dyn Backend) -> CheckResult {
+    use rsccl::overlap::plan::{OverlapColl, OverlapShape};
+    use rsccl::overlap::run;
+    use rsccl_device::redop::soft::{decode, BFLOAT, HALF};
+    let e = |e: rsccl::Error| e.to_string();
+    for dtype in [DataType::F16, DataType::BF16] {
+        let fmt = if dtype == DataType::F16 { HALF } else { BFLOAT };
+        let ulp = if dtype == DataType::F16 { 1.0 / 1024.0 } else { 1.0 / 128.0 };
+        for (m, n, k) in [(1000, 3000, 512), (256, 384, 64), (130, 200, 37), (1, 129, 8)] {
+            let s = OverlapShape { m, n, k, dtype, coll: OverlapColl::AllReduce, ranks: 2 };
+            let (a, w) = (overlap_random(dtype, m * k, 3), overlap_random(dtype, n * k, 5));
+            let (da, dw, dc) =
+                (gpu.upload(&a).map_err(e)?, gpu.upload(&w).map_err(e)?, gpu.alloc(2 * m * n).map_err(e)?);
+            run::gemm(gpu, &s, &da, &dw, &dc, 64).map_err(e)?;
+            let c = gpu.download::<u16>(&dc, m * n).map_err(e)?;
+            for i in (0..m * n).step_by((m * n / 4000).max(1)).chain([m * n - 1]) {
+                let (row, col) = (i / n, i % n);
+                let want: f64 = (0..k)
+                    .map(|kk| decode(fmt, a[row * k + kk] as u32) * decode(fmt, w[col * k + kk] as u32))
+                    .sum();
+                let got = decode(fmt, c[i] as u32);
+                if (got - want).abs() > (want.abs() + 0.01) * ulp {
+                    return Err(format!(
+                        "{} {m}×{n}×{k}: C[{row}][{col}] = {got}, want {want}",
+                        dtype.name()
+                    ));
+                }
+            }
+        }
+        let (m, n, k) = (8192, 8192, 8192);
+        let s = OverlapShape { m, n, k, dtype, coll: OverlapColl::AllReduce, ranks: 2 };
+        let a = gpu.upload(&overlap_random(dtype, m * k, 7)).map_err(e)?;
+        let w = gpu.upload(&overlap_random(dtype, n * k, 9)).map_err(e)?;
+        let c = gpu.alloc(2 * m * n).map_err(e)?;
+        let tiles = s.tiles() as u32;
+        run::gemm(gpu, &s, &a, &w, &c, tiles).map_err(e)?;
+        let reps = 5;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            run::gemm(gpu, &s, &a, &w, &c, tiles).map_err(e)?;
+        }
+        let secs = t.elapsed().as_secs_f64() / reps as f64;
+        println!(
+            "  rsccl gemm {} {m}×{n}×{k}: {:.3} ms, {:.1} TFLOP/s",
+            dtype.name(),
+            secs * 1e3,
+            2.0 * (m * n * k) as f64 / secs / 1e12
+        );
+    }
+    Ok(())
+}
+
+/// GEMM + all-reduce on two ranks sharing this GPU: overlapped (wave groups gated by tile
+/// signals) against the same kernels in sequence (bit for bit) and against rsccl's GEMM then
+/// ring all-reduce; the three times and their ratios, each the best of a few runs.
+fn overlap_all_reduce_two_ranks() -> CheckResult {
+    use rsccl::comm::{Comm, CommConfig};
+    use rsccl::overlap::plan::{OverlapColl, OverlapPlan, OverlapShape};
+    use rsccl::overlap::run::{self, Overlap, Schedule};
+    use rsccl::{BufRef, Call, Group};
+    let e = |e: rsccl::Error| e.to_string();
+    let gpu = backend::gpu().map_err(e)?;
+    let comms = Comm::init_all(&gpu, 2, CommConfig::default()).map_err(e)?;
+    let blocks = comms[0].config().nchannels as u32;
+    let (m, n, k) = (8192, 8192, 4096);
+    let dtype = DataType::F16;
+    let s = OverlapShape { m, n, k, dtype, coll: OverlapColl::AllReduce, ranks: 2 };
+    let a: Vec<_> = (0..2)
+        .map(|r| gpu.upload(&overlap_random(dtype, m * k, 21 + r)))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    let w: Vec<_> = (0..2)
+        .map(|r| gpu.upload(&overlap_random(dtype, n * k, 31 + r)))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    let ops: Vec<_> = a.iter().zip(&w).collect();
+    // Two GEMMs share the SMs: a wave of each is half the GPU less the collectives' blocks.
+    let sms = 132u32;
+    let wave = sms / 2 - blocks;
+    let tiles = s.tiles() as u32;
+    let waves = tiles.div_ceil(wave);
+    let groups: Vec<u32> = vec![waves.div_ceil(4); 4];
+    let plan = OverlapPlan::by_waves(s, wave, &groups).map_err(e)?;
+    let single = OverlapPlan::single(s, wave).map_err(e)?;
+    let time = |plan: &OverlapPlan, schedule: Schedule| -> Result<(f64, Vec<Vec<u16>>), String> {
+        let ovs: Vec<Overlap> = comms
+            .iter()
+            .map(|c| Overlap::new(c, plan.clone(), false))
+            .collect::<Result<_, _>>()
+            .map_err(e)?;
+        let mut best = f64::MAX;
+        for _ in 0..4 {
+            let t = std::time::Instant::now();
+            run::run_all(&ovs, schedule, |i, o| run::launch_gemm(&ops, i, o)).map_err(e)?;
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let mut outs = Vec::new();
+        for o in &ovs {
+            let dst = gpu.alloc(2 * m * n).map_err(e)?;
+            o.restore(&dst, None).map_err(e)?;
+            outs.push(gpu.download::<u16>(&dst, m * n).map_err(e)?);
+        }
+        Ok((best, outs))
+    };
+    let (t_over, over) = time(&plan, Schedule::Overlapped)?;
+    let (t_seq, seq) = time(&plan, Schedule::GemmFirst)?;
+    let (t_single, single_out) = time(&single, Schedule::GemmFirst)?;
+    let wrong: usize =
+        over.iter().zip(&seq).map(|(x, y)| x.iter().zip(y).filter(|(p, q)| p != q).count()).sum();
+    // rsccl's GEMM on the whole GPU, then a ring all-reduce of the row-major output.
+    let cs: Vec<_> = (0..2).map(|_| gpu.alloc(2 * m * n)).collect::<Result<_, _>>().map_err(e)?;
+    let mut t_plain = f64::MAX;
+    for _ in 0..4 {
+        let t = std::time::Instant::now();
+        for ((c, a), w) in cs.iter().zip(&a).zip(&w) {
+            run::gemm(&*gpu, &s, a, w, c, tiles).map_err(e)?;
+        }
+        let mut g = Group::new();
+        for (c, comm) in cs.iter().zip(&comms) {
+            g.call(
+                comm,
+                Call::all_reduce(BufRef::from(c), BufRef::from(c), m * n, dtype, rsccl::ReduceOp::Sum),
+            );
+        }
+        g.run().map_err(e)?;
+        t_plain = t_plain.min(t.elapsed().as_secs_f64());
+    }
+    let plain = gpu.download::<u16>(&cs[0], m * n).map_err(e)?;
+    let wrong_plain = plain.iter().zip(&over[0]).filter(|(p, q)| p != q).count();
+    let wrong_single = single_out
+        .iter()
+        .zip(&over)
+        .map(|(x, y)| x.iter().zip(y).filter(|(p, q)| p != q).count())
+        .sum::<usize>();
+    println!(
+        "  {} groups {:?} (waves of {wave} tiles, {blocks} collective blocks): overlapped {:.3} ms, same kernels in sequence {:.3} ms \
+         (ratio {:.2}), one group {:.3} ms, GEMM on all SMs then all_reduce {:.3} ms (ratio {:.2}); \
+         wrong elements: {wrong} vs in sequence, {wrong_single} vs one group, {wrong_plain} vs GEMM + all_reduce",
+        s.describe(),
+        plan.group_tiles(),
+        t_over * 1e3,
+        t_seq * 1e3,
+        t_seq / t_over,
+        t_single * 1e3,
+        t_plain * 1e3,
+        t_plain / t_over
+    );
+    if wrong != 0 || wrong_single != 0 || wrong_plain != 0 {
+        return Err(format!("{wrong} / {wrong_single} / {wrong_plain} elements differ"));
+    }
+    Ok(())
 }
 
 /// Set in the children of `comm_across_processes`: each plays its own node (`host_id`), so the

@@ -88,6 +88,11 @@ if [ "${RSCCL_SKIP_NCCL:-0}" != 1 ] && [ -d nccl ]; then
     for f in .torch-logs/*; do [ -f "$f" ] && { echo "  first lines of $f:"; head -n 4 "$f" | sed 's/^/    /'; break; }; done
   fi
 fi
+if [ -f overlap/torch_matmul.py ]; then
+  echo "=== overlap/torch_matmul.py (the overlap GEMM's baseline: torch.nn.functional.linear)"
+  timeout -k 5 "$limit" python3 overlap/torch_matmul.py 2>&1 | tee .check.out
+  if grep -q 'SKIPPED' .check.out; then skipped=$((skipped + 1)); else tally torch-matmul; fi
+fi
 if [ "${RSCCL_SKIP_BENCH:-0}" != 1 ]; then
   for b in bench/*; do
     echo "=== $b"
@@ -144,6 +149,10 @@ pub fn gpu_bundle(out: Option<PathBuf>) -> Result<(), String> {
         std::fs::copy(tests_dir.join(f), nccl_tests.join(f))
             .map_err(|e| format!("cannot copy {}: {e}", tests_dir.join(f).display()))?;
     }
+    let overlap = out.join("overlap");
+    std::fs::create_dir_all(&overlap).map_err(|e| format!("cannot create {}: {e}", overlap.display()))?;
+    std::fs::copy(root.join("benches/torch/matmul.py"), overlap.join("torch_matmul.py"))
+        .map_err(|e| format!("cannot copy benches/torch/matmul.py: {e}"))?;
     let _ = Command::new("strip").arg(out.join("nccl/lib/libnccl.so.2")).status();
     let run = out.join("run.sh");
     std::fs::write(&run, RUN_SH).map_err(|e| e.to_string())?;
