@@ -290,3 +290,26 @@ fn sm_90_ptx_releases_after_the_barrier_and_the_gate_acquires() {
     let group = rsccl::ptx::find("sm_90", "rsccl_group_f16").unwrap().expect("the group kernel");
     assert!(group.ptx.contains("ld.acquire.gpu.global.u32"), "the gate's wait acquires");
 }
+
+#[test]
+fn overlap_run_command_compares_overlapped_and_sequential_results() {
+    use rsccl::overlap::cli::run_to;
+    use std::process::ExitCode;
+    let args = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = run_to(
+        &args("run --backend cpu --coll reduce_scatter --ranks 2 --m 300 --n 260 --k 40 --dtype bf16 --wave 2 --groups 1,2 --iters 1"),
+        &mut out, &mut err);
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(code, ExitCode::SUCCESS, "{text}{}", String::from_utf8_lossy(&err));
+    assert!(text.contains("2 groups of [2, 7] tiles"), "{text}");
+    assert!(text.contains("wrong elements: 0 of 78000"), "{text}");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(
+        run_to(&args("run --coll all_to_all --ranks 2 --m 1 --n 1 --k 1"), &mut out, &mut err),
+        ExitCode::from(2)
+    );
+    assert!(
+        String::from_utf8_lossy(&err).contains("--coll all_to_all: expected all_reduce or reduce_scatter")
+    );
+}

@@ -94,7 +94,7 @@ impl TileLayout {
     /// // One group of two slots: rows 0, 2, 4, 6 (rank 0's share) come first.
     /// let t0 = TileSlot { slot: 0, group: 0 };
     /// let t1 = TileSlot { slot: 1, group: 0 };
-    /// assert_eq!(l.offset(t0, 0, 2, 0, 1), 0);
+    /// assert_eq!(l.offset(t0, 0, 2, 0, 1), 1);
     /// assert_eq!(l.offset(t0, 0, 2, 2, 1), 4 + 1);
     /// assert_eq!(l.offset(t1, 0, 2, 4, 0), 2 * 4);
     /// assert_eq!(l.offset(t0, 0, 2, 1, 0), 4 * 4);

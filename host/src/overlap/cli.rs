@@ -4,6 +4,7 @@
 //! rsccl overlap tune --coll COLL --ranks R --m M --n N --k K [FLAGS]   choose groups, predict
 //! rsccl overlap tune --load PLAN [--gpu G] [--bandwidth FILE] [...]    re-predict a saved plan
 //! rsccl overlap table                                                  the README's predictions
+//! rsccl overlap run --coll COLL --ranks R --m M --n N --k K [FLAGS]    overlapped vs in sequence
 //! ```
 //! Exit status: 0 on success (and `--help`), 1 when a file cannot be read or written or is
 //! malformed, 2 on a command line that cannot be run (usage printed on stderr).
@@ -18,9 +19,10 @@ use std::process::ExitCode;
 
 /// The subcommands and what each does, for the usage text and the unknown-subcommand error:
 /// a new one is an entry here and an arm in [`run_to`].
-const SUBCOMMANDS: [(&str, &str); 2] = [
+const SUBCOMMANDS: [(&str, &str); 3] = [
     ("tune", "choose the wave groups of one GEMM and collective, and predict its time"),
     ("table", "print the README's predictions for FlashOverlap's artifact shapes"),
+    ("run", "run a GEMM and its collective overlapped and in sequence, compare the results"),
 ];
 
 const USAGE: &str = "\
@@ -29,6 +31,7 @@ usage: rsccl overlap SUBCOMMAND [FLAGS]
 subcommands:
   tune     choose the wave groups of one GEMM and collective, and predict its time
   table    print the README's predictions for FlashOverlap's artifact shapes
+  run      run a GEMM and its collective overlapped and in sequence, compare the results
 
 Each has its own help: `rsccl overlap tune --help`.";
 
@@ -100,6 +103,7 @@ pub fn run_to(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Exit
     let result = match args.first().map(String::as_str) {
         Some("tune") => tune_cmd(rest, out),
         Some("table") => table_cmd(rest, out),
+        Some("run") => run_cmd(rest, out),
         Some("-h" | "--help" | "help") => write_out(out, USAGE),
         Some(other) => {
             Err(CliError::Usage(format!("unknown subcommand `{other}` ({})", subcommand_list()), USAGE))
@@ -127,6 +131,156 @@ fn subcommand_list() -> String {
 
 fn write_out(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
     writeln!(out, "{text}").map_err(|e| CliError::Input(format!("cannot write the output: {e}")))
+}
+
+const RUN_USAGE: &str = "\
+usage: rsccl overlap run --coll all_reduce|reduce_scatter --ranks R --m M --n N --k K [FLAGS]
+
+Runs rsccl's GEMM (C = A x W^T, random inputs) and the collective on its output on R ranks of
+this process, on the backend at hand (--backend): overlapped (each wave
+group's collective gated by the GEMM's tile signals) and with the same kernels in sequence (the
+GEMM first). Prints both times (the best of --iters), their ratio and how many elements of the
+two results differ (0, or the command fails). M, N and K need not be tile multiples.
+
+flags:
+  --dtype T        f16 or bf16 (f16)
+  --wave T         tiles per wave: the GEMM's persistent blocks (4 on the CPU emulator, else 128)
+  --groups LIST    waves per group, e.g. 2,3,4 (the last takes the remaining tiles);
+                   default 4 groups of equal waves
+  --plan FILE      a plan saved by `rsccl overlap tune --save` instead of --wave/--groups
+  --channels C     the communicator's channels: the gated collective's blocks (2)
+  --iters I        timed runs each way (3)
+  --backend B      cpu, gpu or auto (RSCCL_BACKEND, else auto)
+  -h, --help       print this help
+
+exit status: 0 when the results agree, 1 when they differ or a run fails, 2 on a bad command line.";
+
+/// How long `rsccl overlap run`'s gates (and collectives) wait, in seconds.
+const GATE_TIMEOUT_S: u64 = 600;
+
+/// The flags of `rsccl overlap run`.
+const RUN_FLAGS: [&str; 12] = [
+    "--backend",
+    "--coll",
+    "--ranks",
+    "--m",
+    "--n",
+    "--k",
+    "--dtype",
+    "--wave",
+    "--groups",
+    "--plan",
+    "--channels",
+    "--iters",
+];
+
+/// `rsccl overlap run`.
+fn run_cmd(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
+    use super::plan::{OverlapColl, OverlapPlan, OverlapShape};
+    use crate::backend::{self, Preference};
+    use rsccl_device::dtype::DataType;
+    let Some(given) = parse_flags(args, &RUN_FLAGS, RUN_USAGE)? else {
+        return write_out(out, RUN_USAGE);
+    };
+    let f = Flags { given, usage: RUN_USAGE };
+    let input = |e: crate::Error| CliError::Input(e.to_string());
+    let pref = match f.get("--backend") {
+        Some(b) => b.parse::<Preference>().map_err(|_| f.bad("--backend", b, "cpu, gpu or auto"))?,
+        None => Preference::from_env().map_err(input)?,
+    };
+    let be = backend::default_backend(pref).map_err(input)?;
+    let on_cpu = be.kind() == backend::BackendKind::Cpu;
+    let saved = match f.get("--plan") {
+        Some(path) => Some(Plan::load(Path::new(path)).map_err(|e| CliError::Input(e.to_string()))?),
+        None => None,
+    };
+    let coll = f.required("--coll")?;
+    let coll = match coll {
+        "all_reduce" => OverlapColl::AllReduce,
+        "reduce_scatter" => OverlapColl::ReduceScatter,
+        other => return Err(f.bad("--coll", other, "all_reduce or reduce_scatter")),
+    };
+    let dtype = match f.get("--dtype").unwrap_or("f16") {
+        "f16" => DataType::F16,
+        "bf16" => DataType::BF16,
+        other => return Err(f.bad("--dtype", other, "f16 or bf16")),
+    };
+    let shape = OverlapShape {
+        m: f.u32_or("--m", None)? as usize,
+        n: f.u32_or("--n", None)? as usize,
+        k: f.u32_or("--k", None)? as usize,
+        dtype,
+        coll,
+        ranks: f.u32_or("--ranks", None)? as usize,
+    };
+    shape.check().map_err(|e| CliError::Usage(e.to_string(), RUN_USAGE))?;
+    let plan = match saved {
+        Some(p) => {
+            if p.problem.m as usize != shape.m
+                || p.problem.n as usize != shape.n
+                || p.problem.ranks as usize != shape.ranks
+            {
+                return Err(CliError::Input(format!(
+                    "the plan is for {}x{} on {} ranks, not {}",
+                    p.problem.m,
+                    p.problem.n,
+                    p.problem.ranks,
+                    shape.describe()
+                )));
+            }
+            OverlapPlan::with_order(shape, p.wave_tiles(), &p.group_tiles, p.tile_sequence())
+        }
+        None => {
+            let wave = f.u32_or("--wave", Some(if on_cpu { 4 } else { 128 }))?.max(1);
+            let waves = (shape.tiles() as u32).div_ceil(wave);
+            let groups: Vec<u32> = match f.get("--groups") {
+                Some(list) => list
+                    .split(',')
+                    .map(|w| w.trim().parse::<u32>().ok().filter(|&w| w > 0))
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| f.bad("--groups", list, "waves per group, e.g. 2,3,4"))?,
+                // Up to 4 groups, their waves as even as the count allows.
+                None => {
+                    let g = waves.clamp(1, 4);
+                    (0..g).map(|i| waves / g + u32::from(i < waves % g)).collect()
+                }
+            };
+            OverlapPlan::by_waves(shape, wave, &groups)
+        }
+    }
+    .map_err(|e| CliError::Usage(e.to_string(), RUN_USAGE))?;
+    // A gate waits as long as the GEMM takes (minutes for a large one on the emulator); the
+    // GEMM itself waits on nothing, so a long timeout cannot hide a hang of this process.
+    let cfg = crate::comm::CommConfig {
+        nchannels: f.u32_or("--channels", Some(2))? as usize,
+        timeout: std::time::Duration::from_secs(GATE_TIMEOUT_S),
+        ..crate::comm::CommConfig::default()
+    };
+    let iters = f.u32_or("--iters", Some(3))? as usize;
+    let c = super::compare::compare(&be, &plan, cfg, iters).map_err(input)?;
+    let text = format!(
+        "overlap run: {} on {}\n\
+         plan: waves of {} tiles, {} groups of {:?} tiles\n\
+         overlapped: {:.3} ms (best of {iters})\n\
+         sequential: {:.3} ms (the same kernels, the GEMM first)\n\
+         ratio: {:.3}\n\
+         wrong elements: {} of {}",
+        shape.describe(),
+        be.describe(),
+        plan.wave_tiles(),
+        plan.groups(),
+        plan.group_tiles(),
+        c.overlapped_s * 1e3,
+        c.sequential_s * 1e3,
+        c.sequential_s / c.overlapped_s,
+        c.wrong,
+        c.elems
+    );
+    write_out(out, &text)?;
+    if c.wrong > 0 {
+        return Err(CliError::Input(format!("{} of {} elements differ", c.wrong, c.elems)));
+    }
+    Ok(())
 }
 
 /// The flags of `tune`: each takes a value.
