@@ -224,21 +224,6 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
     v
 }
 
-/// `n` values in [-1, 1) as `t` bits (xorshift from `seed`).
-fn overlap_random(t: DataType, n: usize, seed: u64) -> Vec<u16> {
-    use rsccl_device::redop::soft::{encode, BFLOAT, HALF};
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let v = (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-            encode(if t == DataType::F16 { HALF } else { BFLOAT }, v, false) as u16
-        })
-        .collect()
-}
-
 /// rsccl's tensor-core GEMM (`mma.sync`) on shapes that are and are not tile multiples (K a
 /// multiple of 8: `cp.async`; K odd: the element-wise loads), f16 and bf16, against f64 sums
 /// at sampled elements; then its TFLOP/s at 8192³ (the bundle compares them with
@@ -253,7 +238,10 @@ fn overlap_gemm(gpu: &dyn Backend) -> CheckResult {
         let ulp = if dtype == DataType::F16 { 1.0 / 1024.0 } else { 1.0 / 128.0 };
         for (m, n, k) in [(1000, 3000, 512), (256, 384, 64), (130, 200, 37), (1, 129, 8)] {
             let s = OverlapShape { m, n, k, dtype, coll: OverlapColl::AllReduce, ranks: 2 };
-            let (a, w) = (overlap_random(dtype, m * k, 3), overlap_random(dtype, n * k, 5));
+            let (a, w) = (
+                rsccl::overlap::compare::operand(dtype, m * k, 3),
+                rsccl::overlap::compare::operand(dtype, n * k, 5),
+            );
             let (da, dw, dc) =
                 (gpu.upload(&a).map_err(e)?, gpu.upload(&w).map_err(e)?, gpu.alloc(2 * m * n).map_err(e)?);
             run::gemm(gpu, &s, &da, &dw, &dc, 64).map_err(e)?;
@@ -274,8 +262,8 @@ fn overlap_gemm(gpu: &dyn Backend) -> CheckResult {
         }
         let (m, n, k) = (8192, 8192, 8192);
         let s = OverlapShape { m, n, k, dtype, coll: OverlapColl::AllReduce, ranks: 2 };
-        let a = gpu.upload(&overlap_random(dtype, m * k, 7)).map_err(e)?;
-        let w = gpu.upload(&overlap_random(dtype, n * k, 9)).map_err(e)?;
+        let a = gpu.upload(&rsccl::overlap::compare::operand(dtype, m * k, 7)).map_err(e)?;
+        let w = gpu.upload(&rsccl::overlap::compare::operand(dtype, n * k, 9)).map_err(e)?;
         let c = gpu.alloc(2 * m * n).map_err(e)?;
         let tiles = s.tiles() as u32;
         run::gemm(gpu, &s, &a, &w, &c, tiles).map_err(e)?;
@@ -311,11 +299,11 @@ fn overlap_all_reduce_two_ranks() -> CheckResult {
     let dtype = DataType::F16;
     let s = OverlapShape { m, n, k, dtype, coll: OverlapColl::AllReduce, ranks: 2 };
     let a: Vec<_> = (0..2)
-        .map(|r| gpu.upload(&overlap_random(dtype, m * k, 21 + r)))
+        .map(|r| gpu.upload(&rsccl::overlap::compare::operand(dtype, m * k, 21 + r)))
         .collect::<Result<_, _>>()
         .map_err(e)?;
     let w: Vec<_> = (0..2)
-        .map(|r| gpu.upload(&overlap_random(dtype, n * k, 31 + r)))
+        .map(|r| gpu.upload(&rsccl::overlap::compare::operand(dtype, n * k, 31 + r)))
         .collect::<Result<_, _>>()
         .map_err(e)?;
     let ops: Vec<_> = a.iter().zip(&w).collect();

@@ -7,10 +7,11 @@
 //! tile); a missing signal is a timeout naming the group and the count; the sm_90 PTX orders
 //! the signal and the wait as the design says.
 use rsccl::backend::{self, Backend, DeviceBuffer};
+use rsccl::overlap::compare::operand;
 use rsccl::overlap::plan::{OverlapColl, OverlapPlan, OverlapShape};
 use rsccl::overlap::run::{self, Overlap, Schedule};
 use rsccl::{BufRef, Call, Comm, CommConfig, DataType, Error, Group, ReduceOp};
-use rsccl_device::redop::soft::{decode, encode, Format, BFLOAT, HALF};
+use rsccl_device::redop::soft::{decode, Format, BFLOAT, HALF};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,20 +21,6 @@ fn fmt(t: DataType) -> Format {
     } else {
         BFLOAT
     }
-}
-
-/// `n` values in [-1, 1) as `t` bits, from `seed` (xorshift).
-fn random(t: DataType, n: usize, seed: u64) -> Vec<u16> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let v = (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-            encode(fmt(t), v, false) as u16
-        })
-        .collect()
 }
 
 struct Case {
@@ -55,8 +42,8 @@ fn ranks(s: &OverlapShape, timeout: Duration, nchannels: usize) -> Ranks {
     let be = backend::cpu();
     let cfg = CommConfig { nchannels, nthreads: 128, timeout, ..CommConfig::default() };
     let comms = Comm::init_all(&be, s.ranks, cfg).unwrap();
-    let a_host: Vec<Vec<u16>> = (0..s.ranks).map(|r| random(s.dtype, s.m * s.k, 11 + r as u64)).collect();
-    let w_host: Vec<Vec<u16>> = (0..s.ranks).map(|r| random(s.dtype, s.n * s.k, 101 + r as u64)).collect();
+    let a_host: Vec<Vec<u16>> = (0..s.ranks).map(|r| operand(s.dtype, s.m * s.k, 11 + r as u64)).collect();
+    let w_host: Vec<Vec<u16>> = (0..s.ranks).map(|r| operand(s.dtype, s.n * s.k, 101 + r as u64)).collect();
     let a = a_host.iter().map(|h| be.upload(h).unwrap()).collect();
     let w = w_host.iter().map(|h| be.upload(h).unwrap()).collect();
     Ranks { be, comms, a, w, a_host, w_host }
