@@ -300,3 +300,38 @@ fn overlap_run_command_compares_overlapped_and_sequential_results() {
         String::from_utf8_lossy(&err).contains("--coll all_to_all: expected all_reduce or reduce_scatter")
     );
 }
+
+#[test]
+fn restore_with_rms_norm_matches_an_f64_norm_of_the_plain_restore() {
+    let s = shape(OverlapColl::AllReduce, 2, DataType::F16, 300, 200, 32);
+    let rk = ranks(&s, Duration::from_secs(60), 2);
+    let plan = OverlapPlan::by_waves(s, 2, &[1, 2]).unwrap();
+    let ovs: Vec<Overlap> = rk.comms.iter().map(|c| Overlap::new(c, plan.clone(), false).unwrap()).collect();
+    let ops: Vec<(&DeviceBuffer, &DeviceBuffer)> = rk.a.iter().zip(&rk.w).collect();
+    run::run_all(&ovs, Schedule::Overlapped, |i, o| run::launch_gemm(&ops, i, o)).unwrap();
+    let gamma_host = operand(s.dtype, s.n, 77);
+    let gamma = rk.be.upload(&gamma_host).unwrap();
+    let (plain, normed) = (rk.be.alloc(2 * s.m * s.n).unwrap(), rk.be.alloc(2 * s.m * s.n).unwrap());
+    let eps = 1e-5f32;
+    ovs[1].restore(&plain, None).unwrap();
+    ovs[1].restore(&normed, Some((&gamma, eps))).unwrap();
+    let x = rk.be.download::<u16>(&plain, s.m * s.n).unwrap();
+    let y = rk.be.download::<u16>(&normed, s.m * s.n).unwrap();
+    let d = |b: u16| decode(HALF, b as u32);
+    for row in 0..s.m {
+        let xs = &x[row * s.n..(row + 1) * s.n];
+        let ms = xs.iter().map(|&b| d(b) * d(b)).sum::<f64>() / s.n as f64;
+        let inv = 1.0 / (ms + eps as f64).sqrt();
+        for col in 0..s.n {
+            let want = d(xs[col]) * inv * d(gamma_host[col]);
+            let got = d(y[row * s.n + col]);
+            assert!((got - want).abs() <= want.abs() / 512.0 + 1e-6, "row {row} col {col}: {got} vs {want}");
+        }
+    }
+    // Too-small output and weights are refused, naming the sizes.
+    let small = rk.be.alloc(10).unwrap();
+    let e = ovs[0].restore(&small, None).unwrap_err().to_string();
+    assert!(e.contains("restore into 10 bytes; 300 rows × 200 f16 need 120000"), "{e}");
+    let e = ovs[0].restore(&plain, Some((&small, eps))).unwrap_err().to_string();
+    assert!(e.contains("RMSNorm weights of 10 bytes"), "{e}");
+}
