@@ -97,6 +97,7 @@ impl World {
             sig: self.sig(seq, bytes, P2pKind::Send),
             kind: P2pKind::Send as u32,
             block,
+            ..Default::default()
         }
     }
 
@@ -113,6 +114,7 @@ impl World {
             sig: self.sig(seq, bytes, P2pKind::Recv),
             kind: P2pKind::Recv as u32,
             block,
+            ..Default::default()
         }
     }
 }

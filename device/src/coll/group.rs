@@ -108,7 +108,7 @@ pub fn group_kernel<T: Elem>(a: &GroupArgs) {
         a.gate.work_done(i);
     }
     if a.p2p.nops > 0 {
-        p2p_kernel(&a.p2p, &RedMover::<u8>::new(RedOp::Sum, 0));
+        p2p_kernel(&a.p2p, &a.gate, &RedMover::<u8>::new(RedOp::Sum, 0));
     }
     if a.gate.is_active() {
         // SAFETY: as above.

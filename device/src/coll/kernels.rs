@@ -284,7 +284,7 @@ fn broadcast_ring(a: &RingArgs) {
 }
 #[inline(always)]
 fn p2p_bytes(a: &P2pArgs) {
-    p2p_kernel(a, &RedMover::<u8>::new(RedOp::Sum, 0))
+    p2p_kernel(a, &crate::overlap::gate::TileGate::default(), &RedMover::<u8>::new(RedOp::Sum, 0))
 }
 
 crate::kernel_table!(KERNELS_BYTES, lib {

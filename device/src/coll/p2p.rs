@@ -13,17 +13,24 @@
 //!
 //! **Schedule contract (deadlock freedom).** The host assigns ops as NCCL does: in round `r`
 //! (0 ≤ r < nranks) rank `q` sends to `q + r` and receives from `q − r` (mod nranks), both in
-//! block `r % nblocks`; the array lists a block's ops by round, and ops on one connection stay
-//! in the order they were issued (they are matched in order) and all run in one block. Then
-//! every op completes, whatever the sizes, by induction on the round (and on the order within
-//! it): the send of round `r` from `q` to `q + r` is matched by the receive of round `r` on
-//! `q + r`, and each waits only for its own group's earlier ops on both ranks (earlier rounds,
-//! done by induction), never for the other group — which is why sends and receives need
+//! block `r % nblocks`; the array lists a block's ops by (wave group of their gate, round) —
+//! by round when nothing is gated — and ops on one connection stay in the order they were
+//! issued (they are matched in order) and all run in one block. Then every op completes,
+//! whatever the sizes, by induction on (gate group, round) and on the order within it: the
+//! send of round `r` from `q` to `q + r` is matched by the receive of the same round and gate
+//! group on `q + r`, and each waits only for its own group's earlier ops on both ranks (done by
+//! induction) and for its gate (a producer that does not wait on this kernel opens it),
+//! never for the other group — which is why sends and receives need
 //! separate groups — and never for another block of its own rank. That holds even if every
 //! send waited until its receiver took all its data, so no FIFO depth is assumed (a send may
 //! also wait for its receiver's acceptance, below). Every block of every rank must be resident
 //! at once: a grid of at most the GPU's SMs (NCCL's channels). Round 0 is the rank itself: the
 //! host pairs its send and receive into one [`P2pKind::Copy`].
+//!
+//! **Gates.** A send or copy with a [`GateWait`] (`tiles` > 0) first waits, in its thread
+//! group, until the launch's [`TileGate`] counter of that wave group holds its tiles: an
+//! all-to-all of a GEMM's output sends each group's rows as soon as they are written. Only
+//! the group kernel has a gate; the kernel traps on a gated op without one.
 //!
 //! **Steps.** An op moves its bytes in FIFO steps of at most `conn.step_bytes`, one slice per
 //! step, and takes at least one step even when it has no bytes (a step that carries 0 bytes),
@@ -40,6 +47,7 @@
 //! block on a connection the sender waits until the receiver has taken the op's first step or
 //! refused it ([`signature::accepted`]): both ranks end with `Mismatch`. A group that fails
 //! stops its remaining ops; the other group goes on.
+use crate::overlap::gate::{GateWait, TileGate};
 use crate::prims::conn::{CallSig, ConnInfo, PrimsStatus};
 use crate::prims::signature::{self, Checkers, Matching};
 use crate::prims::simple::{shm_bytes, DataMover, Primitives};
@@ -100,9 +108,12 @@ pub struct P2pOp {
     pub kind: u32,
     /// The block that runs it (`< gridDim.x`).
     pub block: u32,
+    /// Send and copy: the wave group's tile count to wait for before reading `src` (`tiles`
+    /// 0: none; see Gates above).
+    pub wait: GateWait,
 }
 // SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
-crate::pod::unsafe_impl_pod!(P2pOp { conn, src, dst, bytes, sig, kind, block });
+crate::pod::unsafe_impl_pod!(P2pOp { conn, src, dst, bytes, sig, kind, block, wait });
 
 /// Arguments of the `rsccl_p2p` kernel.
 #[repr(C)]
@@ -174,12 +185,14 @@ fn op_at(a: &P2pArgs, i: u32) -> &P2pOp {
     unsafe { &*a.ops.as_ptr::<P2pOp>().add(i as usize) }
 }
 
-/// Kernel body: this block's ops, each group its own (see the module documentation). `mover`
+/// Kernel body: this block's ops, each group its own (see the module documentation); `gate`
+/// the launch's (inactive outside a gated group launch). `mover`
 /// moves bytes (elements of 1 byte; the kernel traps otherwise), as do launches with less than
 /// [`P2P_SHM_BYTES`] of dynamic shared memory, ops naming a block outside the grid or an unknown
-/// kind, and blocks of fewer than 64 threads that run both sends and receives.
+/// kind, gated ops without an active gate, and blocks of fewer than 64 threads that run both
+/// sends and receives.
 #[inline(always)]
-pub fn p2p_kernel<M: DataMover>(args: &P2pArgs, mover: &M) {
+pub fn p2p_kernel<M: DataMover>(args: &P2pArgs, gate: &TileGate, mover: &M) {
     if mover.elem_bytes() != 1 || arch::dynamic_smem_bytes() < P2P_SHM_BYTES {
         arch::trap();
     }
@@ -205,10 +218,13 @@ pub fn p2p_kernel<M: DataMover>(args: &P2pArgs, mover: &M) {
             continue;
         }
         let ok = match (g.group, P2pKind::from_u32(op.kind)) {
-            (SEND_GROUP, Some(P2pKind::Send)) => send(args, i, op, mover, g),
+            (SEND_GROUP, Some(P2pKind::Send)) => gated(args, gate, op, g) && send(args, i, op, mover, g),
             (SEND_GROUP, Some(P2pKind::Copy)) => {
-                copy(op, mover, g);
-                true
+                let ok = gated(args, gate, op, g);
+                if ok {
+                    copy(op, mover, g);
+                }
+                ok
             }
             (RECV_GROUP, Some(P2pKind::Recv)) => recv(args, op, mover, g),
             _ => true,
@@ -218,6 +234,19 @@ pub fn p2p_kernel<M: DataMover>(args: &P2pArgs, mover: &M) {
             return;
         }
     }
+}
+
+/// Waits (in the group) for the op's gate; false, in every thread of the group, when the wait
+/// gave up.
+#[inline(always)]
+fn gated(a: &P2pArgs, gate: &TileGate, op: &P2pOp, g: Group) -> bool {
+    if op.wait.tiles == 0 {
+        return true;
+    }
+    // SAFETY: an active gate's tables are the host's (`poll` traps on an inactive one), and
+    // the status area is the launch's.
+    let failed = g.tid == 0 && !unsafe { gate.poll(op.wait, &a.status) };
+    !g.any(failed)
 }
 
 /// The FIFO step size of an op's connection; traps on a connection that cannot carry it.

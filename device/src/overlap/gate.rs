@@ -1,6 +1,8 @@
 //! The gate of a counter-gated collective: before work `i` of a group launch
 //! ([`crate::coll::group`]), every block waits until its wave group's counter holds the group's
-//! tile count, then runs that work's channel; the last block to finish resets the counters for
+//! tile count, then runs that work's channel; a point-to-point op of the launch that carries a
+//! [`GateWait`] (an all-to-all's send of one group's rows) waits the same way in its thread
+//! group before its first step. The last block to finish resets the counters for
 //! the next call (FlashOverlap's wait-and-reset, without a wait kernel or a launch per group).
 //!
 //! Thread 0 of each block polls with `ld.acquire.gpu`; the block barrier after it carries the
@@ -60,31 +62,43 @@ impl TileGate {
     pub unsafe fn wait(&self, i: u32, status: &PrimsStatus) -> bool {
         // SAFETY: the caller's promise.
         let w = unsafe { *self.waits.as_ptr::<GateWait>().add(i as usize) };
-        let bid = arch::block_idx().x;
-        let mut failed = false;
-        if w.tiles > 0 && arch::thread_idx().x == 0 {
-            if w.group >= self.groups {
-                arch::trap();
-            }
-            // SAFETY: `group < groups` (checked), a word of `counters`.
-            let counter = unsafe { self.counters.as_ptr::<u32>().add(w.group as usize) };
-            // SAFETY: as above.
-            let count = || unsafe { arch::ld_acquire_gpu_u32(counter) };
-            // SAFETY: the caller's promise about `status`.
-            let ok = unsafe {
-                status.spin_until(
-                    || count() >= w.tiles,
-                    bid as u64,
-                    || (ErrorCode::TileTimeout, w.group as u64, count() as u64),
-                )
-            };
-            failed = !ok;
-        }
+        // SAFETY: as above.
+        let failed = arch::thread_idx().x == 0 && !unsafe { self.poll(w, status) };
         let failed = arch::bar_red_or(0, arch::block_dim().x, failed);
         if !failed {
             self.stamp(2 * i as u64);
         }
         !failed
+    }
+
+    /// One thread's wait for `w` (its block or group then shares the outcome by a barrier):
+    /// spins with `ld.acquire.gpu` until the group's counter reaches `w.tiles`. False when the
+    /// wait gave up (`status` then records [`ErrorCode::TileTimeout`] for this block). Traps
+    /// on a group outside the gate's or an inactive gate with a wait to do.
+    ///
+    /// # Safety
+    /// The gate's tables are what the struct documents and `status` what [`PrimsStatus`]
+    /// documents.
+    #[inline(always)]
+    pub unsafe fn poll(&self, w: GateWait, status: &PrimsStatus) -> bool {
+        if w.tiles == 0 {
+            return true;
+        }
+        if !self.is_active() || w.group >= self.groups {
+            arch::trap();
+        }
+        // SAFETY: `group < groups` (checked), a word of `counters`.
+        let counter = unsafe { self.counters.as_ptr::<u32>().add(w.group as usize) };
+        // SAFETY: as above.
+        let count = || unsafe { arch::ld_acquire_gpu_u32(counter) };
+        // SAFETY: the caller's promise about `status`.
+        unsafe {
+            status.spin_until(
+                || count() >= w.tiles,
+                arch::block_idx().x as u64,
+                || (ErrorCode::TileTimeout, w.group as u64, count() as u64),
+            )
+        }
     }
 
     /// Records the end of work `i`'s channel (block 0).

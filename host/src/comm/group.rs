@@ -71,9 +71,9 @@ struct Part<'a> {
     comm: &'a Comm,
     ops: Vec<P2p<'a>>,
     calls: Vec<Call<'a>>,
-    /// A GEMM's tile counters the collectives wait for, and how many waits its table holds.
-    gate: Option<TileGate>,
-    gate_waits: usize,
+    /// A GEMM's tile counters the collectives and gated sends wait for, and how many waits
+    /// its table holds (one per collective).
+    gate: Option<(TileGate, usize)>,
 }
 
 impl<'a> Group<'a> {
@@ -84,14 +84,14 @@ impl<'a> Group<'a> {
 
     /// A group of `ops` on `comm` alone.
     pub fn of(comm: &'a Comm, ops: &[P2p<'a>]) -> Self {
-        Group { parts: vec![Part { comm, ops: ops.to_vec(), calls: Vec::new(), gate: None, gate_waits: 0 }] }
+        Group { parts: vec![Part { comm, ops: ops.to_vec(), calls: Vec::new(), gate: None }] }
     }
 
     fn part(&mut self, comm: &'a Comm) -> &mut Part<'a> {
         match self.parts.iter().position(|p| std::ptr::eq(p.comm, comm)) {
             Some(i) => &mut self.parts[i],
             None => {
-                self.parts.push(Part { comm, ops: Vec::new(), calls: Vec::new(), gate: None, gate_waits: 0 });
+                self.parts.push(Part { comm, ops: Vec::new(), calls: Vec::new(), gate: None });
                 self.parts.last_mut().expect("just pushed")
             }
         }
@@ -136,13 +136,12 @@ impl<'a> Group<'a> {
     }
 
     /// Gates `comm`'s collectives in this group on a GEMM's tile counters ([`crate::overlap`]):
-    /// before collective `i` the kernel waits for the count `gate.waits[i]` names. The caller
-    /// owns the gate's tables, alive until the group's kernels end, with one wait per
-    /// collective queued on `comm` (checked against their number when the group runs).
+    /// before collective `i` the kernel waits for the count `gate.waits[i]` names, and a send
+    /// made with `P2p::gated` for its own group's count. The caller owns the gate's tables,
+    /// alive until the group's kernels end, with one wait per collective queued on `comm`
+    /// (checked against their number when the group runs).
     pub(crate) fn gate(&mut self, comm: &'a Comm, gate: TileGate, waits: usize) -> &mut Self {
-        let part = self.part(comm);
-        part.gate = Some(gate);
-        part.gate_waits = waits;
+        self.part(comm).gate = Some((gate, waits));
         self
     }
 
@@ -154,7 +153,7 @@ impl<'a> Group<'a> {
             part.ops.extend(p.ops);
             part.calls.extend(p.calls);
             if p.gate.is_some() {
-                (part.gate, part.gate_waits) = (p.gate, p.gate_waits);
+                part.gate = p.gate;
             }
         }
         self
@@ -174,7 +173,7 @@ impl<'a> Group<'a> {
         let prepared: Vec<Prepared> = self
             .parts
             .iter()
-            .map(|p| p.comm.group_prepare(&p.ops, &p.calls, p.gate, p.gate_waits))
+            .map(|p| p.comm.group_prepare(&p.ops, &p.calls, p.gate))
             .collect::<Result<_>>()?;
         for p in &self.parts {
             p.comm.p2p_listen(&p.ops)?;
@@ -404,22 +403,25 @@ impl Comm {
         &'c self,
         ops: &[P2p],
         calls: &[Call],
-        gate: Option<TileGate>,
-        gate_waits: usize,
+        gate: Option<(TileGate, usize)>,
     ) -> Result<Prepared<'c>> {
         self.check_usable()?;
-        if gate.is_some() {
+        if let Some((_, waits)) = gate {
             let one_type = calls.iter().all(|c| c.dtype == calls[0].dtype);
-            if !ops.is_empty() || self.nranks < 2 || gate_waits != calls.len() || !one_type {
+            if self.nranks < 2 || waits != calls.len() || !one_type {
                 return Err(Error::InvalidConfig(format!(
                     "rank {}: a gated group holds collectives of one type on two or more ranks, one wait \
-                     each ({} collectives, {gate_waits} waits, {} point-to-point operations, {} ranks)",
+                     each ({} collectives, {waits} waits, {} ranks)",
                     self.rank,
                     calls.len(),
-                    ops.len(),
                     self.nranks
                 )));
             }
+        } else if let Some((i, _)) = ops.iter().enumerate().find(|(_, op)| op.gate.tiles > 0) {
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: point-to-point operation {i} waits for wave group {} of a gate the group does not have",
+                self.rank, ops[i].gate.group
+            )));
         }
         let bytes = self.check_p2p(ops)?;
         let copies = self_copies(self.rank, ops, &bytes)?;
@@ -452,12 +454,13 @@ impl Comm {
         // peer of this group, or done their part of it (a send's last steps wait in the
         // receiver's memory). A peer that dies mid-transfer stops the kernel (the watchdog's
         // abort) and is named when it ends.
-        Ok(Prepared { queue, in_p2p, bytes, copies, devs, gate: gate.unwrap_or_default() })
+        Ok(Prepared { queue, in_p2p, bytes, copies, devs, gate: gate.map(|(g, _)| g).unwrap_or_default() })
     }
 
     /// Phase 4: launches this rank's kernels of the group (none when nothing moves).
     fn group_launch(&self, ops: &[P2p], prep: &Prepared) -> Result<Vec<Launched>> {
-        if prep.devs.is_empty() {
+        // A gated group's sends wait in the group kernel, which alone has the gate.
+        if prep.devs.is_empty() && !prep.gate.is_active() {
             return Ok(self.launch_p2p_only(ops, prep)?.into_iter().collect());
         }
         let mut launched = Vec::new();

@@ -32,6 +32,7 @@ use crate::transport::{
 };
 use rsccl_device::coll::p2p::{P2pArgs, P2pKind, P2pOp};
 use rsccl_device::dtype::DataType;
+use rsccl_device::overlap::gate::GateWait;
 use rsccl_device::prims::conn::{
     decode_status, mismatch_offset, status_bytes, CallSig, ErrorCode, PrimsStatus, CALL_SIG_BYTES,
 };
@@ -81,6 +82,9 @@ pub struct P2p<'a> {
     pub dtype: DataType,
     /// The other rank.
     pub peer: usize,
+    /// A send's gate (`tiles` 0: none): the wave group whose tiles it waits for in a gated
+    /// group launch ([`crate::overlap`]).
+    pub(crate) gate: GateWait,
 }
 
 impl Direction {
@@ -96,12 +100,17 @@ impl Direction {
 impl<'a> P2p<'a> {
     /// Sends `count` elements of `buf` to `peer` (NCCL's `ncclSend`).
     pub fn send(buf: BufRef<'a>, count: usize, dtype: DataType, peer: usize) -> Self {
-        P2p { dir: Direction::Send, buf, count, dtype, peer }
+        P2p { dir: Direction::Send, buf, count, dtype, peer, gate: GateWait::default() }
     }
 
     /// Receives `count` elements from `peer` into `buf` (NCCL's `ncclRecv`).
     pub fn recv(buf: BufRef<'a>, count: usize, dtype: DataType, peer: usize) -> Self {
-        P2p { dir: Direction::Recv, buf, count, dtype, peer }
+        P2p { dir: Direction::Recv, buf, count, dtype, peer, gate: GateWait::default() }
+    }
+
+    /// This send, waiting in a gated group launch until wave group `group` has `tiles` tiles.
+    pub(crate) fn gated(self, group: u32, tiles: u32) -> Self {
+        P2p { gate: GateWait { group, tiles }, ..self }
     }
 
     /// "send of 400 bytes to rank 2", for messages.
@@ -161,17 +170,30 @@ impl Comm {
             dev.push((
                 round,
                 i,
-                P2pOp { conn: conn.view, src, dst, bytes: bytes[i], sig, kind: kind as u32, block },
+                P2pOp {
+                    conn: conn.view,
+                    src,
+                    dst,
+                    bytes: bytes[i],
+                    sig,
+                    kind: kind as u32,
+                    block,
+                    wait: op.gate,
+                },
             ));
         }
         drop(links);
         for (s, r) in copies {
             let (src, dst) = (ops[*s].buf.ptr(), ops[*r].buf.ptr());
-            let op = P2pOp { src, dst, bytes: bytes[*s], kind: P2pKind::Copy as u32, ..Default::default() };
+            let wait = ops[*s].gate;
+            let op =
+                P2pOp { src, dst, bytes: bytes[*s], kind: P2pKind::Copy as u32, wait, ..Default::default() };
             dev.push((0, *s, op));
         }
-        // The sort is stable: operations of one round keep the order called.
-        dev.sort_by_key(|(round, _, op)| (op.block, *round));
+        // The sort is stable: operations of one round keep the order called. Gated sends go
+        // by wave group first (the device's schedule contract), so group 0's rows leave
+        // before group 1's are written, whatever their rounds.
+        dev.sort_by_key(|(round, _, op)| (op.block, op.wait.group, *round));
         let notes = dev
             .iter()
             .map(|&(_, i, _)| OpNote { peer: ops[i].peer, text: ops[i].describe(bytes[i]) })

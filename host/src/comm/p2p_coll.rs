@@ -69,7 +69,10 @@ impl<'a> Group<'a> {
                 comm.nranks()
             )));
         }
-        let op = |dir, buf, peer| P2p { dir, buf, count, dtype, peer };
+        let op = |dir, buf, peer| match dir {
+            Direction::Send => P2p::send(buf, count, dtype, peer),
+            Direction::Recv => P2p::recv(buf, count, dtype, peer),
+        };
         if comm.rank() == root {
             for r in 0..comm.nranks() {
                 self.add(comm, op(at_root, at(whole, r * count, dtype, what)?, r));
