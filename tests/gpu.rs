@@ -208,6 +208,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
     v.push(("mismatched_calls_fail_naming_both", Box::new(|_| mismatched_calls())));
     v.push(("overlap_gemm_matches_reference_and_tflops", Box::new(overlap_gemm)));
     v.push(("overlap_all_reduce_two_ranks_sharing_the_gpu", Box::new(|_| overlap_all_reduce_two_ranks())));
+    v.push(("overlap_all_to_all_two_ranks_sharing_the_gpu", Box::new(|_| overlap_all_to_all_two_ranks())));
     // Last: a trap leaves a CUDA context unusable, so nothing may run after it.
     v.push(("trap_reports_error", Box::new(checks::trap_reports_error)));
     v.push(("multicast_object_of_one_device", Box::new(multicast_object)));
@@ -380,6 +381,97 @@ fn overlap_all_reduce_two_ranks() -> CheckResult {
     );
     if wrong != 0 || wrong_single != 0 || wrong_plain != 0 {
         return Err(format!("{wrong} / {wrong_single} / {wrong_plain} elements differ"));
+    }
+    Ok(())
+}
+
+/// GEMM + all-to-all (unbalanced MoE routing) on two ranks sharing this GPU: overlapped
+/// against the same kernels in sequence (bit for bit, both timed), and every received row
+/// against the row-major GEMM output of the rank that sent it.
+fn overlap_all_to_all_two_ranks() -> CheckResult {
+    use rsccl::comm::{Comm, CommConfig};
+    use rsccl::overlap::plan::{OverlapColl, OverlapPlan, OverlapShape};
+    use rsccl::overlap::routes::Routes;
+    use rsccl::overlap::run::{self, Overlap, Schedule};
+    let e = |e: rsccl::Error| e.to_string();
+    let gpu = backend::gpu().map_err(e)?;
+    let comms = Comm::init_all(&gpu, 2, CommConfig::default()).map_err(e)?;
+    let blocks = comms[0].config().nchannels as u32;
+    let (m, n, k) = (8192, 8192, 4096);
+    let dtype = DataType::BF16;
+    let s = OverlapShape { m, n, k, dtype, coll: OverlapColl::AllToAll, ranks: 2 };
+    let routes = Routes::skewed(2, m, 11, 0.25).map_err(e)?;
+    let a: Vec<_> = (0..2)
+        .map(|r| gpu.upload(&rsccl::overlap::compare::operand(dtype, m * k, 41 + r)))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    let w: Vec<_> = (0..2)
+        .map(|r| gpu.upload(&rsccl::overlap::compare::operand(dtype, n * k, 51 + r)))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    let ops: Vec<_> = a.iter().zip(&w).collect();
+    let wave = 132 / 2 - blocks;
+    let waves = (s.tiles() as u32).div_ceil(wave);
+    let plan = OverlapPlan::by_waves(s, wave, &[waves.div_ceil(4); 4]).map_err(e)?;
+    let time = |schedule: Schedule| -> Result<(f64, Vec<Vec<u16>>), String> {
+        let ovs: Vec<Overlap> = comms
+            .iter()
+            .map(|c| Overlap::routed(c, plan.clone(), &routes, false))
+            .collect::<Result<_, _>>()
+            .map_err(e)?;
+        let mut best = f64::MAX;
+        for _ in 0..4 {
+            let t = std::time::Instant::now();
+            run::run_all(&ovs, schedule, |i, o| run::launch_gemm(&ops, i, o)).map_err(e)?;
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let mut outs = Vec::new();
+        for o in &ovs {
+            let elems = o.restored_rows() * n;
+            let dst = gpu.alloc(2 * elems.max(1)).map_err(e)?;
+            o.restore(&dst, None).map_err(e)?;
+            outs.push(gpu.download::<u16>(&dst, elems).map_err(e)?);
+        }
+        Ok((best, outs))
+    };
+    let (t_over, over) = time(Schedule::Overlapped)?;
+    let (t_seq, seq) = time(Schedule::GemmFirst)?;
+    let wrong: usize =
+        over.iter().zip(&seq).map(|(x, y)| x.iter().zip(y).filter(|(p, q)| p != q).count()).sum();
+    // Each rank's GEMM row-major; rank q's rows are rank 0's rows routed to q, then rank 1's.
+    let mut cs = Vec::new();
+    for (a, w) in &ops {
+        let c = gpu.alloc(2 * m * n).map_err(e)?;
+        run::gemm(&*gpu, &s, a, w, &c, s.tiles() as u32).map_err(e)?;
+        cs.push(gpu.download::<u16>(&c, m * n).map_err(e)?);
+    }
+    let mut wrong_rows = 0usize;
+    for (q, got) in over.iter().enumerate() {
+        let mut at = 0;
+        for (p, c) in cs.iter().enumerate() {
+            for (row, &d) in routes.of(p).iter().enumerate() {
+                if d as usize == q {
+                    wrong_rows +=
+                        usize::from(got.get(at * n..(at + 1) * n) != Some(&c[row * n..(row + 1) * n]));
+                    at += 1;
+                }
+            }
+        }
+    }
+    println!(
+        "  {} groups {:?} (waves of {wave} tiles, {blocks} collective blocks), rows received {} / {}: \
+         overlapped {:.3} ms, same kernels in sequence {:.3} ms (ratio {:.2}); wrong elements vs in \
+         sequence: {wrong}; wrong rows vs the GEMM's: {wrong_rows}",
+        s.describe(),
+        plan.group_tiles(),
+        routes.received(0),
+        routes.received(1),
+        t_over * 1e3,
+        t_seq * 1e3,
+        t_seq / t_over,
+    );
+    if wrong != 0 || wrong_rows != 0 {
+        return Err(format!("{wrong} elements / {wrong_rows} rows differ"));
     }
     Ok(())
 }

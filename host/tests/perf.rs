@@ -1,7 +1,7 @@
 //! `rsccl perf` as a user and a script call it: its report read the way scripts read
 //! nccl-tests' (`#` lines are comments, a data row has 13 columns, `#wrong` is 0, the footer is
 //! there), every collective, every type and op, bad command lines, and one rank per process
-//! under `rsccl run`.
+//! under `rsccl run` — as is `rsccl overlap run`, the other command that measures.
 //!
 //! Every run is bounded in time: a command still running at its limit is killed and the test
 //! fails (the ranks `rsccl run` started get SIGTERM when it dies). The CPU backend is forced and
@@ -305,4 +305,70 @@ fn one_rank_per_process_under_rsccl_run() {
     assert_eq!(r.rows.len(), 1);
     assert_eq!((r.rows[0][0].as_str(), r.rows[0][8].as_str(), r.rows[0][12].as_str()), ("1024", "0", "0"));
     assert_eq!(r.out_of_bounds, "0 OK");
+}
+
+#[test]
+fn overlap_run_one_rank_per_process_under_rsccl_run() {
+    let exe = env!("CARGO_BIN_EXE_rsccl");
+    let out = rsccl(
+        &[
+            "run",
+            "-n",
+            "2",
+            "--timeout",
+            "120",
+            "--",
+            exe,
+            "overlap",
+            "run",
+            "--coll",
+            "all_to_all",
+            "--m",
+            "200",
+            "--n",
+            "260",
+            "--k",
+            "24",
+            "--wave",
+            "1",
+            "--groups",
+            "2,2",
+            "--iters",
+            "1",
+        ],
+        Duration::from_secs(150),
+    );
+    assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert_eq!(out.stdout.matches("overlap run:").count(), 1, "rank 0 alone prints:\n{}", out.stdout);
+    assert!(out.stdout.contains("all_to_all 200×260×24 f16 on 2 ranks"), "{}", out.stdout);
+    assert!(out.stdout.contains("one rank per process"), "{}", out.stdout);
+    // Both processes' rows: every row of both ranks lands once, 2 × 200 × 260 compared.
+    assert!(out.stdout.contains("wrong elements: 0 of 104000"), "{}", out.stdout);
+    // --ranks must agree with the launcher.
+    let out = rsccl(
+        &[
+            "run",
+            "-n",
+            "2",
+            "--timeout",
+            "60",
+            "--",
+            exe,
+            "overlap",
+            "run",
+            "--coll",
+            "all_reduce",
+            "--ranks",
+            "4",
+            "--m",
+            "8",
+            "--n",
+            "8",
+            "--k",
+            "8",
+        ],
+        Duration::from_secs(90),
+    );
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("--ranks: the launcher started 2 ranks"), "{}", out.stderr);
 }

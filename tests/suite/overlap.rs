@@ -1,7 +1,8 @@
 //! Compute–communication overlap on the CPU emulator ([`rsccl::overlap`]): a GEMM that signals
 //! its tiles and gated collectives give exactly the bits of the same GEMM followed by the same
 //! collectives, and on one channel (one ring order for every element) the bits of the
-//! one-group plan — for 2, 4 and 8 ranks, f16 and bf16, shapes that are not
+//! one-group plan; an all-to-all's the bits of the GEMM followed by a plain all-to-all(v) — for
+//! 2, 3 (all-to-all), 4 and 8 ranks, f16 and bf16, shapes that are not
 //! tile multiples, one, two, many and uneven groups — and agree with an f64 reference to
 //! rounding; the overlap is real (the first group's collective ends before the GEMM's last
 //! tile); a missing signal is a timeout naming the group and the count; the sm_90 PTX orders
@@ -9,6 +10,7 @@
 use rsccl::backend::{self, Backend, DeviceBuffer};
 use rsccl::overlap::compare::operand;
 use rsccl::overlap::plan::{OverlapColl, OverlapPlan, OverlapShape};
+use rsccl::overlap::routes::Routes;
 use rsccl::overlap::run::{self, Overlap, Schedule};
 use rsccl::{BufRef, Call, Comm, CommConfig, DataType, Error, Group, ReduceOp};
 use rsccl_device::redop::soft::{decode, Format, BFLOAT, HALF};
@@ -92,6 +94,7 @@ fn check_reference(rk: &Ranks, s: &OverlapShape, got: &[Vec<u16>], samples: usiz
         let (rank, out_row) = match s.coll {
             OverlapColl::AllReduce => ((x >> 5) as usize % s.ranks, row),
             OverlapColl::ReduceScatter => (row % s.ranks, row / s.ranks),
+            OverlapColl::AllToAll => unreachable!("all-to-all cases check their rows in check_all_to_all"),
         };
         let v = decode(fmt(s.dtype), got[rank][out_row * s.n + col] as u32);
         let tol = (parts.iter().map(|p| p.abs()).sum::<f64>() + want.abs() * s.ranks as f64 + 1.0) * ulp_rel;
@@ -136,6 +139,7 @@ fn rk_rows(s: &OverlapShape, r: usize) -> usize {
     match s.coll {
         OverlapColl::AllReduce => s.m,
         OverlapColl::ReduceScatter => (s.m - r.min(s.m)).div_ceil(s.ranks),
+        OverlapColl::AllToAll => unreachable!("all-to-all cases count their rows from the routes"),
     }
 }
 
@@ -293,12 +297,22 @@ fn overlap_run_command_compares_overlapped_and_sequential_results() {
     assert!(text.contains("wrong elements: 0 of 78000"), "{text}");
     let (mut out, mut err) = (Vec::new(), Vec::new());
     assert_eq!(
-        run_to(&args("run --coll all_to_all --ranks 2 --m 1 --n 1 --k 1"), &mut out, &mut err),
+        run_to(&args("run --coll all_gather --ranks 2 --m 1 --n 1 --k 1"), &mut out, &mut err),
         ExitCode::from(2)
     );
     assert!(
-        String::from_utf8_lossy(&err).contains("--coll all_to_all: expected all_reduce or reduce_scatter")
+        String::from_utf8_lossy(&err).contains("--coll all_gather: expected all_reduce"),
+        "{:?}",
+        String::from_utf8_lossy(&err)
     );
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = run_to(
+        &args("run --backend cpu --coll all_to_all --ranks 3 --m 200 --n 140 --k 24 --wave 1 --groups 1,1,1 --hot 0.5 --iters 1"),
+        &mut out, &mut err);
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(code, ExitCode::SUCCESS, "{text}{}", String::from_utf8_lossy(&err));
+    // Every rank's rows land somewhere: 3 × 200 rows of 140 elements compared.
+    assert!(text.contains("wrong elements: 0 of 84000"), "{text}");
 }
 
 #[test]
@@ -334,4 +348,153 @@ fn restore_with_rms_norm_matches_an_f64_norm_of_the_plain_restore() {
     assert!(e.contains("restore into 10 bytes; 300 rows × 200 f16 need 120000"), "{e}");
     let e = ovs[0].restore(&plain, Some((&small, eps))).unwrap_err().to_string();
     assert!(e.contains("RMSNorm weights of 10 bytes"), "{e}");
+}
+
+/// Every rank's restored output of a routed (all-to-all) `plan` run on `schedule`.
+fn run_routed(rk: &Ranks, plan: &OverlapPlan, routes: &Routes, schedule: Schedule) -> Vec<Vec<u16>> {
+    let ovs: Vec<Overlap> =
+        rk.comms.iter().map(|c| Overlap::routed(c, plan.clone(), routes, false).unwrap()).collect();
+    let ops: Vec<(&DeviceBuffer, &DeviceBuffer)> = rk.a.iter().zip(&rk.w).collect();
+    run::run_all(&ovs, schedule, |i, o| run::launch_gemm(&ops, i, o)).unwrap();
+    ovs.iter()
+        .map(|o| {
+            let n = o.restored_rows() * plan.shape().n;
+            let dst = rk.be.alloc(2 * n.max(1)).unwrap();
+            o.restore(&dst, None).unwrap();
+            rk.be.download::<u16>(&dst, n).unwrap()
+        })
+        .collect()
+}
+
+/// The same GEMM (row-major) followed by a plain all-to-all(v) of whole rows: each rank packs
+/// its rows by destination (stably, as a MoE dispatch does) and a group of sends and receives
+/// moves them; rank q's result holds the rows from rank 0, then rank 1, …
+fn gemm_then_all_to_all(rk: &Ranks, s: &OverlapShape, routes: &Routes) -> Vec<Vec<u16>> {
+    let r = s.ranks;
+    let mut packed = Vec::new();
+    for (p, (a, w)) in rk.a.iter().zip(&rk.w).enumerate() {
+        let c = rk.be.alloc(2 * s.m * s.n).unwrap();
+        run::gemm(&*rk.be, s, a, w, &c, 3).unwrap();
+        let c = rk.be.download::<u16>(&c, s.m * s.n).unwrap();
+        let mut rows = Vec::with_capacity(s.m * s.n);
+        for q in 0..r as u32 {
+            for (row, _) in routes.of(p).iter().enumerate().filter(|(_, &d)| d == q) {
+                rows.extend_from_slice(&c[row * s.n..(row + 1) * s.n]);
+            }
+        }
+        packed.push(rk.be.upload(&rows).unwrap());
+    }
+    let recv: Vec<DeviceBuffer> =
+        (0..r).map(|q| rk.be.alloc(2 * (routes.received(q) * s.n).max(1)).unwrap()).collect();
+    let mut g = Group::new();
+    for (p, (comm, (send, recv))) in rk.comms.iter().zip(packed.iter().zip(&recv)).enumerate() {
+        let (mut sent, mut got) = (0, 0);
+        for q in 0..r {
+            let (out, inc) = (routes.rows_to(p, q) * s.n, routes.rows_to(q, p) * s.n);
+            g.send(comm, BufRef { buf: send, offset: 2 * sent }, out, s.dtype, q);
+            g.recv(comm, BufRef { buf: recv, offset: 2 * got }, inc, s.dtype, q);
+            (sent, got) = (sent + out, got + inc);
+        }
+    }
+    g.run().unwrap();
+    recv.iter()
+        .enumerate()
+        .map(|(q, b)| rk.be.download::<u16>(b, routes.received(q) * s.n).unwrap())
+        .collect()
+}
+
+/// An all-to-all case: overlapped, the same kernels after the GEMM, and the plain GEMM +
+/// all-to-all(v) give the same bits; sampled elements agree with an f64 GEMM.
+fn check_all_to_all(s: OverlapShape, wave: u32, groups: &[u32], hot: f64) {
+    let plan = OverlapPlan::by_waves(s, wave, groups).unwrap();
+    let routes = Routes::skewed(s.ranks, s.m, 5, hot).unwrap();
+    let rk = ranks(&s, Duration::from_secs(60), 2);
+    let overlapped = run_routed(&rk, &plan, &routes, Schedule::Overlapped);
+    let what = format!("{} groups {:?} hot {hot}", s.describe(), plan.group_tiles());
+    let same = |a: &[Vec<u16>], b: &[Vec<u16>], against: &str| {
+        for (q, (a, b)) in a.iter().zip(b).enumerate() {
+            assert_eq!(a.len(), routes.received(q) * s.n, "{what}: rank {q}'s rows");
+            let wrong = a.iter().zip(b).filter(|(x, y)| x != y).count();
+            assert_eq!(wrong, 0, "{what}: rank {q}: {wrong} elements differ from {against}");
+        }
+    };
+    same(
+        &overlapped,
+        &run_routed(&rk, &plan, &routes, Schedule::GemmFirst),
+        "the same kernels after the GEMM",
+    );
+    same(&overlapped, &gemm_then_all_to_all(&rk, &s, &routes), "GEMM + all-to-all(v)");
+    // Rank q's k-th row from rank p is p's k-th row routed to q: sample it against f64.
+    let ulp_rel = if s.dtype == DataType::F16 { 1.0 / 1024.0 } else { 1.0 / 128.0 };
+    for (q, got) in overlapped.iter().enumerate() {
+        let mut out_row = 0;
+        for p in 0..s.ranks {
+            for (row, &d) in routes.of(p).iter().enumerate() {
+                if d as usize != q {
+                    continue;
+                }
+                if out_row % 17 == 0 {
+                    for col in [0, s.n / 2, s.n - 1] {
+                        let want = gemm_f64(&rk, &s, p, row, col);
+                        let got = decode(fmt(s.dtype), got[out_row * s.n + col] as u32);
+                        let tol = (want.abs() + 1.0) * ulp_rel;
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{what}: rank {p} row {row} col {col} on rank {q}: {got} vs {want}"
+                        );
+                    }
+                }
+                out_row += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn all_to_all_2_ranks_1000x3000x512_uneven_groups_bits_equal_gemm_then_all_to_all() {
+    check_all_to_all(shape(OverlapColl::AllToAll, 2, DataType::F16, 1000, 3000, 512), 8, &[3, 5, 16], 0.25);
+}
+
+#[test]
+fn all_to_all_4_ranks_bf16_a_group_per_wave() {
+    check_all_to_all(shape(OverlapColl::AllToAll, 4, DataType::BF16, 300, 520, 96), 2, &[1; 8], 0.5);
+}
+
+#[test]
+fn all_to_all_8_ranks_f16_two_groups_balanced() {
+    check_all_to_all(shape(OverlapColl::AllToAll, 8, DataType::F16, 260, 300, 40), 2, &[2, 3], 0.0);
+}
+
+#[test]
+fn all_to_all_3_ranks_every_row_to_the_next_rank_one_group_and_many() {
+    // Each rank receives from one rank only: most sends and receives carry nothing.
+    let s = shape(OverlapColl::AllToAll, 3, DataType::BF16, 200, 256, 32);
+    check_all_to_all(s, 1, &[4], 1.0);
+    check_all_to_all(s, 1, &[1, 1, 1, 1], 1.0);
+}
+
+#[test]
+fn all_to_all_missing_signal_is_a_timeout_and_routes_are_checked() {
+    let s = shape(OverlapColl::AllToAll, 2, DataType::F16, 256, 384, 16);
+    let rk = ranks(&s, Duration::from_millis(1500), 2);
+    let plan = OverlapPlan::by_waves(s, 2, &[1, 1, 1]).unwrap();
+    let routes = Routes::skewed(2, 256, 3, 0.3).unwrap();
+    let ovs: Vec<Overlap> =
+        rk.comms.iter().map(|c| Overlap::routed(c, plan.clone(), &routes, false).unwrap()).collect();
+    let err = run::run_all(&ovs, Schedule::Overlapped, |i, o| {
+        for g in 0..3 {
+            o.set_signalled(g, if i == 1 && g == 2 { 1 } else { 2 })?;
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    assert_eq!(err, Error::TileTimeout { rank: 1, group: 2, signalled: 1, expected: 2 }, "{err}");
+    drop(ovs);
+    let e = Overlap::new(&rk.comms[0], plan.clone(), false).err().unwrap().to_string();
+    assert!(e.contains("an all-to-all plan needs its routes"), "{e}");
+    let other = Routes::skewed(2, 100, 3, 0.3).unwrap();
+    let e = Overlap::routed(&rk.comms[0], plan.clone(), &other, false).err().unwrap().to_string();
+    assert!(e.contains("routes of 2 ranks × 100 rows"), "{e}");
+    let e = Routes::new(2, 2, vec![0, 1, 2, 0]).unwrap_err().to_string();
+    assert!(e.contains("rank 1 sends row 0 to rank 2"), "{e}");
 }

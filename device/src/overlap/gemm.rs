@@ -136,9 +136,23 @@ impl OutTile<'_> {
         self.args.layout.tiles == DevPtr::NULL
     }
 
-    /// Stores `v` (two elements, `lo` first) at (`row`, `col`), (`row`, `col + 1`); `col` even.
+    /// Offset of column 0 of the tile in row `row` of the reordered buffer (unused when the
+    /// output is row-major): each element of the row is `row_start + col % tile_n`.
     #[inline(always)]
-    fn put2(&self, row: u32, col: u32, v: u32) {
+    fn row_start(&self, row: u32, col0: u32) -> u64 {
+        if self.row_major() {
+            return 0;
+        }
+        // SAFETY: (row, col0) lies in a tile of the grid, whose piece table (if routed) the
+        // host sized.
+        unsafe { self.args.layout.locate(self.place, self.first, self.count, row, col0) }
+    }
+
+    /// Stores `v` (two elements, `lo` first) at (`row`, `col`), (`row`, `col + 1`); `col` even,
+    /// `start` the row's [`OutTile::row_start`]. Placing a row once, not per element, keeps
+    /// the epilogue's accumulators in registers.
+    #[inline(always)]
+    fn put2_at(&self, start: u64, row: u32, col: u32, v: u32) {
         let l = &self.args.layout;
         if self.row_major() {
             for (c, h) in [(col, v as u16), (col + 1, (v >> 16) as u16)] {
@@ -149,9 +163,9 @@ impl OutTile<'_> {
                 }
             }
         } else {
-            let at = l.offset(self.place, self.first, self.count, row, col);
-            // SAFETY: every (row, col) of a tile has an even offset inside the reordered
-            // buffer of `layout.elems()` elements (offset's contract; tile_n is even).
+            let at = start + (col % GEMM_TILE_N) as u64;
+            // SAFETY: every element of a tile has an even offset inside the reordered buffer of
+            // `layout.elems()` elements (`locate`'s contract; tile_n and col are even).
             unsafe { *self.args.out.offset(2 * at).as_ptr::<u32>() = v };
         }
     }
@@ -262,8 +276,10 @@ fn tile<T: GemmElem>(a: &GemmArgs, row0: u32, col0: u32, out: &OutTile) {
         kb += TK;
     }
     for (i, row) in acc.iter().enumerate() {
+        let r = row0 + r0 + i as u32;
+        let start = out.row_start(r, col0);
         for j in (0..8).step_by(2) {
-            out.put2(row0 + r0 + i as u32, col0 + c0 + j as u32, T::pack2(row[j], row[j + 1]));
+            out.put2_at(start, r, col0 + c0 + j as u32, T::pack2(row[j], row[j + 1]));
         }
     }
 }
@@ -369,12 +385,13 @@ fn tile<T: GemmElem>(a: &GemmArgs, row0: u32, col0: u32, out: &OutTile) {
     let (g, t4) = (lane / 4, lane % 4);
     // Constant indices (written out): the accumulators stay in registers.
     unrolled(4, |mi| {
+        let row = row0 + wm + mi as u32 * 16 + g;
+        let (lo, hi) = (out.row_start(row, col0), out.row_start(row + 8, col0));
         unrolled(4, |ni| {
             let c = acc[mi][ni];
             let col = col0 + wn + ni as u32 * 8 + 2 * t4;
-            let row = row0 + wm + mi as u32 * 16 + g;
-            out.put2(row, col, T::pack2(c[0], c[1]));
-            out.put2(row + 8, col, T::pack2(c[2], c[3]));
+            out.put2_at(lo, row, col, T::pack2(c[0], c[1]));
+            out.put2_at(hi, row + 8, col, T::pack2(c[2], c[3]));
         })
     });
 }

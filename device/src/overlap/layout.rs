@@ -5,8 +5,14 @@
 //! sorted by `row % ranks` (stably), so each rank's share of a group is contiguous: what a
 //! reduce-scatter of the slice hands rank `p` is the group's rows `≡ p (mod ranks)`.
 //!
+//! An all-to-all sends each row to a rank of its own choosing: there a **piece table** replaces
+//! the rank sort — for every row and column band, the index of its piece (`tile_n` elements)
+//! in the buffer — so each group's rows for one destination are contiguous. A receiver's
+//! buffer (pieces from each source, group by group) has a piece table of its own, read by the
+//! restore kernel.
+//!
 //! The host builds the tables ([`TileLayout`] points at them); the GEMM epilogue, the restore
-//! kernel and the host's own checks all place elements through [`TileLayout::offset`].
+//! kernel and the host's own checks all place elements through [`TileLayout::locate`].
 use crate::DevPtr;
 
 /// Where tile `t` goes: its slot and its wave group (`TileLayout::tiles[t]`).
@@ -31,6 +37,9 @@ pub struct TileLayout {
     pub slots: DevPtr,
     /// `u32[groups + 1]`: the first slot of each wave group, then the slot count.
     pub group_first: DevPtr,
+    /// Null, or `u32[tiles_m · tile_m · tiles_n]`: the piece (`tile_n` elements) of each row
+    /// and column band, row-major — a routed layout, where it replaces `ranks`' sort.
+    pub pieces: DevPtr,
     /// Output rows.
     pub m: u32,
     /// Output columns.
@@ -53,6 +62,7 @@ crate::pod::unsafe_impl_pod!(TileLayout {
     tiles,
     slots,
     group_first,
+    pieces,
     m,
     n,
     tile_m,
@@ -113,6 +123,53 @@ impl TileLayout {
         let k = (place.slot - first) as u64;
         let row_in_group = p * count as u64 * per_tile + k * per_tile + i / r;
         first as u64 * self.slot_elems() + row_in_group * n + j
+    }
+
+    /// Offset in elements of output element (`row`, `col`) in a tile at `place`, as
+    /// [`TileLayout::offset`] or, in a routed layout, through its piece table.
+    ///
+    /// # Safety
+    /// A routed layout's `pieces` holds its `tiles_m · tile_m · tiles_n` entries and
+    /// `row < tiles_m · tile_m`, `col < tiles_n · tile_n`.
+    #[inline(always)]
+    pub unsafe fn locate(&self, place: TileSlot, first: u32, count: u32, row: u32, col: u32) -> u64 {
+        if self.pieces == DevPtr::NULL {
+            return self.offset(place, first, count, row, col);
+        }
+        // SAFETY: the caller's promise.
+        unsafe { self.piece_offset(row, col) }
+    }
+
+    /// Offset of (`row`, `col`) through the piece table.
+    ///
+    /// # Safety
+    /// As [`TileLayout::locate`]'s, `pieces` not null.
+    #[inline(always)]
+    unsafe fn piece_offset(&self, row: u32, col: u32) -> u64 {
+        let at = row as u64 * self.tiles_n as u64 + (col / self.tile_n) as u64;
+        // SAFETY: the caller's promise.
+        let piece = unsafe { *self.pieces.as_ptr::<u32>().add(at as usize) };
+        piece as u64 * self.tile_n as u64 + (col % self.tile_n) as u64
+    }
+
+    /// Offset of output element (`row`, `col`): through the piece table when the layout has
+    /// one (no tile tables read: a receiver's layout has none), else through its tile's place.
+    ///
+    /// # Safety
+    /// The layout's tables are what the struct documents; `row < tiles_m · tile_m` and
+    /// `col < tiles_n · tile_n`.
+    #[inline(always)]
+    pub unsafe fn element(&self, row: u32, col: u32) -> u64 {
+        if self.pieces != DevPtr::NULL {
+            // SAFETY: the caller's promise.
+            return unsafe { self.piece_offset(row, col) };
+        }
+        // SAFETY: the caller's promise (a place per tile, a span per group).
+        let (place, (first, count)) = unsafe {
+            let place = self.place(self.tile_of(row, col));
+            (place, self.group_span(place.group))
+        };
+        self.offset(place, first, count, row, col)
     }
 
     /// The place of tile `t`.

@@ -1,5 +1,6 @@
 //! The restore kernel: a reordered output (see [`super::layout`]) back to row-major — every
-//! row, or after a reduce-scatter the rows `≡ rank (mod ranks)` this rank holds, in order —
+//! row, or after a reduce-scatter the rows `≡ rank (mod ranks)` this rank holds, in order; after
+//! an all-to-all the received rows, through the receiver's piece table —
 //! optionally fused with an RMSNorm as FlashOverlap fuses its un-permute into the next layer's
 //! norm: `y = x / sqrt(mean(x²) + eps) · gamma`, in f32, one warp per row.
 use super::gemm::GemmElem;
@@ -59,13 +60,9 @@ pub fn restore_kernel<T: GemmElem>(a: &RestoreArgs) {
     let base = if a.rank == ALL_ROWS { 0 } else { a.rank as u64 };
     while out_row < rows {
         let row = (base + out_row * step) as u32;
-        let at = |col: u32| -> u64 {
-            // SAFETY: the host's tables (a place per tile, a span per group).
-            let place = unsafe { l.place(l.tile_of(row, col)) };
-            // SAFETY: as above.
-            let (first, count) = unsafe { l.group_span(place.group) };
-            l.offset(place, first, count, row, col)
-        };
+        // SAFETY: the host's tables (a piece table, or a place per tile and a span per group);
+        // row < m and col < n lie in the tile grid.
+        let at = |col: u32| -> u64 { unsafe { l.element(row, col) } };
         // SAFETY (both loads and the store): offsets inside the reordered buffer and the
         // rows × n output, which the host sized.
         let ld = |col: u32| unsafe { *a.src.offset(2 * at(col)).as_ptr::<u16>() };

@@ -134,10 +134,11 @@ fn write_out(out: &mut dyn Write, text: &str) -> Result<(), CliError> {
 }
 
 const RUN_USAGE: &str = "\
-usage: rsccl overlap run --coll all_reduce|reduce_scatter --ranks R --m M --n N --k K [FLAGS]
+usage: rsccl overlap run --coll all_reduce|reduce_scatter|all_to_all --ranks R --m M --n N --k K [FLAGS]
 
 Runs rsccl's GEMM (C = A x W^T, random inputs) and the collective on its output on R ranks of
-this process, on the backend at hand (--backend): overlapped (each wave
+this process — or, started by a launcher (`rsccl run -n R rsccl overlap run ...`), on this
+process's rank, rank 0 printing — on the backend at hand (--backend): overlapped (each wave
 group's collective gated by the GEMM's tile signals) and with the same kernels in sequence (the
 GEMM first). Prints both times (the best of --iters), their ratio and how many elements of the
 two results differ (0, or the command fails). M, N and K need not be tile multiples.
@@ -148,6 +149,8 @@ flags:
   --groups LIST    waves per group, e.g. 2,3,4 (the last takes the remaining tiles);
                    default 4 groups of equal waves
   --plan FILE      a plan saved by `rsccl overlap tune --save` instead of --wave/--groups
+  --hot F          all_to_all: the share of each rank's rows routed to the next rank, the
+                   rest spread at random (an unbalanced MoE routing; 0.25)
   --channels C     the communicator's channels: the gated collective's blocks (2)
   --iters I        timed runs each way (3)
   --backend B      cpu, gpu or auto (RSCCL_BACKEND, else auto)
@@ -155,12 +158,16 @@ flags:
 
 exit status: 0 when the results agree, 1 when they differ or a run fails, 2 on a bad command line.";
 
+/// What `--coll` takes.
+const COLL_NAMES: &str = "all_reduce, reduce_scatter or all_to_all";
+
 /// How long `rsccl overlap run`'s gates (and collectives) wait, in seconds.
 const GATE_TIMEOUT_S: u64 = 600;
 
 /// The flags of `rsccl overlap run`.
-const RUN_FLAGS: [&str; 12] = [
+const RUN_FLAGS: [&str; 13] = [
     "--backend",
+    "--hot",
     "--coll",
     "--ranks",
     "--m",
@@ -195,15 +202,34 @@ fn run_cmd(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
         None => None,
     };
     let coll = f.required("--coll")?;
-    let coll = match coll {
-        "all_reduce" => OverlapColl::AllReduce,
-        "reduce_scatter" => OverlapColl::ReduceScatter,
-        other => return Err(f.bad("--coll", other, "all_reduce or reduce_scatter")),
+    let coll = OverlapColl::from_name(coll).ok_or_else(|| f.bad("--coll", coll, COLL_NAMES))?;
+    let dtype = f.get("--dtype").unwrap_or("f16");
+    let dtype = match Dtype::from_name(dtype).ok_or_else(|| f.bad("--dtype", dtype, "f16 or bf16"))? {
+        Dtype::F16 => DataType::F16,
+        Dtype::Bf16 => DataType::BF16,
     };
-    let dtype = match f.get("--dtype").unwrap_or("f16") {
-        "f16" => DataType::F16,
-        "bf16" => DataType::BF16,
-        other => return Err(f.bad("--dtype", other, "f16 or bf16")),
+    // A gate waits as long as the GEMM takes (minutes for a large one on the emulator); the
+    // GEMM itself waits on nothing, so a long timeout cannot hide a hang of this process.
+    let cfg = crate::comm::CommConfig {
+        nchannels: f.u32_or("--channels", Some(2))? as usize,
+        timeout: std::time::Duration::from_secs(GATE_TIMEOUT_S),
+        ..crate::comm::CommConfig::default()
+    };
+    // Under a launcher (`rsccl run`, torchrun, …) this process is one rank of the world.
+    let launched = if crate::perf::run::launched() {
+        Some(crate::comm::Comm::from_env(&be, cfg.clone()).map_err(input)?)
+    } else {
+        None
+    };
+    let ranks = match (&launched, f.get("--ranks")) {
+        (Some(c), Some(_)) if f.u32_or("--ranks", None)? as usize != c.nranks() => {
+            return Err(CliError::Usage(
+                format!("--ranks: the launcher started {} ranks", c.nranks()),
+                RUN_USAGE,
+            ))
+        }
+        (Some(c), _) => c.nranks(),
+        (None, _) => f.u32_or("--ranks", None)? as usize,
     };
     let shape = OverlapShape {
         m: f.u32_or("--m", None)? as usize,
@@ -211,7 +237,7 @@ fn run_cmd(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
         k: f.u32_or("--k", None)? as usize,
         dtype,
         coll,
-        ranks: f.u32_or("--ranks", None)? as usize,
+        ranks,
     };
     shape.check().map_err(|e| CliError::Usage(e.to_string(), RUN_USAGE))?;
     let plan = match saved {
@@ -249,24 +275,35 @@ fn run_cmd(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
         }
     }
     .map_err(|e| CliError::Usage(e.to_string(), RUN_USAGE))?;
-    // A gate waits as long as the GEMM takes (minutes for a large one on the emulator); the
-    // GEMM itself waits on nothing, so a long timeout cannot hide a hang of this process.
-    let cfg = crate::comm::CommConfig {
-        nchannels: f.u32_or("--channels", Some(2))? as usize,
-        timeout: std::time::Duration::from_secs(GATE_TIMEOUT_S),
-        ..crate::comm::CommConfig::default()
-    };
     let iters = f.u32_or("--iters", Some(3))? as usize;
-    let c = super::compare::compare(&be, &plan, cfg, iters).map_err(input)?;
+    let routes = match coll {
+        OverlapColl::AllToAll => {
+            let hot = f.get("--hot").unwrap_or("0.25");
+            let hot = hot.parse::<f64>().ok().filter(|h| (0.0..=1.0).contains(h));
+            let hot = hot.ok_or_else(|| f.bad("--hot", f.get("--hot").unwrap_or(""), "a share in 0..1"))?;
+            Some(super::routes::Routes::skewed(shape.ranks, shape.m, 7, hot).map_err(input)?)
+        }
+        _ => None,
+    };
+    let c = match &launched {
+        Some(comm) => {
+            super::compare::compare_on(&be, std::slice::from_ref(comm), &plan, routes.as_ref(), iters)
+        }
+        None => super::compare::compare(&be, &plan, routes.as_ref(), cfg, iters),
+    }
+    .map_err(input)?;
+    let where_ = match &launched {
+        Some(_) => format!("{}, one rank per process", be.describe()),
+        None => be.describe(),
+    };
     let text = format!(
-        "overlap run: {} on {}\n\
+        "overlap run: {} on {where_}\n\
          plan: waves of {} tiles, {} groups of {:?} tiles\n\
          overlapped: {:.3} ms (best of {iters})\n\
          sequential: {:.3} ms (the same kernels, the GEMM first)\n\
          ratio: {:.3}\n\
          wrong elements: {} of {}",
         shape.describe(),
-        be.describe(),
         plan.wave_tiles(),
         plan.groups(),
         plan.group_tiles(),
@@ -276,7 +313,9 @@ fn run_cmd(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
         c.wrong,
         c.elems
     );
-    write_out(out, &text)?;
+    if launched.as_ref().is_none_or(|c| c.rank() == 0) {
+        write_out(out, &text)?;
+    }
     if c.wrong > 0 {
         return Err(CliError::Input(format!("{} of {} elements differ", c.wrong, c.elems)));
     }
@@ -423,8 +462,7 @@ fn tune_cmd(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
         Some(plan) => plan.problem,
         None => {
             let coll = f.required("--coll")?;
-            let coll = Collective::from_name(coll)
-                .ok_or_else(|| f.bad("--coll", coll, "all_reduce, reduce_scatter or all_to_all"))?;
+            let coll = Collective::from_name(coll).ok_or_else(|| f.bad("--coll", coll, COLL_NAMES))?;
             let dtype = f.get("--dtype").unwrap_or("f16");
             let tile = f.get("--tile");
             Problem {

@@ -6,12 +6,13 @@
 //! Phases, each using only the ones before it: [`curve`] (a bus-bandwidth curve: measured by
 //! `rsccl perf`, or a named machine's figures), [`tune`] (the pipeline predictor and the choice
 //! of wave groups), [`plan`] (a plan's checked tables: groups, tile order, where each tile
-//! lands), [`run`] (a plan on each rank's device: the GEMM, the gated collectives, the
+//! lands), [`routes`] (an all-to-all's row destinations and the piece tables they give), [`run`] (a plan on each rank's device: the GEMM, the gated collectives, the
 //! restore), [`compare`] (a plan overlapped and in sequence, timed and compared), [`cli`]
 //! (`rsccl overlap …`). The device side is `rsccl_device::overlap`.
 pub mod cli;
 pub mod compare;
 pub mod curve;
 pub mod plan;
+pub mod routes;
 pub mod run;
 pub mod tune;

@@ -17,6 +17,9 @@ pub const MAX_TILES: usize = 1 << 20;
 pub const MAX_GROUPS: usize = 4096;
 /// Largest M, N or K (each fits the kernels' u32 indices with room for tile padding).
 pub const MAX_DIM: usize = 1 << 30;
+/// Most ranks of an all-to-all plan (each group sends and receives once per rank: groups ×
+/// ranks × 2 point-to-point operations in one launch).
+pub const MAX_ROUTED_RANKS: usize = 64;
 
 /// The collective that takes the GEMM's output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -26,6 +29,9 @@ pub enum OverlapColl {
     AllReduce,
     /// Rank `p` gets the rows `≡ p (mod ranks)` of the sum.
     ReduceScatter,
+    /// Each row goes to the rank its [`Routes`](super::routes::Routes) name (an all-to-all(v)
+    /// of rows: MoE dispatch and combine).
+    AllToAll,
 }
 
 impl OverlapColl {
@@ -34,7 +40,15 @@ impl OverlapColl {
         match self {
             OverlapColl::AllReduce => "all_reduce",
             OverlapColl::ReduceScatter => "reduce_scatter",
+            OverlapColl::AllToAll => "all_to_all",
         }
+    }
+
+    /// The collective named `name` (`all_reduce`, `reduce_scatter`, `all_to_all`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [OverlapColl::AllReduce, OverlapColl::ReduceScatter, OverlapColl::AllToAll]
+            .into_iter()
+            .find(|c| c.name() == name)
     }
 }
 
@@ -57,8 +71,9 @@ pub struct OverlapShape {
 }
 
 impl OverlapShape {
-    /// Checks the shape: sizes in range, a 16-bit float type, two or more ranks dividing the
-    /// tile's rows (each rank's share of a group is whole rows of every tile).
+    /// Checks the shape: sizes in range, a 16-bit float type, two or more ranks — for
+    /// all-reduce and reduce-scatter dividing the tile's rows (each rank's share of a group is
+    /// whole rows of every tile), for all-to-all at most [`MAX_ROUTED_RANKS`].
     pub fn check(&self) -> Result<()> {
         let bad = |why: String| Err(Error::InvalidConfig(format!("overlap {}: {why}", self.describe())));
         for (name, v) in [("m", self.m), ("n", self.n), ("k", self.k)] {
@@ -69,7 +84,14 @@ impl OverlapShape {
         if !matches!(self.dtype, DataType::F16 | DataType::BF16) {
             return bad(format!("the GEMM takes f16 or bf16, not {}", self.dtype.name()));
         }
-        if self.ranks < 2 || !(GEMM_TILE_M as usize).is_multiple_of(self.ranks) {
+        if self.coll == OverlapColl::AllToAll {
+            if !(2..=MAX_ROUTED_RANKS).contains(&self.ranks) {
+                return bad(format!(
+                    "{} ranks: an all-to-all overlap takes 2 to {MAX_ROUTED_RANKS}",
+                    self.ranks
+                ));
+            }
+        } else if self.ranks < 2 || !(GEMM_TILE_M as usize).is_multiple_of(self.ranks) {
             return bad(format!(
                 "{} ranks: overlap needs 2 or more ranks dividing the tile's {GEMM_TILE_M} rows",
                 self.ranks
@@ -268,6 +290,7 @@ impl OverlapPlan {
             tiles,
             slots,
             group_first,
+            pieces: rsccl_device::DevPtr::NULL,
             m: self.shape.m as u32,
             n: self.shape.n as u32,
             tile_m: GEMM_TILE_M,
@@ -279,7 +302,9 @@ impl OverlapPlan {
         }
     }
 
-    /// Where output element (`row`, `col`) lies in the reordered buffer (elements).
+    /// Where output element (`row`, `col`) lies in the reordered buffer (elements) of an
+    /// all-reduce or reduce-scatter plan (an all-to-all's rows go where its
+    /// [`SendTables`](super::routes::SendTables) say).
     pub fn offset(&self, row: usize, col: usize) -> usize {
         let l = self.layout(Default::default(), Default::default(), Default::default());
         let place = self.places[l.tile_of(row as u32, col as u32) as usize];

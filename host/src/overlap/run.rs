@@ -7,12 +7,17 @@
 //! all-gather, both in place: each element's sum is taken in the same order whatever the
 //! grouping (rank `p`'s rows start at `p + 1` around the ring and end at `p`), so any plan
 //! gives the bits of the one-group plan — the same GEMM followed by the same collective.
+//!
+//! All-to-all ([`Overlap::routed`]) runs as one gated group of sends and receives: per group,
+//! a send to every rank of the pieces routed to it (each waits for the group's tiles) and a
+//! receive from every rank; the restore gathers the received rows source by source.
 use super::plan::{OverlapColl, OverlapPlan, OverlapShape};
+use super::routes::{RecvTables, Routes, SendTables};
 use crate::backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig};
-use crate::comm::{BufRef, Call, Comm, Group, ReduceOp};
+use crate::comm::{BufRef, Call, Comm, Group, P2p, ReduceOp};
 use crate::error::{Error, Result};
 use rsccl_device::overlap::gate::{GateWait, TileGate};
-use rsccl_device::overlap::gemm::{GemmArgs, GEMM_SMEM_BYTES, GEMM_THREADS};
+use rsccl_device::overlap::gemm::{GemmArgs, GEMM_SMEM_BYTES, GEMM_THREADS, GEMM_TILE_M, GEMM_TILE_N};
 use rsccl_device::overlap::handles;
 use rsccl_device::overlap::layout::TileLayout;
 use rsccl_device::overlap::restore::{RestoreArgs, ALL_ROWS, RESTORE_THREADS};
@@ -47,15 +52,82 @@ pub struct Overlap<'c> {
     /// `u32[groups]` counters, the gate's `done` word, the monitor's completion count.
     words: DeviceBuffer,
     waits: DeviceBuffer,
+    /// Gated collectives of the launch (one wait each in `waits`).
+    nworks: usize,
     stamps: DeviceBuffer,
     records: Option<DeviceBuffer>,
     out: DeviceBuffer,
+    routed: Option<Routed>,
+}
+
+/// An all-to-all plan's tables on this rank: its send chunks, its receive buffer and table.
+struct Routed {
+    send: SendTables,
+    recv: RecvTables,
+    /// `u32` piece tables: the send layout's, then the receiver's.
+    tables: DeviceBuffer,
+    /// The received pieces.
+    buf: DeviceBuffer,
+}
+
+/// Bytes of `elems` 16-bit elements; a size past `usize` saturates, so the length check or
+/// allocation that follows refuses it.
+fn bytes_of(elems: usize) -> usize {
+    elems.saturating_mul(2)
 }
 
 impl<'c> Overlap<'c> {
     /// Sets `plan` up on `comm`'s device: its shape's rank count must be the communicator's.
     /// `monitor`: the GEMM's signals also record each tile's completion order and time.
+    /// All-to-all plans take their routes: [`Overlap::routed`].
     pub fn new(comm: &'c Comm, plan: OverlapPlan, monitor: bool) -> Result<Self> {
+        if plan.shape().coll == OverlapColl::AllToAll {
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: overlap {}: an all-to-all plan needs its routes (Overlap::routed)",
+                comm.rank(),
+                plan.shape().describe()
+            )));
+        }
+        Self::setup(comm, plan, None, monitor)
+    }
+
+    /// Sets an all-to-all `plan` up on `comm`'s device, every rank's rows going where
+    /// `routes` say (every rank's routes: a rank's receive table depends on what each sends).
+    pub fn routed(comm: &'c Comm, plan: OverlapPlan, routes: &Routes, monitor: bool) -> Result<Self> {
+        let s = *plan.shape();
+        if s.coll != OverlapColl::AllToAll || routes.ranks() != s.ranks || routes.m() != s.m {
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: overlap {}: routes of {} ranks × {} rows",
+                comm.rank(),
+                s.describe(),
+                routes.ranks(),
+                routes.m()
+            )));
+        }
+        let ops = plan.groups() * s.ranks * 2;
+        if ops > crate::comm::MAX_P2P_OPS {
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: overlap {}: {} groups × {} ranks need {ops} sends and receives, at most {}",
+                comm.rank(),
+                s.describe(),
+                plan.groups(),
+                s.ranks,
+                crate::comm::MAX_P2P_OPS
+            )));
+        }
+        let me = comm.rank().min(s.ranks - 1);
+        let send = SendTables::new(&plan, routes.of(me))?;
+        let recv = RecvTables::new(&plan, routes, me)?;
+        let be = comm.stream();
+        let mut words: Vec<u32> = Vec::with_capacity(send.pieces.len() + recv.pieces.len());
+        words.extend_from_slice(&send.pieces);
+        words.extend_from_slice(&recv.pieces);
+        let tables = be.upload(&words)?;
+        let buf = be.alloc(bytes_of(recv.total().max(1).saturating_mul(GEMM_TILE_N as usize)))?;
+        Self::setup(comm, plan, Some(Routed { send, recv, tables, buf }), monitor)
+    }
+
+    fn setup(comm: &'c Comm, plan: OverlapPlan, routed: Option<Routed>, monitor: bool) -> Result<Self> {
         let shape = *plan.shape();
         if shape.ranks != comm.nranks() {
             return Err(Error::InvalidConfig(format!(
@@ -81,17 +153,21 @@ impl<'c> Overlap<'c> {
                 match shape.coll {
                     OverlapColl::AllReduce => vec![gate, GateWait { group: g as u32, tiles: 0 }],
                     OverlapColl::ReduceScatter => vec![gate],
+                    // The sends wait, each for its own group.
+                    OverlapColl::AllToAll => vec![],
                 }
             })
             .collect();
-        let stamps = be.upload(&vec![0u64; 2 * waits.len()])?;
-        let waits = be.upload(&waits)?;
+        let stamps = be.upload(&vec![0u64; 2 * waits.len().max(1)])?;
+        let nworks = waits.len();
+        let waits = be.upload(&if waits.is_empty() { vec![GateWait::default()] } else { waits })?;
         let records =
             if monitor { Some(be.upload(&vec![TileRecord::default(); shape.tiles()])?) } else { None };
-        let out_bytes = plan.elems().checked_mul(2).ok_or(Error::OutOfMemory { bytes: usize::MAX })?;
+        let out_bytes = bytes_of(plan.elems());
         let out = be.alloc(out_bytes)?;
         be.copy_in(&out, 0, &vec![0u8; out_bytes])?;
-        Ok(Overlap { comm, plan, gemm_stream: be.fork_stream()?, tables, words, waits, stamps, records, out })
+        let gemm_stream = be.fork_stream()?;
+        Ok(Overlap { comm, plan, gemm_stream, tables, words, waits, nworks, stamps, records, out, routed })
     }
 
     /// The plan.
@@ -118,7 +194,11 @@ impl<'c> Overlap<'c> {
     pub fn layout(&self) -> TileLayout {
         let tiles = self.plan.shape().tiles() as u64;
         let base = self.tables.ptr();
-        self.plan.layout(base, base.offset(8 * tiles), base.offset(12 * tiles))
+        let mut l = self.plan.layout(base, base.offset(8 * tiles), base.offset(12 * tiles));
+        if let Some(r) = &self.routed {
+            l.pieces = r.tables.ptr();
+        }
+        l
     }
 
     /// The counters' device handle (for a GEMM of the caller's own).
@@ -148,7 +228,7 @@ impl<'c> Overlap<'c> {
 
     /// Collectives of the launch (one gate wait each).
     fn works(&self) -> usize {
-        self.waits.len() / std::mem::size_of::<GateWait>()
+        self.nworks
     }
 
     /// The arguments of rsccl's GEMM on `a` (m × k) and `w` (n × k), checked.
@@ -181,6 +261,24 @@ impl<'c> Overlap<'c> {
     fn queue<'g>(&'g self, g: &mut Group<'g>) {
         let s = self.plan.shape();
         let (rank, ranks) = (self.comm.rank(), s.ranks);
+        if let Some(r) = &self.routed {
+            for (gi, tiles) in self.plan.group_tiles().into_iter().enumerate() {
+                for q in 0..ranks {
+                    let c = r.send.chunk(gi, q, ranks).elems();
+                    let buf = BufRef { buf: &self.out, offset: 2 * c.start };
+                    g.add(self.comm, P2p::send(buf, c.len(), s.dtype, q).gated(gi as u32, tiles));
+                }
+                for p in 0..ranks {
+                    let c = r.recv.chunks[gi * ranks + p].elems();
+                    g.add(
+                        self.comm,
+                        P2p::recv(BufRef { buf: &r.buf, offset: 2 * c.start }, c.len(), s.dtype, p),
+                    );
+                }
+            }
+            g.gate(self.comm, self.gate(), 0);
+            return;
+        }
         for gi in 0..self.plan.groups() {
             let range = self.plan.group_elems(gi);
             let part = range.len() / ranks;
@@ -212,18 +310,39 @@ impl<'c> Overlap<'c> {
         self.comm.stream().copy_in(&self.words, 0, &vec![0u8; self.words.len()])
     }
 
-    /// Rows this rank's restored output holds: M, or after a reduce-scatter its rows
-    /// (`row % ranks == rank`).
+    /// Rows this rank's restored output holds: M, after a reduce-scatter its rows
+    /// (`row % ranks == rank`), after an all-to-all the rows it received.
     pub fn restored_rows(&self) -> usize {
         self.restore_args(DevPtr::NULL, None).rows() as usize
     }
 
     fn restore_args(&self, dst: DevPtr, norm: Option<(DevPtr, f32)>) -> RestoreArgs {
         let s = self.plan.shape();
+        let (src, layout) = match &self.routed {
+            // The receive buffer, read through its piece table alone.
+            Some(r) => {
+                let (_, tiles_n) = s.tile_grid();
+                let rows = r.recv.rows as u32;
+                let layout = TileLayout {
+                    pieces: r.tables.ptr().offset(4 * r.send.pieces.len() as u64),
+                    m: rows,
+                    n: s.n as u32,
+                    tile_m: GEMM_TILE_M,
+                    tile_n: GEMM_TILE_N,
+                    tiles_m: rows.div_ceil(GEMM_TILE_M),
+                    tiles_n,
+                    groups: self.plan.groups() as u32,
+                    ranks: 1,
+                    ..Default::default()
+                };
+                (r.buf.ptr(), layout)
+            }
+            None => (self.out.ptr(), self.layout()),
+        };
         RestoreArgs {
-            src: self.out.ptr(),
+            src,
             dst,
-            layout: self.layout(),
+            layout,
             rank: if s.coll == OverlapColl::ReduceScatter { self.comm.rank() as u32 } else { ALL_ROWS },
             eps_bits: norm.map_or(0, |(_, e)| e.to_bits()),
             gamma: norm.map_or(DevPtr::NULL, |(g, _)| g),
@@ -235,7 +354,7 @@ impl<'c> Overlap<'c> {
     pub fn restore(&self, dst: &DeviceBuffer, norm: Option<(&DeviceBuffer, f32)>) -> Result<()> {
         let s = self.plan.shape();
         let rows = self.restored_rows();
-        let need = rows.checked_mul(s.n).and_then(|e| e.checked_mul(2)).unwrap_or(usize::MAX);
+        let need = rows.checked_mul(s.n).map_or(usize::MAX, bytes_of);
         if dst.len() < need {
             return Err(Error::InvalidConfig(format!(
                 "rank {}: restore into {} bytes; {rows} rows × {} {} need {need}",
@@ -246,13 +365,13 @@ impl<'c> Overlap<'c> {
             )));
         }
         if let Some((g, _)) = norm {
-            if g.len() < 2 * s.n {
+            if g.len() < bytes_of(s.n) {
                 return Err(Error::InvalidConfig(format!(
                     "rank {}: RMSNorm weights of {} bytes; {} elements need {}",
                     self.comm.rank(),
                     g.len(),
                     s.n,
-                    2 * s.n
+                    bytes_of(s.n)
                 )));
             }
         }
@@ -303,7 +422,7 @@ impl<'c> Overlap<'c> {
 /// Checks that `a` and `w` hold the GEMM's m × k and n × k elements.
 fn check_operands(s: &OverlapShape, a: &DeviceBuffer, w: &DeviceBuffer) -> Result<()> {
     for (name, buf, rows) in [("A", a, s.m), ("W", w, s.n)] {
-        let need = rows.checked_mul(s.k).and_then(|e| e.checked_mul(2)).unwrap_or(usize::MAX);
+        let need = rows.checked_mul(s.k).map_or(usize::MAX, bytes_of);
         if buf.len() < need {
             return Err(Error::InvalidConfig(format!(
                 "overlap {}: {name} holds {} bytes; {rows} × {} {} need {need}",
@@ -402,7 +521,7 @@ pub fn gemm(
 ) -> Result<()> {
     shape.check()?;
     check_operands(shape, a, w)?;
-    let need = shape.m.checked_mul(shape.n).and_then(|e| e.checked_mul(2)).unwrap_or(usize::MAX);
+    let need = shape.m.checked_mul(shape.n).map_or(usize::MAX, bytes_of);
     if c.len() < need {
         return Err(Error::InvalidConfig(format!(
             "gemm {}: C holds {} bytes; {} × {} need {need}",
@@ -416,8 +535,8 @@ pub fn gemm(
     let layout = TileLayout {
         m: shape.m as u32,
         n: shape.n as u32,
-        tile_m: rsccl_device::overlap::gemm::GEMM_TILE_M,
-        tile_n: rsccl_device::overlap::gemm::GEMM_TILE_N,
+        tile_m: GEMM_TILE_M,
+        tile_n: GEMM_TILE_N,
         tiles_m,
         tiles_n,
         groups: 1,
