@@ -1,6 +1,7 @@
 //! Protocol primitives: how peers hand data to each other over FIFO connections. A primitive
 //! never knows which collective it serves; algorithms (`coll/`) never touch a flag word.
 pub mod conn;
+pub mod ll;
 pub mod signature;
 pub mod simple;
 

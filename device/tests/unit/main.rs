@@ -4,6 +4,7 @@
 mod dtype;
 mod group;
 mod kernels;
+mod ll;
 mod multicast;
 mod multimem;
 mod pack;
