@@ -284,44 +284,62 @@ fn overlap_gemm(gpu: &dyn Backend) -> CheckResult {
     Ok(())
 }
 
-/// GEMM + all-reduce on two ranks sharing this GPU: overlapped (wave groups gated by tile
-/// signals) against the same kernels in sequence (bit for bit) and against rsccl's GEMM then
-/// ring all-reduce; the three times and their ratios, each the best of a few runs.
-fn overlap_all_reduce_two_ranks() -> CheckResult {
-    use rsccl::comm::{Comm, CommConfig};
-    use rsccl::overlap::plan::{OverlapColl, OverlapPlan, OverlapShape};
-    use rsccl::overlap::run::{self, Overlap, Schedule};
-    use rsccl::{BufRef, Call, Group};
-    let e = |e: rsccl::Error| e.to_string();
-    let gpu = backend::gpu().map_err(e)?;
-    let comms = Comm::init_all(&gpu, 2, CommConfig::default()).map_err(e)?;
-    let blocks = comms[0].config().nchannels as u32;
-    let (m, n, k) = (8192, 8192, 4096);
-    let dtype = DataType::F16;
-    let s = OverlapShape { m, n, k, dtype, coll: OverlapColl::AllReduce, ranks: 2 };
-    let a: Vec<_> = (0..2)
-        .map(|r| gpu.upload(&rsccl::overlap::compare::operand(dtype, m * k, 21 + r)))
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
-    let w: Vec<_> = (0..2)
-        .map(|r| gpu.upload(&rsccl::overlap::compare::operand(dtype, n * k, 31 + r)))
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
-    let ops: Vec<_> = a.iter().zip(&w).collect();
-    // Two GEMMs share the SMs: a wave of each is half the GPU less the collectives' blocks.
-    let sms = 132u32;
-    let wave = sms / 2 - blocks;
-    let tiles = s.tiles() as u32;
-    let waves = tiles.div_ceil(wave);
-    let groups: Vec<u32> = vec![waves.div_ceil(4); 4];
-    let plan = OverlapPlan::by_waves(s, wave, &groups).map_err(e)?;
-    let single = OverlapPlan::single(s, wave).map_err(e)?;
-    let time = |plan: &OverlapPlan, schedule: Schedule| -> Result<(f64, Vec<Vec<u16>>), String> {
-        let ovs: Vec<Overlap> = comms
-            .iter()
-            .map(|c| Overlap::new(c, plan.clone(), false))
+/// Two ranks of one process sharing this GPU, each with GEMM operands (seeded by `seed` and the
+/// rank), and a plan of 4 equal groups whose waves fit half the SMs less the collectives' blocks.
+struct SharedGpu {
+    gpu: std::sync::Arc<dyn Backend>,
+    comms: Vec<rsccl::comm::Comm>,
+    a: Vec<rsccl::backend::DeviceBuffer>,
+    w: Vec<rsccl::backend::DeviceBuffer>,
+    shape: rsccl::overlap::plan::OverlapShape,
+    plan: rsccl::overlap::plan::OverlapPlan,
+    /// The collectives' blocks (the communicator's channels).
+    blocks: u32,
+}
+
+impl SharedGpu {
+    /// 8192×8192×4096 of `dtype` on two ranks.
+    fn new(coll: rsccl::overlap::plan::OverlapColl, dtype: DataType, seed: u64) -> Result<Self, String> {
+        use rsccl::comm::{Comm, CommConfig};
+        use rsccl::overlap::compare::operand;
+        use rsccl::overlap::plan::{OverlapPlan, OverlapShape};
+        let e = |e: rsccl::Error| e.to_string();
+        let gpu = backend::gpu().map_err(e)?;
+        let comms = Comm::init_all(&gpu, 2, CommConfig::default()).map_err(e)?;
+        let blocks = comms[0].config().nchannels as u32;
+        let (m, n, k) = (8192, 8192, 4096);
+        let shape = OverlapShape { m, n, k, dtype, coll, ranks: 2 };
+        let a = (0..2)
+            .map(|r| gpu.upload(&operand(dtype, m * k, seed + r)))
             .collect::<Result<_, _>>()
             .map_err(e)?;
+        let w = (0..2)
+            .map(|r| gpu.upload(&operand(dtype, n * k, seed + 10 + r)))
+            .collect::<Result<_, _>>()
+            .map_err(e)?;
+        // Two GEMMs share the 132 SMs: a wave of each is half the GPU less the collectives' blocks.
+        let wave = 132 / 2 - blocks;
+        let waves = (shape.tiles() as u32).div_ceil(wave);
+        let plan = OverlapPlan::by_waves(shape, wave, &[waves.div_ceil(4); 4]).map_err(e)?;
+        Ok(SharedGpu { gpu, comms, a, w, shape, plan, blocks })
+    }
+
+    /// The best of 4 runs of `plan` on `schedule` (Overlaps made by `make`), and each rank's
+    /// restored output.
+    fn time<'c>(
+        &'c self,
+        plan: &rsccl::overlap::plan::OverlapPlan,
+        schedule: rsccl::overlap::run::Schedule,
+        make: impl Fn(
+            &'c rsccl::comm::Comm,
+            rsccl::overlap::plan::OverlapPlan,
+        ) -> rsccl::Result<rsccl::overlap::run::Overlap<'c>>,
+    ) -> Result<(f64, Vec<Vec<u16>>), String> {
+        use rsccl::overlap::run;
+        let e = |e: rsccl::Error| e.to_string();
+        let ovs: Vec<_> =
+            self.comms.iter().map(|c| make(c, plan.clone())).collect::<Result<_, _>>().map_err(e)?;
+        let ops: Vec<_> = self.a.iter().zip(&self.w).collect();
         let mut best = f64::MAX;
         for _ in 0..4 {
             let t = std::time::Instant::now();
@@ -330,27 +348,51 @@ fn overlap_all_reduce_two_ranks() -> CheckResult {
         }
         let mut outs = Vec::new();
         for o in &ovs {
-            let dst = gpu.alloc(2 * m * n).map_err(e)?;
+            let elems = o.restored_rows() * self.shape.n;
+            let dst = self.gpu.alloc(2 * elems.max(1)).map_err(e)?;
             o.restore(&dst, None).map_err(e)?;
-            outs.push(gpu.download::<u16>(&dst, m * n).map_err(e)?);
+            outs.push(self.gpu.download::<u16>(&dst, elems).map_err(e)?);
         }
         Ok((best, outs))
-    };
-    let (t_over, over) = time(&plan, Schedule::Overlapped)?;
-    let (t_seq, seq) = time(&plan, Schedule::GemmFirst)?;
-    let (t_single, single_out) = time(&single, Schedule::GemmFirst)?;
-    let wrong: usize =
-        over.iter().zip(&seq).map(|(x, y)| x.iter().zip(y).filter(|(p, q)| p != q).count()).sum();
+    }
+}
+
+/// Elements that differ between two ranks' outputs.
+fn differing(x: &[Vec<u16>], y: &[Vec<u16>]) -> usize {
+    x.iter()
+        .zip(y)
+        .map(|(x, y)| x.iter().zip(y).filter(|(p, q)| p != q).count() + x.len().abs_diff(y.len()))
+        .sum()
+}
+
+/// GEMM + all-reduce on two ranks sharing this GPU: overlapped (wave groups gated by tile
+/// signals) against the same kernels in sequence (bit for bit) and against rsccl's GEMM then
+/// ring all-reduce; the three times and their ratios, each the best of a few runs.
+fn overlap_all_reduce_two_ranks() -> CheckResult {
+    use rsccl::overlap::plan::{OverlapColl, OverlapPlan};
+    use rsccl::overlap::run::{self, Overlap, Schedule};
+    use rsccl::{BufRef, Call, Group};
+    let e = |e: rsccl::Error| e.to_string();
+    let sg = SharedGpu::new(OverlapColl::AllReduce, DataType::F16, 21)?;
+    let (gpu, comms, s, plan, blocks) = (&sg.gpu, &sg.comms, sg.shape, &sg.plan, sg.blocks);
+    let (m, n, dtype, wave) = (s.m, s.n, s.dtype, plan.wave_tiles());
+    let tiles = s.tiles() as u32;
+    let single = OverlapPlan::single(s, wave).map_err(e)?;
+    let plain = |c, p| Overlap::new(c, p, false);
+    let (t_over, over) = sg.time(plan, Schedule::Overlapped, plain)?;
+    let (t_seq, seq) = sg.time(plan, Schedule::GemmFirst, plain)?;
+    let (t_single, single_out) = sg.time(&single, Schedule::GemmFirst, plain)?;
+    let wrong = differing(&over, &seq);
     // rsccl's GEMM on the whole GPU, then a ring all-reduce of the row-major output.
     let cs: Vec<_> = (0..2).map(|_| gpu.alloc(2 * m * n)).collect::<Result<_, _>>().map_err(e)?;
     let mut t_plain = f64::MAX;
     for _ in 0..4 {
         let t = std::time::Instant::now();
-        for ((c, a), w) in cs.iter().zip(&a).zip(&w) {
-            run::gemm(&*gpu, &s, a, w, c, tiles).map_err(e)?;
+        for ((c, a), w) in cs.iter().zip(&sg.a).zip(&sg.w) {
+            run::gemm(&**gpu, &s, a, w, c, tiles).map_err(e)?;
         }
         let mut g = Group::new();
-        for (c, comm) in cs.iter().zip(&comms) {
+        for (c, comm) in cs.iter().zip(comms.iter()) {
             g.call(
                 comm,
                 Call::all_reduce(BufRef::from(c), BufRef::from(c), m * n, dtype, rsccl::ReduceOp::Sum),
@@ -361,11 +403,7 @@ fn overlap_all_reduce_two_ranks() -> CheckResult {
     }
     let plain = gpu.download::<u16>(&cs[0], m * n).map_err(e)?;
     let wrong_plain = plain.iter().zip(&over[0]).filter(|(p, q)| p != q).count();
-    let wrong_single = single_out
-        .iter()
-        .zip(&over)
-        .map(|(x, y)| x.iter().zip(y).filter(|(p, q)| p != q).count())
-        .sum::<usize>();
+    let wrong_single = differing(&single_out, &over);
     println!(
         "  {} groups {:?} (waves of {wave} tiles, {blocks} collective blocks): overlapped {:.3} ms, same kernels in sequence {:.3} ms \
          (ratio {:.2}), one group {:.3} ms, GEMM on all SMs then all_reduce {:.3} ms (ratio {:.2}); \
@@ -389,60 +427,24 @@ fn overlap_all_reduce_two_ranks() -> CheckResult {
 /// against the same kernels in sequence (bit for bit, both timed), and every received row
 /// against the row-major GEMM output of the rank that sent it.
 fn overlap_all_to_all_two_ranks() -> CheckResult {
-    use rsccl::comm::{Comm, CommConfig};
-    use rsccl::overlap::plan::{OverlapColl, OverlapPlan, OverlapShape};
+    use rsccl::overlap::plan::OverlapColl;
     use rsccl::overlap::routes::Routes;
     use rsccl::overlap::run::{self, Overlap, Schedule};
     let e = |e: rsccl::Error| e.to_string();
-    let gpu = backend::gpu().map_err(e)?;
-    let comms = Comm::init_all(&gpu, 2, CommConfig::default()).map_err(e)?;
-    let blocks = comms[0].config().nchannels as u32;
-    let (m, n, k) = (8192, 8192, 4096);
-    let dtype = DataType::BF16;
-    let s = OverlapShape { m, n, k, dtype, coll: OverlapColl::AllToAll, ranks: 2 };
+    let sg = SharedGpu::new(OverlapColl::AllToAll, DataType::BF16, 41)?;
+    let (gpu, s, plan, blocks) = (&sg.gpu, sg.shape, &sg.plan, sg.blocks);
+    let (m, n, wave) = (s.m, s.n, plan.wave_tiles());
     let routes = Routes::skewed(2, m, 11, 0.25).map_err(e)?;
-    let a: Vec<_> = (0..2)
-        .map(|r| gpu.upload(&rsccl::overlap::compare::operand(dtype, m * k, 41 + r)))
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
-    let w: Vec<_> = (0..2)
-        .map(|r| gpu.upload(&rsccl::overlap::compare::operand(dtype, n * k, 51 + r)))
-        .collect::<Result<_, _>>()
-        .map_err(e)?;
-    let ops: Vec<_> = a.iter().zip(&w).collect();
-    let wave = 132 / 2 - blocks;
-    let waves = (s.tiles() as u32).div_ceil(wave);
-    let plan = OverlapPlan::by_waves(s, wave, &[waves.div_ceil(4); 4]).map_err(e)?;
-    let time = |schedule: Schedule| -> Result<(f64, Vec<Vec<u16>>), String> {
-        let ovs: Vec<Overlap> = comms
-            .iter()
-            .map(|c| Overlap::routed(c, plan.clone(), &routes, false))
-            .collect::<Result<_, _>>()
-            .map_err(e)?;
-        let mut best = f64::MAX;
-        for _ in 0..4 {
-            let t = std::time::Instant::now();
-            run::run_all(&ovs, schedule, |i, o| run::launch_gemm(&ops, i, o)).map_err(e)?;
-            best = best.min(t.elapsed().as_secs_f64());
-        }
-        let mut outs = Vec::new();
-        for o in &ovs {
-            let elems = o.restored_rows() * n;
-            let dst = gpu.alloc(2 * elems.max(1)).map_err(e)?;
-            o.restore(&dst, None).map_err(e)?;
-            outs.push(gpu.download::<u16>(&dst, elems).map_err(e)?);
-        }
-        Ok((best, outs))
-    };
-    let (t_over, over) = time(Schedule::Overlapped)?;
-    let (t_seq, seq) = time(Schedule::GemmFirst)?;
-    let wrong: usize =
-        over.iter().zip(&seq).map(|(x, y)| x.iter().zip(y).filter(|(p, q)| p != q).count()).sum();
+    let ops: Vec<_> = sg.a.iter().zip(&sg.w).collect();
+    let routed = |c, p| Overlap::routed(c, p, &routes, false);
+    let (t_over, over) = sg.time(plan, Schedule::Overlapped, routed)?;
+    let (t_seq, seq) = sg.time(plan, Schedule::GemmFirst, routed)?;
+    let wrong = differing(&over, &seq);
     // Each rank's GEMM row-major; rank q's rows are rank 0's rows routed to q, then rank 1's.
     let mut cs = Vec::new();
     for (a, w) in &ops {
         let c = gpu.alloc(2 * m * n).map_err(e)?;
-        run::gemm(&*gpu, &s, a, w, &c, s.tiles() as u32).map_err(e)?;
+        run::gemm(&**gpu, &s, a, w, &c, s.tiles() as u32).map_err(e)?;
         cs.push(gpu.download::<u16>(&c, m * n).map_err(e)?);
     }
     let mut wrong_rows = 0usize;
