@@ -197,6 +197,29 @@ pub unsafe fn st_global_u128(p: *mut [u64; 2], v: [u64; 2]) {
     };
 }
 
+/// 16-byte volatile global store (`st.volatile.global.v2.b64`): each 8-byte half is one
+/// single-copy-atomic access (LL's `{data, flag}` pairs rely on it).
+///
+/// # Safety
+/// `p` is valid device memory, 16-byte aligned.
+#[inline(always)]
+pub unsafe fn st_volatile_u128(p: *mut [u64; 2], v: [u64; 2]) {
+    // SAFETY: the caller guarantees p.
+    unsafe {
+        asm!("st.volatile.global.v2.b64 [{0}], {{{1}, {2}}};", in(reg64) p, in(reg64) v[0], in(reg64) v[1], options(nostack))
+    };
+}
+/// The load side of [`st_volatile_u128`] (`ld.volatile.global.v2.b64`: each 8-byte half one
+/// single-copy-atomic load).
+///
+/// # Safety
+/// `p` is valid device memory, 16-byte aligned.
+#[inline(always)]
+pub unsafe fn ld_volatile_pairs_u128(p: *const [u64; 2]) -> [u64; 2] {
+    // SAFETY: the caller's promise.
+    unsafe { ld_volatile_u128(p) }
+}
+
 /// `ld.acquire.sys.global.u64`: later accesses are not performed before this load.
 ///
 /// # Safety

@@ -8,7 +8,9 @@
 //! holds that step's data. LL128 relies on a 128-byte line's stores arriving in order, true on
 //! NVLink/NVSwitch paths only (the host decides where it may run). Both are `#[repr(C)]` so the
 //! host, the emulator and the GPU read the same bytes.
-use crate::prims::conn::NCCL_STEPS;
+use crate::arch;
+use crate::prims::conn::{ErrorCode, PrimsStatus, NCCL_STEPS};
+use crate::DevPtr;
 
 /// Lines each thread moves per LL step (NCCL's `NCCL_LL_LINES_PER_THREAD`).
 pub const LL_LINES_PER_THREAD: u64 = 8;
@@ -172,4 +174,114 @@ impl Ll128Line {
 #[inline(always)]
 pub const fn ll128_flag_thread(tid: u32) -> bool {
     tid % LL128_THREADS_PER_LINE == LL128_THREADS_PER_LINE - 1
+}
+
+/// Stores `line` at `p` as two 8-byte accesses (`{data1, flag1}`, `{data2, flag2}`): no fence,
+/// the flags make the line's data visible.
+///
+/// # Safety
+/// `p` is a valid, 16-byte-aligned line of a FIFO the peer reads.
+#[inline(always)]
+pub unsafe fn store_line(p: DevPtr, line: LlLine) {
+    // SAFETY: the caller's promise.
+    unsafe { arch::st_volatile_u128(p.as_ptr(), line.halves()) }
+}
+
+/// Loads the line at `p` (each 8-byte half whole).
+///
+/// # Safety
+/// `p` is a valid, 16-byte-aligned line.
+#[inline(always)]
+pub unsafe fn load_line(p: DevPtr) -> LlLine {
+    // SAFETY: the caller's promise.
+    LlLine::from_halves(unsafe { arch::ld_volatile_pairs_u128(p.as_ptr()) })
+}
+
+/// Lines that carry `bytes` of data.
+#[inline(always)]
+pub const fn lines_for(bytes: u64) -> u64 {
+    bytes.div_ceil(LL_LINE_DATA_BYTES)
+}
+
+/// The 8 bytes of line `i` of `src` (`bytes` long), zero past its end.
+///
+/// # Safety
+/// `src` holds `bytes` readable bytes.
+#[inline(always)]
+unsafe fn line_data(src: DevPtr, bytes: u64, i: u64) -> u64 {
+    let at = i * LL_LINE_DATA_BYTES;
+    let mut v = 0u64;
+    for b in 0..LL_LINE_DATA_BYTES.min(bytes - at) {
+        // SAFETY: at + b < bytes.
+        v |= (unsafe { arch::ld_volatile_u8(src.offset(at + b).as_ptr()) } as u64) << (8 * b);
+    }
+    v
+}
+
+/// Thread `tid` of `nthreads` writes its lines (`tid`, `tid + nthreads`, …) of FIFO step
+/// `step`: the `bytes` at `src` as LL lines into `slot`.
+///
+/// # Safety
+/// `slot` holds [`lines_for`]`(bytes)` lines the peer reads (at most [`LL_STEP_LINES`]), `src`
+/// `bytes` readable bytes.
+#[inline(always)]
+pub unsafe fn send_step(slot: DevPtr, src: DevPtr, bytes: u64, step: u64, tid: u32, nthreads: u32) {
+    let flag = ll_flag(step);
+    let mut i = tid as u64;
+    while i < lines_for(bytes) {
+        // SAFETY: the caller's promise (line i is inside the slot and the source).
+        unsafe { store_line(slot.offset(i * LL_LINE_BYTES), LlLine::new(line_data(src, bytes, i), flag)) };
+        i += nthreads as u64;
+    }
+}
+
+/// Thread `tid` of `nthreads` waits for its lines of FIFO step `step` in `slot` (both flags
+/// equal to the step's) and writes their data to `dst` (`bytes`). False when a wait gave up:
+/// `status` then records [`ErrorCode::RecvTimeout`] (or the abort) for block `block`, with
+/// `peer` and the step.
+///
+/// # Safety
+/// As [`send_step`]'s, `dst` `bytes` writable bytes, `status` what [`PrimsStatus`] documents.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn recv_step(
+    slot: DevPtr,
+    dst: DevPtr,
+    bytes: u64,
+    step: u64,
+    tid: u32,
+    nthreads: u32,
+    status: &PrimsStatus,
+    (block, peer): (u64, u64),
+) -> bool {
+    let flag = ll_flag(step);
+    let mut i = tid as u64;
+    while i < lines_for(bytes) {
+        let p = slot.offset(i * LL_LINE_BYTES);
+        let mut data = 0u64;
+        // SAFETY: the caller's promise (line i is inside the slot).
+        let ok = unsafe {
+            status.spin_until(
+                || match load_line(p).data(flag) {
+                    Some(d) => {
+                        data = d;
+                        true
+                    }
+                    None => false,
+                },
+                block,
+                || (ErrorCode::RecvTimeout, peer, step),
+            )
+        };
+        if !ok {
+            return false;
+        }
+        let at = i * LL_LINE_DATA_BYTES;
+        for b in 0..LL_LINE_DATA_BYTES.min(bytes - at) {
+            // SAFETY: at + b < bytes, inside dst.
+            unsafe { arch::st_global_u8(dst.offset(at + b).as_ptr(), (data >> (8 * b)) as u8) };
+        }
+        i += nthreads as u64;
+    }
+    true
 }

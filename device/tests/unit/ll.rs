@@ -79,3 +79,89 @@ fn flag_wrap_cleaning_happens_once_per_period_just_below_the_wrap() {
     assert_eq!(ll_flag(u32::MAX as u64 - 1), u32::MAX);
     assert_eq!(ll_flag(u32::MAX as u64), 0, "the wrap the cleaning guards against");
 }
+
+mod on_the_emulator {
+    use rsccl_device::arch::{emu, Dim3};
+    use rsccl_device::prims::conn::{decode_status, ErrorCode, PrimsStatus};
+    use rsccl_device::prims::ll::*;
+    use rsccl_device::DevPtr;
+
+    fn ptr<T>(v: &mut [T]) -> DevPtr {
+        DevPtr(v.as_mut_ptr() as u64)
+    }
+
+    fn status(words: &mut [u64], timeout_ns: u64) -> PrimsStatus {
+        PrimsStatus { status: ptr(words), timeout_ns, ..Default::default() }
+    }
+
+    /// Block 0 sends three steps of odd lengths through one FIFO slot per step, block 1
+    /// receives them: every byte arrives, and nothing else is fenced or flagged.
+    #[test]
+    fn a_sender_and_a_receiver_block_move_three_steps() {
+        let sizes = [1000u64 * 8 + 5, 1, 32 * 1024];
+        let src: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(s, &n)| (0..n).map(|i| (i * 7 + s as u64 * 13) as u8).collect())
+            .collect();
+        let mut dst: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n as usize]).collect();
+        let mut fifo = vec![LlLine::default(); (LL_STEP_LINES * 3) as usize];
+        let mut words = vec![0u64; 2];
+        let st = status(&mut words, 5_000_000_000);
+        let base = ptr(&mut fifo);
+        let slot = |s: u64| base.offset(s * LL_STEP_LINES * LL_LINE_BYTES);
+        let srcs: Vec<DevPtr> = src.iter().map(|v| DevPtr(v.as_ptr() as u64)).collect();
+        let dsts: Vec<DevPtr> = dst.iter_mut().map(|v| ptr(v)).collect();
+        let ok = std::sync::atomic::AtomicBool::new(true);
+        let dims = emu::LaunchDims { grid: Dim3::x(2), block: Dim3::x(64), smem_bytes: 0 };
+        emu::launch(dims, &|| {
+            let (b, t) = (rsccl_device::arch::block_idx().x, rsccl_device::arch::thread_idx().x);
+            for (s, &n) in sizes.iter().enumerate() {
+                let s = s as u64;
+                // SAFETY: the slots, sources and destinations above, sized for each step.
+                unsafe {
+                    if b == 0 {
+                        send_step(slot(s), srcs[s as usize], n, s, t, 64);
+                    } else if !recv_step(slot(s), dsts[s as usize], n, s, t, 64, &st, (1, 0)) {
+                        ok.store(false, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
+        })
+        .unwrap();
+        assert!(ok.into_inner());
+        assert_eq!(dst, src);
+    }
+
+    /// A line whose second flag is not the step's (a torn or stale line) is never taken: the
+    /// receiver waits for it and gives up by its timeout, recording where.
+    #[test]
+    fn a_corrupted_flag_makes_the_receiver_wait_and_time_out() {
+        let src: Vec<u8> = (0..64u8).collect();
+        let mut dst = vec![0u8; 64];
+        let mut fifo = vec![LlLine::default(); 8];
+        // SAFETY: 8 lines for 64 bytes, written before the receiver runs.
+        unsafe { send_step(ptr(&mut fifo), DevPtr(src.as_ptr() as u64), 64, 6, 0, 1) };
+        assert!(fifo.iter().all(|l| l.flag1 == 7 && l.flag2 == 7));
+        fifo[5].flag2 = 6; // the previous step's flag in one half
+        let mut words = vec![0u64; 1];
+        let st = status(&mut words, 20_000_000);
+        let (f, d) = (ptr(&mut fifo), ptr(&mut dst));
+        let got = std::sync::atomic::AtomicBool::new(true);
+        let dims = emu::LaunchDims { grid: Dim3::x(1), block: Dim3::x(32), smem_bytes: 0 };
+        emu::launch(dims, &|| {
+            let t = rsccl_device::arch::thread_idx().x;
+            // SAFETY: as above.
+            if !unsafe { recv_step(f, d, 64, 6, t, 32, &st, (0, 3)) } {
+                got.store(false, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+        .unwrap();
+        assert!(!got.into_inner(), "the receiver must not accept the corrupted line");
+        assert_eq!(decode_status(words[0]), (ErrorCode::RecvTimeout, 3, 6));
+        // Every other line arrived.
+        assert_eq!(&dst[..40], &src[..40]);
+        assert_eq!(&dst[48..], &src[48..]);
+        assert_eq!(&dst[40..48], &[0; 8]);
+    }
+}

@@ -131,6 +131,38 @@ ld_st!(ld_volatile_u32, st_global_u32, u32);
 ld_st!(ld_volatile_u64, st_global_u64, u64);
 ld_st!(ld_volatile_u128, st_global_u128, [u64; 2]);
 
+/// `st.volatile.global.v2.b64`: a 16-byte store whose 8-byte halves are each one
+/// single-copy-atomic access, as on the GPU — what LL's `{data, flag}` pairs rely on.
+///
+/// # Safety
+/// `p` is valid, 16-byte-aligned (emulated) device memory.
+#[inline(always)]
+pub unsafe fn st_volatile_u128(p: *mut [u64; 2], v: [u64; 2]) {
+    let q = p as *mut u64;
+    // SAFETY: the caller guarantees p; both halves are 8-aligned u64s of it.
+    unsafe {
+        AtomicU64::from_ptr(q).store(v[0], Ordering::Relaxed);
+        AtomicU64::from_ptr(q.add(1)).store(v[1], Ordering::Relaxed);
+    }
+}
+
+/// The load side of [`st_volatile_u128`]: each 8-byte half one single-copy-atomic load (a
+/// reader of an LL line sees each `{data, flag}` pair whole, never torn inside a pair).
+///
+/// # Safety
+/// `p` is valid, 16-byte-aligned (emulated) device memory.
+#[inline(always)]
+pub unsafe fn ld_volatile_pairs_u128(p: *const [u64; 2]) -> [u64; 2] {
+    let q = p as *mut u64;
+    // SAFETY: the caller guarantees p; both halves are 8-aligned u64s of it.
+    unsafe {
+        [
+            AtomicU64::from_ptr(q).load(Ordering::Relaxed),
+            AtomicU64::from_ptr(q.add(1)).load(Ordering::Relaxed),
+        ]
+    }
+}
+
 /// Views `p` as an atomic, checking the alignment the GPU instruction would require.
 ///
 /// # Safety
