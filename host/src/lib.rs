@@ -32,6 +32,7 @@ pub mod perf;
 pub mod ptx;
 pub mod topology;
 pub mod transport;
+pub mod tuning;
 
 pub use backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig, Preference};
 pub use bootstrap::UniqueId;

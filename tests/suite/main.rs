@@ -32,3 +32,4 @@ mod topology_errors;
 mod topology_fixtures;
 mod topology_rules;
 mod tree_allreduce;
+mod tuning;

@@ -13,6 +13,7 @@ commands:
   run      start N local processes of a program as the ranks of one job
   perf     benchmark a collective as nccl-tests do (all_reduce, all_gather, ...)
   overlap  plan a GEMM's overlap with the collective on its output (tune, table)
+  tune     print the cost model's table and its algorithm/protocol choices per size
   help     print this help
 
 options:
@@ -30,6 +31,7 @@ fn main() -> ExitCode {
         Some("run") => rsccl::launch::cli::run(&args[1..]),
         Some("perf") => rsccl::perf::cli::run(&args[1..]),
         Some("overlap") => rsccl::overlap::cli::run(&args[1..]),
+        Some("tune") => rsccl::tuning::cli::run(&args[1..]),
         // Asked-for help goes to stdout with success, so `rsccl --help | less` works.
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
