@@ -111,7 +111,7 @@ fn transport_gbps() -> f64 {
     let mut best = 0.0f64;
     for _ in 0..3 {
         let be = rsccl::backend::cpu();
-        let layout = ConnLayout { step_bytes: STEP };
+        let layout = ConnLayout::simple(STEP);
         let deadline = Instant::now() + Duration::from_secs(60);
         let net: Arc<dyn Net> = Arc::new(SocketNet::new(SocketConfig::loopback(), [5; 16]));
         let (a, b) =

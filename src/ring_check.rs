@@ -4,7 +4,7 @@
 //! a plain rank-order fold. Used by `tests/ring_collectives.rs` (CPU) and the GPU bundle.
 use crate::reference;
 use rsccl::backend::Backend;
-use rsccl::comm::{BufRef, GroupConfig, LocalGroup, ReduceOp};
+use rsccl::comm::{BufRef, GroupConfig, LocalGroup, Protocol, ReduceOp};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::redop::RedOp;
@@ -27,6 +27,9 @@ pub struct Case {
     pub seed: u64,
     /// Ring order per channel; `None`: `0..n`, reversed on odd channels (the default rings).
     pub rings: Option<Vec<Vec<usize>>>,
+    /// The protocol the rings run (forced through `RSCCL_PROTO`'s syntax): its FIFO steps set
+    /// the chunking, and so the order each element is reduced in.
+    pub proto: Protocol,
 }
 
 fn xorshift(s: &mut u64) -> u64 {
@@ -76,7 +79,11 @@ fn ring(c: &Case, ch: usize) -> Vec<usize> {
 /// ring position that owns its chunk — NCCL's chunking, derived independently of the device.
 fn partition(c: &Case, size: usize) -> Vec<(usize, usize)> {
     let eb = c.dtype.size() as u64;
-    let step_elems = c.step_bytes / eb;
+    // Simple: the FIFO slot; LL: the data of a slot of 8 lines per thread, one step per chunk.
+    let (step_elems, steps_per_chunk) = match c.proto {
+        Protocol::Simple => (c.step_bytes / eb, 4),
+        Protocol::Ll => (8 * c.nthreads as u64 * 8 / eb, 1),
+    };
     let round = ((c.nthreads as u64 - 32).max(32) * 8 / eb).max(1);
     let (n, nch, size64) = (c.n as u64, c.nch as u64, size as u64);
     let mut out = vec![(usize::MAX, usize::MAX); size];
@@ -88,7 +95,7 @@ fn partition(c: &Case, size: usize) -> Vec<(usize, usize)> {
     let up = |x: u64| x.div_ceil(round) * round;
     match c.coll {
         Collective::AllReduce => {
-            let chunk = step_elems * 4;
+            let chunk = step_elems * steps_per_chunk;
             let mut grid = 0;
             while grid < size64 {
                 let real = up(chunk.min((size64 - grid).div_ceil(nch * n))).min(chunk);
@@ -104,7 +111,7 @@ fn partition(c: &Case, size: usize) -> Vec<(usize, usize)> {
             let chunk = if matches!(c.coll, Collective::Broadcast | Collective::Reduce) {
                 step_elems
             } else {
-                step_elems * 4
+                step_elems * steps_per_chunk
             };
             let mut grid = 0;
             while grid < size64 {
@@ -183,6 +190,7 @@ pub fn run(be: &Arc<dyn Backend>, c: &Case) -> Result<(), String> {
     let mut cfg = GroupConfig::new(c.n, c.nch);
     cfg.nthreads = c.nthreads;
     cfg.step_bytes = c.step_bytes;
+    cfg.proto = Some(c.proto.name().to_string());
     cfg.channels = match &c.rings {
         Some(r) => Some(crate::channels::with_rings(c.n, r).map_err(|e| e.to_string())?),
         None => None,

@@ -92,6 +92,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
                     root: n / 2,
                     seed: 5,
                     rings: None,
+                    proto: rsccl::comm::Protocol::Simple,
                 };
                 ring_check::run(&gpu, &c).map_err(|e| format!("{e}\n{c:?}"))?;
             }

@@ -1,9 +1,10 @@
 //! Ring collectives on the CPU emulator against the ring-order reference (`src/ring_check.rs`):
 //! all five collectives × 2..8 ranks × 1..4 channels × every type and op × counts up to 1M ×
-//! in place or not, FIFO steps down to the 128-byte minimum, 64..256 threads per block.
+//! in place or not, FIFO steps down to the 128-byte minimum, 64..256 threads per block, on the
+//! Simple and LL protocols.
 use proptest::prelude::*;
 use rsccl::backend;
-use rsccl::comm::ReduceOp;
+use rsccl::comm::{Protocol, ReduceOp};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_suite::ring_check::{run, Case};
@@ -40,8 +41,9 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         prop_oneof![Just(64u32), Just(96), Just(128), Just(256)],
         prop_oneof![Just(128u64), Just(1024), Just(64 * 1024), Just(512 * 1024)],
     );
-    (coll, dtype, op, count, shape, any::<bool>(), any::<bool>(), any::<u64>()).prop_map(
-        |(coll, dtype, op, count, (n, nch, nthreads, step_bytes), in_place, exact, seed)| Case {
+    let proto = prop_oneof![Just(Protocol::Simple), Just(Protocol::Ll)];
+    (coll, dtype, op, count, shape, (any::<bool>(), any::<bool>()), any::<u64>(), proto).prop_map(
+        |(coll, dtype, op, count, (n, nch, nthreads, step_bytes), (in_place, exact), seed, proto)| Case {
             coll,
             n,
             nch,
@@ -56,6 +58,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
             root: (seed as usize) % n,
             seed,
             rings: None,
+            proto,
         },
     )
 }
@@ -69,6 +72,15 @@ proptest! {
 
 #[test]
 fn every_collective_type_and_op_once() {
+    every_collective_type_and_op_on(Protocol::Simple);
+}
+
+#[test]
+fn every_collective_type_and_op_once_on_ll() {
+    every_collective_type_and_op_on(Protocol::Ll);
+}
+
+fn every_collective_type_and_op_on(proto: Protocol) {
     for coll in [
         Collective::AllReduce,
         Collective::ReduceScatter,
@@ -99,6 +111,7 @@ fn every_collective_type_and_op_once() {
                     root: 1,
                     seed: 7,
                     rings: None,
+                    proto,
                 };
                 run(&backend::cpu(), &c).unwrap_or_else(|e| panic!("{e}\n{c:?}"));
             }
@@ -109,7 +122,10 @@ fn every_collective_type_and_op_once() {
 #[test]
 fn minimum_step_jitter_and_512_threads() {
     rsccl_device::arch::emu::set_jitter_us(20);
-    for (n, nch, nthreads, count) in [(4, 2, 64u32, 5001usize), (3, 1, 512, 4096), (8, 4, 64, 777)] {
+    let shapes = [(4, 2, 64u32, 5001usize), (3, 1, 512, 4096), (8, 4, 64, 777)];
+    for (proto, (n, nch, nthreads, count)) in
+        [Protocol::Simple, Protocol::Ll].into_iter().flat_map(|p| shapes.map(|s| (p, s)))
+    {
         let c = Case {
             coll: Collective::AllReduce,
             n,
@@ -124,6 +140,7 @@ fn minimum_step_jitter_and_512_threads() {
             root: 0,
             seed: 99,
             rings: None,
+            proto,
         };
         run(&backend::cpu(), &c).unwrap_or_else(|e| panic!("{e}\n{c:?}"));
     }

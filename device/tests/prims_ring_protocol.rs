@@ -10,7 +10,7 @@ use rsccl_device::coll::ring::{ring_kernel, RingArgs, RingChannel};
 use rsccl_device::coll::Collective;
 use rsccl_device::prims::conn::{ConnInfo, PrimsStatus, NCCL_STEPS};
 use rsccl_device::prims::simple::shm_bytes;
-use rsccl_device::prims::{DataMover, Primitives};
+use rsccl_device::prims::{DataMover, Primitives, Protocol};
 use rsccl_device::DevPtr;
 
 /// Wrapping u64 sum, strided over the workers; reads and writes through the arch layer.
@@ -44,6 +44,15 @@ impl DataMover for U64Sum {
             i += nworkers as u64;
         }
     }
+    fn reduce_word(&self, a: u64, b: u64) -> u64 {
+        a.wrapping_add(b)
+    }
+    fn pre_word(&self, a: u64) -> u64 {
+        a
+    }
+    fn post_word(&self, a: u64) -> u64 {
+        a
+    }
 }
 
 fn vec_ptr(v: &mut [u64]) -> DevPtr {
@@ -59,8 +68,9 @@ struct Ring {
 
 /// One connection `from → to` in host memory (kept alive in `mem`): (sender's, receiver's) view.
 fn conn_pair(mem: &mut Vec<Vec<u64>>, step_bytes: u64, from: usize, to: usize) -> (ConnInfo, ConnInfo) {
-    let mut buf = vec![0u64; (NCCL_STEPS * step_bytes / 8) as usize + 4];
-    let base = vec_ptr(&mut buf);
+    let mut buf = vec![0u64; (NCCL_STEPS * step_bytes / 8) as usize + 6];
+    // LL lines are 16-byte aligned.
+    let base = DevPtr(vec_ptr(&mut buf).0.next_multiple_of(16));
     let words = base.offset(NCCL_STEPS * step_bytes);
     let info = |step: DevPtr, peer: usize| ConnInfo {
         buff: base,
@@ -109,9 +119,12 @@ struct Faults {
     timeout_ns: u64,
     absent: Option<usize>,
     abort_flag: DevPtr,
+    /// The protocol the ring runs (its connections are that protocol's).
+    proto: Protocol,
 }
 
-const NO_FAULTS: Faults = Faults { timeout_ns: 0, absent: None, abort_flag: DevPtr::NULL };
+const NO_FAULTS: Faults =
+    Faults { timeout_ns: 0, absent: None, abort_flag: DevPtr::NULL, proto: Protocol::Simple };
 
 #[allow(clippy::too_many_arguments)]
 fn run(
@@ -139,7 +152,7 @@ fn run_with(
     step_bytes: u64,
     faults: Faults,
 ) {
-    let Faults { timeout_ns, absent, abort_flag } = faults;
+    let Faults { timeout_ns, absent, abort_flag, proto } = faults;
     let n = sends.len();
     let nch = ring.channels[0].len();
     let args: Vec<RingArgs> = (0..n)
@@ -161,6 +174,8 @@ fn run_with(
             coll: coll as u32,
             op: 0,
             red_op_arg: 0,
+            proto: proto as u32,
+            pad: 0,
         })
         .collect();
     std::thread::scope(|s| {
@@ -186,6 +201,15 @@ fn input(r: usize, i: usize) -> u64 {
 
 #[test]
 fn ring_collectives_with_a_u64_sum_mover() {
+    ring_collectives_on(Protocol::Simple);
+}
+
+#[test]
+fn ring_collectives_on_ll_lines() {
+    ring_collectives_on(Protocol::Ll);
+}
+
+fn ring_collectives_on(proto: Protocol) {
     for &(n, nch, threads, step_bytes, count) in &[
         (2usize, 1usize, 64u32, 128u64, 1000usize),
         (3, 1, 96, 256, 1503),
@@ -213,7 +237,18 @@ fn ring_collectives_with_a_u64_sum_mover() {
                 let mut sends: Vec<Vec<u64>> =
                     (0..n).map(|r| (0..in_len.max(1)).map(|i| input(r, i)).collect()).collect();
                 let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![u64::MAX; out_len.max(1)]).collect();
-                run(&mut ring, coll, &mut sends, &mut recvs, count as u64, root, threads, step_bytes);
+                let faults = Faults { proto, ..NO_FAULTS };
+                run_with(
+                    &mut ring,
+                    coll,
+                    &mut sends,
+                    &mut recvs,
+                    count as u64,
+                    root,
+                    threads,
+                    step_bytes,
+                    faults,
+                );
                 for r in 0..n {
                     for i in 0..out_len {
                         let sum = |j: usize| (0..n).fold(0u64, |a, q| a.wrapping_add(input(q, j)));
@@ -227,7 +262,7 @@ fn ring_collectives_with_a_u64_sum_mover() {
                         if let Some(w) = want {
                             assert_eq!(
                                 recvs[r][i], w,
-                                "{coll:?} n={n} ch={nch} rank {r} elem {i} of {out_len}"
+                                "{proto:?} {coll:?} n={n} ch={nch} rank {r} elem {i} of {out_len}"
                             );
                         }
                     }
@@ -256,7 +291,7 @@ fn a_rank_that_never_launches_makes_its_peers_time_out_naming_it() {
         0,
         64,
         256,
-        Faults { timeout_ns: 200_000_000, absent: Some(2), abort_flag: DevPtr::NULL },
+        Faults { timeout_ns: 200_000_000, absent: Some(2), ..NO_FAULTS },
     );
     // Every wait gives up after 200 ms; a launched rank stops waiting once one wait timed out.
     assert!(t0.elapsed() < std::time::Duration::from_secs(30), "took {:?}", t0.elapsed());
@@ -413,7 +448,7 @@ fn the_host_abort_flag_ends_waits_that_would_never_end() {
             0,
             64,
             256,
-            Faults { timeout_ns: 0, absent: Some(1), abort_flag: flag_ptr },
+            Faults { timeout_ns: 0, absent: Some(1), abort_flag: flag_ptr, proto: Protocol::Simple },
         );
     });
     assert!(t0.elapsed() >= std::time::Duration::from_millis(200));
@@ -544,4 +579,91 @@ fn nvls_min_polling_waits_for_the_slowest_receiver() {
     for (k, out) in outs.iter().enumerate() {
         assert_eq!(out, &input, "receiver {k}");
     }
+}
+
+/// LL flags are 32 bits (step + 1): a sender whose step reaches the clean mask rewrites every
+/// line of the slot with that step's flag, so once past it no line of any slot still holds a
+/// flag a later step could take for its own. The ring starts its step words just below the
+/// clean steps and runs across them; every result must still be right, and afterwards every
+/// line of every FIFO carries a flag of the clean steps or later.
+#[test]
+fn ll_flags_are_cleaned_when_the_step_counter_reaches_the_wrap_mask() {
+    use rsccl_device::prims::ll::{LlLine, LL_CLEAN_MASK, LL_LINE_BYTES};
+    // 64-line steps, chunks of 32 elements: half of each slot is never written with data.
+    let (n, nch, threads, step_bytes, count) = (3usize, 1usize, 64u32, 1024u64, 40usize);
+    let start = LL_CLEAN_MASK - 5;
+    let mut ring = build(n, nch, step_bytes);
+    for r in 0..n {
+        for conn in [ring.channels[r][0].send, ring.channels[r][0].recv] {
+            // SAFETY: the step and head words of this test's connections, alive in `ring`.
+            unsafe {
+                *(conn.step.0 as *mut u64) = start;
+                *(conn.head.0 as *mut u64) = start;
+            }
+        }
+    }
+    // Each all-reduce takes 2·3−1 steps.
+    for round in 0..6u64 {
+        let mut sends: Vec<Vec<u64>> =
+            (0..n).map(|r| (0..count).map(|i| input(r, i) + round).collect()).collect();
+        let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
+        let faults = Faults { proto: Protocol::Ll, timeout_ns: 5_000_000_000, ..NO_FAULTS };
+        run_with(
+            &mut ring,
+            Collective::AllReduce,
+            &mut sends,
+            &mut recvs,
+            count as u64,
+            0,
+            threads,
+            step_bytes,
+            faults,
+        );
+        for r in 0..n {
+            for i in 0..count {
+                let want = (0..n).fold(0u64, |a, q| a.wrapping_add(input(q, i) + round));
+                assert_eq!(recvs[r][i], want, "round {round} rank {r} elem {i}");
+            }
+        }
+        assert!(ring.status.iter().flatten().all(|&w| w == 0), "round {round}: {:?}", ring.status);
+    }
+    let end = unsafe { *(ring.channels[0][0].send.step.0 as *const u64) };
+    assert!(end > LL_CLEAN_MASK + 8, "the run must cross the clean steps (ended at {end:#x})");
+    for r in 0..n {
+        let c = ring.channels[r][0].recv;
+        for line in 0..NCCL_STEPS * step_bytes / LL_LINE_BYTES {
+            // SAFETY: inside this connection's FIFO.
+            let l = unsafe { *(c.buff.offset(line * LL_LINE_BYTES).0 as *const LlLine) };
+            assert!(
+                l.flag1 as u64 > LL_CLEAN_MASK && l.flag2 as u64 > LL_CLEAN_MASK,
+                "rank {r} line {line}: flags {:#x} {:#x} not cleaned",
+                l.flag1,
+                l.flag2
+            );
+        }
+    }
+}
+
+#[test]
+fn an_ll_rank_that_never_launches_makes_its_peers_time_out_naming_it() {
+    use rsccl_device::prims::conn::decode_status;
+    use rsccl_device::prims::ErrorCode;
+    let (n, count) = (3usize, 5000usize);
+    let mut ring = build(n, 1, 256);
+    let mut sends: Vec<Vec<u64>> = (0..n).map(|r| (0..count).map(|i| input(r, i)).collect()).collect();
+    let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
+    let t0 = std::time::Instant::now();
+    let faults = Faults { timeout_ns: 200_000_000, absent: Some(1), proto: Protocol::Ll, ..NO_FAULTS };
+    run_with(&mut ring, Collective::AllReduce, &mut sends, &mut recvs, count as u64, 0, 64, 256, faults);
+    assert!(t0.elapsed() < std::time::Duration::from_secs(30), "took {:?}", t0.elapsed());
+    // Rank 2 receives from rank 1 (ring 0 → 1 → 2 → 0): its lines never get their flags.
+    let (code, peer, _) = decode_status(ring.status[2][0]);
+    assert_eq!((code, peer), (ErrorCode::RecvTimeout, 1), "rank 2: {:?}", ring.status[2]);
+    // Rank 0 sends to rank 1 (credits never come back after 8 steps) and receives from rank 2
+    // (stuck on rank 1): whichever wait gives up first, it reports a timeout.
+    let (code, peer, _) = decode_status(ring.status[0][0]);
+    assert!(
+        (code, peer) == (ErrorCode::SendTimeout, 1) || (code, peer) == (ErrorCode::RecvTimeout, 2),
+        "rank 0: {code:?} peer {peer}"
+    );
 }

@@ -14,6 +14,8 @@
 //! - `RSCCL_DEBUG` ([`DEBUG_VAR`]): `VERSION` (only the version line), `WARN`, `INFO` or
 //!   `TRACE`, in any case ([`DebugLevel`]). Unset or empty: nothing is logged and nothing is
 //!   installed. Any other value: one warning on stderr naming it, then `WARN`.
+//! - `RSCCL_DEBUG_SUBSYS` ([`DEBUG_SUBSYS_VAR`]): subsystems beyond the defaults, in NCCL's
+//!   grammar; `TUNING` logs each communicator's cost table at init (rank 0, INFO).
 //! - `RSCCL_DEBUG_FILE` ([`DEBUG_FILE_VAR`]): a file to write to instead of stderr (created, or
 //!   emptied), where `%h` is replaced by the host name and `%p` by the process id, as NCCL does;
 //!   use `%p` when several processes of a host log, or they overwrite each other's files.
@@ -49,6 +51,40 @@ use tracing_core::span::Current;
 /// assert_eq!(rsccl::debug::DEBUG_VAR, "RSCCL_DEBUG");
 /// ```
 pub const DEBUG_VAR: &str = "RSCCL_DEBUG";
+
+/// The variable choosing which subsystems log beyond the defaults (NCCL's
+/// `NCCL_DEBUG_SUBSYS`): a comma-separated list (`TUNING`, `ALL`), or `^` and those left out.
+///
+/// ```
+/// assert_eq!(rsccl::debug::DEBUG_SUBSYS_VAR, "RSCCL_DEBUG_SUBSYS");
+/// ```
+pub const DEBUG_SUBSYS_VAR: &str = "RSCCL_DEBUG_SUBSYS";
+
+/// Whether subsystem `name` (`TUNING`, …) is on in `value`, `RSCCL_DEBUG_SUBSYS`'s grammar: listed
+/// (any case) or `ALL`; with a leading `^`, every subsystem not listed. Unset: off.
+///
+/// ```
+/// use rsccl::debug::subsys_in;
+/// assert!(subsys_in(Some("INIT,tuning"), "TUNING"));
+/// assert!(subsys_in(Some("ALL"), "TUNING"));
+/// assert!(!subsys_in(Some("^TUNING"), "TUNING") && subsys_in(Some("^INIT"), "TUNING"));
+/// assert!(!subsys_in(None, "TUNING"));
+/// ```
+pub fn subsys_in(value: Option<&str>, name: &str) -> bool {
+    let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else { return false };
+    let (negate, list) = match v.strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, v),
+    };
+    let listed =
+        list.split(',').map(str::trim).any(|s| s.eq_ignore_ascii_case(name) || s.eq_ignore_ascii_case("ALL"));
+    listed != negate
+}
+
+/// Whether `RSCCL_DEBUG_SUBSYS` turns subsystem `name` on ([`subsys_in`]).
+pub fn subsys_enabled(name: &str) -> bool {
+    subsys_in(std::env::var(DEBUG_SUBSYS_VAR).ok().as_deref(), name)
+}
 
 /// The variable naming a file to log to instead of stderr; `%h` is the host name, `%p` the
 /// process id.

@@ -207,6 +207,49 @@ fn every_type_and_op() {
 }
 
 #[test]
+fn every_type_and_op_on_each_protocol() {
+    // A sweep from 8 B to 1 MiB crosses the cost model's LL → Simple switch; forced, each
+    // protocol runs every size, type and op checked.
+    for proto in ["LL", "Simple"] {
+        let r = perf_ok(
+            &[
+                "all_reduce",
+                "-g",
+                "3",
+                "-b",
+                "8",
+                "-e",
+                "64K",
+                "-f",
+                "64",
+                "-d",
+                "all",
+                "-o",
+                "all",
+                "-n",
+                "1",
+                "-w",
+                "0",
+                "-p",
+                proto,
+            ],
+            Duration::from_secs(300),
+        );
+        assert_eq!(r.rows.len(), 3 * 12 * 6, "{proto}");
+    }
+    for coll in ["reduce_scatter", "all_gather", "broadcast", "reduce"] {
+        let r = perf_ok(
+            &[
+                coll, "-g", "4", "-b", "1K", "-e", "1M", "-f", "32", "-d", "all", "-n", "1", "-w", "0", "-p",
+                "LL",
+            ],
+            Duration::from_secs(300),
+        );
+        assert_eq!(r.rows.len(), 3 * 12, "{coll}");
+    }
+}
+
+#[test]
 fn unchecked_runs_print_na() {
     let out = rsccl(
         &[
@@ -254,6 +297,7 @@ fn bad_command_lines_exit_2() {
         &["perf", "all_reduce", "-t", "4"],
         &["perf", "all_reduce", "-g", "0"],
         &["perf", "all_reduce", "-n", "many"],
+        &["perf", "all_reduce", "-p", "LL256"],
     ] {
         let out = rsccl(args, Duration::from_secs(30));
         assert_eq!(out.code, Some(2), "{args:?}: stdout {}\nstderr {}", out.stdout, out.stderr);

@@ -110,6 +110,7 @@ fn case(
         root: k % n,
         seed: k as u64 * 0x9E37_79B9,
         rings: cfg.channels.as_ref().map(rsccl_suite::channels::rings_of),
+        proto: rsccl::comm::Protocol::Simple,
     }
 }
 

@@ -51,7 +51,9 @@ fn the_mask_chooses_the_algorithm_and_the_plan_says_how_it_runs() {
         let plans = all_reduce(&c, sum).unwrap();
         for p in plans {
             assert_eq!(p.algorithm, want, "RSCCL_ALGO={algo:?}");
-            assert_eq!((p.protocol, p.channels, p.threads), (Protocol::Simple, 2, 64));
+            // 4 KB: the cost model picks LL on rings; trees run Simple.
+            let proto = if want == Algorithm::Ring { Protocol::Ll } else { Protocol::Simple };
+            assert_eq!((p.protocol, p.channels, p.threads), (proto, 2, 64));
         }
     }
     // Asked for: the trees, whatever the mask.
@@ -99,4 +101,52 @@ fn a_group_plans_as_a_communicator_and_refuses_calls_that_differ() {
     let e = group.run(&odd).unwrap_err().to_string();
     assert!(e.contains("rank 1's call differs from rank 0's"), "{e}");
     assert!(group.run(&calls[..2]).unwrap_err().to_string().contains("2 calls given for 3 ranks"));
+}
+
+/// All ranks' all-reduce of `count` f32 through `Enqueue::run` on `comms`: the plans, after
+/// checking the sums.
+fn all_reduce_plans(comms: &[Comm], count: usize) -> Vec<rsccl::Plan> {
+    let be = backend::cpu();
+    let bufs: Vec<_> = (0..comms.len()).map(|r| be.upload(&vec![(r + 1) as f32; count]).unwrap()).collect();
+    let work: Vec<_> = comms
+        .iter()
+        .zip(&bufs)
+        .map(|(c, b)| {
+            c.enqueue().run(Call::all_reduce(b.into(), b.into(), count, DataType::F32, ReduceOp::Sum))
+        })
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let plans: Vec<_> = work.iter().map(|w| w.plan()).collect();
+    for w in work {
+        w.wait().unwrap();
+    }
+    let n = comms.len();
+    for b in &bufs {
+        assert!(be.download::<f32>(b, count).unwrap().iter().all(|&v| v == (n * (n + 1) / 2) as f32));
+    }
+    plans
+}
+
+#[test]
+fn the_cost_model_takes_ll_for_small_rings_and_simple_for_large_and_rsccl_proto_overrides_it() {
+    let cfg = |proto: Option<&str>| CommConfig {
+        nthreads: 64,
+        proto: proto.map(String::from),
+        ..CommConfig::default()
+    };
+    let c = Comm::init_all(&backend::cpu(), 3, cfg(None)).unwrap();
+    let protos: Vec<Protocol> =
+        [16usize, 1 << 10, 1 << 20].iter().map(|&n| all_reduce_plans(&c, n)[0].protocol).collect();
+    // 64 B and 4 KB: latency dominates, LL; 4 MB: bandwidth, Simple.
+    assert_eq!(protos, [Protocol::Ll, Protocol::Ll, Protocol::Simple]);
+    let c = Comm::init_all(&backend::cpu(), 3, cfg(Some("Simple"))).unwrap();
+    assert!(all_reduce_plans(&c, 16).iter().all(|p| p.protocol == Protocol::Simple));
+    let c = Comm::init_all(&backend::cpu(), 3, cfg(Some("allreduce:LL"))).unwrap();
+    assert!(all_reduce_plans(&c, 1 << 20).iter().all(|p| p.protocol == Protocol::Ll));
+    // A value that leaves no protocol is refused at init, naming the variable.
+    let Err(e) = Comm::init_all(&backend::cpu(), 3, cfg(Some("^LL,Simple,LL128"))) else {
+        panic!("accepted")
+    };
+    let e = e.to_string();
+    assert!(e.contains("RSCCL_PROTO"), "{e}");
 }

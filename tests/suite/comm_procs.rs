@@ -6,7 +6,7 @@
 //! segment may be left behind.
 use rsccl::backend;
 use rsccl::bootstrap::UniqueId;
-use rsccl::comm::{BufRef, Comm, CommConfig, ReduceOp};
+use rsccl::comm::{BufRef, Comm, CommConfig, Protocol, ReduceOp};
 use rsccl::topology::search::{search_all, SearchOptions};
 use rsccl::topology::{xml, System};
 use rsccl::transport::{shm, TransportKind};
@@ -20,15 +20,30 @@ use std::time::{Duration, Instant};
 
 const CHILD_VAR: &str = "RSCCL_TEST_COMM_CHILD";
 
-/// The shape every rank of the sweep uses (and the reference assumes).
+/// The shape every rank of the sweep uses (and the reference assumes), on Simple.
 fn sweep_config() -> CommConfig {
+    sweep_config_on(Protocol::Simple)
+}
+
+/// [`sweep_config`] with the rings forced onto `proto`.
+fn sweep_config_on(proto: Protocol) -> CommConfig {
     CommConfig {
         nchannels: 2,
         nthreads: 128,
         step_bytes: 4096,
         timeout: Duration::from_secs(30),
         bootstrap_timeout: Duration::from_secs(20),
+        proto: Some(proto.name().to_string()),
         ..CommConfig::default()
+    }
+}
+
+/// The protocol a sweep role runs: `sweep` Simple, `sweep-ll` LL.
+fn sweep_proto(role: &str) -> Protocol {
+    if role == "sweep-ll" {
+        Protocol::Ll
+    } else {
+        Protocol::Simple
     }
 }
 
@@ -41,10 +56,10 @@ const FULL_SWEEP_RANKS: usize = 3;
 
 /// Every collective × dtype × op × in/out of place, counts cycling through [`COUNTS`], plus
 /// cases of a million elements or more (see [`FULL_SWEEP_RANKS`]).
-fn sweep_cases(n: usize) -> Vec<Case> {
+fn sweep_cases(n: usize, proto: Protocol) -> Vec<Case> {
     let full = n <= FULL_SWEEP_RANKS;
     let counts: &[usize] = if full { &COUNTS } else { &COUNTS[..6] };
-    let cfg = sweep_config();
+    let cfg = sweep_config_on(proto);
     let mut cases = Vec::new();
     let mut k = 0usize;
     let ops = |t: DataType| {
@@ -89,6 +104,7 @@ fn sweep_cases(n: usize) -> Vec<Case> {
                         root: k % n,
                         seed: k as u64 * 0x9E37_79B9,
                         rings: None,
+                        proto,
                     });
                 }
             }
@@ -115,6 +131,7 @@ fn sweep_cases(n: usize) -> Vec<Case> {
             root: 0,
             seed: k as u64,
             rings: None,
+            proto,
         });
     }
     cases
@@ -153,12 +170,13 @@ fn comm_child() {
     let n: usize = var("RSCCL_TEST_N").parse().unwrap();
     let be = backend::cpu();
     match role.as_str() {
-        "sweep" => {
-            let comm = Comm::init_rank(&be, n, rank, &id, sweep_config()).unwrap();
+        "sweep" | "sweep-ll" => {
+            let proto = sweep_proto(&role);
+            let comm = Comm::init_rank(&be, n, rank, &id, sweep_config_on(proto)).unwrap();
             for p in (0..n).filter(|&p| p != rank) {
                 assert_eq!(comm.transport_to(p), Some(TransportKind::Shm), "peer {p}");
             }
-            let cases = sweep_cases(n);
+            let cases = sweep_cases(n, proto);
             for c in &cases {
                 if let Err(e) = run_ring_case(&comm, &be, c) {
                     panic!("rank {rank}: {e}");
@@ -478,15 +496,20 @@ fn assert_no_segments(pids: &[u32]) {
 }
 
 fn sweep(n: usize) {
+    sweep_on(n, Protocol::Simple)
+}
+
+fn sweep_on(n: usize, proto: Protocol) {
     let id = loopback_id();
-    let mut ranks = start_ranks("sweep", &id, n, 0..n);
+    let role = if proto == Protocol::Ll { "sweep-ll" } else { "sweep" };
+    let mut ranks = start_ranks(role, &id, n, 0..n);
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(600));
     let failed: Vec<String> = results
         .iter()
         .enumerate()
         .filter(|(r, (ok, text))| {
-            !ok || !text.contains(&format!("rank {r}: {} cases ok", sweep_cases(n).len()))
+            !ok || !text.contains(&format!("rank {r}: {} cases ok", sweep_cases(n, proto).len()))
         })
         .map(|(r, (_, text))| format!("rank {r} of {n}:\n{text}"))
         .collect();
@@ -507,6 +530,11 @@ fn three_processes_run_every_collective_bit_exact() {
 #[test]
 fn four_processes_run_every_collective_bit_exact() {
     sweep(4);
+}
+
+#[test]
+fn four_processes_run_every_collective_bit_exact_on_ll() {
+    sweep_on(4, Protocol::Ll);
 }
 
 #[test]
@@ -704,6 +732,7 @@ fn two_communicators_in_one_process_and_ranks_as_threads() {
                 root: 0,
                 seed: round + 1,
                 rings: None,
+                proto: Protocol::Simple,
             };
             std::thread::scope(|s| {
                 let hs: Vec<_> = comms.iter().map(|comm| s.spawn(|| run_ring_case(comm, &be, &c))).collect();

@@ -112,6 +112,7 @@ fn case(comm: &Comm, coll: Collective, dtype: DataType, op: ReduceOp, count: usi
         root: k % comm.nranks(),
         seed: 0x5EED + k as u64,
         rings: cfg.channels.as_ref().map(rings_of),
+        proto: rsccl::comm::Protocol::Simple,
     }
 }
 

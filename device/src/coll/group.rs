@@ -80,6 +80,8 @@ fn failed(w: &RingArgs, bid: u32) -> bool {
 /// shared memory.
 #[inline(always)]
 pub fn group_kernel<T: Elem>(a: &GroupArgs) {
+    // A group's collectives run on Simple (the host plans them so).
+    const SIMPLE: u32 = crate::prims::Protocol::Simple as u32;
     if arch::dynamic_smem_bytes() < GROUP_SHM_BYTES {
         arch::trap();
     }
@@ -93,11 +95,15 @@ pub fn group_kernel<T: Elem>(a: &GroupArgs) {
         let Some(&op) = RedOp::ALL.get(w.op as usize) else { arch::trap() };
         let bytes = RedMover::<u8>::new(RedOp::Sum, 0);
         match Collective::from_u32(w.coll) {
-            Some(Collective::AllReduce) => ring::all_reduce(w, &RedMover::<T>::new(op, w.red_op_arg)),
-            Some(Collective::ReduceScatter) => ring::reduce_scatter(w, &RedMover::<T>::new(op, w.red_op_arg)),
-            Some(Collective::Reduce) => ring::reduce(w, &RedMover::<T>::new(op, w.red_op_arg)),
-            Some(Collective::AllGather) => ring::all_gather(w, &bytes),
-            Some(Collective::Broadcast) => ring::broadcast(w, &bytes),
+            Some(Collective::AllReduce) => {
+                ring::all_reduce::<SIMPLE, _>(w, &RedMover::<T>::new(op, w.red_op_arg))
+            }
+            Some(Collective::ReduceScatter) => {
+                ring::reduce_scatter::<SIMPLE, _>(w, &RedMover::<T>::new(op, w.red_op_arg))
+            }
+            Some(Collective::Reduce) => ring::reduce::<SIMPLE, _>(w, &RedMover::<T>::new(op, w.red_op_arg)),
+            Some(Collective::AllGather) => ring::all_gather::<SIMPLE, _>(w, &bytes),
+            Some(Collective::Broadcast) => ring::broadcast::<SIMPLE, _>(w, &bytes),
             None => arch::trap(),
         }
         // The next collective's primitives reuse the shared memory; a failed channel stops here.

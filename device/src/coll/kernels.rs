@@ -15,6 +15,7 @@ use super::tree::tree_kernel;
 use super::Collective;
 use crate::arch;
 use crate::dtype::DataType;
+use crate::prims::Protocol;
 use crate::redop::{Elem, RedOp};
 
 // Named here by the host and tests, beside the kernels it sizes; defined in `coll` below the
@@ -26,6 +27,7 @@ pub use super::SIMPLE_THREADS;
 /// ```
 /// use rsccl_device::coll::{kernels::CollKernel, Collective};
 /// use rsccl_device::dtype::DataType;
+/// use rsccl_device::prims::Protocol;
 /// let k = CollKernel::ring(Collective::AllReduce, DataType::F32);
 /// assert_eq!(k.name(), "rsccl_all_reduce_ring_f32");
 /// // All-gather moves bytes: one kernel for every type.
@@ -33,6 +35,9 @@ pub use super::SIMPLE_THREADS;
 /// assert_eq!(CollKernel::TreeAllReduce(DataType::BF16).name(), "rsccl_all_reduce_tree_bf16");
 /// assert_eq!(CollKernel::OneRank(DataType::I8).name(), "rsccl_one_rank_i8");
 /// assert_eq!(CollKernel::P2p.name(), "rsccl_p2p");
+/// let ll = CollKernel::ring_on(Collective::AllReduce, DataType::F32, Protocol::Ll);
+/// assert_eq!(ll.name(), "rsccl_all_reduce_ring_ll_f32");
+/// assert!(rsccl_device::kernels::find(&ll.name()).is_some());
 /// assert_eq!(CollKernel::Group(DataType::F16).name(), "rsccl_group_f16");
 /// assert!(rsccl_device::kernels::find(&k.name()).is_some());
 /// ```
@@ -42,6 +47,10 @@ pub enum CollKernel {
     Ring(Collective, DataType),
     /// A ring collective that only moves bytes (all-gather, broadcast): counts in bytes.
     RingBytes(Collective),
+    /// A reducing ring collective of one element type on the LL protocol.
+    RingLl(Collective, DataType),
+    /// A byte-moving ring collective on the LL protocol: counts in bytes.
+    RingBytesLl(Collective),
     /// Tree all-reduce of one element type.
     TreeAllReduce(DataType),
     /// One rank: the input through the op's pre/post-operation, or a copy.
@@ -69,9 +78,21 @@ impl CollKernel {
         }
     }
 
+    /// The ring kernel of `coll` on `t` with protocol `proto` (rings run Simple and LL).
+    pub const fn ring_on(coll: Collective, t: DataType, proto: Protocol) -> CollKernel {
+        match (coll, proto) {
+            (Collective::AllGather | Collective::Broadcast, Protocol::Ll) => CollKernel::RingBytesLl(coll),
+            (_, Protocol::Ll) => CollKernel::RingLl(coll, t),
+            _ => CollKernel::ring(coll, t),
+        }
+    }
+
     /// Whether the kernel counts bytes (the host passes `count × element size`).
     pub const fn counts_bytes(self) -> bool {
-        matches!(self, CollKernel::RingBytes(_) | CollKernel::MscclBytes | CollKernel::P2p)
+        matches!(
+            self,
+            CollKernel::RingBytes(_) | CollKernel::RingBytesLl(_) | CollKernel::MscclBytes | CollKernel::P2p
+        )
     }
 
     /// The block size the kernel is built for and launched with.
@@ -96,6 +117,8 @@ impl CollKernel {
         match self {
             CollKernel::Ring(c, t) => format!("rsccl_{}_ring_{}", coll(c), t.name()),
             CollKernel::RingBytes(c) => format!("rsccl_{}_ring", coll(c)),
+            CollKernel::RingLl(c, t) => format!("rsccl_{}_ring_ll_{}", coll(c), t.name()),
+            CollKernel::RingBytesLl(c) => format!("rsccl_{}_ring_ll", coll(c)),
             CollKernel::TreeAllReduce(t) => format!("rsccl_all_reduce_tree_{}", t.name()),
             CollKernel::OneRank(t) => format!("rsccl_one_rank_{}", t.name()),
             CollKernel::Nvls(t) => format!("rsccl_nvls_{}", t.name()),
@@ -124,9 +147,18 @@ macro_rules! typed_kernels {
         reduce_ring: $r_ring:ident => $r_ring_fn:ident,
         all_reduce_tree: $ar_tree:ident => $ar_tree_fn:ident,
         one_rank: $one_rank:ident,
-        group: $group:ident $(,)?
+        group: $group:ident,
+        all_reduce_ring_ll: $ar_ll:ident,
+        reduce_scatter_ring_ll: $rs_ll:ident,
+        reduce_ring_ll: $r_ll:ident $(,)?
     }) => {
         crate::kernel_table!($table, lib {
+            /// Ring all-reduce on LL.
+            $ar_ll(RingArgs) [SIMPLE_THREADS] => ring_ll::<$t, ALL_REDUCE>;
+            /// Ring reduce-scatter on LL.
+            $rs_ll(RingArgs) [SIMPLE_THREADS] => ring_ll::<$t, REDUCE_SCATTER>;
+            /// Ring reduce on LL.
+            $r_ll(RingArgs) [SIMPLE_THREADS] => ring_ll::<$t, REDUCE>;
             /// Ring all-reduce.
             $ar_ring(RingArgs) [SIMPLE_THREADS] => $ar_ring_fn;
             /// Ring reduce-scatter.
@@ -150,18 +182,21 @@ macro_rules! typed_kernels {
             all_reduce_tree: $ar_tree::KERNEL,
             one_rank: $one_rank::KERNEL,
             group: $group::KERNEL,
+            all_reduce_ring_ll: $ar_ll::KERNEL,
+            reduce_scatter_ring_ll: $rs_ll::KERNEL,
+            reduce_ring_ll: $r_ll::KERNEL,
         };
         #[inline(always)]
         fn $ar_ring_fn(a: &RingArgs) {
-            ring::all_reduce(a, &mover::<$t>(a))
+            ring::all_reduce::<SIMPLE, _>(a, &mover::<$t>(a))
         }
         #[inline(always)]
         fn $rs_ring_fn(a: &RingArgs) {
-            ring::reduce_scatter(a, &mover::<$t>(a))
+            ring::reduce_scatter::<SIMPLE, _>(a, &mover::<$t>(a))
         }
         #[inline(always)]
         fn $r_ring_fn(a: &RingArgs) {
-            ring::reduce(a, &mover::<$t>(a))
+            ring::reduce::<SIMPLE, _>(a, &mover::<$t>(a))
         }
         #[inline(always)]
         fn $ar_tree_fn(a: &RingArgs) {
@@ -177,6 +212,9 @@ typed_kernels!(KERNELS_I8, HANDLES_I8, i8 {
     all_reduce_tree: rsccl_all_reduce_tree_i8 => all_reduce_tree_i8,
     one_rank: rsccl_one_rank_i8,
     group: rsccl_group_i8,
+    all_reduce_ring_ll: rsccl_all_reduce_ring_ll_i8,
+    reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_i8,
+    reduce_ring_ll: rsccl_reduce_ring_ll_i8,
 });
 typed_kernels!(KERNELS_U8, HANDLES_U8, u8 {
     all_reduce_ring: rsccl_all_reduce_ring_u8 => all_reduce_ring_u8,
@@ -185,6 +223,9 @@ typed_kernels!(KERNELS_U8, HANDLES_U8, u8 {
     all_reduce_tree: rsccl_all_reduce_tree_u8 => all_reduce_tree_u8,
     one_rank: rsccl_one_rank_u8,
     group: rsccl_group_u8,
+    all_reduce_ring_ll: rsccl_all_reduce_ring_ll_u8,
+    reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_u8,
+    reduce_ring_ll: rsccl_reduce_ring_ll_u8,
 });
 typed_kernels!(KERNELS_I32, HANDLES_I32, i32 {
     all_reduce_ring: rsccl_all_reduce_ring_i32 => all_reduce_ring_i32,
@@ -193,6 +234,9 @@ typed_kernels!(KERNELS_I32, HANDLES_I32, i32 {
     all_reduce_tree: rsccl_all_reduce_tree_i32 => all_reduce_tree_i32,
     one_rank: rsccl_one_rank_i32,
     group: rsccl_group_i32,
+    all_reduce_ring_ll: rsccl_all_reduce_ring_ll_i32,
+    reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_i32,
+    reduce_ring_ll: rsccl_reduce_ring_ll_i32,
 });
 typed_kernels!(KERNELS_U32, HANDLES_U32, u32 {
     all_reduce_ring: rsccl_all_reduce_ring_u32 => all_reduce_ring_u32,
@@ -201,6 +245,9 @@ typed_kernels!(KERNELS_U32, HANDLES_U32, u32 {
     all_reduce_tree: rsccl_all_reduce_tree_u32 => all_reduce_tree_u32,
     one_rank: rsccl_one_rank_u32,
     group: rsccl_group_u32,
+    all_reduce_ring_ll: rsccl_all_reduce_ring_ll_u32,
+    reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_u32,
+    reduce_ring_ll: rsccl_reduce_ring_ll_u32,
 });
 typed_kernels!(KERNELS_I64, HANDLES_I64, i64 {
     all_reduce_ring: rsccl_all_reduce_ring_i64 => all_reduce_ring_i64,
@@ -209,6 +256,9 @@ typed_kernels!(KERNELS_I64, HANDLES_I64, i64 {
     all_reduce_tree: rsccl_all_reduce_tree_i64 => all_reduce_tree_i64,
     one_rank: rsccl_one_rank_i64,
     group: rsccl_group_i64,
+    all_reduce_ring_ll: rsccl_all_reduce_ring_ll_i64,
+    reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_i64,
+    reduce_ring_ll: rsccl_reduce_ring_ll_i64,
 });
 typed_kernels!(KERNELS_U64, HANDLES_U64, u64 {
     all_reduce_ring: rsccl_all_reduce_ring_u64 => all_reduce_ring_u64,
@@ -217,6 +267,9 @@ typed_kernels!(KERNELS_U64, HANDLES_U64, u64 {
     all_reduce_tree: rsccl_all_reduce_tree_u64 => all_reduce_tree_u64,
     one_rank: rsccl_one_rank_u64,
     group: rsccl_group_u64,
+    all_reduce_ring_ll: rsccl_all_reduce_ring_ll_u64,
+    reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_u64,
+    reduce_ring_ll: rsccl_reduce_ring_ll_u64,
 });
 typed_kernels!(KERNELS_F16, HANDLES_F16, crate::redop::F16 {
     all_reduce_ring: rsccl_all_reduce_ring_f16 => all_reduce_ring_f16,
@@ -225,6 +278,9 @@ typed_kernels!(KERNELS_F16, HANDLES_F16, crate::redop::F16 {
     all_reduce_tree: rsccl_all_reduce_tree_f16 => all_reduce_tree_f16,
     one_rank: rsccl_one_rank_f16,
     group: rsccl_group_f16,
+    all_reduce_ring_ll: rsccl_all_reduce_ring_ll_f16,
+    reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_f16,
+    reduce_ring_ll: rsccl_reduce_ring_ll_f16,
 });
 typed_kernels!(KERNELS_F32, HANDLES_F32, f32 {
     all_reduce_ring: rsccl_all_reduce_ring_f32 => all_reduce_ring_f32,
@@ -233,6 +289,9 @@ typed_kernels!(KERNELS_F32, HANDLES_F32, f32 {
     all_reduce_tree: rsccl_all_reduce_tree_f32 => all_reduce_tree_f32,
     one_rank: rsccl_one_rank_f32,
     group: rsccl_group_f32,
+    all_reduce_ring_ll: rsccl_all_reduce_ring_ll_f32,
+    reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_f32,
+    reduce_ring_ll: rsccl_reduce_ring_ll_f32,
 });
 typed_kernels!(KERNELS_F64, HANDLES_F64, f64 {
     all_reduce_ring: rsccl_all_reduce_ring_f64 => all_reduce_ring_f64,
@@ -241,6 +300,9 @@ typed_kernels!(KERNELS_F64, HANDLES_F64, f64 {
     all_reduce_tree: rsccl_all_reduce_tree_f64 => all_reduce_tree_f64,
     one_rank: rsccl_one_rank_f64,
     group: rsccl_group_f64,
+    all_reduce_ring_ll: rsccl_all_reduce_ring_ll_f64,
+    reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_f64,
+    reduce_ring_ll: rsccl_reduce_ring_ll_f64,
 });
 typed_kernels!(KERNELS_BF16, HANDLES_BF16, crate::redop::BF16 {
     all_reduce_ring: rsccl_all_reduce_ring_bf16 => all_reduce_ring_bf16,
@@ -249,6 +311,9 @@ typed_kernels!(KERNELS_BF16, HANDLES_BF16, crate::redop::BF16 {
     all_reduce_tree: rsccl_all_reduce_tree_bf16 => all_reduce_tree_bf16,
     one_rank: rsccl_one_rank_bf16,
     group: rsccl_group_bf16,
+    all_reduce_ring_ll: rsccl_all_reduce_ring_ll_bf16,
+    reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_bf16,
+    reduce_ring_ll: rsccl_reduce_ring_ll_bf16,
 });
 
 /// FP8 kernels exist only in the sm_90 module (and on the host); the host API refuses FP8 on
@@ -263,6 +328,9 @@ mod fp8 {
         all_reduce_tree: rsccl_all_reduce_tree_e4m3 => all_reduce_tree_e4m3,
         one_rank: rsccl_one_rank_e4m3,
         group: rsccl_group_e4m3,
+        all_reduce_ring_ll: rsccl_all_reduce_ring_ll_e4m3,
+        reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_e4m3,
+        reduce_ring_ll: rsccl_reduce_ring_ll_e4m3,
     });
     typed_kernels!(KERNELS_E5M2, HANDLES_E5M2, crate::redop::Fp8E5M2 {
         all_reduce_ring: rsccl_all_reduce_ring_e5m2 => all_reduce_ring_e5m2,
@@ -271,16 +339,43 @@ mod fp8 {
         all_reduce_tree: rsccl_all_reduce_tree_e5m2 => all_reduce_tree_e5m2,
         one_rank: rsccl_one_rank_e5m2,
         group: rsccl_group_e5m2,
+        all_reduce_ring_ll: rsccl_all_reduce_ring_ll_e5m2,
+        reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_e5m2,
+        reduce_ring_ll: rsccl_reduce_ring_ll_e5m2,
     });
+}
+
+/// `Protocol` numbers as the ring functions' const arguments.
+const SIMPLE: u32 = Protocol::Simple as u32;
+const LL: u32 = Protocol::Ll as u32;
+/// `Collective` numbers as [`ring_ll`]'s const argument.
+const ALL_REDUCE: u32 = Collective::AllReduce as u32;
+const REDUCE_SCATTER: u32 = Collective::ReduceScatter as u32;
+const REDUCE: u32 = Collective::Reduce as u32;
+const ALL_GATHER: u32 = Collective::AllGather as u32;
+const BROADCAST: u32 = Collective::Broadcast as u32;
+
+/// The LL ring kernel of collective `COLL` on `T` (bytes for all-gather and broadcast).
+#[inline(always)]
+fn ring_ll<T: Elem, const COLL: u32>(a: &RingArgs) {
+    let m = mover::<T>(a);
+    match COLL {
+        ALL_REDUCE => ring::all_reduce::<LL, _>(a, &m),
+        REDUCE_SCATTER => ring::reduce_scatter::<LL, _>(a, &m),
+        REDUCE => ring::reduce::<LL, _>(a, &m),
+        ALL_GATHER => ring::all_gather::<LL, _>(a, &m),
+        BROADCAST => ring::broadcast::<LL, _>(a, &m),
+        _ => arch::trap(),
+    }
 }
 
 #[inline(always)]
 fn all_gather_ring(a: &RingArgs) {
-    ring::all_gather(a, &RedMover::<u8>::new(RedOp::Sum, 0))
+    ring::all_gather::<SIMPLE, _>(a, &RedMover::<u8>::new(RedOp::Sum, 0))
 }
 #[inline(always)]
 fn broadcast_ring(a: &RingArgs) {
-    ring::broadcast(a, &RedMover::<u8>::new(RedOp::Sum, 0))
+    ring::broadcast::<SIMPLE, _>(a, &RedMover::<u8>::new(RedOp::Sum, 0))
 }
 #[inline(always)]
 fn p2p_bytes(a: &P2pArgs) {
@@ -292,6 +387,10 @@ crate::kernel_table!(KERNELS_BYTES, lib {
     rsccl_all_gather_ring(RingArgs) [SIMPLE_THREADS] => all_gather_ring;
     /// Ring broadcast of bytes.
     rsccl_broadcast_ring(RingArgs) [SIMPLE_THREADS] => broadcast_ring;
+    /// Ring all-gather of bytes on LL.
+    rsccl_all_gather_ring_ll(RingArgs) [SIMPLE_THREADS] => ring_ll::<u8, ALL_GATHER>;
+    /// Ring broadcast of bytes on LL.
+    rsccl_broadcast_ring_ll(RingArgs) [SIMPLE_THREADS] => ring_ll::<u8, BROADCAST>;
     /// Point-to-point sends, receives and copies of bytes (launched with
     /// [`crate::coll::p2p::P2P_SHM_BYTES`] of dynamic shared memory).
     rsccl_p2p(P2pArgs) [SIMPLE_THREADS] => p2p_bytes;
@@ -407,6 +506,9 @@ pub mod handles {
         pub(crate) all_reduce_tree: Kernel<RingArgs>,
         pub(crate) one_rank: Kernel<OneRankArgs>,
         pub(crate) group: Kernel<GroupArgs>,
+        pub(crate) all_reduce_ring_ll: Kernel<RingArgs>,
+        pub(crate) reduce_scatter_ring_ll: Kernel<RingArgs>,
+        pub(crate) reduce_ring_ll: Kernel<RingArgs>,
     }
 
     fn typed(t: DataType) -> &'static Typed {
@@ -435,6 +537,17 @@ pub mod handles {
             Collective::Reduce => typed(t).reduce_ring,
             Collective::AllGather => rsccl_all_gather_ring::KERNEL,
             Collective::Broadcast => rsccl_broadcast_ring::KERNEL,
+        }
+    }
+
+    /// The LL ring kernel of `coll` on `t` (the byte kernel for all-gather and broadcast).
+    pub fn ring_ll(coll: Collective, t: DataType) -> Kernel<RingArgs> {
+        match coll {
+            Collective::AllReduce => typed(t).all_reduce_ring_ll,
+            Collective::ReduceScatter => typed(t).reduce_scatter_ring_ll,
+            Collective::Reduce => typed(t).reduce_ring_ll,
+            Collective::AllGather => rsccl_all_gather_ring_ll::KERNEL,
+            Collective::Broadcast => rsccl_broadcast_ring_ll::KERNEL,
         }
     }
 

@@ -1,4 +1,5 @@
 //! The primitives' data mover for element type `T`: reduceCopy with the op's run-time argument.
+use crate::pack::BytePack;
 use crate::prims::DataMover;
 use crate::redop::{Elem, RedOp, Reducer};
 use crate::reduce_copy::{reduce_copy, ReduceCopy, DEFAULT_UNROLL};
@@ -40,6 +41,21 @@ impl<T: Elem> DataMover for RedMover<T> {
         nelem: u64,
     ) {
         move_data::<T>(self.red.op(), self.red.arg(), tid, nworkers, pre_op_srcs, post_op, srcs, dsts, nelem)
+    }
+
+    #[inline(always)]
+    fn reduce_word(&self, a: u64, b: u64) -> u64 {
+        self.red.reduce_pack(BytePack::<8>::from_words(a, 0), BytePack::<8>::from_words(b, 0)).words()[0]
+    }
+
+    #[inline(always)]
+    fn pre_word(&self, a: u64) -> u64 {
+        self.red.pre_pack(BytePack::<8>::from_words(a, 0)).words()[0]
+    }
+
+    #[inline(always)]
+    fn post_word(&self, a: u64) -> u64 {
+        self.red.post_pack(BytePack::<8>::from_words(a, 0)).words()[0]
     }
 }
 

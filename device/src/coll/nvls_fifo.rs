@@ -19,6 +19,7 @@
 use super::mover::RedMover;
 use super::nvls::NvlsArgs;
 use super::Collective;
+use crate::pack::BytePack;
 use crate::prims::{ConnInfo, DataMover, Primitives};
 use crate::redop::{Elem, RedOp, Reducer};
 use crate::reduce_copy::{reduce_copy, ReduceCopy};
@@ -102,6 +103,21 @@ impl<T: Elem> DataMover for MultimemMover<T> {
             post_op: false,
         };
         reduce_copy::<T, { super::nvls::NVLS_UNROLL }, 1, 1>(tid, nworkers, &self.red, &rc, nelem);
+    }
+
+    #[inline(always)]
+    fn reduce_word(&self, a: u64, b: u64) -> u64 {
+        self.red.reduce_pack(BytePack::<8>::from_words(a, 0), BytePack::<8>::from_words(b, 0)).words()[0]
+    }
+
+    #[inline(always)]
+    fn pre_word(&self, a: u64) -> u64 {
+        a
+    }
+
+    #[inline(always)]
+    fn post_word(&self, a: u64) -> u64 {
+        a
     }
 }
 

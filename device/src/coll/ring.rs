@@ -4,7 +4,7 @@
 //! or `nChannels × chunkSize` per rank block (the others); each channel takes its chunk, shrunk
 //! to `realChunkSize` on the last loop and rounded to whole 8-byte words per worker thread.
 use super::Collective;
-use crate::prims::{ConnInfo, DataMover, Op, Primitives, PrimsStatus};
+use crate::prims::{ConnInfo, DataMover, LlPrimitives, Op, Primitives, Prims, PrimsStatus, Protocol};
 use crate::{arch, DevPtr};
 
 /// Per-channel ring wiring, built by the host: the connection from the previous rank and to the
@@ -53,6 +53,11 @@ pub struct RingArgs {
     pub op: u32,
     /// The op's scalar argument (PreMulSum's factor bits, SumPostDiv's divisor).
     pub red_op_arg: u64,
+    /// The [`Protocol`] as u32: `channels` then holds that protocol's connections and
+    /// `step_bytes` is their FIFO slot size (rings run Simple and LL; trees Simple).
+    pub proto: u32,
+    /// Zero (keeps the struct free of padding).
+    pub pad: u32,
 }
 // SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
 crate::pod::unsafe_impl_pod!(RingArgs {
@@ -67,7 +72,9 @@ crate::pod::unsafe_impl_pod!(RingArgs {
     nranks,
     coll,
     op,
-    red_op_arg
+    red_op_arg,
+    proto,
+    pad
 });
 
 /// All-reduce, reduce-scatter and all-gather use 2 slices of 2 steps per chunk; broadcast and
@@ -85,22 +92,31 @@ struct RingCtx<'a, M: DataMover> {
     nchannels: u64,
     tid: u32,
     nthreads: u32,
-    /// FIFO slot size in elements.
+    /// The launch's protocol.
+    proto: Protocol,
+    /// Data elements one FIFO step carries.
     step_elems: u64,
     /// Chunk rounding unit: one 8-byte word per worker thread (NCCL: (nthreads-WARP)*8/sizeof(T)).
     round: u64,
 }
 
 impl<'a, M: DataMover> RingCtx<'a, M> {
-    /// The context of the calling thread; traps unless the host launched `coll`.
+    /// The context of the calling thread; traps unless the host launched `coll` on protocol
+    /// `proto` (the kernel's).
     #[inline(always)]
-    fn new(args: &'a RingArgs, mover: &'a M, coll: Collective) -> Self {
-        if args.coll != coll as u32 {
+    fn new(args: &'a RingArgs, mover: &'a M, coll: Collective, proto: u32) -> Self {
+        if args.coll != coll as u32 || args.proto != proto {
             arch::trap();
         }
         let bid = arch::block_idx().x;
         let nthreads = arch::block_dim().x;
         let eb = mover.elem_bytes();
+        let Some(proto) = Protocol::from_u32(proto) else { arch::trap() };
+        let step_elems = match proto {
+            Protocol::Simple => args.step_bytes / eb,
+            Protocol::Ll => LlPrimitives::<M>::step_elems(args.step_bytes, eb),
+            Protocol::Ll128 => arch::trap(),
+        };
         RingCtx {
             args,
             mover,
@@ -110,7 +126,8 @@ impl<'a, M: DataMover> RingCtx<'a, M> {
             nchannels: arch::grid_dim().x as u64,
             tid: arch::thread_idx().x,
             nthreads,
-            step_elems: args.step_bytes / eb,
+            proto,
+            step_elems,
             round: ((nthreads as u64 - 32).max(32) * 8 / eb).max(1),
         }
     }
@@ -127,6 +144,23 @@ impl<'a, M: DataMover> RingCtx<'a, M> {
             a.sendbuff,
             a.recvbuff,
             a.step_bytes,
+            0,
+            a.status,
+            self.bid,
+        )
+    }
+
+    #[inline(always)]
+    fn ll_prims(&self) -> LlPrimitives<'a, M> {
+        let a = self.args;
+        LlPrimitives::new(
+            self.mover,
+            self.tid,
+            self.nthreads,
+            &self.ch.recv,
+            &self.ch.send,
+            a.sendbuff,
+            a.recvbuff,
             0,
             a.status,
             self.bid,
@@ -152,10 +186,14 @@ impl<'a, M: DataMover> RingCtx<'a, M> {
         channel_chunks(size, chunk, self.nchannels, self.bid, self.round)
     }
 
-    /// Elements per chunk of the all-reduce, reduce-scatter and all-gather loops.
+    /// Elements per chunk of the all-reduce, reduce-scatter and all-gather loops: one FIFO
+    /// step on LL (NCCL's), [`CHUNK_STEPS`] on Simple.
     #[inline(always)]
     fn chunk(&self) -> u64 {
-        self.step_elems * CHUNK_STEPS
+        match self.proto {
+            Protocol::Simple => self.step_elems * CHUNK_STEPS,
+            _ => self.step_elems,
+        }
     }
 }
 
@@ -181,16 +219,23 @@ fn chunk_of_loop(size: u64, chunk: u64, nchannels: u64, bid: u32, round: u64, l:
     (off, real.min(size.saturating_sub(off)) as i64)
 }
 
-/// Runs `args.coll` on channel `blockIdx.x` (tests and the emulator; the PTX has one kernel per
-/// collective, see [`super::kernels`]).
+/// Runs `args.coll` on `args.proto` on channel `blockIdx.x` (tests and the emulator; the PTX
+/// has one kernel per collective and protocol, see [`super::kernels`]).
 pub fn ring_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
-    match Collective::from_u32(args.coll) {
-        Some(Collective::AllReduce) => all_reduce(args, mover),
-        Some(Collective::ReduceScatter) => reduce_scatter(args, mover),
-        Some(Collective::AllGather) => all_gather(args, mover),
-        Some(Collective::Broadcast) => broadcast(args, mover),
-        Some(Collective::Reduce) => reduce(args, mover),
-        None => arch::trap(),
+    const SIMPLE: u32 = Protocol::Simple as u32;
+    const LL: u32 = Protocol::Ll as u32;
+    match (Collective::from_u32(args.coll), args.proto) {
+        (Some(Collective::AllReduce), SIMPLE) => all_reduce::<SIMPLE, M>(args, mover),
+        (Some(Collective::ReduceScatter), SIMPLE) => reduce_scatter::<SIMPLE, M>(args, mover),
+        (Some(Collective::AllGather), SIMPLE) => all_gather::<SIMPLE, M>(args, mover),
+        (Some(Collective::Broadcast), SIMPLE) => broadcast::<SIMPLE, M>(args, mover),
+        (Some(Collective::Reduce), SIMPLE) => reduce::<SIMPLE, M>(args, mover),
+        (Some(Collective::AllReduce), LL) => all_reduce::<LL, M>(args, mover),
+        (Some(Collective::ReduceScatter), LL) => reduce_scatter::<LL, M>(args, mover),
+        (Some(Collective::AllGather), LL) => all_gather::<LL, M>(args, mover),
+        (Some(Collective::Broadcast), LL) => broadcast::<LL, M>(args, mover),
+        (Some(Collective::Reduce), LL) => reduce::<LL, M>(args, mover),
+        _ => arch::trap(),
     }
 }
 
@@ -202,14 +247,24 @@ pub fn ring_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
 /// receive-reduce-sends, receive-reduce-copy-send (the result), `nranks − 2`
 /// receive-copy-sends, receive.
 #[inline(always)]
-pub fn all_reduce<M: DataMover>(args: &RingArgs, mover: &M) {
-    let cx = RingCtx::new(args, mover, Collective::AllReduce);
+pub fn all_reduce<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
+    let cx = RingCtx::new(args, mover, Collective::AllReduce, PROTO);
     if !cx.calls_match() {
         return;
     }
+    // A constant: each kernel holds one protocol's data movement.
+    if PROTO == Protocol::Simple as u32 {
+        all_reduce_on(&cx, cx.prims::<2, 2>())
+    } else {
+        all_reduce_on(&cx, cx.ll_prims())
+    }
+}
+
+#[inline(always)]
+fn all_reduce_on<M: DataMover>(cx: &RingCtx<'_, M>, mut p: impl Prims) {
+    let args = cx.args;
     let (n, size, bid) = (args.nranks, args.count, cx.bid);
     let chunk = cx.chunk();
-    let mut p = cx.prims::<2, 2>();
     let loop_size = cx.nchannels * n * chunk;
     let ring_ix = cx.ch.index;
     let modr = |r: u64| if r >= n { r - n } else { r };
@@ -240,13 +295,22 @@ pub fn all_reduce<M: DataMover>(args: &RingArgs, mover: &M) {
 /// Ring reduce-scatter: rank r ends with block r of the reduction (send, `nranks − 2`
 /// receive-reduce-sends, receive-reduce-copy into the output).
 #[inline(always)]
-pub fn reduce_scatter<M: DataMover>(args: &RingArgs, mover: &M) {
-    let cx = RingCtx::new(args, mover, Collective::ReduceScatter);
+pub fn reduce_scatter<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
+    let cx = RingCtx::new(args, mover, Collective::ReduceScatter, PROTO);
     if !cx.calls_match() {
         return;
     }
-    let (n, size) = (args.nranks, args.count);
-    let mut p = cx.prims::<2, 2>();
+    // A constant: each kernel holds one protocol's data movement.
+    if PROTO == Protocol::Simple as u32 {
+        reduce_scatter_on(&cx, cx.prims::<2, 2>())
+    } else {
+        reduce_scatter_on(&cx, cx.ll_prims())
+    }
+}
+
+#[inline(always)]
+fn reduce_scatter_on<M: DataMover>(cx: &RingCtx<'_, M>, mut p: impl Prims) {
+    let (n, size) = (cx.args.nranks, cx.args.count);
     // One flat loop over (chunk loop, step): the nested loops' extra live values cost the
     // 1-byte kernels a spill.
     let chunk = cx.chunk();
@@ -274,13 +338,23 @@ pub fn reduce_scatter<M: DataMover>(args: &RingArgs, mover: &M) {
 /// Ring all-gather: every rank ends with every rank's block, in rank order (send or
 /// copy-send, `nranks − 2` receive-copy-sends, receive).
 #[inline(always)]
-pub fn all_gather<M: DataMover>(args: &RingArgs, mover: &M) {
-    let cx = RingCtx::new(args, mover, Collective::AllGather);
+pub fn all_gather<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
+    let cx = RingCtx::new(args, mover, Collective::AllGather, PROTO);
     if !cx.calls_match() {
         return;
     }
-    let (n, size, eb) = (args.nranks, args.count, mover.elem_bytes());
-    let mut p = cx.prims::<2, 2>();
+    // A constant: each kernel holds one protocol's data movement.
+    if PROTO == Protocol::Simple as u32 {
+        all_gather_on(&cx, cx.prims::<2, 2>())
+    } else {
+        all_gather_on(&cx, cx.ll_prims())
+    }
+}
+
+#[inline(always)]
+fn all_gather_on<M: DataMover>(cx: &RingCtx<'_, M>, mut p: impl Prims) {
+    let args = cx.args;
+    let (n, size, eb) = (args.nranks, args.count, cx.mover.elem_bytes());
     for (off, nelem) in cx.channel_chunks(size, cx.chunk()) {
         for k in 0..n {
             let (op, src, dst) = if k == 0 {
@@ -301,12 +375,22 @@ pub fn all_gather<M: DataMover>(args: &RingArgs, mover: &M) {
 /// Ring broadcast from `args.root`, one FIFO step per chunk: the root sends (or copies and
 /// sends), the rank before it receives, the others receive and forward.
 #[inline(always)]
-pub fn broadcast<M: DataMover>(args: &RingArgs, mover: &M) {
-    let cx = RingCtx::new(args, mover, Collective::Broadcast);
+pub fn broadcast<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
+    let cx = RingCtx::new(args, mover, Collective::Broadcast, PROTO);
     if !cx.calls_match() {
         return;
     }
-    let mut p = cx.prims::<1, 1>();
+    // A constant: each kernel holds one protocol's data movement.
+    if PROTO == Protocol::Simple as u32 {
+        broadcast_on(&cx, cx.prims::<1, 1>())
+    } else {
+        broadcast_on(&cx, cx.ll_prims())
+    }
+}
+
+#[inline(always)]
+fn broadcast_on<M: DataMover>(cx: &RingCtx<'_, M>, mut p: impl Prims) {
+    let args = cx.args;
     let op = if args.rank == args.root {
         if args.sendbuff == args.recvbuff {
             Op::SEND
@@ -327,12 +411,22 @@ pub fn broadcast<M: DataMover>(args: &RingArgs, mover: &M) {
 /// Ring reduce to `args.root`, one FIFO step per chunk: the rank after the root sends, the
 /// root receives and reduces into its output, the others receive, reduce and send on.
 #[inline(always)]
-pub fn reduce<M: DataMover>(args: &RingArgs, mover: &M) {
-    let cx = RingCtx::new(args, mover, Collective::Reduce);
+pub fn reduce<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
+    let cx = RingCtx::new(args, mover, Collective::Reduce, PROTO);
     if !cx.calls_match() {
         return;
     }
-    let mut p = cx.prims::<1, 1>();
+    // A constant: each kernel holds one protocol's data movement.
+    if PROTO == Protocol::Simple as u32 {
+        reduce_on(&cx, cx.prims::<1, 1>())
+    } else {
+        reduce_on(&cx, cx.ll_prims())
+    }
+}
+
+#[inline(always)]
+fn reduce_on<M: DataMover>(cx: &RingCtx<'_, M>, mut p: impl Prims) {
+    let args = cx.args;
     let (op, post) = if cx.user_rank(args.nranks - 1) == args.root {
         (Op::SEND, false)
     } else if args.rank == args.root {

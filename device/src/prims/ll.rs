@@ -9,7 +9,8 @@
 //! NVLink/NVSwitch paths only (the host decides where it may run). Both are `#[repr(C)]` so the
 //! host, the emulator and the GPU read the same bytes.
 use crate::arch;
-use crate::prims::conn::{ErrorCode, PrimsStatus, NCCL_STEPS};
+use crate::prims::conn::{encode_status, ConnInfo, ErrorCode, PrimsStatus, CONN_REFUSED, NCCL_STEPS};
+use crate::prims::simple::{Buf, DataMover, Op};
 use crate::DevPtr;
 
 /// Lines each thread moves per LL step (NCCL's `NCCL_LL_LINES_PER_THREAD`).
@@ -284,4 +285,319 @@ pub unsafe fn recv_step(
         i += nthreads as u64;
     }
     true
+}
+
+/// The `bytes` (≤ 8) at `p` as the low bytes of a word: one 8-byte load when whole and aligned.
+///
+/// # Safety
+/// `p` holds `bytes` readable bytes.
+#[inline(always)]
+unsafe fn load_word(p: DevPtr, bytes: u64) -> u64 {
+    if bytes == LL_LINE_DATA_BYTES && p.0.is_multiple_of(8) {
+        // SAFETY: the caller's promise; aligned.
+        return unsafe { arch::ld_volatile_u64(p.as_ptr()) };
+    }
+    let mut v = 0u64;
+    for b in 0..bytes.min(LL_LINE_DATA_BYTES) {
+        // SAFETY: b < bytes.
+        v |= (unsafe { arch::ld_volatile_u8(p.offset(b).as_ptr()) } as u64) << (8 * b);
+    }
+    v
+}
+
+/// Stores the low `bytes` (≤ 8) of `v` at `p`: one 8-byte store when whole and aligned.
+///
+/// # Safety
+/// `p` holds `bytes` writable bytes.
+#[inline(always)]
+unsafe fn store_word(p: DevPtr, bytes: u64, v: u64) {
+    if bytes == LL_LINE_DATA_BYTES && p.0.is_multiple_of(8) {
+        // SAFETY: the caller's promise; aligned.
+        return unsafe { arch::st_global_u64(p.as_ptr(), v) };
+    }
+    for b in 0..bytes.min(LL_LINE_DATA_BYTES) {
+        // SAFETY: b < bytes.
+        unsafe { arch::st_global_u8(p.offset(b).as_ptr(), (v >> (8 * b)) as u8) };
+    }
+}
+
+/// LL primitives (NCCL's `prims_ll.h`) for one thread of a group of `nthreads`, with at most
+/// one receive and one send peer (the rings'). A run moves one FIFO step: every thread takes
+/// lines `tid`, `tid + nthreads`, …; a received line is accepted when both its flags are the
+/// step's, reduced in registers with the user's word, and stored on as a new line with the
+/// send step's flag — no fence. Credits travel through `head`: thread 0 waits for one before
+/// a send and returns one after a receive, each behind the group's barrier; the sender also
+/// bumps `tail` after each step, which only a receiver of an empty step (no line to wait on)
+/// waits for. Connections are the LL views of the host ([`LL_LINE_BYTES`]-line FIFO slots of
+/// `step_bytes`).
+pub struct LlPrimitives<'a, M: DataMover> {
+    mover: &'a M,
+    tid: u32,
+    nthreads: u32,
+    barrier: u32,
+    recv: Option<&'a ConnInfo>,
+    send: Option<&'a ConnInfo>,
+    recv_step: u64,
+    send_step: u64,
+    input: DevPtr,
+    output: DevPtr,
+    status: PrimsStatus,
+    channel: u32,
+    aborted: bool,
+}
+
+impl<'a, M: DataMover> LlPrimitives<'a, M> {
+    /// Sets up thread `tid` of `nthreads` of group `group` (its barrier `1 + 2·group`, as
+    /// [`super::simple::Primitives`]): `recv`/`send` the LL connections (unconnected: none),
+    /// `channel` where errors are reported in `status`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn new(
+        mover: &'a M,
+        tid: u32,
+        nthreads: u32,
+        recv: &'a ConnInfo,
+        send: &'a ConnInfo,
+        input: DevPtr,
+        output: DevPtr,
+        group: u32,
+        status: PrimsStatus,
+        channel: u32,
+    ) -> Self {
+        let recv = recv.is_connected().then_some(recv);
+        let send = send.is_connected().then_some(send);
+        // SAFETY: the host gives every connected side a valid step word.
+        let step_of =
+            |c: Option<&ConnInfo>| c.map_or(0, |c| unsafe { arch::ld_volatile_u64(c.step.as_ptr()) });
+        LlPrimitives {
+            mover,
+            tid,
+            nthreads,
+            barrier: 1 + 2 * group,
+            recv,
+            send,
+            recv_step: step_of(recv),
+            send_step: step_of(send),
+            input,
+            output,
+            status,
+            channel,
+            aborted: false,
+        }
+    }
+
+    /// Data elements one FIFO step of `conn` carries for this mover.
+    #[inline(always)]
+    pub fn step_elems(step_bytes: u64, elem_bytes: u64) -> u64 {
+        step_bytes / LL_LINE_BYTES * LL_LINE_DATA_BYTES / elem_bytes
+    }
+
+    /// Thread 0: waits for a credit to send step `send_step` (the receiver has consumed the
+    /// step `NCCL_STEPS` before it). False when the wait gave up or the receiver refused this
+    /// rank's call.
+    #[inline(always)]
+    fn wait_credit(&self, conn: &ConnInfo) -> bool {
+        let head = conn.head.as_ptr::<u64>();
+        let want = self.send_step + 1;
+        // SAFETY: a connected side's head word; `status` as PrimsStatus documents.
+        let ok = unsafe {
+            self.status.spin_until(
+                || {
+                    let h = arch::ld_volatile_u64(head);
+                    h == CONN_REFUSED || h + NCCL_STEPS >= want
+                },
+                self.channel as u64,
+                || (ErrorCode::SendTimeout, conn.peer, self.send_step),
+            )
+        };
+        // SAFETY: as above.
+        if ok && unsafe { arch::ld_volatile_u64(head) } == CONN_REFUSED {
+            if self.status.status != DevPtr::NULL {
+                let w = self.status.status.offset(8 * self.channel as u64).as_ptr::<u64>();
+                let code = encode_status(ErrorCode::Mismatch, conn.peer, self.send_step);
+                // SAFETY: the host sizes `status` with one word per channel; first error wins.
+                unsafe { arch::atomic_cas_acq_rel_sys_u64(w, 0, code) };
+            }
+            return false;
+        }
+        ok
+    }
+
+    /// Waits for line `i` of the current receive step and returns its data; `None` when the
+    /// wait gave up.
+    #[inline(always)]
+    fn recv_line(&self, conn: &ConnInfo, slot: DevPtr, i: u64) -> Option<u64> {
+        let flag = ll_flag(self.recv_step);
+        let p = slot.offset(i * LL_LINE_BYTES);
+        let mut data = 0u64;
+        // SAFETY: line i lies inside the slot (the run checked the size); status as documented.
+        let ok = unsafe {
+            self.status.spin_until(
+                || match load_line(p).data(flag) {
+                    Some(d) => {
+                        data = d;
+                        true
+                    }
+                    None => false,
+                },
+                self.channel as u64,
+                || (ErrorCode::RecvTimeout, conn.peer, self.recv_step),
+            )
+        };
+        ok.then_some(data)
+    }
+
+    /// Runs `op` on `nelem` elements (at most one step's, [`LlPrimitives::step_elems`]): the
+    /// input at `src_ix` and/or the output at `dst_ix`; `post_op` applies the op's
+    /// post-operation to the result.
+    #[inline(always)]
+    pub fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
+        let eb = self.mover.elem_bytes();
+        let bytes = nelem.max(0) as u64 * eb;
+        let recv = if op.recv { self.recv } else { None };
+        let send = if op.send { self.send } else { None };
+        let step_lines = match (recv, send) {
+            (Some(c), _) | (None, Some(c)) => c.step_bytes / LL_LINE_BYTES,
+            (None, None) => u64::MAX,
+        };
+        let lines = lines_for(bytes);
+        if lines > step_lines {
+            // More than one FIFO step holds: a caller bug that would overrun the slot.
+            arch::trap();
+        }
+        let mut failed = false;
+        if let Some(c) = send {
+            if self.tid == 0 && !self.aborted {
+                failed = !self.wait_credit(c);
+            }
+        }
+        if let Some(c) = recv.filter(|_| lines == 0) {
+            // An empty step has no line to wait on: wait for the sender's tail instead, so the
+            // ranks stay in lockstep (a receiver must not run ahead into its next call while
+            // its sender may still check this one's signature).
+            if self.tid == 0 && !self.aborted && !failed {
+                // SAFETY: a connected side's tail word; `status` as PrimsStatus documents.
+                failed = !unsafe {
+                    self.status.wait_at_least(
+                        c.tail.as_ptr(),
+                        self.recv_step + 1,
+                        self.channel as u64,
+                        ErrorCode::RecvTimeout,
+                        c.peer,
+                        self.recv_step,
+                    )
+                };
+            }
+        }
+        // Everyone learns whether the credit came before any line of the slot is written.
+        self.aborted |= arch::bar_red_or(self.barrier, self.nthreads, failed);
+        if !self.aborted {
+            let recv_slot =
+                recv.map_or(DevPtr::NULL, |c| c.buff.offset((self.recv_step % NCCL_STEPS) * c.step_bytes));
+            let send_slot =
+                send.map_or(DevPtr::NULL, |c| c.buff.offset((self.send_step % NCCL_STEPS) * c.step_bytes));
+            let send_flag = ll_flag(self.send_step);
+            let src = match op.src {
+                Buf::Input | Buf::Both => self.input.offset(src_ix * eb),
+                Buf::Output => self.output.offset(src_ix * eb),
+                Buf::None => DevPtr::NULL,
+            };
+            let dst = self.output.offset(dst_ix * eb);
+            let mut i = self.tid as u64;
+            while i < lines {
+                let at = i * LL_LINE_DATA_BYTES;
+                let n = LL_LINE_DATA_BYTES.min(bytes - at);
+                // SAFETY: `at + n ≤ bytes` lies inside the caller's input.
+                let mut v = if op.src == Buf::None { 0 } else { unsafe { load_word(src.offset(at), n) } };
+                if op.src == Buf::Input {
+                    v = self.mover.pre_word(v);
+                }
+                if op.src == Buf::Both {
+                    // SAFETY: as above, in the output.
+                    v = self.mover.reduce_word(v, unsafe { load_word(dst.offset(at), n) });
+                }
+                if let Some(c) = recv {
+                    let Some(d) = self.recv_line(c, recv_slot, i) else {
+                        failed = true;
+                        break;
+                    };
+                    v = if op.src == Buf::None { d } else { self.mover.reduce_word(v, d) };
+                }
+                if post_op {
+                    v = self.mover.post_word(v);
+                }
+                if send.is_some() {
+                    // SAFETY: line i < lines ≤ step_lines lies inside the send slot.
+                    unsafe { store_line(send_slot.offset(i * LL_LINE_BYTES), LlLine::new(v, send_flag)) };
+                }
+                if op.dst != Buf::None {
+                    // SAFETY: inside the caller's output.
+                    unsafe { store_word(dst.offset(at), n, v) };
+                }
+                i += self.nthreads as u64;
+            }
+            if let Some(c) = send {
+                if ll_needs_clean(self.send_step) {
+                    // Every line of the slot gets this step's flag, so no stale line can carry
+                    // a flag that comes round again after the 32-bit wrap.
+                    let mut i = lines + self.tid as u64;
+                    while i < c.step_bytes / LL_LINE_BYTES {
+                        // SAFETY: inside the send slot.
+                        unsafe { store_line(send_slot.offset(i * LL_LINE_BYTES), LlLine::new(0, send_flag)) };
+                        i += self.nthreads as u64;
+                    }
+                }
+            }
+        }
+        // Every thread has read its lines before the credit goes back.
+        self.aborted |= arch::bar_red_or(self.barrier, self.nthreads, failed);
+        if let Some(c) = recv {
+            self.recv_step += 1;
+            if self.tid == 0 && !self.aborted {
+                // SAFETY: the connection's head word.
+                unsafe { arch::st_relaxed_sys_u64(c.head.as_ptr(), self.recv_step) };
+            }
+        }
+        if let Some(c) = send {
+            self.send_step += 1;
+            if self.tid == 0 && !self.aborted {
+                // Only empty steps are waited on by it: the lines carry their own flags.
+                // SAFETY: the connection's tail word.
+                unsafe { arch::st_relaxed_sys_u64(c.tail.as_ptr(), self.send_step) };
+            }
+        }
+    }
+
+    /// Whether a wait of this group gave up (timeout, abort or refusal).
+    #[inline(always)]
+    pub fn aborted(&self) -> bool {
+        self.aborted
+    }
+
+    /// Saves the steps for the next kernel on the same connections.
+    #[inline(always)]
+    pub fn finish(self) {
+        if self.tid != 0 {
+            return;
+        }
+        if let Some(c) = self.recv {
+            // SAFETY: the connection's step word.
+            unsafe { arch::st_relaxed_sys_u64(c.step.as_ptr(), self.recv_step) };
+        }
+        if let Some(c) = self.send {
+            // SAFETY: as above.
+            unsafe { arch::st_relaxed_sys_u64(c.step.as_ptr(), self.send_step) };
+        }
+    }
+}
+
+impl<M: DataMover> super::proto::Prims for LlPrimitives<'_, M> {
+    #[inline(always)]
+    fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
+        LlPrimitives::run(self, op, src_ix, dst_ix, nelem, post_op)
+    }
+    #[inline(always)]
+    fn finish(self) {
+        LlPrimitives::finish(self)
+    }
 }

@@ -2,8 +2,11 @@
 //! never knows which collective it serves; algorithms (`coll/`) never touch a flag word.
 pub mod conn;
 pub mod ll;
+pub mod proto;
 pub mod signature;
 pub mod simple;
 
 pub use conn::{ConnInfo, ErrorCode, PrimsStatus, NCCL_STEPS};
+pub use ll::LlPrimitives;
+pub use proto::{Prims, Protocol};
 pub use simple::{DataMover, Op, Primitives, ProtoSimple};

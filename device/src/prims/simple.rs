@@ -33,6 +33,25 @@ pub trait DataMover {
         dsts: &[DevPtr],
         nelem: u64,
     );
+    /// `a ⊕ b` over one 8-byte word of elements: LL moves data a word at a time in registers.
+    fn reduce_word(&self, a: u64, b: u64) -> u64;
+    /// The op's pre-operation (PreMulSum's scalar) over one word of elements.
+    fn pre_word(&self, a: u64) -> u64;
+    /// The op's post-operation (SumPostDiv's division) over one word of elements.
+    fn post_word(&self, a: u64) -> u64;
+}
+
+impl<M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: u64, const SPS: u64>
+    super::proto::Prims for Primitives<'_, M, MAX_RECV, MAX_SEND, SPC, SPS>
+{
+    #[inline(always)]
+    fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
+        Primitives::run(self, op, src_ix, dst_ix, nelem, post_op)
+    }
+    #[inline(always)]
+    fn finish(self) {
+        Primitives::finish(self)
+    }
 }
 
 /// Compile-time protocol parameters: slices per chunk and FIFO steps per slice.
@@ -55,7 +74,7 @@ const THREADS_PER_SYNC: u32 = 8;
 
 /// Which user buffer an operation reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Buf {
+pub(crate) enum Buf {
     None,
     Input,
     Output,
@@ -68,10 +87,10 @@ enum Buf {
 /// one copy of the data-movement code instead of one per operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Op {
-    recv: bool,
-    send: bool,
-    src: Buf,
-    dst: Buf,
+    pub(crate) recv: bool,
+    pub(crate) send: bool,
+    pub(crate) src: Buf,
+    pub(crate) dst: Buf,
 }
 
 impl Op {

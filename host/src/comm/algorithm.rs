@@ -55,6 +55,31 @@ impl Algorithm {
 pub enum Protocol {
     /// FIFO slots of `step_bytes`, flagged by head and tail counters: bandwidth-optimal.
     Simple,
+    /// 16-byte lines of 8 data bytes and two flags, no fence: latency-optimal (rings over
+    /// connections whose memory a GPU reaches; not over the network).
+    Ll,
+}
+
+impl Protocol {
+    /// NCCL's name (`ncclProtoStr`).
+    ///
+    /// ```
+    /// assert_eq!(rsccl::comm::Protocol::Ll.name(), "LL");
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Simple => "Simple",
+            Protocol::Ll => "LL",
+        }
+    }
+
+    /// The device's number of the protocol (`RingArgs::proto`).
+    pub(crate) fn device(self) -> rsccl_device::prims::Protocol {
+        match self {
+            Protocol::Simple => rsccl_device::prims::Protocol::Simple,
+            Protocol::Ll => rsccl_device::prims::Protocol::Ll,
+        }
+    }
 }
 
 /// How one call runs on this rank: the algorithm, the protocol, and its kernel's launch shape

@@ -133,6 +133,8 @@ pub struct Comm {
     pub(super) splits: std::sync::atomic::AtomicU64,
     /// The algorithms `RSCCL_ALGO` allows (read at init).
     pub(super) algos: AlgoMask,
+    /// The cost model's protocol choice per call (and `RSCCL_PROTO`).
+    pub(super) tuner: super::tuner::Tuner,
     /// NVLS resources, when NVLS applies to this communicator.
     pub(super) nvls: Option<Nvls>,
     /// NVLS_TREE: this node's NVLS communicator and the cross-node one of this local rank.
@@ -162,6 +164,9 @@ pub(super) struct Links {
 pub(super) struct Tables {
     /// One `RingChannel` per channel.
     pub(super) ring: DeviceBuffer,
+    /// One `RingChannel` per channel over the connections' LL FIFOs (`None` when a ring
+    /// connection has none: a NET peer).
+    pub(super) ring_ll: Option<DeviceBuffer>,
     /// One `TreeChannel` per channel.
     pub(super) tree: DeviceBuffer,
     /// A status word per channel, then the channels' mismatch records.

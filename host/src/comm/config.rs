@@ -76,6 +76,10 @@ pub struct CommConfig {
     /// The algorithms allowed, in `RSCCL_ALGO`'s syntax (NCCL's `NCCL_ALGO`: `nvls`, `^nvls`,
     /// `ring,tree`, …); `None`: the variable's value.
     pub algo: Option<String>,
+    /// The protocols allowed, in `RSCCL_PROTO`'s syntax (NCCL's `NCCL_PROTO`, per collective:
+    /// `LL`, `^LL`, `allreduce:LL;Simple`); `None`: the variable's value. Every rank must give
+    /// the same.
+    pub proto: Option<String>,
     /// This rank's host identity (as `RSCCL_HOSTID`, which it overrides): ranks of one process
     /// can play several nodes. `None`: the host's own (or `RSCCL_HOSTID`).
     pub host_id: Option<String>,
@@ -99,6 +103,7 @@ impl Default for CommConfig {
             topology: None,
             nvls: false,
             algo: None,
+            proto: None,
             host_id: None,
             msccl_xml: None,
         }

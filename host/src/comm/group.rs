@@ -542,7 +542,7 @@ impl Comm {
             let seq = self.health.progress.enter(dev.coll, false);
             let prims = self.prims_status_in(&status, grid, dev, Algorithm::Ring, seq);
             let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
-            args.push(self.ring_args(dev, false, prims)?);
+            args.push(self.ring_args(dev, false, super::algorithm::Protocol::Simple, prims)?);
             works.push(WorkStatus { status: Some(status), seq, coll: dev.coll, sig });
         }
         let table = self.tables.pool.take(&*self.stream, std::mem::size_of_val(args.as_slice()).max(1))?;

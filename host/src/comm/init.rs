@@ -7,7 +7,7 @@ use super::config::*;
 use super::hang::Progress;
 use super::nvls;
 use super::wiring::*;
-use crate::backend::{Backend, HostMapped};
+use crate::backend::{Backend, DeviceBuffer, HostMapped};
 use crate::bootstrap::{Bootstrap, PeerInfo, UniqueId};
 use crate::channels::Channels;
 use crate::error::{Error, Result};
@@ -20,6 +20,7 @@ use crate::transport::{self, ConnHandle, ConnLayout, Side, Transport, TransportK
 use rsccl_device::coll::ring::RingChannel;
 use rsccl_device::coll::tree::TreeChannel;
 use rsccl_device::prims::conn::{status_bytes, ConnInfo};
+use rsccl_device::prims::ll::{LL_LINES_PER_THREAD, LL_LINE_BYTES};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -98,7 +99,7 @@ impl Comm {
                 r.pass_on(d);
             }
         }));
-        let Agreed { cfg, channels, algos, try_nvls, check_calls } = agreed;
+        let Agreed { cfg, channels, algos, try_nvls, check_calls, tuner } = agreed;
         let nvls = if try_nvls {
             nvls::setup(boot, rank, &peers, &stream, cfg.nchannels, cfg.step_bytes, algos.nvls_policy())?
         } else {
@@ -106,7 +107,15 @@ impl Comm {
         };
         // Both sides attached everywhere before anyone launches (SHM names are unlinked by now).
         boot.barrier()?;
-        let tables = upload_tables(&*stream, Rank(rank as u32), &channels, &linked.views)?;
+        // Every rank plans the same protocol for a call: LL rings only when every rank's ring
+        // connections have LL FIFOs (none crosses the network).
+        let ll_here = linked
+            .views
+            .iter()
+            .filter(|(slot, _, _)| matches!(slot, Slot::RingRecv(_) | Slot::RingSend(_)))
+            .all(|(_, _, ll)| ll.is_some());
+        let ll = boot.all_gather(&[ll_here as u8])?.iter().all(|v| v[..] == [1]) && nranks > 1;
+        let tables = upload_tables(&*stream, Rank(rank as u32), &channels, &linked.views, ll)?;
         let mut comm = Comm {
             rank,
             nranks,
@@ -137,6 +146,7 @@ impl Comm {
             queue: Mutex::new(Queue::default()),
             splits: std::sync::atomic::AtomicU64::new(0),
             algos,
+            tuner,
             nvls,
             nvls_tree: None,
             windows: Windows::default(),
@@ -154,6 +164,9 @@ impl Comm {
         let in_order = Box::new(move |r| super::departure::has_left(key, r));
         comm.health.watchdog =
             super::watchdog::Watchdog::start(rank, here, comm.health.abort.clone(), in_order);
+        if rank == 0 && crate::debug::subsys_enabled("TUNING") {
+            tracing::info!(rank, "TUNING: the cost table of {nranks} ranks\n{}", comm.tuner.render());
+        }
         comm.load_registry()?;
         super::nvls_tree::with_tree(comm)
     }
@@ -262,6 +275,7 @@ struct Agreed {
     algos: AlgoMask,
     try_nvls: bool,
     check_calls: bool,
+    tuner: super::tuner::Tuner,
 }
 
 /// Phase 1, agree: search the channels when the configuration asks (every rank derives the
@@ -282,7 +296,18 @@ fn agree(
             channels = cfg.shape(nranks)?;
         }
     }
-    let mine = cfg.fingerprint(&channels);
+    // The protocols are chosen per call on every rank alike: RSCCL_PROTO must agree too.
+    let env_proto = cfg
+        .proto
+        .clone()
+        .or_else(|| std::env::var(crate::tuning::PROTO_VAR).ok())
+        .filter(|v| !v.trim().is_empty());
+    let mine = format!(
+        "{} {}={}",
+        cfg.fingerprint(&channels),
+        crate::tuning::PROTO_VAR,
+        env_proto.as_deref().unwrap_or("")
+    );
     let all = boot.all_gather(mine.as_bytes())?;
     if let Some(r) = all.iter().position(|f| f != mine.as_bytes()) {
         return Err(Error::InvalidConfig(format!(
@@ -298,7 +323,9 @@ fn agree(
         Some(0) => false,
         Some(v) => return Err(Error::InvalidConfig(format!("{CHECK_CALLS_VAR}={v}: give 0 or 1"))),
     };
-    Ok(Agreed { cfg, channels, algos, try_nvls, check_calls })
+    let nhosts = super::topo::hosts_of(peers).len();
+    let tuner = super::tuner::Tuner::new(nranks, nhosts, cfg.nchannels, env_proto.as_deref())?;
+    Ok(Agreed { cfg, channels, algos, try_nvls, check_calls, tuner })
 }
 
 /// Phase 2, choose transports: per peer the one NCCL would pick (in-process, P2P to a GPU this
@@ -345,8 +372,9 @@ fn choose_transports(
 struct Linked {
     /// Each connection's memory (kept for the communicator's life).
     conns: Vec<ConnMem>,
-    /// Each connection's view and where it goes in the channel tables.
-    views: Vec<(Slot, ConnInfo)>,
+    /// Each connection's view, its LL view (rings' connections over memory a GPU reaches:
+    /// not NET), and where it goes in the channel tables.
+    views: Vec<(Slot, ConnInfo, Option<ConnInfo>)>,
     /// The proxy thread serving the network connections, when there are any.
     proxy: Option<Proxy>,
 }
@@ -367,7 +395,17 @@ fn connect(
 ) -> Result<Linked> {
     let (cfg, nranks) = (&agreed.cfg, peers.len());
     let wires = wires(Rank(rank as u32), &agreed.channels);
-    let layout = ConnLayout { step_bytes: cfg.step_bytes };
+    // Rings get an LL FIFO of NCCL's shape (8 lines per thread of the block per slot) where
+    // the peer is not across the network; both ends of a wire compute the same layout.
+    let ll_step_bytes = LL_LINES_PER_THREAD * u64::from(cfg.nthreads) * LL_LINE_BYTES;
+    let layout_of = |w: &Wire| {
+        let ring = matches!(w.slot, Slot::RingRecv(_) | Slot::RingSend(_));
+        if ring && transports[w.peer] != TransportKind::Net {
+            ConnLayout { step_bytes: cfg.step_bytes, ll_step_bytes }
+        } else {
+            ConnLayout::simple(cfg.step_bytes)
+        }
+    };
     let key_base = u128::from_le_bytes(*id.secret());
     let net = if wires.iter().any(|w| transports[w.peer] == TransportKind::Net) {
         let sock = SocketConfig::from_env()?;
@@ -417,11 +455,13 @@ fn connect(
         );
     }
     let mut conns = Vec::with_capacity(wires.len());
-    let mut views: Vec<(Slot, ConnInfo)> = Vec::with_capacity(wires.len());
+    let mut views: Vec<(Slot, ConnInfo, Option<ConnInfo>)> = Vec::with_capacity(wires.len());
     for w in wires.iter().filter(|w| w.side == Side::Recv) {
+        let layout = layout_of(w);
         let (mem, handle) = transport_of(w.peer).listen(layout, key_base ^ w.tag as u128)?;
         boot.send(w.peer, w.tag, &handle.0)?;
-        views.push((w.slot, layout.view(mem.base(), Side::Recv, w.peer)));
+        let (base, peer) = (mem.base(), w.peer);
+        views.push((w.slot, layout.view(base, Side::Recv, peer), layout.view_ll(base, Side::Recv, peer)));
         conns.push(mem);
     }
     for w in wires.iter().filter(|w| w.side == Side::Send) {
@@ -433,11 +473,13 @@ fn connect(
                 handle.len()
             )));
         }
+        let layout = layout_of(w);
         let mem = transport_of(w.peer).connect(layout, &ConnHandle(handle)).map_err(|e| Error::Rank {
             rank,
             source: Box::new(Error::InvalidConfig(format!("connecting to rank {}: {e}", w.peer))),
         })?;
-        views.push((w.slot, layout.view(mem.base(), Side::Send, w.peer)));
+        let (base, peer) = (mem.base(), w.peer);
+        views.push((w.slot, layout.view(base, Side::Send, peer), layout.view_ll(base, Side::Send, peer)));
         conns.push(mem);
     }
     let proxy = match net {
@@ -448,20 +490,24 @@ fn connect(
 }
 
 /// Phase 4, upload the tables: each connection's view into its slot of the ring and tree
-/// tables, with each channel's ring order from this rank.
+/// tables, with each channel's ring order from this rank; the LL rings too when `ll` (every
+/// rank has them).
 fn upload_tables(
     stream: &dyn Backend,
     rank: Rank,
     channels: &Channels,
-    views: &[(Slot, ConnInfo)],
+    views: &[(Slot, ConnInfo, Option<ConnInfo>)],
+    ll: bool,
 ) -> Result<Tables> {
     let (nch, nranks) = (channels.len(), channels.nranks());
     let mut ring_tab = vec![(ConnInfo::default(), ConnInfo::default()); nch];
+    let mut ll_tab = vec![(ConnInfo::default(), ConnInfo::default()); nch];
     let mut tree_tab = vec![TreeChannel::default(); nch];
-    for &(slot, v) in views {
+    for &(slot, v, ll) in views {
+        let ll = ll.unwrap_or_default();
         match slot {
-            Slot::RingRecv(c) => ring_tab[c].0 = v,
-            Slot::RingSend(c) => ring_tab[c].1 = v,
+            Slot::RingRecv(c) => (ring_tab[c].0, ll_tab[c].0) = (v, ll),
+            Slot::RingSend(c) => (ring_tab[c].1, ll_tab[c].1) = (v, ll),
             Slot::UpRecv(c) => tree_tab[c].up_recv = v,
             Slot::UpSend(c) => tree_tab[c].up_send = v,
             Slot::DownRecv(c, k) => tree_tab[c].down_recv[k] = v,
@@ -477,20 +523,25 @@ fn upload_tables(
         ur.extend((0..nranks).map(|k| ch.ring[(me + k) % nranks].0));
     }
     stream.copy_in(&user_ranks, 0, bytemuck::cast_slice(&ur))?;
-    let chans: Vec<RingChannel> = (0..nch)
-        .map(|c| RingChannel {
-            recv: ring_tab[c].0,
-            send: ring_tab[c].1,
-            user_ranks: user_ranks.ptr().offset((4 * nranks * c) as u64),
-            index: channels.ring_index(c, rank) as u64,
-        })
-        .collect();
-    let ring = stream.alloc(std::mem::size_of_val(chans.as_slice()))?;
-    stream.copy_in(&ring, 0, bytemuck::cast_slice(&chans))?;
+    let upload = |tab: &[(ConnInfo, ConnInfo)]| -> Result<DeviceBuffer> {
+        let chans: Vec<RingChannel> = (0..nch)
+            .map(|c| RingChannel {
+                recv: tab[c].0,
+                send: tab[c].1,
+                user_ranks: user_ranks.ptr().offset((4 * nranks * c) as u64),
+                index: channels.ring_index(c, rank) as u64,
+            })
+            .collect();
+        let ring = stream.alloc(std::mem::size_of_val(chans.as_slice()))?;
+        stream.copy_in(&ring, 0, bytemuck::cast_slice(&chans))?;
+        Ok(ring)
+    };
+    let ring = upload(&ring_tab)?;
+    let ring_ll = if ll { Some(upload(&ll_tab)?) } else { None };
     let tree = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
     stream.copy_in(&tree, 0, bytemuck::cast_slice(&tree_tab))?;
     let status = stream.alloc(status_bytes(nch as u64) as usize)?;
-    Ok(Tables { ring, tree, status, _user_ranks: user_ranks, pool: Default::default() })
+    Ok(Tables { ring, ring_ll, tree, status, _user_ranks: user_ranks, pool: Default::default() })
 }
 
 /// The `host:port` rank 0's bootstrap root listens on for a launcher's environment: the

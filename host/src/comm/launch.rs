@@ -1,6 +1,6 @@
 //! Launch arguments: what a planned call's kernel receives (its channels, status words, call
 //! signature and buffers), built here and only here.
-use super::algorithm::{Algorithm, Plan};
+use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::DevCall;
 use super::communicator::Comm;
 use super::nvls;
@@ -67,9 +67,18 @@ impl Comm {
 
     /// The ring (or, `tree`, tree) kernel arguments of `dev` reporting in `status`: byte
     /// kernels (all-gather, broadcast) count bytes, whatever the type.
-    pub(super) fn ring_args(&self, dev: &DevCall, tree: bool, status: PrimsStatus) -> Result<RingArgs> {
-        let kernel =
-            if tree { CollKernel::TreeAllReduce(dev.dtype) } else { CollKernel::ring(dev.coll, dev.dtype) };
+    pub(super) fn ring_args(
+        &self,
+        dev: &DevCall,
+        tree: bool,
+        protocol: Protocol,
+        status: PrimsStatus,
+    ) -> Result<RingArgs> {
+        let kernel = if tree {
+            CollKernel::TreeAllReduce(dev.dtype)
+        } else {
+            CollKernel::ring_on(dev.coll, dev.dtype, protocol.device())
+        };
         let count = if kernel.counts_bytes() {
             dev.count.checked_mul(dev.dtype.size() as u64).ok_or_else(|| {
                 Error::InvalidConfig(format!(
@@ -80,20 +89,41 @@ impl Comm {
         } else {
             dev.count
         };
+        let (channels, step_bytes) = match (tree, protocol, &self.tables.ring_ll) {
+            (true, _, _) => (self.tables.tree.ptr(), self.cfg.step_bytes),
+            (false, Protocol::Ll, Some(ll)) => (ll.ptr(), self.ll_step_bytes()),
+            (false, Protocol::Ll, None) => {
+                return Err(Error::InvalidConfig(format!(
+                    "rank {}: LL planned but a ring connection has no LL FIFO",
+                    self.rank
+                )))
+            }
+            (false, Protocol::Simple, _) => (self.tables.ring.ptr(), self.cfg.step_bytes),
+        };
         Ok(RingArgs {
             sendbuff: dev.send,
             recvbuff: dev.recv,
             count,
-            channels: if tree { self.tables.tree.ptr() } else { self.tables.ring.ptr() },
+            channels,
             status,
-            step_bytes: self.cfg.step_bytes,
+            step_bytes,
             root: dev.root as u64,
             rank: self.rank as u64,
             nranks: self.nranks as u64,
             coll: dev.coll as u32,
             op: dev.op as u32,
             red_op_arg: dev.arg,
+            proto: if tree { rsccl_device::prims::Protocol::Simple as u32 } else { protocol.device() as u32 },
+            pad: 0,
         })
+    }
+
+    /// Bytes of an LL FIFO slot of this communicator's rings (NCCL's shape: 8 lines per thread
+    /// of the block).
+    pub(super) fn ll_step_bytes(&self) -> u64 {
+        rsccl_device::prims::ll::LL_LINES_PER_THREAD
+            * u64::from(self.cfg.nthreads)
+            * rsccl_device::prims::ll::LL_LINE_BYTES
     }
 
     /// Enqueues this rank's ring or tree kernel of `dev` (planned: `plan`) on its stream; a
@@ -125,8 +155,12 @@ impl Comm {
                 self.stream.launch_kernel(kernel, LaunchConfig::linear(plan.channels, plan.threads), &args)
             };
         }
-        let handle = if tree { handles::tree(dev.dtype) } else { handles::ring(dev.coll, dev.dtype) };
-        let args = self.ring_args(dev, tree, self.prims_status(dev, plan.algorithm, seq))?;
+        let handle = match (tree, plan.protocol) {
+            (true, _) => handles::tree(dev.dtype),
+            (false, Protocol::Simple) => handles::ring(dev.coll, dev.dtype),
+            (false, Protocol::Ll) => handles::ring_ll(dev.coll, dev.dtype),
+        };
+        let args = self.ring_args(dev, tree, plan.protocol, self.prims_status(dev, plan.algorithm, seq))?;
         self.stream.copy_in(&self.tables.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
         let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(1));
         // SAFETY: the user buffers are the caller's promise; the channel tables, status words and

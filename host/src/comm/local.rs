@@ -42,6 +42,9 @@ pub struct GroupConfig {
     pub fault: Option<Fault>,
     /// Random delay before each rank's launch (up to this much), to vary arrival order.
     pub launch_jitter: Duration,
+    /// The protocols allowed, in `RSCCL_PROTO`'s syntax (`LL`, `^LL`, `allreduce:LL;Simple`);
+    /// `None`: the variable's value.
+    pub proto: Option<String>,
 }
 
 impl GroupConfig {
@@ -81,6 +84,7 @@ impl GroupConfig {
             channels: None,
             fault: None,
             launch_jitter: Duration::ZERO,
+            proto: None,
         }
     }
 }
@@ -152,6 +156,7 @@ impl LocalGroup {
             topology: None,
             nvls: false,
             algo: Some("^nvls".into()),
+            proto: cfg.proto.clone(),
             host_id: None,
             msccl_xml: None,
         };

@@ -33,6 +33,7 @@ mod pool;
 mod scratch;
 mod signature;
 mod topo;
+mod tuner;
 pub(crate) mod watchdog;
 mod windows;
 mod wiring;

@@ -111,7 +111,7 @@ impl Comm {
             } else {
                 None
             };
-        let layout = ConnLayout { step_bytes: self.cfg.step_bytes };
+        let layout = ConnLayout::simple(self.cfg.step_bytes);
         let load_no = self.programs.loaded.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
         // Apart from the ring and tree connections' keys and from other loads'.
         let key_base = self.links.conn_key ^ u128::from(load_no + 1) << 64;

@@ -333,7 +333,7 @@ impl Comm {
     /// The FIFO shape of point-to-point connections (the same on both sides: `step_bytes` is
     /// part of what every rank agreed on).
     fn p2p_layout(&self) -> ConnLayout {
-        ConnLayout { step_bytes: self.cfg.step_bytes.min(P2P_MAX_STEP_BYTES) }
+        ConnLayout::simple(self.cfg.step_bytes.min(P2P_MAX_STEP_BYTES))
     }
 
     /// Phase 2: the receiving side of every missing connection `ops` needs — allocated, its

@@ -105,7 +105,31 @@ impl Comm {
                 Err(_) => (0, 0),
             },
         };
-        Plan { algorithm, protocol: Protocol::Simple, channels, threads }
+        let protocol = match algorithm {
+            Algorithm::Ring if self.nranks > 1 => {
+                let eb = dev.dtype.size() as u64;
+                let n = self.nranks as u64;
+                // NCCL's nBytes: the larger of the send and receive buffers.
+                let bytes = match dev.coll {
+                    Collective::AllGather | Collective::ReduceScatter => {
+                        dev.count.saturating_mul(eb).saturating_mul(n)
+                    }
+                    _ => dev.count.saturating_mul(eb),
+                };
+                self.tuner.ring_protocol(dev.coll, bytes, self.tables.ring_ll.is_some())
+            }
+            _ => Protocol::Simple,
+        };
+        tracing::trace!(
+            rank = self.rank,
+            "plan: {:?} of {} x {} on {} / {}, {channels} x {threads}",
+            dev.coll,
+            dev.count,
+            dev.dtype.name(),
+            algorithm.name(),
+            protocol.name()
+        );
+        Plan { algorithm, protocol, channels, threads }
     }
 
     /// Threads per block of this rank's NVLS kernel for `dev`: the FIFO form's three warp

@@ -147,6 +147,9 @@ pub struct PerfOptions {
     pub nchannels: Option<usize>,
     /// How long a collective may wait for a peer (`-T` seconds; 0 or unset: the default).
     pub timeout: Option<Duration>,
+    /// The protocols allowed (`-p`/`--proto`, `RSCCL_PROTO`'s syntax: `LL`, `Simple`, `^LL`);
+    /// unset: the variable's value, else the cost model's choice per call.
+    pub proto: Option<String>,
 }
 
 impl PerfOptions {
@@ -173,6 +176,7 @@ impl PerfOptions {
             report_cputime: false,
             nchannels: None,
             timeout: None,
+            proto: None,
         }
     }
 
@@ -232,7 +236,7 @@ fn parse_int(v: &str) -> Option<i64> {
 }
 
 /// The flags that take a value: (short, long).
-const VALUED: [(char, &str); 18] = [
+const VALUED: [(char, &str); 19] = [
     ('t', "nthreads"),
     ('g', "ngpus"),
     ('b', "minbytes"),
@@ -251,6 +255,7 @@ const VALUED: [(char, &str); 18] = [
     ('T', "timeout"),
     ('G', "cudagraph"),
     ('\0', "channels"),
+    ('p', "proto"),
 ];
 
 /// Parses `rsccl perf`'s arguments (the collective first, then flags in any order).
@@ -380,6 +385,10 @@ pub fn parse(args: &[String]) -> Result<Option<PerfOptions>, String> {
                 }
             }
             "channels" => channels_flag = Some(int(1, MAX_CHANNELS as i64)? as usize),
+            "proto" => {
+                crate::tuning::Enabled::parse(None, Some(&value)).map_err(|e| format!("-p {value}: {e}"))?;
+                o.proto = Some(value);
+            }
             _ => unreachable!("every name of VALUED is handled"),
         }
     }

@@ -37,6 +37,8 @@ flags (nccl-tests' defaults):
   -T, --timeout SECS       fail a collective that waits longer for a peer (0: default)
   -G, --cudagraph 0        CUDA graphs are not supported
       --channels N         ring channels (default: RSCCL_NCHANNELS, else the communicator's)
+  -p, --proto S            protocols allowed, RSCCL_PROTO's syntax: LL, Simple, ^LL
+                           (default: RSCCL_PROTO, else the cost model's choice per size)
   -h, --help               print this help
 
 Under a launcher (rsccl run -n N, torchrun, mpirun, srun) each process is one rank (-g 1) and

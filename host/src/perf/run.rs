@@ -69,8 +69,8 @@ pub struct Summary {
     pub rows: Vec<Row>,
 }
 
-/// The communicator shape `opts` asks for: the default, with `--channels` / `RSCCL_NCHANNELS`
-/// and `-T` applied.
+/// The communicator shape `opts` asks for: the default, with `--channels` / `RSCCL_NCHANNELS`,
+/// `-T` and `-p` applied.
 fn config(opts: &PerfOptions) -> CommConfig {
     let mut cfg = CommConfig::default();
     if let Some(c) = opts.nchannels {
@@ -79,6 +79,7 @@ fn config(opts: &PerfOptions) -> CommConfig {
     if let Some(t) = opts.timeout {
         cfg.timeout = t;
     }
+    cfg.proto = opts.proto.clone();
     cfg
 }
 

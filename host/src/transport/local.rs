@@ -71,7 +71,7 @@ mod tests {
     #[test]
     fn sender_shares_the_receivers_buffer_once() {
         let t = InProcess::new(crate::backend::cpu());
-        let layout = ConnLayout { step_bytes: 128 };
+        let layout = ConnLayout::simple(128);
         let key = 0x5eed_0001_u128 << 64 | 7;
         let (rx, handle) = t.listen(layout, key).unwrap();
         let tx = t.connect(layout, &handle).unwrap();
@@ -79,7 +79,7 @@ mod tests {
         // Taken once: a second sender, a forged key or another layout finds nothing.
         assert!(t.connect(layout, &handle).is_err());
         let (_rx2, h2) = t.listen(layout, key + 1).unwrap();
-        assert!(t.connect(ConnLayout { step_bytes: 256 }, &h2).unwrap_err().to_string().contains("bytes"));
+        assert!(t.connect(ConnLayout::simple(256), &h2).unwrap_err().to_string().contains("bytes"));
         assert!(t.connect(layout, &ConnHandle(vec![1, 2, 3])).is_err());
         // The memory outlives the receiver while the sender holds it.
         drop(rx);

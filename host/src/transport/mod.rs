@@ -24,13 +24,19 @@ use rsccl_device::DevPtr;
 use std::any::Any;
 use std::sync::Arc;
 
-/// The byte layout of one connection's memory: the FIFO (`NCCL_STEPS` slots of `step_bytes`),
-/// then the head, tail, sender-step and receiver-step words, then the sizes FIFO. The one
-/// definition every transport and both sides use.
+/// The byte layout of one connection's memory, the one definition every transport and both
+/// sides use: the Simple region — its FIFO (`NCCL_STEPS` slots of `step_bytes`), then the
+/// head, tail, sender-step and receiver-step words, the sizes FIFO and the call signatures —
+/// then, when `ll_step_bytes` is not 0, the LL region laid out the same way with slots of
+/// `ll_step_bytes` (each protocol has its own FIFO, credits and steps, as NCCL's
+/// `conn[NCCL_NUM_PROTOCOLS]`: a line left by one protocol is never read by another).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnLayout {
-    /// Bytes per FIFO slot.
+    /// Bytes per Simple FIFO slot.
     pub step_bytes: u64,
+    /// Bytes per LL FIFO slot (16-byte lines); 0: the connection has no LL FIFO (network
+    /// connections: the proxy does not check LL flags, so LL never runs over NET).
+    pub ll_step_bytes: u64,
 }
 
 /// Which end of a connection a view is for.
@@ -50,28 +56,58 @@ impl ConnLayout {
     const SIZES: u64 = 32;
     /// The call signatures, one per FIFO slot, after the sizes.
     const SIGS: u64 = Self::SIZES + NCCL_STEPS * 8;
+    /// Bytes after one region's FIFO: its words, sizes and signatures (a multiple of 16, so
+    /// the next region's lines stay 16-byte aligned).
+    const WORDS_BYTES: u64 = Self::SIGS + NCCL_STEPS * CALL_SIG_BYTES;
 
-    /// Bytes of one connection's memory, or an error when `step_bytes` makes it overflow.
+    /// A layout with only a Simple FIFO of `step_bytes` slots.
+    pub const fn simple(step_bytes: u64) -> ConnLayout {
+        ConnLayout { step_bytes, ll_step_bytes: 0 }
+    }
+
+    /// Bytes of one protocol's region with slots of `step`.
+    fn region(step: u64) -> Option<u64> {
+        NCCL_STEPS.checked_mul(step).and_then(|fifo| fifo.checked_add(Self::WORDS_BYTES))
+    }
+
+    /// Bytes of one connection's memory, or an error when the slot sizes make it overflow.
     ///
     /// ```
     /// use rsccl::transport::ConnLayout;
-    /// assert_eq!(ConnLayout { step_bytes: 128 }.bytes().unwrap(), 8 * 128 + 32 + 64 + 8 * 32);
-    /// assert!(ConnLayout { step_bytes: u64::MAX / 4 }.bytes().is_err());
+    /// assert_eq!(ConnLayout::simple(128).bytes().unwrap(), 8 * 128 + 32 + 64 + 8 * 32);
+    /// let both = ConnLayout { step_bytes: 128, ll_step_bytes: 256 };
+    /// assert_eq!(both.bytes().unwrap(), 8 * 128 + 352 + 8 * 256 + 352);
+    /// assert!(ConnLayout::simple(u64::MAX / 4).bytes().is_err());
     /// ```
     pub fn bytes(&self) -> Result<usize> {
-        NCCL_STEPS
-            .checked_mul(self.step_bytes)
-            .and_then(|fifo| fifo.checked_add(Self::SIGS + NCCL_STEPS * CALL_SIG_BYTES))
+        let ll = if self.ll_step_bytes == 0 { Some(0) } else { Self::region(self.ll_step_bytes) };
+        Self::region(self.step_bytes)
+            .zip(ll)
+            .and_then(|(s, l)| s.checked_add(l))
             .and_then(|b| usize::try_from(b).ok())
             .ok_or_else(|| {
-                Error::InvalidConfig(format!("step_bytes {} makes a connection overflow", self.step_bytes))
+                Error::InvalidConfig(format!(
+                    "step_bytes {} and ll_step_bytes {} make a connection overflow",
+                    self.step_bytes, self.ll_step_bytes
+                ))
             })
     }
 
     /// The view of `side` of a connection whose memory starts at `base` in this process, with
-    /// `peer` the rank at the other end.
+    /// `peer` the rank at the other end: its Simple FIFO.
     pub fn view(&self, base: DevPtr, side: Side, peer: usize) -> ConnInfo {
-        let words = base.offset(NCCL_STEPS * self.step_bytes);
+        Self::region_view(base, self.step_bytes, side, peer)
+    }
+
+    /// The view of `side` of the connection's LL FIFO (`None` without one).
+    pub fn view_ll(&self, base: DevPtr, side: Side, peer: usize) -> Option<ConnInfo> {
+        let simple = Self::region(self.step_bytes).expect("bytes() checked the layout");
+        (self.ll_step_bytes != 0)
+            .then(|| Self::region_view(base.offset(simple), self.ll_step_bytes, side, peer))
+    }
+
+    fn region_view(base: DevPtr, step_bytes: u64, side: Side, peer: usize) -> ConnInfo {
+        let words = base.offset(NCCL_STEPS * step_bytes);
         ConnInfo {
             buff: base,
             head: words.offset(Self::HEAD),
@@ -82,7 +118,7 @@ impl ConnLayout {
             }),
             sizes_fifo: words.offset(Self::SIZES),
             sig: words.offset(Self::SIGS),
-            step_bytes: self.step_bytes,
+            step_bytes,
             flags: 0,
             peer: peer as u64,
         }
@@ -200,7 +236,7 @@ mod tests {
 
     #[test]
     fn views_of_both_sides_share_the_words_but_not_the_step() {
-        let l = ConnLayout { step_bytes: 256 };
+        let l = ConnLayout::simple(256);
         let (s, r) = (l.view(DevPtr(0x1000), Side::Send, 1), l.view(DevPtr(0x1000), Side::Recv, 0));
         assert_eq!((s.buff, s.head, s.tail, s.sizes_fifo), (r.buff, r.head, r.tail, r.sizes_fifo));
         assert_ne!(s.step, r.step);
@@ -211,6 +247,23 @@ mod tests {
             assert!(p.0 + 8 <= end);
         }
         assert!(s.sizes_fifo.0 + 8 * NCCL_STEPS <= end);
+        assert_eq!(l.view_ll(DevPtr(0x1000), Side::Send, 1), None);
+    }
+
+    #[test]
+    fn the_ll_region_follows_the_simple_one_with_its_own_words() {
+        let l = ConnLayout { step_bytes: 256, ll_step_bytes: 1024 };
+        let base = DevPtr(0x1000);
+        let end = base.0 + l.bytes().unwrap() as u64;
+        let simple = l.view(base, Side::Send, 1);
+        let (s, r) = (l.view_ll(base, Side::Send, 1).unwrap(), l.view_ll(base, Side::Recv, 0).unwrap());
+        // Past every word and signature of the Simple region, 16-byte aligned for LL lines.
+        assert!(s.buff.0 >= simple.sig.0 + NCCL_STEPS * CALL_SIG_BYTES);
+        assert_eq!(s.buff.0 % 16, 0);
+        assert_eq!((s.buff, s.head, s.step_bytes), (r.buff, r.head, 1024));
+        assert_ne!(s.step, r.step);
+        assert_eq!(s.head, s.buff.offset(NCCL_STEPS * 1024));
+        assert_eq!(s.sig.0 + NCCL_STEPS * CALL_SIG_BYTES, end, "the LL signatures end the connection");
     }
 
     #[test]

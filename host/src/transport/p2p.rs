@@ -73,7 +73,7 @@ mod tests {
     #[test]
     fn handles_of_the_wrong_size_or_connection_are_refused() {
         let t = P2p::new(crate::backend::cpu());
-        let layout = ConnLayout { step_bytes: 256 };
+        let layout = ConnLayout::simple(256);
         for len in [0usize, 8, 71, 73, 512] {
             let err = t.connect(layout, &ConnHandle(vec![0; len])).unwrap_err().to_string();
             assert!(err.contains(&format!("a handle of {len} bytes")), "{err}");

@@ -242,7 +242,7 @@ mod tests {
     #[test]
     fn both_sides_map_one_segment_and_the_name_is_gone_once_attached() {
         let t = Shm::new(crate::backend::cpu());
-        let layout = ConnLayout { step_bytes: 256 };
+        let layout = ConnLayout::simple(256);
         let (rx, handle) = t.listen(layout, 42).unwrap();
         let name = String::from_utf8(handle.0[8..].to_vec()).unwrap();
         assert!(std::path::Path::new(&format!("/dev/shm{name}")).exists());
@@ -262,14 +262,10 @@ mod tests {
     #[test]
     fn an_unattached_segment_is_unlinked_on_drop_and_bad_handles_are_refused() {
         let t = Shm::new(crate::backend::cpu());
-        let layout = ConnLayout { step_bytes: 128 };
+        let layout = ConnLayout::simple(128);
         let (rx, handle) = t.listen(layout, 7).unwrap();
         let name = String::from_utf8(handle.0[8..].to_vec()).unwrap();
-        assert!(t
-            .connect(ConnLayout { step_bytes: 256 }, &handle)
-            .unwrap_err()
-            .to_string()
-            .contains("bytes"));
+        assert!(t.connect(ConnLayout::simple(256), &handle).unwrap_err().to_string().contains("bytes"));
         drop(rx);
         assert!(!std::path::Path::new(&format!("/dev/shm{name}")).exists());
         for bad in ["/etc/passwd", "/rsccl-../x", "rsccl-1", "/other-1-2"] {

@@ -668,7 +668,7 @@ mod tests {
     #[test]
     fn slices_cross_the_network_through_the_proxies() {
         let be = crate::backend::cpu();
-        let layout = ConnLayout { step_bytes: 1024 };
+        let layout = ConnLayout::simple(1024);
         let deadline = Instant::now() + Duration::from_secs(60);
         let net: Arc<dyn Net> = Arc::new(SocketNet::new(
             SocketConfig { nthreads: 2, nsocks_per_thread: 2, ..SocketConfig::loopback() },
@@ -728,7 +728,7 @@ mod tests {
     #[test]
     fn a_lost_peer_is_named_and_aborts_the_kernels() {
         let be = crate::backend::cpu();
-        let layout = ConnLayout { step_bytes: 256 };
+        let layout = ConnLayout::simple(256);
         let deadline = Instant::now() + Duration::from_secs(30);
         let net: Arc<dyn Net> = Arc::new(SocketNet::new(SocketConfig::loopback(), [1; 16]));
         let (rx_setup, tx_setup) =
