@@ -57,6 +57,55 @@ fn ring_all_reduce(gpu: &Arc<dyn Backend>, copy_bytes_per_s: f64) {
     );
 }
 
+/// All-reduce latency of f32 on 8 ranks of this GPU (ranks = streams, 2 channels, 512
+/// threads), 8 B … 1 MiB, with Simple and LL forced and with the cost model's choice (issue 35:
+/// the choice within 10% of the faster forced protocol at every size). Times are per call,
+/// host launch and synchronisation included (the same for every column).
+fn protocol_latency(gpu: &Arc<dyn Backend>) {
+    let n = 8usize;
+    let sizes = [8usize, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20];
+    let setups = [("Simple", Some("Simple")), ("LL", Some("LL")), ("auto", None)];
+    let mut us = vec![vec![f64::NAN; sizes.len()]; setups.len()];
+    for (i, (label, proto)) in setups.iter().enumerate() {
+        let mut cfg = GroupConfig::new(n, 2);
+        cfg.timeout = std::time::Duration::from_secs(30);
+        cfg.proto = proto.map(String::from);
+        let group = match LocalGroup::new(gpu, cfg) {
+            Ok(g) => g,
+            Err(e) => return println!("  all-reduce latency {label}: could not build the group: {e}"),
+        };
+        let max = *sizes.last().expect("sizes");
+        let bufs: Vec<_> =
+            (0..n).map(|_| (gpu.alloc(max).expect("send"), gpu.alloc(max).expect("recv"))).collect();
+        let ptrs: Vec<_> = bufs.iter().map(|(s, r)| (s.ptr(), r.ptr())).collect();
+        for (j, &bytes) in sizes.iter().enumerate() {
+            let count = (bytes / 4) as u64;
+            // SAFETY: every rank's buffers are live allocations of `max` ≥ 4·count bytes.
+            let run = || unsafe {
+                group.run_ring(Collective::AllReduce, DataType::F32, RedOp::Sum, &ptrs, count, 0, 0)
+            };
+            if let Err(e) = run() {
+                println!("  all-reduce latency {label} {bytes} B: FAILED: {e}");
+                continue;
+            }
+            us[i][j] = best_of(20, || run().expect("all-reduce")) * 1e6;
+        }
+    }
+    println!("  all-reduce latency, 8 ranks x f32, 2 channels (us per call; auto vs the faster forced):");
+    println!("  {:>9} {:>10} {:>10} {:>10} {:>8}", "bytes", "Simple", "LL", "auto", "ratio");
+    let mut worst: f64 = 0.0;
+    for (j, &bytes) in sizes.iter().enumerate() {
+        let best = us[0][j].min(us[1][j]);
+        let ratio = us[2][j] / best;
+        worst = worst.max(ratio);
+        println!("  {bytes:>9} {:>10.1} {:>10.1} {:>10.1} {:>8.3}", us[0][j], us[1][j], us[2][j], ratio);
+    }
+    println!(
+        "  all-reduce latency: auto is at worst {worst:.3}x the faster forced protocol ({})",
+        if worst <= 1.10 { "within 10%" } else { "MORE than 10% slower somewhere" }
+    );
+}
+
 fn main() {
     rsccl_suite::test_kernels::register();
     let gpu = match backend::gpu() {
@@ -127,6 +176,7 @@ fn main() {
     }
     drop((src, dst, src2));
     ring_all_reduce(&gpu, 2.0 * bytes as f64 / baseline);
+    protocol_latency(&gpu);
     // The in-band call check's cost: 4 ranks (streams) of this GPU, with and without it.
     match rsccl_suite::call_check::measure(&gpu, &[(4096, 500), (64 << 20, 20)], 3) {
         Ok(rows) => rsccl_suite::call_check::print(&rows),

@@ -74,7 +74,11 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
                 (Collective::Reduce, DataType::I64, ReduceOp::Avg, 7, 1, 4_099, false),
                 (Collective::AllReduce, DataType::Fp8E4M3, ReduceOp::Max, 8, 2, 9_999, false),
             ];
-            for (coll, dtype, op, n, nch, count, in_place) in cases {
+            // Every case on Simple, then on LL (the line protocol's kernels on hardware).
+            let protos = [rsccl::comm::Protocol::Simple, rsccl::comm::Protocol::Ll];
+            for (proto, (coll, dtype, op, n, nch, count, in_place)) in
+                protos.into_iter().flat_map(|p| cases.map(|c| (p, c)))
+            {
                 if dtype.requires_sm90() && !fp8 {
                     continue;
                 }
@@ -92,7 +96,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
                     root: n / 2,
                     seed: 5,
                     rings: None,
-                    proto: rsccl::comm::Protocol::Simple,
+                    proto,
                 };
                 ring_check::run(&gpu, &c).map_err(|e| format!("{e}\n{c:?}"))?;
             }

@@ -180,6 +180,42 @@ pub fn end() -> Res {
     run_group(&calls)
 }
 
+/// `ncclSimInfo_t::magic` of an initialised record (`NCCL_SIM_INFO_INITIALIZER`).
+pub const SIM_INFO_MAGIC: u32 = 0x7468_5283;
+
+/// Closes the outermost group without running its calls (NCCL's `ncclGroupSimulateEnd`): its
+/// inits run (the handles must come to life), its collectives are checked and planned and
+/// their time predicted by each communicator's cost model ([`Comm::estimate`]); the estimate
+/// is the longest communicator's sum (communicators run side by side), in µs. Point-to-point
+/// and rooted calls are not in the cost model and count 0. An inner group's end is refused.
+pub fn simulate_end() -> Res<f32> {
+    let (inits, calls) = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        match g.depth {
+            0 => Err(Fail::usage("ncclGroupSimulateEnd without ncclGroupStart")),
+            1 => {
+                g.depth = 0;
+                Ok((std::mem::take(&mut g.inits), std::mem::take(&mut g.calls)))
+            }
+            d => Err(Fail::usage(format!(
+                "ncclGroupSimulateEnd inside {} nested groups: it closes only the outermost",
+                d - 1
+            ))),
+        }
+    })?;
+    run_inits(inits)?;
+    let mut per_comm: Vec<(NcclComm, f64)> = Vec::new();
+    for q in &calls {
+        let Queued::Coll { comm, .. } = q else { continue };
+        let t = comm_of(*comm)?.estimate(&[call_of(q).expect("a collective")])?;
+        match per_comm.iter_mut().find(|(c, _)| *c == *comm) {
+            Some((_, sum)) => *sum += t,
+            None => per_comm.push((*comm, t)),
+        }
+    }
+    Ok(per_comm.iter().map(|&(_, t)| t).fold(0.0, f64::max) as f32)
+}
+
 /// Runs the queued inits together (each waits for the others of its communicator).
 fn run_inits(inits: Vec<QueuedInit>) -> Res {
     if inits.is_empty() {

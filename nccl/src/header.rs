@@ -55,6 +55,11 @@ pub fn render() -> String {
     w.push_str(
         "typedef struct ncclSimInfo_v22200 {\n  size_t size;\n  unsigned int magic;\n  unsigned int version;\n  float estimatedTime;\n} ncclSimInfo_t;\n\n",
     );
+    let _ = writeln!(
+        w,
+        "#define NCCL_SIM_INFO_INITIALIZER {{ sizeof(ncclSimInfo_t), {:#x}u, NCCL_VERSION_CODE, -1.0f }}\n",
+        crate::group::SIM_INFO_MAGIC
+    );
     enumeration(w, "ncclRedOp_t", &abi::RED_OPS, None);
     enumeration(w, "ncclDataType_t", &abi::DATA_TYPES, None);
     enumeration(w, "ncclScalarResidence_t", &abi::SCALAR_RESIDENCE, None);

@@ -578,10 +578,23 @@ api! {
         group::end()
     }
 
-    /// Not implemented yet (it needs the cost model): returns `ncclInvalidUsage`.
+    /// Closes the group without running its calls; `simInfo` (from `NCCL_SIM_INFO_INITIALIZER`)
+    /// gets their predicted time in µs ([`group::simulate_end`]).
     fn ncclGroupSimulateEnd / pncclGroupSimulateEnd(simInfo: *mut abi::NcclSimInfo) {
-        let _ = simInfo;
-        Err(Fail::usage("not implemented in rsccl yet (it needs the cost model)"))
+        if simInfo.is_null() {
+            return Err(Fail::arg("ncclGroupSimulateEnd: simInfo is NULL"));
+        }
+        // SAFETY: the caller passes a writable ncclSimInfo_t (non-null, checked).
+        let info = unsafe { &mut *simInfo };
+        if info.magic != group::SIM_INFO_MAGIC {
+            return Err(Fail::arg(format!(
+                "ncclGroupSimulateEnd: simInfo.magic is {:#x}, not {:#x}: initialise it with NCCL_SIM_INFO_INITIALIZER",
+                info.magic,
+                group::SIM_INFO_MAGIC
+            )));
+        }
+        info.estimated_time = group::simulate_end()?;
+        Ok(())
     }
 
     /// Every rank's `recvbuff` gets the reduction of all `sendbuff`s (`count` elements).

@@ -211,7 +211,9 @@ fn every_bad_argument_returns_nccls_code_and_names_the_argument() {
         ("null_version", 4, "version is NULL"),
         ("bad_nranks", 4, "nranks 0"),
         ("bad_magic", 4, "not NCCL_API_MAGIC"),
-        ("unimplemented", 5, "ncclGroupSimulateEnd: not implemented in rsccl yet"),
+        ("unimplemented", 5, "ncclDevCommDestroy: not implemented in rsccl yet"),
+        ("sim_null", 4, "ncclGroupSimulateEnd: simInfo is NULL"),
+        ("sim_magic", 4, "NCCL_SIM_INFO_INITIALIZER"),
         ("free_foreign", 4, "was not allocated by ncclMemAlloc"),
         ("window_register", 5, "ncclCommWindowRegister: not implemented in rsccl yet"),
     ] {
@@ -222,6 +224,7 @@ fn every_bad_argument_returns_nccls_code_and_names_the_argument() {
         assert!(line.starts_with(&format!("case {case}: {code} ")) && line.contains(words), "{line}");
     }
     assert!(text.contains("0 bad cases returned ncclSuccess"), "{text}");
+    assert!(text.contains("simulated all-reduce:") && text.contains(": ordered"), "{text}");
 }
 
 /// `rsccl run`, which `cargo test --workspace` builds beside this test's folder.

@@ -1,6 +1,6 @@
 //! What the algorithms drive: each protocol's primitives behind one interface ([`Prims`]), and
 //! the protocol a launch names ([`Protocol`]).
-use super::simple::Op;
+use super::simple::{DataMover, Op, Primitives};
 
 /// The protocol of a launch (`RingArgs::proto`), in NCCL's order (`NCCL_PROTO_SIMPLE`,
 /// `NCCL_PROTO_LL`, `NCCL_PROTO_LL128`).
@@ -43,4 +43,17 @@ pub trait Prims {
     fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool);
     /// Saves this thread's steps for the next kernel on the same connections.
     fn finish(self);
+}
+
+impl<M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: u64, const SPS: u64> Prims
+    for Primitives<'_, M, MAX_RECV, MAX_SEND, SPC, SPS>
+{
+    #[inline(always)]
+    fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
+        Primitives::run(self, op, src_ix, dst_ix, nelem, post_op)
+    }
+    #[inline(always)]
+    fn finish(self) {
+        Primitives::finish(self)
+    }
 }

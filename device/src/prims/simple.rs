@@ -41,19 +41,6 @@ pub trait DataMover {
     fn post_word(&self, a: u64) -> u64;
 }
 
-impl<M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: u64, const SPS: u64>
-    super::proto::Prims for Primitives<'_, M, MAX_RECV, MAX_SEND, SPC, SPS>
-{
-    #[inline(always)]
-    fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
-        Primitives::run(self, op, src_ix, dst_ix, nelem, post_op)
-    }
-    #[inline(always)]
-    fn finish(self) {
-        Primitives::finish(self)
-    }
-}
-
 /// Compile-time protocol parameters: slices per chunk and FIFO steps per slice.
 pub struct ProtoSimple<const SLICE_PER_CHUNK: u64, const STEP_PER_SLICE: u64>;
 

@@ -3,8 +3,9 @@
 use super::algorithm::Algorithm;
 use crate::error::{Error, Result};
 
-/// The variable naming the algorithms a communicator may use (NCCL's `NCCL_ALGO`).
-pub const ALGO_VAR: &str = "RSCCL_ALGO";
+/// The variable naming the algorithms a communicator may use (NCCL's `NCCL_ALGO`), defined
+/// once with the cost model's grammar.
+pub use crate::tuning::ALGO_VAR;
 
 /// What `RSCCL_ALGO` says about NVLS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -107,16 +107,7 @@ impl Comm {
         };
         let protocol = match algorithm {
             Algorithm::Ring if self.nranks > 1 => {
-                let eb = dev.dtype.size() as u64;
-                let n = self.nranks as u64;
-                // NCCL's nBytes: the larger of the send and receive buffers.
-                let bytes = match dev.coll {
-                    Collective::AllGather | Collective::ReduceScatter => {
-                        dev.count.saturating_mul(eb).saturating_mul(n)
-                    }
-                    _ => dev.count.saturating_mul(eb),
-                };
-                self.tuner.ring_protocol(dev.coll, bytes, self.tables.ring_ll.is_some())
+                self.tuner.ring_protocol(dev.coll, self.nccl_bytes(dev), self.tables.ring_ll.is_some())
             }
             _ => Protocol::Simple,
         };
@@ -130,6 +121,15 @@ impl Comm {
             protocol.name()
         );
         Plan { algorithm, protocol, channels, threads }
+    }
+
+    /// NCCL's `nBytes` of `dev`: the larger of its send and receive buffers.
+    pub(super) fn nccl_bytes(&self, dev: &DevCall) -> u64 {
+        let bytes = dev.count.saturating_mul(dev.dtype.size() as u64);
+        match dev.coll {
+            Collective::AllGather | Collective::ReduceScatter => bytes.saturating_mul(self.nranks as u64),
+            _ => bytes,
+        }
     }
 
     /// Threads per block of this rank's NVLS kernel for `dev`: the FIFO form's three warp

@@ -5,7 +5,7 @@
 //! Without a topology graph at hand the model takes every channel as an NVLink-class path of
 //! [`ASSUMED_CHANNEL_GBPS`]: the protocols' relative costs (LL's low latency against Simple's
 //! bandwidth) are what the choice needs, and every rank derives the same answer.
-use super::algorithm::Protocol;
+use super::algorithm::{Algorithm, Protocol};
 use crate::error::Result;
 use crate::tuning::{
     Algo, AlgoGraphs, Coll, CostTable, CpuKind, Enabled, GraphInput, Proto, ProtoSetting, PROTO_VAR,
@@ -86,6 +86,32 @@ impl Tuner {
 }
 
 impl Tuner {
+    /// Predicted time of `coll` of `bytes` on `algorithm` with `protocol`, µs; algorithms
+    /// without an entry here are timed as the ring ([`super::Comm::estimate`]).
+    pub(super) fn time_us(
+        &self,
+        coll: Collective,
+        algorithm: Algorithm,
+        protocol: Protocol,
+        bytes: u64,
+    ) -> f64 {
+        let coll = tuning_coll(coll);
+        let proto = match protocol {
+            Protocol::Simple => Proto::Simple,
+            Protocol::Ll => Proto::Ll,
+        };
+        let algo = match algorithm {
+            Algorithm::Tree => Algo::Tree,
+            Algorithm::Nvls | Algorithm::NvlsSymmetric => Algo::Nvls,
+            Algorithm::NvlsTree => Algo::NvlsTree,
+            Algorithm::Ring | Algorithm::Msccl(_) => Algo::Ring,
+        };
+        self.table
+            .time_us(coll, algo, proto, bytes, 1)
+            .or_else(|| self.table.time_us(coll, Algo::Ring, proto, bytes, 1))
+            .unwrap_or(0.0)
+    }
+
     /// The cost table in NCCL's TUNING layout, with what `RSCCL_PROTO` enables.
     pub(super) fn render(&self) -> String {
         self.table.render(&self.enabled)

@@ -115,7 +115,8 @@ impl<'c> Overlap<'c> {
                 crate::comm::MAX_P2P_OPS
             )));
         }
-        let me = comm.rank().min(s.ranks - 1);
+        check_ranks(comm, &plan)?;
+        let me = comm.rank();
         let send = SendTables::new(&plan, routes.of(me))?;
         let recv = RecvTables::new(&plan, routes, me)?;
         let be = comm.stream();
@@ -128,15 +129,8 @@ impl<'c> Overlap<'c> {
     }
 
     fn setup(comm: &'c Comm, plan: OverlapPlan, routed: Option<Routed>, monitor: bool) -> Result<Self> {
+        check_ranks(comm, &plan)?;
         let shape = *plan.shape();
-        if shape.ranks != comm.nranks() {
-            return Err(Error::InvalidConfig(format!(
-                "rank {}: an overlap plan for {} ranks on a communicator of {}",
-                comm.rank(),
-                shape.ranks,
-                comm.nranks()
-            )));
-        }
         let be = comm.stream();
         let (places, slots, first) = plan.tables();
         let mut bytes: Vec<u8> = Vec::with_capacity(12 * places.len() + 4 * first.len());
@@ -557,4 +551,17 @@ pub fn gemm(
     // SAFETY: a, w and c hold what the shape says (checked); waited for before the borrows end.
     unsafe { be.launch_kernel(kernel, cfg, &args) }?;
     be.synchronize()
+}
+
+/// `plan` is for `comm`'s ranks (checked before any table is built from this rank's place).
+fn check_ranks(comm: &Comm, plan: &OverlapPlan) -> Result<()> {
+    let ranks = plan.shape().ranks;
+    if ranks != comm.nranks() {
+        return Err(Error::InvalidConfig(format!(
+            "rank {}: an overlap plan for {ranks} ranks on a communicator of {}",
+            comm.rank(),
+            comm.nranks()
+        )));
+    }
+    Ok(())
 }

@@ -295,7 +295,24 @@ int main(int argc, char** argv) {
     ok += bad_case("null_version", ncclGetVersion(NULL));
     ok += bad_case("bad_nranks", ncclCommInitRank(&comms[2], 0, id, 0));
     ok += bad_case("bad_magic", ncclCommInitRankConfig(&comms[2], 2, id, 0, &(ncclConfig_t){.size = sizeof(ncclConfig_t), .magic = 1}));
-    ok += bad_case("unimplemented", ncclGroupSimulateEnd(NULL));
+    ok += bad_case("unimplemented", ncclDevCommDestroy(comms[0], NULL));
+    ok += bad_case("sim_null", ncclGroupSimulateEnd(NULL));
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    sim.magic = 1;
+    ok += bad_case("sim_magic", ncclGroupSimulateEnd(&sim));
+    /* A simulated group runs nothing and predicts its time: more for more bytes. */
+    float* big = mem(4 << 20);
+    float est[2];
+    for (int s = 0; s < 2; s++) {
+      ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
+      CHECK(ncclGroupStart());
+      for (int k = 0; k < 2; k++) CHECK(ncclAllReduce(big, big, s == 0 ? 16 : (1 << 20), ncclFloat, ncclSum, comms[k], NULL));
+      CHECK(ncclGroupSimulateEnd(&si));
+      est[s] = si.estimatedTime;
+    }
+    printf("simulated all-reduce: 64 B %.2f us, 4 MiB %.2f us: %s\n", est[0], est[1],
+           (est[0] > 0 && est[1] > est[0]) ? "ordered" : "WRONG");
+    CHECK(ncclMemFree(big));
     ok += bad_case("free_foreign", ncclMemFree(buf));
     ncclWindow_t win;
     ok += bad_case("window_register", ncclCommWindowRegister(comms[0], buf, 16, &win, NCCL_WIN_COLL_SYMMETRIC));

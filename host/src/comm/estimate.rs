@@ -1,0 +1,39 @@
+//! Predicting calls without running them (NCCL's `ncclGroupSimulateEnd`): each call checked and
+//! planned as it would run, then timed by the communicator's cost model ([`super::tuner`]).
+use super::call::Call;
+use super::communicator::Comm;
+use crate::error::Result;
+
+impl Comm {
+    /// The predicted time of `calls` run one after another on this communicator, in µs: each
+    /// checked and planned as [`Comm::run`] would (a call that would fail fails here, naming
+    /// why), then timed by the cost model for its algorithm and protocol and its size
+    /// (`latency + bytes / bandwidth`, NCCL's `ncclTopoGetAlgoTime`). Nothing is launched and
+    /// no buffer is touched. A one-rank communicator predicts 0. Algorithms the model has no
+    /// entry for on this communicator (MSCCL programs; NVLS where the table was built without
+    /// it) are timed as the ring.
+    ///
+    /// ```
+    /// use rsccl::{backend, BufRef, Call, Comm, CommConfig, DataType, ReduceOp};
+    /// let be = backend::cpu();
+    /// let comms = Comm::init_all(&be, 2, CommConfig { nthreads: 64, ..CommConfig::default() })?;
+    /// let buf = be.alloc(4 << 20)?;
+    /// let b = BufRef::from(&buf);
+    /// let small = comms[0].estimate(&[Call::all_reduce(b, b, 16, DataType::F32, ReduceOp::Sum)])?;
+    /// let big = comms[0].estimate(&[Call::all_reduce(b, b, 1 << 20, DataType::F32, ReduceOp::Sum)])?;
+    /// assert!(0.0 < small && small < big);
+    /// # Ok::<(), rsccl::Error>(())
+    /// ```
+    pub fn estimate(&self, calls: &[Call<'_>]) -> Result<f64> {
+        let mut total = 0.0;
+        for call in calls {
+            let dev = call.check(self.rank, self.nranks, self.stream.compute_capability())?;
+            if self.nranks == 1 || dev.count == 0 {
+                continue;
+            }
+            let plan = self.plan(call, &dev)?;
+            total += self.tuner.time_us(dev.coll, plan.algorithm, plan.protocol, self.nccl_bytes(&dev));
+        }
+        Ok(total)
+    }
+}
