@@ -79,10 +79,12 @@ fn ring(c: &Case, ch: usize) -> Vec<usize> {
 /// ring position that owns its chunk — NCCL's chunking, derived independently of the device.
 fn partition(c: &Case, size: usize) -> Vec<(usize, usize)> {
     let eb = c.dtype.size() as u64;
-    // Simple: the FIFO slot; LL: the data of a slot of 8 lines per thread, one step per chunk.
+    // Simple: the FIFO slot; LL, LL128: the data of a slot, one step per chunk.
     let (step_elems, steps_per_chunk) = match c.proto {
         Protocol::Simple => (c.step_bytes / eb, 4),
         Protocol::Ll => (8 * c.nthreads as u64 * 8 / eb, 1),
+        // LL128: 120 words per thread per slot in 128-byte lines of 120 data bytes.
+        Protocol::Ll128 => (120 * 8 * c.nthreads as u64 / 128 * 120 / eb, 1),
     };
     let round = ((c.nthreads as u64 - 32).max(32) * 8 / eb).max(1);
     let (n, nch, size64) = (c.n as u64, c.nch as u64, size as u64);

@@ -74,8 +74,10 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
                 (Collective::Reduce, DataType::I64, ReduceOp::Avg, 7, 1, 4_099, false),
                 (Collective::AllReduce, DataType::Fp8E4M3, ReduceOp::Max, 8, 2, 9_999, false),
             ];
-            // Every case on Simple, then on LL (the line protocol's kernels on hardware).
-            let protos = [rsccl::comm::Protocol::Simple, rsccl::comm::Protocol::Ll];
+            // Every case on Simple, then on LL and LL128 (the line protocols' kernels on
+            // hardware: one GPU, so LL128's in-order line stores hold).
+            let protos =
+                [rsccl::comm::Protocol::Simple, rsccl::comm::Protocol::Ll, rsccl::comm::Protocol::Ll128];
             for (proto, (coll, dtype, op, n, nch, count, in_place)) in
                 protos.into_iter().flat_map(|p| cases.map(|c| (p, c)))
             {

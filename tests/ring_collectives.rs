@@ -1,7 +1,7 @@
 //! Ring collectives on the CPU emulator against the ring-order reference (`src/ring_check.rs`):
 //! all five collectives × 2..8 ranks × 1..4 channels × every type and op × counts up to 1M ×
 //! in place or not, FIFO steps down to the 128-byte minimum, 64..256 threads per block, on the
-//! Simple and LL protocols.
+//! Simple, LL and LL128 protocols.
 use proptest::prelude::*;
 use rsccl::backend;
 use rsccl::comm::{Protocol, ReduceOp};
@@ -41,7 +41,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         prop_oneof![Just(64u32), Just(96), Just(128), Just(256)],
         prop_oneof![Just(128u64), Just(1024), Just(64 * 1024), Just(512 * 1024)],
     );
-    let proto = prop_oneof![Just(Protocol::Simple), Just(Protocol::Ll)];
+    let proto = prop_oneof![Just(Protocol::Simple), Just(Protocol::Ll), Just(Protocol::Ll128)];
     (coll, dtype, op, count, shape, (any::<bool>(), any::<bool>()), any::<u64>(), proto).prop_map(
         |(coll, dtype, op, count, (n, nch, nthreads, step_bytes), (in_place, exact), seed, proto)| Case {
             coll,
@@ -78,6 +78,11 @@ fn every_collective_type_and_op_once() {
 #[test]
 fn every_collective_type_and_op_once_on_ll() {
     every_collective_type_and_op_on(Protocol::Ll);
+}
+
+#[test]
+fn every_collective_type_and_op_once_on_ll128() {
+    every_collective_type_and_op_on(Protocol::Ll128);
 }
 
 fn every_collective_type_and_op_on(proto: Protocol) {
@@ -124,7 +129,7 @@ fn minimum_step_jitter_and_512_threads() {
     rsccl_device::arch::emu::set_jitter_us(20);
     let shapes = [(4, 2, 64u32, 5001usize), (3, 1, 512, 4096), (8, 4, 64, 777)];
     for (proto, (n, nch, nthreads, count)) in
-        [Protocol::Simple, Protocol::Ll].into_iter().flat_map(|p| shapes.map(|s| (p, s)))
+        [Protocol::Simple, Protocol::Ll, Protocol::Ll128].into_iter().flat_map(|p| shapes.map(|s| (p, s)))
     {
         let c = Case {
             coll: Collective::AllReduce,

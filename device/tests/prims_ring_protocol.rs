@@ -209,6 +209,11 @@ fn ring_collectives_on_ll_lines() {
     ring_collectives_on(Protocol::Ll);
 }
 
+#[test]
+fn ring_collectives_on_ll128_lines() {
+    ring_collectives_on(Protocol::Ll128);
+}
+
 fn ring_collectives_on(proto: Protocol) {
     for &(n, nch, threads, step_bytes, count) in &[
         (2usize, 1usize, 64u32, 128u64, 1000usize),
@@ -646,6 +651,15 @@ fn ll_flags_are_cleaned_when_the_step_counter_reaches_the_wrap_mask() {
 
 #[test]
 fn an_ll_rank_that_never_launches_makes_its_peers_time_out_naming_it() {
+    a_line_rank_that_never_launches_makes_its_peers_time_out_naming_it(Protocol::Ll);
+}
+
+#[test]
+fn an_ll128_rank_that_never_launches_makes_its_peers_time_out_naming_it() {
+    a_line_rank_that_never_launches_makes_its_peers_time_out_naming_it(Protocol::Ll128);
+}
+
+fn a_line_rank_that_never_launches_makes_its_peers_time_out_naming_it(proto: Protocol) {
     use rsccl_device::prims::conn::decode_status;
     use rsccl_device::prims::ErrorCode;
     let (n, count) = (3usize, 5000usize);
@@ -653,7 +667,7 @@ fn an_ll_rank_that_never_launches_makes_its_peers_time_out_naming_it() {
     let mut sends: Vec<Vec<u64>> = (0..n).map(|r| (0..count).map(|i| input(r, i)).collect()).collect();
     let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
     let t0 = std::time::Instant::now();
-    let faults = Faults { timeout_ns: 200_000_000, absent: Some(1), proto: Protocol::Ll, ..NO_FAULTS };
+    let faults = Faults { timeout_ns: 200_000_000, absent: Some(1), proto, ..NO_FAULTS };
     run_with(&mut ring, Collective::AllReduce, &mut sends, &mut recvs, count as u64, 0, 64, 256, faults);
     assert!(t0.elapsed() < std::time::Duration::from_secs(30), "took {:?}", t0.elapsed());
     // Rank 2 receives from rank 1 (ring 0 → 1 → 2 → 0): its lines never get their flags.

@@ -210,7 +210,7 @@ fn every_type_and_op() {
 fn every_type_and_op_on_each_protocol() {
     // A sweep from 8 B to 1 MiB crosses the cost model's LL → Simple switch; forced, each
     // protocol runs every size, type and op checked.
-    for proto in ["LL", "Simple"] {
+    for proto in ["LL", "LL128", "Simple"] {
         let r = perf_ok(
             &[
                 "all_reduce",
@@ -237,15 +237,18 @@ fn every_type_and_op_on_each_protocol() {
         );
         assert_eq!(r.rows.len(), 3 * 12 * 6, "{proto}");
     }
-    for coll in ["reduce_scatter", "all_gather", "broadcast", "reduce"] {
+    for (coll, proto) in ["reduce_scatter", "all_gather", "broadcast", "reduce"]
+        .into_iter()
+        .flat_map(|c| [(c, "LL"), (c, "LL128")])
+    {
         let r = perf_ok(
             &[
                 coll, "-g", "4", "-b", "1K", "-e", "1M", "-f", "32", "-d", "all", "-n", "1", "-w", "0", "-p",
-                "LL",
+                proto,
             ],
             Duration::from_secs(300),
         );
-        assert_eq!(r.rows.len(), 3 * 12, "{coll}");
+        assert_eq!(r.rows.len(), 3 * 12, "{coll} {proto}");
     }
 }
 

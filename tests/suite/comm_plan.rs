@@ -150,3 +150,22 @@ fn the_cost_model_takes_ll_for_small_rings_and_simple_for_large_and_rsccl_proto_
     let e = e.to_string();
     assert!(e.contains("RSCCL_PROTO"), "{e}");
 }
+
+/// In one process the ranks share one (emulated) device, a path LL128 is safe on: the cost
+/// model goes LL → LL128 → Simple as the size grows (4 ranks, 2 channels: the model's switch
+/// points for this shape), and each choice computes the right sums.
+#[test]
+fn the_cost_model_goes_ll_then_ll128_then_simple_on_one_device() {
+    let cfg = CommConfig { nthreads: 64, nchannels: 2, ..CommConfig::default() };
+    let c = Comm::init_all(&backend::cpu(), 4, cfg.clone()).unwrap();
+    let protos: Vec<Protocol> =
+        [16usize, 1 << 14, 1 << 16, 1 << 20].iter().map(|&n| all_reduce_plans(&c, n)[0].protocol).collect();
+    assert_eq!(protos, [Protocol::Ll, Protocol::Ll, Protocol::Ll128, Protocol::Simple]);
+    // Turned off, LL128 is never chosen; forced, it runs whatever the size.
+    let off = CommConfig { proto: Some("^LL128".into()), ..cfg.clone() };
+    let c = Comm::init_all(&backend::cpu(), 4, off).unwrap();
+    assert!(all_reduce_plans(&c, 1 << 16).iter().all(|p| p.protocol != Protocol::Ll128));
+    let on = CommConfig { proto: Some("LL128".into()), ..cfg };
+    let c = Comm::init_all(&backend::cpu(), 4, on).unwrap();
+    assert!(all_reduce_plans(&c, 1 << 20).iter().all(|p| p.protocol == Protocol::Ll128));
+}

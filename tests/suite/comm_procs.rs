@@ -38,12 +38,21 @@ fn sweep_config_on(proto: Protocol) -> CommConfig {
     }
 }
 
-/// The protocol a sweep role runs: `sweep` Simple, `sweep-ll` LL.
+/// The protocol a sweep role runs: `sweep` Simple, `sweep-ll` LL, `sweep-ll128` LL128.
 fn sweep_proto(role: &str) -> Protocol {
-    if role == "sweep-ll" {
-        Protocol::Ll
-    } else {
-        Protocol::Simple
+    match role {
+        "sweep-ll" => Protocol::Ll,
+        "sweep-ll128" => Protocol::Ll128,
+        _ => Protocol::Simple,
+    }
+}
+
+/// The sweep role of `proto`.
+fn sweep_role(proto: Protocol) -> &'static str {
+    match proto {
+        Protocol::Simple => "sweep",
+        Protocol::Ll => "sweep-ll",
+        Protocol::Ll128 => "sweep-ll128",
     }
 }
 
@@ -170,8 +179,12 @@ fn comm_child() {
     let n: usize = var("RSCCL_TEST_N").parse().unwrap();
     let be = backend::cpu();
     match role.as_str() {
-        "sweep" | "sweep-ll" => {
+        "sweep" | "sweep-ll" | "sweep-ll128" => {
             let proto = sweep_proto(&role);
+            if proto == Protocol::Ll128 {
+                // The forced-LL128 warning is what the parent checks for.
+                std::env::set_var(rsccl::debug::DEBUG_VAR, "WARN");
+            }
             let comm = Comm::init_rank(&be, n, rank, &id, sweep_config_on(proto)).unwrap();
             for p in (0..n).filter(|&p| p != rank) {
                 assert_eq!(comm.transport_to(p), Some(TransportKind::Shm), "peer {p}");
@@ -183,6 +196,13 @@ fn comm_child() {
                 }
             }
             println!("rank {rank}: {} cases ok", cases.len());
+            println!("rank {rank}: planned {}", plan_of(&comm, 1 << 16).protocol.name());
+        }
+        "auto" => {
+            // The cost model alone, over SHM: LL128 is not known to be safe there.
+            let cfg = CommConfig { proto: None, ..sweep_config() };
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            println!("rank {rank}: auto plans {}", auto_plans(&comm).join(" "));
         }
         "never" => {
             let cfg = CommConfig { bootstrap_timeout: Duration::from_secs(2), ..sweep_config() };
@@ -495,14 +515,37 @@ fn assert_no_segments(pids: &[u32]) {
     }
 }
 
+/// The plan of an f32 all-reduce of `count` on `comm` (run, and its sum checked: every rank
+/// gives 1.0).
+fn plan_of(comm: &Comm, count: usize) -> rsccl::Plan {
+    let be = backend::cpu();
+    let buf = be.upload(&vec![1.0f32; count]).unwrap();
+    let work = comm
+        .enqueue()
+        .run(rsccl::comm::Call::all_reduce((&buf).into(), (&buf).into(), count, DataType::F32, ReduceOp::Sum))
+        .unwrap();
+    let plan = work.plan();
+    work.wait().unwrap();
+    let n = comm.nranks() as f32;
+    assert!(be.download::<f32>(&buf, count).unwrap().iter().all(|&v| v == n));
+    plan
+}
+
+/// The protocols the cost model plans for all-reduces from 64 B to 16 MiB on `comm`.
+fn auto_plans(comm: &Comm) -> Vec<&'static str> {
+    [16, 1 << 14, 1 << 16, 1 << 20, 1 << 22]
+        .iter()
+        .map(|&count| plan_of(comm, count).protocol.name())
+        .collect()
+}
+
 fn sweep(n: usize) {
     sweep_on(n, Protocol::Simple)
 }
 
 fn sweep_on(n: usize, proto: Protocol) {
     let id = loopback_id();
-    let role = if proto == Protocol::Ll { "sweep-ll" } else { "sweep" };
-    let mut ranks = start_ranks(role, &id, n, 0..n);
+    let mut ranks = start_ranks(sweep_role(proto), &id, n, 0..n);
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(600));
     let failed: Vec<String> = results
@@ -510,6 +553,9 @@ fn sweep_on(n: usize, proto: Protocol) {
         .enumerate()
         .filter(|(r, (ok, text))| {
             !ok || !text.contains(&format!("rank {r}: {} cases ok", sweep_cases(n, proto).len()))
+                || !text.contains(&format!("rank {r}: planned {}", proto.name()))
+                // Forced onto SHM, LL128 is a warning naming the path.
+                || (proto == Protocol::Ll128 && !text.contains("LL128 forced on the connection with rank"))
         })
         .map(|(r, (_, text))| format!("rank {r} of {n}:\n{text}"))
         .collect();
@@ -535,6 +581,37 @@ fn four_processes_run_every_collective_bit_exact() {
 #[test]
 fn four_processes_run_every_collective_bit_exact_on_ll() {
     sweep_on(4, Protocol::Ll);
+}
+
+/// LL128 forced over SHM (a path it is not enabled on by default: each rank warns).
+#[test]
+fn four_processes_run_every_collective_bit_exact_on_ll128() {
+    sweep_on(4, Protocol::Ll128);
+}
+
+/// Left to the cost model, ranks in separate processes (SHM between them) never run LL128:
+/// rsccl does not know the path keeps a line's stores in order. LL still serves small sizes.
+#[test]
+fn across_processes_the_cost_model_leaves_ll128_alone_unless_forced() {
+    let id = loopback_id();
+    let mut ranks = start_ranks("auto", &id, 4, 0..4);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(120));
+    for (r, (ok, text)) in results.iter().enumerate() {
+        let line =
+            text.lines().find(|l| l.contains("auto plans")).unwrap_or_else(|| panic!("rank {r}:\n{text}"));
+        assert!(ok, "rank {r}:\n{text}");
+        assert!(!line.contains("LL128"), "rank {r}: {line}");
+        assert!(line.contains("plans LL "), "rank {r}: {line}");
+    }
+    assert_no_segments(&pids);
+    // The same shape in one process (one device) does take LL128 at some size.
+    let comms = Comm::init_all(&backend::cpu(), 4, CommConfig { proto: None, ..sweep_config() }).unwrap();
+    let plans: Vec<Vec<&str>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms.iter().map(|c| s.spawn(|| auto_plans(c))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(plans.iter().all(|p| p.contains(&"LL128")), "{plans:?}");
 }
 
 #[test]

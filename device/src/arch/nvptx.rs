@@ -220,6 +220,35 @@ pub unsafe fn ld_volatile_pairs_u128(p: *const [u64; 2]) -> [u64; 2] {
     unsafe { ld_volatile_u128(p) }
 }
 
+/// One lane's 16 bytes of an LL128 line (`st.volatile.global.v2.b64`), stored by every lane
+/// of the warp together: the eight lanes of a line issue one 128-byte store that NVLink and
+/// NVSwitch deliver in order, so the flag lane's word lands last (what LL128 relies on; the
+/// host enables it only on such paths). Inactive lanes store nothing.
+///
+/// # Safety
+/// `p` is valid, 16-byte-aligned device memory when `active`; every lane of the warp calls.
+#[inline(always)]
+pub unsafe fn st_ll128_part(p: *mut [u64; 2], v: [u64; 2], _flag_lane: bool, active: bool) {
+    if active {
+        // SAFETY: the caller's promise.
+        unsafe { st_volatile_u128(p, v) }
+    }
+}
+/// The load side of [`st_ll128_part`]: the warp's lanes load their lines in one access each,
+/// so a line whose flag word is the step's holds that step's data. Inactive lanes get zeros.
+///
+/// # Safety
+/// As [`st_ll128_part`].
+#[inline(always)]
+pub unsafe fn ld_ll128_part(p: *const [u64; 2], _flag_lane: bool, active: bool) -> [u64; 2] {
+    if active {
+        // SAFETY: the caller's promise.
+        unsafe { ld_volatile_u128(p) }
+    } else {
+        [0; 2]
+    }
+}
+
 /// `ld.acquire.sys.global.u64`: later accesses are not performed before this load.
 ///
 /// # Safety

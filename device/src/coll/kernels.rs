@@ -20,7 +20,7 @@ use crate::redop::{Elem, RedOp};
 
 // Named here by the host and tests, beside the kernels it sizes; defined in `coll` below the
 // algorithms, which size themselves by it.
-pub use super::SIMPLE_THREADS;
+pub use super::{LL128_THREADS, SIMPLE_THREADS};
 
 /// A collective kernel of the library, by what it runs.
 ///
@@ -38,6 +38,9 @@ pub use super::SIMPLE_THREADS;
 /// let ll = CollKernel::ring_on(Collective::AllReduce, DataType::F32, Protocol::Ll);
 /// assert_eq!(ll.name(), "rsccl_all_reduce_ring_ll_f32");
 /// assert!(rsccl_device::kernels::find(&ll.name()).is_some());
+/// let ll128 = CollKernel::ring_on(Collective::Broadcast, DataType::F32, Protocol::Ll128);
+/// assert_eq!(ll128.name(), "rsccl_broadcast_ring_ll128");
+/// assert_eq!(ll128.max_threads(), 512);
 /// assert_eq!(CollKernel::Group(DataType::F16).name(), "rsccl_group_f16");
 /// assert!(rsccl_device::kernels::find(&k.name()).is_some());
 /// ```
@@ -51,6 +54,10 @@ pub enum CollKernel {
     RingLl(Collective, DataType),
     /// A byte-moving ring collective on the LL protocol: counts in bytes.
     RingBytesLl(Collective),
+    /// A reducing ring collective of one element type on the LL128 protocol.
+    RingLl128(Collective, DataType),
+    /// A byte-moving ring collective on the LL128 protocol: counts in bytes.
+    RingBytesLl128(Collective),
     /// Tree all-reduce of one element type.
     TreeAllReduce(DataType),
     /// One rank: the input through the op's pre/post-operation, or a copy.
@@ -78,11 +85,15 @@ impl CollKernel {
         }
     }
 
-    /// The ring kernel of `coll` on `t` with protocol `proto` (rings run Simple and LL).
+    /// The ring kernel of `coll` on `t` with protocol `proto`.
     pub const fn ring_on(coll: Collective, t: DataType, proto: Protocol) -> CollKernel {
         match (coll, proto) {
             (Collective::AllGather | Collective::Broadcast, Protocol::Ll) => CollKernel::RingBytesLl(coll),
             (_, Protocol::Ll) => CollKernel::RingLl(coll, t),
+            (Collective::AllGather | Collective::Broadcast, Protocol::Ll128) => {
+                CollKernel::RingBytesLl128(coll)
+            }
+            (_, Protocol::Ll128) => CollKernel::RingLl128(coll, t),
             _ => CollKernel::ring(coll, t),
         }
     }
@@ -91,7 +102,11 @@ impl CollKernel {
     pub const fn counts_bytes(self) -> bool {
         matches!(
             self,
-            CollKernel::RingBytes(_) | CollKernel::RingBytesLl(_) | CollKernel::MscclBytes | CollKernel::P2p
+            CollKernel::RingBytes(_)
+                | CollKernel::RingBytesLl(_)
+                | CollKernel::RingBytesLl128(_)
+                | CollKernel::MscclBytes
+                | CollKernel::P2p
         )
     }
 
@@ -100,6 +115,7 @@ impl CollKernel {
         match self {
             CollKernel::Nvls(_) => NVLS_THREADS,
             CollKernel::Group(_) => GROUP_THREADS,
+            CollKernel::RingLl128(..) | CollKernel::RingBytesLl128(_) => LL128_THREADS,
             _ => SIMPLE_THREADS,
         }
     }
@@ -119,6 +135,8 @@ impl CollKernel {
             CollKernel::RingBytes(c) => format!("rsccl_{}_ring", coll(c)),
             CollKernel::RingLl(c, t) => format!("rsccl_{}_ring_ll_{}", coll(c), t.name()),
             CollKernel::RingBytesLl(c) => format!("rsccl_{}_ring_ll", coll(c)),
+            CollKernel::RingLl128(c, t) => format!("rsccl_{}_ring_ll128_{}", coll(c), t.name()),
+            CollKernel::RingBytesLl128(c) => format!("rsccl_{}_ring_ll128", coll(c)),
             CollKernel::TreeAllReduce(t) => format!("rsccl_all_reduce_tree_{}", t.name()),
             CollKernel::OneRank(t) => format!("rsccl_one_rank_{}", t.name()),
             CollKernel::Nvls(t) => format!("rsccl_nvls_{}", t.name()),
@@ -150,7 +168,10 @@ macro_rules! typed_kernels {
         group: $group:ident,
         all_reduce_ring_ll: $ar_ll:ident,
         reduce_scatter_ring_ll: $rs_ll:ident,
-        reduce_ring_ll: $r_ll:ident $(,)?
+        reduce_ring_ll: $r_ll:ident,
+        all_reduce_ring_ll128: $ar_ll128:ident,
+        reduce_scatter_ring_ll128: $rs_ll128:ident,
+        reduce_ring_ll128: $r_ll128:ident $(,)?
     }) => {
         crate::kernel_table!($table, lib {
             /// Ring all-reduce on LL.
@@ -159,6 +180,12 @@ macro_rules! typed_kernels {
             $rs_ll(RingArgs) [SIMPLE_THREADS] => ring_ll::<$t, REDUCE_SCATTER>;
             /// Ring reduce on LL.
             $r_ll(RingArgs) [SIMPLE_THREADS] => ring_ll::<$t, REDUCE>;
+            /// Ring all-reduce on LL128 (sm_90: see [`LL128_THREADS`]).
+            $ar_ll128(RingArgs) [LL128_THREADS] only "sm_90" => ring_ll128::<$t, ALL_REDUCE>;
+            /// Ring reduce-scatter on LL128 (sm_90).
+            $rs_ll128(RingArgs) [LL128_THREADS] only "sm_90" => ring_ll128::<$t, REDUCE_SCATTER>;
+            /// Ring reduce on LL128 (sm_90).
+            $r_ll128(RingArgs) [LL128_THREADS] only "sm_90" => ring_ll128::<$t, REDUCE>;
             /// Ring all-reduce.
             $ar_ring(RingArgs) [SIMPLE_THREADS] => $ar_ring_fn;
             /// Ring reduce-scatter.
@@ -185,6 +212,9 @@ macro_rules! typed_kernels {
             all_reduce_ring_ll: $ar_ll::KERNEL,
             reduce_scatter_ring_ll: $rs_ll::KERNEL,
             reduce_ring_ll: $r_ll::KERNEL,
+            all_reduce_ring_ll128: $ar_ll128::KERNEL,
+            reduce_scatter_ring_ll128: $rs_ll128::KERNEL,
+            reduce_ring_ll128: $r_ll128::KERNEL,
         };
         #[inline(always)]
         fn $ar_ring_fn(a: &RingArgs) {
@@ -215,6 +245,9 @@ typed_kernels!(KERNELS_I8, HANDLES_I8, i8 {
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_i8,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_i8,
     reduce_ring_ll: rsccl_reduce_ring_ll_i8,
+    all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_i8,
+    reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_i8,
+    reduce_ring_ll128: rsccl_reduce_ring_ll128_i8,
 });
 typed_kernels!(KERNELS_U8, HANDLES_U8, u8 {
     all_reduce_ring: rsccl_all_reduce_ring_u8 => all_reduce_ring_u8,
@@ -226,6 +259,9 @@ typed_kernels!(KERNELS_U8, HANDLES_U8, u8 {
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_u8,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_u8,
     reduce_ring_ll: rsccl_reduce_ring_ll_u8,
+    all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_u8,
+    reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_u8,
+    reduce_ring_ll128: rsccl_reduce_ring_ll128_u8,
 });
 typed_kernels!(KERNELS_I32, HANDLES_I32, i32 {
     all_reduce_ring: rsccl_all_reduce_ring_i32 => all_reduce_ring_i32,
@@ -237,6 +273,9 @@ typed_kernels!(KERNELS_I32, HANDLES_I32, i32 {
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_i32,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_i32,
     reduce_ring_ll: rsccl_reduce_ring_ll_i32,
+    all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_i32,
+    reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_i32,
+    reduce_ring_ll128: rsccl_reduce_ring_ll128_i32,
 });
 typed_kernels!(KERNELS_U32, HANDLES_U32, u32 {
     all_reduce_ring: rsccl_all_reduce_ring_u32 => all_reduce_ring_u32,
@@ -248,6 +287,9 @@ typed_kernels!(KERNELS_U32, HANDLES_U32, u32 {
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_u32,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_u32,
     reduce_ring_ll: rsccl_reduce_ring_ll_u32,
+    all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_u32,
+    reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_u32,
+    reduce_ring_ll128: rsccl_reduce_ring_ll128_u32,
 });
 typed_kernels!(KERNELS_I64, HANDLES_I64, i64 {
     all_reduce_ring: rsccl_all_reduce_ring_i64 => all_reduce_ring_i64,
@@ -259,6 +301,9 @@ typed_kernels!(KERNELS_I64, HANDLES_I64, i64 {
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_i64,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_i64,
     reduce_ring_ll: rsccl_reduce_ring_ll_i64,
+    all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_i64,
+    reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_i64,
+    reduce_ring_ll128: rsccl_reduce_ring_ll128_i64,
 });
 typed_kernels!(KERNELS_U64, HANDLES_U64, u64 {
     all_reduce_ring: rsccl_all_reduce_ring_u64 => all_reduce_ring_u64,
@@ -270,6 +315,9 @@ typed_kernels!(KERNELS_U64, HANDLES_U64, u64 {
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_u64,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_u64,
     reduce_ring_ll: rsccl_reduce_ring_ll_u64,
+    all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_u64,
+    reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_u64,
+    reduce_ring_ll128: rsccl_reduce_ring_ll128_u64,
 });
 typed_kernels!(KERNELS_F16, HANDLES_F16, crate::redop::F16 {
     all_reduce_ring: rsccl_all_reduce_ring_f16 => all_reduce_ring_f16,
@@ -281,6 +329,9 @@ typed_kernels!(KERNELS_F16, HANDLES_F16, crate::redop::F16 {
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_f16,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_f16,
     reduce_ring_ll: rsccl_reduce_ring_ll_f16,
+    all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_f16,
+    reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_f16,
+    reduce_ring_ll128: rsccl_reduce_ring_ll128_f16,
 });
 typed_kernels!(KERNELS_F32, HANDLES_F32, f32 {
     all_reduce_ring: rsccl_all_reduce_ring_f32 => all_reduce_ring_f32,
@@ -292,6 +343,9 @@ typed_kernels!(KERNELS_F32, HANDLES_F32, f32 {
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_f32,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_f32,
     reduce_ring_ll: rsccl_reduce_ring_ll_f32,
+    all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_f32,
+    reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_f32,
+    reduce_ring_ll128: rsccl_reduce_ring_ll128_f32,
 });
 typed_kernels!(KERNELS_F64, HANDLES_F64, f64 {
     all_reduce_ring: rsccl_all_reduce_ring_f64 => all_reduce_ring_f64,
@@ -303,6 +357,9 @@ typed_kernels!(KERNELS_F64, HANDLES_F64, f64 {
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_f64,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_f64,
     reduce_ring_ll: rsccl_reduce_ring_ll_f64,
+    all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_f64,
+    reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_f64,
+    reduce_ring_ll128: rsccl_reduce_ring_ll128_f64,
 });
 typed_kernels!(KERNELS_BF16, HANDLES_BF16, crate::redop::BF16 {
     all_reduce_ring: rsccl_all_reduce_ring_bf16 => all_reduce_ring_bf16,
@@ -314,6 +371,9 @@ typed_kernels!(KERNELS_BF16, HANDLES_BF16, crate::redop::BF16 {
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_bf16,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_bf16,
     reduce_ring_ll: rsccl_reduce_ring_ll_bf16,
+    all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_bf16,
+    reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_bf16,
+    reduce_ring_ll128: rsccl_reduce_ring_ll128_bf16,
 });
 
 /// FP8 kernels exist only in the sm_90 module (and on the host); the host API refuses FP8 on
@@ -331,6 +391,9 @@ mod fp8 {
         all_reduce_ring_ll: rsccl_all_reduce_ring_ll_e4m3,
         reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_e4m3,
         reduce_ring_ll: rsccl_reduce_ring_ll_e4m3,
+        all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_e4m3,
+        reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_e4m3,
+        reduce_ring_ll128: rsccl_reduce_ring_ll128_e4m3,
     });
     typed_kernels!(KERNELS_E5M2, HANDLES_E5M2, crate::redop::Fp8E5M2 {
         all_reduce_ring: rsccl_all_reduce_ring_e5m2 => all_reduce_ring_e5m2,
@@ -342,12 +405,16 @@ mod fp8 {
         all_reduce_ring_ll: rsccl_all_reduce_ring_ll_e5m2,
         reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_e5m2,
         reduce_ring_ll: rsccl_reduce_ring_ll_e5m2,
+        all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_e5m2,
+        reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_e5m2,
+        reduce_ring_ll128: rsccl_reduce_ring_ll128_e5m2,
     });
 }
 
 /// `Protocol` numbers as the ring functions' const arguments.
 const SIMPLE: u32 = Protocol::Simple as u32;
 const LL: u32 = Protocol::Ll as u32;
+const LL128: u32 = Protocol::Ll128 as u32;
 /// `Collective` numbers as [`ring_ll`]'s const argument.
 const ALL_REDUCE: u32 = Collective::AllReduce as u32;
 const REDUCE_SCATTER: u32 = Collective::ReduceScatter as u32;
@@ -355,18 +422,31 @@ const REDUCE: u32 = Collective::Reduce as u32;
 const ALL_GATHER: u32 = Collective::AllGather as u32;
 const BROADCAST: u32 = Collective::Broadcast as u32;
 
-/// The LL ring kernel of collective `COLL` on `T` (bytes for all-gather and broadcast).
+/// The ring kernel of collective `COLL` on protocol `PROTO` on `T` (bytes for all-gather and
+/// broadcast).
 #[inline(always)]
-fn ring_ll<T: Elem, const COLL: u32>(a: &RingArgs) {
+fn ring_lines<T: Elem, const COLL: u32, const PROTO: u32>(a: &RingArgs) {
     let m = mover::<T>(a);
     match COLL {
-        ALL_REDUCE => ring::all_reduce::<LL, _>(a, &m),
-        REDUCE_SCATTER => ring::reduce_scatter::<LL, _>(a, &m),
-        REDUCE => ring::reduce::<LL, _>(a, &m),
-        ALL_GATHER => ring::all_gather::<LL, _>(a, &m),
-        BROADCAST => ring::broadcast::<LL, _>(a, &m),
+        ALL_REDUCE => ring::all_reduce::<PROTO, _>(a, &m),
+        REDUCE_SCATTER => ring::reduce_scatter::<PROTO, _>(a, &m),
+        REDUCE => ring::reduce::<PROTO, _>(a, &m),
+        ALL_GATHER => ring::all_gather::<PROTO, _>(a, &m),
+        BROADCAST => ring::broadcast::<PROTO, _>(a, &m),
         _ => arch::trap(),
     }
+}
+
+/// The LL ring kernel of collective `COLL` on `T`.
+#[inline(always)]
+fn ring_ll<T: Elem, const COLL: u32>(a: &RingArgs) {
+    ring_lines::<T, COLL, LL>(a)
+}
+
+/// The LL128 ring kernel of collective `COLL` on `T`.
+#[inline(always)]
+fn ring_ll128<T: Elem, const COLL: u32>(a: &RingArgs) {
+    ring_lines::<T, COLL, LL128>(a)
 }
 
 #[inline(always)]
@@ -391,6 +471,10 @@ crate::kernel_table!(KERNELS_BYTES, lib {
     rsccl_all_gather_ring_ll(RingArgs) [SIMPLE_THREADS] => ring_ll::<u8, ALL_GATHER>;
     /// Ring broadcast of bytes on LL.
     rsccl_broadcast_ring_ll(RingArgs) [SIMPLE_THREADS] => ring_ll::<u8, BROADCAST>;
+    /// Ring all-gather of bytes on LL128 (sm_90).
+    rsccl_all_gather_ring_ll128(RingArgs) [LL128_THREADS] only "sm_90" => ring_ll128::<u8, ALL_GATHER>;
+    /// Ring broadcast of bytes on LL128 (sm_90).
+    rsccl_broadcast_ring_ll128(RingArgs) [LL128_THREADS] only "sm_90" => ring_ll128::<u8, BROADCAST>;
     /// Point-to-point sends, receives and copies of bytes (launched with
     /// [`crate::coll::p2p::P2P_SHM_BYTES`] of dynamic shared memory).
     rsccl_p2p(P2pArgs) [SIMPLE_THREADS] => p2p_bytes;
@@ -509,6 +593,9 @@ pub mod handles {
         pub(crate) all_reduce_ring_ll: Kernel<RingArgs>,
         pub(crate) reduce_scatter_ring_ll: Kernel<RingArgs>,
         pub(crate) reduce_ring_ll: Kernel<RingArgs>,
+        pub(crate) all_reduce_ring_ll128: Kernel<RingArgs>,
+        pub(crate) reduce_scatter_ring_ll128: Kernel<RingArgs>,
+        pub(crate) reduce_ring_ll128: Kernel<RingArgs>,
     }
 
     fn typed(t: DataType) -> &'static Typed {
@@ -540,14 +627,20 @@ pub mod handles {
         }
     }
 
-    /// The LL ring kernel of `coll` on `t` (the byte kernel for all-gather and broadcast).
-    pub fn ring_ll(coll: Collective, t: DataType) -> Kernel<RingArgs> {
-        match coll {
-            Collective::AllReduce => typed(t).all_reduce_ring_ll,
-            Collective::ReduceScatter => typed(t).reduce_scatter_ring_ll,
-            Collective::Reduce => typed(t).reduce_ring_ll,
-            Collective::AllGather => rsccl_all_gather_ring_ll::KERNEL,
-            Collective::Broadcast => rsccl_broadcast_ring_ll::KERNEL,
+    /// The ring kernel of `coll` on `t` on protocol `proto` ([`CollKernel::ring_on`]).
+    pub fn ring_on(coll: Collective, t: DataType, proto: Protocol) -> Kernel<RingArgs> {
+        match (proto, coll) {
+            (Protocol::Simple, _) => ring(coll, t),
+            (Protocol::Ll, Collective::AllReduce) => typed(t).all_reduce_ring_ll,
+            (Protocol::Ll, Collective::ReduceScatter) => typed(t).reduce_scatter_ring_ll,
+            (Protocol::Ll, Collective::Reduce) => typed(t).reduce_ring_ll,
+            (Protocol::Ll, Collective::AllGather) => rsccl_all_gather_ring_ll::KERNEL,
+            (Protocol::Ll, Collective::Broadcast) => rsccl_broadcast_ring_ll::KERNEL,
+            (Protocol::Ll128, Collective::AllReduce) => typed(t).all_reduce_ring_ll128,
+            (Protocol::Ll128, Collective::ReduceScatter) => typed(t).reduce_scatter_ring_ll128,
+            (Protocol::Ll128, Collective::Reduce) => typed(t).reduce_ring_ll128,
+            (Protocol::Ll128, Collective::AllGather) => rsccl_all_gather_ring_ll128::KERNEL,
+            (Protocol::Ll128, Collective::Broadcast) => rsccl_broadcast_ring_ll128::KERNEL,
         }
     }
 

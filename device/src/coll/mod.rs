@@ -18,6 +18,14 @@ pub mod tree;
 // without importing the table (which imports the interpreter).
 pub const SIMPLE_THREADS: u32 = 512;
 
+/// Threads per block the LL128 ring kernels are built for (their `.maxntid`): 512, as the
+/// other ring kernels, not NCCL's 640 (`NCCL_LL128_MAX_NTHREADS`) — at 640 ptxas has 96
+/// registers per thread and the ring algorithms around the LL128 lines spill (the PTX audit
+/// forbids spills). The host launches them with its ring block size. They exist in the sm_90
+/// module only: sm_80's code generation spills them even at 512 (up to 48 bytes), so the host
+/// offers LL128 on sm_90 and newer (and the emulator).
+pub const LL128_THREADS: u32 = SIMPLE_THREADS;
+
 /// Which collective a kernel runs.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

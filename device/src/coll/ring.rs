@@ -4,7 +4,9 @@
 //! or `nChannels × chunkSize` per rank block (the others); each channel takes its chunk, shrunk
 //! to `realChunkSize` on the last loop and rounded to whole 8-byte words per worker thread.
 use super::Collective;
-use crate::prims::{ConnInfo, DataMover, LlPrimitives, Op, Primitives, Prims, PrimsStatus, Protocol};
+use crate::prims::{
+    ConnInfo, DataMover, Ll128Primitives, LlPrimitives, Op, Primitives, Prims, PrimsStatus, Protocol,
+};
 use crate::{arch, DevPtr};
 
 /// Per-channel ring wiring, built by the host: the connection from the previous rank and to the
@@ -54,7 +56,7 @@ pub struct RingArgs {
     /// The op's scalar argument (PreMulSum's factor bits, SumPostDiv's divisor).
     pub red_op_arg: u64,
     /// The [`Protocol`] as u32: `channels` then holds that protocol's connections and
-    /// `step_bytes` is their FIFO slot size (rings run Simple and LL; trees Simple).
+    /// `step_bytes` is their FIFO slot size (rings run Simple, LL and LL128; trees Simple).
     pub proto: u32,
     /// Zero (keeps the struct free of padding).
     pub pad: u32,
@@ -115,7 +117,7 @@ impl<'a, M: DataMover> RingCtx<'a, M> {
         let step_elems = match proto {
             Protocol::Simple => args.step_bytes / eb,
             Protocol::Ll => LlPrimitives::<M>::step_elems(args.step_bytes, eb),
-            Protocol::Ll128 => arch::trap(),
+            Protocol::Ll128 => Ll128Primitives::<M>::step_elems(args.step_bytes, eb),
         };
         RingCtx {
             args,
@@ -162,7 +164,24 @@ impl<'a, M: DataMover> RingCtx<'a, M> {
             a.sendbuff,
             a.recvbuff,
             0,
-            a.status,
+            &a.status,
+            self.bid,
+        )
+    }
+
+    #[inline(always)]
+    fn ll128_prims(&self) -> Ll128Primitives<'a, M> {
+        let a = self.args;
+        Ll128Primitives::new(
+            self.mover,
+            self.tid,
+            self.nthreads,
+            &self.ch.recv,
+            &self.ch.send,
+            a.sendbuff,
+            a.recvbuff,
+            0,
+            &a.status,
             self.bid,
         )
     }
@@ -224,6 +243,7 @@ fn chunk_of_loop(size: u64, chunk: u64, nchannels: u64, bid: u32, round: u64, l:
 pub fn ring_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
     const SIMPLE: u32 = Protocol::Simple as u32;
     const LL: u32 = Protocol::Ll as u32;
+    const LL128: u32 = Protocol::Ll128 as u32;
     match (Collective::from_u32(args.coll), args.proto) {
         (Some(Collective::AllReduce), SIMPLE) => all_reduce::<SIMPLE, M>(args, mover),
         (Some(Collective::ReduceScatter), SIMPLE) => reduce_scatter::<SIMPLE, M>(args, mover),
@@ -235,6 +255,11 @@ pub fn ring_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
         (Some(Collective::AllGather), LL) => all_gather::<LL, M>(args, mover),
         (Some(Collective::Broadcast), LL) => broadcast::<LL, M>(args, mover),
         (Some(Collective::Reduce), LL) => reduce::<LL, M>(args, mover),
+        (Some(Collective::AllReduce), LL128) => all_reduce::<LL128, M>(args, mover),
+        (Some(Collective::ReduceScatter), LL128) => reduce_scatter::<LL128, M>(args, mover),
+        (Some(Collective::AllGather), LL128) => all_gather::<LL128, M>(args, mover),
+        (Some(Collective::Broadcast), LL128) => broadcast::<LL128, M>(args, mover),
+        (Some(Collective::Reduce), LL128) => reduce::<LL128, M>(args, mover),
         _ => arch::trap(),
     }
 }
@@ -255,8 +280,10 @@ pub fn all_reduce<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
     // A constant: each kernel holds one protocol's data movement.
     if PROTO == Protocol::Simple as u32 {
         all_reduce_on(&cx, cx.prims::<2, 2>())
-    } else {
+    } else if PROTO == Protocol::Ll as u32 {
         all_reduce_on(&cx, cx.ll_prims())
+    } else {
+        all_reduce_on(&cx, cx.ll128_prims())
     }
 }
 
@@ -303,8 +330,10 @@ pub fn reduce_scatter<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M
     // A constant: each kernel holds one protocol's data movement.
     if PROTO == Protocol::Simple as u32 {
         reduce_scatter_on(&cx, cx.prims::<2, 2>())
-    } else {
+    } else if PROTO == Protocol::Ll as u32 {
         reduce_scatter_on(&cx, cx.ll_prims())
+    } else {
+        reduce_scatter_on(&cx, cx.ll128_prims())
     }
 }
 
@@ -346,8 +375,10 @@ pub fn all_gather<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
     // A constant: each kernel holds one protocol's data movement.
     if PROTO == Protocol::Simple as u32 {
         all_gather_on(&cx, cx.prims::<2, 2>())
-    } else {
+    } else if PROTO == Protocol::Ll as u32 {
         all_gather_on(&cx, cx.ll_prims())
+    } else {
+        all_gather_on(&cx, cx.ll128_prims())
     }
 }
 
@@ -383,8 +414,10 @@ pub fn broadcast<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
     // A constant: each kernel holds one protocol's data movement.
     if PROTO == Protocol::Simple as u32 {
         broadcast_on(&cx, cx.prims::<1, 1>())
-    } else {
+    } else if PROTO == Protocol::Ll as u32 {
         broadcast_on(&cx, cx.ll_prims())
+    } else {
+        broadcast_on(&cx, cx.ll128_prims())
     }
 }
 
@@ -419,8 +452,10 @@ pub fn reduce<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
     // A constant: each kernel holds one protocol's data movement.
     if PROTO == Protocol::Simple as u32 {
         reduce_on(&cx, cx.prims::<1, 1>())
-    } else {
+    } else if PROTO == Protocol::Ll as u32 {
         reduce_on(&cx, cx.ll_prims())
+    } else {
+        reduce_on(&cx, cx.ll128_prims())
     }
 }
 

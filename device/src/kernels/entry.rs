@@ -90,7 +90,9 @@ impl<A> core::fmt::Debug for Kernel<A> {
 }
 
 /// Declares kernels, collected into a named table of one [`KernelSet`] (`lib`, `test`, or
-/// `user` for a crate that embeds this one): `name(ArgsType) [max_threads] => body_fn;`.
+/// `user` for a crate that embeds this one): `name(ArgsType) [max_threads] => body_fn;`, or
+/// `name(ArgsType) [max_threads] only "sm_90" => body_fn;` for a kernel built for that target
+/// feature only (the host registry and emulator always have it).
 #[macro_export]
 macro_rules! kernel_table {
     ($table:ident, lib { $($body:tt)* }) => {
@@ -108,17 +110,19 @@ macro_rules! kernel_table {
         $crate::kernel_table!(@emit $table, [target_arch = "nvptx64"], User { $($body)* });
     };
     (@emit $table:ident, [$cfg:meta], $kind:ident {
-        $( $(#[$m:meta])* $name:ident($args:ty) [$threads:expr] => $body:path; )*
+        $( $(#[$m:meta])* $name:ident($args:ty) [$threads:expr] $(only $feat:literal)? => $body:path; )*
     }) => {
         $(
             $(#[$m])*
             #[cfg($cfg)]
+            $(#[cfg(target_feature = $feat)])?
             #[no_mangle]
             pub unsafe extern "ptx-kernel" fn $name(args: $args) {
                 $body(&args)
             }
             // The launch bound travels in the PTX; build-ptx makes it the entry's `.maxntid`.
             #[cfg($cfg)]
+            $(#[cfg(target_feature = $feat)])?
             core::arch::global_asm!(
                 concat!("// rsccl.kernel ", stringify!($name), " maxntid={0}"),
                 const $threads

@@ -176,35 +176,86 @@ impl PrimsStatus {
         block: u64,
         why: impl FnOnce() -> (ErrorCode, u64, u64),
     ) -> bool {
-        let (mut spins, mut started) = (0u32, 0u64);
+        let mut poll = Poll::default();
         while !ready() {
-            crate::arch::spin_hint();
-            spins += 1;
-            // Polling the abort word and timer costs global loads; do it every so often on the GPU.
-            if spins < if cfg!(target_arch = "nvptx64") { 1024 } else { 16 } {
-                continue;
-            }
-            spins = 0;
-            let aborted = self.abort_flag != DevPtr::NULL
-                // SAFETY: a valid u32 abort word when the pointer is set.
-                && unsafe { crate::arch::ld_volatile_u32(self.abort_flag.as_ptr()) } != 0;
-            let now = crate::arch::globaltimer();
-            if started == 0 {
-                started = now;
-            }
-            if aborted || (self.timeout_ns != 0 && now - started > self.timeout_ns) {
-                if self.status != DevPtr::NULL {
-                    let (code, peer, step) = why();
-                    let code = if aborted { ErrorCode::Aborted } else { code };
-                    let w = self.status.offset(8 * block).as_ptr::<u64>();
-                    // SAFETY: the host sizes `status` with one word per block.
-                    unsafe { crate::arch::atomic_cas_acq_rel_sys_u64(w, 0, encode_status(code, peer, step)) };
-                }
+            // SAFETY: the caller's promise.
+            if let Some(aborted) = unsafe { self.expired(&mut poll) } {
+                let (code, peer, step) = why();
+                // SAFETY: the caller's promise.
+                unsafe { self.record(block, if aborted { ErrorCode::Aborted } else { code }, peer, step) };
                 return false;
             }
         }
         true
     }
+
+    /// After one unsuccessful poll: `Some(aborted)` when the wait must give up — the host's
+    /// abort flag is set (`true`) or the wait outlasted `timeout_ns` (`false`).
+    ///
+    /// # Safety
+    /// `abort_flag` is what the struct documents.
+    #[inline(always)]
+    unsafe fn expired(&self, poll: &mut Poll) -> Option<bool> {
+        crate::arch::spin_hint();
+        poll.spins += 1;
+        // Polling the abort word and timer costs global loads; do it every so often on the GPU.
+        if poll.spins < if cfg!(target_arch = "nvptx64") { 1024 } else { 16 } {
+            return None;
+        }
+        poll.spins = 0;
+        let aborted = self.abort_flag != DevPtr::NULL
+            // SAFETY: a valid u32 abort word when the pointer is set.
+            && unsafe { crate::arch::ld_volatile_u32(self.abort_flag.as_ptr()) } != 0;
+        let now = crate::arch::globaltimer();
+        if poll.started == 0 {
+            poll.started = now;
+        }
+        (aborted || (self.timeout_ns != 0 && now - poll.started > self.timeout_ns)).then_some(aborted)
+    }
+
+    /// One unsuccessful poll of a wait: true when the wait must give up (the host's abort
+    /// flag is set or it outlasted `timeout_ns`), block `block`'s status word then recording
+    /// why as [`PrimsStatus::spin_until`] does. A warp that waits as one (LL128's re-poll)
+    /// votes on what its lanes answer.
+    ///
+    /// # Safety
+    /// `status`/`abort_flag` are what the struct documents.
+    #[inline(always)]
+    pub unsafe fn give_up(
+        &self,
+        poll: &mut Poll,
+        block: u64,
+        why: impl FnOnce() -> (ErrorCode, u64, u64),
+    ) -> bool {
+        // SAFETY: the caller's promise.
+        let Some(aborted) = (unsafe { self.expired(poll) }) else { return false };
+        let (code, peer, step) = why();
+        // SAFETY: the caller's promise.
+        unsafe { self.record(block, if aborted { ErrorCode::Aborted } else { code }, peer, step) };
+        true
+    }
+
+    /// Records `code` with `peer` and `step` in block `block`'s status word unless an error
+    /// is there already (the first error wins); nothing without status words.
+    ///
+    /// # Safety
+    /// `status` is null or what the struct documents, with a word for `block`.
+    #[inline(always)]
+    pub unsafe fn record(&self, block: u64, code: ErrorCode, peer: u64, step: u64) {
+        if self.status != DevPtr::NULL {
+            let w = self.status.offset(8 * block).as_ptr::<u64>();
+            // SAFETY: the caller's promise.
+            unsafe { crate::arch::atomic_cas_acq_rel_sys_u64(w, 0, encode_status(code, peer, step)) };
+        }
+    }
+}
+
+/// A wait's polling state for [`PrimsStatus::give_up`]: polls since the last look at the
+/// clock, and when the wait started (0: not yet read).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Poll {
+    spins: u32,
+    started: u64,
 }
 
 /// Bytes of a kernel's status area for `blocks` blocks: a status word per block, then a

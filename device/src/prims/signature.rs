@@ -12,9 +12,7 @@
 //! never waits on the other group. One thread does it, before the data loops start: it costs
 //! them no registers. Both sides index the slots by the connection's saved step, equal on both
 //! sides after every matched call.
-use super::conn::{
-    encode_status, CallSig, ConnInfo, ErrorCode, PrimsStatus, CALL_SIG_BYTES, CONN_REFUSED, NCCL_STEPS,
-};
+use super::conn::{CallSig, ConnInfo, ErrorCode, PrimsStatus, CALL_SIG_BYTES, CONN_REFUSED, NCCL_STEPS};
 use crate::{arch, DevPtr};
 
 /// The threads that check calls together and the named barrier they meet at afterwards.
@@ -126,12 +124,8 @@ pub fn accepted(conn: &ConnInfo, status: &PrimsStatus, bid: u32, first_step: u64
     if unsafe { arch::ld_volatile_u64(head) } != CONN_REFUSED {
         return true;
     }
-    if status.status != DevPtr::NULL {
-        let word = status.status.offset(8 * block).as_ptr::<u64>();
-        let w = encode_status(ErrorCode::Mismatch, peer, seq & 0xFFFF_FFFF);
-        // SAFETY: the host sizes `status` with one word per block; the first error wins.
-        unsafe { arch::atomic_cas_acq_rel_sys_u64(word, 0, w) };
-    }
+    // SAFETY: the host sizes `status` with one word per block.
+    unsafe { status.record(block, ErrorCode::Mismatch, peer, seq & 0xFFFF_FFFF) };
     false
 }
 
@@ -238,11 +232,7 @@ fn matches_call(
             arch::st_relaxed_sys_u64(rec.add(3), theirs.count);
         }
     }
-    if status.status != DevPtr::NULL {
-        let word = status.status.offset(8 * bid as u64).as_ptr::<u64>();
-        let w = encode_status(ErrorCode::Mismatch, peer, theirs.seq & 0xFFFF_FFFF);
-        // SAFETY: the host sizes `status` with one word per block; the first error wins.
-        unsafe { arch::atomic_cas_acq_rel_sys_u64(word, 0, w) };
-    }
+    // SAFETY: the host sizes `status` with one word per block.
+    unsafe { status.record(bid as u64, ErrorCode::Mismatch, peer, theirs.seq & 0xFFFF_FFFF) };
     false
 }

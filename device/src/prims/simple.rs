@@ -7,9 +7,7 @@
 //! shared memory; all workers then reduce/copy; post threads publish the new step after a
 //! barrier. When `nthreads - 32 ≥ 64` and there are send peers, the last warp does not copy, so
 //! the fence before a post overlaps with the next slice's copy.
-use super::conn::{
-    encode_status, ConnInfo, ErrorCode, PrimsStatus, CONN_NVLS_MIN_POLL, CONN_REFUSED, NCCL_STEPS,
-};
+use super::conn::{ConnInfo, ErrorCode, PrimsStatus, CONN_NVLS_MIN_POLL, CONN_REFUSED, NCCL_STEPS};
 use crate::arch::{self, WARP_SIZE};
 use crate::DevPtr;
 
@@ -286,15 +284,12 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
 
     #[inline(always)]
     fn set_aborted(&self, code: ErrorCode) {
-        if code != ErrorCode::Aborted || self.status.status != DevPtr::NULL {
-            let word = self.status.status.offset(8 * self.channel as u64).as_ptr::<u64>();
-            if self.status.status != DevPtr::NULL {
-                // First error wins; later ones are consequences.
-                // SAFETY: the host sizes `status` with one word per channel.
-                // SAFETY: only wait roles give up, and they have a connection.
-                let peer = unsafe { (*self.conn).peer };
-                unsafe { arch::atomic_cas_acq_rel_sys_u64(word, 0, encode_status(code, peer, self.step)) };
-            }
+        if self.status.status != DevPtr::NULL {
+            // SAFETY: only wait roles give up, and they have a connection.
+            let peer = unsafe { (*self.conn).peer };
+            // First error wins; later ones are consequences.
+            // SAFETY: the host sizes `status` with one word per channel.
+            unsafe { self.status.record(self.channel as u64, code, peer, self.step) };
         }
         // SAFETY: as shm_aborted.
         unsafe { core::ptr::addr_of_mut!((*self.shm).aborted).write_volatile(1) };

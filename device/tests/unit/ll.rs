@@ -1,5 +1,7 @@
 //! The LL and LL128 line formats byte for byte, their sizes, and the flag-wrap rule.
 use rsccl_device::prims::ll::*;
+use rsccl_device::prims::ll128::*;
+use rsccl_device::prims::NCCL_STEPS;
 
 /// One LL line for a known payload and step, as the bytes a peer's FIFO holds.
 #[test]
@@ -27,7 +29,7 @@ fn ll_line_bytes_for_a_known_payload_and_step() {
 #[test]
 fn ll128_line_bytes_for_a_known_payload_and_step() {
     let data: [u64; 15] = core::array::from_fn(|i| 0x1111_1111_0000_0000 * (i as u64 + 1) + i as u64);
-    let line = Ll128Line::new(&data, ll_flag(9));
+    let line = Ll128Line::new(&data, ll128_flag(9));
     assert_eq!(core::mem::size_of::<Ll128Line>(), 128);
     let mut bytes = Vec::new();
     for w in line.words {
@@ -53,6 +55,17 @@ fn fifo_sizes_and_grains_are_nccls() {
     assert_eq!(LL128_BUFF_BYTES / 8, 614_400, "one LL128 step on the wire");
     assert_eq!(LL_GRAIN_BYTES, 16);
     assert_eq!(LL128_GRAIN_BYTES, 1920);
+    assert_eq!(ll_step_bytes(512) * NCCL_STEPS, LL_BUFF_BYTES);
+    assert_eq!(ll128_step_bytes(640) * NCCL_STEPS, LL128_BUFF_BYTES);
+    assert_eq!(ll128_step_bytes(640) / 128 * 120, 576_000, "one LL128 step's payload at 640 threads");
+}
+
+/// LL128's flag is the 64-bit step + 1: it does not wrap where LL's 32-bit flag does.
+#[test]
+fn ll128_flags_do_not_wrap_at_32_bits() {
+    assert_eq!(ll128_flag(u32::MAX as u64), 1 << 32);
+    assert_ne!(ll128_flag(u32::MAX as u64), ll128_flag(u32::MAX as u64 + 1));
+    assert_eq!(ll128_flag(0), 1);
 }
 
 /// The flags are 32 bits: a sender cleans its FIFO once per 2^31 steps, at the step whose low
@@ -80,88 +93,236 @@ fn flag_wrap_cleaning_happens_once_per_period_just_below_the_wrap() {
     assert_eq!(ll_flag(u32::MAX as u64), 0, "the wrap the cleaning guards against");
 }
 
+/// The primitives themselves on the emulator: a sender block and a receiver block joined by
+/// one connection in host memory, on each line protocol.
 mod on_the_emulator {
-    use rsccl_device::arch::{emu, Dim3};
-    use rsccl_device::prims::conn::{decode_status, ErrorCode, PrimsStatus};
-    use rsccl_device::prims::ll::*;
+    use rsccl_device::arch::{self, emu, Dim3};
+    use rsccl_device::prims::conn::{decode_status, ConnInfo, ErrorCode, PrimsStatus, NCCL_STEPS};
+    use rsccl_device::prims::ll::{ll_step_bytes, LlLine, LL_LINE_BYTES};
+    use rsccl_device::prims::ll128::{ll128_step_bytes, LL128_LINE_BYTES};
+    use rsccl_device::prims::{DataMover, Ll128Primitives, LlPrimitives, Op, Prims, Protocol};
     use rsccl_device::DevPtr;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
-    fn ptr<T>(v: &mut [T]) -> DevPtr {
-        DevPtr(v.as_mut_ptr() as u64)
+    /// Moves bytes (the tests only send and receive).
+    struct Bytes;
+    impl DataMover for Bytes {
+        fn elem_bytes(&self) -> u64 {
+            1
+        }
+        fn reduce_copy(&self, _: u32, _: u32, _: u32, _: bool, _: &[DevPtr], _: &[DevPtr], _: u64) {
+            unreachable!("line protocols reduce by words")
+        }
+        fn reduce_word(&self, a: u64, b: u64) -> u64 {
+            a ^ b
+        }
+        fn pre_word(&self, a: u64) -> u64 {
+            a
+        }
+        fn post_word(&self, a: u64) -> u64 {
+            a
+        }
     }
 
-    fn status(words: &mut [u64], timeout_ns: u64) -> PrimsStatus {
-        PrimsStatus { status: ptr(words), timeout_ns, ..Default::default() }
+    const THREADS: u32 = 64;
+
+    /// An edit of a FIFO's words between the sender's run and the receiver's.
+    type Corrupt = dyn Fn(&mut [u64]);
+
+    /// One connection's memory: the FIFO (128-byte aligned), then head, tail and both sides'
+    /// step words, all starting at `start`.
+    struct Conn {
+        mem: Vec<u64>,
+        base: usize,
+        step_bytes: u64,
     }
 
-    /// Block 0 sends three steps of odd lengths through one FIFO slot per step, block 1
-    /// receives them: every byte arrives, and nothing else is fenced or flagged.
-    #[test]
-    fn a_sender_and_a_receiver_block_move_three_steps() {
-        let sizes = [1000u64 * 8 + 5, 1, 32 * 1024];
-        let src: Vec<Vec<u8>> = sizes
-            .iter()
-            .enumerate()
-            .map(|(s, &n)| (0..n).map(|i| (i * 7 + s as u64 * 13) as u8).collect())
-            .collect();
-        let mut dst: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n as usize]).collect();
-        let mut fifo = vec![LlLine::default(); (LL_STEP_LINES * 3) as usize];
+    impl Conn {
+        fn new(proto: Protocol, start: u64) -> Conn {
+            let step_bytes = match proto {
+                Protocol::Ll => ll_step_bytes(THREADS),
+                _ => ll128_step_bytes(THREADS),
+            };
+            let fifo_words = (NCCL_STEPS * step_bytes / 8) as usize;
+            let mut mem = vec![0u64; fifo_words + 16 + 4];
+            let base = (mem.as_ptr() as usize).next_multiple_of(128) - mem.as_ptr() as usize;
+            let base = base / 8;
+            for w in &mut mem[base + fifo_words..base + fifo_words + 4] {
+                *w = start;
+            }
+            Conn { mem, base, step_bytes }
+        }
+        fn info(&mut self, send: bool) -> ConnInfo {
+            let base = DevPtr(self.mem.as_mut_ptr() as u64 + 8 * self.base as u64);
+            let words = base.offset(NCCL_STEPS * self.step_bytes);
+            ConnInfo {
+                buff: base,
+                head: words,
+                tail: words.offset(8),
+                step: words.offset(if send { 16 } else { 24 }),
+                sizes_fifo: DevPtr::NULL,
+                sig: DevPtr::NULL,
+                step_bytes: self.step_bytes,
+                flags: 0,
+                peer: if send { 1 } else { 0 },
+            }
+        }
+        fn fifo(&mut self) -> &mut [u64] {
+            let n = (NCCL_STEPS * self.step_bytes / 8) as usize;
+            &mut self.mem[self.base..self.base + n]
+        }
+    }
+
+    /// Runs `steps` (bytes each) of `proto` through one connection whose steps start at
+    /// `start`: block 0 sends from `src`, block 1 receives into the returned buffer. With
+    /// `corrupt`, the sender runs first, `corrupt` edits the FIFO, then the receiver runs with
+    /// a short timeout. Returns the output and the receiver's status word.
+    fn pipe(
+        proto: Protocol,
+        start: u64,
+        steps: &[u64],
+        src: &[u8],
+        corrupt: Option<&Corrupt>,
+    ) -> (Vec<u8>, u64) {
+        let mut conn = Conn::new(proto, start);
+        let (send, recv, none) = (conn.info(true), conn.info(false), ConnInfo::default());
+        let mut dst = vec![0u8; src.len()];
+        let (input, output) = (DevPtr(src.as_ptr() as u64), DevPtr(dst.as_mut_ptr() as u64));
         let mut words = vec![0u64; 2];
-        let st = status(&mut words, 5_000_000_000);
-        let base = ptr(&mut fifo);
-        let slot = |s: u64| base.offset(s * LL_STEP_LINES * LL_LINE_BYTES);
-        let srcs: Vec<DevPtr> = src.iter().map(|v| DevPtr(v.as_ptr() as u64)).collect();
-        let dsts: Vec<DevPtr> = dst.iter_mut().map(|v| ptr(v)).collect();
-        let ok = std::sync::atomic::AtomicBool::new(true);
-        let dims = emu::LaunchDims { grid: Dim3::x(2), block: Dim3::x(64), smem_bytes: 0 };
-        emu::launch(dims, &|| {
-            let (b, t) = (rsccl_device::arch::block_idx().x, rsccl_device::arch::thread_idx().x);
-            for (s, &n) in sizes.iter().enumerate() {
-                let s = s as u64;
-                // SAFETY: the slots, sources and destinations above, sized for each step.
-                unsafe {
-                    if b == 0 {
-                        send_step(slot(s), srcs[s as usize], n, s, t, 64);
-                    } else if !recv_step(slot(s), dsts[s as usize], n, s, t, 64, &st, (1, 0)) {
-                        ok.store(false, std::sync::atomic::Ordering::Relaxed);
-                    }
+        let timeout_ns = if corrupt.is_some() { 30_000_000 } else { 20_000_000_000 };
+        let status =
+            PrimsStatus { status: DevPtr(words.as_mut_ptr() as u64), timeout_ns, ..Default::default() };
+        let ok = AtomicBool::new(true);
+        let side = |sender: bool| {
+            let (tid, ch) = (arch::thread_idx().x, arch::block_idx().x);
+            let (r, s) = if sender { (&none, &send) } else { (&recv, &none) };
+            let op = if sender { Op::SEND } else { Op::RECV };
+            fn go(p: &mut impl Prims, op: Op, steps: &[u64]) {
+                let mut at = 0;
+                for &n in steps {
+                    p.run(op, at, at, n as i64, false);
+                    at += n;
                 }
             }
-        })
-        .unwrap();
-        assert!(ok.into_inner());
-        assert_eq!(dst, src);
+            let aborted = match proto {
+                Protocol::Ll => {
+                    let mut p = LlPrimitives::new(&Bytes, tid, THREADS, r, s, input, output, 0, &status, ch);
+                    go(&mut p, op, steps);
+                    let a = p.aborted();
+                    p.finish();
+                    a
+                }
+                _ => {
+                    let mut p =
+                        Ll128Primitives::new(&Bytes, tid, THREADS, r, s, input, output, 0, &status, ch);
+                    go(&mut p, op, steps);
+                    let a = p.aborted();
+                    p.finish();
+                    a
+                }
+            };
+            if aborted {
+                ok.store(false, Ordering::Relaxed);
+            }
+        };
+        let one = emu::LaunchDims { grid: Dim3::x(1), block: Dim3::x(THREADS), smem_bytes: 0 };
+        if let Some(edit) = corrupt {
+            emu::launch(one, &|| side(true)).unwrap();
+            edit(conn.fifo());
+            // The receiver's block reports as block 1.
+            let two = emu::LaunchDims { grid: Dim3::x(2), ..one };
+            emu::launch(two, &|| {
+                if arch::block_idx().x == 1 {
+                    side(false)
+                }
+            })
+            .unwrap();
+        } else {
+            let two = emu::LaunchDims { grid: Dim3::x(2), ..one };
+            emu::launch(two, &|| side(arch::block_idx().x == 0)).unwrap();
+            assert!(ok.load(Ordering::Relaxed), "a clean run gave up: status {:?}", decode_status(words[1]));
+        }
+        // Both sides saved where they stopped.
+        let end = start + steps.len() as u64;
+        let fifo_words = conn.fifo().len();
+        let saved = &conn.mem[conn.base + fifo_words..][..4];
+        assert_eq!(saved[2], end, "the sender's step");
+        if corrupt.is_none() {
+            assert_eq!((saved[0], saved[3]), (end, end), "head and the receiver's step");
+        }
+        (dst, words[1])
     }
 
-    /// A line whose second flag is not the step's (a torn or stale line) is never taken: the
-    /// receiver waits for it and gives up by its timeout, recording where.
+    fn payload(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+    }
+
+    /// Twenty steps of odd lengths, empty ones included, through the 8-slot FIFO (so every
+    /// slot is reused and every credit waited for): every byte arrives, on both protocols.
     #[test]
-    fn a_corrupted_flag_makes_the_receiver_wait_and_time_out() {
-        let src: Vec<u8> = (0..64u8).collect();
-        let mut dst = vec![0u8; 64];
-        let mut fifo = vec![LlLine::default(); 8];
-        // SAFETY: 8 lines for 64 bytes, written before the receiver runs.
-        unsafe { send_step(ptr(&mut fifo), DevPtr(src.as_ptr() as u64), 64, 6, 0, 1) };
-        assert!(fifo.iter().all(|l| l.flag1 == 7 && l.flag2 == 7));
-        fifo[5].flag2 = 6; // the previous step's flag in one half
-        let mut words = vec![0u64; 1];
-        let st = status(&mut words, 20_000_000);
-        let (f, d) = (ptr(&mut fifo), ptr(&mut dst));
-        let got = std::sync::atomic::AtomicBool::new(true);
-        let dims = emu::LaunchDims { grid: Dim3::x(1), block: Dim3::x(32), smem_bytes: 0 };
-        emu::launch(dims, &|| {
-            let t = rsccl_device::arch::thread_idx().x;
-            // SAFETY: as above.
-            if !unsafe { recv_step(f, d, 64, 6, t, 32, &st, (0, 3)) } {
-                got.store(false, std::sync::atomic::Ordering::Relaxed);
-            }
-        })
-        .unwrap();
-        assert!(!got.into_inner(), "the receiver must not accept the corrupted line");
-        assert_eq!(decode_status(words[0]), (ErrorCode::RecvTimeout, 3, 6));
-        // Every other line arrived.
-        assert_eq!(&dst[..40], &src[..40]);
-        assert_eq!(&dst[48..], &src[48..]);
-        assert_eq!(&dst[40..48], &[0; 8]);
+    fn twenty_steps_of_odd_lengths_arrive_whole_on_ll_and_ll128() {
+        for proto in [Protocol::Ll, Protocol::Ll128] {
+            let max = match proto {
+                Protocol::Ll => ll_step_bytes(THREADS) / 2,
+                _ => ll128_step_bytes(THREADS) / 128 * 120,
+            };
+            let steps: Vec<u64> =
+                (0..20u64).map(|i| [max, 1, 0, 121, max - 3, 4097][i as usize % 6].min(max)).collect();
+            let src = payload(steps.iter().sum::<u64>() as usize);
+            let (dst, status) = pipe(proto, 0, &steps, &src, None);
+            assert_eq!(status, 0, "{proto:?}");
+            assert!(dst == src, "{proto:?}: the received bytes differ");
+        }
+    }
+
+    /// Steps that start just below LL's 32-bit flag wrap (the cleaning steps, the step whose
+    /// flag is 0, the first flag after it) and LL128's same steps: nothing is misread.
+    #[test]
+    fn steps_across_the_32_bit_flag_wrap_arrive_whole() {
+        for proto in [Protocol::Ll, Protocol::Ll128] {
+            let steps = vec![1000u64; 24];
+            let src = payload(24_000);
+            let (dst, status) = pipe(proto, 0xffff_fff0, &steps, &src, None);
+            assert_eq!(status, 0, "{proto:?}");
+            assert!(dst == src, "{proto:?}");
+        }
+    }
+
+    /// An LL line whose second flag is the previous step's (a torn or stale line) is never
+    /// taken: the receiver waits for it and gives up by its timeout, naming the peer and step.
+    #[test]
+    fn a_corrupted_ll_flag_makes_the_receiver_wait_and_time_out() {
+        let src = payload(64);
+        let corrupt = |fifo: &mut [u64]| {
+            // Slot 6 (the seventh step), line 1: {data1, flag1} {data2, flag2}.
+            let w = (6 * ll_step_bytes(THREADS) + LL_LINE_BYTES) as usize / 8;
+            let mut line = LlLine::from_halves([fifo[w], fifo[w + 1]]);
+            assert_eq!((line.flag1, line.flag2), (7, 7));
+            line.flag2 = 6;
+            fifo[w + 1] = line.halves()[1];
+        };
+        let steps = [8, 8, 8, 8, 8, 8, 16];
+        let (dst, status) = pipe(Protocol::Ll, 0, &steps, &src, Some(&corrupt));
+        assert_eq!(decode_status(status), (ErrorCode::RecvTimeout, 0, 6));
+        // Every line but the corrupted one arrived.
+        assert_eq!(&dst[..56], &src[..56]);
+        assert_eq!(&dst[56..], &[0; 8]);
+    }
+
+    /// An LL128 line whose flag word is not the step's is never taken either, and the warp
+    /// that polls it gives up as one.
+    #[test]
+    fn a_corrupted_ll128_flag_makes_the_receiver_wait_and_time_out() {
+        let src = payload(3 * 120 + 7);
+        let corrupt = |fifo: &mut [u64]| {
+            // Slot 1, line 2: its flag word (the 16th).
+            let w = (ll128_step_bytes(THREADS) + 2 * LL128_LINE_BYTES) as usize / 8 + 15;
+            assert_eq!(fifo[w], 2);
+            fifo[w] = 1;
+        };
+        let (dst, status) = pipe(Protocol::Ll128, 0, &[3, 3 * 120 + 4], &src, Some(&corrupt));
+        assert_eq!(decode_status(status), (ErrorCode::RecvTimeout, 0, 1));
+        assert_eq!(&dst[..3], &src[..3], "step 0 arrived");
+        assert_eq!(&dst[3..], &vec![0u8; src.len() - 3][..], "no byte of step 1 is taken");
     }
 }

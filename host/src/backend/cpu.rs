@@ -31,7 +31,7 @@ impl HostMemory {
         if size >= MAP_THRESHOLD {
             return Mapping::new(size).map(HostMemory::Mapped).map_err(|_| Error::OutOfMemory { bytes });
         }
-        let layout = Layout::from_size_align(size, 16).map_err(|_| Error::OutOfMemory { bytes })?;
+        let layout = Layout::from_size_align(size, 128).map_err(|_| Error::OutOfMemory { bytes })?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {

@@ -58,6 +58,11 @@ pub enum Protocol {
     /// 16-byte lines of 8 data bytes and two flags, no fence: latency-optimal (rings over
     /// connections whose memory a GPU reaches; not over the network).
     Ll,
+    /// 128-byte lines of 120 data bytes and a flag word: near Simple's bandwidth at low
+    /// latency, but only where a line's store arrives in order (NVLink-class paths; enabled by
+    /// default only where the communicator knows its rings are on such paths, forced with
+    /// `RSCCL_PROTO`; never over the network).
+    Ll128,
 }
 
 impl Protocol {
@@ -70,6 +75,7 @@ impl Protocol {
         match self {
             Protocol::Simple => "Simple",
             Protocol::Ll => "LL",
+            Protocol::Ll128 => "LL128",
         }
     }
 
@@ -78,6 +84,7 @@ impl Protocol {
         match self {
             Protocol::Simple => rsccl_device::prims::Protocol::Simple,
             Protocol::Ll => rsccl_device::prims::Protocol::Ll,
+            Protocol::Ll128 => rsccl_device::prims::Protocol::Ll128,
         }
     }
 }

@@ -167,6 +167,9 @@ pub(super) struct Tables {
     /// One `RingChannel` per channel over the connections' LL FIFOs (`None` when a ring
     /// connection has none: a NET peer).
     pub(super) ring_ll: Option<DeviceBuffer>,
+    /// One `RingChannel` per channel over the connections' LL128 FIFOs (`None` when a ring
+    /// connection has none: a NET peer, or `RSCCL_PROTO` turns LL128 off everywhere).
+    pub(super) ring_ll128: Option<DeviceBuffer>,
     /// One `TreeChannel` per channel.
     pub(super) tree: DeviceBuffer,
     /// A status word per channel, then the channels' mismatch records.

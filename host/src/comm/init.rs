@@ -20,7 +20,8 @@ use crate::transport::{self, ConnHandle, ConnLayout, Side, Transport, TransportK
 use rsccl_device::coll::ring::RingChannel;
 use rsccl_device::coll::tree::TreeChannel;
 use rsccl_device::prims::conn::{status_bytes, ConnInfo};
-use rsccl_device::prims::ll::{LL_LINES_PER_THREAD, LL_LINE_BYTES};
+use rsccl_device::prims::ll::ll_step_bytes;
+use rsccl_device::prims::ll128::ll128_step_bytes;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -107,15 +108,18 @@ impl Comm {
         };
         // Both sides attached everywhere before anyone launches (SHM names are unlinked by now).
         boot.barrier()?;
-        // Every rank plans the same protocol for a call: LL rings only when every rank's ring
-        // connections have LL FIFOs (none crosses the network).
-        let ll_here = linked
-            .views
-            .iter()
-            .filter(|(slot, _, _)| matches!(slot, Slot::RingRecv(_) | Slot::RingSend(_)))
-            .all(|(_, _, ll)| ll.is_some());
-        let ll = boot.all_gather(&[ll_here as u8])?.iter().all(|v| v[..] == [1]) && nranks > 1;
-        let tables = upload_tables(&*stream, Rank(rank as u32), &channels, &linked.views, ll)?;
+        // Every rank plans the same protocol for a call: LL (LL128) rings only when every
+        // rank's ring connections have LL (LL128) FIFOs, LL128 by default only when every
+        // rank's are on paths it is safe on.
+        // The LL128 kernels exist for sm_90 and newer (and the emulator).
+        let ll128_kernels = backend.compute_capability().is_none_or(|(major, _)| major >= 9);
+        let here = linked.line_fifos(rank, &transports, &peers, tuner.ll128_forced(), ll128_kernels);
+        let all = boot.all_gather(&here)?;
+        let every = |i: usize| nranks > 1 && all.iter().all(|v| v.get(i) == Some(&1));
+        let (ll, ll128) = (every(0), every(1));
+        let mut tuner = tuner;
+        tuner.set_ll128_safe(every(2));
+        let tables = upload_tables(&*stream, Rank(rank as u32), &channels, &linked.views, (ll, ll128))?;
         let mut comm = Comm {
             rank,
             nranks,
@@ -372,11 +376,58 @@ fn choose_transports(
 struct Linked {
     /// Each connection's memory (kept for the communicator's life).
     conns: Vec<ConnMem>,
-    /// Each connection's view, its LL view (rings' connections over memory a GPU reaches:
-    /// not NET), and where it goes in the channel tables.
-    views: Vec<(Slot, ConnInfo, Option<ConnInfo>)>,
+    /// Each connection's views and where they go in the channel tables.
+    views: Vec<ConnViews>,
     /// The proxy thread serving the network connections, when there are any.
     proxy: Option<Proxy>,
+}
+
+/// One connection's views: its Simple FIFO, and its LL and LL128 FIFOs (rings' connections
+/// over memory a GPU reaches: not NET; LL128 unless `RSCCL_PROTO` turns it off everywhere).
+struct ConnViews {
+    slot: Slot,
+    peer: usize,
+    simple: ConnInfo,
+    ll: Option<ConnInfo>,
+    ll128: Option<ConnInfo>,
+}
+
+impl Linked {
+    /// This rank's word on its ring connections, for every rank to agree on: whether all have
+    /// LL FIFOs, LL128 FIFOs (and this rank's device runs the LL128 kernels: `ll128_kernels`),
+    /// and are on paths LL128 is safe on — in-process peers on the
+    /// same device (one memory, stores in order); rsccl cannot yet see NVLink between
+    /// devices, so other paths run LL128 only when `forced`, with a warning naming the path.
+    fn line_fifos(
+        &self,
+        rank: usize,
+        transports: &[TransportKind],
+        peers: &[PeerInfo],
+        forced: bool,
+        ll128_kernels: bool,
+    ) -> [u8; 3] {
+        let rings = || self.views.iter().filter(|v| matches!(v.slot, Slot::RingRecv(_) | Slot::RingSend(_)));
+        let safe = |v: &ConnViews| {
+            transports[v.peer] == TransportKind::InProcess && peers[v.peer].info == peers[rank].info
+        };
+        let unsafe_path = rings().find(|v| v.ll128.is_some() && !safe(v));
+        if let (true, Some(v)) = (forced, unsafe_path) {
+            tracing::warn!(
+                rank,
+                "{}: LL128 forced on the connection with rank {} over {}, a path LL128 is not known to be \
+                 safe on (it needs a line's 128-byte store to arrive in order, as on NVLink); wrong data \
+                 may follow on real hardware",
+                crate::tuning::PROTO_VAR,
+                v.peer,
+                transports[v.peer].name()
+            );
+        }
+        [
+            rings().all(|v| v.ll.is_some()) as u8,
+            (ll128_kernels && rings().all(|v| v.ll128.is_some())) as u8,
+            rings().all(safe) as u8,
+        ]
+    }
 }
 
 /// Phase 3, connect: every connection of the channels' rings and trees, receivers first
@@ -395,13 +446,18 @@ fn connect(
 ) -> Result<Linked> {
     let (cfg, nranks) = (&agreed.cfg, peers.len());
     let wires = wires(Rank(rank as u32), &agreed.channels);
-    // Rings get an LL FIFO of NCCL's shape (8 lines per thread of the block per slot) where
-    // the peer is not across the network; both ends of a wire compute the same layout.
-    let ll_step_bytes = LL_LINES_PER_THREAD * u64::from(cfg.nthreads) * LL_LINE_BYTES;
+    // Rings get LL and LL128 FIFOs of NCCL's shapes (per thread of the block: 8 LL lines, 120
+    // LL128 words per slot) where the peer is not across the network; both ends of a wire
+    // compute the same layout from what every rank agreed on.
+    let ll128 = if agreed.tuner.ll128_possible() { ll128_step_bytes(cfg.nthreads) } else { 0 };
     let layout_of = |w: &Wire| {
         let ring = matches!(w.slot, Slot::RingRecv(_) | Slot::RingSend(_));
         if ring && transports[w.peer] != TransportKind::Net {
-            ConnLayout { step_bytes: cfg.step_bytes, ll_step_bytes }
+            ConnLayout {
+                step_bytes: cfg.step_bytes,
+                ll_step_bytes: ll_step_bytes(cfg.nthreads),
+                ll128_step_bytes: ll128,
+            }
         } else {
             ConnLayout::simple(cfg.step_bytes)
         }
@@ -455,13 +511,19 @@ fn connect(
         );
     }
     let mut conns = Vec::with_capacity(wires.len());
-    let mut views: Vec<(Slot, ConnInfo, Option<ConnInfo>)> = Vec::with_capacity(wires.len());
+    let mut views: Vec<ConnViews> = Vec::with_capacity(wires.len());
     for w in wires.iter().filter(|w| w.side == Side::Recv) {
         let layout = layout_of(w);
         let (mem, handle) = transport_of(w.peer).listen(layout, key_base ^ w.tag as u128)?;
         boot.send(w.peer, w.tag, &handle.0)?;
         let (base, peer) = (mem.base(), w.peer);
-        views.push((w.slot, layout.view(base, Side::Recv, peer), layout.view_ll(base, Side::Recv, peer)));
+        views.push(ConnViews {
+            slot: w.slot,
+            peer,
+            simple: layout.view(base, Side::Recv, peer),
+            ll: layout.view_ll(base, Side::Recv, peer),
+            ll128: layout.view_ll128(base, Side::Recv, peer),
+        });
         conns.push(mem);
     }
     for w in wires.iter().filter(|w| w.side == Side::Send) {
@@ -479,7 +541,13 @@ fn connect(
             source: Box::new(Error::InvalidConfig(format!("connecting to rank {}: {e}", w.peer))),
         })?;
         let (base, peer) = (mem.base(), w.peer);
-        views.push((w.slot, layout.view(base, Side::Send, peer), layout.view_ll(base, Side::Send, peer)));
+        views.push(ConnViews {
+            slot: w.slot,
+            peer,
+            simple: layout.view(base, Side::Send, peer),
+            ll: layout.view_ll(base, Side::Send, peer),
+            ll128: layout.view_ll128(base, Side::Send, peer),
+        });
         conns.push(mem);
     }
     let proxy = match net {
@@ -490,24 +558,25 @@ fn connect(
 }
 
 /// Phase 4, upload the tables: each connection's view into its slot of the ring and tree
-/// tables, with each channel's ring order from this rank; the LL rings too when `ll` (every
-/// rank has them).
+/// tables, with each channel's ring order from this rank; the LL and LL128 rings too when
+/// `ll`, `ll128` (every rank has them).
 fn upload_tables(
     stream: &dyn Backend,
     rank: Rank,
     channels: &Channels,
-    views: &[(Slot, ConnInfo, Option<ConnInfo>)],
-    ll: bool,
+    views: &[ConnViews],
+    (ll, ll128): (bool, bool),
 ) -> Result<Tables> {
     let (nch, nranks) = (channels.len(), channels.nranks());
     let mut ring_tab = vec![(ConnInfo::default(), ConnInfo::default()); nch];
     let mut ll_tab = vec![(ConnInfo::default(), ConnInfo::default()); nch];
+    let mut ll128_tab = vec![(ConnInfo::default(), ConnInfo::default()); nch];
     let mut tree_tab = vec![TreeChannel::default(); nch];
-    for &(slot, v, ll) in views {
-        let ll = ll.unwrap_or_default();
-        match slot {
-            Slot::RingRecv(c) => (ring_tab[c].0, ll_tab[c].0) = (v, ll),
-            Slot::RingSend(c) => (ring_tab[c].1, ll_tab[c].1) = (v, ll),
+    for cv in views {
+        let (v, ll, ll128) = (cv.simple, cv.ll.unwrap_or_default(), cv.ll128.unwrap_or_default());
+        match cv.slot {
+            Slot::RingRecv(c) => (ring_tab[c].0, ll_tab[c].0, ll128_tab[c].0) = (v, ll, ll128),
+            Slot::RingSend(c) => (ring_tab[c].1, ll_tab[c].1, ll128_tab[c].1) = (v, ll, ll128),
             Slot::UpRecv(c) => tree_tab[c].up_recv = v,
             Slot::UpSend(c) => tree_tab[c].up_send = v,
             Slot::DownRecv(c, k) => tree_tab[c].down_recv[k] = v,
@@ -538,10 +607,11 @@ fn upload_tables(
     };
     let ring = upload(&ring_tab)?;
     let ring_ll = if ll { Some(upload(&ll_tab)?) } else { None };
+    let ring_ll128 = if ll128 { Some(upload(&ll128_tab)?) } else { None };
     let tree = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
     stream.copy_in(&tree, 0, bytemuck::cast_slice(&tree_tab))?;
     let status = stream.alloc(status_bytes(nch as u64) as usize)?;
-    Ok(Tables { ring, ring_ll, tree, status, _user_ranks: user_ranks, pool: Default::default() })
+    Ok(Tables { ring, ring_ll, ring_ll128, tree, status, _user_ranks: user_ranks, pool: Default::default() })
 }
 
 /// The `host:port` rank 0's bootstrap root listens on for a launcher's environment: the

@@ -14,6 +14,8 @@ use rsccl_device::coll::one_rank::OneRankArgs;
 use rsccl_device::coll::ring::RingArgs;
 use rsccl_device::coll::Collective;
 use rsccl_device::prims::conn::{mismatch_offset, CallSig, PrimsStatus};
+use rsccl_device::prims::ll::ll_step_bytes;
+use rsccl_device::prims::ll128::ll128_step_bytes;
 use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::DevPtr;
 
@@ -89,17 +91,22 @@ impl Comm {
         } else {
             dev.count
         };
-        let (channels, step_bytes) = match (tree, protocol, &self.tables.ring_ll) {
-            (true, _, _) => (self.tables.tree.ptr(), self.cfg.step_bytes),
-            (false, Protocol::Ll, Some(ll)) => (ll.ptr(), self.ll_step_bytes()),
-            (false, Protocol::Ll, None) => {
-                return Err(Error::InvalidConfig(format!(
-                    "rank {}: LL planned but a ring connection has no LL FIFO",
-                    self.rank
-                )))
-            }
-            (false, Protocol::Simple, _) => (self.tables.ring.ptr(), self.cfg.step_bytes),
+        let nthreads = self.cfg.nthreads;
+        let (table, step_bytes) = match (tree, protocol) {
+            (true, _) => (Some(&self.tables.tree), self.cfg.step_bytes),
+            (false, Protocol::Simple) => (Some(&self.tables.ring), self.cfg.step_bytes),
+            (false, Protocol::Ll) => (self.tables.ring_ll.as_ref(), ll_step_bytes(nthreads)),
+            (false, Protocol::Ll128) => (self.tables.ring_ll128.as_ref(), ll128_step_bytes(nthreads)),
         };
+        let Some(table) = table else {
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: {} planned but a ring connection has no {} FIFO",
+                self.rank,
+                protocol.name(),
+                protocol.name()
+            )));
+        };
+        let channels = table.ptr();
         Ok(RingArgs {
             sendbuff: dev.send,
             recvbuff: dev.recv,
@@ -116,14 +123,6 @@ impl Comm {
             proto: if tree { rsccl_device::prims::Protocol::Simple as u32 } else { protocol.device() as u32 },
             pad: 0,
         })
-    }
-
-    /// Bytes of an LL FIFO slot of this communicator's rings (NCCL's shape: 8 lines per thread
-    /// of the block).
-    pub(super) fn ll_step_bytes(&self) -> u64 {
-        rsccl_device::prims::ll::LL_LINES_PER_THREAD
-            * u64::from(self.cfg.nthreads)
-            * rsccl_device::prims::ll::LL_LINE_BYTES
     }
 
     /// Enqueues this rank's ring or tree kernel of `dev` (planned: `plan`) on its stream; a
@@ -155,10 +154,10 @@ impl Comm {
                 self.stream.launch_kernel(kernel, LaunchConfig::linear(plan.channels, plan.threads), &args)
             };
         }
-        let handle = match (tree, plan.protocol) {
-            (true, _) => handles::tree(dev.dtype),
-            (false, Protocol::Simple) => handles::ring(dev.coll, dev.dtype),
-            (false, Protocol::Ll) => handles::ring_ll(dev.coll, dev.dtype),
+        let handle = if tree {
+            handles::tree(dev.dtype)
+        } else {
+            handles::ring_on(dev.coll, dev.dtype, plan.protocol.device())
         };
         let args = self.ring_args(dev, tree, plan.protocol, self.prims_status(dev, plan.algorithm, seq))?;
         self.stream.copy_in(&self.tables.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;

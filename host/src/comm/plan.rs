@@ -107,7 +107,11 @@ impl Comm {
         };
         let protocol = match algorithm {
             Algorithm::Ring if self.nranks > 1 => {
-                self.tuner.ring_protocol(dev.coll, self.nccl_bytes(dev), self.tables.ring_ll.is_some())
+                let fifos = super::tuner::LineFifos {
+                    ll: self.tables.ring_ll.is_some(),
+                    ll128: self.tables.ring_ll128.is_some(),
+                };
+                self.tuner.ring_protocol(dev.coll, self.nccl_bytes(dev), fifos)
             }
             _ => Protocol::Simple,
         };

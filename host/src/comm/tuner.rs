@@ -11,6 +11,7 @@ use crate::tuning::{
     Algo, AlgoGraphs, Coll, CostTable, CpuKind, Enabled, GraphInput, Proto, ProtoSetting, PROTO_VAR,
 };
 use rsccl_device::coll::Collective;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Bandwidth per channel the model assumes without a topology graph, GB/s (NCCL's search
 /// speed for one SM90 NVLink channel).
@@ -26,6 +27,20 @@ pub(super) struct Tuner {
     enabled: Enabled,
     /// The variable's value, for messages.
     setting: Option<String>,
+    /// Whether every rank's ring connections are on paths LL128 is safe on (set at init once
+    /// the connections are made; until then, and where not, LL128 runs only when forced).
+    ll128_safe: bool,
+    /// Whether the "forced protocol has no FIFO" warning was given (once per communicator).
+    warned: AtomicBool,
+}
+
+/// Which line-protocol FIFOs every ring connection of the communicator has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LineFifos {
+    /// LL FIFOs.
+    pub(super) ll: bool,
+    /// LL128 FIFOs.
+    pub(super) ll128: bool,
 }
 
 impl Tuner {
@@ -53,19 +68,56 @@ impl Tuner {
         };
         let table = CostTable::build(&input)?;
         let enabled = Enabled::parse(None, proto)?;
-        Ok(Tuner { table, enabled, setting: proto.map(str::to_string) })
+        Ok(Tuner {
+            table,
+            enabled,
+            setting: proto.map(str::to_string),
+            ll128_safe: false,
+            warned: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether some collective may run LL128 (`RSCCL_PROTO` does not turn it off for all):
+    /// ring connections then get LL128 FIFOs.
+    pub(super) fn ll128_possible(&self) -> bool {
+        Coll::ALL.iter().any(|&c| self.enabled.proto(c, Proto::Ll128) != ProtoSetting::Off)
+    }
+
+    /// Whether `RSCCL_PROTO` forces LL128 on some collective.
+    pub(super) fn ll128_forced(&self) -> bool {
+        Coll::ALL.iter().any(|&c| self.enabled.proto(c, Proto::Ll128) == ProtoSetting::On)
+    }
+
+    /// Records whether every ring connection of every rank is on a path LL128 is safe on.
+    pub(super) fn set_ll128_safe(&mut self, safe: bool) {
+        self.ll128_safe = safe;
+    }
+
+    /// Whether `p` may run `coll` on rings: `RSCCL_PROTO` on, or left to auto — LL128 then
+    /// only where the paths are safe and NCCL's rule enables it.
+    fn allowed(&self, coll: Coll, p: Proto) -> bool {
+        if p == Proto::Ll128 && self.enabled.proto(coll, p) == ProtoSetting::Auto {
+            return self.enabled.algo(coll, Algo::Ring)
+                && self.ll128_safe
+                && self.table.ll128_by_default(Algo::Ring);
+        }
+        self.table.allows(&self.enabled, coll, Algo::Ring, p)
     }
 
     /// The protocol a ring `coll` of `bytes` (NCCL's `nBytes`: the larger of the send and
-    /// receive buffers) runs with: the fastest of Simple and LL (when `ll`: every ring
-    /// connection has an LL FIFO) among those allowed, Simple when nothing else is. A
-    /// protocol forced on where the connections lack it falls back to Simple with a warning.
-    pub(super) fn ring_protocol(&self, coll: Collective, bytes: u64, ll: bool) -> Protocol {
+    /// receive buffers) runs with: the fastest of Simple, LL and LL128 among those `fifos`
+    /// carries and [`Tuner::allowed`] allows, Simple when nothing else is. A protocol forced
+    /// on where the connections lack it falls back to Simple with a warning (once).
+    pub(super) fn ring_protocol(&self, coll: Collective, bytes: u64, fifos: LineFifos) -> Protocol {
         let coll = tuning_coll(coll);
-        let allowed = |p: Proto| self.table.allows(&self.enabled, coll, Algo::Ring, p);
         let mut best = (Protocol::Simple, f64::INFINITY);
-        for (p, ours) in [(Proto::Simple, Protocol::Simple), (Proto::Ll, Protocol::Ll)] {
-            if !allowed(p) || (ours == Protocol::Ll && !ll) {
+        let candidates = [
+            (Proto::Simple, Protocol::Simple, true),
+            (Proto::Ll, Protocol::Ll, fifos.ll),
+            (Proto::Ll128, Protocol::Ll128, fifos.ll128),
+        ];
+        for (p, ours, carried) in candidates {
+            if !carried || !self.allowed(coll, p) {
                 continue;
             }
             if let Some(t) = self.table.time_us(coll, Algo::Ring, p, bytes, 1) {
@@ -74,12 +126,20 @@ impl Tuner {
                 }
             }
         }
-        if best.1.is_infinite() && self.enabled.proto(coll, Proto::Ll) == ProtoSetting::On && !ll {
-            tracing::warn!(
-                "{PROTO_VAR}={} asks for LL on {coll}, but a ring connection has no LL FIFO (a network peer): \
-                 running Simple",
-                self.setting.as_deref().unwrap_or("")
-            );
+        for (p, carried) in [(Proto::Ll, fifos.ll), (Proto::Ll128, fifos.ll128)] {
+            if !carried
+                && self.enabled.proto(coll, p) == ProtoSetting::On
+                && !self.warned.swap(true, Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    "{PROTO_VAR}={} asks for {} on {coll}, but a ring connection has no {} FIFO (a network \
+                     peer) or a rank's GPU has no such kernels (LL128 below sm_90): running {}",
+                    self.setting.as_deref().unwrap_or(""),
+                    p.name(),
+                    p.name(),
+                    best.0.name()
+                );
+            }
         }
         best.0
     }
@@ -96,10 +156,7 @@ impl Tuner {
         bytes: u64,
     ) -> f64 {
         let coll = tuning_coll(coll);
-        let proto = match protocol {
-            Protocol::Simple => Proto::Simple,
-            Protocol::Ll => Proto::Ll,
-        };
+        let proto = proto_of(protocol);
         let algo = match algorithm {
             Algorithm::Tree => Algo::Tree,
             Algorithm::Nvls | Algorithm::NvlsSymmetric => Algo::Nvls,
@@ -119,6 +176,15 @@ impl Tuner {
 }
 
 /// The cost model's name of `coll`.
+/// The cost model's name of `protocol`.
+fn proto_of(protocol: Protocol) -> Proto {
+    match protocol {
+        Protocol::Simple => Proto::Simple,
+        Protocol::Ll => Proto::Ll,
+        Protocol::Ll128 => Proto::Ll128,
+    }
+}
+
 fn tuning_coll(coll: Collective) -> Coll {
     match coll {
         Collective::AllReduce => Coll::AllReduce,

@@ -28,7 +28,8 @@ use std::sync::Arc;
 /// sides use: the Simple region — its FIFO (`NCCL_STEPS` slots of `step_bytes`), then the
 /// head, tail, sender-step and receiver-step words, the sizes FIFO and the call signatures —
 /// then, when `ll_step_bytes` is not 0, the LL region laid out the same way with slots of
-/// `ll_step_bytes` (each protocol has its own FIFO, credits and steps, as NCCL's
+/// `ll_step_bytes`, then, when `ll128_step_bytes` is not 0, the LL128 region at the next
+/// 128-byte boundary (each protocol has its own FIFO, credits and steps, as NCCL's
 /// `conn[NCCL_NUM_PROTOCOLS]`: a line left by one protocol is never read by another).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnLayout {
@@ -37,6 +38,9 @@ pub struct ConnLayout {
     /// Bytes per LL FIFO slot (16-byte lines); 0: the connection has no LL FIFO (network
     /// connections: the proxy does not check LL flags, so LL never runs over NET).
     pub ll_step_bytes: u64,
+    /// Bytes per LL128 FIFO slot (128-byte lines); 0: no LL128 FIFO (network connections, as
+    /// LL; and paths LL128 is not enabled on unless forced).
+    pub ll128_step_bytes: u64,
 }
 
 /// Which end of a connection a view is for.
@@ -59,10 +63,12 @@ impl ConnLayout {
     /// Bytes after one region's FIFO: its words, sizes and signatures (a multiple of 16, so
     /// the next region's lines stay 16-byte aligned).
     const WORDS_BYTES: u64 = Self::SIGS + NCCL_STEPS * CALL_SIG_BYTES;
+    /// Where an LL128 region may start: a line's 128 bytes are one aligned store.
+    const LL128_ALIGN: u64 = rsccl_device::prims::ll128::LL128_LINE_BYTES;
 
     /// A layout with only a Simple FIFO of `step_bytes` slots.
     pub const fn simple(step_bytes: u64) -> ConnLayout {
-        ConnLayout { step_bytes, ll_step_bytes: 0 }
+        ConnLayout { step_bytes, ll_step_bytes: 0, ll128_step_bytes: 0 }
     }
 
     /// Bytes of one protocol's region with slots of `step`.
@@ -70,27 +76,45 @@ impl ConnLayout {
         NCCL_STEPS.checked_mul(step).and_then(|fifo| fifo.checked_add(Self::WORDS_BYTES))
     }
 
+    /// Bytes of an optional protocol's region with slots of `step` (0: no region).
+    fn optional(step: u64) -> Option<u64> {
+        if step == 0 {
+            Some(0)
+        } else {
+            Self::region(step)
+        }
+    }
+
+    /// The offsets of the LL and LL128 regions and the connection's size.
+    fn offsets(&self) -> Option<(u64, u64, u64)> {
+        let ll = Self::region(self.step_bytes)?;
+        let ll_end = ll.checked_add(Self::optional(self.ll_step_bytes)?)?;
+        if self.ll128_step_bytes == 0 {
+            return Some((ll, ll_end, ll_end));
+        }
+        let ll128 = ll_end.checked_next_multiple_of(Self::LL128_ALIGN)?;
+        Some((ll, ll128, ll128.checked_add(Self::optional(self.ll128_step_bytes)?)?))
+    }
+
     /// Bytes of one connection's memory, or an error when the slot sizes make it overflow.
     ///
     /// ```
     /// use rsccl::transport::ConnLayout;
     /// assert_eq!(ConnLayout::simple(128).bytes().unwrap(), 8 * 128 + 32 + 64 + 8 * 32);
-    /// let both = ConnLayout { step_bytes: 128, ll_step_bytes: 256 };
+    /// let both = ConnLayout { step_bytes: 128, ll_step_bytes: 256, ll128_step_bytes: 0 };
     /// assert_eq!(both.bytes().unwrap(), 8 * 128 + 352 + 8 * 256 + 352);
+    /// // LL128 starts at the next 128-byte boundary (3776 → 3840).
+    /// let all = ConnLayout { ll128_step_bytes: 1024, ..both };
+    /// assert_eq!(all.bytes().unwrap(), 3840 + 8 * 1024 + 352);
     /// assert!(ConnLayout::simple(u64::MAX / 4).bytes().is_err());
     /// ```
     pub fn bytes(&self) -> Result<usize> {
-        let ll = if self.ll_step_bytes == 0 { Some(0) } else { Self::region(self.ll_step_bytes) };
-        Self::region(self.step_bytes)
-            .zip(ll)
-            .and_then(|(s, l)| s.checked_add(l))
-            .and_then(|b| usize::try_from(b).ok())
-            .ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "step_bytes {} and ll_step_bytes {} make a connection overflow",
-                    self.step_bytes, self.ll_step_bytes
-                ))
-            })
+        self.offsets().and_then(|(_, _, b)| usize::try_from(b).ok()).ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "step_bytes {}, ll_step_bytes {} and ll128_step_bytes {} make a connection overflow",
+                self.step_bytes, self.ll_step_bytes, self.ll128_step_bytes
+            ))
+        })
     }
 
     /// The view of `side` of a connection whose memory starts at `base` in this process, with
@@ -101,9 +125,16 @@ impl ConnLayout {
 
     /// The view of `side` of the connection's LL FIFO (`None` without one).
     pub fn view_ll(&self, base: DevPtr, side: Side, peer: usize) -> Option<ConnInfo> {
-        let simple = Self::region(self.step_bytes).expect("bytes() checked the layout");
-        (self.ll_step_bytes != 0)
-            .then(|| Self::region_view(base.offset(simple), self.ll_step_bytes, side, peer))
+        let (ll, _, _) = self.offsets().expect("bytes() checked the layout");
+        (self.ll_step_bytes != 0).then(|| Self::region_view(base.offset(ll), self.ll_step_bytes, side, peer))
+    }
+
+    /// The view of `side` of the connection's LL128 FIFO (`None` without one); its lines are
+    /// 128-byte aligned when `base` is.
+    pub fn view_ll128(&self, base: DevPtr, side: Side, peer: usize) -> Option<ConnInfo> {
+        let (_, ll128, _) = self.offsets().expect("bytes() checked the layout");
+        (self.ll128_step_bytes != 0)
+            .then(|| Self::region_view(base.offset(ll128), self.ll128_step_bytes, side, peer))
     }
 
     fn region_view(base: DevPtr, step_bytes: u64, side: Side, peer: usize) -> ConnInfo {
@@ -252,7 +283,7 @@ mod tests {
 
     #[test]
     fn the_ll_region_follows_the_simple_one_with_its_own_words() {
-        let l = ConnLayout { step_bytes: 256, ll_step_bytes: 1024 };
+        let l = ConnLayout { step_bytes: 256, ll_step_bytes: 1024, ll128_step_bytes: 0 };
         let base = DevPtr(0x1000);
         let end = base.0 + l.bytes().unwrap() as u64;
         let simple = l.view(base, Side::Send, 1);
@@ -264,6 +295,27 @@ mod tests {
         assert_ne!(s.step, r.step);
         assert_eq!(s.head, s.buff.offset(NCCL_STEPS * 1024));
         assert_eq!(s.sig.0 + NCCL_STEPS * CALL_SIG_BYTES, end, "the LL signatures end the connection");
+        assert_eq!(l.view_ll128(base, Side::Send, 1), None);
+    }
+
+    #[test]
+    fn the_ll128_region_follows_at_a_line_boundary_with_its_own_words() {
+        let l = ConnLayout { step_bytes: 256, ll_step_bytes: 1024, ll128_step_bytes: 3840 };
+        let base = DevPtr(0x1000);
+        let end = base.0 + l.bytes().unwrap() as u64;
+        let ll = l.view_ll(base, Side::Send, 1).unwrap();
+        let (s, r) = (l.view_ll128(base, Side::Send, 1).unwrap(), l.view_ll128(base, Side::Recv, 0).unwrap());
+        assert!(s.buff.0 >= ll.sig.0 + NCCL_STEPS * CALL_SIG_BYTES);
+        assert!(s.buff.0.is_multiple_of(128));
+        assert!(s.buff.0 - (ll.sig.0 + NCCL_STEPS * CALL_SIG_BYTES) < 128);
+        assert_eq!((s.buff, s.head, s.step_bytes), (r.buff, r.head, 3840));
+        assert_ne!(s.step, r.step);
+        assert_eq!(s.sig.0 + NCCL_STEPS * CALL_SIG_BYTES, end, "the LL128 signatures end the connection");
+        // Without LL the LL128 region follows the Simple one.
+        let no_ll = ConnLayout { ll_step_bytes: 0, ..l };
+        let s2 = no_ll.view_ll128(base, Side::Send, 1).unwrap();
+        assert!(s2.buff.0 < s.buff.0 && s2.buff.0.is_multiple_of(128));
+        assert_eq!(no_ll.view_ll(base, Side::Send, 1), None);
     }
 
     #[test]

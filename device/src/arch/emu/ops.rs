@@ -163,6 +163,54 @@ pub unsafe fn ld_volatile_pairs_u128(p: *const [u64; 2]) -> [u64; 2] {
     }
 }
 
+/// One lane's 16 bytes of an LL128 line, stored by every lane of the warp together. The GPU
+/// delivers a line's 128-byte store in order (flag last) on NVLink; here the other lanes
+/// store first, the warp synchronises, and the flag lane stores its data then its flag with
+/// release ordering — the same guarantee. Inactive lanes store nothing.
+///
+/// # Safety
+/// `p` is valid, 16-byte-aligned (emulated) device memory when `active`; every lane of the
+/// warp calls.
+pub unsafe fn st_ll128_part(p: *mut [u64; 2], v: [u64; 2], flag_lane: bool, active: bool) {
+    if active && !flag_lane {
+        // SAFETY: the caller's promise.
+        unsafe { st_volatile_u128(p, v) };
+    }
+    sync_warp(u32::MAX);
+    if active && flag_lane {
+        let q = p as *mut u64;
+        // SAFETY: the caller's promise; both halves are 8-aligned u64s of it.
+        unsafe {
+            AtomicU64::from_ptr(q).store(v[0], Ordering::Relaxed);
+            AtomicU64::from_ptr(q.add(1)).store(v[1], Ordering::Release);
+        }
+    }
+}
+
+/// The load side of [`st_ll128_part`]: the flag lane loads its flag (acquire) first, the warp
+/// synchronises, then the other lanes load, so a line whose flag is the step's is read whole
+/// as on the GPU. Inactive lanes get zeros.
+///
+/// # Safety
+/// As [`st_ll128_part`].
+pub unsafe fn ld_ll128_part(p: *const [u64; 2], flag_lane: bool, active: bool) -> [u64; 2] {
+    let q = p as *mut u64;
+    let mut v = [0; 2];
+    if active && flag_lane {
+        // SAFETY: the caller's promise; both halves are 8-aligned u64s of it.
+        unsafe {
+            v[1] = AtomicU64::from_ptr(q.add(1)).load(Ordering::Acquire);
+            v[0] = AtomicU64::from_ptr(q).load(Ordering::Relaxed);
+        }
+    }
+    sync_warp(u32::MAX);
+    if active && !flag_lane {
+        // SAFETY: the caller's promise.
+        v = unsafe { ld_volatile_pairs_u128(p) };
+    }
+    v
+}
+
 /// Views `p` as an atomic, checking the alignment the GPU instruction would require.
 ///
 /// # Safety
