@@ -95,20 +95,15 @@ pub fn run_ring_case(comm: &Comm, be: &std::sync::Arc<dyn rsccl::Backend>, c: &C
     be.copy_in(&sbuf, s_off, &ring_check::to_bytes(t, &inputs[r])).map_err(|e| e.to_string())?;
     let send = BufRef { buf: &sbuf, offset: s_off };
     let recv = BufRef { buf: if c.in_place { &sbuf } else { &rbuf }, offset: r_off };
-    let res = match c.coll {
-        Collective::AllReduce => comm.all_reduce(send, recv, c.count, t, c.op),
-        Collective::ReduceScatter => comm.reduce_scatter(send, recv, c.count, t, c.op),
-        Collective::AllGather => comm.all_gather(send, recv, c.count, t),
-        Collective::Broadcast => comm.broadcast(send, recv, c.count, t, c.root),
-        Collective::Reduce => comm.reduce(send, recv, c.count, t, c.op, c.root),
-    };
-    res.map_err(|e| format!("{c:?}: {e}"))?;
+    let work = comm.enqueue().run(ring_check::call_of(c, send, recv)).map_err(|e| format!("{c:?}: {e}"))?;
+    let plan = work.plan();
+    work.wait().map_err(|e| format!("{c:?}: {e}"))?;
     if c.coll == Collective::Reduce && r != c.root {
         return Ok(());
     }
     let mut bytes = vec![0u8; out_elems * t.size()];
     be.copy_out(recv.buf, recv.offset, &mut bytes).map_err(|e| e.to_string())?;
-    ring_check::check_output(c, &inputs, r, &bytes).map_err(|e| format!("{c:?}: {e}"))
+    ring_check::check_output(c, &plan, &inputs, r, &bytes).map_err(|e| format!("{c:?}: {e}"))
 }
 
 /// The `# Avg bus bandwidth` figure of an nccl-tests style report (lines may carry a

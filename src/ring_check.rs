@@ -4,7 +4,7 @@
 //! a plain rank-order fold. Used by `tests/ring_collectives.rs` (CPU) and the GPU bundle.
 use crate::reference;
 use rsccl::backend::Backend;
-use rsccl::comm::{BufRef, GroupConfig, LocalGroup, Protocol, ReduceOp};
+use rsccl::comm::{BufRef, Call, GroupConfig, LocalGroup, Plan, Protocol, ReduceOp};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::redop::RedOp;
@@ -76,8 +76,10 @@ fn ring(c: &Case, ch: usize) -> Vec<usize> {
 }
 
 /// For each element of a block of `size`, the channel that moves it and (all-reduce only) the
-/// ring position that owns its chunk — NCCL's chunking, derived independently of the device.
-fn partition(c: &Case, size: usize) -> Vec<(usize, usize)> {
+/// ring position that owns its chunk — NCCL's chunking, derived independently of the device,
+/// for the launch `plan` gives (its channels and threads: the cost model shrinks them for
+/// small sizes).
+fn partition(c: &Case, plan: &Plan, size: usize) -> Vec<(usize, usize)> {
     let eb = c.dtype.size() as u64;
     // Simple: the FIFO slot; LL, LL128: the data of a slot, one step per chunk.
     let (step_elems, steps_per_chunk) = match c.proto {
@@ -86,8 +88,8 @@ fn partition(c: &Case, size: usize) -> Vec<(usize, usize)> {
         // LL128: 120 words per thread per slot in 128-byte lines of 120 data bytes.
         Protocol::Ll128 => (120 * 8 * c.nthreads as u64 / 128 * 120 / eb, 1),
     };
-    let round = ((c.nthreads as u64 - 32).max(32) * 8 / eb).max(1);
-    let (n, nch, size64) = (c.n as u64, c.nch as u64, size as u64);
+    let round = ((plan.threads as u64 - 32).max(32) * 8 / eb).max(1);
+    let (n, nch, size64) = (c.n as u64, plan.channels as u64, size as u64);
     let mut out = vec![(usize::MAX, usize::MAX); size];
     let mut set = |lo: u64, len: u64, v: (usize, usize)| {
         for e in lo..(lo + len).min(size64) {
@@ -198,7 +200,7 @@ pub fn run(be: &Arc<dyn Backend>, c: &Case) -> Result<(), String> {
         None => None,
     };
     let group = LocalGroup::new(be, cfg).map_err(|e| e.to_string())?;
-    let (t, n, count) = (c.dtype, c.n, c.count);
+    let (t, n) = (c.dtype, c.n);
     let eb = t.size();
     let (in_elems, out_elems) = elems(c);
     let inputs = inputs(c);
@@ -216,32 +218,46 @@ pub fn run(be: &Arc<dyn Backend>, c: &Case) -> Result<(), String> {
         send_refs.push(BufRef { buf: sbuf, offset: s_off });
         recv_refs.push(BufRef { buf: rbuf, offset: r_off });
     }
-    let res = match c.coll {
-        Collective::AllReduce => group.all_reduce(&send_refs, &recv_refs, count, t, c.op),
-        Collective::ReduceScatter => group.reduce_scatter(&send_refs, &recv_refs, count, t, c.op),
-        Collective::AllGather => group.all_gather(&send_refs, &recv_refs, count, t),
-        Collective::Broadcast => group.broadcast(&send_refs, &recv_refs, count, t, c.root),
-        Collective::Reduce => group.reduce(&send_refs, &recv_refs, count, t, c.op, c.root),
-    };
-    res.map_err(|e| e.to_string())?;
+    let calls: Vec<Call> = (0..n).map(|r| call_of(c, send_refs[r], recv_refs[r])).collect();
+    let plan = group.plan(&calls[0]).map_err(|e| e.to_string())?;
+    group.run(&calls).map_err(|e| e.to_string())?;
     for (r, recv) in recv_refs.iter().enumerate() {
         if c.coll == Collective::Reduce && r != c.root {
             continue;
         }
         let mut bytes = vec![0u8; out_elems * eb];
         be.copy_out(recv.buf, recv.offset, &mut bytes).map_err(|e| e.to_string())?;
-        check_output(c, &inputs, r, &bytes)?;
+        check_output(c, &plan, &inputs, r, &bytes)?;
     }
     Ok(())
 }
 
-/// Compares rank `r`'s output `bytes` of case `c` with the reference built from `inputs`.
-pub fn check_output(c: &Case, inputs: &[Vec<u64>], r: usize, bytes: &[u8]) -> Result<(), String> {
+/// The call case `c` makes on a rank with these buffers.
+pub fn call_of<'a>(c: &Case, send: BufRef<'a>, recv: BufRef<'a>) -> Call<'a> {
+    let (count, t) = (c.count, c.dtype);
+    match c.coll {
+        Collective::AllReduce => Call::all_reduce(send, recv, count, t, c.op),
+        Collective::ReduceScatter => Call::reduce_scatter(send, recv, count, t, c.op),
+        Collective::AllGather => Call::all_gather(send, recv, count, t),
+        Collective::Broadcast => Call::broadcast(send, recv, count, t, c.root),
+        Collective::Reduce => Call::reduce(send, recv, count, t, c.op, c.root),
+    }
+}
+
+/// Compares rank `r`'s output `bytes` of case `c`, run as `plan` says, with the reference
+/// built from `inputs`.
+pub fn check_output(
+    c: &Case,
+    plan: &Plan,
+    inputs: &[Vec<u64>],
+    r: usize,
+    bytes: &[u8],
+) -> Result<(), String> {
     let (t, n, count) = (c.dtype, c.n, c.count);
     let eb = t.size();
     let out_elems = elems(c).1;
     let (red, arg) = c.op.resolve(t, n);
-    let part = partition(c, count);
+    let part = partition(c, plan, count);
     for i in 0..out_elems {
         let mut w = [0u8; 8];
         w[..eb].copy_from_slice(&bytes[i * eb..(i + 1) * eb]);

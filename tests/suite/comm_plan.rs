@@ -51,9 +51,10 @@ fn the_mask_chooses_the_algorithm_and_the_plan_says_how_it_runs() {
         let plans = all_reduce(&c, sum).unwrap();
         for p in plans {
             assert_eq!(p.algorithm, want, "RSCCL_ALGO={algo:?}");
-            // 4 KB: the cost model picks LL on rings; trees run Simple.
-            let proto = if want == Algorithm::Ring { Protocol::Ll } else { Protocol::Simple };
-            assert_eq!((p.protocol, p.channels, p.threads), (proto, 2, 64));
+            // 4 KB: the cost model picks LL on rings, on one channel (NCCL's shrink: 4 KB is
+            // under 2 channels × 512 threads × 24 B); trees run Simple on every channel.
+            let shape = if want == Algorithm::Ring { (Protocol::Ll, 1) } else { (Protocol::Simple, 2) };
+            assert_eq!((p.protocol, p.channels, p.threads), (shape.0, shape.1, 64));
         }
     }
     // Asked for: the trees, whatever the mask.
@@ -149,6 +150,29 @@ fn the_cost_model_takes_ll_for_small_rings_and_simple_for_large_and_rsccl_proto_
     };
     let e = e.to_string();
     assert!(e.contains("RSCCL_PROTO"), "{e}");
+}
+
+/// NCCL's channel and thread shrink on rings: small calls launch fewer channels and threads,
+/// large ones the communicator's all, and every size computes the right sums.
+#[test]
+fn small_ring_calls_launch_fewer_channels_and_threads() {
+    let cfg =
+        CommConfig { nthreads: 256, nchannels: 4, proto: Some("Simple".into()), ..CommConfig::default() };
+    let c = Comm::init_all(&backend::cpu(), 4, cfg).unwrap();
+    let shapes: Vec<(u32, u32)> = [16usize, 1 << 12, 1 << 16, 1 << 20]
+        .iter()
+        .map(|&n| all_reduce_plans(&c, n))
+        .map(|p| (p[0].channels, p[0].threads))
+        .collect();
+    // Simple's threshold is 64 B per thread: below nc × nt × 64 bytes a channel goes, then
+    // half the threads while a multiple of 128 (from 512), then NCCL adds a warp for Simple
+    // rings: 64 B → 1 × (64 + 32); 16 KB → 1 × 256 (+ 32, past this communicator's 256).
+    assert_eq!(shapes, [(1, 96), (1, 256), (4, 256), (4, 256)], "{shapes:?}");
+    // Every rank plans alike.
+    let buf = backend::cpu().alloc(64).unwrap();
+    let call = Call::all_reduce((&buf).into(), (&buf).into(), 16, DataType::F32, ReduceOp::Sum);
+    let plans: Vec<_> = c.iter().map(|comm| comm.plan_call(&call).unwrap()).collect();
+    assert!(plans.iter().all(|p| *p == plans[0]), "{plans:?}");
 }
 
 /// In one process the ranks share one (emulated) device, a path LL128 is safe on: the cost

@@ -5,6 +5,30 @@ use super::communicator::Comm;
 use crate::error::Result;
 
 impl Comm {
+    /// How `call` would run on this rank — algorithm, protocol, channels and threads, as every
+    /// rank plans it — without running it (the plan a [`Work`](super::Work) reports).
+    ///
+    /// ```
+    /// # fn main() -> rsccl::Result<()> {
+    /// use rsccl::comm::{Call, Protocol, ReduceOp};
+    /// use rsccl::{backend, Comm, CommConfig, DataType};
+    /// let be = backend::cpu();
+    /// let comms = Comm::init_all(&be, 4, CommConfig { nthreads: 64, ..CommConfig::default() })?;
+    /// let buf = be.alloc(4 << 20)?;
+    /// let small = Call::all_reduce((&buf).into(), (&buf).into(), 16, DataType::F32, ReduceOp::Sum);
+    /// let big = Call::all_reduce((&buf).into(), (&buf).into(), 1 << 20, DataType::F32, ReduceOp::Sum);
+    /// let (s, b) = (comms[0].plan_call(&small)?, comms[0].plan_call(&big)?);
+    /// // 64 bytes: LL on one channel (NCCL's shrink); 4 MiB: Simple on every channel.
+    /// assert_eq!((s.protocol, s.channels), (Protocol::Ll, 1));
+    /// assert_eq!((b.protocol, b.channels), (Protocol::Simple, 2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn plan_call(&self, call: &Call<'_>) -> Result<super::Plan> {
+        let dev = call.check(self.rank, self.nranks, self.stream.compute_capability())?;
+        self.plan(call, &dev)
+    }
+
     /// The predicted time of `calls` run one after another on this communicator, in µs: each
     /// checked and planned as [`Comm::run`] would (a call that would fail fails here, naming
     /// why), then timed by the cost model for its algorithm and protocol and its size

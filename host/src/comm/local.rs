@@ -423,6 +423,12 @@ impl LocalGroup {
 }
 
 impl LocalGroup {
+    /// How `call` (rank 0's) runs on this group: the plan every rank makes for it
+    /// ([`Comm::plan_call`]).
+    pub fn plan(&self, call: &Call) -> Result<super::Plan> {
+        self.comms[0].plan_call(call)
+    }
+
     /// Runs `calls[r]` on rank r: one call per rank, of the same collective, count, type,
     /// reduction, root and algorithm (as every rank of a communicator makes the same call),
     /// planned as a [`Comm`]'s calls are; waits for every rank and reports every rank's

@@ -105,15 +105,20 @@ impl Comm {
                 Err(_) => (0, 0),
             },
         };
-        let protocol = match algorithm {
+        let (protocol, channels, threads) = match algorithm {
             Algorithm::Ring if self.nranks > 1 => {
                 let fifos = super::tuner::LineFifos {
                     ll: self.tables.ring_ll.is_some(),
                     ll128: self.tables.ring_ll128.is_some(),
                 };
-                self.tuner.ring_protocol(dev.coll, self.nccl_bytes(dev), fifos)
+                let bytes = self.nccl_bytes(dev);
+                let protocol = self.tuner.ring_protocol(dev.coll, bytes, fifos);
+                // NCCL's channel and thread shrink for small sizes, within this
+                // communicator's channels and block size.
+                let (c, t) = self.tuner.ring_shape(protocol, bytes, self.cfg.nthreads);
+                (protocol, c, t)
             }
-            _ => Protocol::Simple,
+            _ => (Protocol::Simple, channels, threads),
         };
         tracing::trace!(
             rank = self.rank,

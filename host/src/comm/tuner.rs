@@ -145,7 +145,21 @@ impl Tuner {
     }
 }
 
+/// Fewest threads a ring block is launched with (the Simple primitives' roles need two warps).
+const MIN_RING_THREADS: u32 = 64;
+
 impl Tuner {
+    /// The launch shape of a ring call on `protocol` moving `bytes`: NCCL's channel and thread
+    /// shrink for small sizes ([`CostTable::launch_shape`]), kept within the communicator's
+    /// channels and its block size `max_threads` (whole warps, at least
+    /// [`MIN_RING_THREADS`]). Every rank computes the same shape for the same call.
+    pub(super) fn ring_shape(&self, protocol: Protocol, bytes: u64, max_threads: u32) -> (u32, u32) {
+        let (nc, nt) = self.table.launch_shape(Algo::Ring, proto_of(protocol), bytes);
+        let nc = nc.clamp(1, self.table.comm_channels().max(1) as u32);
+        let nt = (nt.min(max_threads) / 32 * 32).clamp(MIN_RING_THREADS.min(max_threads), max_threads);
+        (nc, nt)
+    }
+
     /// Predicted time of `coll` of `bytes` on `algorithm` with `protocol`, µs; algorithms
     /// without an entry here are timed as the ring ([`super::Comm::estimate`]).
     pub(super) fn time_us(
