@@ -4,7 +4,7 @@
 //! a plain rank-order fold. Used by `tests/ring_collectives.rs` (CPU) and the GPU bundle.
 use crate::reference;
 use rsccl::backend::Backend;
-use rsccl::comm::{BufRef, Call, GroupConfig, LocalGroup, Plan, Protocol, ReduceOp};
+use rsccl::comm::{Algorithm, BufRef, Call, GroupConfig, LocalGroup, Plan, Protocol, ReduceOp};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::redop::RedOp;
@@ -232,16 +232,18 @@ pub fn run(be: &Arc<dyn Backend>, c: &Case) -> Result<(), String> {
     Ok(())
 }
 
-/// The call case `c` makes on a rank with these buffers.
+/// The call case `c` makes on a rank with these buffers, on the rings (what the reference
+/// follows; left to the planner, a multi-node all-reduce may take the trees).
 pub fn call_of<'a>(c: &Case, send: BufRef<'a>, recv: BufRef<'a>) -> Call<'a> {
     let (count, t) = (c.count, c.dtype);
-    match c.coll {
+    let call = match c.coll {
         Collective::AllReduce => Call::all_reduce(send, recv, count, t, c.op),
         Collective::ReduceScatter => Call::reduce_scatter(send, recv, count, t, c.op),
         Collective::AllGather => Call::all_gather(send, recv, count, t),
         Collective::Broadcast => Call::broadcast(send, recv, count, t, c.root),
         Collective::Reduce => Call::reduce(send, recv, count, t, c.op, c.root),
-    }
+    };
+    call.with_algorithm(Algorithm::Ring)
 }
 
 /// Compares rank `r`'s output `bytes` of case `c`, run as `plan` says, with the reference

@@ -4,7 +4,7 @@
 //! thread count and step size, in one process; results are checked against sequential sums.
 //! Each case prints the process's peak RSS and the deepest emulated-thread stack so far.
 use rsccl::backend::{self, Backend, DeviceBuffer};
-use rsccl::comm::{Algorithm, BufRef, GroupConfig, LocalGroup, ReduceOp};
+use rsccl::comm::{Algorithm, BufRef, Call, GroupConfig, LocalGroup, ReduceOp};
 use rsccl::topology::search::{search_all, SearchOptions};
 use rsccl::topology::{xml, System};
 use rsccl_device::arch::emu::stack;
@@ -49,8 +49,9 @@ fn run_all(file: &str, expect_ranks: usize, expect_channels: usize) {
     let n = cfg.nranks;
     let be = backend::cpu();
     let group = LocalGroup::new(&be, cfg).unwrap();
-    // Every channel gets a few elements, and the last one a partial pack.
-    let count = 97 * expect_channels + 5;
+    // Enough bytes that the planner launches every channel at every thread (NCCL's shrink
+    // leaves alone calls of channels × 512 threads × 64 B), and the last one a partial pack.
+    let count = expect_channels * 512 * 64 / 4 + 5;
     let input = |r: usize, i: usize| ((i * 31 + r * 17) % 1009) as i32 - 500;
     let inputs: Vec<Vec<i32>> = (0..n).map(|r| (0..count * n).map(|i| input(r, i)).collect()).collect();
     let sum: Vec<i32> = (0..count * n).map(|i| (0..n).map(|r| input(r, i)).sum()).collect();
@@ -59,6 +60,9 @@ fn run_all(file: &str, expect_ranks: usize, expect_channels: usize) {
     let (irefs, orefs): (Vec<BufRef>, Vec<BufRef>) =
         (ins.iter().map(BufRef::from).collect(), outs.iter().map(BufRef::from).collect());
 
+    let plan =
+        group.plan(&Call::all_reduce(irefs[0], orefs[0], count, DataType::I32, ReduceOp::Sum)).unwrap();
+    assert_eq!((plan.channels as usize, plan.threads), (expect_channels, 512), "{file}: {plan:?}");
     for algo in [Algorithm::Ring, Algorithm::Tree] {
         group.all_reduce_with(&irefs, &orefs, count, DataType::I32, ReduceOp::Sum, algo).unwrap();
         for (r, b) in outs.iter().enumerate() {
@@ -134,15 +138,19 @@ fn a_refused_shape_leaves_the_group_usable() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let be = backend::cpu();
     let group = LocalGroup::new(&be, GroupConfig::new(2, 2)).unwrap();
-    let bufs: Vec<DeviceBuffer> = (0..2).map(|r| upload(&be, &[r + 1; 1000])).collect();
+    // 1 MB: large enough that the planner keeps every channel and thread (2 × 512 per rank).
+    let n = 1 << 18;
+    let bufs: Vec<DeviceBuffer> = (0..2).map(|r| upload(&be, &vec![r + 1; n])).collect();
     let refs: Vec<BufRef> = bufs.iter().map(BufRef::from).collect();
     stack::set_max_threads(1000);
-    let err = group.all_reduce(&refs, &refs, 1000, DataType::I32, ReduceOp::Sum).unwrap_err().to_string();
+    let res = group.all_reduce(&refs, &refs, n, DataType::I32, ReduceOp::Sum);
+    // The limit is the process's: put it back before anything can fail.
     stack::set_max_threads(0);
+    let err = res.unwrap_err().to_string();
     assert!(err.contains("2048 emulated threads exceed the limit of 1000"), "{err}");
     assert!(err.contains("fewer channels or threads per block"), "{err}");
-    group.all_reduce(&refs, &refs, 1000, DataType::I32, ReduceOp::Sum).unwrap();
+    group.all_reduce(&refs, &refs, n, DataType::I32, ReduceOp::Sum).unwrap();
     for b in &bufs {
-        assert_eq!(download(&be, b, 1000), vec![3; 1000]);
+        assert_eq!(download(&be, b, n), vec![3; n]);
     }
 }

@@ -487,11 +487,12 @@ fn a_rank_that_never_calls_the_collective_is_named_with_its_number() {
             .lines()
             .find_map(|l| l.find("HANG rank").map(|i| &l[i..]))
             .unwrap_or_else(|| panic!("rank {r}:\n{text}"));
-        assert!(head.starts_with("HANG rank 3 never entered all_reduce #2;"), "rank {r}: {head}");
+        // Across 2 nodes the cost model runs a 16 KB all-reduce on the trees.
+        assert!(head.starts_with("HANG rank 3 never entered all_reduce(tree) #2;"), "rank {r}: {head}");
         assert!(
             head.contains("(lost ")
                 || text.contains(
-                    "HANG-RANK rank 3: never entered all_reduce #2: between collectives, last completed #1"
+                    "HANG-RANK rank 3: never entered all_reduce(tree) #2: between collectives, last completed #1"
                 ),
             "rank {r}:\n{text}"
         );

@@ -70,6 +70,13 @@ impl Comm {
             )));
         }
         if self.algos.allows(Algorithm::Ring) || self.nranks == 1 {
+            // With both allowed, an all-reduce takes the tree where the cost model predicts
+            // it faster than the ring's best protocol (across nodes: its log-depth latency).
+            let tree_too =
+                coll == Collective::AllReduce && self.nranks > 1 && self.algos.allows(Algorithm::Tree);
+            if tree_too && self.tuner.tree_beats_ring(self.nccl_bytes(dev), self.line_fifos()) {
+                return Ok(Algorithm::Tree);
+            }
             return Ok(Algorithm::Ring);
         }
         if coll == Collective::AllReduce && self.algos.allows(Algorithm::Tree) {
@@ -107,12 +114,8 @@ impl Comm {
         };
         let (protocol, channels, threads) = match algorithm {
             Algorithm::Ring if self.nranks > 1 => {
-                let fifos = super::tuner::LineFifos {
-                    ll: self.tables.ring_ll.is_some(),
-                    ll128: self.tables.ring_ll128.is_some(),
-                };
                 let bytes = self.nccl_bytes(dev);
-                let protocol = self.tuner.ring_protocol(dev.coll, bytes, fifos);
+                let protocol = self.tuner.ring_protocol(dev.coll, bytes, self.line_fifos());
                 // NCCL's channel and thread shrink for small sizes, within this
                 // communicator's channels and block size.
                 let (c, t) = self.tuner.ring_shape(protocol, bytes, self.cfg.nthreads);
@@ -130,6 +133,11 @@ impl Comm {
             protocol.name()
         );
         Plan { algorithm, protocol, channels, threads }
+    }
+
+    /// Which line-protocol FIFOs every ring connection has.
+    fn line_fifos(&self) -> super::tuner::LineFifos {
+        super::tuner::LineFifos { ll: self.tables.ring_ll.is_some(), ll128: self.tables.ring_ll128.is_some() }
     }
 
     /// NCCL's `nBytes` of `dev`: the larger of its send and receive buffers.

@@ -145,6 +145,21 @@ impl Tuner {
     }
 }
 
+impl Tuner {
+    /// Whether the tree (Simple: the protocol rsccl's trees run) is predicted faster than the
+    /// ring's best protocol among `fifos` for an all-reduce of `bytes`, both allowed by
+    /// `RSCCL_PROTO` (NCCL's algorithm choice between the two).
+    pub(super) fn tree_beats_ring(&self, bytes: u64, fifos: LineFifos) -> bool {
+        let coll = Coll::AllReduce;
+        if !self.table.allows(&self.enabled, coll, Algo::Tree, Proto::Simple) {
+            return false;
+        }
+        let Some(tree) = self.table.time_us(coll, Algo::Tree, Proto::Simple, bytes, 1) else { return false };
+        let ring = self.ring_protocol(Collective::AllReduce, bytes, fifos);
+        self.table.time_us(coll, Algo::Ring, proto_of(ring), bytes, 1).is_some_and(|r| tree < r)
+    }
+}
+
 /// Fewest threads a ring block is launched with (the Simple primitives' roles need two warps).
 const MIN_RING_THREADS: u32 = 64;
 
@@ -206,5 +221,35 @@ fn tuning_coll(coll: Collective) -> Coll {
         Collective::AllGather => Coll::AllGather,
         Collective::Broadcast => Coll::Broadcast,
         Collective::Reduce => Coll::Reduce,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINES: LineFifos = LineFifos { ll: true, ll128: false };
+
+    /// On one node the model never prefers the tree; across nodes it takes the tree where
+    /// its log-depth latency or bandwidth wins, and the ring again where it does not.
+    #[test]
+    fn the_tree_wins_only_where_the_model_says_so() {
+        let sizes: Vec<u64> = (3..=32).map(|p| 1u64 << p).collect();
+        let one = Tuner::new(8, 1, 2, None).unwrap();
+        assert!(!sizes.iter().any(|&b| one.tree_beats_ring(b, LINES)));
+        let many = Tuner::new(32, 4, 2, None).unwrap();
+        let wins: Vec<u64> = sizes.iter().copied().filter(|&b| many.tree_beats_ring(b, LINES)).collect();
+        assert!(!wins.is_empty(), "4 nodes: the tree never wins");
+        assert!(!many.tree_beats_ring(1 << 32, LINES), "4 GB: the ring's bandwidth wins");
+        for &b in &wins {
+            let tree = many.table.time_us(Coll::AllReduce, Algo::Tree, Proto::Simple, b, 1).unwrap();
+            for p in [Proto::Simple, Proto::Ll] {
+                let ring = many.table.time_us(Coll::AllReduce, Algo::Ring, p, b, 1).unwrap();
+                assert!(tree < ring, "{b} B: tree {tree} µs vs ring {p} {ring} µs");
+            }
+        }
+        // Simple turned off: the tree (Simple only here) never runs.
+        let no_simple = Tuner::new(32, 4, 2, Some("allreduce:LL")).unwrap();
+        assert!(!sizes.iter().any(|&b| no_simple.tree_beats_ring(b, LINES)));
     }
 }
