@@ -4,6 +4,7 @@
 //! or `nChannels × chunkSize` per rank block (the others); each channel takes its chunk, shrunk
 //! to `realChunkSize` on the last loop and rounded to whole 8-byte words per worker thread.
 use super::Collective;
+use crate::prims::lines::LineFifo;
 use crate::prims::{
     ConnInfo, DataMover, Ll128Primitives, LlPrimitives, Op, Primitives, Prims, PrimsStatus, Protocol,
 };
@@ -152,38 +153,21 @@ impl<'a, M: DataMover> RingCtx<'a, M> {
         )
     }
 
+    /// This thread's view of the channel's line-protocol connections (LL or LL128: the
+    /// channel table the host passed holds that protocol's).
+    #[inline(always)]
+    fn line_fifo(&self) -> LineFifo<'a> {
+        LineFifo::new(self.tid, self.nthreads, &self.ch.recv, &self.ch.send, 0, &self.args.status, self.bid)
+    }
+
     #[inline(always)]
     fn ll_prims(&self) -> LlPrimitives<'a, M> {
-        let a = self.args;
-        LlPrimitives::new(
-            self.mover,
-            self.tid,
-            self.nthreads,
-            &self.ch.recv,
-            &self.ch.send,
-            a.sendbuff,
-            a.recvbuff,
-            0,
-            &a.status,
-            self.bid,
-        )
+        LlPrimitives::new(self.mover, self.line_fifo(), self.args.sendbuff, self.args.recvbuff)
     }
 
     #[inline(always)]
     fn ll128_prims(&self) -> Ll128Primitives<'a, M> {
-        let a = self.args;
-        Ll128Primitives::new(
-            self.mover,
-            self.tid,
-            self.nthreads,
-            &self.ch.recv,
-            &self.ch.send,
-            a.sendbuff,
-            a.recvbuff,
-            0,
-            &a.status,
-            self.bid,
-        )
+        Ll128Primitives::new(self.mover, self.line_fifo(), self.args.sendbuff, self.args.recvbuff)
     }
 
     /// Whether the peers' calls match this one (see `prims::signature`); false: stop.

@@ -7,7 +7,7 @@
 //! holds that step's data. The line is `#[repr(C)]` so the host, the emulator and the GPU read
 //! the same bytes.
 use crate::arch;
-use crate::prims::conn::{ConnInfo, ErrorCode, PrimsStatus, NCCL_STEPS};
+use crate::prims::conn::{ConnInfo, ErrorCode, NCCL_STEPS};
 use crate::prims::lines::{LineFifo, WordOp};
 use crate::prims::simple::{DataMover, Op};
 use crate::DevPtr;
@@ -156,29 +156,11 @@ pub struct LlPrimitives<'a, M: DataMover> {
 }
 
 impl<'a, M: DataMover> LlPrimitives<'a, M> {
-    /// Sets up thread `tid` of `nthreads` of group `group` (its barrier `1 + 2·group`, as
-    /// [`super::simple::Primitives`]): `recv`/`send` the LL connections (unconnected: none),
-    /// `channel` where errors are reported in `status`.
-    #[allow(clippy::too_many_arguments)]
+    /// The primitives of the thread `fifo` belongs to, on elements `mover` moves between
+    /// `input` and `output`.
     #[inline(always)]
-    pub fn new(
-        mover: &'a M,
-        tid: u32,
-        nthreads: u32,
-        recv: &'a ConnInfo,
-        send: &'a ConnInfo,
-        input: DevPtr,
-        output: DevPtr,
-        group: u32,
-        status: &'a PrimsStatus,
-        channel: u32,
-    ) -> Self {
-        LlPrimitives {
-            mover,
-            fifo: LineFifo::new(tid, nthreads, recv, send, group, status, channel),
-            input,
-            output,
-        }
+    pub fn new(mover: &'a M, fifo: LineFifo<'a>, input: DevPtr, output: DevPtr) -> Self {
+        LlPrimitives { mover, fifo, input, output }
     }
 
     /// Data elements one FIFO step of `conn` carries for this mover.

@@ -8,7 +8,7 @@
 //! never wraps and no slot needs cleaning. The line is `#[repr(C)]` so the host, the emulator
 //! and the GPU read the same bytes.
 use crate::arch;
-use crate::prims::conn::{ConnInfo, ErrorCode, Poll, PrimsStatus, NCCL_STEPS};
+use crate::prims::conn::{ConnInfo, ErrorCode, Poll, NCCL_STEPS};
 use crate::prims::lines::{LineFifo, WordOp};
 use crate::prims::simple::{DataMover, Op};
 use crate::DevPtr;
@@ -129,33 +129,15 @@ pub struct Ll128Primitives<'a, M: DataMover> {
 }
 
 impl<'a, M: DataMover> Ll128Primitives<'a, M> {
-    /// Sets up thread `tid` of `nthreads` (a multiple of 32: traps otherwise) of group
-    /// `group`: `recv`/`send` the LL128 connections (unconnected: none), `channel` where
-    /// errors are reported in `status`.
-    #[allow(clippy::too_many_arguments)]
+    /// The primitives of the thread `fifo` belongs to (its group a multiple of 32 threads:
+    /// traps otherwise) on elements `mover` moves between `input` and `output`.
     #[inline(always)]
-    pub fn new(
-        mover: &'a M,
-        tid: u32,
-        nthreads: u32,
-        recv: &'a ConnInfo,
-        send: &'a ConnInfo,
-        input: DevPtr,
-        output: DevPtr,
-        group: u32,
-        status: &'a PrimsStatus,
-        channel: u32,
-    ) -> Self {
-        if !nthreads.is_multiple_of(32) {
+    pub fn new(mover: &'a M, fifo: LineFifo<'a>, input: DevPtr, output: DevPtr) -> Self {
+        if !fifo.nthreads.is_multiple_of(32) {
             // The lines are moved by whole warps.
             arch::trap();
         }
-        Ll128Primitives {
-            mover,
-            fifo: LineFifo::new(tid, nthreads, recv, send, group, status, channel),
-            input,
-            output,
-        }
+        Ll128Primitives { mover, fifo, input, output }
     }
 
     /// Data elements one FIFO step of `step_bytes` carries for this mover.

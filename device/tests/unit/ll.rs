@@ -98,6 +98,7 @@ fn flag_wrap_cleaning_happens_once_per_period_just_below_the_wrap() {
 mod on_the_emulator {
     use rsccl_device::arch::{self, emu, Dim3};
     use rsccl_device::prims::conn::{decode_status, ConnInfo, ErrorCode, PrimsStatus, NCCL_STEPS};
+    use rsccl_device::prims::lines::LineFifo;
     use rsccl_device::prims::ll::{ll_step_bytes, LlLine, LL_LINE_BYTES};
     use rsccl_device::prims::ll128::{ll128_step_bytes, LL128_LINE_BYTES};
     use rsccl_device::prims::{DataMover, Ll128Primitives, LlPrimitives, Op, Prims, Protocol};
@@ -206,15 +207,20 @@ mod on_the_emulator {
             }
             let aborted = match proto {
                 Protocol::Ll => {
-                    let mut p = LlPrimitives::new(&Bytes, tid, THREADS, r, s, input, output, 0, &status, ch);
+                    let fifo = LineFifo::new(tid, THREADS, r, s, 0, &status, ch);
+                    let mut p = LlPrimitives::new(&Bytes, fifo, input, output);
                     go(&mut p, op, steps);
                     let a = p.aborted();
                     p.finish();
                     a
                 }
                 _ => {
-                    let mut p =
-                        Ll128Primitives::new(&Bytes, tid, THREADS, r, s, input, output, 0, &status, ch);
+                    let mut p = Ll128Primitives::new(
+                        &Bytes,
+                        LineFifo::new(tid, THREADS, r, s, 0, &status, ch),
+                        input,
+                        output,
+                    );
                     go(&mut p, op, steps);
                     let a = p.aborted();
                     p.finish();

@@ -604,9 +604,10 @@ impl Shared {
             what: format!("{dir} it: {what}"),
             report: None,
         };
-        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-        // The kernels waiting on this connection would otherwise wait for their timeout.
+        // The kernels waiting on this connection would otherwise wait for their timeout. The
+        // abort word first: whoever sees the failure then also sees the kernels told.
         let _ = self.abort.store_u32(0, 1);
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
     }
 }
 
