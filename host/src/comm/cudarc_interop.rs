@@ -14,7 +14,6 @@ use super::{BufRef, ReduceOp};
 use crate::backend::DeviceBuffer;
 use crate::error::{Error, Result};
 use cudarc::driver::{result, sys, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::DevPtr;
 
@@ -50,20 +49,53 @@ fn view(ptr: sys::CUdeviceptr, bytes: usize) -> DeviceBuffer {
     DeviceBuffer::new(DevPtr(ptr), bytes, Box::new(()))
 }
 
-impl Comm {
+/// The collectives on cudarc slices, declared once. Each item: its doc,
+/// `name(send, recv, args…) [count = the count from the slices] => the Call`, built from
+/// the slices' [`BufRef`]s (named as the slices) inside [`Comm::pair_on`].
+macro_rules! cudarc_api {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident($send:ident, $recv:ident $(, $arg:ident: $ty:ty)*)
+            $([$count:ident = $from:expr])? => $make:expr;
+    )*) => {
+        impl Comm {
+            $(
+                $(#[$doc])*
+                pub fn $name<T: CudaElem>(
+                    &self,
+                    stream: &CudaStream,
+                    $send: &CudaSlice<T>,
+                    $recv: &mut CudaSlice<T>
+                    $(, $arg: $ty)*
+                ) -> Result<Work<'_>> {
+                    $(let $count = $from;)?
+                    self.pair_on(stream, $send, $recv, |$send, $recv| $make)
+                }
+            )*
+        }
+    };
+}
+
+cudarc_api! {
     /// Every rank's `recv` gets the reduction of all `send`s (`send.len()` elements), on the
     /// caller's cudarc stream (see the module notes).
-    pub fn all_reduce_on<T: CudaElem>(
-        &self,
-        stream: &CudaStream,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
-        op: ReduceOp,
-    ) -> Result<Work<'_>> {
-        let n = send.len();
-        self.pair_on(stream, Collective::AllReduce, send, recv, n, op, 0)
-    }
+    all_reduce_on(send, recv, op: ReduceOp) [n = send.len()] =>
+        Call::all_reduce(send, recv, n, T::DTYPE, op);
+    /// Rank r's `recv` gets block r (`recv.len()` elements) of the reduction of all `send`s
+    /// (`nranks × recv.len()` elements each).
+    reduce_scatter_on(send, recv, op: ReduceOp) [n = recv.len()] =>
+        Call::reduce_scatter(send, recv, n, T::DTYPE, op);
+    /// Every rank's `recv` (`nranks × send.len()` elements) gets all `send`s in rank order.
+    all_gather_on(send, recv) [n = send.len()] => Call::all_gather(send, recv, n, T::DTYPE);
+    /// Every rank's `recv` gets `root`'s `send` (`count` elements of each).
+    broadcast_on(send, recv, count: usize, root: usize) =>
+        Call::broadcast(send, recv, count, T::DTYPE, root);
+    /// `root`'s `recv` gets the reduction of all `send`s (`count` elements of each).
+    reduce_on(send, recv, count: usize, op: ReduceOp, root: usize) =>
+        Call::reduce(send, recv, count, T::DTYPE, op, root);
+}
 
+impl Comm {
     /// [`Comm::all_reduce_on`] in place: `buf` holds the input and gets the result.
     pub fn all_reduce_in_place_on<T: CudaElem>(
         &self,
@@ -80,77 +112,21 @@ impl Comm {
         })
     }
 
-    /// Rank r's `recv` gets block r (`recv.len()` elements) of the reduction of all `send`s
-    /// (`nranks × recv.len()` elements each).
-    pub fn reduce_scatter_on<T: CudaElem>(
-        &self,
-        stream: &CudaStream,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
-        op: ReduceOp,
-    ) -> Result<Work<'_>> {
-        let n = recv.len();
-        self.pair_on(stream, Collective::ReduceScatter, send, recv, n, op, 0)
-    }
-
-    /// Every rank's `recv` (`nranks × send.len()` elements) gets all `send`s in rank order.
-    pub fn all_gather_on<T: CudaElem>(
-        &self,
-        stream: &CudaStream,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
-    ) -> Result<Work<'_>> {
-        let n = send.len();
-        self.pair_on(stream, Collective::AllGather, send, recv, n, ReduceOp::Sum, 0)
-    }
-
-    /// Every rank's `recv` gets `root`'s `send` (`count` elements of each).
-    pub fn broadcast_on<T: CudaElem>(
-        &self,
-        stream: &CudaStream,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
-        count: usize,
-        root: usize,
-    ) -> Result<Work<'_>> {
-        self.pair_on(stream, Collective::Broadcast, send, recv, count, ReduceOp::Sum, root)
-    }
-
-    /// `root`'s `recv` gets the reduction of all `send`s (`count` elements of each).
-    pub fn reduce_on<T: CudaElem>(
-        &self,
-        stream: &CudaStream,
-        send: &CudaSlice<T>,
-        recv: &mut CudaSlice<T>,
-        count: usize,
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<Work<'_>> {
-        self.pair_on(stream, Collective::Reduce, send, recv, count, op, root)
-    }
-
-    /// A collective from `send` into `recv` of `count` elements (the collective's own count:
-    /// [`Comm::start`] checks both slices hold what it reads and writes).
-    #[allow(clippy::too_many_arguments)]
+    /// The call `make` builds from views of `send` and `recv` (its count is the collective's
+    /// own: [`Comm::start`] checks both slices hold what it reads and writes).
     fn pair_on<T: CudaElem>(
         &self,
         stream: &CudaStream,
-        coll: Collective,
         send: &CudaSlice<T>,
         recv: &mut CudaSlice<T>,
-        count: usize,
-        op: ReduceOp,
-        root: usize,
+        make: impl for<'b> FnOnce(BufRef<'b>, BufRef<'b>) -> Call<'b>,
     ) -> Result<Work<'_>> {
         let eb = std::mem::size_of::<T>();
         let (send_bytes, recv_bytes) = (send.len() * eb, recv.len() * eb);
         let (sp, _sg) = send.device_ptr(stream);
         let (rp, _rg) = recv.device_ptr_mut(stream);
         let (s, r) = (view(sp, send_bytes), view(rp, recv_bytes));
-        self.ordered_on(stream, |c| {
-            let (send, recv) = (BufRef::from(&s), BufRef::from(&r));
-            c.start(Call { coll, send, recv, count, dtype: T::DTYPE, op, root, algorithm: None })
-        })
+        self.ordered_on(stream, |c| c.start(make(BufRef::from(&s), BufRef::from(&r))))
     }
 
     /// Runs `enqueue` on this communicator's stream between the caller's stream's work before
