@@ -1055,12 +1055,68 @@ fn two_nodes_of_two_ranks_send_and_receive_over_the_network() {
 }
 
 /// A send and a receive of different sizes between two nodes (over the network): the receiver
-/// fails naming both sizes, within the timeout. The sender's proxy does not carry the refusal
-/// back yet: its send ends when the bytes went out (on one node both ranks fail, above).
+/// fails naming both sizes, within the timeout; the sender, whose kernel cannot see the refusal
+/// (its proxy credits a step once its bytes went out), hears it from the receiver over the
+/// bootstrap: its send fails naming both sizes, or ends `Ok` and then `async_error` and its next
+/// call do.
 #[test]
 fn a_mismatched_send_across_nodes_fails_both_ranks() {
     let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
     let be = backend::cpu();
+    let t = Instant::now();
+    let errs: Vec<(String, String)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let (be, id) = (be.clone(), &id);
+                s.spawn(move || {
+                    let cfg = CommConfig { host_id: Some(format!("node{r}")), ..config() };
+                    let comm = Comm::init_rank(&be, 2, r, id, cfg).unwrap();
+                    assert_eq!(comm.transport_to(1 - r), Some(rsccl::transport::TransportKind::Net));
+                    let buf = be.alloc(4800).unwrap();
+                    let res = if r == 0 {
+                        comm.send(BufRef::from(&buf), 1000, DataType::F32, 1)
+                    } else {
+                        comm.recv(BufRef::from(&buf), 1200, DataType::F32, 0)
+                    };
+                    let first = res.err().map_or_else(|| "Ok".to_string(), |e| e.to_string());
+                    // The notice comes within seconds of the receiver's failure.
+                    let waited = Instant::now();
+                    while comm.async_error().is_ok() && waited.elapsed() < Duration::from_secs(10) {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    let later = comm.send(BufRef::from(&buf), 1, DataType::F32, 1 - r);
+                    (first, later.err().map_or_else(|| "Ok".to_string(), |e| e.to_string()))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(t.elapsed() < Duration::from_secs(25), "took {:?}", t.elapsed());
+    eprintln!("sender: {:?}\nreceiver: {:?}", errs[0], errs[1]);
+    let both = |e: &str, me: usize| {
+        e.contains("send of 4000 bytes to rank 1")
+            && e.contains("receive of 4800 bytes from rank 0")
+            && e.contains(&format!("rank {me}: calls do not match"))
+    };
+    assert!(both(&errs[1].0, 1), "receiver: {}", errs[1].0);
+    assert!(errs[0].0 == "Ok" || both(&errs[0].0, 0), "sender: {}", errs[0].0);
+    // Whatever its send said, the sender's communicator now names the refusal.
+    for (r, (_, later)) in errs.iter().enumerate() {
+        assert!(
+            later.contains("cannot run collectives any more") && both(later, r),
+            "rank {r}'s next call: {later}"
+        );
+    }
+}
+
+/// As above with a send far larger than the network's buffers: the sender is still sending
+/// when the receiver refuses, so the notice stops its kernel and the send itself fails naming
+/// both sizes, long before the timeout.
+#[test]
+fn a_large_mismatched_send_across_nodes_fails_the_send_in_flight() {
+    let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    let be = backend::cpu();
+    let (sent, posted) = (64 << 20, 1 << 20);
     let t = Instant::now();
     let errs: Vec<String> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..2)
@@ -1069,11 +1125,12 @@ fn a_mismatched_send_across_nodes_fails_both_ranks() {
                 s.spawn(move || {
                     let cfg = CommConfig { host_id: Some(format!("node{r}")), ..config() };
                     let comm = Comm::init_rank(&be, 2, r, id, cfg).unwrap();
-                    let buf = be.alloc(4800).unwrap();
                     let res = if r == 0 {
-                        comm.send(BufRef::from(&buf), 1000, DataType::F32, 1)
+                        let buf = be.alloc(sent).unwrap();
+                        comm.send(BufRef::from(&buf), sent, DataType::U8, 1)
                     } else {
-                        comm.recv(BufRef::from(&buf), 1200, DataType::F32, 0)
+                        let buf = be.alloc(posted).unwrap();
+                        comm.recv(BufRef::from(&buf), posted, DataType::U8, 0)
                     };
                     res.err().map_or_else(|| "Ok".to_string(), |e| e.to_string())
                 })
@@ -1081,12 +1138,15 @@ fn a_mismatched_send_across_nodes_fails_both_ranks() {
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert!(t.elapsed() < Duration::from_secs(25), "took {:?}", t.elapsed());
-    eprintln!("sender: {}\nreceiver: {}", errs[0], errs[1]);
-    assert!(
-        errs[1].contains("send of 4000 bytes") && errs[1].contains("receive of 4800 bytes"),
-        "{}",
-        errs[1]
-    );
-    assert!(errs[0] == "Ok" || errs[0].contains("send of 4000 bytes to rank 1"), "{}", errs[0]);
+    let took = t.elapsed();
+    eprintln!("sender: {}\nreceiver: {}\n{took:?}", errs[0], errs[1]);
+    assert!(took < Duration::from_secs(15), "took {took:?} (the timeout is 20 s)");
+    for (r, e) in errs.iter().enumerate() {
+        assert!(
+            e.contains(&format!("rank {r}: calls do not match"))
+                && e.contains(&format!("send of {sent} bytes to rank 1"))
+                && e.contains(&format!("receive of {posted} bytes from rank 0")),
+            "rank {r}: {e}"
+        );
+    }
 }

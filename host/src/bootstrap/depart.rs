@@ -8,7 +8,7 @@ use super::link::connect_once;
 use super::msg::{encode_data, Lane, PeerHello};
 use super::wire::{write_frame, Dec, Enc, FrameError, Kind};
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Most bytes of a departure's reason.
@@ -31,7 +31,7 @@ impl Departure {
         let mut e = Enc::default();
         e.usize(self.rank).u64(self.done);
         match &self.why {
-            Some(w) => e.u8(1).bytes(cut(w).as_bytes()),
+            Some(w) => e.u8(1).bytes(cut(w, MAX_WHY_BYTES).as_bytes()),
             None => e.u8(0),
         };
         e.0
@@ -59,9 +59,9 @@ impl Departure {
     }
 }
 
-/// `s` cut to at most [`MAX_WHY_BYTES`] on a character boundary.
-pub(crate) fn cut(s: &str) -> &str {
-    let mut n = s.len().min(MAX_WHY_BYTES);
+/// `s` cut to at most `max` bytes on a character boundary.
+pub(crate) fn cut(s: &str, max: usize) -> &str {
+    let mut n = s.len().min(max);
     while !s.is_char_boundary(n) {
         n -= 1;
     }
@@ -70,26 +70,6 @@ pub(crate) fn cut(s: &str) -> &str {
 
 /// What a rank does when it hears of a departure (called from a listener thread).
 pub type DepartureHook = Arc<dyn Fn(&Departure) + Send + Sync>;
-
-/// The hook, shared by the [`Bootstrap`](super::Bootstrap) (which installs it) and its
-/// listener's reader threads (which call it).
-#[derive(Default)]
-pub(crate) struct DepartureBoard {
-    hook: RwLock<Option<DepartureHook>>,
-}
-
-impl DepartureBoard {
-    pub fn set(&self, hook: DepartureHook) {
-        *self.hook.write().unwrap_or_else(|e| e.into_inner()) = Some(hook);
-    }
-
-    pub fn heard(&self, d: &Departure) {
-        let hook = self.hook.read().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some(h) = hook {
-            h(d);
-        }
-    }
-}
 
 /// Tells other ranks of a departure on connections of its own, from any thread (the
 /// bootstrap's own connections belong to its owner, who may be blocked).

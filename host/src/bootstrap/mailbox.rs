@@ -4,10 +4,12 @@
 //! for, kept by (lane, peer, tag) as NCCL's unexpected-connection list. A connection whose first
 //! frame is a `StatusQuery` instead of a `Hello` is answered by [`status`](super::status) and
 //! never reaches the mailbox.
-use super::depart::{Departure, DepartureBoard};
+use super::depart::Departure;
 use super::link::{connect, log, HANDSHAKE_TIMEOUT};
 use super::listen::{Acceptor, Handler, PendingSlot};
 use super::msg::{decode_data, encode_data, Lane, PeerHello};
+use super::notice::NoticeBoard;
+use super::refusal::Refusal;
 use super::status::{serve_query, StatusBoard};
 use super::wire::{read_frame, write_frame, FrameError, Kind, Wait, MAX_CONTROL_LEN, MAX_DATA_LEN};
 use std::collections::{HashMap, VecDeque};
@@ -69,13 +71,13 @@ impl Mailbox {
         nranks: usize,
         secret: [u8; 16],
         frame_timeout: Duration,
-        (status, departures): (Arc<StatusBoard>, Arc<DepartureBoard>),
+        (status, notices): (Arc<StatusBoard>, Arc<NoticeBoard>),
     ) -> std::io::Result<Mailbox> {
         let (tx, rx) = mpsc::channel();
         let incoming: Incoming = Arc::new(Mutex::new(Some(Vec::new())));
         let inc = incoming.clone();
         let handler: Handler = Arc::new(move |s: TcpStream, peer: SocketAddr, slot: PendingSlot| {
-            let boards = (&*status, &*departures);
+            let boards = (&*status, &*notices);
             serve_peer(s, peer, slot, (rank, addr), nranks, &secret, frame_timeout, &tx, &inc, boards)
         });
         let acceptor = Acceptor::spawn(listener, addr, format!("rsccl-bootstrap-r{rank}"), handler)?;
@@ -236,7 +238,7 @@ fn serve_peer(
     frame_timeout: Duration,
     tx: &Sender<Event>,
     incoming: &Incoming,
-    (status, departures): (&StatusBoard, &DepartureBoard),
+    (status, notices): (&StatusBoard, &NoticeBoard),
 ) {
     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
     let hello = match read_frame(&mut s, secret, Wait::Until(deadline), MAX_CONTROL_LEN) {
@@ -286,8 +288,12 @@ fn serve_peer(
             });
         match ev {
             Ok((Lane::Left, _, data)) => match Departure::decode(&data, nranks) {
-                Ok(d) => departures.heard(&d),
+                Ok(d) => notices.departed(&d),
                 Err(e) => log(format_args!("rank {rank} at {addr}: a bad departure from rank {from}: {e}")),
+            },
+            Ok((Lane::Refused, _, data)) => match Refusal::decode(&data, nranks) {
+                Ok(r) => notices.refused(&r),
+                Err(e) => log(format_args!("rank {rank} at {addr}: a bad refusal from rank {from}: {e}")),
             },
             Ok((lane, tag, data)) => {
                 if tx.send(Event::Data { from, lane, tag, data }).is_err() {

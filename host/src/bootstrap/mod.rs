@@ -54,6 +54,8 @@ mod link;
 mod listen;
 mod mailbox;
 mod msg;
+mod notice;
+mod refusal;
 mod ring;
 mod root;
 mod status;
@@ -64,6 +66,7 @@ pub use depart::{Departure, DepartureHook, Notifier};
 pub use error::BootstrapError;
 pub(crate) use link::{connect, describe, log};
 pub use link::{set_log_hook, LogHook, PeerInfo, HANDSHAKE_TIMEOUT};
+pub use refusal::{Refusal, RefusalHook, MAX_RECEIVE_TEXT_BYTES};
 pub use unique_id::{UniqueId, COMM_ID_VAR, COMM_SECRET_VAR, DEFAULT_ROOT_TIMEOUT};
 pub use wire::{MAX_BOOTSTRAP_MSG, MAX_LOCAL_INFO, MAX_RANKS, MAX_STATUS_BYTES};
 
@@ -181,8 +184,8 @@ pub struct Bootstrap {
     /// The first cause of a failure this rank saw from a peer (a rank that died, or what a
     /// rank that gave up said): what [`tell_failure`](Self::tell_failure) passes on.
     cause: Option<String>,
-    /// The hook for departures, shared with the listener's threads.
-    departures: Arc<depart::DepartureBoard>,
+    /// The hooks for other ranks' notices, shared with the listener's threads.
+    notices: Arc<notice::NoticeBoard>,
 }
 
 /// How often a receive that waits looks whether a peer process of this host still lives.
@@ -262,8 +265,8 @@ impl Bootstrap {
         let addr = listener.local_addr().map_err(|e| local(format!("bootstrap listener: {e}")))?;
         tracing::info!(rank, "bootstrap: rank {rank} listening on {addr}");
         let status = Arc::new(StatusBoard::default());
-        let departures = Arc::new(depart::DepartureBoard::default());
-        let boards = (status.clone(), departures.clone());
+        let notices = Arc::new(notice::NoticeBoard::default());
+        let boards = (status.clone(), notices.clone());
         let mailbox = Mailbox::new(listener, addr, rank, nranks, secret, timeout, boards)
             .map_err(|e| local(format!("cannot start the bootstrap listener: {e}")))?;
 
@@ -291,7 +294,7 @@ impl Bootstrap {
             ring_seq: 0,
             intra_seq: 0,
             cause: None,
-            departures,
+            notices,
         };
         if nranks > 1 {
             let (next, prev) = (b.next(), b.prev());
@@ -351,7 +354,23 @@ impl Bootstrap {
     /// Installs what this rank does when it hears that a rank left (see [`depart`]): called
     /// from the listener's threads, while the owner may be blocked. Replaces any earlier hook.
     pub fn set_departure_hook(&self, hook: DepartureHook) {
-        self.departures.set(hook);
+        self.notices.on_departure(hook);
+    }
+
+    /// Installs what this rank does when a receiver tells it that it refused one of this
+    /// rank's sends (see [`refusal`]): called from the listener's threads. Replaces any
+    /// earlier hook.
+    pub fn set_refusal_hook(&self, hook: RefusalHook) {
+        self.notices.on_refusal(hook);
+    }
+
+    /// Tells rank `to` that this rank refused its send `r`, best effort within `limit` (on the
+    /// connection to it where there is one, else on a new one, tried once).
+    pub fn tell_refused(&mut self, to: usize, r: &Refusal, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        if let Err(e) = self.send_notice(Lane::Refused, to, &r.encode(), deadline) {
+            tracing::debug!("rank {}: telling rank {to} of its refused send: {e}", self.rank);
+        }
     }
 
     /// Tells this rank's ring successor that this rank leaves (`d`), and the ranks of its host
@@ -372,16 +391,27 @@ impl Bootstrap {
         if !to.contains(&self.next()) {
             to.push(self.next());
         }
-        let (deadline, connected, notifier) =
-            (Instant::now() + limit, self.mailbox.connected(), self.notifier());
+        let deadline = Instant::now() + limit;
         for peer in to {
-            let sent = match connected.contains(&peer) {
-                true => self.mailbox.send(lane, peer, self.peers[peer].addr, 0, data, deadline),
-                false => notifier.send(lane, peer, data, deadline),
-            };
-            if let Err(e) = sent {
+            if let Err(e) = self.send_notice(lane, peer, data, deadline) {
                 tracing::debug!("rank {}: telling rank {peer} ({lane:?}): {e}", self.rank);
             }
+        }
+    }
+
+    /// Sends a notice on `lane` to `peer`: on the connection to it where there is one, else
+    /// on a new one, tried once (a rank that already left listens no more).
+    fn send_notice(
+        &mut self,
+        lane: Lane,
+        peer: usize,
+        data: &[u8],
+        deadline: Instant,
+    ) -> std::result::Result<(), String> {
+        if self.mailbox.connected().contains(&peer) {
+            self.mailbox.send(lane, peer, self.peers[peer].addr, 0, data, deadline)
+        } else {
+            self.notifier().send(lane, peer, data, deadline)
         }
     }
 
@@ -486,7 +516,7 @@ impl Bootstrap {
     /// second; called before the connections close.
     pub fn tell_failure(&mut self, error: &str) {
         let why = self.cause.clone().unwrap_or_else(|| error.to_string());
-        let why = depart::cut(&why);
+        let why = depart::cut(&why, depart::MAX_WHY_BYTES);
         // The ring's predecessor too: it may be sending to this rank, unaware.
         let mut to = self.mailbox.connected();
         if !to.contains(&self.prev()) {

@@ -180,6 +180,9 @@ pub(crate) enum Lane {
     /// A rank left the communicator (see [`depart`](super::depart)): handed to the
     /// communicator's hook by the reader thread, never to the mailbox.
     Left = 4,
+    /// A receiver refused this rank's send (see [`refusal`](super::refusal)): handed to the
+    /// communicator's hook by the reader thread, never to the mailbox.
+    Refused = 5,
 }
 
 /// `Kind::Data`: the payload's head (lane, tag); the user bytes follow.
@@ -197,6 +200,7 @@ pub(crate) fn decode_data(b: &[u8]) -> Result<(Lane, u64, &[u8]), FrameError> {
         2 => Lane::Intra,
         3 => Lane::GaveUp,
         4 => Lane::Left,
+        5 => Lane::Refused,
         _ => return Err(FrameError::Malformed("unknown lane")),
     };
     let tag = d.u64()?;

@@ -189,6 +189,9 @@ pub(super) struct Health {
     pub(super) poisoned: AtomicBool,
     /// What made the communicator unusable, for [`Comm::async_error`].
     pub(super) failure: Mutex<Option<Error>>,
+    /// A failure another rank told this one of, set from a listener thread (a receiver across
+    /// the network that refused this rank's send): made this rank's by [`Comm::told_failure`].
+    pub(super) told: Arc<Mutex<Option<Error>>>,
     /// Which collective this rank is in (answers other ranks' status queries).
     pub(super) progress: Arc<Progress>,
     /// Watches the peer processes of this host (none when there are none).
@@ -320,6 +323,7 @@ impl Comm {
     /// abort, a kernel fault) that failure, for every later call to report. Callable from any
     /// thread at any time.
     pub fn async_error(&self) -> Result<()> {
+        self.told_failure();
         match &*self.health.failure.lock().unwrap_or_else(|e| e.into_inner()) {
             Some(e) => Err(e.clone()),
             None => Ok(()),
@@ -344,9 +348,17 @@ impl Comm {
         f.get_or_insert(e).clone()
     }
 
+    /// A failure another rank told this one of ([`Health::told`]), recorded as this rank's:
+    /// the first failure recorded, which every later call reports (`None` when nobody told).
+    pub(super) fn told_failure(&self) -> Option<Error> {
+        let told = self.health.told.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        Some(self.fail(told))
+    }
+
     /// `Err` once a failed collective left this rank's connections inconsistent: no kernel may
     /// run on them again.
     pub(super) fn check_usable(&self) -> Result<()> {
+        self.told_failure();
         if self.is_poisoned() {
             let why = self.async_error().err().map_or_else(String::new, |e| format!(" ({e})"));
             return Err(Error::InvalidConfig(format!(
@@ -373,7 +385,12 @@ impl Comm {
                 self.rank
             ))));
         }
-        self.health.abort.store_u32(0, 0)
+        self.health.abort.store_u32(0, 0)?;
+        // After the clear: a notice that comes later sets the word again and stops the call.
+        match self.told_failure() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Makes sure `launches` launches of shape `cfg` can run at once on this rank's backend.

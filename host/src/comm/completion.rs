@@ -107,6 +107,10 @@ impl Comm {
         if failures.is_empty() {
             return Ok(());
         }
+        // Another rank told this one why it stopped (through the abort word): the cause.
+        if let Some(e) = self.told_failure() {
+            return Err(e);
+        }
         // A peer process of this host that died, or a rank of this process that left, stopped
         // this kernel (through the abort word): it is the answer. Ranks that left after this
         // kernel gave up on its own are a consequence, not the cause (the hang report below).

@@ -100,6 +100,23 @@ impl Comm {
                 r.pass_on(d);
             }
         }));
+        // A receiver across the network that refused one of this rank's sends: the send may
+        // have ended `Ok` here, so the failure is recorded for the next call (and stops one
+        // in flight).
+        let told = Arc::new(Mutex::new(None));
+        let (t, a) = (told.clone(), Arc::downgrade(&abort));
+        boot.set_refusal_hook(Arc::new(move |r: &crate::bootstrap::Refusal| {
+            let e = Error::CallMismatch {
+                rank,
+                seq: r.seq,
+                mine: format!("a send of {} bytes to rank {}", r.sent, r.receiver),
+                peers: vec![(r.receiver, Some((r.seq, r.receive.clone())))],
+            };
+            t.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+            if let Some(a) = a.upgrade() {
+                let _ = a.store_u32(0, 1);
+            }
+        }));
         let Agreed { cfg, channels, algos, try_nvls, check_calls, tuner } = agreed;
         let nvls = if try_nvls {
             nvls::setup(boot, rank, &peers, &stream, cfg.nchannels, cfg.step_bytes, algos.nvls_policy())?
@@ -139,6 +156,7 @@ impl Comm {
                 abort,
                 poisoned: AtomicBool::new(false),
                 failure: Mutex::new(None),
+                told,
                 progress,
                 watchdog: None,
                 last_call: Mutex::default(),

@@ -24,6 +24,7 @@ use super::communicator::Comm;
 use super::p2p_links::{P2pConn, P2pLinks};
 use super::pool::Pooled;
 use super::wiring::{conn_tag, Edge};
+use crate::bootstrap::Refusal;
 use crate::error::{Error, Result};
 use crate::transport::net::socket::{SocketConfig, SocketNet};
 use crate::transport::net::{Net, NetSetup};
@@ -44,6 +45,10 @@ use std::time::Instant;
 /// each holds a FIFO of `NCCL_STEPS` slots, so memory stays bounded however many peers a job
 /// talks to. A call that needs one more fails naming the limit.
 pub const MAX_P2P_CONNS: usize = 256;
+
+/// How long a receiver that refused a send across the network tries to tell the sender (the
+/// notice is best effort: a sender that left cannot hear it).
+const NOTICE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Largest FIFO slot of a point-to-point connection (NCCL's p2p chunk over NVLink, 512 KiB): a
 /// communicator's `step_bytes` applies when it is smaller. With [`MAX_P2P_CONNS`] it bounds a
@@ -416,6 +421,12 @@ impl Comm {
             });
             let mine_text =
                 mine.map_or_else(|| format!("an operation with rank {peer}"), |k| notes[k].text.clone());
+            // Across the network the sender's kernel cannot see the refusal: tell it.
+            if let (Some(t), TransportKind::Net) = (theirs, self.links.transports[peer]) {
+                let r =
+                    Refusal { receiver: self.rank, seq: t.seq, sent: t.count, receive: mine_text.clone() };
+                self.bootstrap.lock().unwrap_or_else(|p| p.into_inner()).tell_refused(peer, &r, NOTICE_LIMIT);
+            }
             let (seq, peers) = match (mine, theirs) {
                 (_, Some(t)) => (
                     t.seq,
