@@ -679,8 +679,8 @@ fn dsl_inplace_reducescatter_and_allgather_run() {
 
 /// `Comm::all_to_all` on one host of 1, 3 and 4 ranks (grouped sends and receives) and on 2
 /// hosts × 2 ranks (the built-in two-step program, loaded by the first call: the blocks for the
-/// other host gather first and cross the network as one transfer); enqueued, always the
-/// program. Every block lands where the definition puts it, for
+/// other host gather first and cross the network as one transfer); enqueued the same (its
+/// `Work` says which: `p2p`, a block per peer round, or `msccl`). Every block lands where the definition puts it, for
 /// i32 and odd-length u8 blocks and 0 elements, in place (staged) and out of place, blocking and
 /// enqueued (with an all-reduce queued behind it), on calls that reuse the program; a receive
 /// buffer one element short is refused on every rank, and the next call still runs.
@@ -723,7 +723,15 @@ fn all_to_all_runs_on_one_host_and_across_two() {
                     .enqueue()
                     .all_to_all(BufRef::from(&ib), BufRef::from(&ib), count, DataType::U8)
                     .unwrap();
-                assert_eq!(w.algorithm(), "msccl");
+                let plan = w.plan();
+                match hosts {
+                    1 => assert_eq!(
+                        (plan.algorithm, plan.channels),
+                        (rsccl::Algorithm::P2p, n as u32),
+                        "{what}: {plan:?}"
+                    ),
+                    _ => assert_eq!(w.algorithm(), "msccl", "{what}"),
+                }
                 let ones = be.upload(&[1i32; 100]).unwrap();
                 let o = BufRef::from(&ones);
                 let w2 = comm.enqueue().all_reduce(o, o, 100, DataType::I32, ReduceOp::Sum).unwrap();

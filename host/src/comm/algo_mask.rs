@@ -94,14 +94,14 @@ impl AlgoMask {
     }
 
     /// Whether `algorithm` may run (the NVLS forms under `nvls`, NVLS_TREE's under either
-    /// `nvls` or `nvlstree`; MSCCL always).
+    /// `nvls` or `nvlstree`; MSCCL and point-to-point always).
     pub fn allows(&self, algorithm: Algorithm) -> bool {
         let bit = match algorithm {
             Algorithm::Ring => Self::RING,
             Algorithm::Tree => Self::TREE,
             Algorithm::Nvls | Algorithm::NvlsSymmetric => Self::NVLS,
             Algorithm::NvlsTree => Self::NVLS | Self::NVLS_TREE,
-            Algorithm::Msccl(_) => return true,
+            Algorithm::Msccl(_) | Algorithm::P2p => return true,
         };
         self.bits & bit != 0
     }

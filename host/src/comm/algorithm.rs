@@ -29,11 +29,14 @@ pub enum Algorithm {
     /// An MSCCL program loaded with [`Comm::load_msccl`](super::Comm::load_msccl) (or
     /// [`LocalGroup::load_msccl`](super::LocalGroup::load_msccl)), or one of the registry's.
     Msccl(MscclId),
+    /// Grouped sends and receives in one point-to-point launch (NCCL's p2p path): the
+    /// all-to-all's default. Never chosen for, nor asked of, a reducing collective.
+    P2p,
 }
 
 impl Algorithm {
     /// Its name in logs and [`Work::algorithm`](super::Work::algorithm): `ring`, `tree`,
-    /// `nvls`, `nvls-symmetric`, `nvls-tree`, `msccl`.
+    /// `nvls`, `nvls-symmetric`, `nvls-tree`, `msccl`, `p2p`.
     ///
     /// ```
     /// assert_eq!(rsccl::Algorithm::NvlsSymmetric.name(), "nvls-symmetric");
@@ -46,6 +49,7 @@ impl Algorithm {
             Algorithm::NvlsSymmetric => "nvls-symmetric",
             Algorithm::NvlsTree => "nvls-tree",
             Algorithm::Msccl(_) => "msccl",
+            Algorithm::P2p => "p2p",
         }
     }
 }

@@ -1,8 +1,8 @@
 //! All-to-all on a communicator (NCCL 2.28's `ncclAlltoAll`, MSCCL's `ncclAllToAll`): grouped
-//! sends and receives, unless an MSCCL-IR program from the registry (`RSCCL_MSCCL_XML`) serves
-//! the call. The enqueued form runs an MSCCL program (the registry's, else the built-in
-//! two-step all-to-all, compiled for the communicator's hosts on its first call) until
-//! point-to-point groups can be enqueued.
+//! sends and receives in one point-to-point launch, unless an MSCCL-IR program from the
+//! registry (`RSCCL_MSCCL_XML`) serves the call, or the ranks span hosts (the built-in two-step
+//! program, compiled for the communicator's hosts on its first call). Blocking or enqueued, one
+//! path: the blocking call waits for the enqueued one.
 use super::algorithm::MscclId;
 use super::communicator::Comm;
 use super::group::Group;
@@ -11,6 +11,7 @@ use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
 use crate::msccl::algorithms::alltoall_two_step;
 use crate::msccl::ir::{Collective as IrColl, Protocol};
+use crate::transport::TransportKind;
 use rsccl_device::dtype::DataType;
 
 impl Comm {
@@ -19,11 +20,12 @@ impl Comm {
     /// rank calls it with the same `count` and `dtype`. In place (`send` = `recv`) the input is
     /// staged in a buffer of the communicator's first (kept for later calls).
     ///
-    /// It runs as grouped sends and receives (NCCL's `ncclAlltoAll`: one point-to-point launch),
-    /// unless a registry MSCCL program (`RSCCL_MSCCL_XML`) serves the call, which then runs
-    /// instead, as does the built-in two-step program across hosts (the blocks for another
-    /// host gather on one GPU and cross the network as one transfer). Blocks until this rank's part is done; [`crate::comm::Enqueue::all_to_all`]
-    /// returns at once (on an MSCCL program: the registry's or the built-in two-step one).
+    /// It runs as grouped sends and receives (NCCL's `ncclAlltoAll`: one point-to-point launch,
+    /// [`Algorithm::P2p`](super::Algorithm::P2p)), unless a registry MSCCL program
+    /// (`RSCCL_MSCCL_XML`) serves the call, which then runs instead, as does the built-in
+    /// two-step program across hosts (the blocks for another host gather on one GPU and cross
+    /// the network as one transfer). Blocks until this rank's part is done;
+    /// [`crate::comm::Enqueue::all_to_all`] returns at once.
     ///
     /// ```
     /// use rsccl::{backend, BufRef, Comm, CommConfig, DataType};
@@ -44,30 +46,7 @@ impl Comm {
     /// # Ok::<(), rsccl::Error>(())
     /// ```
     pub fn all_to_all(&self, send: BufRef, recv: BufRef, count: usize, dtype: DataType) -> Result<()> {
-        let bytes = self.all_to_all_bytes(count, dtype)?;
-        // Across hosts the two-step program: one network transfer per pair of hosts.
-        let net = self.links.transports.contains(&crate::transport::TransportKind::Net);
-        if net || self.all_to_all_registry(send.ptr() == recv.ptr(), bytes).is_some() {
-            return self.start_all_to_all(send, recv, count, dtype)?.wait();
-        }
-        if send.ptr() != recv.ptr() {
-            let mut g = Group::new();
-            g.all_to_all(self, send, recv, count, dtype)?;
-            return g.run();
-        }
-        // In place: every block is read before any arrives, so the input goes to the staging
-        // buffer first (kept for later calls; no call of this communicator uses it now: calls
-        // of one communicator do not overlap and this one holds it until it ends).
-        let mut staging = self.programs.all_to_all_staging.lock().unwrap_or_else(|e| e.into_inner());
-        // The user's buffer bounds the size; growth may double it.
-        let tmp = staging.at_least(&*self.stream, bytes, bytes.saturating_mul(2))?;
-        send.buf.wait_idle();
-        self.stream.copy_range((tmp, 0), (send.buf, send.offset), bytes).map_err(|e| {
-            Error::InvalidConfig(format!("rank {}: all_to_all in place: the buffer: {e}", self.rank))
-        })?;
-        let mut g = Group::new();
-        g.all_to_all(self, BufRef::from(tmp), recv, count, dtype)?;
-        g.run()
+        self.start_all_to_all(send, recv, count, dtype)?.wait()
     }
 
     /// [`Comm::all_to_all`], enqueued ([`crate::comm::Enqueue::all_to_all`]).
@@ -79,6 +58,43 @@ impl Comm {
         dtype: DataType,
     ) -> Result<Work<'_>> {
         let bytes = self.all_to_all_bytes(count, dtype)?;
+        let in_place = send.ptr() == recv.ptr();
+        // Across hosts the two-step program: one network transfer per pair of hosts.
+        let net = self.links.transports.contains(&TransportKind::Net);
+        if net || self.all_to_all_registry(in_place, bytes).is_some() {
+            return self.start_all_to_all_msccl(send, recv, count, dtype, bytes);
+        }
+        if !in_place {
+            let mut group = Group::new();
+            group.all_to_all(self, send, recv, count, dtype)?;
+            return Ok(Work::of_group(self, group.start()?, self.p2p_plan()));
+        }
+        // In place: every block is read before any arrives, so the input goes to the staging
+        // buffer first (kept for later calls). The call in flight may be one that reads it:
+        // it ends first, and a later call that stages ends this one before it copies.
+        let mut staging = self.programs.all_to_all_staging.lock().unwrap_or_else(|e| e.into_inner());
+        self.complete_in_flight(&mut self.queue.lock().unwrap_or_else(|p| p.into_inner()));
+        // The user's buffer bounds the size; growth may double it.
+        let tmp = staging.at_least(&*self.stream, bytes, bytes.saturating_mul(2))?;
+        send.buf.wait_idle();
+        self.stream.copy_range((tmp, 0), (send.buf, send.offset), bytes).map_err(|e| {
+            Error::InvalidConfig(format!("rank {}: all_to_all in place: the buffer: {e}", self.rank))
+        })?;
+        let mut group = Group::new();
+        group.all_to_all(self, BufRef::from(tmp), recv, count, dtype)?;
+        let started = group.start()?;
+        Ok(Work::of_group(self, started, self.p2p_plan()))
+    }
+
+    /// An all-to-all on an MSCCL program: the registry's, else the built-in two-step one.
+    fn start_all_to_all_msccl(
+        &self,
+        send: BufRef,
+        recv: BufRef,
+        count: usize,
+        dtype: DataType,
+        bytes: usize,
+    ) -> Result<Work<'_>> {
         let (id, builtin) = self.all_to_all_program(send.ptr() == recv.ptr(), bytes)?;
         let l = self.loaded(id)?;
         let mut q = self.ready_for(send, recv)?;

@@ -18,12 +18,12 @@ use super::call::{BufRef, Call, DevCall};
 use super::communicator::{Comm, FlightId, InFlight, Queue};
 use super::completion::Awaiting;
 use super::hang::{op_code, P2pGuard};
-use super::p2p::{self_copies, OpNote, P2p, MAX_P2P_BLOCKS};
+use super::p2p::{self_copies, OpNote, P2p};
 use super::pool::Pooled;
 use crate::backend::LaunchConfig;
 use crate::error::{Error, Result};
 use rsccl_device::coll::group::{GroupArgs, GROUP_SHM_BYTES, GROUP_THREADS};
-use rsccl_device::coll::kernels::{handles, CollKernel, SIMPLE_THREADS};
+use rsccl_device::coll::kernels::{handles, CollKernel};
 use rsccl_device::coll::p2p::{P2pArgs, P2pOp, P2P_SHM_BYTES};
 use rsccl_device::coll::ring::RingArgs;
 use rsccl_device::coll::Collective;
@@ -300,6 +300,19 @@ impl GroupWork<'_> {
     pub fn numbers(&self) -> Vec<u64> {
         self.parts.iter().map(|(_, n, _)| *n).collect()
     }
+
+    /// A group of one communicator, `comm`, as this rank's number of it and its done flag
+    /// (for the [`Work`](super::Work) of a collective made of sends and receives); the caller
+    /// completes it from now on.
+    pub(super) fn into_single(mut self, comm: &Comm) -> (u64, Arc<AtomicBool>) {
+        assert!(
+            self.parts.len() == 1 && std::ptr::eq(self.parts[0].0, comm),
+            "a group of this one communicator"
+        );
+        self.claimed = true;
+        let (_, number, done) = self.parts.pop().expect("one part");
+        (number, done)
+    }
 }
 
 impl Drop for GroupWork<'_> {
@@ -571,14 +584,14 @@ impl Comm {
     /// The point-to-point kernel of a group without collectives: a block per round (each
     /// peer distance progresses on its own; round 0, the self-copies, shares block 0).
     fn launch_p2p_only(&self, ops: &[P2p], prep: &Prepared) -> Result<Option<Launched>> {
-        let nblocks = self.nranks.clamp(1, MAX_P2P_BLOCKS);
+        let plan = self.p2p_plan();
+        let nblocks = plan.channels as usize;
         let (dev, notes) = self.p2p_ops(ops, &prep.bytes, &prep.copies, nblocks);
         if dev.is_empty() {
             return Ok(None);
         }
         let (table, status, args) = self.p2p_args(&dev, nblocks)?;
-        let cfg = LaunchConfig::linear(nblocks as u32, self.cfg.nthreads.clamp(64, SIMPLE_THREADS))
-            .with_smem(P2P_SHM_BYTES);
+        let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(P2P_SHM_BYTES);
         // SAFETY: every op's buffer holds its bytes (check_p2p) and stays untouched by other
         // calls until the group ends (the queue is held); the connections and the op table are
         // this Comm's and `Launched`'s, alive until phase 5 waited for the kernel.

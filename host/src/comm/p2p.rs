@@ -19,6 +19,7 @@
 //! (peers on other hosts) are served by a proxy thread each group that made some starts once
 //! its connections are made. Across the network only the receiver reports a size mismatch: the
 //! refusal does not travel back through the proxies yet.
+use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::BufRef;
 use super::communicator::Comm;
 use super::p2p_links::{P2pConn, P2pLinks};
@@ -31,6 +32,7 @@ use crate::transport::net::{Net, NetSetup};
 use crate::transport::{
     self, ConnHandle, ConnLayout, ConnMem, Side, Transport, TransportKind, MAX_HANDLE_BYTES,
 };
+use rsccl_device::coll::kernels::SIMPLE_THREADS;
 use rsccl_device::coll::p2p::{P2pArgs, P2pKind, P2pOp};
 use rsccl_device::dtype::DataType;
 use rsccl_device::overlap::gate::GateWait;
@@ -333,6 +335,17 @@ impl Comm {
             links.proxies.push(proxy);
         }
         Ok(())
+    }
+
+    /// How a point-to-point launch runs on this rank: a block per round of peers (at most
+    /// [`MAX_P2P_BLOCKS`]), Simple steps.
+    pub(super) fn p2p_plan(&self) -> Plan {
+        Plan {
+            algorithm: Algorithm::P2p,
+            protocol: Protocol::Simple,
+            channels: self.nranks.clamp(1, MAX_P2P_BLOCKS) as u32,
+            threads: self.cfg.nthreads.clamp(64, SIMPLE_THREADS),
+        }
     }
 
     /// The FIFO shape of point-to-point connections (the same on both sides: `step_bytes` is

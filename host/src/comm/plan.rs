@@ -111,6 +111,7 @@ impl Comm {
                 Ok(l) => return self.msccl_plan(&l),
                 Err(_) => (0, 0),
             },
+            Algorithm::P2p => return self.p2p_plan(),
         };
         let (protocol, channels, threads) = match algorithm {
             Algorithm::Ring if self.nranks > 1 => {

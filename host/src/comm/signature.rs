@@ -19,12 +19,15 @@ fn algo_code(a: Algorithm) -> u64 {
         Algorithm::Nvls => 3,
         Algorithm::NvlsSymmetric => 4,
         Algorithm::NvlsTree => 5,
+        Algorithm::P2p => 6,
     }
 }
 
 /// What a description says of the algorithm of code `c` (`None`: no such code).
 fn algo_suffix(c: u64) -> Option<&'static str> {
-    ["", " (tree)", " (msccl)", " (nvls)", " (nvls, symmetric)", " (nvls-tree)"].get(c as usize).copied()
+    ["", " (tree)", " (msccl)", " (nvls)", " (nvls, symmetric)", " (nvls-tree)", " (p2p)"]
+        .get(c as usize)
+        .copied()
 }
 
 /// One call as the kernels run it.

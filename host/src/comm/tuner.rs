@@ -190,7 +190,7 @@ impl Tuner {
             Algorithm::Tree => Algo::Tree,
             Algorithm::Nvls | Algorithm::NvlsSymmetric => Algo::Nvls,
             Algorithm::NvlsTree => Algo::NvlsTree,
-            Algorithm::Ring | Algorithm::Msccl(_) => Algo::Ring,
+            Algorithm::Ring | Algorithm::Msccl(_) | Algorithm::P2p => Algo::Ring,
         };
         self.table
             .time_us(coll, algo, proto, bytes, 1)

@@ -52,7 +52,7 @@ pub struct Enqueue<'c> {
 #[derive(Debug)]
 pub struct Work<'c> {
     comm: &'c Comm,
-    seq: u64,
+    flight: FlightId,
     done: Arc<AtomicBool>,
     claimed: bool,
     plan: Plan,
@@ -60,11 +60,18 @@ pub struct Work<'c> {
 
 impl<'c> Work<'c> {
     pub(super) fn new(comm: &'c Comm, seq: u64, done: Arc<AtomicBool>, plan: Plan) -> Self {
-        Work { comm, seq, done, claimed: false, plan }
+        Work { comm, flight: FlightId::Collective(seq), done, claimed: false, plan }
+    }
+
+    /// The work of `group`, a point-to-point group of `comm` alone (a collective made of sends
+    /// and receives, such as an all-to-all), planned as `plan`.
+    pub(super) fn of_group(comm: &'c Comm, group: GroupWork<'_>, plan: Plan) -> Self {
+        let (number, done) = group.into_single(comm);
+        Work { comm, flight: FlightId::Group(number), done, claimed: false, plan }
     }
 
     /// The name of the algorithm that runs it: `ring`, `tree`, `nvls`, `nvls-symmetric` (on
-    /// registered windows), `nvls-tree` or `msccl` ([`Algorithm::name`](super::Algorithm::name)).
+    /// registered windows), `nvls-tree`, `msccl` or `p2p` ([`Algorithm::name`](super::Algorithm::name)).
     pub fn algorithm(&self) -> &'static str {
         self.plan.algorithm.name()
     }
@@ -77,7 +84,7 @@ impl<'c> Work<'c> {
     /// Waits for the collective and returns its result.
     pub fn wait(mut self) -> Result<()> {
         self.claimed = true;
-        self.comm.complete(FlightId::Collective(self.seq))
+        self.comm.complete(self.flight)
     }
 
     /// Lets the collective run on without a `Work` to wait for it (NCCL's enqueue-and-return):
@@ -85,7 +92,7 @@ impl<'c> Work<'c> {
     /// reaches [`Comm::async_error`] and every later call. Its buffers stay alive until it ends.
     pub fn detach(mut self) {
         self.claimed = true;
-        self.comm.detach(FlightId::Collective(self.seq));
+        self.comm.detach(self.flight);
     }
 
     /// Whether its kernel has finished on this rank (a poll: the result still comes from
@@ -94,16 +101,20 @@ impl<'c> Work<'c> {
         self.done.load(Ordering::Acquire)
     }
 
-    /// The collective's number in this communicator (the one hang reports name).
+    /// The call's number (the one hang reports name): a collective's number in this
+    /// communicator, or, for one run as a point-to-point group ([`Algorithm::P2p`](super::Algorithm::P2p)),
+    /// this rank's number of the group.
     pub fn seq(&self) -> u64 {
-        self.seq
+        match self.flight {
+            FlightId::Collective(n) | FlightId::Group(n) => n,
+        }
     }
 }
 
 impl Drop for Work<'_> {
     fn drop(&mut self) {
         if !self.claimed {
-            let _ = self.comm.complete(FlightId::Collective(self.seq));
+            let _ = self.comm.complete(self.flight);
         }
     }
 }
@@ -114,8 +125,9 @@ impl<'c> Enqueue<'c> {
         self.comm.start(call)
     }
 
-    /// Nonblocking [`Comm::all_to_all`]: its `send` (or, in place, the staging copy of it) and
-    /// `recv` stay in use until the work completes.
+    /// Nonblocking [`Comm::all_to_all`] (on grouped sends and receives unless an MSCCL program
+    /// serves it: [`Work::plan`] says which): its `send` (or, in place, the staging copy of it)
+    /// and `recv` stay in use until the work completes.
     pub fn all_to_all(self, send: BufRef, recv: BufRef, count: usize, dtype: DataType) -> Result<Work<'c>> {
         self.comm.start_all_to_all(send, recv, count, dtype)
     }
