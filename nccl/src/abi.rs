@@ -116,6 +116,10 @@ pub const API_MAGIC: c_uint = 0xcafe_beef;
 pub const CONFIG_UNDEF_INT: c_int = c_int::MIN;
 /// `NCCL_SPLIT_NOCOLOR`.
 pub const SPLIT_NOCOLOR: c_int = -1;
+/// `NCCL_SHRINK_DEFAULT`: shrink, waiting for a call of the parent in flight.
+pub const SHRINK_DEFAULT: c_int = 0;
+/// `NCCL_SHRINK_ABORT`: stop the parent's call in flight first.
+pub const SHRINK_ABORT: c_int = 1;
 
 /// `ncclUniqueId`: 128 opaque bytes, passed by value.
 #[repr(C)]

@@ -42,6 +42,8 @@ pub fn render() -> String {
     enumeration(w, "ncclResult_t", &results, Some(("ncclNumResults", abi::RESULTS.len() as i32)));
     let _ = writeln!(w, "#define NCCL_CONFIG_UNDEF_INT INT_MIN\n#define NCCL_CONFIG_UNDEF_PTR NULL");
     let _ = writeln!(w, "#define NCCL_SPLIT_NOCOLOR {}", abi::SPLIT_NOCOLOR);
+    let _ = writeln!(w, "#define NCCL_SHRINK_DEFAULT {:#04x}", abi::SHRINK_DEFAULT);
+    let _ = writeln!(w, "#define NCCL_SHRINK_ABORT {:#04x}", abi::SHRINK_ABORT);
     let _ = writeln!(w, "#define NCCL_API_MAGIC {:#x}\n", abi::API_MAGIC);
     w.push_str("typedef struct ncclConfig_v22800 {\n");
     for f in abi::CONFIG_FIELDS {

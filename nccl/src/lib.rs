@@ -534,10 +534,45 @@ api! {
         Ok(())
     }
 
-    /// Not implemented yet: returns `ncclInvalidUsage` naming it.
+    /// A new communicator of every rank but the `excludeRanksCount` ranks listed (which do not
+    /// call it), numbered in the parent's order; `NCCL_SHRINK_ABORT` first stops a call of the
+    /// parent still in flight (one stuck on a dead rank).
     fn ncclCommShrink / pncclCommShrink(comm: NcclComm, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut NcclComm, config: *mut NcclConfig, shrinkFlags: c_int) {
-        let _ = (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
-        Err(Fail::usage("not implemented in rsccl yet"))
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(comm) }?;
+        if newcomm.is_null() {
+            return Err(Fail::arg("newcomm is NULL"));
+        }
+        if shrinkFlags & !abi::SHRINK_ABORT != 0 {
+            return Err(Fail::arg(format!(
+                "shrinkFlags {shrinkFlags:#x}: NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT"
+            )));
+        }
+        let count = usize::try_from(excludeRanksCount)
+            .ok()
+            .filter(|&n| n <= h.nranks)
+            .ok_or_else(|| Fail::arg(format!("excludeRanksCount {excludeRanksCount}: 0 to {}", h.nranks)))?;
+        let listed: &[c_int] = match (count, excludeRanksList.is_null()) {
+            (0, _) => &[],
+            (_, true) => return Err(Fail::arg("excludeRanksList is NULL")),
+            // SAFETY: the caller's contract: `count` ranks at the pointer (non-NULL, count
+            // bounded by the communicator's size above).
+            (n, false) => unsafe { std::slice::from_raw_parts(excludeRanksList, n) },
+        };
+        let exclude = listed
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| usize::try_from(r).map_err(|_| Fail::arg(format!("excludeRanksList[{i}] is {r}"))))
+            .collect::<Res<Vec<usize>>>()?;
+        // SAFETY: the caller's contract.
+        let (cfg, _) = unsafe { read_config(config) }?;
+        let abort = shrinkFlags & abi::SHRINK_ABORT != 0;
+        let c = h.comm()?.shrink(&exclude, abort, cfg).map_err(Fail::from)?;
+        let nh = CommHandle::new(c.rank(), c.nranks(), h.device);
+        nh.set(Ok(c));
+        // SAFETY: checked non-NULL.
+        unsafe { newcomm.write(Box::into_raw(Box::new(nh))) };
+        Ok(())
     }
 
     /// Not implemented yet (symmetric windows go through rsccl's own API so far): returns

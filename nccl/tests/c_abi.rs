@@ -216,6 +216,10 @@ fn every_bad_argument_returns_nccls_code_and_names_the_argument() {
         ("sim_magic", 4, "NCCL_SIM_INFO_INITIALIZER"),
         ("free_foreign", 4, "was not allocated by ncclMemAlloc"),
         ("window_register", 5, "ncclCommWindowRegister: not implemented in rsccl yet"),
+        ("shrink_flags", 4, "shrinkFlags 0x4: NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT"),
+        ("shrink_self", 4, "shrink: entry 0 names this rank"),
+        ("shrink_range", 4, "shrink: entry 0 names rank 2, not below 2"),
+        ("shrink_count", 4, "excludeRanksCount 3: 0 to 2"),
     ] {
         let line = text
             .lines()
@@ -276,6 +280,10 @@ fn two_nodes_of_two_ranks_over_the_network() {
         assert!(out.status.success(), "node {k}:\n{text}");
         assert_eq!(text.matches("0 wrong").count(), 2, "node {k}:\n{text}");
         assert!(text.contains("count 4"), "node {k}:\n{text}");
+        // Ranks 0-2 shrank the communicator without rank 3, across the nodes.
+        for r in (0..3).filter(|r| r / 2 == k) {
+            assert!(text.contains(&format!("ok shrink: rank {r} of 3 without rank 3")), "node {k}:\n{text}");
+        }
         assert!(
             text.contains("via NET") && text.contains("NET/socket: using lo (127.0.0.1)"),
             "node {k}:\n{text}"
@@ -302,6 +310,10 @@ fn one_rank_per_process_under_the_launcher() {
     let _ = std::fs::remove_file(&id);
     assert!(out.status.success(), "{text}");
     assert_eq!(text.matches("0 wrong").count(), 4, "{text}");
+    // Ranks 0-2 shrank the communicator without rank 3.
+    for r in 0..3 {
+        assert!(text.contains(&format!("ok shrink: rank {r} of 3 without rank 3")), "{text}");
+    }
     // Without sharing the id: every rank makes it from NCCL_COMM_ID's address.
     let out = Command::new(&launcher)
         .args(["run", "-n", "3", "--timeout", "100", "--"])

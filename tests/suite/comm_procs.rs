@@ -916,6 +916,100 @@ fn split_communicators_by_color_and_key() {
     assert_eq!(results[4], None);
 }
 
+/// Shrink (NCCL's `ncclCommShrink`): of 5 ranks, rank 3 is dropped and never calls; the other
+/// four form a communicator numbered in their old order, whose all-reduce sums only theirs.
+/// Lists naming a rank out of range, the caller or a rank twice are refused before anything.
+#[test]
+fn shrink_drops_ranks_and_the_others_run_on() {
+    let be = backend::cpu();
+    let cfg = || CommConfig { nchannels: 1, ..sweep_config() };
+    let comms = Comm::init_all(&be, 5, cfg()).unwrap();
+    for (list, want) in [
+        (vec![3, 7], "entry 1 names rank 7, not below 5"),
+        (vec![0], "entry 0 names this rank"),
+        (vec![3, 3], "entry 1 names rank 3 a second time"),
+    ] {
+        let e = comms[0].shrink(&list, false, cfg()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("rank 0: shrink") && e.contains(want), "{list:?}: {e}");
+    }
+    let results: Vec<(usize, usize, Vec<i32>)> = std::thread::scope(|s| {
+        let hs: Vec<_> = [0usize, 1, 2, 4]
+            .into_iter()
+            .map(|r| {
+                let (be, comm) = (&be, &comms[r]);
+                s.spawn(move || {
+                    let sub = comm.shrink(&[3], false, cfg()).unwrap();
+                    let buf = be.upload(&[r as i32 + 1; 5]).unwrap();
+                    sub.all_reduce(BufRef::from(&buf), BufRef::from(&buf), 5, DataType::I32, ReduceOp::Sum)
+                        .unwrap();
+                    (sub.rank(), sub.nranks(), be.download(&buf, 5).unwrap())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(*r, (i, 4, vec![1 + 2 + 3 + 5; 5]), "old rank {}", [0, 1, 2, 4][i]);
+    }
+}
+
+/// A rank that never comes to an all-reduce leaves the others waiting in it: with
+/// `abort_in_flight` they stop it at once and shrink without that rank (long before the
+/// collective's 30 s timeout). Ranks that pass different lists fail naming both (the rank that
+/// disagrees) or within the bootstrap timeout (the ones waiting for it), never hang.
+#[test]
+fn shrink_stops_a_call_stuck_on_the_dropped_rank_and_refuses_lists_that_differ() {
+    let be = backend::cpu();
+    let cfg = || CommConfig { nchannels: 1, bootstrap_timeout: Duration::from_secs(3), ..sweep_config() };
+    let comms = Comm::init_all(&be, 3, cfg()).unwrap();
+    let t = Instant::now();
+    let sums: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let hs: Vec<_> = [0usize, 1]
+            .into_iter()
+            .map(|r| {
+                let (be, comm) = (&be, &comms[r]);
+                s.spawn(move || {
+                    let buf = be.upload(&[1.0f32; 64]).unwrap();
+                    let b = BufRef::from(&buf);
+                    // Rank 2 never calls it: this waits until stopped.
+                    comm.enqueue().all_reduce(b, b, 64, DataType::F32, ReduceOp::Sum).unwrap().detach();
+                    std::thread::sleep(Duration::from_millis(200));
+                    let sub = comm.shrink(&[2], true, cfg()).unwrap();
+                    let buf = be.upload(&[r as f32 + 0.5; 7]).unwrap();
+                    sub.all_reduce(BufRef::from(&buf), BufRef::from(&buf), 7, DataType::F32, ReduceOp::Sum)
+                        .unwrap();
+                    be.download(&buf, 7).unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    assert_eq!(sums, vec![vec![2.0f32; 7]; 2]);
+    // The stopped call failed on the old communicator, which says so.
+    assert!(comms[0].async_error().is_err() && comms[1].async_error().is_err());
+
+    let comms = Comm::init_all(&be, 4, cfg()).unwrap();
+    let t = Instant::now();
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = [(0usize, vec![3usize]), (1, vec![3]), (2, vec![1, 3])]
+            .into_iter()
+            .map(|(r, list)| {
+                let comm = &comms[r];
+                s.spawn(move || {
+                    comm.shrink(&list, false, cfg()).err().map(|e| e.to_string()).unwrap_or_default()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(t.elapsed() < Duration::from_secs(15), "took {:?}", t.elapsed());
+    assert!(errs[2].contains("rank 0 keeps ranks [0, 1, 2], this rank [0, 2]"), "{}", errs[2]);
+    for r in [0, 1] {
+        assert!(errs[r].contains(&format!("rank {r}: rank 2 of 3 never connected")), "rank {r}: {}", errs[r]);
+    }
+}
+
 /// A free port on 127.0.0.1 (bound, then released for a child to take).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

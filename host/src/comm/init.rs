@@ -22,7 +22,7 @@ use rsccl_device::coll::tree::TreeChannel;
 use rsccl_device::prims::conn::{status_bytes, ConnInfo};
 use rsccl_device::prims::ll::ll_step_bytes;
 use rsccl_device::prims::ll128::ll128_step_bytes;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 /// What every rank hands to the bootstrap beside its address and process: its GPU's PCI bus
@@ -241,50 +241,6 @@ impl Comm {
                 .collect()
         });
         results.into_iter().collect()
-    }
-
-    /// Splits this communicator (NCCL's `ncclCommSplit`): every rank calls it; ranks that pass
-    /// the same `color` form a new communicator of `cfg`, numbered by `key` (ties by their rank
-    /// here); a rank that passes `None` (NCCL's `NCCL_SPLIT_NOCOLOR`) joins none and gets
-    /// `None`. The lowest rank of each color hosts the new bootstrap root and sends its id to
-    /// the others over this communicator's bootstrap.
-    pub fn split(&self, color: Option<u32>, key: i64, cfg: CommConfig) -> Result<Option<Comm>> {
-        let seq = self.splits.fetch_add(1, Ordering::SeqCst);
-        let mut mine = Vec::with_capacity(17);
-        mine.push(color.is_some() as u8);
-        mine.extend_from_slice(&color.unwrap_or(0).to_le_bytes());
-        mine.extend_from_slice(&key.to_le_bytes());
-        let mut boot = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner());
-        let all = boot.all_gather(&mine)?;
-        let decode = |b: &[u8]| -> Result<(Option<u32>, i64)> {
-            if b.len() != 13 {
-                return Err(Error::InvalidConfig(format!(
-                    "split: a peer sent {} bytes, expected 13",
-                    b.len()
-                )));
-            }
-            let c = u32::from_le_bytes(b[1..5].try_into().expect("4 bytes"));
-            Ok(((b[0] != 0).then_some(c), i64::from_le_bytes(b[5..13].try_into().expect("8 bytes"))))
-        };
-        let entries: Vec<(Option<u32>, i64)> = all.iter().map(|b| decode(b)).collect::<Result<_>>()?;
-        let Some(color) = color else { return Ok(None) };
-        let mut members: Vec<usize> = (0..self.nranks).filter(|&r| entries[r].0 == Some(color)).collect();
-        members.sort_by_key(|&r| (entries[r].1, r));
-        let new_rank = members.iter().position(|&r| r == self.rank).expect("this rank has its color");
-        let leader = *members.iter().min().expect("at least this rank");
-        let tag = 1 << 62 | seq << 32 | color as u64;
-        let id = if leader == self.rank {
-            let ip = self.peers[self.rank].addr.ip();
-            let id = UniqueId::with_addr(std::net::SocketAddr::new(ip, 0))?;
-            for &r in members.iter().filter(|&&r| r != self.rank) {
-                boot.send(r, tag, &id.to_bytes())?;
-            }
-            id
-        } else {
-            UniqueId::from_bytes(&boot.recv(leader, tag)?)?
-        };
-        drop(boot);
-        Comm::init_rank(&self.backend, members.len(), new_rank, &id, cfg).map(Some)
     }
 }
 

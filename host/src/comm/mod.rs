@@ -33,6 +33,7 @@ mod plan;
 mod pool;
 mod scratch;
 mod signature;
+mod split;
 mod topo;
 mod tuner;
 pub(crate) mod watchdog;

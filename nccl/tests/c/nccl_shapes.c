@@ -4,7 +4,8 @@
  *   ranks IDFILE      one rank per process (RANK, WORLD_SIZE from `rsccl run`); rank 0 writes
  *                     the unique id to IDFILE, the others read it; IDFILE "-": every rank
  *                     calls ncclGetUniqueId (NCCL_COMM_ID, which `rsccl run` sets as
- *                     RSCCL_COMM_ID, names the rendezvous)
+ *                     RSCCL_COMM_ID, names the rendezvous); then, of 3 or more ranks, every
+ *                     rank but the last shrinks the communicator without it
  *   config            an older, smaller ncclConfig_t and nonblocking inits polled to completion
  *   bad               each bad argument: its return code and ncclGetLastError text
  * Every collective's result is checked against a host reference; "ok <what>" per check, exit
@@ -199,6 +200,27 @@ static void collectives(void) {
   free(fwant);
 }
 
+/* ncclCommShrink: every rank but the last (which does not call it) makes a communicator
+ * without it, numbered in the parent's order, and all-reduces on it. */
+static void shrink_last(void) {
+  int r = own[0], last = nranks - 1;
+  if (nranks < 3 || r == last) return;
+  ncclComm_t sub;
+  CHECK(ncclCommShrink(comms[0], &last, 1, &sub, NULL, NCCL_SHRINK_DEFAULT));
+  int n = 0, me = -1;
+  CHECK(ncclCommCount(sub, &n));
+  CHECK(ncclCommUserRank(sub, &me));
+  int32_t* b = mem(16 * sizeof(int32_t));
+  int32_t want[16];
+  for (int i = 0; i < 16; i++) { b[i] = r + 1 + i; want[i] = last * (last + 1) / 2 + last * i; }
+  CHECK(ncclAllReduce(b, b, 16, ncclInt32, ncclSum, sub, NULL));
+  expect_i("shrink all_reduce", r, b, want, 16);
+  if (n != last || me != r) { printf("WRONG shrink: rank %d of %d\n", me, n); failures++; }
+  CHECK(ncclMemFree(b));
+  CHECK(ncclCommDestroy(sub));
+  printf("ok shrink: rank %d of %d without rank %d\n", me, n, last);
+}
+
 static void describe(void) {
   int v = 0, c = 0, r = 0;
   CHECK(ncclGetVersion(&v));
@@ -275,6 +297,12 @@ int main(int argc, char** argv) {
       fclose(f);
     }
     CHECK(ncclCommInitRank(&comms[0], nranks, id, own[0]));
+    describe();
+    collectives();
+    shrink_last();
+    CHECK(ncclCommDestroy(comms[0]));
+    printf("%d wrong\n", failures);
+    return failures == 0 ? 0 : 1;
   } else if (!strcmp(mode, "bad")) {
     int ok = 0;
     nranks = nown = 2;
@@ -316,6 +344,12 @@ int main(int argc, char** argv) {
     ok += bad_case("free_foreign", ncclMemFree(buf));
     ncclWindow_t win;
     ok += bad_case("window_register", ncclCommWindowRegister(comms[0], buf, 16, &win, NCCL_WIN_COLL_SYMMETRIC));
+    ncclComm_t sub;
+    int self = 0, beyond = 2;
+    ok += bad_case("shrink_flags", ncclCommShrink(comms[0], NULL, 0, &sub, NULL, 4));
+    ok += bad_case("shrink_self", ncclCommShrink(comms[0], &self, 1, &sub, NULL, NCCL_SHRINK_DEFAULT));
+    ok += bad_case("shrink_range", ncclCommShrink(comms[0], &beyond, 1, &sub, NULL, NCCL_SHRINK_DEFAULT));
+    ok += bad_case("shrink_count", ncclCommShrink(comms[0], &self, 3, &sub, NULL, NCCL_SHRINK_DEFAULT));
     printf("error string 4: %s\n", ncclGetErrorString(ncclInvalidArgument));
     for (int k = 0; k < 2; k++) CHECK(ncclCommDestroy(comms[k]));
     printf("%d bad cases returned ncclSuccess\n", ok);
