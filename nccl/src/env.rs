@@ -4,7 +4,7 @@
 use std::sync::Once;
 
 /// `(NCCL's name, rsccl's twin)`.
-pub const TWINS: [(&str, &str); 16] = [
+pub const TWINS: [(&str, &str); 18] = [
     ("NCCL_DEBUG", "RSCCL_DEBUG"),
     ("NCCL_DEBUG_FILE", "RSCCL_DEBUG_FILE"),
     ("NCCL_SOCKET_IFNAME", "RSCCL_SOCKET_IFNAME"),
@@ -21,6 +21,8 @@ pub const TWINS: [(&str, &str); 16] = [
     ("NCCL_NTHREADS", "RSCCL_NTHREADS"),
     ("NCCL_MAX_NCHANNELS", "RSCCL_MAX_NCHANNELS"),
     ("NCCL_P2P_DISABLE", "RSCCL_P2P_DISABLE"),
+    ("NCCL_PROTO", "RSCCL_PROTO"),
+    ("NCCL_NET_PLUGIN", "RSCCL_NET_PLUGIN"),
 ];
 
 /// Copies the twins once per process (every exported call runs this first).

@@ -87,6 +87,11 @@ pub struct CommConfig {
     /// (as `RSCCL_MSCCL_XML`, which it overrides): a file or a directory, loaded at init
     /// ([`crate::msccl::registry`]). `None`: the variable's value.
     pub msccl_xml: Option<std::path::PathBuf>,
+    /// NCCL net plugins for the connections to other hosts, in `RSCCL_NET_PLUGIN`'s grammar
+    /// (NCCL's `NCCL_NET_PLUGIN`: a comma list of files or names; `none`: rsccl's socket
+    /// transport), which it overrides; see [`crate::transport::net::plugin`]. `None`: the
+    /// variable's value.
+    pub net_plugin: Option<String>,
 }
 
 impl Default for CommConfig {
@@ -106,6 +111,7 @@ impl Default for CommConfig {
             proto: None,
             host_id: None,
             msccl_xml: None,
+            net_plugin: None,
         }
     }
 }

@@ -13,8 +13,7 @@ use crate::channels::Channels;
 use crate::error::{Error, Result};
 use crate::topology::Rank;
 use crate::transport::net::proxy::Proxy;
-use crate::transport::net::socket::{SocketConfig, SocketNet};
-use crate::transport::net::{Net, NetSetup};
+use crate::transport::net::NetSetup;
 use crate::transport::ConnMem;
 use crate::transport::{self, ConnHandle, ConnLayout, Side, Transport, TransportKind, MAX_HANDLE_BYTES};
 use rsccl_device::coll::ring::RingChannel;
@@ -438,16 +437,7 @@ fn connect(
     };
     let key_base = u128::from_le_bytes(*id.secret());
     let net = if wires.iter().any(|w| transports[w.peer] == TransportKind::Net) {
-        let sock = SocketConfig::from_env()?;
-        tracing::info!(
-            rank,
-            "NET/socket: using {} ({}), {} thread(s) x {} socket(s) per connection",
-            sock.ifname,
-            sock.ip,
-            sock.nthreads,
-            sock.nsocks_per_thread
-        );
-        let plugin: Arc<dyn Net> = Arc::new(SocketNet::new(sock, *id.secret()));
+        let plugin = crate::transport::net::choose(cfg.net_plugin.as_deref(), *id.secret(), rank)?;
         Some(NetSetup::new(plugin, stream.clone(), std::time::Instant::now() + cfg.bootstrap_timeout))
     } else {
         None

@@ -159,6 +159,7 @@ impl LocalGroup {
             proto: cfg.proto.clone(),
             host_id: None,
             msccl_xml: None,
+            net_plugin: None,
         };
         // Every field (channels, threads, step bytes, timeout) is checked, with
         // the same messages as a Comm's, before any thread or socket is made.

@@ -27,8 +27,7 @@ use super::pool::Pooled;
 use super::wiring::{conn_tag, Edge};
 use crate::bootstrap::Refusal;
 use crate::error::{Error, Result};
-use crate::transport::net::socket::{SocketConfig, SocketNet};
-use crate::transport::net::{Net, NetSetup};
+use crate::transport::net::NetSetup;
 use crate::transport::{
     self, ConnHandle, ConnLayout, ConnMem, Side, Transport, TransportKind, MAX_HANDLE_BYTES,
 };
@@ -40,7 +39,6 @@ use rsccl_device::prims::conn::{
     decode_status, mismatch_offset, status_bytes, CallSig, ErrorCode, PrimsStatus, CALL_SIG_BYTES,
 };
 use rsccl_device::DevPtr;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Most point-to-point connections (each direction to each peer counts once) one rank keeps:
@@ -311,8 +309,8 @@ impl Comm {
         let setup = match links.net.take() {
             Some(s) => s,
             None => {
-                let plugin: Arc<dyn Net> =
-                    Arc::new(SocketNet::new(SocketConfig::from_env()?, self.links.conn_key.to_le_bytes()));
+                let key = self.links.conn_key.to_le_bytes();
+                let plugin = crate::transport::net::choose(self.cfg.net_plugin.as_deref(), key, self.rank)?;
                 NetSetup::new(plugin, self.stream.clone(), Instant::now() + self.cfg.bootstrap_timeout)
             }
         };

@@ -9,6 +9,8 @@
 //! the bootstrap; the sender connects; the receiver's accept runs on a thread of its own (both
 //! ranks are usually each other's receiver and sender), and [`NetSetup::start`] joins those
 //! accepts, within the communicator's bootstrap timeout, before the proxy starts.
+pub mod plugin;
+pub mod plugin_abi;
 pub mod proxy;
 pub mod socket;
 pub mod wire;
@@ -53,6 +55,12 @@ pub trait NetSendComm: Send {
     /// `Some(bytes)` once the request is done (its buffer may be reused), `None` while it runs.
     /// A done or failed request is forgotten.
     fn test(&mut self, req: NetRequest) -> Result<Option<usize>>;
+    /// Registers `len` bytes at `data` that later sends come from (the proxy calls it once
+    /// for the connection's memory and its control buffers); nothing by default.
+    fn register(&mut self, data: *const u8, len: usize) -> Result<()> {
+        let _ = (data, len);
+        Ok(())
+    }
     /// Stops the connection: pending requests fail, threads end, sockets close.
     fn close(&mut self);
 }
@@ -68,8 +76,37 @@ pub trait NetRecvComm: Send {
     unsafe fn irecv(&mut self, data: *mut u8, max: usize) -> Result<NetRequest>;
     /// `Some(bytes received)` once done, `None` while it runs.
     fn test(&mut self, req: NetRequest) -> Result<Option<usize>>;
+    /// Registers `len` bytes at `data` that later receives go into (as
+    /// [`NetSendComm::register`]); nothing by default.
+    fn register(&mut self, data: *const u8, len: usize) -> Result<()> {
+        let _ = (data, len);
+        Ok(())
+    }
     /// Stops the connection.
     fn close(&mut self);
+}
+
+/// The network a communicator's connections to other hosts use: the NCCL net plugin `plugin`
+/// names (else [`plugin::NET_PLUGIN_VAR`]'s; `none` or empty: neither), or rsccl's socket
+/// transport on `RSCCL_SOCKET_IFNAME`'s interface, its connections proven with `secret`.
+pub fn choose(plugin: Option<&str>, secret: [u8; 16], rank: usize) -> Result<Arc<dyn Net>> {
+    let spec = match plugin {
+        Some(p) => Some(p.to_string()),
+        None => std::env::var(plugin::NET_PLUGIN_VAR).ok(),
+    };
+    if let Some(spec) = spec.filter(|s| !s.trim().is_empty() && s.trim() != "none") {
+        return plugin::load(&spec);
+    }
+    let sock = socket::SocketConfig::from_env()?;
+    tracing::info!(
+        rank,
+        "NET/socket: using {} ({}), {} thread(s) x {} socket(s) per connection",
+        sock.ifname,
+        sock.ip,
+        sock.nthreads,
+        sock.nsocks_per_thread
+    );
+    Ok(Arc::new(socket::SocketNet::new(sock, secret)))
 }
 
 /// A `sizes` FIFO word no slice has written: the sending proxy resets each word it read to
@@ -142,7 +179,7 @@ impl NetSetup {
                     }
                 }
             };
-            ready.push(proxy::ProxyConn::new(c.peer, c.host, c.layout, c.mem, comm));
+            ready.push(proxy::ProxyConn::new(c.peer, c.host, c.layout, c.mem, comm)?);
         }
         if let Some(e) = first_err {
             return Err(e);

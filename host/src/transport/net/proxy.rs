@@ -174,26 +174,40 @@ impl ProxyConn {
         host: String,
         layout: ConnLayout,
         mem: Arc<HostMapped>,
-        comm: Comm,
-    ) -> Self {
+        mut comm: Comm,
+    ) -> Result<Self> {
         let side = match comm {
             Comm::Send(_) => Side::Send,
             Comm::Recv(_) => Side::Recv,
         };
-        ProxyConn {
+        let ctrl: Box<[[u8; CTRL_BYTES]; NCCL_STEPS as usize]> =
+            Box::new([[0; CTRL_BYTES]; NCCL_STEPS as usize]);
+        // What the plugin sends from and receives into: the connection's memory and the
+        // control buffers, registered once.
+        let regions = [
+            (mem.host_ptr() as *const u8, mem.len()),
+            (ctrl.as_ptr().cast::<u8>(), std::mem::size_of_val(&*ctrl)),
+        ];
+        for (p, len) in regions {
+            match &mut comm {
+                Comm::Send(c) => c.register(p, len)?,
+                Comm::Recv(c) => c.register(p, len)?,
+            }
+        }
+        Ok(ProxyConn {
             peer,
             host,
             words: Words::of(&mem, layout, side),
             comm,
             next: 0,
             inflight: VecDeque::new(),
-            ctrl: Box::new([[0; CTRL_BYTES]; NCCL_STEPS as usize]),
+            ctrl,
             sent: 0,
             sig_sent: 0,
             recv: RecvState::Idle,
             dead: false,
             _mem: mem,
-        }
+        })
     }
 
     /// Moves what it can without blocking; true when something moved.

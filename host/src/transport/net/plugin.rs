@@ -1,0 +1,576 @@
+//! Hosting NCCL net plugins (`RSCCL_NET_PLUGIN`, NCCL's `NCCL_NET_PLUGIN`): a vendor's
+//! `libnccl-net-*.so` (aws-ofi-nccl for EFA, an InfiniBand plugin, rsccl's own exported
+//! transport) carries the NET transport's bytes instead of rsccl's socket plugin.
+//!
+//! **Loading, NCCL's rules.** The variable is a comma list; each name is opened as given, and a
+//! bare name (no `/`, not starting with `lib`, not ending in `.so`) also as
+//! `libnccl-net-<name>.so`. A library is searched for `ncclNetPlugin_v12` … `_v6`, newest first;
+//! this host runs version 8, so it takes `ncclNetPlugin_v8` and names any other version it
+//! finds when that one is missing. The mandatory entries must be non-NULL (the device-offload
+//! ones may be NULL, as aws-ofi-nccl leaves them); `init` is given a logger, `devices` must
+//! report one at least, and device 0 is used. The first name that loads serves; a plugin is
+//! loaded and initialised once per process, as NCCL does.
+//!
+//! **Driving it.** `connect` and `accept` are NCCL's non-blocking calls, re-called until they
+//! give a comm (up to the deadline); `isend`/`irecv` (one receive per call, tag 0) may answer
+//! "not now" with a NULL request, in which case the operation waits in order and is posted
+//! again when the proxy next tests; memory is registered (`regMr`, host memory) once per
+//! region the proxy hands over and deregistered when the comm closes.
+use super::plugin_abi::{self as abi, NetV8, PropertiesV8, HANDLE_MAXSIZE};
+use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
+use crate::error::{Error, Result};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// `RSCCL_NET_PLUGIN`: the NCCL net plugins to try (NCCL's `NCCL_NET_PLUGIN`); unset, empty or
+/// `none`: rsccl's socket transport.
+pub const NET_PLUGIN_VAR: &str = "RSCCL_NET_PLUGIN";
+
+/// Most names in the plugin list (NCCL's `NCCL_NET_MAX_PLUGINS`).
+pub const MAX_PLUGINS: usize = 16;
+
+/// How long `connect`/`accept` wait between tries that gave no comm yet.
+const RETRY: Duration = Duration::from_millis(1);
+
+fn plugin_err(what: impl Into<String>) -> Error {
+    Error::Network(format!("{NET_PLUGIN_VAR}: {}", what.into()))
+}
+
+/// A loaded, initialised plugin: its library (kept loaded for the process's life, as NCCL
+/// keeps it), its table and what it said of itself.
+struct Loaded {
+    _lib: libloading::Library,
+    table: *const NetV8,
+    /// The plugin's name (`ncclNet_v8_t::name`).
+    name: String,
+    /// The file it came from.
+    path: String,
+    /// Device 0's properties (name, speed, latency), for logs.
+    props: String,
+}
+
+// SAFETY: the table is the plugin's immutable static; NCCL's contract makes its entries callable
+// from any thread (a comm is used by one thread at a time, as the proxy does).
+unsafe impl Send for Loaded {}
+// SAFETY: as above.
+unsafe impl Sync for Loaded {}
+
+impl Loaded {
+    fn table(&self) -> &NetV8 {
+        // SAFETY: the library that holds the static stays loaded as long as `self`.
+        unsafe { &*self.table }
+    }
+
+    /// `what` failed with `code`: an error naming the plugin.
+    fn failed(&self, what: &str, code: c_int) -> Error {
+        Error::Network(format!(
+            "net plugin {} ({}): {what} returned {}",
+            self.name,
+            self.path,
+            result_name(code)
+        ))
+    }
+}
+
+/// NCCL's name of a result code.
+fn result_name(code: c_int) -> String {
+    const NAMES: [&str; 9] = [
+        "ncclSuccess",
+        "ncclUnhandledCudaError",
+        "ncclSystemError",
+        "ncclInternalError",
+        "ncclInvalidArgument",
+        "ncclInvalidUsage",
+        "ncclRemoteError",
+        "ncclInProgress",
+        "ncclNumResults",
+    ];
+    match usize::try_from(code).ok().and_then(|i| NAMES.get(i)) {
+        Some(n) => format!("{n} ({code})"),
+        None => format!("{code}"),
+    }
+}
+
+/// The plugin's log lines, at rsccl's levels (NCCL: 2 warn, 3 info, 5 trace). The format's
+/// arguments are not expanded: Rust cannot read C varargs on stable, so the line carries the
+/// format string as the plugin wrote it.
+unsafe extern "C" fn log_line(
+    level: c_int,
+    _flags: c_ulong,
+    file: *const c_char,
+    line: c_int,
+    fmt: *const c_char,
+) {
+    let text = |p: *const c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the plugin passes NUL-terminated strings (its file name and format).
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    let (file, fmt) = (text(file), text(fmt));
+    match level {
+        2 | 4 => tracing::warn!("NET/Plugin {file}:{line}: {fmt}"),
+        3 => tracing::info!("NET/Plugin {file}:{line}: {fmt}"),
+        _ => tracing::trace!("NET/Plugin {file}:{line}: {fmt}"),
+    }
+}
+
+/// [`log_line`] as the variadic logger type plugins call.
+fn logger() -> Result<abi::Logger> {
+    if cfg!(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))) {
+        return Err(plugin_err(
+            "hosting net plugins needs Linux on x86-64 or aarch64 (their logger's C varargs)",
+        ));
+    }
+    let f: unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char) = log_line;
+    // SAFETY: on the System V x86-64 and AAPCS64 (Linux) conventions a variadic call passes its
+    // named arguments where a call without varargs passes them, and the caller cleans up: a
+    // callee that reads only the five named arguments reads them right and returns correctly.
+    Ok(unsafe {
+        std::mem::transmute::<
+            unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char),
+            abi::Logger,
+        >(f)
+    })
+}
+
+/// The file names NCCL tries for list entry `name`.
+fn candidates(name: &str) -> Vec<String> {
+    let mut c = vec![name.to_string()];
+    if !name.contains('/') && !name.starts_with("lib") && !name.ends_with(".so") {
+        c.push(format!("libnccl-net-{name}.so"));
+    }
+    c
+}
+
+/// Opens `path` and takes its v8 table: the errors name what is wrong with the library.
+fn open(path: &str) -> Result<Loaded> {
+    // SAFETY: loading a plugin runs its initialisers, which is what a user naming it asks for.
+    let lib = unsafe { libloading::Library::new(path) }
+        .map_err(|e| plugin_err(format!("cannot load {path}: {e}")))?;
+    let mut other: Vec<String> = Vec::new();
+    let mut table: Option<*const NetV8> = None;
+    for (sym, hosted) in abi::SYMBOLS {
+        // SAFETY: a data symbol: its address is the table's (read only once its version is known).
+        let found = unsafe { lib.get::<*const NetV8>(sym.as_bytes()) }.ok().map(|s| *s);
+        match (found, hosted) {
+            (Some(t), true) if !t.is_null() => table = Some(t),
+            (Some(_), false) => other.push(sym.to_string()),
+            _ => {}
+        }
+    }
+    let Some(table) = table else {
+        // Older versions than NCCL's oldest, for the message.
+        for v in 2..=5 {
+            let sym = format!("ncclNetPlugin_v{v}");
+            // SAFETY: as above (only its presence is looked at).
+            if unsafe { lib.get::<*const c_void>(sym.as_bytes()) }.is_ok() {
+                other.push(sym);
+            }
+        }
+        return Err(plugin_err(if other.is_empty() {
+            format!(
+                "{path} is not an NCCL net plugin: it exports none of ncclNetPlugin_v12 … ncclNetPlugin_v6"
+            )
+        } else {
+            format!(
+                "{path} exports {}, a version this host does not run (it runs ncclNetPlugin_v8)",
+                other.join(", ")
+            )
+        }));
+    };
+    // SAFETY: the v8 table the plugin exports, alive while `lib` is.
+    let t = unsafe { &*table };
+    let missing = abi::missing_entries(t);
+    if !missing.is_empty() {
+        return Err(plugin_err(format!(
+            "{path}: ncclNetPlugin_v8 has NULL mandatory entries: {}",
+            missing.join(", ")
+        )));
+    }
+    let name = if t.name.is_null() {
+        "(unnamed)".to_string()
+    } else {
+        // SAFETY: the plugin's NUL-terminated name.
+        unsafe { CStr::from_ptr(t.name) }.to_string_lossy().into_owned()
+    };
+    let mut loaded = Loaded { _lib: lib, table, name, path: path.to_string(), props: String::new() };
+    let t = loaded.table();
+    let (init, devices, props) =
+        (t.init.expect("checked"), t.devices.expect("checked"), t.get_properties.expect("checked"));
+    // SAFETY: the plugin's entry points, called as NCCL calls them: init once, then devices and
+    // the properties of a device it reported.
+    let code = unsafe { init(logger()?) };
+    if code != abi::SUCCESS {
+        return Err(loaded.failed("init", code));
+    }
+    let mut n: c_int = 0;
+    // SAFETY: as above.
+    let code = unsafe { devices(&mut n) };
+    if code != abi::SUCCESS {
+        return Err(loaded.failed("devices", code));
+    }
+    if n < 1 {
+        return Err(Error::Network(format!("net plugin {} ({path}) reports {n} devices", loaded.name)));
+    }
+    let mut p = PropertiesV8::default();
+    // SAFETY: as above; `p` is a v8 properties struct.
+    let code = unsafe { props(0, &mut p) };
+    if code != abi::SUCCESS {
+        return Err(loaded.failed("getProperties", code));
+    }
+    let nic = if p.name.is_null() {
+        "?".to_string()
+    } else {
+        // SAFETY: the plugin's NUL-terminated NIC name.
+        unsafe { CStr::from_ptr(p.name) }.to_string_lossy().into_owned()
+    };
+    loaded.props = format!(
+        "device 0 of {n}: {nic}, {} Mbps, latency {} us, ptrSupport {:#x}",
+        p.speed, p.latency, p.ptr_support
+    );
+    Ok(loaded)
+}
+
+/// Loads the first plugin of `spec` (NCCL's `NCCL_NET_PLUGIN` grammar) that opens, once per
+/// process per list; the error names every name tried and why each failed.
+pub fn load(spec: &str) -> Result<Arc<dyn Net>> {
+    static LOADED: OnceLock<Mutex<HashMap<String, Arc<Loaded>>>> = OnceLock::new();
+    let mut cache = LOADED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(l) = cache.get(spec) {
+        return Ok(Arc::new(PluginNet { plugin: l.clone() }));
+    }
+    let names: Vec<&str> = spec.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    if names.len() > MAX_PLUGINS {
+        return Err(plugin_err(format!("{} plugins listed, at most {MAX_PLUGINS}", names.len())));
+    }
+    let mut why = Vec::new();
+    for name in names {
+        for path in candidates(name) {
+            match open(&path) {
+                Ok(l) => {
+                    tracing::info!("NET/Plugin: using {} from {} ({})", l.name, l.path, l.props);
+                    let l = Arc::new(l);
+                    cache.insert(spec.to_string(), l.clone());
+                    return Ok(Arc::new(PluginNet { plugin: l }));
+                }
+                Err(Error::Network(m)) => why.push(m),
+                Err(e) => why.push(e.to_string()),
+            }
+        }
+    }
+    Err(Error::Network(match why.len() {
+        0 => format!("{NET_PLUGIN_VAR}={spec:?} names no plugin"),
+        1 => why.remove(0),
+        _ => why.join("; "),
+    }))
+}
+
+/// A hosted plugin as rsccl's [`Net`].
+pub struct PluginNet {
+    plugin: Arc<Loaded>,
+}
+
+impl Net for PluginNet {
+    fn name(&self) -> &'static str {
+        "plugin"
+    }
+
+    fn listen(&self) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
+        let mut handle = [0u8; HANDLE_MAXSIZE];
+        let mut comm: *mut c_void = std::ptr::null_mut();
+        let listen = self.plugin.table().listen.expect("checked at load");
+        // SAFETY: device 0 exists; the handle buffer holds NCCL_NET_HANDLE_MAXSIZE bytes.
+        let code = unsafe { listen(0, handle.as_mut_ptr().cast(), &mut comm) };
+        if code != abi::SUCCESS || comm.is_null() {
+            return Err(self.plugin.failed("listen", code));
+        }
+        Ok((handle.to_vec(), Box::new(PluginListener { plugin: self.plugin.clone(), comm })))
+    }
+
+    fn connect(&self, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>> {
+        if handle.len() > HANDLE_MAXSIZE {
+            return Err(plugin_err(format!(
+                "a handle of {} bytes, more than NCCL's {HANDLE_MAXSIZE}",
+                handle.len()
+            )));
+        }
+        let mut h = [0u8; HANDLE_MAXSIZE];
+        h[..handle.len()].copy_from_slice(handle);
+        let connect = self.plugin.table().connect.expect("checked at load");
+        loop {
+            let (mut comm, mut dev): (*mut c_void, *mut c_void) =
+                (std::ptr::null_mut(), std::ptr::null_mut());
+            // SAFETY: NCCL's non-blocking connect, re-called with the same handle until it gives
+            // a comm.
+            let code = unsafe { connect(0, h.as_mut_ptr().cast(), &mut comm, &mut dev) };
+            if code != abi::SUCCESS {
+                return Err(self.plugin.failed("connect", code));
+            }
+            if !comm.is_null() {
+                return Ok(Box::new(PluginComm::new(self.plugin.clone(), comm, Dir::Send)));
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Network(format!(
+                    "net plugin {}: connect gave no comm in time",
+                    self.plugin.name
+                )));
+            }
+            std::thread::sleep(RETRY);
+        }
+    }
+}
+
+struct PluginListener {
+    plugin: Arc<Loaded>,
+    comm: *mut c_void,
+}
+
+// SAFETY: the listen comm is used by the one thread that accepts on it.
+unsafe impl Send for PluginListener {}
+
+impl NetListener for PluginListener {
+    fn accept(self: Box<Self>, deadline: Instant) -> Result<Box<dyn NetRecvComm>> {
+        let t = self.plugin.table();
+        let (accept, close) = (t.accept.expect("checked"), t.close_listen.expect("checked"));
+        let res = loop {
+            let (mut comm, mut dev): (*mut c_void, *mut c_void) =
+                (std::ptr::null_mut(), std::ptr::null_mut());
+            // SAFETY: NCCL's non-blocking accept on the listen comm this listener owns.
+            let code = unsafe { accept(self.comm, &mut comm, &mut dev) };
+            if code != abi::SUCCESS {
+                break Err(self.plugin.failed("accept", code));
+            }
+            if !comm.is_null() {
+                break Ok(comm);
+            }
+            if Instant::now() >= deadline {
+                break Err(Error::Network(format!(
+                    "net plugin {}: no sender connected in time",
+                    self.plugin.name
+                )));
+            }
+            std::thread::sleep(RETRY);
+        };
+        // SAFETY: the listen comm, closed once.
+        unsafe { close(self.comm) };
+        Ok(Box::new(PluginComm::new(self.plugin.clone(), res?, Dir::Recv)))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Send,
+    Recv,
+}
+
+/// An operation the plugin has not taken yet (it answered with a NULL request).
+struct Waiting {
+    id: u64,
+    data: *mut u8,
+    len: usize,
+}
+
+/// A send or receive comm of the plugin.
+struct PluginComm {
+    plugin: Arc<Loaded>,
+    comm: *mut c_void,
+    dir: Dir,
+    /// Registered regions: (start, length, handle).
+    regions: Vec<(usize, usize, *mut c_void)>,
+    /// Requests the plugin took, by rsccl's id.
+    posted: HashMap<u64, *mut c_void>,
+    /// Operations still to post, in order.
+    waiting: VecDeque<Waiting>,
+    next_id: u64,
+    closed: bool,
+}
+
+// SAFETY: the comm, its requests and regions are used by the one thread that drives it (the
+// proxy), as NCCL's contract for a comm requires.
+unsafe impl Send for PluginComm {}
+
+impl PluginComm {
+    fn new(plugin: Arc<Loaded>, comm: *mut c_void, dir: Dir) -> Self {
+        PluginComm {
+            plugin,
+            comm,
+            dir,
+            regions: Vec::new(),
+            posted: HashMap::new(),
+            waiting: VecDeque::new(),
+            next_id: 1,
+            closed: false,
+        }
+    }
+
+    /// The registration covering `len` bytes at `data`, registering them when none does.
+    fn mr(&mut self, data: *const u8, len: usize) -> Result<*mut c_void> {
+        let (a, end) = (data as usize, (data as usize).saturating_add(len));
+        if let Some(&(_, _, h)) = self.regions.iter().find(|(s, l, _)| *s <= a && end <= s + l) {
+            return Ok(h);
+        }
+        let reg = self.plugin.table().reg_mr.expect("checked");
+        let mut h: *mut c_void = std::ptr::null_mut();
+        // SAFETY: host memory the proxy owns for the comm's life (its FIFO and control buffers).
+        let code = unsafe { reg(self.comm, data as *mut c_void, len, abi::PTR_HOST, &mut h) };
+        if code != abi::SUCCESS {
+            return Err(self.plugin.failed("regMr", code));
+        }
+        self.regions.push((a, len, h));
+        Ok(h)
+    }
+
+    /// Posts `w`; false when the plugin answered "not now".
+    fn post(&mut self, w: &Waiting) -> Result<bool> {
+        let mut mh = self.mr(w.data, w.len)?;
+        let size = c_int::try_from(w.len)
+            .map_err(|_| plugin_err(format!("a message of {} bytes (v8 takes an int)", w.len)))?;
+        let mut req: *mut c_void = std::ptr::null_mut();
+        let t = self.plugin.table();
+        let code = match self.dir {
+            // SAFETY: the caller's isend contract keeps `data` valid until the request is done.
+            Dir::Send => unsafe {
+                t.isend.expect("checked")(self.comm, w.data.cast(), size, 0, mh, &mut req)
+            },
+            Dir::Recv => {
+                let (mut data, mut sizes, mut tags) = (w.data.cast::<c_void>(), size, 0 as c_int);
+                // SAFETY: one receive (n = 1) into memory the irecv contract keeps valid.
+                unsafe {
+                    t.irecv.expect("checked")(
+                        self.comm, 1, &mut data, &mut sizes, &mut tags, &mut mh, &mut req,
+                    )
+                }
+            }
+        };
+        if code != abi::SUCCESS {
+            return Err(self.plugin.failed(if self.dir == Dir::Send { "isend" } else { "irecv" }, code));
+        }
+        if req.is_null() {
+            return Ok(false);
+        }
+        self.posted.insert(w.id, req);
+        Ok(true)
+    }
+
+    /// Posts what waits, in order, until the plugin says "not now".
+    fn post_waiting(&mut self) -> Result<()> {
+        while let Some(w) = self.waiting.pop_front() {
+            if !self.post(&w)? {
+                self.waiting.push_front(w);
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, data: *mut u8, len: usize) -> Result<NetRequest> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.waiting.push_back(Waiting { id, data, len });
+        self.post_waiting()?;
+        Ok(NetRequest(id))
+    }
+
+    fn test_req(&mut self, req: NetRequest) -> Result<Option<usize>> {
+        self.post_waiting()?;
+        let Some(&r) = self.posted.get(&req.0) else {
+            return match self.waiting.iter().any(|w| w.id == req.0) {
+                true => Ok(None),
+                false => Err(plugin_err(format!("request {} is not the comm's", req.0))),
+            };
+        };
+        let (mut done, mut size): (c_int, c_int) = (0, 0);
+        // SAFETY: a request the plugin gave and has not completed.
+        let code = unsafe { self.plugin.table().test.expect("checked")(r, &mut done, &mut size) };
+        if code != abi::SUCCESS {
+            self.posted.remove(&req.0);
+            return Err(self.plugin.failed("test", code));
+        }
+        if done == 0 {
+            return Ok(None);
+        }
+        self.posted.remove(&req.0);
+        Ok(Some(usize::try_from(size).unwrap_or(0)))
+    }
+
+    fn close_comm(&mut self) {
+        if std::mem::replace(&mut self.closed, true) {
+            return;
+        }
+        let t = self.plugin.table();
+        for (_, _, h) in self.regions.drain(..) {
+            // SAFETY: a registration of this comm, deregistered once.
+            unsafe { t.dereg_mr.expect("checked")(self.comm, h) };
+        }
+        // SAFETY: the comm, closed once; its pending requests end with it.
+        unsafe {
+            match self.dir {
+                Dir::Send => t.close_send.expect("checked")(self.comm),
+                Dir::Recv => t.close_recv.expect("checked")(self.comm),
+            }
+        };
+    }
+}
+
+impl Drop for PluginComm {
+    fn drop(&mut self) {
+        self.close_comm();
+    }
+}
+
+impl NetSendComm for PluginComm {
+    unsafe fn isend(&mut self, data: *const u8, len: usize) -> Result<NetRequest> {
+        self.start(data as *mut u8, len)
+    }
+    fn test(&mut self, req: NetRequest) -> Result<Option<usize>> {
+        self.test_req(req)
+    }
+    fn register(&mut self, data: *const u8, len: usize) -> Result<()> {
+        self.mr(data, len).map(|_| ())
+    }
+    fn close(&mut self) {
+        self.close_comm();
+    }
+}
+
+impl NetRecvComm for PluginComm {
+    unsafe fn irecv(&mut self, data: *mut u8, max: usize) -> Result<NetRequest> {
+        self.start(data, max)
+    }
+    fn test(&mut self, req: NetRequest) -> Result<Option<usize>> {
+        self.test_req(req)
+    }
+    fn register(&mut self, data: *const u8, len: usize) -> Result<()> {
+        self.mr(data, len).map(|_| ())
+    }
+    fn close(&mut self) {
+        self.close_comm();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_names_also_try_nccls_file_name() {
+        assert_eq!(candidates("ofi"), ["ofi", "libnccl-net-ofi.so"]);
+        assert_eq!(candidates("libfoo.so"), ["libfoo.so"]);
+        assert_eq!(candidates("/opt/x/plugin"), ["/opt/x/plugin"]);
+        assert_eq!(result_name(3), "ncclInternalError (3)");
+        assert_eq!(result_name(-2), "-2");
+    }
+
+    #[test]
+    fn a_missing_library_is_named() {
+        let e = load("/nonexistent/libnccl-net-x.so").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("cannot load /nonexistent/libnccl-net-x.so"), "{e}");
+        let e = load("nosuch").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("cannot load nosuch") && e.contains("cannot load libnccl-net-nosuch.so"), "{e}");
+    }
+}

@@ -1,0 +1,229 @@
+//! NCCL's network plugin ABI, version 8 (`ncclNet_v8_t`, `ncclNetProperties_v8_t`): the
+//! layout both sides of the seam use — [`super::plugin`] hosts a plugin through it, and the
+//! `rsccl-net-plugin` crate exports rsccl's socket transport as one. One definition, so the two
+//! cannot drift.
+use std::ffi::{c_char, c_int, c_ulong, c_void};
+
+/// `ncclResult_t` as plugins return it.
+pub type NcclResult = c_int;
+/// `ncclSuccess`.
+pub const SUCCESS: NcclResult = 0;
+/// `ncclSystemError`: the operating system failed us (a socket, a thread).
+pub const SYSTEM_ERROR: NcclResult = 2;
+/// `ncclInternalError`: what a plugin returns for its own failures.
+pub const INTERNAL_ERROR: NcclResult = 3;
+/// `ncclInvalidArgument`.
+pub const INVALID_ARGUMENT: NcclResult = 4;
+
+/// `NCCL_NET_HANDLE_MAXSIZE`: the bytes `listen` may write into the handle.
+pub const HANDLE_MAXSIZE: usize = 128;
+/// `NCCL_PTR_HOST`: buffers in host memory.
+pub const PTR_HOST: c_int = 1;
+/// `NCCL_PTR_CUDA`: buffers in GPU memory (GPUDirect RDMA).
+pub const PTR_CUDA: c_int = 2;
+
+/// The plugin symbols NCCL looks for, newest first, and whether this host runs that version.
+pub const SYMBOLS: [(&str, bool); 7] = [
+    ("ncclNetPlugin_v12", false),
+    ("ncclNetPlugin_v11", false),
+    ("ncclNetPlugin_v10", false),
+    ("ncclNetPlugin_v9", false),
+    ("ncclNetPlugin_v8", true),
+    ("ncclNetPlugin_v7", false),
+    ("ncclNetPlugin_v6", false),
+];
+
+/// `ncclDebugLogger_t`: `void (*)(ncclDebugLogLevel level, unsigned long flags, const char* file,
+/// int line, const char* fmt, ...)`.
+pub type Logger = unsafe extern "C" fn(
+    level: c_int,
+    flags: c_ulong,
+    file: *const c_char,
+    line: c_int,
+    fmt: *const c_char,
+    ...
+);
+
+/// `ncclNetProperties_v8_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct PropertiesV8 {
+    /// The NIC's name, for logs.
+    pub name: *mut c_char,
+    /// Its PCI path in sysfs (may be NULL).
+    pub pci_path: *mut c_char,
+    /// A unique id of the NIC chip.
+    pub guid: u64,
+    /// `PTR_HOST | PTR_CUDA | PTR_DMABUF`: where buffers may live.
+    pub ptr_support: c_int,
+    /// Whether a registration serves every comm.
+    pub reg_is_global: c_int,
+    /// Port speed, Mbps.
+    pub speed: c_int,
+    /// Port number.
+    pub port: c_int,
+    /// Latency, µs.
+    pub latency: f32,
+    /// Most comms it can make.
+    pub max_comms: c_int,
+    /// Most receives one `irecv` may group.
+    pub max_recvs: c_int,
+    /// `ncclNetDeviceType`: 0 host, 1 device unpack.
+    pub net_device_type: c_int,
+    /// The offload's version.
+    pub net_device_version: c_int,
+}
+
+impl Default for PropertiesV8 {
+    fn default() -> Self {
+        PropertiesV8 {
+            name: std::ptr::null_mut(),
+            pci_path: std::ptr::null_mut(),
+            guid: 0,
+            ptr_support: 0,
+            reg_is_global: 0,
+            speed: 0,
+            port: 0,
+            latency: 0.0,
+            max_comms: 0,
+            max_recvs: 0,
+            net_device_type: 0,
+            net_device_version: 0,
+        }
+    }
+}
+
+/// `ncclNet_v8_t`: the plugin's entry points, in NCCL's order. `None` is a NULL entry.
+#[repr(C)]
+#[allow(missing_docs)] // NCCL's names say what each does; see `ncclNet_v8_t`.
+pub struct NetV8 {
+    pub name: *const c_char,
+    pub init: Option<unsafe extern "C" fn(log: Logger) -> NcclResult>,
+    pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
+    pub get_properties: Option<unsafe extern "C" fn(dev: c_int, props: *mut PropertiesV8) -> NcclResult>,
+    pub listen: Option<
+        unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listen_comm: *mut *mut c_void) -> NcclResult,
+    >,
+    pub connect: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            handle: *mut c_void,
+            send_comm: *mut *mut c_void,
+            send_dev_comm: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub accept: Option<
+        unsafe extern "C" fn(
+            listen_comm: *mut c_void,
+            recv_comm: *mut *mut c_void,
+            recv_dev_comm: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub reg_mr: Option<
+        unsafe extern "C" fn(
+            comm: *mut c_void,
+            data: *mut c_void,
+            size: usize,
+            kind: c_int,
+            mhandle: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub reg_mr_dma_buf: Option<
+        unsafe extern "C" fn(
+            comm: *mut c_void,
+            data: *mut c_void,
+            size: usize,
+            kind: c_int,
+            offset: u64,
+            fd: c_int,
+            mhandle: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub dereg_mr: Option<unsafe extern "C" fn(comm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
+    pub isend: Option<
+        unsafe extern "C" fn(
+            send_comm: *mut c_void,
+            data: *mut c_void,
+            size: c_int,
+            tag: c_int,
+            mhandle: *mut c_void,
+            request: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub irecv: Option<
+        unsafe extern "C" fn(
+            recv_comm: *mut c_void,
+            n: c_int,
+            data: *mut *mut c_void,
+            sizes: *mut c_int,
+            tags: *mut c_int,
+            mhandles: *mut *mut c_void,
+            request: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub iflush: Option<
+        unsafe extern "C" fn(
+            recv_comm: *mut c_void,
+            n: c_int,
+            data: *mut *mut c_void,
+            sizes: *mut c_int,
+            mhandles: *mut *mut c_void,
+            request: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub test:
+        Option<unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> NcclResult>,
+    pub close_send: Option<unsafe extern "C" fn(send_comm: *mut c_void) -> NcclResult>,
+    pub close_recv: Option<unsafe extern "C" fn(recv_comm: *mut c_void) -> NcclResult>,
+    pub close_listen: Option<unsafe extern "C" fn(listen_comm: *mut c_void) -> NcclResult>,
+    pub get_device_mr: Option<
+        unsafe extern "C" fn(
+            comm: *mut c_void,
+            mhandle: *mut c_void,
+            dptr_mhandle: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub irecv_consumed:
+        Option<unsafe extern "C" fn(recv_comm: *mut c_void, n: c_int, request: *mut c_void) -> NcclResult>,
+}
+
+// SAFETY: a plugin's table is immutable data (a name and function pointers) that NCCL reads from
+// any thread; the functions themselves are the plugin's to make thread-safe, as NCCL requires.
+unsafe impl Sync for NetV8 {}
+// SAFETY: as above.
+unsafe impl Send for NetV8 {}
+
+/// The mandatory entries of a v8 table, by NCCL's names, and whether each is present.
+pub fn missing_entries(t: &NetV8) -> Vec<&'static str> {
+    let present = [
+        ("init", t.init.is_some()),
+        ("devices", t.devices.is_some()),
+        ("getProperties", t.get_properties.is_some()),
+        ("listen", t.listen.is_some()),
+        ("connect", t.connect.is_some()),
+        ("accept", t.accept.is_some()),
+        ("regMr", t.reg_mr.is_some()),
+        ("deregMr", t.dereg_mr.is_some()),
+        ("isend", t.isend.is_some()),
+        ("irecv", t.irecv.is_some()),
+        ("test", t.test.is_some()),
+        ("closeSend", t.close_send.is_some()),
+        ("closeRecv", t.close_recv.is_some()),
+        ("closeListen", t.close_listen.is_some()),
+    ];
+    present.iter().filter(|(_, p)| !p).map(|(n, _)| *n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_v8_layouts_have_nccls_sizes() {
+        // Two pointers, a u64, four ints, a float, four ints: 60 bytes, padded to 64 on LP64.
+        assert_eq!(std::mem::size_of::<PropertiesV8>(), 64);
+        assert_eq!(std::mem::offset_of!(PropertiesV8, latency), 40);
+        // The name and 18 entries, pointer-sized each.
+        assert_eq!(std::mem::size_of::<NetV8>(), 19 * std::mem::size_of::<usize>());
+    }
+}

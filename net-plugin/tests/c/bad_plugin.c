@@ -1,0 +1,60 @@
+/* Net plugins that are wrong in one way each, for rsccl's plugin host to refuse with a clear
+ * message. Built by tests/hosting.rs with one of:
+ *   -DNOT_A_PLUGIN   exports its table under another name than ncclNetPlugin_v*
+ *   -DONLY_V5        exports only ncclNetPlugin_v5 (older than any version NCCL still loads)
+ *   -DONLY_V9        exports only ncclNetPlugin_v9 (a version this host does not run)
+ *   -DINIT_FAILS     init returns ncclInternalError
+ *   -DZERO_DEVICES   devices reports 0
+ *   -DNULL_ISEND     isend and test are NULL */
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int ncclResult_t;
+typedef void (*logger_t)(int, unsigned long, const char*, int, const char*, ...);
+
+static ncclResult_t init(logger_t log) {
+#ifdef INIT_FAILS
+  log(2, ~0UL, __FILE__, __LINE__, "bad plugin: init fails on purpose");
+  return 3;
+#else
+  (void)log;
+  return 0;
+#endif
+}
+static ncclResult_t devices(int* n) {
+#ifdef ZERO_DEVICES
+  *n = 0;
+#else
+  *n = 1;
+#endif
+  return 0;
+}
+typedef struct {
+  char* name; char* pciPath; uint64_t guid; int ptrSupport; int regIsGlobal; int speed; int port;
+  float latency; int maxComms; int maxRecvs; int netDeviceType; int netDeviceVersion;
+} props_t;
+static ncclResult_t props(int dev, props_t* p) { (void)dev; p->name = "bad"; p->speed = 1; return 0; }
+static ncclResult_t unused(void) { return 3; }
+#define U (void*)unused
+
+typedef struct { const char* name; void* e[18]; } table_t;
+
+#if defined(NOT_A_PLUGIN)
+#define SYM not_a_net_plugin
+#elif defined(ONLY_V5)
+#define SYM ncclNetPlugin_v5
+#elif defined(ONLY_V9)
+#define SYM ncclNetPlugin_v9
+#else
+#define SYM ncclNetPlugin_v8
+#endif
+#ifdef NULL_ISEND
+#define ISEND NULL
+#define TEST NULL
+#else
+#define ISEND U
+#define TEST U
+#endif
+/* init, devices, getProperties, listen, connect, accept, regMr, regMrDmaBuf, deregMr, isend,
+ * irecv, iflush, test, closeSend, closeRecv, closeListen, getDeviceMr, irecvConsumed. */
+table_t SYM = {"bad", {(void*)init, (void*)devices, (void*)props, U, U, U, U, NULL, U, ISEND, U, U, TEST, U, U, U, NULL, NULL}};
