@@ -5,6 +5,7 @@ pub mod channels;
 pub mod checks;
 pub mod hooked;
 pub mod msccl_programs;
+pub mod net_check;
 pub mod onesided_check;
 pub mod p2p_check;
 pub mod procs;

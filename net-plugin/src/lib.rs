@@ -4,12 +4,15 @@
 //! is how rsccl's tests prove the ABI path end to end.
 //!
 //! One device (the interface `RSCCL_SOCKET_IFNAME` names, or the first one up), host memory
-//! only, one receive per `irecv`. A listen handle carries a fresh random secret, which the
-//! connecting side presents: only the peer that got the handle can connect. `connect` and
+//! only, one receive per `irecv`. Behind it, rsccl's socket transport, or libfabric when
+//! `RSCCL_NET=ofi` is set at `init` (`RSCCL_OFI_PROVIDER`, default `tcp`). A listen handle
+//! carries a fresh random secret, which the connecting side presents: only the peer that got
+//! the handle can connect. `connect` and
 //! `accept` never block, as NCCL's proxy needs (it drives both from one thread): the first call
 //! starts the work on a thread of its own, later calls collect it. No entry point lets a panic
 //! cross into C: each turns one into `ncclInternalError`.
 #![allow(non_upper_case_globals)]
+use rsccl::transport::net::ofi::{OfiNet, NET_VAR};
 use rsccl::transport::net::plugin_abi::{
     self as abi, Logger, NcclResult, NetV8, PropertiesV8, HANDLE_MAXSIZE,
 };
@@ -66,6 +69,21 @@ pub extern "C" fn rsccl_net_plugin_bytes_sent() -> u64 {
 
 static LOGGER: OnceLock<Logger> = OnceLock::new();
 static CONFIG: OnceLock<SocketConfig> = OnceLock::new();
+/// libfabric, when `RSCCL_NET=ofi` chose it at `init`.
+static OFI: OnceLock<OfiNet> = OnceLock::new();
+/// Which network carries the bytes, NUL-terminated ("socket", or "ofi:" and the provider).
+static NETWORK: OnceLock<std::ffi::CString> = OnceLock::new();
+
+/// Which network carries this plugin's bytes: `socket`, or `ofi:` and libfabric's provider
+/// (NULL before `init`). For tests and logs.
+#[no_mangle]
+pub extern "C" fn rsccl_net_plugin_network() -> *const c_char {
+    NETWORK.get().map_or(std::ptr::null(), |n| n.as_ptr())
+}
+
+/// The first byte of a handle: which network made it.
+const SOCKET_HANDLE: u8 = 0;
+const OFI_HANDLE: u8 = 1;
 
 /// Tells NCCL's logger `msg` as a warning (NCCL_LOG_WARN).
 fn warn(msg: &str) {
@@ -102,6 +120,14 @@ unsafe extern "C" fn init(log: Logger) -> NcclResult {
     let _ = LOGGER.set(log);
     guard("init", || {
         let cfg = SocketConfig::from_env().map_err(|e| (abi::SYSTEM_ERROR, e.to_string()))?;
+        let ofi = std::env::var(NET_VAR).is_ok_and(|v| v.trim().eq_ignore_ascii_case("ofi"));
+        if ofi && OFI.get().is_none() {
+            let net = OfiNet::open(None, cfg.ip).map_err(|e| (abi::SYSTEM_ERROR, e.to_string()))?;
+            let _ =
+                NETWORK.set(std::ffi::CString::new(format!("ofi:{}", net.provider())).unwrap_or_default());
+            let _ = OFI.set(net);
+        }
+        let _ = NETWORK.set(c"socket".to_owned());
         let _ = CONFIG.set(cfg);
         Ok(())
     })
@@ -168,16 +194,28 @@ unsafe extern "C" fn listen(dev: c_int, handle: *mut c_void, listen_comm: *mut *
         if dev != 0 || handle.is_null() || listen_comm.is_null() {
             return Err((abi::INVALID_ARGUMENT, format!("device {dev} (there is one) or a NULL pointer")));
         }
-        let secret = secret()?;
-        let (h, listener) = SocketNet::new(config()?.clone(), secret).listen().map_err(internal)?;
-        let n = SECRET_BYTES + 1 + h.len();
+        // [kind][secret (socket only)][length][the transport's handle].
+        let mut head = Vec::with_capacity(1 + SECRET_BYTES);
+        let (h, listener) = match OFI.get() {
+            Some(ofi) => {
+                head.push(OFI_HANDLE);
+                ofi.listen().map_err(internal)?
+            }
+            None => {
+                let secret = secret()?;
+                head.push(SOCKET_HANDLE);
+                head.extend_from_slice(&secret);
+                SocketNet::new(config()?.clone(), secret).listen().map_err(internal)?
+            }
+        };
+        let n = head.len() + 1 + h.len();
         if n > HANDLE_MAXSIZE || h.len() > u8::MAX as usize {
             return Err(internal(format!("a handle of {n} bytes, more than NCCL's {HANDLE_MAXSIZE}")));
         }
         let mut out = [0u8; HANDLE_MAXSIZE];
-        out[..SECRET_BYTES].copy_from_slice(&secret);
-        out[SECRET_BYTES] = h.len() as u8;
-        out[SECRET_BYTES + 1..n].copy_from_slice(&h);
+        out[..head.len()].copy_from_slice(&head);
+        out[head.len()] = h.len() as u8;
+        out[head.len() + 1..n].copy_from_slice(&h);
         // SAFETY: NCCL's handle buffer holds NCCL_NET_HANDLE_MAXSIZE bytes; checked non-NULL.
         unsafe {
             std::ptr::copy_nonoverlapping(out.as_ptr(), handle.cast::<u8>(), HANDLE_MAXSIZE);
@@ -259,16 +297,31 @@ unsafe extern "C" fn connect(
         let mut pending = CONNECTING.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
         match pending.remove(&h) {
             None => {
-                let len = h[SECRET_BYTES] as usize;
-                if SECRET_BYTES + 1 + len > HANDLE_MAXSIZE {
+                let head = match h[0] {
+                    SOCKET_HANDLE => 1 + SECRET_BYTES,
+                    OFI_HANDLE if OFI.get().is_some() => 1,
+                    k => {
+                        return Err((
+                            abi::INVALID_ARGUMENT,
+                            format!("a handle of kind {k}, not this plugin's network's"),
+                        ))
+                    }
+                };
+                let len = h[head] as usize;
+                if head + 1 + len > HANDLE_MAXSIZE {
                     return Err((abi::INVALID_ARGUMENT, "not a handle of this plugin".into()));
                 }
-                let secret: [u8; SECRET_BYTES] = h[..SECRET_BYTES].try_into().expect("16 bytes");
-                let sock = h[SECRET_BYTES + 1..SECRET_BYTES + 1 + len].to_vec();
-                let net = SocketNet::new(config()?.clone(), secret);
+                let theirs = h[head + 1..head + 1 + len].to_vec();
+                let net: Box<dyn Net + Send> = match h[0] {
+                    SOCKET_HANDLE => {
+                        let secret: [u8; SECRET_BYTES] = h[1..head].try_into().expect("16 bytes");
+                        Box::new(SocketNet::new(config()?.clone(), secret))
+                    }
+                    _ => Box::new(OfiRef),
+                };
                 let t = std::thread::Builder::new()
                     .name("rsccl-plugin-connect".into())
-                    .spawn(move || net.connect(&sock, Instant::now() + SETUP_LIMIT))
+                    .spawn(move || net.connect(&theirs, Instant::now() + SETUP_LIMIT))
                     .map_err(|e| (abi::SYSTEM_ERROR, format!("starting a connect thread: {e}")))?;
                 pending.insert(h, t);
                 Ok(())
@@ -289,7 +342,24 @@ unsafe extern "C" fn connect(
     })
 }
 
-/// A send or receive comm: the socket transport's, its requests in flight by id, the next id.
+/// The process's libfabric network, for a connect thread.
+struct OfiRef;
+
+impl Net for OfiRef {
+    fn name(&self) -> &'static str {
+        "ofi"
+    }
+    fn listen(&self) -> rsccl::Result<(Vec<u8>, Box<dyn NetListener>)> {
+        OFI.get().ok_or_else(|| rsccl::Error::Network("libfabric is not open".into()))?.listen()
+    }
+    fn connect(&self, handle: &[u8], deadline: Instant) -> rsccl::Result<Box<dyn NetSendComm>> {
+        OFI.get()
+            .ok_or_else(|| rsccl::Error::Network("libfabric is not open".into()))?
+            .connect(handle, deadline)
+    }
+}
+
+/// A send or receive comm: the transport's, its requests in flight by id, the next id.
 enum Comm {
     Send(Box<dyn NetSendComm>, HashMap<u64, NetRequest>, u64),
     Recv(Box<dyn NetRecvComm>, HashMap<u64, NetRequest>, u64),

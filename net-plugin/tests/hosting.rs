@@ -2,14 +2,12 @@
 //! `CommConfig::net_plugin`) loads this crate's `libnccl_net_rsccl.so` and runs collectives and
 //! sends across two nodes through it; plugins that are wrong in one way each are refused with
 //! a message saying what is wrong.
-use rsccl::backend::{self, Backend};
-use rsccl::comm::{Algorithm, BufRef, Call, Comm, CommConfig, ReduceOp};
+use rsccl::backend;
+use rsccl::comm::{Comm, CommConfig};
 use rsccl::transport::net::plugin;
 use rsccl::transport::TransportKind;
-use rsccl::DataType;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The plugin library cargo built beside this test.
@@ -33,50 +31,6 @@ fn config(node: usize, plugin: &Path) -> CommConfig {
     }
 }
 
-fn values(r: usize, n: usize) -> Vec<f32> {
-    (0..n).map(|i| ((i * 7 + r * 13) % 101) as f32 - 50.0).collect()
-}
-
-/// One rank's collectives: ring and tree all-reduce, all-gather, reduce-scatter and a send to
-/// the rank two ahead (on the other node) with a receive from the rank two behind; every
-/// result against a host reference.
-fn one_rank(be: &Arc<dyn Backend>, comm: &Comm, n: usize) -> usize {
-    let r = comm.rank();
-    let count = 10_007;
-    let mut wrong = 0;
-    let sum: Vec<f32> = (0..count).map(|i| (0..n).map(|q| values(q, count)[i]).sum()).collect();
-    for algorithm in [Algorithm::Ring, Algorithm::Tree] {
-        let buf = be.upload(&values(r, count)).unwrap();
-        let b = BufRef::from(&buf);
-        comm.run(Call::all_reduce(b, b, count, DataType::F32, ReduceOp::Sum).with_algorithm(algorithm))
-            .unwrap_or_else(|e| panic!("rank {r}: all-reduce on {algorithm:?}: {e}"));
-        let got = be.download::<f32>(&buf, count).unwrap();
-        wrong += got.iter().zip(&sum).filter(|(a, b)| a != b).count();
-    }
-    let part = 3001;
-    let send = be.upload(&values(r, part)).unwrap();
-    let recv = be.alloc(4 * part * n).unwrap();
-    comm.all_gather(BufRef::from(&send), BufRef::from(&recv), part, DataType::F32).unwrap();
-    let want: Vec<f32> = (0..n).flat_map(|q| values(q, part)).collect();
-    wrong += be.download::<f32>(&recv, part * n).unwrap().iter().zip(&want).filter(|(a, b)| a != b).count();
-    let full = be.upload(&values(r, part * n)).unwrap();
-    let out = be.alloc(4 * part).unwrap();
-    comm.reduce_scatter(BufRef::from(&full), BufRef::from(&out), part, DataType::F32, ReduceOp::Sum).unwrap();
-    let want: Vec<f32> = (0..part).map(|i| (0..n).map(|q| values(q, part * n)[r * part + i]).sum()).collect();
-    wrong += be.download::<f32>(&out, part).unwrap().iter().zip(&want).filter(|(a, b)| a != b).count();
-    let (to, from) = ((r + 2) % n, (r + n - 2) % n);
-    let msg = be.upload(&values(100 + r, 40_000)).unwrap();
-    let got = be.alloc(4 * 40_000).unwrap();
-    comm.p2p(&[
-        rsccl::P2p::send(BufRef::from(&msg), 40_000, DataType::F32, to),
-        rsccl::P2p::recv(BufRef::from(&got), 40_000, DataType::F32, from),
-    ])
-    .unwrap_or_else(|e| panic!("rank {r}: send/recv: {e}"));
-    let want = values(100 + from, 40_000);
-    wrong += be.download::<f32>(&got, 40_000).unwrap().iter().zip(&want).filter(|(a, b)| a != b).count();
-    wrong
-}
-
 #[test]
 fn two_nodes_of_two_ranks_run_collectives_through_the_exported_plugin() {
     let lib = exported();
@@ -90,7 +44,7 @@ fn two_nodes_of_two_ranks_run_collectives_through_the_exported_plugin() {
                 s.spawn(move || {
                     let comm = Comm::init_rank(&be, n, r, id, config(r / 2, lib)).unwrap();
                     assert_eq!(comm.transport_to((r + 2) % n), Some(TransportKind::Net), "rank {r}");
-                    one_rank(&be, &comm, n)
+                    rsccl_suite::net_check::across_nodes(&be, &comm)
                 })
             })
             .collect();

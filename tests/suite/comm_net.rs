@@ -388,8 +388,15 @@ fn logged_transports(text: &str) -> Vec<(usize, String)> {
 }
 
 fn sweep(nodes: usize, local: usize) {
+    sweep_on(nodes, local, &[], "NET/socket: using lo");
+}
+
+/// [`sweep`] with `env` added to every rank's variables; ranks with a network connection must
+/// log `net_line` (which network carries it).
+fn sweep_on(nodes: usize, local: usize, env: &[(&'static str, &str)], net_line: &str) {
     let n = nodes * local;
-    let mut ranks = start_ranks("sweep", nodes, local);
+    let mut ranks =
+        start_ranks_with("sweep", nodes, local, |_| env.iter().map(|(k, v)| (*k, v.to_string())).collect());
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(600));
     let mut failed = Vec::new();
@@ -407,11 +414,7 @@ fn sweep(nodes: usize, local: usize) {
         }
         // Ranks with a network connection say which interface it uses.
         let uses_net = conns.iter().any(|(_, via)| via == "NET");
-        assert_eq!(
-            uses_net,
-            text.contains(&format!("[{r}] RSCCL INFO NET/socket: using lo")),
-            "rank {r}:\n{text}"
-        );
+        assert_eq!(uses_net, text.contains(&format!("[{r}] RSCCL INFO {net_line}")), "rank {r}:\n{text}");
         net_ranks += usize::from(uses_net);
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
@@ -423,6 +426,88 @@ fn sweep(nodes: usize, local: usize) {
 #[test]
 fn two_nodes_of_two_ranks() {
     sweep(2, 2);
+}
+
+/// Whether libfabric can be loaded here; says so when it cannot (CI installs `libfabric1`).
+fn libfabric() -> bool {
+    // SAFETY: loading libfabric runs its initialisers only.
+    let ok = unsafe { libloading::Library::new("libfabric.so.1") }.is_ok();
+    if !ok {
+        eprintln!("skipped: libfabric.so.1 is not installed (apt-get install libfabric1)");
+    }
+    ok
+}
+
+/// The sweep's collectives, ring and tree, bit for bit, between two nodes of two processes
+/// over libfabric's tcp provider (`RSCCL_NET=ofi`).
+#[test]
+fn two_nodes_of_two_ranks_over_libfabric() {
+    if libfabric() {
+        sweep_on(2, 2, &[("RSCCL_NET", "ofi"), ("RSCCL_OFI_PROVIDER", "tcp")], "NET/OFI: using provider tcp");
+    }
+}
+
+/// Two nodes of two ranks in one process over libfabric's tcp provider: ring and tree
+/// all-reduce, all-gather, reduce-scatter and sends between the nodes, 0 wrong.
+#[test]
+fn collectives_and_sends_over_libfabric_in_one_process() {
+    if !libfabric() {
+        return;
+    }
+    let n = 4;
+    let be = backend::cpu();
+    let id = UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    let wrong: Vec<usize> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (be, id) = (be.clone(), &id);
+                s.spawn(move || {
+                    let cfg = CommConfig {
+                        nchannels: 2,
+                        nthreads: 64,
+                        step_bytes: 8192,
+                        timeout: Duration::from_secs(30),
+                        host_id: Some(format!("node{}", r / 2)),
+                        net: Some("ofi".into()),
+                        ..CommConfig::default()
+                    };
+                    let comm = Comm::init_rank(&be, n, r, id, cfg).unwrap();
+                    assert_eq!(comm.transport_to((r + 2) % n), Some(TransportKind::Net));
+                    rsccl_suite::net_check::across_nodes(&be, &comm)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(wrong, vec![0; n], "wrong elements per rank");
+}
+
+/// An unknown network is refused naming the variable.
+#[test]
+fn an_unknown_network_is_refused_naming_it() {
+    let be = backend::cpu();
+    let id = UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let (be, id) = (be.clone(), &id);
+                s.spawn(move || {
+                    let cfg = CommConfig {
+                        host_id: Some(format!("node{r}")),
+                        net: Some("carrier-pigeon".into()),
+                        bootstrap_timeout: Duration::from_secs(5),
+                        ..CommConfig::default()
+                    };
+                    Comm::init_rank(&be, 2, r, id, cfg).err().map(|e| e.to_string()).unwrap_or_default()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(
+        errs.iter().any(|e| e.contains("RSCCL_NET=carrier-pigeon: the networks are socket and ofi")),
+        "{errs:?}"
+    );
 }
 
 #[test]

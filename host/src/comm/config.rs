@@ -92,6 +92,10 @@ pub struct CommConfig {
     /// transport), which it overrides; see [`crate::transport::net::plugin`]. `None`: the
     /// variable's value.
     pub net_plugin: Option<String>,
+    /// Which network carries bytes between hosts when no plugin is named: `socket` (rsccl's
+    /// TCP transport) or `ofi` (libfabric, [`crate::transport::net::ofi`]), as `RSCCL_NET`,
+    /// which it overrides. `None`: the variable's value, else `socket`.
+    pub net: Option<String>,
 }
 
 impl Default for CommConfig {
@@ -112,6 +116,7 @@ impl Default for CommConfig {
             host_id: None,
             msccl_xml: None,
             net_plugin: None,
+            net: None,
         }
     }
 }

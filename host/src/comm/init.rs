@@ -437,7 +437,9 @@ fn connect(
     };
     let key_base = u128::from_le_bytes(*id.secret());
     let net = if wires.iter().any(|w| transports[w.peer] == TransportKind::Net) {
-        let plugin = crate::transport::net::choose(cfg.net_plugin.as_deref(), *id.secret(), rank)?;
+        let choice =
+            crate::transport::net::NetChoice { plugin: cfg.net_plugin.as_deref(), net: cfg.net.as_deref() };
+        let plugin = crate::transport::net::choose(choice, *id.secret(), rank)?;
         Some(NetSetup::new(plugin, stream.clone(), std::time::Instant::now() + cfg.bootstrap_timeout))
     } else {
         None

@@ -160,6 +160,7 @@ impl LocalGroup {
             host_id: None,
             msccl_xml: None,
             net_plugin: None,
+            net: None,
         };
         // Every field (channels, threads, step bytes, timeout) is checked, with
         // the same messages as a Comm's, before any thread or socket is made.

@@ -310,7 +310,11 @@ impl Comm {
             Some(s) => s,
             None => {
                 let key = self.links.conn_key.to_le_bytes();
-                let plugin = crate::transport::net::choose(self.cfg.net_plugin.as_deref(), key, self.rank)?;
+                let choice = crate::transport::net::NetChoice {
+                    plugin: self.cfg.net_plugin.as_deref(),
+                    net: self.cfg.net.as_deref(),
+                };
+                let plugin = crate::transport::net::choose(choice, key, self.rank)?;
                 NetSetup::new(plugin, self.stream.clone(), Instant::now() + self.cfg.bootstrap_timeout)
             }
         };

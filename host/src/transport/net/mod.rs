@@ -9,6 +9,7 @@
 //! the bootstrap; the sender connects; the receiver's accept runs on a thread of its own (both
 //! ranks are usually each other's receiver and sender), and [`NetSetup::start`] joins those
 //! accepts, within the communicator's bootstrap timeout, before the proxy starts.
+pub mod ofi;
 pub mod plugin;
 pub mod plugin_abi;
 pub mod proxy;
@@ -86,18 +87,42 @@ pub trait NetRecvComm: Send {
     fn close(&mut self);
 }
 
-/// The network a communicator's connections to other hosts use: the NCCL net plugin `plugin`
-/// names (else [`plugin::NET_PLUGIN_VAR`]'s; `none` or empty: neither), or rsccl's socket
-/// transport on `RSCCL_SOCKET_IFNAME`'s interface, its connections proven with `secret`.
-pub fn choose(plugin: Option<&str>, secret: [u8; 16], rank: usize) -> Result<Arc<dyn Net>> {
-    let spec = match plugin {
-        Some(p) => Some(p.to_string()),
-        None => std::env::var(plugin::NET_PLUGIN_VAR).ok(),
-    };
+/// What a communicator asks of the network between hosts (its [`CommConfig`](crate::CommConfig)
+/// fields; `None`: the variables').
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetChoice<'a> {
+    /// NCCL net plugins ([`plugin::NET_PLUGIN_VAR`]'s grammar).
+    pub plugin: Option<&'a str>,
+    /// `socket` or `ofi` ([`ofi::NET_VAR`]).
+    pub net: Option<&'a str>,
+}
+
+/// The network a communicator's connections to other hosts use: the NCCL net plugin asked for
+/// (`none` or empty: none), else libfabric when `ofi` is asked for, else rsccl's socket
+/// transport; the socket and libfabric ones on `RSCCL_SOCKET_IFNAME`'s interface, the socket
+/// one's connections proven with `secret`.
+pub fn choose(choice: NetChoice, secret: [u8; 16], rank: usize) -> Result<Arc<dyn Net>> {
+    let var = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
+    let spec = choice.plugin.map(str::to_string).or_else(|| var(plugin::NET_PLUGIN_VAR));
     if let Some(spec) = spec.filter(|s| !s.trim().is_empty() && s.trim() != "none") {
         return plugin::load(&spec);
     }
     let sock = socket::SocketConfig::from_env()?;
+    let net = choice.net.map(str::to_string).or_else(|| var(ofi::NET_VAR)).unwrap_or_else(|| "socket".into());
+    match net.trim().to_ascii_lowercase().as_str() {
+        "socket" => {}
+        "ofi" | "libfabric" => {
+            let n = ofi::OfiNet::open(None, sock.ip)?;
+            tracing::info!(rank, "NET/OFI: using provider {} on {} ({})", n.provider(), sock.ifname, sock.ip);
+            return Ok(Arc::new(n));
+        }
+        other => {
+            return Err(Error::InvalidConfig(format!(
+                "{}={other}: the networks are socket and ofi (libfabric)",
+                ofi::NET_VAR
+            )))
+        }
+    }
     tracing::info!(
         rank,
         "NET/socket: using {} ({}), {} thread(s) x {} socket(s) per connection",
