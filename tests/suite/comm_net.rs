@@ -184,6 +184,10 @@ fn net_child() {
         "kill" => {
             cfg.timeout = Duration::from_secs(20);
             let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            // Tells the test this rank is past init (it kills a rank only then).
+            if let Ok(d) = std::env::var(DIR_VAR) {
+                std::fs::write(PathBuf::from(d).join(format!("rank{rank}.started")), b"").unwrap();
+            }
             all_reduce_until_error(&comm, &be, 1 << 20, Duration::from_secs(90));
         }
         "lag" => {
@@ -523,10 +527,47 @@ fn four_nodes_of_one_rank() {
 #[test]
 fn a_rank_killed_on_another_node_is_named_by_every_rank() {
     let (nodes, local) = (2, 2);
-    let mut ranks = start_ranks("kill", nodes, local);
-    // Wait until every rank runs all-reduces, then SIGKILL rank 3 (node 1).
+    let dir = TempDir::new("kill");
+    let d = dir.0.display().to_string();
+    let mut ranks = start_ranks_with("kill", nodes, local, |_| vec![(DIR_VAR, d.clone())]);
+    kill_and_check(&mut ranks, &dir.0, nodes * local, local, false);
+}
+
+/// As above over libfabric's tcp provider.
+#[test]
+fn a_rank_killed_on_another_node_over_libfabric_is_named_by_every_rank() {
+    if !libfabric() {
+        return;
+    }
+    let (nodes, local) = (2, 2);
+    let dir = TempDir::new("kill-ofi");
+    let d = dir.0.display().to_string();
+    let mut ranks = start_ranks_with("kill", nodes, local, |_| {
+        vec![
+            ("RSCCL_NET", "ofi".to_string()),
+            ("RSCCL_OFI_PROVIDER", "tcp".to_string()),
+            (DIR_VAR, d.clone()),
+        ]
+    });
+    kill_and_check(&mut ranks, &dir.0, nodes * local, local, true);
+}
+
+/// Kills rank 3 (node 1) once every rank runs all-reduces; every other rank must fail within
+/// 60 s naming it: its node-mate as a dead process; across the network as a lost connection
+/// (the socket transport sees it break), or, over libfabric's tcp provider (which reports no
+/// error for a receive whose sender died), in the collective timeout's report of the ranks
+/// that stopped answering.
+fn kill_and_check(ranks: &mut Children, dir: &std::path::Path, n: usize, local: usize, ofi: bool) {
+    // Wait until every rank is past init and runs all-reduces, then SIGKILL rank 3 (node 1).
     let victim = 3;
-    std::thread::sleep(Duration::from_secs(4));
+    let started = |r: usize| dir.join(format!("rank{r}.started")).exists();
+    until(
+        "every rank past init",
+        Duration::from_secs(90),
+        || (0..n).all(started),
+        || format!("started: {:?}", (0..n).filter(|&r| started(r)).collect::<Vec<_>>()),
+    );
+    std::thread::sleep(Duration::from_secs(1));
     ranks.children[victim].kill().unwrap();
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(120));
@@ -540,6 +581,13 @@ fn a_rank_killed_on_another_node_is_named_by_every_rank() {
         // Across the network the socket breaks (LOST); its node-mate sees the process gone (DEAD).
         let named = if r / local == victim / local {
             text.contains(&format!("DEAD [{victim}]"))
+        } else if ofi {
+            // The tcp provider reports no error for a receive whose sender died: the
+            // collective's timeout fires and its report names the ranks that stopped
+            // answering ("ranks 2–3 did not answer"), the victim among them.
+            line.contains(&format!("rank {victim} did not answer"))
+                || line.contains(&format!("–{victim} did not answer"))
+                || line.contains(&format!("connection to rank {victim} on "))
         } else {
             text.contains(&format!("LOST {victim}"))
                 && line.contains(&format!("connection to rank {victim} on "))

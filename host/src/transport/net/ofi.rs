@@ -1015,7 +1015,7 @@ mod tests {
     }
 
     /// Two endpoints of one process over the tcp provider on loopback: a hello, then messages
-    /// of several sizes both in order and out of order of posting; a wrong secret is refused.
+    /// of several sizes; garbage at the listener and a wrong secret are refused first.
     /// Skipped (said so) where libfabric is not installed.
     #[test]
     fn messages_cross_the_tcp_provider_on_loopback() {
@@ -1034,7 +1034,14 @@ mod tests {
         bad[last] ^= 1;
         std::thread::scope(|s| {
             let acc = s.spawn(move || listener.accept(deadline));
-            // A sender with the wrong secret is refused; the right one is taken.
+            // Garbage with the hello's tag (too long for a hello: truncated at the receiver)
+            // and a sender with the wrong secret are refused; the right one is taken.
+            let mut garbage_ep = Endpoint::open(net.dom.clone(), true).unwrap();
+            let n = handle[0] as usize;
+            garbage_ep.peer = garbage_ep.insert(&handle[1..1 + n]).unwrap();
+            let mut garbage = vec![0xA5u8; 300];
+            let g = garbage_ep.start(garbage.as_mut_ptr(), garbage.len(), HELLO_TAG).unwrap();
+            garbage_ep.wait(g, deadline, "sending garbage").unwrap();
             let _stranger = net.connect(&bad, deadline).unwrap();
             let mut tx = net.connect(&handle, deadline).unwrap();
             let mut rx = acc.join().unwrap().unwrap();
