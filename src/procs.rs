@@ -19,12 +19,31 @@ impl Children {
     /// Runs the test `test` of this binary (its full name: `module::name` in the suite binary)
     /// once per entry of `envs`, each child with those variables set and its output captured.
     pub fn spawn(test: &str, envs: impl IntoIterator<Item = Vec<(String, String)>>) -> Children {
+        Self::spawn_wrapped(test, envs, |_| Vec::new())
+    }
+
+    /// [`Children::spawn`], child `i` started through the command `wrap(i)` (empty: none),
+    /// e.g. `ip netns exec NS` to run it in a network namespace.
+    pub fn spawn_wrapped(
+        test: &str,
+        envs: impl IntoIterator<Item = Vec<(String, String)>>,
+        wrap: impl Fn(usize) -> Vec<String>,
+    ) -> Children {
         let exe = std::env::current_exe().expect("this test's path");
         let children = envs
             .into_iter()
-            .map(|vars| {
-                Command::new(&exe)
-                    .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+            .enumerate()
+            .map(|(i, vars)| {
+                let w = wrap(i);
+                let mut cmd = match w.split_first() {
+                    Some((prog, args)) => {
+                        let mut c = Command::new(prog);
+                        c.args(args).arg(&exe);
+                        c
+                    }
+                    None => Command::new(&exe),
+                };
+                cmd.args(["--exact", test, "--nocapture", "--test-threads", "1"])
                     .envs(vars)
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
