@@ -39,19 +39,53 @@ impl Nodes {
         let mut steps: Vec<Vec<String>> = vec![
             vec!["netns".into(), "add".into(), names[0].clone()],
             vec!["netns".into(), "add".into(), names[1].clone()],
-            vec!["link".into(), "add".into(), ifs[0].clone(), "type".into(), "veth".into(), "peer".into(), "name".into(), ifs[1].clone()],
+            vec![
+                "link".into(),
+                "add".into(),
+                ifs[0].clone(),
+                "type".into(),
+                "veth".into(),
+                "peer".into(),
+                "name".into(),
+                ifs[1].clone(),
+            ],
         ];
         for i in 0..2 {
             steps.push(vec!["link".into(), "set".into(), ifs[i].clone(), "netns".into(), names[i].clone()]);
-            steps.push(vec!["-n".into(), names[i].clone(), "addr".into(), "add".into(), format!("{}/24", ips[i]), "dev".into(), ifs[i].clone()]);
-            steps.push(vec!["-n".into(), names[i].clone(), "link".into(), "set".into(), ifs[i].clone(), "up".into()]);
-            steps.push(vec!["-n".into(), names[i].clone(), "link".into(), "set".into(), "lo".into(), "up".into()]);
+            steps.push(vec![
+                "-n".into(),
+                names[i].clone(),
+                "addr".into(),
+                "add".into(),
+                format!("{}/24", ips[i]),
+                "dev".into(),
+                ifs[i].clone(),
+            ]);
+            steps.push(vec![
+                "-n".into(),
+                names[i].clone(),
+                "link".into(),
+                "set".into(),
+                ifs[i].clone(),
+                "up".into(),
+            ]);
+            steps.push(vec![
+                "-n".into(),
+                names[i].clone(),
+                "link".into(),
+                "set".into(),
+                "lo".into(),
+                "up".into(),
+            ]);
         }
         let nodes = Nodes { ns: Some((names, ifs)), ips };
         for s in &steps {
             let ok = Command::new("ip").args(s).output().map(|o| o.status.success()).unwrap_or(false);
             if !ok {
-                println!("net_fabrics: `ip {}` failed (not root?): the nodes are two processes on loopback", s.join(" "));
+                println!(
+                    "net_fabrics: `ip {}` failed (not root?): the nodes are two processes on loopback",
+                    s.join(" ")
+                );
                 drop(nodes);
                 return Nodes { ns: None, ips: ["127.0.0.1".into(), "127.0.0.1".into()] };
             }
@@ -107,7 +141,9 @@ fn raw_child(me: &str, peer: &str, port: u16) -> ExitCode {
     let mut s = loop {
         match TcpStream::connect(&peer_addr) {
             Ok(s) => break s,
-            Err(_) if start.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(10)),
+            Err(_) if start.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
             Err(e) => panic!("connect {peer_addr}: {e}"),
         }
     };
@@ -142,8 +178,10 @@ fn raw_gbps(nodes: &Nodes, exe: &std::path::Path) -> f64 {
             .map(|c| String::from_utf8_lossy(&c.wait_with_output().expect("raw child").stdout).into_owned())
             .collect();
         // Both directions at once: the slower side's figure is the pair's.
-        let each: Vec<f64> =
-            outs.iter().filter_map(|o| o.lines().find_map(|l| l.strip_prefix("RAW ")?.trim().parse().ok())).collect();
+        let each: Vec<f64> = outs
+            .iter()
+            .filter_map(|o| o.lines().find_map(|l| l.strip_prefix("RAW ")?.trim().parse().ok()))
+            .collect();
         if each.len() == 2 {
             best = best.max(each[0].min(each[1]));
         }
@@ -154,11 +192,12 @@ fn raw_gbps(nodes: &Nodes, exe: &std::path::Path) -> f64 {
 /// The all-reduce's bus bandwidth over `net` (`socket` or `ofi`), GB/s; `None` on failure
 /// (its output printed).
 fn all_reduce_gbps(nodes: &Nodes, exe: &std::path::Path, net: &str, iters: usize, port: u16) -> Option<f64> {
-    let perf: Vec<String> = ["all_reduce", "-b", "256M", "-e", "256M", "-d", "float", "-w", "1", "-c", "0", "-n"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([iters.to_string()])
-        .collect();
+    let perf: Vec<String> =
+        ["all_reduce", "-b", "256M", "-e", "256M", "-d", "float", "-w", "1", "-c", "0", "-n"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([iters.to_string()])
+            .collect();
     let kids: Vec<_> = (0..2)
         .map(|r| {
             nodes

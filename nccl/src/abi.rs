@@ -36,18 +36,8 @@ pub const NCCL_VERSION_CODE: c_int = version_code(NCCL_MAJOR, NCCL_MINOR, NCCL_P
 /// `ncclResult_t`.
 pub type NcclResult = c_int;
 
-/// The `ncclResult_t` values, in order (value = index).
-pub const RESULTS: [&str; 9] = [
-    "ncclSuccess",
-    "ncclUnhandledCudaError",
-    "ncclSystemError",
-    "ncclInternalError",
-    "ncclInvalidArgument",
-    "ncclInvalidUsage",
-    "ncclRemoteError",
-    "ncclInProgress",
-    "ncclTimeout",
-];
+/// The `ncclResult_t` values, in order (value = index): the list the plugin ABI names them by.
+pub const RESULTS: [&str; 9] = rsccl::transport::net::plugin_abi::RESULTS;
 /// `ncclSuccess`.
 pub const SUCCESS: NcclResult = 0;
 /// `ncclUnhandledCudaError`.

@@ -76,18 +76,7 @@ impl Loaded {
 
 /// NCCL's name of a result code.
 fn result_name(code: c_int) -> String {
-    const NAMES: [&str; 9] = [
-        "ncclSuccess",
-        "ncclUnhandledCudaError",
-        "ncclSystemError",
-        "ncclInternalError",
-        "ncclInvalidArgument",
-        "ncclInvalidUsage",
-        "ncclRemoteError",
-        "ncclInProgress",
-        "ncclNumResults",
-    ];
-    match usize::try_from(code).ok().and_then(|i| NAMES.get(i)) {
+    match usize::try_from(code).ok().and_then(|i| abi::RESULTS.get(i)) {
         Some(n) => format!("{n} ({code})"),
         None => format!("{code}"),
     }

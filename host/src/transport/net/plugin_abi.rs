@@ -6,6 +6,19 @@ use std::ffi::{c_char, c_int, c_ulong, c_void};
 
 /// `ncclResult_t` as plugins return it.
 pub type NcclResult = c_int;
+/// NCCL's names of the `ncclResult_t` values, in order (value = index): one list for the plugin
+/// host's messages and the drop-in library's header.
+pub const RESULTS: [&str; 9] = [
+    "ncclSuccess",
+    "ncclUnhandledCudaError",
+    "ncclSystemError",
+    "ncclInternalError",
+    "ncclInvalidArgument",
+    "ncclInvalidUsage",
+    "ncclRemoteError",
+    "ncclInProgress",
+    "ncclTimeout",
+];
 /// `ncclSuccess`.
 pub const SUCCESS: NcclResult = 0;
 /// `ncclSystemError`: the operating system failed us (a socket, a thread).
