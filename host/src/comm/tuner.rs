@@ -43,6 +43,9 @@ pub(super) struct LineFifos {
     pub(super) ll128: bool,
 }
 
+/// Fewest threads a ring block is launched with (the Simple primitives' roles need two warps).
+const MIN_RING_THREADS: u32 = 64;
+
 impl Tuner {
     /// The tuner of a communicator of `nranks` ranks on `nnodes` hosts with `nchannels`
     /// channels; `proto` is `RSCCL_PROTO`'s value (bad values are errors naming it).
@@ -109,6 +112,11 @@ impl Tuner {
     /// carries and [`Tuner::allowed`] allows, Simple when nothing else is. A protocol forced
     /// on where the connections lack it falls back to Simple with a warning (once).
     pub(super) fn ring_protocol(&self, coll: Collective, bytes: u64, fifos: LineFifos) -> Protocol {
+        self.ring_best(coll, bytes, fifos).0
+    }
+
+    /// [`Tuner::ring_protocol`] and its predicted time, µs (infinite when the table has none).
+    fn ring_best(&self, coll: Collective, bytes: u64, fifos: LineFifos) -> (Protocol, f64) {
         let coll = tuning_coll(coll);
         let mut best = (Protocol::Simple, f64::INFINITY);
         let candidates = [
@@ -141,11 +149,9 @@ impl Tuner {
                 );
             }
         }
-        best.0
+        best
     }
-}
 
-impl Tuner {
     /// Whether the tree (Simple: the protocol rsccl's trees run) is predicted faster than the
     /// ring's best protocol among `fifos` for an all-reduce of `bytes`, both allowed by
     /// `RSCCL_PROTO` (NCCL's algorithm choice between the two).
@@ -155,15 +161,10 @@ impl Tuner {
             return false;
         }
         let Some(tree) = self.table.time_us(coll, Algo::Tree, Proto::Simple, bytes, 1) else { return false };
-        let ring = self.ring_protocol(Collective::AllReduce, bytes, fifos);
-        self.table.time_us(coll, Algo::Ring, proto_of(ring), bytes, 1).is_some_and(|r| tree < r)
+        let ring = self.ring_best(Collective::AllReduce, bytes, fifos).1;
+        ring.is_finite() && tree < ring
     }
-}
 
-/// Fewest threads a ring block is launched with (the Simple primitives' roles need two warps).
-const MIN_RING_THREADS: u32 = 64;
-
-impl Tuner {
     /// The launch shape of a ring call on `protocol` moving `bytes`: NCCL's channel and thread
     /// shrink for small sizes ([`CostTable::launch_shape`]), kept within the communicator's
     /// channels and its block size `max_threads` (whole warps, at least
@@ -204,7 +205,6 @@ impl Tuner {
     }
 }
 
-/// The cost model's name of `coll`.
 /// The cost model's name of `protocol`.
 fn proto_of(protocol: Protocol) -> Proto {
     match protocol {

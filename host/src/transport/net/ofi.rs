@@ -848,7 +848,11 @@ impl Net for OfiNet {
         hello.push(ep.addr.len() as u8);
         hello.extend_from_slice(&ep.addr.clone());
         let req = ep.start(hello.as_mut_ptr(), hello.len(), HELLO_TAG)?;
-        ep.wait(req, deadline, "sending the hello")?;
+        if let Err(e) = ep.wait(req, deadline, "sending the hello") {
+            // The send may still be posted: the endpoint goes before the hello's buffer.
+            ep.close_ep();
+            return Err(e);
+        }
         Ok(Box::new(OfiComm(ep)))
     }
 }
@@ -867,7 +871,11 @@ impl NetListener for OfiListener {
             // A hello that does not fit fails its receive (truncated): refused like a wrong one.
             let n = match ep.wait(req, deadline, "waiting for the sender's hello") {
                 Ok(n) => n,
-                Err(e) if e.to_string().contains("timed out") => return Err(e),
+                Err(e) if e.to_string().contains("timed out") => {
+                    // The receive is still posted: the endpoint goes before its buffer.
+                    ep.close_ep();
+                    return Err(e);
+                }
                 Err(e) => {
                     tracing::warn!("NET/OFI: refused a hello: {e}");
                     continue;
