@@ -1,5 +1,5 @@
 //! rsccl's socket transport as an NCCL net plugin: `libnccl_net_rsccl.so` exports
-//! `ncclNetPlugin_v8` (layout: `rsccl::transport::net::plugin_abi`), usable by NCCL
+//! `ncclNetPlugin_v9` and `ncclNetPlugin_v8` (layouts: `rsccl::transport::net::plugin_abi`), usable by NCCL
 //! (`NCCL_NET_PLUGIN=<path>`) and by rsccl's own plugin host (`RSCCL_NET_PLUGIN=<path>`), which
 //! is how rsccl's tests prove the ABI path end to end.
 //!
@@ -14,7 +14,7 @@
 #![allow(non_upper_case_globals)]
 use rsccl::transport::net::ofi::{OfiNet, NET_VAR};
 use rsccl::transport::net::plugin_abi::{
-    self as abi, Logger, NcclResult, NetV8, PropertiesV8, HANDLE_MAXSIZE,
+    self as abi, Logger, NcclResult, NetV8, NetV9, PropertiesV8, PropertiesV9, VDevicePropsV9, HANDLE_MAXSIZE,
 };
 use rsccl::transport::net::socket::{SocketConfig, SocketNet};
 use rsccl::transport::net::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
@@ -57,8 +57,46 @@ pub static ncclNetPlugin_v8: NetV8 = NetV8 {
     irecv_consumed: None,
 };
 
+/// NCCL's table of this plugin, version 9 (`size_t` sizes; no virtual NICs).
+#[no_mangle]
+pub static ncclNetPlugin_v9: NetV9 = NetV9 {
+    name: NAME.as_ptr(),
+    init: Some(init),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v9),
+    listen: Some(listen),
+    connect: Some(connect),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v9),
+    irecv: Some(irecv_v9),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_send),
+    close_recv: Some(close_recv),
+    close_listen: Some(close_listen),
+    get_device_mr: None,
+    irecv_consumed: None,
+    make_v_device: None,
+};
+
 /// Bytes this library's sends completed, for tests that check traffic went through it.
 static BYTES_SENT: AtomicU64 = AtomicU64::new(0);
+/// Sends started through each table's `isend` (v8, v9): which version a host drives.
+static ISENDS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Sends started through version `version`'s `isend` (8 or 9; 0 for another), for tests that
+/// check which table a host drives.
+#[no_mangle]
+pub extern "C" fn rsccl_net_plugin_isends(version: c_int) -> u64 {
+    match version {
+        8 => ISENDS[0].load(Ordering::Relaxed),
+        9 => ISENDS[1].load(Ordering::Relaxed),
+        _ => 0,
+    }
+}
 
 /// Bytes this plugin's sends have completed since it was loaded (rsccl's tests look it up with
 /// `dlsym` to see that a run's traffic went through the plugin).
@@ -145,29 +183,53 @@ unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
     })
 }
 
-unsafe extern "C" fn get_properties(dev: c_int, props: *mut PropertiesV8) -> NcclResult {
+/// Device 0's name (the interface), kept for the process.
+fn nic_name(cfg: &SocketConfig) -> *mut c_char {
     static IFNAME: OnceLock<std::ffi::CString> = OnceLock::new();
+    IFNAME.get_or_init(|| std::ffi::CString::new(cfg.ifname.clone()).unwrap_or_default()).as_ptr()
+        as *mut c_char
+}
+
+unsafe extern "C" fn get_properties(dev: c_int, props: *mut PropertiesV8) -> NcclResult {
     guard("getProperties", || {
         let cfg = config()?;
         if dev != 0 || props.is_null() {
             return Err((abi::INVALID_ARGUMENT, format!("device {dev} (there is one) or NULL props")));
         }
-        let name = IFNAME.get_or_init(|| std::ffi::CString::new(cfg.ifname.clone()).unwrap_or_default());
         let p = PropertiesV8 {
-            name: name.as_ptr() as *mut c_char,
-            pci_path: std::ptr::null_mut(),
-            guid: 0,
+            name: nic_name(cfg),
             ptr_support: abi::PTR_HOST,
             reg_is_global: 1,
             speed: 10_000,
-            port: 0,
-            latency: 0.0,
             max_comms: 65_536,
             max_recvs: 1,
-            net_device_type: 0,
-            net_device_version: 0,
+            ..PropertiesV8::default()
         };
         // SAFETY: checked non-NULL; NCCL passes a v8 properties struct.
+        unsafe { props.write(p) };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut PropertiesV9) -> NcclResult {
+    guard("getProperties", || {
+        let cfg = config()?;
+        if dev != 0 || props.is_null() {
+            return Err((abi::INVALID_ARGUMENT, format!("device {dev} (there is one) or NULL props")));
+        }
+        let p = PropertiesV9 {
+            name: nic_name(cfg),
+            ptr_support: abi::PTR_HOST,
+            reg_is_global: 1,
+            speed: 10_000,
+            max_comms: 65_536,
+            max_recvs: 1,
+            v_props: VDevicePropsV9 { ndevs: 1, devs: [0; abi::MAX_DEVS_PER_NIC_V9] },
+            max_p2p_bytes: usize::MAX,
+            max_coll_bytes: usize::MAX,
+            ..PropertiesV9::default()
+        };
+        // SAFETY: checked non-NULL; NCCL passes a v9 properties struct.
         unsafe { props.write(p) };
         Ok(())
     })
@@ -425,11 +487,36 @@ unsafe extern "C" fn isend(
 ) -> NcclResult {
     guard("isend", || {
         let len = usize::try_from(size).map_err(|_| (abi::INVALID_ARGUMENT, format!("size {size}")))?;
-        start(send_comm, request, |c| match c {
-            // SAFETY: NCCL keeps `data` valid and unchanged until the request is done.
-            Comm::Send(s, ..) => unsafe { s.isend(data.cast(), len) },
-            Comm::Recv(..) => Err(rsccl::Error::Network("isend on a receive comm".into())),
-        })
+        ISENDS[0].fetch_add(1, Ordering::Relaxed);
+        send(send_comm, data, len, request)
+    })
+}
+
+unsafe extern "C" fn isend_v9(
+    send_comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    _tag: c_int,
+    _mhandle: *mut c_void,
+    request: *mut *mut c_void,
+) -> NcclResult {
+    guard("isend", || {
+        ISENDS[1].fetch_add(1, Ordering::Relaxed);
+        send(send_comm, data, size, request)
+    })
+}
+
+/// Starts a send of `len` bytes at `data` on the send comm at `comm`.
+fn send(
+    comm: *mut c_void,
+    data: *mut c_void,
+    len: usize,
+    request: *mut *mut c_void,
+) -> Result<(), (NcclResult, String)> {
+    start(comm, request, |c| match c {
+        // SAFETY: NCCL keeps `data` valid and unchanged until the request is done.
+        Comm::Send(s, ..) => unsafe { s.isend(data.cast(), len) },
+        Comm::Recv(..) => Err(rsccl::Error::Network("isend on a receive comm".into())),
     })
 }
 
@@ -449,11 +536,40 @@ unsafe extern "C" fn irecv(
         // SAFETY: checked non-NULL; n = 1 entries.
         let (buf, size) = unsafe { (*data, *sizes) };
         let max = usize::try_from(size).map_err(|_| (abi::INVALID_ARGUMENT, format!("size {size}")))?;
-        start(recv_comm, request, |c| match c {
-            // SAFETY: NCCL keeps the buffer valid and untouched until the request is done.
-            Comm::Recv(r, ..) => unsafe { r.irecv(buf.cast(), max) },
-            Comm::Send(..) => Err(rsccl::Error::Network("irecv on a send comm".into())),
-        })
+        recv(recv_comm, buf, max, request)
+    })
+}
+
+unsafe extern "C" fn irecv_v9(
+    recv_comm: *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *mut usize,
+    _tags: *mut c_int,
+    _mhandles: *mut *mut c_void,
+    request: *mut *mut c_void,
+) -> NcclResult {
+    guard("irecv", || {
+        if n != 1 || data.is_null() || sizes.is_null() {
+            return Err((abi::INVALID_ARGUMENT, format!("{n} receives (maxRecvs is 1) or NULL arrays")));
+        }
+        // SAFETY: checked non-NULL; n = 1 entries.
+        let (buf, max) = unsafe { (*data, *sizes) };
+        recv(recv_comm, buf, max, request)
+    })
+}
+
+/// Starts a receive of at most `max` bytes into `buf` on the receive comm at `comm`.
+fn recv(
+    comm: *mut c_void,
+    buf: *mut c_void,
+    max: usize,
+    request: *mut *mut c_void,
+) -> Result<(), (NcclResult, String)> {
+    start(comm, request, |c| match c {
+        // SAFETY: NCCL keeps the buffer valid and untouched until the request is done.
+        Comm::Recv(r, ..) => unsafe { r.irecv(buf.cast(), max) },
+        Comm::Send(..) => Err(rsccl::Error::Network("irecv on a send comm".into())),
     })
 }
 

@@ -2,7 +2,8 @@
  * message. Built by tests/hosting.rs with one of:
  *   -DNOT_A_PLUGIN   exports its table under another name than ncclNetPlugin_v*
  *   -DONLY_V5        exports only ncclNetPlugin_v5 (older than any version NCCL still loads)
- *   -DONLY_V9        exports only ncclNetPlugin_v9 (a version this host does not run)
+ *   -DONLY_V9        exports only ncclNetPlugin_v9 (a version this host runs: it loads)
+ *   -DONLY_V10       exports only ncclNetPlugin_v10 (a version this host does not run)
  *   -DINIT_FAILS     init returns ncclInternalError
  *   -DZERO_DEVICES   devices reports 0
  *   -DNULL_ISEND     isend and test are NULL */
@@ -37,7 +38,8 @@ static ncclResult_t props(int dev, props_t* p) { (void)dev; p->name = "bad"; p->
 static ncclResult_t unused(void) { return 3; }
 #define U (void*)unused
 
-typedef struct { const char* name; void* e[18]; } table_t;
+/* v8's 18 entries (v9 appends makeVDevice: NULL here). */
+typedef struct { const char* name; void* e[19]; } table_t;
 
 #if defined(NOT_A_PLUGIN)
 #define SYM not_a_net_plugin
@@ -45,6 +47,8 @@ typedef struct { const char* name; void* e[18]; } table_t;
 #define SYM ncclNetPlugin_v5
 #elif defined(ONLY_V9)
 #define SYM ncclNetPlugin_v9
+#elif defined(ONLY_V10)
+#define SYM ncclNetPlugin_v10
 #else
 #define SYM ncclNetPlugin_v8
 #endif
@@ -57,4 +61,4 @@ typedef struct { const char* name; void* e[18]; } table_t;
 #endif
 /* init, devices, getProperties, listen, connect, accept, regMr, regMrDmaBuf, deregMr, isend,
  * irecv, iflush, test, closeSend, closeRecv, closeListen, getDeviceMr, irecvConsumed. */
-table_t SYM = {"bad", {(void*)init, (void*)devices, (void*)props, U, U, U, U, NULL, U, ISEND, U, U, TEST, U, U, U, NULL, NULL}};
+table_t SYM = {"bad", {(void*)init, (void*)devices, (void*)props, U, U, U, U, NULL, U, ISEND, U, U, TEST, U, U, U, NULL, NULL, NULL}};

@@ -5,8 +5,8 @@
 //! **Loading, NCCL's rules.** The variable is a comma list; each name is opened as given, and a
 //! bare name (no `/`, not starting with `lib`, not ending in `.so`) also as
 //! `libnccl-net-<name>.so`. A library is searched for `ncclNetPlugin_v12` … `_v6`, newest first;
-//! this host runs version 8, so it takes `ncclNetPlugin_v8` and names any other version it
-//! finds when that one is missing. The mandatory entries must be non-NULL (the device-offload
+//! this host runs versions 9 and 8, takes the newest of those the library exports (or the one
+//! [`NET_PLUGIN_VERSION_VAR`] pins), and names the other versions it finds when it has none. The mandatory entries must be non-NULL (the device-offload
 //! ones may be NULL, as aws-ofi-nccl leaves them); `init` is given a logger, `devices` must
 //! report one at least, and device 0 is used. The first name that loads serves; a plugin is
 //! loaded and initialised once per process, as NCCL does.
@@ -16,7 +16,7 @@
 //! "not now" with a NULL request, in which case the operation waits in order and is posted
 //! again when the proxy next tests; memory is registered (`regMr`, host memory) once per
 //! region the proxy hands over and deregistered when the comm closes.
-use super::plugin_abi::{self as abi, NetV8, PropertiesV8, HANDLE_MAXSIZE};
+use super::plugin_abi::{self as abi, NetV8, NetV9, PropertiesV8, PropertiesV9, HANDLE_MAXSIZE};
 use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
 use crate::error::{Error, Result};
 use std::collections::{HashMap, VecDeque};
@@ -38,40 +38,94 @@ fn plugin_err(what: impl Into<String>) -> Error {
     Error::Network(format!("{NET_PLUGIN_VAR}: {}", what.into()))
 }
 
+/// `RSCCL_NET_PLUGIN_VERSION`: take this version of a plugin's table (8 or 9) even when it
+/// exports a newer one this host runs (to try an older code path of a vendor's plugin).
+pub const NET_PLUGIN_VERSION_VAR: &str = "RSCCL_NET_PLUGIN_VERSION";
+
+type Listen = unsafe extern "C" fn(c_int, *mut c_void, *mut *mut c_void) -> c_int;
+type Connect = unsafe extern "C" fn(c_int, *mut c_void, *mut *mut c_void, *mut *mut c_void) -> c_int;
+type Accept = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut *mut c_void) -> c_int;
+type RegMr = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int, *mut *mut c_void) -> c_int;
+type DeregMr = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+type Test = unsafe extern "C" fn(*mut c_void, *mut c_int, *mut c_int) -> c_int;
+type Close = unsafe extern "C" fn(*mut c_void) -> c_int;
+type IsendV8 =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, c_int, *mut c_void, *mut *mut c_void) -> c_int;
+type IsendV9 =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int, *mut c_void, *mut *mut c_void) -> c_int;
+type IrecvV8 = unsafe extern "C" fn(
+    *mut c_void,
+    c_int,
+    *mut *mut c_void,
+    *mut c_int,
+    *mut c_int,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> c_int;
+type IrecvV9 = unsafe extern "C" fn(
+    *mut c_void,
+    c_int,
+    *mut *mut c_void,
+    *mut usize,
+    *mut c_int,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> c_int;
+
+/// The entry points a hosted plugin is driven through, whatever its version: the ones whose
+/// C types every hosted version shares, and the sends and receives, whose sizes differ.
+#[derive(Clone, Copy)]
+struct Calls {
+    listen: Listen,
+    connect: Connect,
+    accept: Accept,
+    reg_mr: RegMr,
+    dereg_mr: DeregMr,
+    test: Test,
+    close_send: Close,
+    close_recv: Close,
+    close_listen: Close,
+    sends: Sends,
+}
+
+/// `isend` and `irecv` of a v8 (`int` sizes) or v9 (`size_t` sizes) plugin.
+#[derive(Clone, Copy)]
+enum Sends {
+    V8(IsendV8, IrecvV8),
+    V9(IsendV9, IrecvV9),
+}
+
 /// A loaded, initialised plugin: its library (kept loaded for the process's life, as NCCL
-/// keeps it), its table and what it said of itself.
+/// keeps it), its entry points and what it said of itself.
 struct Loaded {
     _lib: libloading::Library,
-    table: *const NetV8,
-    /// The plugin's name (`ncclNet_v8_t::name`).
+    calls: Calls,
+    /// The plugin's name (`ncclNet_v*_t::name`).
     name: String,
     /// The file it came from.
     path: String,
+    /// The table's version.
+    version: u32,
     /// Device 0's properties (name, speed, latency), for logs.
     props: String,
 }
 
-// SAFETY: the table is the plugin's immutable static; NCCL's contract makes its entries callable
-// from any thread (a comm is used by one thread at a time, as the proxy does).
+// SAFETY: the entry points are the plugin's, which NCCL's contract makes callable from any
+// thread (a comm is used by one thread at a time, as the proxy does).
 unsafe impl Send for Loaded {}
 // SAFETY: as above.
 unsafe impl Sync for Loaded {}
 
 impl Loaded {
-    fn table(&self) -> &NetV8 {
-        // SAFETY: the library that holds the static stays loaded as long as `self`.
-        unsafe { &*self.table }
-    }
-
     /// `what` failed with `code`: an error naming the plugin.
     fn failed(&self, what: &str, code: c_int) -> Error {
-        Error::Network(format!(
-            "net plugin {} ({}): {what} returned {}",
-            self.name,
-            self.path,
-            result_name(code)
-        ))
+        failed(&self.name, &self.path, what, code)
     }
+}
+
+/// `what` of plugin `name` (from `path`) failed with `code`.
+fn failed(name: &str, path: &str, what: &str, code: c_int) -> Error {
+    Error::Network(format!("net plugin {name} ({path}): {what} returned {}", result_name(code)))
 }
 
 /// NCCL's name of a result code.
@@ -136,23 +190,80 @@ fn candidates(name: &str) -> Vec<String> {
     c
 }
 
-/// Opens `path` and takes its v8 table: the errors name what is wrong with the library.
+/// A plugin's `getProperties`, by its version's struct.
+enum Props {
+    V8(unsafe extern "C" fn(c_int, *mut PropertiesV8) -> c_int),
+    V9(unsafe extern "C" fn(c_int, *mut PropertiesV9) -> c_int),
+}
+
+impl Props {
+    /// Device 0 in a line (name, speed, latency, pointer support), or the failing code.
+    fn describe(&self) -> std::result::Result<String, c_int> {
+        let (code, name, speed, latency, ptr) = match self {
+            Props::V8(f) => {
+                let mut p = PropertiesV8::default();
+                // SAFETY: the plugin's getProperties of a device it reported, on its version's struct.
+                let code = unsafe { f(0, &mut p) };
+                (code, p.name, p.speed, p.latency, p.ptr_support)
+            }
+            Props::V9(f) => {
+                let mut p = PropertiesV9::default();
+                // SAFETY: as above.
+                let code = unsafe { f(0, &mut p) };
+                (code, p.name, p.speed, p.latency, p.ptr_support)
+            }
+        };
+        if code != abi::SUCCESS {
+            return Err(code);
+        }
+        Ok(format!("{}, {speed} Mbps, latency {latency} us, ptrSupport {ptr:#x}", c_text(name, "?")))
+    }
+}
+
+/// A plugin's name string (NULL: "(unnamed)").
+fn c_text(p: *const c_char, none: &str) -> String {
+    if p.is_null() {
+        none.to_string()
+    } else {
+        // SAFETY: the plugin's NUL-terminated string.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// The version `RSCCL_NET_PLUGIN_VERSION` pins, if any.
+fn pinned_version() -> Result<Option<u32>> {
+    match std::env::var(NET_PLUGIN_VERSION_VAR) {
+        Err(_) => Ok(None),
+        Ok(v) if v.trim().is_empty() => Ok(None),
+        Ok(v) => match v.trim().parse::<u32>() {
+            Ok(n) if abi::SYMBOLS.iter().any(|&(_, ver, hosted)| hosted && ver == n) => Ok(Some(n)),
+            _ => Err(plugin_err(format!("{NET_PLUGIN_VERSION_VAR}={v}: this host runs versions 8 and 9"))),
+        },
+    }
+}
+
+/// Opens `path` and takes its newest table this host runs (or the pinned version): the errors
+/// name what is wrong with the library.
 fn open(path: &str) -> Result<Loaded> {
     // SAFETY: loading a plugin runs its initialisers, which is what a user naming it asks for.
     let lib = unsafe { libloading::Library::new(path) }
         .map_err(|e| plugin_err(format!("cannot load {path}: {e}")))?;
+    let pinned = pinned_version()?;
     let mut other: Vec<String> = Vec::new();
-    let mut table: Option<*const NetV8> = None;
-    for (sym, hosted) in abi::SYMBOLS {
+    let mut table: Option<(u32, *const c_void)> = None;
+    for (sym, version, hosted) in abi::SYMBOLS {
         // SAFETY: a data symbol: its address is the table's (read only once its version is known).
-        let found = unsafe { lib.get::<*const NetV8>(sym.as_bytes()) }.ok().map(|s| *s);
-        match (found, hosted) {
-            (Some(t), true) if !t.is_null() => table = Some(t),
-            (Some(_), false) => other.push(sym.to_string()),
+        let found =
+            unsafe { lib.get::<*const c_void>(sym.as_bytes()) }.ok().map(|s| *s).filter(|t| !t.is_null());
+        match found {
+            Some(t) if hosted && table.is_none() && pinned.is_none_or(|p| p == version) => {
+                table = Some((version, t))
+            }
+            Some(_) if !hosted => other.push(sym.to_string()),
             _ => {}
         }
     }
-    let Some(table) = table else {
+    let Some((version, table)) = table else {
         // Older versions than NCCL's oldest, for the message.
         for v in 2..=5 {
             let sym = format!("ncclNetPlugin_v{v}");
@@ -161,68 +272,100 @@ fn open(path: &str) -> Result<Loaded> {
                 other.push(sym);
             }
         }
-        return Err(plugin_err(if other.is_empty() {
+        let runs = match pinned {
+            Some(p) => format!("ncclNetPlugin_v{p}, pinned by {NET_PLUGIN_VERSION_VAR}"),
+            None => "ncclNetPlugin_v9 and ncclNetPlugin_v8".to_string(),
+        };
+        return Err(plugin_err(if other.is_empty() && pinned.is_none() {
             format!(
                 "{path} is not an NCCL net plugin: it exports none of ncclNetPlugin_v12 … ncclNetPlugin_v6"
             )
+        } else if other.is_empty() {
+            format!("{path} does not export {runs}")
         } else {
-            format!(
-                "{path} exports {}, a version this host does not run (it runs ncclNetPlugin_v8)",
-                other.join(", ")
-            )
+            format!("{path} exports {}, a version this host does not run (it runs {runs})", other.join(", "))
         }));
     };
-    // SAFETY: the v8 table the plugin exports, alive while `lib` is.
-    let t = unsafe { &*table };
-    let missing = abi::missing_entries(t);
-    if !missing.is_empty() {
-        return Err(plugin_err(format!(
-            "{path}: ncclNetPlugin_v8 has NULL mandatory entries: {}",
-            missing.join(", ")
-        )));
-    }
-    let name = if t.name.is_null() {
-        "(unnamed)".to_string()
-    } else {
-        // SAFETY: the plugin's NUL-terminated name.
-        unsafe { CStr::from_ptr(t.name) }.to_string_lossy().into_owned()
+    let sym = format!("ncclNetPlugin_v{version}");
+    let mandatory = |missing: Vec<&str>| -> Result<()> {
+        match missing.is_empty() {
+            true => Ok(()),
+            false => {
+                Err(plugin_err(format!("{path}: {sym} has NULL mandatory entries: {}", missing.join(", "))))
+            }
+        }
     };
-    let mut loaded = Loaded { _lib: lib, table, name, path: path.to_string(), props: String::new() };
-    let t = loaded.table();
-    let (init, devices, props) =
-        (t.init.expect("checked"), t.devices.expect("checked"), t.get_properties.expect("checked"));
+    // SAFETY: the table of the version its symbol names, alive while `lib` is.
+    let (name, init, devices, calls, props) = unsafe {
+        match version {
+            9 => {
+                let t = &*table.cast::<NetV9>();
+                mandatory(abi::missing_entries_v9(t))?;
+                let calls = Calls {
+                    listen: t.listen.expect("checked"),
+                    connect: t.connect.expect("checked"),
+                    accept: t.accept.expect("checked"),
+                    reg_mr: t.reg_mr.expect("checked"),
+                    dereg_mr: t.dereg_mr.expect("checked"),
+                    test: t.test.expect("checked"),
+                    close_send: t.close_send.expect("checked"),
+                    close_recv: t.close_recv.expect("checked"),
+                    close_listen: t.close_listen.expect("checked"),
+                    sends: Sends::V9(t.isend.expect("checked"), t.irecv.expect("checked")),
+                };
+                let props = Props::V9(t.get_properties.expect("checked"));
+                (
+                    c_text(t.name, "(unnamed)"),
+                    t.init.expect("checked"),
+                    t.devices.expect("checked"),
+                    calls,
+                    props,
+                )
+            }
+            _ => {
+                let t = &*table.cast::<NetV8>();
+                mandatory(abi::missing_entries(t))?;
+                let calls = Calls {
+                    listen: t.listen.expect("checked"),
+                    connect: t.connect.expect("checked"),
+                    accept: t.accept.expect("checked"),
+                    reg_mr: t.reg_mr.expect("checked"),
+                    dereg_mr: t.dereg_mr.expect("checked"),
+                    test: t.test.expect("checked"),
+                    close_send: t.close_send.expect("checked"),
+                    close_recv: t.close_recv.expect("checked"),
+                    close_listen: t.close_listen.expect("checked"),
+                    sends: Sends::V8(t.isend.expect("checked"), t.irecv.expect("checked")),
+                };
+                let props = Props::V8(t.get_properties.expect("checked"));
+                (
+                    c_text(t.name, "(unnamed)"),
+                    t.init.expect("checked"),
+                    t.devices.expect("checked"),
+                    calls,
+                    props,
+                )
+            }
+        }
+    };
     // SAFETY: the plugin's entry points, called as NCCL calls them: init once, then devices and
     // the properties of a device it reported.
     let code = unsafe { init(logger()?) };
     if code != abi::SUCCESS {
-        return Err(loaded.failed("init", code));
+        return Err(failed(&name, path, "init", code));
     }
     let mut n: c_int = 0;
     // SAFETY: as above.
     let code = unsafe { devices(&mut n) };
     if code != abi::SUCCESS {
-        return Err(loaded.failed("devices", code));
+        return Err(failed(&name, path, "devices", code));
     }
     if n < 1 {
-        return Err(Error::Network(format!("net plugin {} ({path}) reports {n} devices", loaded.name)));
+        return Err(Error::Network(format!("net plugin {name} ({path}) reports {n} devices")));
     }
-    let mut p = PropertiesV8::default();
-    // SAFETY: as above; `p` is a v8 properties struct.
-    let code = unsafe { props(0, &mut p) };
-    if code != abi::SUCCESS {
-        return Err(loaded.failed("getProperties", code));
-    }
-    let nic = if p.name.is_null() {
-        "?".to_string()
-    } else {
-        // SAFETY: the plugin's NUL-terminated NIC name.
-        unsafe { CStr::from_ptr(p.name) }.to_string_lossy().into_owned()
-    };
-    loaded.props = format!(
-        "device 0 of {n}: {nic}, {} Mbps, latency {} us, ptrSupport {:#x}",
-        p.speed, p.latency, p.ptr_support
-    );
-    Ok(loaded)
+    let nic = props.describe().map_err(|code| failed(&name, path, "getProperties", code))?;
+    let props = format!("{sym}, device 0 of {n}: {nic}");
+    Ok(Loaded { _lib: lib, calls, name, path: path.to_string(), version, props })
 }
 
 /// Loads the first plugin of `spec` (NCCL's `NCCL_NET_PLUGIN` grammar) that opens, once per
@@ -230,7 +373,9 @@ fn open(path: &str) -> Result<Loaded> {
 pub fn load(spec: &str) -> Result<Arc<dyn Net>> {
     static LOADED: OnceLock<Mutex<HashMap<String, Arc<Loaded>>>> = OnceLock::new();
     let mut cache = LOADED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(l) = cache.get(spec) {
+    // A pinned version is part of what was loaded.
+    let key = format!("{spec}\0{}", std::env::var(NET_PLUGIN_VERSION_VAR).unwrap_or_default());
+    if let Some(l) = cache.get(&key) {
         return Ok(Arc::new(PluginNet { plugin: l.clone() }));
     }
     let names: Vec<&str> = spec.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
@@ -242,9 +387,15 @@ pub fn load(spec: &str) -> Result<Arc<dyn Net>> {
         for path in candidates(name) {
             match open(&path) {
                 Ok(l) => {
-                    tracing::info!("NET/Plugin: using {} from {} ({})", l.name, l.path, l.props);
+                    tracing::info!(
+                        "NET/Plugin: using {} from {} (v{}: {})",
+                        l.name,
+                        l.path,
+                        l.version,
+                        l.props
+                    );
                     let l = Arc::new(l);
-                    cache.insert(spec.to_string(), l.clone());
+                    cache.insert(key, l.clone());
                     return Ok(Arc::new(PluginNet { plugin: l }));
                 }
                 Err(Error::Network(m)) => why.push(m),
@@ -272,7 +423,7 @@ impl Net for PluginNet {
     fn listen(&self) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
         let mut handle = [0u8; HANDLE_MAXSIZE];
         let mut comm: *mut c_void = std::ptr::null_mut();
-        let listen = self.plugin.table().listen.expect("checked at load");
+        let listen = self.plugin.calls.listen;
         // SAFETY: device 0 exists; the handle buffer holds NCCL_NET_HANDLE_MAXSIZE bytes.
         let code = unsafe { listen(0, handle.as_mut_ptr().cast(), &mut comm) };
         if code != abi::SUCCESS || comm.is_null() {
@@ -290,7 +441,7 @@ impl Net for PluginNet {
         }
         let mut h = [0u8; HANDLE_MAXSIZE];
         h[..handle.len()].copy_from_slice(handle);
-        let connect = self.plugin.table().connect.expect("checked at load");
+        let connect = self.plugin.calls.connect;
         loop {
             let (mut comm, mut dev): (*mut c_void, *mut c_void) =
                 (std::ptr::null_mut(), std::ptr::null_mut());
@@ -324,8 +475,7 @@ unsafe impl Send for PluginListener {}
 
 impl NetListener for PluginListener {
     fn accept(self: Box<Self>, deadline: Instant) -> Result<Box<dyn NetRecvComm>> {
-        let t = self.plugin.table();
-        let (accept, close) = (t.accept.expect("checked"), t.close_listen.expect("checked"));
+        let (accept, close) = (self.plugin.calls.accept, self.plugin.calls.close_listen);
         let res = loop {
             let (mut comm, mut dev): (*mut c_void, *mut c_void) =
                 (std::ptr::null_mut(), std::ptr::null_mut());
@@ -403,7 +553,7 @@ impl PluginComm {
         if let Some(&(_, _, h)) = self.regions.iter().find(|(s, l, _)| *s <= a && end <= s + l) {
             return Ok(h);
         }
-        let reg = self.plugin.table().reg_mr.expect("checked");
+        let reg = self.plugin.calls.reg_mr;
         let mut h: *mut c_void = std::ptr::null_mut();
         // SAFETY: host memory the proxy owns for the comm's life (its FIFO and control buffers).
         let code = unsafe { reg(self.comm, data as *mut c_void, len, abi::PTR_HOST, &mut h) };
@@ -417,22 +567,25 @@ impl PluginComm {
     /// Posts `w`; false when the plugin answered "not now".
     fn post(&mut self, w: &Waiting) -> Result<bool> {
         let mut mh = self.mr(w.data, w.len)?;
-        let size = c_int::try_from(w.len)
-            .map_err(|_| plugin_err(format!("a message of {} bytes (v8 takes an int)", w.len)))?;
         let mut req: *mut c_void = std::ptr::null_mut();
-        let t = self.plugin.table();
-        let code = match self.dir {
-            // SAFETY: the caller's isend contract keeps `data` valid until the request is done.
-            Dir::Send => unsafe {
-                t.isend.expect("checked")(self.comm, w.data.cast(), size, 0, mh, &mut req)
-            },
-            Dir::Recv => {
-                let (mut data, mut sizes, mut tags) = (w.data.cast::<c_void>(), size, 0 as c_int);
-                // SAFETY: one receive (n = 1) into memory the irecv contract keeps valid.
-                unsafe {
-                    t.irecv.expect("checked")(
-                        self.comm, 1, &mut data, &mut sizes, &mut tags, &mut mh, &mut req,
-                    )
+        let (mut data, mut tags) = (w.data.cast::<c_void>(), 0 as c_int);
+        let int_size = || {
+            c_int::try_from(w.len)
+                .map_err(|_| plugin_err(format!("a message of {} bytes (v8 takes an int)", w.len)))
+        };
+        // SAFETY: the Net contracts keep `data` valid (and, for a receive, untouched) until the
+        // request is done; a receive is one (n = 1) of at most `len` bytes.
+        let code = unsafe {
+            match (self.plugin.calls.sends, self.dir) {
+                (Sends::V8(isend, _), Dir::Send) => isend(self.comm, data, int_size()?, 0, mh, &mut req),
+                (Sends::V9(isend, _), Dir::Send) => isend(self.comm, data, w.len, 0, mh, &mut req),
+                (Sends::V8(_, irecv), Dir::Recv) => {
+                    let mut size = int_size()?;
+                    irecv(self.comm, 1, &mut data, &mut size, &mut tags, &mut mh, &mut req)
+                }
+                (Sends::V9(_, irecv), Dir::Recv) => {
+                    let mut size = w.len;
+                    irecv(self.comm, 1, &mut data, &mut size, &mut tags, &mut mh, &mut req)
                 }
             }
         };
@@ -475,7 +628,7 @@ impl PluginComm {
         };
         let (mut done, mut size): (c_int, c_int) = (0, 0);
         // SAFETY: a request the plugin gave and has not completed.
-        let code = unsafe { self.plugin.table().test.expect("checked")(r, &mut done, &mut size) };
+        let code = unsafe { (self.plugin.calls.test)(r, &mut done, &mut size) };
         if code != abi::SUCCESS {
             self.posted.remove(&req.0);
             return Err(self.plugin.failed("test", code));
@@ -491,16 +644,16 @@ impl PluginComm {
         if std::mem::replace(&mut self.closed, true) {
             return;
         }
-        let t = self.plugin.table();
+        let c = self.plugin.calls;
         for (_, _, h) in self.regions.drain(..) {
             // SAFETY: a registration of this comm, deregistered once.
-            unsafe { t.dereg_mr.expect("checked")(self.comm, h) };
+            unsafe { (c.dereg_mr)(self.comm, h) };
         }
         // SAFETY: the comm, closed once; its pending requests end with it.
         unsafe {
             match self.dir {
-                Dir::Send => t.close_send.expect("checked")(self.comm),
-                Dir::Recv => t.close_recv.expect("checked")(self.comm),
+                Dir::Send => (c.close_send)(self.comm),
+                Dir::Recv => (c.close_recv)(self.comm),
             }
         };
     }

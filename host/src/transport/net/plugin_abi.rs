@@ -1,5 +1,5 @@
-//! NCCL's network plugin ABI, version 8 (`ncclNet_v8_t`, `ncclNetProperties_v8_t`): the
-//! layout both sides of the seam use — [`super::plugin`] hosts a plugin through it, and the
+//! NCCL's network plugin ABI, versions 8 and 9 (`ncclNet_v8_t`/`_v9_t`,
+//! `ncclNetProperties_v8_t`/`_v9_t`): the layouts both sides of the seam use — [`super::plugin`] hosts a plugin through it, and the
 //! `rsccl-net-plugin` crate exports rsccl's socket transport as one. One definition, so the two
 //! cannot drift.
 use std::ffi::{c_char, c_int, c_ulong, c_void};
@@ -35,16 +35,20 @@ pub const PTR_HOST: c_int = 1;
 /// `NCCL_PTR_CUDA`: buffers in GPU memory (GPUDirect RDMA).
 pub const PTR_CUDA: c_int = 2;
 
-/// The plugin symbols NCCL looks for, newest first, and whether this host runs that version.
-pub const SYMBOLS: [(&str, bool); 7] = [
-    ("ncclNetPlugin_v12", false),
-    ("ncclNetPlugin_v11", false),
-    ("ncclNetPlugin_v10", false),
-    ("ncclNetPlugin_v9", false),
-    ("ncclNetPlugin_v8", true),
-    ("ncclNetPlugin_v7", false),
-    ("ncclNetPlugin_v6", false),
+/// The plugin symbols NCCL looks for, newest first, with their version, and whether this host
+/// runs that version.
+pub const SYMBOLS: [(&str, u32, bool); 7] = [
+    ("ncclNetPlugin_v12", 12, false),
+    ("ncclNetPlugin_v11", 11, false),
+    ("ncclNetPlugin_v10", 10, false),
+    ("ncclNetPlugin_v9", 9, true),
+    ("ncclNetPlugin_v8", 8, true),
+    ("ncclNetPlugin_v7", 7, false),
+    ("ncclNetPlugin_v6", 6, false),
 ];
+
+/// `NCCL_NET_MAX_DEVS_PER_NIC_V9`: devices a v9 virtual NIC merges.
+pub const MAX_DEVS_PER_NIC_V9: usize = 4;
 
 /// `ncclDebugLogger_t`: `void (*)(ncclDebugLogLevel level, unsigned long flags, const char* file,
 /// int line, const char* fmt, ...)`.
@@ -206,6 +210,185 @@ unsafe impl Sync for NetV8 {}
 // SAFETY: as above.
 unsafe impl Send for NetV8 {}
 
+/// `ncclNetVDeviceProps_v9_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VDevicePropsV9 {
+    /// Devices merged.
+    pub ndevs: c_int,
+    /// Their indices.
+    pub devs: [c_int; MAX_DEVS_PER_NIC_V9],
+}
+
+/// `ncclNetProperties_v9_t`: v8's with `forceFlush` after `regIsGlobal`, and the virtual NIC's
+/// devices and the largest point-to-point and collective messages at the end.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(missing_docs)] // As PropertiesV8, plus NCCL's names.
+pub struct PropertiesV9 {
+    pub name: *mut c_char,
+    pub pci_path: *mut c_char,
+    pub guid: u64,
+    pub ptr_support: c_int,
+    pub reg_is_global: c_int,
+    pub force_flush: c_int,
+    pub speed: c_int,
+    pub port: c_int,
+    pub latency: f32,
+    pub max_comms: c_int,
+    pub max_recvs: c_int,
+    pub net_device_type: c_int,
+    pub net_device_version: c_int,
+    pub v_props: VDevicePropsV9,
+    pub max_p2p_bytes: usize,
+    pub max_coll_bytes: usize,
+}
+
+impl Default for PropertiesV9 {
+    fn default() -> Self {
+        PropertiesV9 {
+            name: std::ptr::null_mut(),
+            pci_path: std::ptr::null_mut(),
+            guid: 0,
+            ptr_support: 0,
+            reg_is_global: 0,
+            force_flush: 0,
+            speed: 0,
+            port: 0,
+            latency: 0.0,
+            max_comms: 0,
+            max_recvs: 0,
+            net_device_type: 0,
+            net_device_version: 0,
+            v_props: VDevicePropsV9::default(),
+            max_p2p_bytes: 0,
+            max_coll_bytes: 0,
+        }
+    }
+}
+
+/// `ncclNet_v9_t`: v8's entries in v8's order, with `size_t` sizes for `isend` and `irecv`, the
+/// v9 properties, and `makeVDevice` at the end.
+#[repr(C)]
+#[allow(missing_docs)] // NCCL's names say what each does; see `ncclNet_v9_t`.
+pub struct NetV9 {
+    pub name: *const c_char,
+    pub init: Option<unsafe extern "C" fn(log: Logger) -> NcclResult>,
+    pub devices: Option<unsafe extern "C" fn(ndev: *mut c_int) -> NcclResult>,
+    pub get_properties: Option<unsafe extern "C" fn(dev: c_int, props: *mut PropertiesV9) -> NcclResult>,
+    pub listen: Option<
+        unsafe extern "C" fn(dev: c_int, handle: *mut c_void, listen_comm: *mut *mut c_void) -> NcclResult,
+    >,
+    pub connect: Option<
+        unsafe extern "C" fn(
+            dev: c_int,
+            handle: *mut c_void,
+            send_comm: *mut *mut c_void,
+            send_dev_comm: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub accept: Option<
+        unsafe extern "C" fn(
+            listen_comm: *mut c_void,
+            recv_comm: *mut *mut c_void,
+            recv_dev_comm: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub reg_mr: Option<
+        unsafe extern "C" fn(
+            comm: *mut c_void,
+            data: *mut c_void,
+            size: usize,
+            kind: c_int,
+            mhandle: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub reg_mr_dma_buf: Option<
+        unsafe extern "C" fn(
+            comm: *mut c_void,
+            data: *mut c_void,
+            size: usize,
+            kind: c_int,
+            offset: u64,
+            fd: c_int,
+            mhandle: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub dereg_mr: Option<unsafe extern "C" fn(comm: *mut c_void, mhandle: *mut c_void) -> NcclResult>,
+    pub isend: Option<
+        unsafe extern "C" fn(
+            send_comm: *mut c_void,
+            data: *mut c_void,
+            size: usize,
+            tag: c_int,
+            mhandle: *mut c_void,
+            request: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub irecv: Option<
+        unsafe extern "C" fn(
+            recv_comm: *mut c_void,
+            n: c_int,
+            data: *mut *mut c_void,
+            sizes: *mut usize,
+            tags: *mut c_int,
+            mhandles: *mut *mut c_void,
+            request: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub iflush: Option<
+        unsafe extern "C" fn(
+            recv_comm: *mut c_void,
+            n: c_int,
+            data: *mut *mut c_void,
+            sizes: *mut c_int,
+            mhandles: *mut *mut c_void,
+            request: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub test:
+        Option<unsafe extern "C" fn(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> NcclResult>,
+    pub close_send: Option<unsafe extern "C" fn(send_comm: *mut c_void) -> NcclResult>,
+    pub close_recv: Option<unsafe extern "C" fn(recv_comm: *mut c_void) -> NcclResult>,
+    pub close_listen: Option<unsafe extern "C" fn(listen_comm: *mut c_void) -> NcclResult>,
+    pub get_device_mr: Option<
+        unsafe extern "C" fn(
+            comm: *mut c_void,
+            mhandle: *mut c_void,
+            dptr_mhandle: *mut *mut c_void,
+        ) -> NcclResult,
+    >,
+    pub irecv_consumed:
+        Option<unsafe extern "C" fn(recv_comm: *mut c_void, n: c_int, request: *mut c_void) -> NcclResult>,
+    pub make_v_device: Option<unsafe extern "C" fn(d: *mut c_int, props: *mut VDevicePropsV9) -> NcclResult>,
+}
+
+// SAFETY: as NetV8's.
+unsafe impl Sync for NetV9 {}
+// SAFETY: as above.
+unsafe impl Send for NetV9 {}
+
+/// The mandatory entries a v9 table lacks, by NCCL's names.
+pub fn missing_entries_v9(t: &NetV9) -> Vec<&'static str> {
+    let present = [
+        ("init", t.init.is_some()),
+        ("devices", t.devices.is_some()),
+        ("getProperties", t.get_properties.is_some()),
+        ("listen", t.listen.is_some()),
+        ("connect", t.connect.is_some()),
+        ("accept", t.accept.is_some()),
+        ("regMr", t.reg_mr.is_some()),
+        ("deregMr", t.dereg_mr.is_some()),
+        ("isend", t.isend.is_some()),
+        ("irecv", t.irecv.is_some()),
+        ("test", t.test.is_some()),
+        ("closeSend", t.close_send.is_some()),
+        ("closeRecv", t.close_recv.is_some()),
+        ("closeListen", t.close_listen.is_some()),
+    ];
+    present.iter().filter(|(_, p)| !p).map(|(n, _)| *n).collect()
+}
+
 /// The mandatory entries of a v8 table, by NCCL's names, and whether each is present.
 pub fn missing_entries(t: &NetV8) -> Vec<&'static str> {
     let present = [
@@ -238,5 +421,11 @@ mod tests {
         assert_eq!(std::mem::offset_of!(PropertiesV8, latency), 40);
         // The name and 18 entries, pointer-sized each.
         assert_eq!(std::mem::size_of::<NetV8>(), 19 * std::mem::size_of::<usize>());
+        // v9: forceFlush shifts speed on; the virtual NIC (5 ints) and two size_t end it.
+        assert_eq!(std::mem::offset_of!(PropertiesV9, speed), 36);
+        assert_eq!(std::mem::offset_of!(PropertiesV9, v_props), 64);
+        assert_eq!(std::mem::offset_of!(PropertiesV9, max_p2p_bytes), 88);
+        assert_eq!(std::mem::size_of::<PropertiesV9>(), 104);
+        assert_eq!(std::mem::size_of::<NetV9>(), 20 * std::mem::size_of::<usize>());
     }
 }
