@@ -2,9 +2,34 @@
 //! its bytes (the socket transport, libfabric, a hosted NCCL net plugin): ring and tree
 //! all-reduce, all-gather, reduce-scatter and a send to the rank two ahead with a receive from
 //! the rank two behind, each against a host reference.
-use rsccl::comm::{Algorithm, BufRef, Call, Comm, ReduceOp};
-use rsccl::{Backend, DataType, P2p};
+use rsccl::comm::{Algorithm, BufRef, Call, Comm, CommConfig, ReduceOp};
+use rsccl::transport::TransportKind;
+use rsccl::{Backend, DataType, P2p, UniqueId};
 use std::sync::Arc;
+
+/// Ranks of [`two_nodes_in_threads`]: two per node.
+pub const RANKS: usize = 4;
+
+/// [`across_nodes`] on [`RANKS`] ranks of this process, a thread each, rank r with the
+/// configuration `cfg(r)` (which puts it on node r / 2); checks the ranks two apart talk over
+/// the network. The wrong elements per rank.
+pub fn two_nodes_in_threads(be: &Arc<dyn Backend>, cfg: impl Fn(usize) -> CommConfig + Sync) -> Vec<usize> {
+    let id = UniqueId::with_addr("127.0.0.1:0".parse().expect("an address")).expect("a unique id");
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..RANKS)
+            .map(|r| {
+                let (be, id, cfg) = (be.clone(), &id, &cfg);
+                s.spawn(move || {
+                    let comm = Comm::init_rank(&be, RANKS, r, id, cfg(r))
+                        .unwrap_or_else(|e| panic!("rank {r}: {e}"));
+                    assert_eq!(comm.transport_to((r + 2) % RANKS), Some(TransportKind::Net), "rank {r}");
+                    across_nodes(&be, &comm)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("a rank's thread")).collect()
+    })
+}
 
 fn values(r: usize, n: usize) -> Vec<f32> {
     (0..n).map(|i| ((i * 7 + r * 13) % 101) as f32 - 50.0).collect()

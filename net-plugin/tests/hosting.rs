@@ -5,7 +5,6 @@
 use rsccl::backend;
 use rsccl::comm::{Comm, CommConfig};
 use rsccl::transport::net::plugin;
-use rsccl::transport::TransportKind;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -34,23 +33,8 @@ fn config(node: usize, plugin: &Path) -> CommConfig {
 #[test]
 fn two_nodes_of_two_ranks_run_collectives_through_the_exported_plugin() {
     let lib = exported();
-    let n = 4;
-    let be = backend::cpu();
-    let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
-    let wrong: Vec<usize> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                let (be, id, lib) = (be.clone(), &id, &lib);
-                s.spawn(move || {
-                    let comm = Comm::init_rank(&be, n, r, id, config(r / 2, lib)).unwrap();
-                    assert_eq!(comm.transport_to((r + 2) % n), Some(TransportKind::Net), "rank {r}");
-                    rsccl_suite::net_check::across_nodes(&be, &comm)
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    assert_eq!(wrong, vec![0; n], "wrong elements per rank");
+    let wrong = rsccl_suite::net_check::two_nodes_in_threads(&backend::cpu(), |r| config(r / 2, &lib));
+    assert_eq!(wrong, vec![0; rsccl_suite::net_check::RANKS], "wrong elements per rank");
     // The bytes went through the plugin: its own count says so.
     // SAFETY: the library the host already loaded (the same copy); its counter takes no
     // arguments and only reads an atomic.

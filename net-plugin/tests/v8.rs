@@ -2,8 +2,7 @@
 //! test's own process): the `int`-sized `isend`/`irecv` path, two nodes of two ranks, every
 //! result checked.
 use rsccl::backend;
-use rsccl::comm::{Comm, CommConfig};
-use rsccl::transport::TransportKind;
+use rsccl::comm::CommConfig;
 use std::time::Duration;
 
 #[test]
@@ -11,32 +10,16 @@ fn two_nodes_of_two_ranks_through_the_exported_plugins_v8_table() {
     // Read when the host loads the plugin, in this test's own process, before any thread starts.
     std::env::set_var("RSCCL_NET_PLUGIN_VERSION", "8");
     let lib = std::env::current_exe().unwrap().parent().unwrap().join("libnccl_net_rsccl.so");
-    let n = 4;
-    let be = backend::cpu();
-    let id = rsccl::UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
-    let wrong: Vec<usize> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                let (be, id, lib) = (be.clone(), &id, &lib);
-                s.spawn(move || {
-                    let cfg = CommConfig {
-                        nchannels: 2,
-                        nthreads: 64,
-                        step_bytes: 8192,
-                        timeout: Duration::from_secs(30),
-                        host_id: Some(format!("node{}", r / 2)),
-                        net_plugin: Some(lib.display().to_string()),
-                        ..CommConfig::default()
-                    };
-                    let comm = Comm::init_rank(&be, n, r, id, cfg).unwrap();
-                    assert_eq!(comm.transport_to((r + 2) % n), Some(TransportKind::Net));
-                    rsccl_suite::net_check::across_nodes(&be, &comm)
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    let wrong = rsccl_suite::net_check::two_nodes_in_threads(&backend::cpu(), |r| CommConfig {
+        nchannels: 2,
+        nthreads: 64,
+        step_bytes: 8192,
+        timeout: Duration::from_secs(30),
+        host_id: Some(format!("node{}", r / 2)),
+        net_plugin: Some(lib.display().to_string()),
+        ..CommConfig::default()
     });
-    assert_eq!(wrong, vec![0; n], "wrong elements per rank");
+    assert_eq!(wrong, vec![0; rsccl_suite::net_check::RANKS], "wrong elements per rank");
     // SAFETY: the library the host loaded; the entry takes an int and reads statics.
     let (v8, v9) = unsafe {
         let l = libloading::Library::new(&lib).unwrap();

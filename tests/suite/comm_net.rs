@@ -470,32 +470,16 @@ fn collectives_and_sends_over_libfabric_in_one_process() {
     if !libfabric() {
         return;
     }
-    let n = 4;
-    let be = backend::cpu();
-    let id = UniqueId::with_addr("127.0.0.1:0".parse().unwrap()).unwrap();
-    let wrong: Vec<usize> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|r| {
-                let (be, id) = (be.clone(), &id);
-                s.spawn(move || {
-                    let cfg = CommConfig {
-                        nchannels: 2,
-                        nthreads: 64,
-                        step_bytes: 8192,
-                        timeout: Duration::from_secs(30),
-                        host_id: Some(format!("node{}", r / 2)),
-                        net: Some("ofi".into()),
-                        ..CommConfig::default()
-                    };
-                    let comm = Comm::init_rank(&be, n, r, id, cfg).unwrap();
-                    assert_eq!(comm.transport_to((r + 2) % n), Some(TransportKind::Net));
-                    rsccl_suite::net_check::across_nodes(&be, &comm)
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    let wrong = rsccl_suite::net_check::two_nodes_in_threads(&backend::cpu(), |r| CommConfig {
+        nchannels: 2,
+        nthreads: 64,
+        step_bytes: 8192,
+        timeout: Duration::from_secs(30),
+        host_id: Some(format!("node{}", r / 2)),
+        net: Some("ofi".into()),
+        ..CommConfig::default()
     });
-    assert_eq!(wrong, vec![0; n], "wrong elements per rank");
+    assert_eq!(wrong, vec![0; rsccl_suite::net_check::RANKS], "wrong elements per rank");
 }
 
 /// Two network namespaces joined by a veth pair, created for this test (as root; removed after).
