@@ -12,6 +12,7 @@
 //! starts the work on a thread of its own, later calls collect it. No entry point lets a panic
 //! cross into C: each turns one into `ncclInternalError`.
 #![allow(non_upper_case_globals)]
+use rsccl::bootstrap::{random_secret, SECRET_BYTES};
 use rsccl::transport::net::ofi::{OfiNet, NET_VAR};
 use rsccl::transport::net::plugin_abi::{
     self as abi, Logger, NcclResult, NetV8, NetV9, PropertiesV8, PropertiesV9, VDevicePropsV9, HANDLE_MAXSIZE,
@@ -20,7 +21,6 @@ use rsccl::transport::net::socket::{SocketConfig, SocketNet};
 use rsccl::transport::net::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -30,8 +30,6 @@ use std::time::{Duration, Instant};
 const NAME: &CStr = c"rsccl-socket";
 /// How long a started `accept` or `connect` waits for its peer.
 const SETUP_LIMIT: Duration = Duration::from_secs(300);
-/// Bytes of a handle before the socket transport's own: the secret and the length of the rest.
-const SECRET_BYTES: usize = 16;
 
 /// NCCL's table of this plugin.
 #[no_mangle]
@@ -183,11 +181,38 @@ unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
     })
 }
 
-/// Device 0's name (the interface), kept for the process.
-fn nic_name(cfg: &SocketConfig) -> *mut c_char {
-    static IFNAME: OnceLock<std::ffi::CString> = OnceLock::new();
-    IFNAME.get_or_init(|| std::ffi::CString::new(cfg.ifname.clone()).unwrap_or_default()).as_ptr()
-        as *mut c_char
+/// Device 0: the interface the transports use, as sysfs describes it (kept for the process).
+struct Nic {
+    name: std::ffi::CString,
+    /// The PCI function behind it (NULL for a virtual interface such as `lo`).
+    pci_path: Option<std::ffi::CString>,
+    /// Mb/s: the interface's `speed`, else NCCL's socket default.
+    speed: c_int,
+}
+
+/// NCCL's socket transport's speed for an interface that reports none (Mb/s).
+const DEFAULT_SPEED: c_int = 10_000;
+
+fn nic(cfg: &SocketConfig) -> &'static Nic {
+    static NIC: OnceLock<Nic> = OnceLock::new();
+    NIC.get_or_init(|| {
+        let dir = std::path::Path::new("/sys/class/net").join(&cfg.ifname);
+        let speed = std::fs::read_to_string(dir.join("speed"))
+            .ok()
+            .and_then(|t| t.trim().parse::<c_int>().ok())
+            .filter(|&s| s > 0)
+            .unwrap_or(DEFAULT_SPEED);
+        let pci_path = std::fs::canonicalize(dir.join("device"))
+            .ok()
+            .and_then(|p| std::ffi::CString::new(p.to_string_lossy().into_owned()).ok());
+        Nic { name: std::ffi::CString::new(cfg.ifname.clone()).unwrap_or_default(), pci_path, speed }
+    })
+}
+
+impl Nic {
+    fn pci(&self) -> *mut c_char {
+        self.pci_path.as_ref().map_or(std::ptr::null_mut(), |p| p.as_ptr() as *mut c_char)
+    }
 }
 
 unsafe extern "C" fn get_properties(dev: c_int, props: *mut PropertiesV8) -> NcclResult {
@@ -197,10 +222,11 @@ unsafe extern "C" fn get_properties(dev: c_int, props: *mut PropertiesV8) -> Ncc
             return Err((abi::INVALID_ARGUMENT, format!("device {dev} (there is one) or NULL props")));
         }
         let p = PropertiesV8 {
-            name: nic_name(cfg),
+            name: nic(cfg).name.as_ptr() as *mut c_char,
+            pci_path: nic(cfg).pci(),
             ptr_support: abi::PTR_HOST,
             reg_is_global: 1,
-            speed: 10_000,
+            speed: nic(cfg).speed,
             max_comms: 65_536,
             max_recvs: 1,
             ..PropertiesV8::default()
@@ -218,10 +244,11 @@ unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut PropertiesV9) -> 
             return Err((abi::INVALID_ARGUMENT, format!("device {dev} (there is one) or NULL props")));
         }
         let p = PropertiesV9 {
-            name: nic_name(cfg),
+            name: nic(cfg).name.as_ptr() as *mut c_char,
+            pci_path: nic(cfg).pci(),
             ptr_support: abi::PTR_HOST,
             reg_is_global: 1,
-            speed: 10_000,
+            speed: nic(cfg).speed,
             max_comms: 65_536,
             max_recvs: 1,
             v_props: VDevicePropsV9 { ndevs: 1, devs: [0; abi::MAX_DEVS_PER_NIC_V9] },
@@ -233,15 +260,6 @@ unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut PropertiesV9) -> 
         unsafe { props.write(p) };
         Ok(())
     })
-}
-
-/// Sixteen random bytes.
-fn secret() -> Result<[u8; SECRET_BYTES], (NcclResult, String)> {
-    let mut s = [0u8; SECRET_BYTES];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut s))
-        .map_err(|e| (abi::SYSTEM_ERROR, format!("reading /dev/urandom: {e}")))?;
-    Ok(s)
 }
 
 /// A listen comm: the listener until `accept` starts, then the thread accepting.
@@ -264,7 +282,7 @@ unsafe extern "C" fn listen(dev: c_int, handle: *mut c_void, listen_comm: *mut *
                 ofi.listen().map_err(internal)?
             }
             None => {
-                let secret = secret()?;
+                let secret = random_secret().map_err(|e| (abi::SYSTEM_ERROR, e.to_string()))?;
                 head.push(SOCKET_HANDLE);
                 head.extend_from_slice(&secret);
                 SocketNet::new(config()?.clone(), secret).listen().map_err(internal)?

@@ -3,7 +3,10 @@
 //! sends across two nodes through it; plugins that are wrong in one way each are refused with
 //! a message saying what is wrong.
 use rsccl::backend;
-use rsccl::comm::{Comm, CommConfig};
+use rsccl::comm::{Comm, CommConfig, TopologyConfig};
+use rsccl::topology::detect::{NetDevice, TopoEnv};
+use rsccl::topology::init::InitEnv;
+use rsccl::topology::xml;
 use rsccl::transport::net::plugin;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -125,4 +128,74 @@ fn a_failing_plugin_fails_the_communicators_init_naming_it() {
     assert!(t.elapsed() < Duration::from_secs(15), "took {:?}", t.elapsed());
     assert!(errs.iter().any(|e| e.contains("init returned ncclInternalError (3)")), "{errs:?}");
     assert!(errs.iter().all(|e| !e.is_empty()), "every rank fails: {errs:?}");
+}
+
+/// A plugin's devices are what the host's topology takes for its NICs: every device's
+/// `getProperties`, as NCCL's `ncclTopoGetSystem` reads them.
+#[test]
+fn a_plugins_devices_and_their_properties_are_read() {
+    let lib = bad_plugin("TWO_NICS");
+    let net = plugin::load(&lib.display().to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let rail = |i: u32, speed, latency, max_comms, gdr| NetDevice {
+        name: format!("rail{i}"),
+        pci_path: None,
+        guid: 0x10 + u64::from(i),
+        speed,
+        port: i + 1,
+        latency,
+        max_comms,
+        gdr,
+    };
+    assert_eq!(net.devices(), [rail(0, 400_000, 2.5, 8, true), rail(1, 200_000, 3.0, 16, false)]);
+}
+
+/// The exported plugin's device is each host's NIC when the channels are searched: with the
+/// Perlmutter topology file, whose four 200 Gb/s Slingshot NICs (cxi0..3) the plugin does not
+/// report, the searched system holds the plugin's one device (its name and speed) and the
+/// rings between the nodes are searched at its bandwidth, not the file's NICs'; the
+/// collectives run, 0 wrong.
+#[test]
+fn the_exported_plugins_device_is_the_topologys_nic() {
+    let lib = exported();
+    let dev = plugin::load(&lib.display().to_string()).unwrap_or_else(|e| panic!("{e}")).devices();
+    assert_eq!(dev.len(), 1, "{dev:?}");
+    let dir = std::env::temp_dir().join(format!("rsccl-plugin-topo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (topo_dump, graph_dump) = (dir.join("topo.xml"), dir.join("graph.xml"));
+    let fixture =
+        rsccl_suite::shared_dir().join("fixtures/topology/simllm_perlmutter_a100_nid001056_nccl_topo.xml");
+    let topo = TopologyConfig {
+        env: InitEnv {
+            topo: TopoEnv { topo_file: Some(fixture), dump_file: Some(topo_dump.clone()) },
+            graph_file: None,
+            graph_dump_file: Some(graph_dump.clone()),
+        },
+        ..TopologyConfig::default()
+    };
+    let wrong = rsccl_suite::net_check::two_nodes_in_threads(&backend::cpu(), |r| CommConfig {
+        topology: Some(topo.clone()),
+        ..config(r / 2, &lib)
+    });
+    let system = xml::read_file(&topo_dump).unwrap().root;
+    let graphs = xml::read_file(&graph_dump).unwrap().root;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(wrong, vec![0; rsccl_suite::net_check::RANKS], "wrong elements per rank");
+    let mut nets = Vec::new();
+    system.walk(&mut |n| {
+        if n.name == "net" {
+            nets.push((n.attr("name").unwrap_or("").to_string(), n.attr("speed").unwrap_or("").to_string()));
+        }
+    });
+    assert_eq!(nets, [(dev[0].name.clone(), dev[0].speed.to_string())], "{}", xml::write(&system));
+    // Between nodes no ring is faster than the plugin's port (Mb/s ÷ 8000 = GB/s).
+    let port = dev[0].speed as f64 / 8000.0;
+    let mut inter = Vec::new();
+    graphs.walk(&mut |g| {
+        if let Some(v) = g.attr("speedinter").and_then(|v| v.parse::<f64>().ok()) {
+            inter.push(v);
+        }
+    });
+    // (Graphs the search found nothing for, NVLS here, say 0.)
+    assert!(inter.iter().any(|&v| v > 0.0) && inter.iter().all(|&v| v <= port + 1e-6), "{inter:?} vs {port}");
+    eprintln!("NIC {:?} at {} Mb/s; searched speedinter {inter:?} GB/s", dev[0].name, dev[0].speed);
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rsccl::topology::detect::{
-    canonical_bus_id, select_gpus, DetectedGpu, Detector, GpuSource, NvmlSource, TopoEnv,
+    canonical_bus_id, select_gpus, DetectedGpu, Detector, GpuSource, NetDevice, NvmlSource, TopoEnv,
 };
 use rsccl::topology::xml::{self, XmlNode};
 
@@ -271,6 +271,93 @@ fn fill_twice_changes_nothing() {
     let mut twice = once.clone();
     f.detector().fill(&mut twice, &gpus).unwrap();
     assert_eq!(xml::write(&once), xml::write(&twice));
+}
+
+/// The network's own devices (an NCCL net plugin's properties) replace sysfs's NICs, as NCCL's
+/// `ncclTopoGetSystem` takes them from its plugin: a device with a PCI path hangs under that
+/// function (merged into function 0), one without under the first CPU; `dev` is the plugin's
+/// index, the other attributes its properties; sysfs's mlx5_0, which the plugin does not
+/// report, is not there. A `<net>` already in a file keeps its attributes, takes the plugin's
+/// `dev`, and one the plugin does not report is removed with its `<nic>`.
+#[test]
+fn a_networks_own_devices_are_the_nics() {
+    let f = two_socket_box();
+    let nets = vec![
+        NetDevice {
+            name: "mlx5_1".into(),
+            pci_path: Some(
+                f.sys().join("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.1"),
+            ),
+            guid: 0x77,
+            speed: 400_000,
+            port: 1,
+            latency: 1.5,
+            max_comms: 4,
+            gdr: false,
+        },
+        NetDevice {
+            name: "efa0".into(),
+            pci_path: None,
+            guid: 0x88,
+            speed: 100_000,
+            port: 0,
+            latency: 10.0,
+            max_comms: 65536,
+            gdr: true,
+        },
+    ];
+    let gpus = [gpu("0000:03:00.0", 0, 80, &[])];
+    let mut root = XmlNode::new("system").with_attr("version", "1");
+    f.detector().with_nets(nets.clone()).fill(&mut root, &gpus).unwrap();
+    let text = xml::write(&root);
+    let nic =
+        find(&root, "pci", "busid", "0000:04:00.0").expect("the NIC's PCI function (merged)").child("nic");
+    let mlx = nic.and_then(|n| n.child("net")).unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(
+        mlx.attrs,
+        [
+            ("name", "mlx5_1"),
+            ("dev", "0"),
+            ("speed", "400000"),
+            ("port", "1"),
+            ("latency", "1.5"),
+            ("guid", "0x77"),
+            ("maxconn", "4"),
+            ("gdr", "0")
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+        "{text}"
+    );
+    let cpu0 = find(&root, "cpu", "numaid", "0").unwrap();
+    let efa = cpu0.child("nic").and_then(|n| n.child("net")).unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(
+        (efa.attr("name"), efa.attr("dev"), efa.attr("speed")),
+        (Some("efa0"), Some("1"), Some("100000"))
+    );
+    assert_eq!((efa.attr("latency"), efa.attr("gdr")), (Some("10"), Some("1")));
+    assert!(find(&root, "net", "name", "mlx5_0").is_none(), "sysfs's NIC stays out:\n{text}");
+    assert_eq!(count(&root, "net"), 2, "{text}");
+
+    // A file's nets: mlx5_1 is the plugin's device 0 (the file's speed and dev 5 give way only
+    // where NCCL's do: dev is set, speed kept); mlx5_9 goes, and its <nic> with it.
+    let file = r#"<system version="1">
+  <cpu numaid="0" affinity="ff" arch="x86_64" vendor="AuthenticAMD" familyid="175" modelid="1">
+    <nic><net name="mlx5_1" dev="5" speed="200000"/></nic>
+    <pci busid="0000:81:00.0" class="0x020700"><nic><net name="mlx5_9" dev="9" speed="200000"/></nic></pci>
+  </cpu>
+</system>"#;
+    let mut root = xml::parse(file, "inline.xml").unwrap().root;
+    let here: Vec<NetDevice> = nets.into_iter().map(|n| NetDevice { pci_path: None, ..n }).collect();
+    f.detector().with_nets(here).fill_nets(&mut root).unwrap();
+    let text = xml::write(&root);
+    let mlx = find(&root, "net", "name", "mlx5_1").unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(
+        (mlx.attr("dev"), mlx.attr("speed"), mlx.attr("maxconn")),
+        (Some("0"), Some("200000"), Some("4"))
+    );
+    assert!(find(&root, "net", "name", "mlx5_9").is_none(), "{text}");
+    assert_eq!(count(&root, "nic"), 1, "mlx5_9's <nic> went; efa0 joined the CPU's:\n{text}");
+    assert_eq!(count(&root, "net"), 2, "{text}");
 }
 
 /// The AWS g5.48xlarge skeleton: eight A10G GPUs on bus 0 of one root complex, NUMA 0 and 1,

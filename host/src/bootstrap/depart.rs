@@ -6,6 +6,7 @@
 //! that it arrives while the rank's owner is blocked in a collective.
 use super::link::connect_once;
 use super::msg::{encode_data, Lane, PeerHello};
+use super::secret::Secret;
 use super::wire::{write_frame, Dec, Enc, FrameError, Kind};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -77,7 +78,7 @@ pub type DepartureHook = Arc<dyn Fn(&Departure) + Send + Sync>;
 pub struct Notifier {
     pub(crate) rank: usize,
     pub(crate) nranks: usize,
-    pub(crate) secret: [u8; 16],
+    pub(crate) secret: Secret,
     pub(crate) addrs: Arc<Vec<SocketAddr>>,
 }
 

@@ -10,6 +10,7 @@ use super::listen::{Acceptor, Handler, PendingSlot};
 use super::msg::{decode_data, encode_data, Lane, PeerHello};
 use super::notice::NoticeBoard;
 use super::refusal::Refusal;
+use super::secret::Secret;
 use super::status::{serve_query, StatusBoard};
 use super::wire::{read_frame, write_frame, FrameError, Kind, Wait, MAX_CONTROL_LEN, MAX_DATA_LEN};
 use std::collections::{HashMap, VecDeque};
@@ -47,7 +48,7 @@ type Incoming = Arc<Mutex<Option<Vec<TcpStream>>>>;
 pub(crate) struct Mailbox {
     rank: usize,
     nranks: usize,
-    secret: [u8; 16],
+    secret: Secret,
     rx: Receiver<Event>,
     stash: HashMap<(Lane, usize, u64), VecDeque<Vec<u8>>>,
     /// Per peer: connections open from it, whether it ever connected, and why the last ended.
@@ -69,7 +70,7 @@ impl Mailbox {
         addr: SocketAddr,
         rank: usize,
         nranks: usize,
-        secret: [u8; 16],
+        secret: Secret,
         frame_timeout: Duration,
         (status, notices): (Arc<StatusBoard>, Arc<NoticeBoard>),
     ) -> std::io::Result<Mailbox> {
@@ -234,7 +235,7 @@ fn serve_peer(
     slot: PendingSlot,
     (rank, addr): (usize, SocketAddr),
     nranks: usize,
-    secret: &[u8; 16],
+    secret: &Secret,
     frame_timeout: Duration,
     tx: &Sender<Event>,
     incoming: &Incoming,

@@ -58,6 +58,7 @@ mod notice;
 mod refusal;
 mod ring;
 mod root;
+mod secret;
 mod status;
 mod unique_id;
 pub mod wire;
@@ -67,6 +68,7 @@ pub use error::BootstrapError;
 pub(crate) use link::{connect, describe, log};
 pub use link::{set_log_hook, LogHook, PeerInfo, HANDSHAKE_TIMEOUT};
 pub use refusal::{Refusal, RefusalHook, MAX_RECEIVE_TEXT_BYTES};
+pub use secret::{random_secret, Secret, SECRET_BYTES};
 pub use unique_id::{UniqueId, COMM_ID_VAR, COMM_SECRET_VAR, DEFAULT_ROOT_TIMEOUT};
 pub use wire::{MAX_BOOTSTRAP_MSG, MAX_LOCAL_INFO, MAX_RANKS, MAX_STATUS_BYTES};
 
@@ -85,7 +87,7 @@ use wire::{read_frame, write_frame, FrameError, Kind, Wait, MAX_CONTROL_LEN};
 fn join_root(
     mut rs: TcpStream,
     root: SocketAddr,
-    secret: &[u8; 16],
+    secret: &Secret,
     me: &PeerInfo,
     nranks: usize,
     deadline: Instant,
@@ -175,7 +177,7 @@ pub struct Bootstrap {
     local: Vec<usize>,
     mailbox: Mailbox,
     /// The bootstrap's secret, for status queries (the mailbox keeps its own copy).
-    secret: [u8; 16],
+    secret: Secret,
     /// What this rank answers to status queries, shared with the listener's threads.
     status: Arc<StatusBoard>,
     /// Collective calls made so far: each call's messages carry its number as their tag.

@@ -8,6 +8,7 @@
 //! With no rank at all it exits after its own lifetime.
 use super::listen::{Acceptor, Handler, PendingSlot};
 use super::msg::{encode_entry, RankHello, RootErr};
+use super::secret::Secret;
 use super::wire::{self, read_frame, FrameError, Kind, Wait, MAX_CONTROL_LEN};
 use super::{describe, log, HANDSHAKE_TIMEOUT};
 use std::collections::BTreeMap;
@@ -42,7 +43,7 @@ struct Arrival {
 pub(crate) fn start(
     listener: TcpListener,
     addr: SocketAddr,
-    secret: [u8; 16],
+    secret: Secret,
     lifetime: Duration,
 ) -> std::io::Result<JoinHandle<Outcome>> {
     let (tx, rx) = mpsc::channel::<Arrival>();
@@ -78,7 +79,7 @@ pub(crate) fn start(
     })
 }
 
-fn serve(rx: &mpsc::Receiver<Arrival>, addr: SocketAddr, secret: &[u8; 16], lifetime: Duration) -> Outcome {
+fn serve(rx: &mpsc::Receiver<Arrival>, addr: SocketAddr, secret: &Secret, lifetime: Duration) -> Outcome {
     let end_of_life = Instant::now() + lifetime;
     let mut nranks: Option<(usize, usize)> = None; // (nranks, the rank that said it first)
     let mut arrived: BTreeMap<usize, Arrival> = BTreeMap::new();
@@ -131,7 +132,7 @@ fn serve(rx: &mpsc::Receiver<Arrival>, addr: SocketAddr, secret: &[u8; 16], life
 }
 
 /// Sends one rank the root's error.
-fn tell(mut a: Arrival, payload: &[u8], secret: &[u8; 16], addr: SocketAddr) {
+fn tell(mut a: Arrival, payload: &[u8], secret: &Secret, addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(1);
     if let Err(e) = wire::write_frame(&mut a.stream, secret, Kind::RootError, payload, deadline) {
         log(format_args!(
@@ -142,7 +143,7 @@ fn tell(mut a: Arrival, payload: &[u8], secret: &[u8; 16], addr: SocketAddr) {
 }
 
 /// Sends every rank the table: `nranks` `PeerInfo` frames in rank order.
-fn send_tables(arrived: &mut BTreeMap<usize, Arrival>, addr: SocketAddr, secret: &[u8; 16]) {
+fn send_tables(arrived: &mut BTreeMap<usize, Arrival>, addr: SocketAddr, secret: &Secret) {
     let table: Vec<u8> = arrived
         .values()
         .flat_map(|a| wire::frame(Kind::PeerInfo, secret, &encode_entry(&a.hello.info)))

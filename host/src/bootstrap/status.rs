@@ -12,6 +12,7 @@
 use super::error::fmt_duration;
 use super::link::{log, PeerInfo, HANDSHAKE_TIMEOUT};
 use super::msg::PeerHello;
+use super::secret::Secret;
 use super::wire::{read_frame, write_frame, FrameError, Kind, Wait, MAX_STATUS_BYTES};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpStream};
@@ -95,7 +96,7 @@ pub(crate) fn serve_query(
     query: &[u8],
     (rank, addr): (usize, SocketAddr),
     nranks: usize,
-    secret: &[u8; 16],
+    secret: &Secret,
     board: &StatusBoard,
 ) {
     let from = match PeerHello::decode(query) {
@@ -136,7 +137,7 @@ fn query_one(
     (rank, nranks): (usize, usize),
     target: usize,
     addr: SocketAddr,
-    secret: &[u8; 16],
+    secret: &Secret,
     deadline: Instant,
     timeout: Duration,
 ) -> Result<Vec<u8>, String> {
@@ -185,7 +186,7 @@ fn bad_answer(rank: usize, target: usize, addr: SocketAddr, e: FrameError) -> St
 pub(crate) fn query_all(
     rank: usize,
     peers: &[PeerInfo],
-    secret: &[u8; 16],
+    secret: &Secret,
     board: &Arc<StatusBoard>,
     timeout: Duration,
 ) -> Vec<Result<Vec<u8>, String>> {

@@ -2,6 +2,8 @@
 use super::error::BootstrapError;
 use super::host::{fnv1a64, mix64, FNV_OFFSET};
 use super::root;
+use super::secret::random_secret;
+use super::secret::Secret;
 use super::wire::{decode_addr, encode_addr, ADDR_LEN};
 use crate::Result;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
@@ -45,7 +47,7 @@ const ID_VERSION: u8 = 1;
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UniqueId {
     addr: SocketAddr,
-    secret: [u8; 16],
+    secret: Secret,
 }
 
 impl UniqueId {
@@ -67,7 +69,8 @@ impl UniqueId {
 
     /// As [`UniqueId::with_addr`], with the root waiting at most `root_timeout` for all ranks.
     pub fn with_addr_timeout(addr: SocketAddr, root_timeout: Duration) -> Result<UniqueId> {
-        let secret = random_secret()?;
+        let secret =
+            random_secret().map_err(|e| BootstrapError::Local { rank: None, what: e.to_string() })?;
         let id = Self::start_root_at(addr, secret, root_timeout)?;
         Ok(id)
     }
@@ -112,7 +115,7 @@ impl UniqueId {
     }
 
     /// Binds the root at `addr` and starts it.
-    fn start_root_at(addr: SocketAddr, secret: [u8; 16], root_timeout: Duration) -> Result<UniqueId> {
+    fn start_root_at(addr: SocketAddr, secret: Secret, root_timeout: Duration) -> Result<UniqueId> {
         let local = |what: String| BootstrapError::Local { rank: None, what };
         let listener = TcpListener::bind(addr)
             .map_err(|e| local(format!("cannot listen for the bootstrap root at {addr}: {e}")))?;
@@ -129,7 +132,7 @@ impl UniqueId {
         self.addr
     }
 
-    pub(crate) fn secret(&self) -> &[u8; 16] {
+    pub(crate) fn secret(&self) -> &Secret {
         &self.secret
     }
 
@@ -214,22 +217,9 @@ fn clip(s: &str) -> String {
     }
 }
 
-/// 16 bytes from the kernel's random source.
-fn random_secret() -> Result<[u8; 16]> {
-    use std::io::Read;
-    let mut s = [0u8; 16];
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut s)).map_err(|e| {
-        BootstrapError::Local {
-            rank: None,
-            what: format!("cannot read a random secret from /dev/urandom: {e}"),
-        }
-    })?;
-    Ok(s)
-}
-
 /// The rendezvous secret: a hash of the address text and the shared seed (not cryptographic;
 /// see [`UniqueId::from_rendezvous`]).
-fn derive_secret(addr: &str, seed: &str) -> [u8; 16] {
+fn derive_secret(addr: &str, seed: &str) -> Secret {
     let mut m = Vec::with_capacity(32 + addr.len() + seed.len());
     m.extend_from_slice(b"rsccl-rendezvous-v1\0");
     m.extend_from_slice(addr.as_bytes());

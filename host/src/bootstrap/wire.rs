@@ -14,6 +14,7 @@
 //! A reader checks magic, version, secret, kind and then the length against the bound of what it
 //! expects, all before it allocates anything for the payload; a connection that fails any check
 //! is dropped. Payload integers are little-endian; strings and byte strings carry their length.
+use super::secret::Secret;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -86,7 +87,7 @@ pub struct Header {
     /// What the frame is.
     pub kind: Kind,
     /// The secret the sender presents.
-    pub secret: [u8; 16],
+    pub secret: Secret,
     /// Payload bytes that follow.
     pub len: u32,
 }
@@ -105,11 +106,7 @@ impl Header {
 
     /// Checks a received header against the expected secret and payload bound, in wire order:
     /// magic, version, secret, kind, length.
-    pub(crate) fn check(
-        b: &[u8; HEADER_LEN],
-        secret: &[u8; 16],
-        max_len: usize,
-    ) -> Result<Header, FrameError> {
+    pub(crate) fn check(b: &[u8; HEADER_LEN], secret: &Secret, max_len: usize) -> Result<Header, FrameError> {
         if b[0..4] != MAGIC {
             return Err(FrameError::BadMagic);
         }
@@ -133,7 +130,7 @@ impl Header {
 }
 
 /// Compares secrets in time that does not depend on where they differ.
-fn secrets_equal(a: &[u8; 16], b: &[u8; 16]) -> bool {
+fn secrets_equal(a: &Secret, b: &Secret) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -258,7 +255,7 @@ pub(crate) fn write_full(s: &mut TcpStream, buf: &[u8], deadline: Instant) -> Re
 /// Reads one frame: checks its header against `secret` and `max_len`, then reads its payload.
 pub(crate) fn read_frame(
     s: &mut TcpStream,
-    secret: &[u8; 16],
+    secret: &Secret,
     wait: Wait,
     max_len: usize,
 ) -> Result<(Kind, Vec<u8>), FrameError> {
@@ -282,7 +279,7 @@ pub(crate) fn read_frame(
 }
 
 /// A whole frame's bytes: header and payload.
-pub(crate) fn frame(kind: Kind, secret: &[u8; 16], payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(kind: Kind, secret: &Secret, payload: &[u8]) -> Vec<u8> {
     let len = u32::try_from(payload.len()).expect("frame payloads are bounded far below 4 GiB");
     let mut b = Vec::with_capacity(HEADER_LEN + payload.len());
     b.extend_from_slice(&Header { kind, secret: *secret, len }.encode());
@@ -293,7 +290,7 @@ pub(crate) fn frame(kind: Kind, secret: &[u8; 16], payload: &[u8]) -> Vec<u8> {
 /// Writes one frame by `deadline`, in one write where the kernel takes it.
 pub(crate) fn write_frame(
     s: &mut TcpStream,
-    secret: &[u8; 16],
+    secret: &Secret,
     kind: Kind,
     payload: &[u8],
     deadline: Instant,

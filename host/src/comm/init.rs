@@ -11,9 +11,10 @@ use crate::backend::{Backend, DeviceBuffer, HostMapped};
 use crate::bootstrap::{Bootstrap, PeerInfo, UniqueId};
 use crate::channels::Channels;
 use crate::error::{Error, Result};
+use crate::topology::detect::NetDevice;
 use crate::topology::Rank;
 use crate::transport::net::proxy::Proxy;
-use crate::transport::net::NetSetup;
+use crate::transport::net::{Net, NetSetup};
 use crate::transport::ConnMem;
 use crate::transport::{self, ConnHandle, ConnLayout, Side, Transport, TransportKind, MAX_HANDLE_BYTES};
 use rsccl_device::coll::ring::RingChannel;
@@ -77,14 +78,25 @@ impl Comm {
     ) -> Result<Comm> {
         let boot = slot.as_mut().expect("init_rank passes its bootstrap");
         let peers = boot.peers().to_vec();
-        let agreed = agree(boot, (nranks, rank), &peers, backend, cfg, channels)?;
+        // Chosen once, before the topology: its devices are the hosts' NET nodes.
+        let net = if super::topo::hosts_of(&peers).len() > 1 {
+            let choice = crate::transport::net::NetChoice {
+                plugin: cfg.net_plugin.as_deref(),
+                net: cfg.net.as_deref(),
+            };
+            Some(crate::transport::net::choose(choice, *id.secret())?)
+        } else {
+            None
+        };
+        let nets = net.as_ref().map(|n| n.devices()).unwrap_or_default();
+        let agreed = agree(boot, (nranks, rank), &peers, backend, cfg, channels, &nets)?;
         let transports = choose_transports(boot, rank, &peers, &**backend)?;
         let stream = backend.fork_stream()?;
         // The word this rank's kernels watch: set by `abort` and by the proxy when a network
         // connection breaks.
         let abort = Arc::new(stream.alloc_mapped(4)?);
         let key_base = u128::from_le_bytes(*id.secret());
-        let linked = connect(boot, rank, &peers, &transports, &agreed, &stream, id, &abort)?;
+        let linked = connect(boot, rank, &peers, &transports, &agreed, &stream, (id, net), &abort)?;
         // Other ranks may ask where this one is (hang reports), even while it is blocked.
         let progress = Arc::new(Progress::default());
         let p = progress.clone();
@@ -265,9 +277,10 @@ fn agree(
     backend: &Arc<dyn Backend>,
     mut cfg: CommConfig,
     mut channels: Channels,
+    nets: &[NetDevice],
 ) -> Result<Agreed> {
     if let Some(topo) = &cfg.topology {
-        if let Some((ch, nvls)) = super::topo::channels_at_init(boot, rank, peers, topo, &**backend)? {
+        if let Some((ch, nvls)) = super::topo::channels_at_init(boot, rank, peers, topo, &**backend, nets)? {
             // Searched once: `config()` (and a split given it) sees the result.
             (cfg.nchannels, cfg.channels, cfg.topology, cfg.nvls) = (ch.len(), Some(ch), None, nvls);
             channels = cfg.shape(nranks)?;
@@ -414,7 +427,7 @@ fn connect(
     transports: &[TransportKind],
     agreed: &Agreed,
     stream: &Arc<dyn Backend>,
-    id: &UniqueId,
+    (id, net): (&UniqueId, Option<Arc<dyn Net>>),
     abort: &Arc<HostMapped>,
 ) -> Result<Linked> {
     let (cfg, nranks) = (&agreed.cfg, peers.len());
@@ -436,13 +449,12 @@ fn connect(
         }
     };
     let key_base = u128::from_le_bytes(*id.secret());
-    let net = if wires.iter().any(|w| transports[w.peer] == TransportKind::Net) {
-        let choice =
-            crate::transport::net::NetChoice { plugin: cfg.net_plugin.as_deref(), net: cfg.net.as_deref() };
-        let plugin = crate::transport::net::choose(choice, *id.secret(), rank)?;
-        Some(NetSetup::new(plugin, stream.clone(), std::time::Instant::now() + cfg.bootstrap_timeout))
-    } else {
-        None
+    let net = match net {
+        Some(plugin) if wires.iter().any(|w| transports[w.peer] == TransportKind::Net) => {
+            tracing::info!(rank, "{}", plugin.using());
+            Some(NetSetup::new(plugin, stream.clone(), std::time::Instant::now() + cfg.bootstrap_timeout))
+        }
+        _ => None,
     };
     let transport_of = |peer: usize| -> Box<dyn Transport + '_> {
         match transport::transport(transports[peer], stream) {

@@ -314,7 +314,8 @@ impl Comm {
                     plugin: self.cfg.net_plugin.as_deref(),
                     net: self.cfg.net.as_deref(),
                 };
-                let plugin = crate::transport::net::choose(choice, key, self.rank)?;
+                let plugin = crate::transport::net::choose(choice, key)?;
+                tracing::info!(rank = self.rank, "{}", plugin.using());
                 NetSetup::new(plugin, self.stream.clone(), Instant::now() + self.cfg.bootstrap_timeout)
             }
         };

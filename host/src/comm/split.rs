@@ -44,18 +44,7 @@ impl Comm {
         let mut members: Vec<usize> = (0..self.nranks).filter(|&r| entries[r].0 == Some(color)).collect();
         members.sort_by_key(|&r| (entries[r].1, r));
         let new_rank = members.iter().position(|&r| r == self.rank).expect("this rank has its color");
-        let leader = *members.iter().min().expect("at least this rank");
-        let tag = tag(seq, color);
-        let id = if leader == self.rank {
-            let ip = self.peers[self.rank].addr.ip();
-            let id = UniqueId::with_addr(std::net::SocketAddr::new(ip, 0))?;
-            for &r in members.iter().filter(|&&r| r != self.rank) {
-                boot.send(r, tag, &id.to_bytes())?;
-            }
-            id
-        } else {
-            UniqueId::from_bytes(&boot.recv(leader, tag)?)?
-        };
+        let (id, _) = self.hand_out_id(&mut boot, &members, tag(seq, color), &[])?;
         drop(boot);
         Comm::init_rank(&self.backend, members.len(), new_rank, &id, cfg).map(Some)
     }
@@ -110,37 +99,53 @@ impl Comm {
         // The leader's list goes with the id: every rank checks it agrees.
         let list: Vec<u8> = members.iter().flat_map(|&r| (r as u64).to_le_bytes()).collect();
         let mut boot = self.bootstrap.lock().unwrap_or_else(|e| e.into_inner());
-        let tag = tag(seq, u32::MAX);
-        let id = if leader == self.rank {
-            let ip = self.peers[self.rank].addr.ip();
-            let id = UniqueId::with_addr(std::net::SocketAddr::new(ip, 0))?;
-            let msg = [id.to_bytes().as_slice(), &list].concat();
-            for &r in &members[1..] {
-                boot.send(r, tag, &msg)?;
-            }
-            id
-        } else {
-            let msg = boot.recv(leader, tag).map_err(|e| {
-                refused(format!(
-                    "the id of the new communicator from rank {leader}, its lowest rank, never came: {e}"
-                ))
-            })?;
-            let idn = UniqueId::BYTES;
-            if msg.len() < idn || msg[idn..] != list[..] {
-                let theirs: Vec<u64> = msg
-                    .get(idn..)
-                    .unwrap_or_default()
-                    .chunks_exact(8)
-                    .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-                    .collect();
-                return Err(refused(format!(
-                    "rank {leader} keeps ranks {theirs:?}, this rank {members:?}: every remaining rank passes the same list"
-                )));
-            }
-            UniqueId::from_bytes(&msg[..idn])?
-        };
+        let (id, theirs) = self.hand_out_id(&mut boot, &members, tag(seq, u32::MAX), &list)?;
+        if theirs != list {
+            let theirs: Vec<u64> =
+                theirs.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect();
+            return Err(refused(format!(
+                "rank {leader} keeps ranks {theirs:?}, this rank {members:?}: every remaining rank passes the same list"
+            )));
+        }
         drop(boot);
         tracing::info!(rank = self.rank, "shrink: ranks {members:?} stay, as ranks 0..{}", members.len());
         Comm::init_rank(&self.backend, members.len(), new_rank, &id, cfg)
+    }
+
+    /// The id of a new communicator of `members` (this rank among them), under bootstrap tag
+    /// `tag`: the lowest member starts its root on this rank's address and sends the id, with
+    /// `extra`, to each other member; the others receive it. Returns the id and the `extra` the
+    /// lowest member sent (this rank's own on the lowest).
+    fn hand_out_id(
+        &self,
+        boot: &mut crate::bootstrap::Bootstrap,
+        members: &[usize],
+        tag: u64,
+        extra: &[u8],
+    ) -> Result<(UniqueId, Vec<u8>)> {
+        let leader = *members.iter().min().expect("this rank is a member");
+        if leader == self.rank {
+            let id = UniqueId::with_addr(std::net::SocketAddr::new(self.peers[self.rank].addr.ip(), 0))?;
+            let msg = [id.to_bytes().as_slice(), extra].concat();
+            for &r in members.iter().filter(|&&r| r != self.rank) {
+                boot.send(r, tag, &msg)?;
+            }
+            return Ok((id, extra.to_vec()));
+        }
+        let msg = boot.recv(leader, tag).map_err(|e| {
+            Error::InvalidConfig(format!(
+                "rank {}: the id of the new communicator from rank {leader}, its lowest rank, never came: {e}",
+                self.rank
+            ))
+        })?;
+        let Some((id, theirs)) = msg.split_at_checked(UniqueId::BYTES) else {
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: rank {leader} sent {} bytes for a new communicator's id, expected at least {}",
+                self.rank,
+                msg.len(),
+                UniqueId::BYTES
+            )));
+        };
+        Ok((UniqueId::from_bytes(id)?, theirs.to_vec()))
     }
 }

@@ -11,7 +11,7 @@ use crate::backend::Backend;
 use crate::bootstrap::{Bootstrap, PeerInfo};
 use crate::channels::{connect_nodes, Channels, RankChannels};
 use crate::error::{Error, Result};
-use crate::topology::detect::{canonical_bus_id, Detector, GpuSource, NvmlSource, TopoEnv};
+use crate::topology::detect::{canonical_bus_id, Detector, GpuSource, NetDevice, NvmlSource, TopoEnv};
 use crate::topology::fuse::{for_each_gpu_mut, fuse, gpus, keep_ranked_gpus};
 use crate::topology::init::{search_with_files, InitEnv};
 use crate::topology::search::{Graphs, SearchOptions};
@@ -95,12 +95,20 @@ pub(crate) fn hosts_of(peers: &[PeerInfo]) -> Vec<Vec<usize>> {
 
 /// This rank's view of its host: the `<system>` with only its own GPU ranked (`rank` = this
 /// rank), or `None` when there is nothing to describe (CPU emulator without a topology file).
+/// `nets`, when the network describes its devices (an NCCL net plugin), are its NICs, as in
+/// NCCL's `ncclTopoGetSystem`; on the emulator they hang under the file's first CPU (their PCI
+/// paths are this machine's, not the emulated one's).
 fn my_view(
     topo: &TopologyConfig,
     backend: &dyn Backend,
     rank: usize,
     local_index: usize,
+    nets: &[NetDevice],
 ) -> Result<Option<XmlNode>> {
+    let mut detector = Detector::new();
+    if !nets.is_empty() {
+        detector = detector.with_nets(nets.to_vec());
+    }
     // Dumps are written once, from the fused system, not from each view.
     let env = TopoEnv { topo_file: topo.env.topo.topo_file.clone(), dump_file: None };
     let (mut root, mine) = match backend.pci_bus_id() {
@@ -115,13 +123,17 @@ fn my_view(
                         "rank {rank}: NVML does not list this rank's GPU {want}: its topology cannot be detected"
                     ))
                 })?;
-            (Detector::new().local_topology(std::slice::from_ref(&gpu), &env)?.root, want)
+            (detector.local_topology(std::slice::from_ref(&gpu), &env)?.root, want)
         }
         None => {
             let Some(file) = &env.topo_file else { return Ok(None) };
-            let doc = xml::read_file(file)?;
+            let mut doc = xml::read_file(file)?;
             if doc.root.name != "system" {
                 return Err(doc.err(&doc.root, "a topology file's root must be <system>").into());
+            }
+            if !nets.is_empty() {
+                let here = nets.iter().map(|n| NetDevice { pci_path: None, ..n.clone() }).collect();
+                Detector::new().with_nets(here).fill_nets(&mut doc.root)?;
             }
             let dev = topo.device.unwrap_or(local_index as u32);
             let listed = gpus(&doc.root);
@@ -166,6 +178,7 @@ pub(crate) fn channels_at_init(
     peers: &[PeerInfo],
     topo: &TopologyConfig,
     backend: &dyn Backend,
+    nets: &[NetDevice],
 ) -> Result<Option<(Channels, bool)>> {
     if topo.max_channels == 0 || topo.max_channels > MAX_CHANNELS {
         return Err(Error::InvalidConfig(format!(
@@ -175,7 +188,7 @@ pub(crate) fn channels_at_init(
     }
     let hosts = hosts_of(peers);
     let local_index = hosts.iter().find_map(|h| h.iter().position(|&r| r == rank)).unwrap_or(0);
-    let text = my_view(topo, backend, rank, local_index)?.map(|v| xml::write(&v)).unwrap_or_default();
+    let text = my_view(topo, backend, rank, local_index, nets)?.map(|v| xml::write(&v)).unwrap_or_default();
     if text.len() > MAX_VIEW_BYTES {
         return Err(Error::InvalidConfig(format!(
             "rank {rank}: its topology is {} bytes, over the limit of {MAX_VIEW_BYTES}",

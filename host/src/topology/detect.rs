@@ -24,7 +24,8 @@
 //!   interfaces from `<sys>/class/net` the way NCCL's socket transport picks them (`ib*` first,
 //!   else everything but `docker*` / `lo*`; interfaces whose `operstate` is `down` are skipped).
 //!   A NIC whose device is not a PCI function (virtio, virtual) is a `<nic>` under the first
-//!   `<cpu>`.
+//!   `<cpu>`. A network that describes its own devices (an NCCL net plugin's `getProperties`)
+//!   replaces this: [`Detector::with_nets`].
 //!
 //! Detection is *fused* into an existing tree ([`Detector::fill`]): a `<pci>` already in the tree
 //! (found by bus id, case-insensitively) keeps every attribute it has; only missing attributes
@@ -113,6 +114,8 @@ pub struct Detector {
     sys_root: PathBuf,
     proc_root: PathBuf,
     arch: String,
+    /// The network's own devices ([`Detector::with_nets`]); `None`: found in sysfs.
+    nets: Option<Vec<NetDevice>>,
 }
 
 impl Default for Detector {
@@ -121,7 +124,30 @@ impl Default for Detector {
     }
 }
 
-/// A NIC port found in sysfs.
+/// One device of the network a communicator uses, as the network describes it (NCCL's
+/// `ncclNetProperties_t`, the fields `ncclTopoGetSystem` writes on a `<net>`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetDevice {
+    /// The device's name (`name`): a `<net>` of this name already in the tree is this device.
+    pub name: String,
+    /// The sysfs path of its PCI function (`pciPath`), `None` when it has none; the `<nic>` goes
+    /// under that function's `<pci>`, else under the first `<cpu>`.
+    pub pci_path: Option<PathBuf>,
+    /// `guid`: devices of one card share it.
+    pub guid: u64,
+    /// Port speed in Mb/s (`speed`).
+    pub speed: u64,
+    /// `port`.
+    pub port: u32,
+    /// Latency in microseconds (`latency`).
+    pub latency: f32,
+    /// Most connections (`maxComms`, written as `maxconn`).
+    pub max_comms: u32,
+    /// GPU memory can be sent and received directly (`ptrSupport` has `NCCL_PTR_CUDA`).
+    pub gdr: bool,
+}
+
+/// A NIC port found in sysfs or described by the network.
 #[derive(Debug, Clone)]
 struct NetInfo {
     name: String,
@@ -134,6 +160,8 @@ struct NetInfo {
     guid: u64,
     maxconn: u32,
     gdr: bool,
+    /// Microseconds.
+    latency: f32,
 }
 
 impl Detector {
@@ -150,7 +178,21 @@ impl Detector {
             "powerpc64" => "ppc64",
             a => a,
         };
-        Detector { sys_root: sys_root.into(), proc_root: proc_root.into(), arch: arch.to_string() }
+        Detector {
+            sys_root: sys_root.into(),
+            proc_root: proc_root.into(),
+            arch: arch.to_string(),
+            nets: None,
+        }
+    }
+
+    /// Takes the NICs from the network a communicator uses instead of sysfs, as NCCL's
+    /// `ncclTopoGetSystem` takes them from its net plugin: device `i` becomes the `<net>` of its
+    /// name (created when absent) with `dev="i"`, its other attributes filled where missing,
+    /// and every `<net>` the network does not report is removed (with a `<nic>` left empty).
+    pub fn with_nets(mut self, nets: Vec<NetDevice>) -> Self {
+        self.nets = Some(nets);
+        self
     }
 
     /// Overrides the `arch` written on `<cpu>` (`x86_64`, `arm64`, `ppc64`); `vendor`,
@@ -207,8 +249,17 @@ impl Detector {
         for (rank, gpu) in gpus.iter().enumerate() {
             self.fill_gpu(root, gpu, rank)?;
         }
+        self.fill_nets(root)
+    }
+
+    /// Adds the NICs to `root` (a `<system>`): those of [`Detector::with_nets`], trimming the
+    /// `<net>`s it does not name, else those found in sysfs.
+    pub fn fill_nets(&self, root: &mut XmlNode) -> Result<(), TopoError> {
         for net in self.detect_nets()? {
             self.fill_net(root, &net)?;
+        }
+        if let Some(nets) = &self.nets {
+            trim_nets(root, &|name| nets.iter().any(|n| n.name == name));
         }
         Ok(())
     }
@@ -281,6 +332,28 @@ impl Detector {
     // ---------------------------------------------------------------- NICs
 
     fn detect_nets(&self) -> Result<Vec<NetInfo>, TopoError> {
+        if let Some(nets) = &self.nets {
+            return nets
+                .iter()
+                .enumerate()
+                .map(|(dev, n)| {
+                    Ok(NetInfo {
+                        name: n.name.clone(),
+                        dev,
+                        pci: match &n.pci_path {
+                            Some(p) => self.net_pci(p, true)?,
+                            None => None,
+                        },
+                        speed: n.speed,
+                        port: n.port,
+                        guid: n.guid,
+                        maxconn: n.max_comms,
+                        gdr: n.gdr,
+                        latency: n.latency,
+                    })
+                })
+                .collect();
+        }
         let ib = self.detect_ib()?;
         if !ib.is_empty() {
             return Ok(ib);
@@ -336,6 +409,7 @@ impl Detector {
                     guid,
                     maxconn: IB_MAX_CONN,
                     gdr,
+                    latency: 0.0,
                 });
             }
         }
@@ -370,6 +444,7 @@ impl Detector {
                 guid: i as u64,
                 maxconn: SOCKET_MAX_CONN,
                 gdr: false,
+                latency: 0.0,
             });
         }
         Ok(out)
@@ -447,10 +522,15 @@ impl Detector {
             }
         };
         let n = node_mut(root, &net_path);
-        set_missing(n, "dev", net.dev.to_string());
+        if self.nets.is_some() {
+            // The network numbers its devices: the file's numbering gives way, as in NCCL.
+            n.set_attr("dev", net.dev.to_string());
+        } else {
+            set_missing(n, "dev", net.dev.to_string());
+        }
         set_missing(n, "speed", net.speed.to_string());
         set_missing(n, "port", port);
-        set_missing(n, "latency", "0");
+        set_missing(n, "latency", net.latency.to_string());
         set_missing(n, "guid", format!("{:#x}", net.guid));
         set_missing(n, "maxconn", net.maxconn.to_string());
         set_missing(n, "gdr", if net.gdr { "1" } else { "0" });
@@ -752,6 +832,18 @@ fn parse_guid(s: &str) -> Option<u64> {
     }
     let be = u64::from_str_radix(&hex, 16).ok()?;
     Some(u64::from_le_bytes(be.to_be_bytes()))
+}
+
+/// Removes every `<net>` whose name `keep` refuses, and a `<nic>` that loses its last child.
+fn trim_nets(node: &mut XmlNode, keep: &dyn Fn(&str) -> bool) {
+    node.children.retain_mut(|c| {
+        if c.name == "net" {
+            return keep(c.attr("name").unwrap_or(""));
+        }
+        let had = !c.children.is_empty();
+        trim_nets(c, keep);
+        !(c.name == "nic" && had && c.children.is_empty())
+    });
 }
 
 fn set_missing(n: &mut XmlNode, key: &str, value: impl Into<String>) {

@@ -6,7 +6,9 @@
  *   -DONLY_V10       exports only ncclNetPlugin_v10 (a version this host does not run)
  *   -DINIT_FAILS     init returns ncclInternalError
  *   -DZERO_DEVICES   devices reports 0
- *   -DNULL_ISEND     isend and test are NULL */
+ *   -DNULL_ISEND     isend and test are NULL
+ *   -DTWO_NICS       a well-formed plugin of two devices with distinct properties (loads; for
+ *                    the properties the topology takes, never connected) */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,8 +25,10 @@ static ncclResult_t init(logger_t log) {
 #endif
 }
 static ncclResult_t devices(int* n) {
-#ifdef ZERO_DEVICES
+#if defined(ZERO_DEVICES)
   *n = 0;
+#elif defined(TWO_NICS)
+  *n = 2;
 #else
   *n = 1;
 #endif
@@ -34,7 +38,23 @@ typedef struct {
   char* name; char* pciPath; uint64_t guid; int ptrSupport; int regIsGlobal; int speed; int port;
   float latency; int maxComms; int maxRecvs; int netDeviceType; int netDeviceVersion;
 } props_t;
+#ifdef TWO_NICS
+static ncclResult_t props(int dev, props_t* p) {
+  if (dev < 0 || dev > 1) return 4;
+  p->name = dev == 0 ? "rail0" : "rail1";
+  p->pciPath = NULL;
+  p->guid = 0x10 + dev;
+  p->ptrSupport = dev == 0 ? 3 : 1;
+  p->speed = dev == 0 ? 400000 : 200000;
+  p->port = dev + 1;
+  p->latency = dev == 0 ? 2.5f : 3.0f;
+  p->maxComms = dev == 0 ? 8 : 16;
+  p->maxRecvs = 1;
+  return 0;
+}
+#else
 static ncclResult_t props(int dev, props_t* p) { (void)dev; p->name = "bad"; p->speed = 1; return 0; }
+#endif
 static ncclResult_t unused(void) { return 3; }
 #define U (void*)unused
 

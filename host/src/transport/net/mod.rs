@@ -18,7 +18,9 @@ pub mod wire;
 
 use super::{ConnHandle, ConnLayout, ConnMem, Side, Transport};
 use crate::backend::{Backend, HostMapped};
+use crate::bootstrap::Secret;
 use crate::error::{Error, Result};
+use crate::topology::detect::NetDevice;
 use rsccl_device::prims::conn::NCCL_STEPS;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -37,6 +39,16 @@ pub trait Net: Send + Sync {
     fn listen(&self) -> Result<(Vec<u8>, Box<dyn NetListener>)>;
     /// Connects to the listener of `handle`, giving up at `deadline`.
     fn connect(&self, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>>;
+    /// The network's devices as it describes them (an NCCL plugin's `getProperties`), for the
+    /// topology's NET nodes; empty (the default): the host's own detection finds the NICs.
+    fn devices(&self) -> Vec<NetDevice> {
+        Vec::new()
+    }
+    /// The line a rank logs when its first connection goes over this network (which network,
+    /// on which interface).
+    fn using(&self) -> String {
+        format!("NET/{}: in use", self.name())
+    }
 }
 
 /// A listener waiting for its one connection.
@@ -100,8 +112,9 @@ pub struct NetChoice<'a> {
 /// The network a communicator's connections to other hosts use: the NCCL net plugin asked for
 /// (`none` or empty: none), else libfabric when `ofi` is asked for, else rsccl's socket
 /// transport; the socket and libfabric ones on `RSCCL_SOCKET_IFNAME`'s interface, the socket
-/// one's connections proven with `secret`.
-pub fn choose(choice: NetChoice, secret: [u8; 16], rank: usize) -> Result<Arc<dyn Net>> {
+/// one's connections proven with `secret`. Nothing is logged until it is used
+/// ([`Net::using`]).
+pub fn choose(choice: NetChoice, secret: Secret) -> Result<Arc<dyn Net>> {
     let var = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
     let spec = choice.plugin.map(str::to_string).or_else(|| var(plugin::NET_PLUGIN_VAR));
     if let Some(spec) = spec.filter(|s| !s.trim().is_empty() && s.trim() != "none") {
@@ -112,9 +125,7 @@ pub fn choose(choice: NetChoice, secret: [u8; 16], rank: usize) -> Result<Arc<dy
     match net.trim().to_ascii_lowercase().as_str() {
         "socket" => {}
         "ofi" | "libfabric" => {
-            let n = ofi::OfiNet::open(None, sock.ip)?;
-            tracing::info!(rank, "NET/OFI: using provider {} on {} ({})", n.provider(), sock.ifname, sock.ip);
-            return Ok(Arc::new(n));
+            return Ok(Arc::new(ofi::OfiNet::open(None, sock.ip)?.on(&sock.ifname)));
         }
         other => {
             return Err(Error::InvalidConfig(format!(
@@ -123,14 +134,6 @@ pub fn choose(choice: NetChoice, secret: [u8; 16], rank: usize) -> Result<Arc<dy
             )))
         }
     }
-    tracing::info!(
-        rank,
-        "NET/socket: using {} ({}), {} thread(s) x {} socket(s) per connection",
-        sock.ifname,
-        sock.ip,
-        sock.nthreads,
-        sock.nsocks_per_thread
-    );
     Ok(Arc::new(socket::SocketNet::new(sock, secret)))
 }
 

@@ -20,10 +20,10 @@
 //! their sequence number on the connection, so they match in order whatever the provider's
 //! ordering. Progress is the proxy's: completions are read when it tests a request.
 use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
+use crate::bootstrap::{random_secret, SECRET_BYTES};
 use crate::error::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,6 @@ pub const PROVIDER_VAR: &str = "RSCCL_OFI_PROVIDER";
 pub const HELLO_TAG: u64 = 1 << 62;
 /// Most bytes of an endpoint address this transport carries in a handle.
 pub const MAX_ADDR_BYTES: usize = 96;
-const SECRET_BYTES: usize = 16;
 /// Completions read per `fi_cq_read`.
 const CQ_BATCH: usize = 16;
 
@@ -797,6 +796,8 @@ impl Drop for Endpoint {
 /// libfabric as rsccl's [`Net`].
 pub struct OfiNet {
     dom: Arc<Domain>,
+    /// The interface and address it was opened on, for [`Net::using`].
+    on: String,
 }
 
 impl OfiNet {
@@ -804,7 +805,13 @@ impl OfiNet {
     pub fn open(provider: Option<&str>, ip: std::net::IpAddr) -> Result<OfiNet> {
         let env = std::env::var(PROVIDER_VAR).ok().filter(|p| !p.trim().is_empty());
         let p = provider.map(str::to_string).or(env).unwrap_or_else(|| "tcp".into());
-        Ok(OfiNet { dom: Arc::new(Domain::open(&p, ip)?) })
+        Ok(OfiNet { dom: Arc::new(Domain::open(&p, ip)?), on: ip.to_string() })
+    }
+
+    /// Names the interface it was opened on (`ifname (ip)`) in [`Net::using`].
+    pub fn on(mut self, ifname: &str) -> OfiNet {
+        self.on = format!("{ifname} ({})", self.on);
+        self
     }
 
     /// The provider serving it.
@@ -813,22 +820,18 @@ impl OfiNet {
     }
 }
 
-fn random_secret() -> Result<[u8; SECRET_BYTES]> {
-    let mut s = [0u8; SECRET_BYTES];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut s))
-        .map_err(|e| ofi_err(format!("reading /dev/urandom: {e}")))?;
-    Ok(s)
-}
-
 impl Net for OfiNet {
     fn name(&self) -> &'static str {
         "ofi"
     }
 
+    fn using(&self) -> String {
+        format!("NET/OFI: using provider {} on {}", self.provider(), self.on)
+    }
+
     fn listen(&self) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
         let ep = Endpoint::open(self.dom.clone(), false)?;
-        let secret = random_secret()?;
+        let secret = random_secret().map_err(|e| ofi_err(e.to_string()))?;
         let mut handle = vec![ep.addr.len() as u8];
         handle.extend_from_slice(&ep.addr);
         handle.extend_from_slice(&secret);

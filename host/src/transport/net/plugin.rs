@@ -19,6 +19,7 @@
 use super::plugin_abi::{self as abi, NetV8, NetV9, PropertiesV8, PropertiesV9, HANDLE_MAXSIZE};
 use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
 use crate::error::{Error, Result};
+use crate::topology::detect::NetDevice;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -32,6 +33,9 @@ pub const NET_PLUGIN_VAR: &str = "RSCCL_NET_PLUGIN";
 pub const MAX_PLUGINS: usize = 16;
 
 /// How long `connect`/`accept` wait between tries that gave no comm yet.
+/// Most devices a hosted plugin may report (NCCL's topology holds at most 256 nodes a kind).
+pub const MAX_DEVICES: c_int = 256;
+
 const RETRY: Duration = Duration::from_millis(1);
 
 fn plugin_err(what: impl Into<String>) -> Error {
@@ -108,6 +112,8 @@ struct Loaded {
     version: u32,
     /// Device 0's properties (name, speed, latency), for logs.
     props: String,
+    /// Every device's properties, for the topology.
+    devices: Vec<NetDevice>,
 }
 
 // SAFETY: the entry points are the plugin's, which NCCL's contract makes callable from any
@@ -196,27 +202,39 @@ enum Props {
     V9(unsafe extern "C" fn(c_int, *mut PropertiesV9) -> c_int),
 }
 
+/// A plugin's properties struct (v8 or v9: the same leading fields) as a [`NetDevice`].
+macro_rules! device_of {
+    ($p:expr) => {
+        NetDevice {
+            name: c_text($p.name, "(unnamed)"),
+            pci_path: (!$p.pci_path.is_null()).then(|| std::path::PathBuf::from(c_text($p.pci_path, ""))),
+            guid: $p.guid,
+            speed: u64::try_from($p.speed).unwrap_or(0),
+            port: u32::try_from($p.port).unwrap_or(0),
+            latency: $p.latency,
+            max_comms: u32::try_from($p.max_comms).unwrap_or(0),
+            gdr: $p.ptr_support & abi::PTR_CUDA != 0,
+        }
+    };
+}
+
 impl Props {
-    /// Device 0 in a line (name, speed, latency, pointer support), or the failing code.
-    fn describe(&self) -> std::result::Result<String, c_int> {
-        let (code, name, speed, latency, ptr) = match self {
+    /// Device `dev` as the topology takes it, or the failing code.
+    fn device(&self, dev: c_int) -> std::result::Result<NetDevice, c_int> {
+        match self {
             Props::V8(f) => {
                 let mut p = PropertiesV8::default();
                 // SAFETY: the plugin's getProperties of a device it reported, on its version's struct.
-                let code = unsafe { f(0, &mut p) };
-                (code, p.name, p.speed, p.latency, p.ptr_support)
+                let code = unsafe { f(dev, &mut p) };
+                (code == abi::SUCCESS).then(|| device_of!(p)).ok_or(code)
             }
             Props::V9(f) => {
                 let mut p = PropertiesV9::default();
                 // SAFETY: as above.
-                let code = unsafe { f(0, &mut p) };
-                (code, p.name, p.speed, p.latency, p.ptr_support)
+                let code = unsafe { f(dev, &mut p) };
+                (code == abi::SUCCESS).then(|| device_of!(p)).ok_or(code)
             }
-        };
-        if code != abi::SUCCESS {
-            return Err(code);
         }
-        Ok(format!("{}, {speed} Mbps, latency {latency} us, ptrSupport {ptr:#x}", c_text(name, "?")))
     }
 }
 
@@ -363,9 +381,23 @@ fn open(path: &str) -> Result<Loaded> {
     if n < 1 {
         return Err(Error::Network(format!("net plugin {name} ({path}) reports {n} devices")));
     }
-    let nic = props.describe().map_err(|code| failed(&name, path, "getProperties", code))?;
-    let props = format!("{sym}, device 0 of {n}: {nic}");
-    Ok(Loaded { _lib: lib, calls, name, path: path.to_string(), version, props })
+    if n > MAX_DEVICES {
+        return Err(Error::Network(format!(
+            "net plugin {name} ({path}) reports {n} devices, more than {MAX_DEVICES}"
+        )));
+    }
+    let devices: Vec<NetDevice> = (0..n)
+        .map(|d| props.device(d).map_err(|code| failed(&name, path, &format!("getProperties({d})"), code)))
+        .collect::<Result<_>>()?;
+    let d = &devices[0];
+    let props = format!(
+        "{sym}, device 0 of {n}: {}, {} Mbps, latency {} us, GPUDirect {}",
+        d.name,
+        d.speed,
+        d.latency,
+        if d.gdr { "yes" } else { "no" }
+    );
+    Ok(Loaded { _lib: lib, calls, name, path: path.to_string(), version, props, devices })
 }
 
 /// Loads the first plugin of `spec` (NCCL's `NCCL_NET_PLUGIN` grammar) that opens, once per
@@ -418,6 +450,15 @@ pub struct PluginNet {
 impl Net for PluginNet {
     fn name(&self) -> &'static str {
         "plugin"
+    }
+
+    fn devices(&self) -> Vec<NetDevice> {
+        self.plugin.devices.clone()
+    }
+
+    fn using(&self) -> String {
+        let p = &self.plugin;
+        format!("NET/Plugin: using {} from {} (v{})", p.name, p.path, p.version)
     }
 
     fn listen(&self) -> Result<(Vec<u8>, Box<dyn NetListener>)> {

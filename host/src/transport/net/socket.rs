@@ -11,6 +11,7 @@ use super::wire::{
     self, part_range, Handle, Hello, PartHeader, ACK_BYTES, HELLO_BYTES, MAX_SOCKETS, MAX_THREADS, PART_BYTES,
 };
 use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
+use crate::bootstrap::Secret;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
@@ -173,12 +174,12 @@ pub fn pick_interface(spec: Option<&str>, ifs: &[(String, IpAddr)]) -> Result<(S
 /// The socket plugin: connections present `secret` (the communicator's).
 pub struct SocketNet {
     cfg: SocketConfig,
-    secret: [u8; 16],
+    secret: Secret,
 }
 
 impl SocketNet {
     /// A plugin for a communicator whose secret is `secret`.
-    pub fn new(cfg: SocketConfig, secret: [u8; 16]) -> SocketNet {
+    pub fn new(cfg: SocketConfig, secret: Secret) -> SocketNet {
         SocketNet { cfg, secret }
     }
 }
@@ -204,6 +205,14 @@ fn remaining(deadline: Instant, what: &str) -> Result<Duration> {
 impl Net for SocketNet {
     fn name(&self) -> &'static str {
         "socket"
+    }
+
+    fn using(&self) -> String {
+        let c = &self.cfg;
+        format!(
+            "NET/socket: using {} ({}), {} thread(s) x {} socket(s) per connection",
+            c.ifname, c.ip, c.nthreads, c.nsocks_per_thread
+        )
     }
 
     fn listen(&self) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
@@ -250,7 +259,7 @@ impl Net for SocketNet {
 struct SocketListener {
     listener: TcpListener,
     conn_id: u64,
-    secret: [u8; 16],
+    secret: Secret,
     nthreads: usize,
 }
 

@@ -1,6 +1,7 @@
 //! The bytes the network transport puts on a socket, and the checks a reader makes before it
 //! trusts any of them. Every decoder here takes a fixed-size array: no length read from the
 //! wire sizes an allocation, and arbitrary bytes give an error, never a panic.
+use crate::bootstrap::Secret;
 use rsccl_device::prims::conn::NCCL_STEPS;
 
 /// First word of every rsccl network frame ("RSNT").
@@ -101,7 +102,7 @@ impl Handle {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
     /// The communicator's secret.
-    pub secret: [u8; 16],
+    pub secret: Secret,
     /// The connection (from the handle).
     pub conn_id: u64,
     /// This socket's index in the connection.
@@ -128,7 +129,7 @@ impl Hello {
     }
 
     /// Reads a hello and checks it against this listener's secret and connection.
-    pub fn decode(b: &[u8; HELLO_BYTES], secret: &[u8; 16], conn_id: u64) -> Result<Hello, WireError> {
+    pub fn decode(b: &[u8; HELLO_BYTES], secret: &Secret, conn_id: u64) -> Result<Hello, WireError> {
         check_magic(b, "hello")?;
         if u16_at(b, 6) != KIND_HELLO {
             return Err(WireError(format!("hello: message kind {}", u16_at(b, 6))));
