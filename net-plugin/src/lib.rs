@@ -1,5 +1,6 @@
 //! rsccl's socket transport as an NCCL net plugin: `libnccl_net_rsccl.so` exports
-//! `ncclNetPlugin_v9` and `ncclNetPlugin_v8` (layouts: `rsccl::transport::net::plugin_abi`), usable by NCCL
+//! `ncclNetPlugin_v12` … `ncclNetPlugin_v8` (layouts: `rsccl::transport::net::plugin_abi`; the
+//! v10-on tables in [`newer`]), usable by NCCL
 //! (`NCCL_NET_PLUGIN=<path>`) and by rsccl's own plugin host (`RSCCL_NET_PLUGIN=<path>`), which
 //! is how rsccl's tests prove the ABI path end to end.
 //!
@@ -12,6 +13,8 @@
 //! starts the work on a thread of its own, later calls collect it. No entry point lets a panic
 //! cross into C: each turns one into `ncclInternalError`.
 #![allow(non_upper_case_globals)]
+
+pub mod newer;
 use rsccl::bootstrap::{random_secret, SECRET_BYTES};
 use rsccl::transport::net::ofi::{OfiNet, NET_VAR};
 use rsccl::transport::net::plugin_abi::{
@@ -82,18 +85,20 @@ pub static ncclNetPlugin_v9: NetV9 = NetV9 {
 
 /// Bytes this library's sends completed, for tests that check traffic went through it.
 static BYTES_SENT: AtomicU64 = AtomicU64::new(0);
-/// Sends started through each table's `isend` (v8, v9): which version a host drives.
-static ISENDS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+/// The oldest table version exported: `ISENDS[v - OLDEST]` counts version v's sends.
+const OLDEST: usize = 8;
+/// Sends started through each table's `isend` (v8 … v12): which version a host drives.
+static ISENDS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 
-/// Sends started through version `version`'s `isend` (8 or 9; 0 for another), for tests that
+/// Sends started through version `version`'s `isend` (8 to 12; 0 for another), for tests that
 /// check which table a host drives.
 #[no_mangle]
 pub extern "C" fn rsccl_net_plugin_isends(version: c_int) -> u64 {
-    match version {
-        8 => ISENDS[0].load(Ordering::Relaxed),
-        9 => ISENDS[1].load(Ordering::Relaxed),
-        _ => 0,
-    }
+    usize::try_from(version)
+        .ok()
+        .and_then(|v| v.checked_sub(OLDEST))
+        .and_then(|i| ISENDS.get(i))
+        .map_or(0, |c| c.load(Ordering::Relaxed))
 }
 
 /// Bytes this plugin's sends have completed since it was loaded (rsccl's tests look it up with
@@ -505,7 +510,7 @@ unsafe extern "C" fn isend(
 ) -> NcclResult {
     guard("isend", || {
         let len = usize::try_from(size).map_err(|_| (abi::INVALID_ARGUMENT, format!("size {size}")))?;
-        ISENDS[0].fetch_add(1, Ordering::Relaxed);
+        ISENDS[8 - OLDEST].fetch_add(1, Ordering::Relaxed);
         send(send_comm, data, len, request)
     })
 }
@@ -519,7 +524,7 @@ unsafe extern "C" fn isend_v9(
     request: *mut *mut c_void,
 ) -> NcclResult {
     guard("isend", || {
-        ISENDS[1].fetch_add(1, Ordering::Relaxed);
+        ISENDS[9 - OLDEST].fetch_add(1, Ordering::Relaxed);
         send(send_comm, data, size, request)
     })
 }

@@ -3,7 +3,7 @@
  *   -DNOT_A_PLUGIN   exports its table under another name than ncclNetPlugin_v*
  *   -DONLY_V5        exports only ncclNetPlugin_v5 (older than any version NCCL still loads)
  *   -DONLY_V9        exports only ncclNetPlugin_v9 (a version this host runs: it loads)
- *   -DONLY_V10       exports only ncclNetPlugin_v10 (a version this host does not run)
+ *   -DONLY_V7        exports only ncclNetPlugin_v7 (a version this host does not run)
  *   -DINIT_FAILS     init returns ncclInternalError
  *   -DZERO_DEVICES   devices reports 0
  *   -DNULL_ISEND     isend and test are NULL
@@ -67,8 +67,8 @@ typedef struct { const char* name; void* e[19]; } table_t;
 #define SYM ncclNetPlugin_v5
 #elif defined(ONLY_V9)
 #define SYM ncclNetPlugin_v9
-#elif defined(ONLY_V10)
-#define SYM ncclNetPlugin_v10
+#elif defined(ONLY_V7)
+#define SYM ncclNetPlugin_v7
 #else
 #define SYM ncclNetPlugin_v8
 #endif

@@ -118,7 +118,9 @@ pub fn choose(choice: NetChoice, secret: Secret) -> Result<Arc<dyn Net>> {
     let var = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
     let spec = choice.plugin.map(str::to_string).or_else(|| var(plugin::NET_PLUGIN_VAR));
     if let Some(spec) = spec.filter(|s| !s.trim().is_empty() && s.trim() != "none") {
-        return plugin::load(&spec);
+        // A v11-on plugin's context is per communicator: its id is the secret's first bytes.
+        let comm_id = u64::from_le_bytes(secret[..8].try_into().expect("8 bytes"));
+        return plugin::load_for(&spec, comm_id);
     }
     let sock = socket::SocketConfig::from_env()?;
     let net = choice.net.map(str::to_string).or_else(|| var(ofi::NET_VAR)).unwrap_or_else(|| "socket".into());

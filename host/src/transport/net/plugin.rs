@@ -5,11 +5,15 @@
 //! **Loading, NCCL's rules.** The variable is a comma list; each name is opened as given, and a
 //! bare name (no `/`, not starting with `lib`, not ending in `.so`) also as
 //! `libnccl-net-<name>.so`. A library is searched for `ncclNetPlugin_v12` … `_v6`, newest first;
-//! this host runs versions 9 and 8, takes the newest of those the library exports (or the one
+//! this host runs versions 12 to 8, takes the newest of those the library exports (or the one
 //! [`NET_PLUGIN_VERSION_VAR`] pins), and names the other versions it finds when it has none. The mandatory entries must be non-NULL (the device-offload
 //! ones may be NULL, as aws-ofi-nccl leaves them); `init` is given a logger, `devices` must
 //! report one at least, and device 0 is used. The first name that loads serves; a plugin is
-//! loaded and initialised once per process, as NCCL does.
+//! loaded and initialised once per process, as NCCL does — except that a v11-on plugin's `init`
+//! runs per communicator (its context, given to `listen` and `connect`, and `finalize`d when
+//! the communicator's last connection closes); older versions' one initialisation stands in for
+//! that context (NULL). v10 on: `connect` gets an undefined traffic class, `isend`/`irecv` NULL
+//! profiler handles, `init` no profiler.
 //!
 //! **Driving it.** `connect` and `accept` are NCCL's non-blocking calls, re-called until they
 //! give a comm (up to the deadline); `isend`/`irecv` (one receive per call, tag 0) may answer
@@ -42,17 +46,11 @@ fn plugin_err(what: impl Into<String>) -> Error {
     Error::Network(format!("{NET_PLUGIN_VAR}: {}", what.into()))
 }
 
-/// `RSCCL_NET_PLUGIN_VERSION`: take this version of a plugin's table (8 or 9) even when it
+/// `RSCCL_NET_PLUGIN_VERSION`: take this version of a plugin's table (8 to 12) even when it
 /// exports a newer one this host runs (to try an older code path of a vendor's plugin).
 pub const NET_PLUGIN_VERSION_VAR: &str = "RSCCL_NET_PLUGIN_VERSION";
 
-type Listen = unsafe extern "C" fn(c_int, *mut c_void, *mut *mut c_void) -> c_int;
 type Connect = unsafe extern "C" fn(c_int, *mut c_void, *mut *mut c_void, *mut *mut c_void) -> c_int;
-type Accept = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut *mut c_void) -> c_int;
-type RegMr = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int, *mut *mut c_void) -> c_int;
-type DeregMr = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
-type Test = unsafe extern "C" fn(*mut c_void, *mut c_int, *mut c_int) -> c_int;
-type Close = unsafe extern "C" fn(*mut c_void) -> c_int;
 type IsendV8 =
     unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, c_int, *mut c_void, *mut *mut c_void) -> c_int;
 type IsendV9 =
@@ -77,26 +75,103 @@ type IrecvV9 = unsafe extern "C" fn(
 ) -> c_int;
 
 /// The entry points a hosted plugin is driven through, whatever its version: the ones whose
-/// C types every hosted version shares, and the sends and receives, whose sizes differ.
+/// C types every hosted version shares, and those whose arguments changed between versions.
 #[derive(Clone, Copy)]
 struct Calls {
-    listen: Listen,
-    connect: Connect,
-    accept: Accept,
-    reg_mr: RegMr,
-    dereg_mr: DeregMr,
-    test: Test,
-    close_send: Close,
-    close_recv: Close,
-    close_listen: Close,
+    listen: Listens,
+    connect: Connects,
+    accept: abi::Accept,
+    reg_mr: abi::RegMr,
+    dereg_mr: abi::DeregMr,
+    test: abi::Test,
+    close_send: abi::Close,
+    close_recv: abi::Close,
+    close_listen: abi::Close,
     sends: Sends,
+    /// v11 on: ends a communicator's context.
+    finalize: Option<abi::Close>,
 }
 
-/// `isend` and `irecv` of a v8 (`int` sizes) or v9 (`size_t` sizes) plugin.
+/// `init`: the logger (v8, v9), with a profiler callback (v10), per communicator (v11 on).
+#[derive(Clone, Copy)]
+enum Inits {
+    V8(unsafe extern "C" fn(abi::Logger) -> c_int),
+    V10(abi::InitV10),
+    V11(abi::InitV11),
+}
+
+/// `listen`: by device (up to v10), or in a communicator's context (v11 on).
+#[derive(Clone, Copy)]
+enum Listens {
+    Plain(abi::Listen),
+    Ctx(abi::ListenV11),
+}
+
+/// `connect`: v8/v9's, v10's (a config second), v11's (the context first).
+#[derive(Clone, Copy)]
+enum Connects {
+    V8(Connect),
+    V10(abi::ConnectV10),
+    V11(abi::ConnectV11),
+}
+
+/// `isend` and `irecv` of a v8 (`int` sizes), v9 (`size_t` sizes) or v10-on (with profiler
+/// handles) plugin.
 #[derive(Clone, Copy)]
 enum Sends {
     V8(IsendV8, IrecvV8),
     V9(IsendV9, IrecvV9),
+    V10(abi::IsendV10, abi::IrecvV10),
+}
+
+/// A communicator's context of a v11-on plugin (`init` per communicator, `finalize` when its
+/// last connection is gone); for older versions the process's one initialisation, emulated as
+/// a NULL context. Derefs to the plugin.
+struct Context {
+    plugin: Arc<Loaded>,
+    ctx: *mut c_void,
+}
+
+// SAFETY: the context is the plugin's handle, which NCCL passes from any thread.
+unsafe impl Send for Context {}
+// SAFETY: as above.
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// A context for communicator `comm_id`: `init` of a v11-on plugin, else the plugin's
+    /// process-wide one.
+    fn new(plugin: Arc<Loaded>, comm_id: u64) -> Result<Context> {
+        let ctx = match plugin.init {
+            Inits::V11(init) => {
+                let mut ctx: *mut c_void = std::ptr::null_mut();
+                let mut cfg = abi::CommConfigV10 { traffic_class: abi::TRAFFIC_CLASS_UNDEF };
+                // SAFETY: NCCL's per-communicator init; the config lives across the call.
+                let code = unsafe { init(&mut ctx, comm_id, &mut cfg, logger()?, std::ptr::null()) };
+                if code != abi::SUCCESS {
+                    return Err(plugin.failed("init", code));
+                }
+                ctx
+            }
+            _ => std::ptr::null_mut(),
+        };
+        Ok(Context { plugin, ctx })
+    }
+}
+
+impl std::ops::Deref for Context {
+    type Target = Loaded;
+    fn deref(&self) -> &Loaded {
+        &self.plugin
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        if let (Some(finalize), false) = (self.plugin.calls.finalize, self.ctx.is_null()) {
+            // SAFETY: the context init gave, finalized once, after its connections closed.
+            unsafe { finalize(self.ctx) };
+        }
+    }
 }
 
 /// A loaded, initialised plugin: its library (kept loaded for the process's life, as NCCL
@@ -104,6 +179,7 @@ enum Sends {
 struct Loaded {
     _lib: libloading::Library,
     calls: Calls,
+    init: Inits,
     /// The plugin's name (`ncclNet_v*_t::name`).
     name: String,
     /// The file it came from.
@@ -199,10 +275,13 @@ fn candidates(name: &str) -> Vec<String> {
 /// A plugin's `getProperties`, by its version's struct.
 enum Props {
     V8(unsafe extern "C" fn(c_int, *mut PropertiesV8) -> c_int),
+    /// v9 and v10 (one layout).
     V9(unsafe extern "C" fn(c_int, *mut PropertiesV9) -> c_int),
+    V11(unsafe extern "C" fn(c_int, *mut abi::PropertiesV11) -> c_int),
+    V12(unsafe extern "C" fn(c_int, *mut abi::PropertiesV12) -> c_int),
 }
 
-/// A plugin's properties struct (v8 or v9: the same leading fields) as a [`NetDevice`].
+/// A plugin's properties struct (every version's has these fields) as a [`NetDevice`].
 macro_rules! device_of {
     ($p:expr) => {
         NetDevice {
@@ -234,6 +313,18 @@ impl Props {
                 let code = unsafe { f(dev, &mut p) };
                 (code == abi::SUCCESS).then(|| device_of!(p)).ok_or(code)
             }
+            Props::V11(f) => {
+                let mut p = abi::PropertiesV11::default();
+                // SAFETY: as above.
+                let code = unsafe { f(dev, &mut p) };
+                (code == abi::SUCCESS).then(|| device_of!(p.v10)).ok_or(code)
+            }
+            Props::V12(f) => {
+                let mut p = abi::PropertiesV12::default();
+                // SAFETY: as above.
+                let code = unsafe { f(dev, &mut p) };
+                (code == abi::SUCCESS).then(|| device_of!(p)).ok_or(code)
+            }
         }
     }
 }
@@ -255,7 +346,7 @@ fn pinned_version() -> Result<Option<u32>> {
         Ok(v) if v.trim().is_empty() => Ok(None),
         Ok(v) => match v.trim().parse::<u32>() {
             Ok(n) if abi::SYMBOLS.iter().any(|&(_, ver, hosted)| hosted && ver == n) => Ok(Some(n)),
-            _ => Err(plugin_err(format!("{NET_PLUGIN_VERSION_VAR}={v}: this host runs versions 8 and 9"))),
+            _ => Err(plugin_err(format!("{NET_PLUGIN_VERSION_VAR}={v}: this host runs versions 8 to 12"))),
         },
     }
 }
@@ -292,7 +383,7 @@ fn open(path: &str) -> Result<Loaded> {
         }
         let runs = match pinned {
             Some(p) => format!("ncclNetPlugin_v{p}, pinned by {NET_PLUGIN_VERSION_VAR}"),
-            None => "ncclNetPlugin_v9 and ncclNetPlugin_v8".to_string(),
+            None => "ncclNetPlugin_v12 … ncclNetPlugin_v8".to_string(),
         };
         return Err(plugin_err(if other.is_empty() && pinned.is_none() {
             format!(
@@ -313,82 +404,114 @@ fn open(path: &str) -> Result<Loaded> {
             }
         }
     };
+    /// The entry points of table `$t`, its `listen`, `connect` and sends of variants `$l`,
+    /// `$c`, `$s`, and its `finalize` (v11 on).
+    macro_rules! calls_of {
+        ($t:expr, $l:path, $c:path, $s:path, $fin:expr) => {
+            Calls {
+                listen: $l($t.listen.expect("checked")),
+                connect: $c($t.connect.expect("checked")),
+                accept: $t.accept.expect("checked"),
+                reg_mr: $t.reg_mr.expect("checked"),
+                dereg_mr: $t.dereg_mr.expect("checked"),
+                test: $t.test.expect("checked"),
+                close_send: $t.close_send.expect("checked"),
+                close_recv: $t.close_recv.expect("checked"),
+                close_listen: $t.close_listen.expect("checked"),
+                sends: $s($t.isend.expect("checked"), $t.irecv.expect("checked")),
+                finalize: $fin,
+            }
+        };
+    }
     // SAFETY: the table of the version its symbol names, alive while `lib` is.
     let (name, init, devices, calls, props) = unsafe {
         match version {
+            12 => {
+                let t = &*table.cast::<abi::NetV12>();
+                mandatory(abi::missing_entries_v12(t))?;
+                let calls = calls_of!(t, Listens::Ctx, Connects::V11, Sends::V10, t.finalize);
+                let init = Inits::V11(t.init.expect("checked"));
+                (t.name, init, t.devices, calls, Props::V12(t.get_properties.expect("checked")))
+            }
+            11 => {
+                let t = &*table.cast::<abi::NetV11>();
+                mandatory(abi::missing_entries_v11(t))?;
+                let calls = calls_of!(t, Listens::Ctx, Connects::V11, Sends::V10, t.finalize);
+                let init = Inits::V11(t.init.expect("checked"));
+                (t.name, init, t.devices, calls, Props::V11(t.get_properties.expect("checked")))
+            }
+            10 => {
+                let t = &*table.cast::<abi::NetV10>();
+                mandatory(abi::missing_entries_v10(t))?;
+                let calls = calls_of!(t, Listens::Plain, Connects::V10, Sends::V10, None);
+                let init = Inits::V10(t.init.expect("checked"));
+                (t.name, init, t.devices, calls, Props::V9(t.get_properties.expect("checked")))
+            }
             9 => {
                 let t = &*table.cast::<NetV9>();
                 mandatory(abi::missing_entries_v9(t))?;
-                let calls = Calls {
-                    listen: t.listen.expect("checked"),
-                    connect: t.connect.expect("checked"),
-                    accept: t.accept.expect("checked"),
-                    reg_mr: t.reg_mr.expect("checked"),
-                    dereg_mr: t.dereg_mr.expect("checked"),
-                    test: t.test.expect("checked"),
-                    close_send: t.close_send.expect("checked"),
-                    close_recv: t.close_recv.expect("checked"),
-                    close_listen: t.close_listen.expect("checked"),
-                    sends: Sends::V9(t.isend.expect("checked"), t.irecv.expect("checked")),
-                };
-                let props = Props::V9(t.get_properties.expect("checked"));
-                (
-                    c_text(t.name, "(unnamed)"),
-                    t.init.expect("checked"),
-                    t.devices.expect("checked"),
-                    calls,
-                    props,
-                )
+                let calls = calls_of!(t, Listens::Plain, Connects::V8, Sends::V9, None);
+                let init = Inits::V8(t.init.expect("checked"));
+                (t.name, init, t.devices, calls, Props::V9(t.get_properties.expect("checked")))
             }
             _ => {
                 let t = &*table.cast::<NetV8>();
                 mandatory(abi::missing_entries(t))?;
-                let calls = Calls {
-                    listen: t.listen.expect("checked"),
-                    connect: t.connect.expect("checked"),
-                    accept: t.accept.expect("checked"),
-                    reg_mr: t.reg_mr.expect("checked"),
-                    dereg_mr: t.dereg_mr.expect("checked"),
-                    test: t.test.expect("checked"),
-                    close_send: t.close_send.expect("checked"),
-                    close_recv: t.close_recv.expect("checked"),
-                    close_listen: t.close_listen.expect("checked"),
-                    sends: Sends::V8(t.isend.expect("checked"), t.irecv.expect("checked")),
-                };
-                let props = Props::V8(t.get_properties.expect("checked"));
-                (
-                    c_text(t.name, "(unnamed)"),
-                    t.init.expect("checked"),
-                    t.devices.expect("checked"),
-                    calls,
-                    props,
-                )
+                let calls = calls_of!(t, Listens::Plain, Connects::V8, Sends::V8, None);
+                let init = Inits::V8(t.init.expect("checked"));
+                (t.name, init, t.devices, calls, Props::V8(t.get_properties.expect("checked")))
             }
         }
     };
-    // SAFETY: the plugin's entry points, called as NCCL calls them: init once, then devices and
-    // the properties of a device it reported.
-    let code = unsafe { init(logger()?) };
+    let (name, devices) = (c_text(name, "(unnamed)"), devices.expect("checked"));
+    // SAFETY: the plugin's entry points, called as NCCL calls them: init, then devices and the
+    // properties of each device it reported. A v11-on plugin is initialised for this probe in
+    // a context of its own, finalized after it (each communicator gets its own later).
+    let mut probe: *mut c_void = std::ptr::null_mut();
+    let code = unsafe {
+        match init {
+            Inits::V8(f) => f(logger()?),
+            Inits::V10(f) => f(logger()?, std::ptr::null()),
+            Inits::V11(f) => {
+                let mut cfg = abi::CommConfigV10 { traffic_class: abi::TRAFFIC_CLASS_UNDEF };
+                f(&mut probe, 0, &mut cfg, logger()?, std::ptr::null())
+            }
+        }
+    };
     if code != abi::SUCCESS {
         return Err(failed(&name, path, "init", code));
     }
-    let mut n: c_int = 0;
-    // SAFETY: as above.
-    let code = unsafe { devices(&mut n) };
-    if code != abi::SUCCESS {
-        return Err(failed(&name, path, "devices", code));
-    }
-    if n < 1 {
-        return Err(Error::Network(format!("net plugin {name} ({path}) reports {n} devices")));
-    }
-    if n > MAX_DEVICES {
-        return Err(Error::Network(format!(
-            "net plugin {name} ({path}) reports {n} devices, more than {MAX_DEVICES}"
-        )));
-    }
-    let devices: Vec<NetDevice> = (0..n)
-        .map(|d| props.device(d).map_err(|code| failed(&name, path, &format!("getProperties({d})"), code)))
-        .collect::<Result<_>>()?;
+    let finalize = |probe: *mut c_void| {
+        if let (Some(f), false) = (calls.finalize, probe.is_null()) {
+            // SAFETY: the probe's context, finalized once.
+            unsafe { f(probe) };
+        }
+    };
+    let listed = || -> Result<Vec<NetDevice>> {
+        let mut n: c_int = 0;
+        // SAFETY: as above.
+        let code = unsafe { devices(&mut n) };
+        if code != abi::SUCCESS {
+            return Err(failed(&name, path, "devices", code));
+        }
+        if n < 1 {
+            return Err(Error::Network(format!("net plugin {name} ({path}) reports {n} devices")));
+        }
+        if n > MAX_DEVICES {
+            return Err(Error::Network(format!(
+                "net plugin {name} ({path}) reports {n} devices, more than {MAX_DEVICES}"
+            )));
+        }
+        (0..n)
+            .map(|d| {
+                props.device(d).map_err(|code| failed(&name, path, &format!("getProperties({d})"), code))
+            })
+            .collect()
+    };
+    let devices = listed();
+    finalize(probe);
+    let devices = devices?;
+    let n = devices.len();
     let d = &devices[0];
     let props = format!(
         "{sym}, device 0 of {n}: {}, {} Mbps, latency {} us, GPUDirect {}",
@@ -397,18 +520,25 @@ fn open(path: &str) -> Result<Loaded> {
         d.latency,
         if d.gdr { "yes" } else { "no" }
     );
-    Ok(Loaded { _lib: lib, calls, name, path: path.to_string(), version, props, devices })
+    Ok(Loaded { _lib: lib, calls, init, name, path: path.to_string(), version, props, devices })
 }
 
 /// Loads the first plugin of `spec` (NCCL's `NCCL_NET_PLUGIN` grammar) that opens, once per
-/// process per list; the error names every name tried and why each failed.
+/// process per list; the error names every name tried and why each failed. [`load_for`]
+/// communicator 0.
 pub fn load(spec: &str) -> Result<Arc<dyn Net>> {
+    load_for(spec, 0)
+}
+
+/// [`load`], for communicator `comm_id` (a v11-on plugin's `init` is given it and makes the
+/// communicator's context).
+pub fn load_for(spec: &str, comm_id: u64) -> Result<Arc<dyn Net>> {
     static LOADED: OnceLock<Mutex<HashMap<String, Arc<Loaded>>>> = OnceLock::new();
     let mut cache = LOADED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     // A pinned version is part of what was loaded.
     let key = format!("{spec}\0{}", std::env::var(NET_PLUGIN_VERSION_VAR).unwrap_or_default());
     if let Some(l) = cache.get(&key) {
-        return Ok(Arc::new(PluginNet { plugin: l.clone() }));
+        return Ok(Arc::new(PluginNet { plugin: Arc::new(Context::new(l.clone(), comm_id)?) }));
     }
     let names: Vec<&str> = spec.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
     if names.len() > MAX_PLUGINS {
@@ -428,7 +558,7 @@ pub fn load(spec: &str) -> Result<Arc<dyn Net>> {
                     );
                     let l = Arc::new(l);
                     cache.insert(key, l.clone());
-                    return Ok(Arc::new(PluginNet { plugin: l }));
+                    return Ok(Arc::new(PluginNet { plugin: Arc::new(Context::new(l, comm_id)?) }));
                 }
                 Err(Error::Network(m)) => why.push(m),
                 Err(e) => why.push(e.to_string()),
@@ -442,9 +572,9 @@ pub fn load(spec: &str) -> Result<Arc<dyn Net>> {
     }))
 }
 
-/// A hosted plugin as rsccl's [`Net`].
+/// A hosted plugin as rsccl's [`Net`], in one communicator's context.
 pub struct PluginNet {
-    plugin: Arc<Loaded>,
+    plugin: Arc<Context>,
 }
 
 impl Net for PluginNet {
@@ -464,9 +594,14 @@ impl Net for PluginNet {
     fn listen(&self) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
         let mut handle = [0u8; HANDLE_MAXSIZE];
         let mut comm: *mut c_void = std::ptr::null_mut();
-        let listen = self.plugin.calls.listen;
-        // SAFETY: device 0 exists; the handle buffer holds NCCL_NET_HANDLE_MAXSIZE bytes.
-        let code = unsafe { listen(0, handle.as_mut_ptr().cast(), &mut comm) };
+        // SAFETY: device 0 exists; the handle buffer holds NCCL_NET_HANDLE_MAXSIZE bytes; the
+        // context is this communicator's.
+        let code = unsafe {
+            match self.plugin.calls.listen {
+                Listens::Plain(listen) => listen(0, handle.as_mut_ptr().cast(), &mut comm),
+                Listens::Ctx(listen) => listen(self.plugin.ctx, 0, handle.as_mut_ptr().cast(), &mut comm),
+            }
+        };
         if code != abi::SUCCESS || comm.is_null() {
             return Err(self.plugin.failed("listen", code));
         }
@@ -482,13 +617,23 @@ impl Net for PluginNet {
         }
         let mut h = [0u8; HANDLE_MAXSIZE];
         h[..handle.len()].copy_from_slice(handle);
-        let connect = self.plugin.calls.connect;
+        let mut cfg = abi::CommConfigV10 { traffic_class: abi::TRAFFIC_CLASS_UNDEF };
         loop {
             let (mut comm, mut dev): (*mut c_void, *mut c_void) =
                 (std::ptr::null_mut(), std::ptr::null_mut());
             // SAFETY: NCCL's non-blocking connect, re-called with the same handle until it gives
             // a comm.
-            let code = unsafe { connect(0, h.as_mut_ptr().cast(), &mut comm, &mut dev) };
+            let code = unsafe {
+                match self.plugin.calls.connect {
+                    Connects::V8(connect) => connect(0, h.as_mut_ptr().cast(), &mut comm, &mut dev),
+                    Connects::V10(connect) => {
+                        connect(0, &mut cfg, h.as_mut_ptr().cast(), &mut comm, &mut dev)
+                    }
+                    Connects::V11(connect) => {
+                        connect(self.plugin.ctx, 0, h.as_mut_ptr().cast(), &mut comm, &mut dev)
+                    }
+                }
+            };
             if code != abi::SUCCESS {
                 return Err(self.plugin.failed("connect", code));
             }
@@ -507,7 +652,7 @@ impl Net for PluginNet {
 }
 
 struct PluginListener {
-    plugin: Arc<Loaded>,
+    plugin: Arc<Context>,
     comm: *mut c_void,
 }
 
@@ -557,7 +702,7 @@ struct Waiting {
 
 /// A send or receive comm of the plugin.
 struct PluginComm {
-    plugin: Arc<Loaded>,
+    plugin: Arc<Context>,
     comm: *mut c_void,
     dir: Dir,
     /// Registered regions: (start, length, handle).
@@ -575,7 +720,7 @@ struct PluginComm {
 unsafe impl Send for PluginComm {}
 
 impl PluginComm {
-    fn new(plugin: Arc<Loaded>, comm: *mut c_void, dir: Dir) -> Self {
+    fn new(plugin: Arc<Context>, comm: *mut c_void, dir: Dir) -> Self {
         PluginComm {
             plugin,
             comm,
@@ -627,6 +772,13 @@ impl PluginComm {
                 (Sends::V9(_, irecv), Dir::Recv) => {
                     let mut size = w.len;
                     irecv(self.comm, 1, &mut data, &mut size, &mut tags, &mut mh, &mut req)
+                }
+                (Sends::V10(isend, _), Dir::Send) => {
+                    isend(self.comm, data, w.len, 0, mh, std::ptr::null_mut(), &mut req)
+                }
+                (Sends::V10(_, irecv), Dir::Recv) => {
+                    let (mut size, mut ph) = (w.len, std::ptr::null_mut::<c_void>());
+                    irecv(self.comm, 1, &mut data, &mut size, &mut tags, &mut mh, &mut ph, &mut req)
                 }
             }
         };
