@@ -1,6 +1,6 @@
 //! rsccl's socket transport as an NCCL net plugin: `libnccl_net_rsccl.so` exports
-//! `ncclNetPlugin_v12` … `ncclNetPlugin_v8` (layouts: `rsccl::transport::net::plugin_abi`; the
-//! v10-on tables in [`newer`]), usable by NCCL
+//! `ncclNetPlugin_v12` … `ncclNetPlugin_v6` (layouts: `rsccl::transport::net::plugin_abi`; the
+//! v10-on tables in [`newer`], v6 and v7 in [`older`]), usable by NCCL
 //! (`NCCL_NET_PLUGIN=<path>`) and by rsccl's own plugin host (`RSCCL_NET_PLUGIN=<path>`), which
 //! is how rsccl's tests prove the ABI path end to end.
 //!
@@ -15,6 +15,7 @@
 #![allow(non_upper_case_globals)]
 
 pub mod newer;
+pub mod older;
 use rsccl::bootstrap::{random_secret, SECRET_BYTES};
 use rsccl::transport::net::ofi::{OfiNet, NET_VAR};
 use rsccl::transport::net::plugin_abi::{
@@ -86,11 +87,11 @@ pub static ncclNetPlugin_v9: NetV9 = NetV9 {
 /// Bytes this library's sends completed, for tests that check traffic went through it.
 static BYTES_SENT: AtomicU64 = AtomicU64::new(0);
 /// The oldest table version exported: `ISENDS[v - OLDEST]` counts version v's sends.
-const OLDEST: usize = 8;
-/// Sends started through each table's `isend` (v8 … v12): which version a host drives.
-static ISENDS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+const OLDEST: usize = 6;
+/// Sends started through each table's `isend` (v6 … v12): which version a host drives.
+static ISENDS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 
-/// Sends started through version `version`'s `isend` (8 to 12; 0 for another), for tests that
+/// Sends started through version `version`'s `isend` (6 to 12; 0 for another), for tests that
 /// check which table a host drives.
 #[no_mangle]
 pub extern "C" fn rsccl_net_plugin_isends(version: c_int) -> u64 {

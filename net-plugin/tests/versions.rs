@@ -1,7 +1,8 @@
 //! The exported plugin driven through each of its older tables in turn
-//! (`RSCCL_NET_PLUGIN_VERSION` = 11, 10, 9, 8; v12 is the default `hosting.rs` drives), in this
+//! (`RSCCL_NET_PLUGIN_VERSION` = 11 … 6; v12 is the default `hosting.rs` drives), in this
 //! test's own process: v11's per-communicator contexts, v10's config and profiler handles, v9's
-//! `size_t` and v8's `int` sizes, two nodes of two ranks each, every result checked, and each
+//! `size_t` and v8's `int` sizes, v7's `int`-sized registration, v6's connections without
+//! device comms, two nodes of two ranks each, every result checked, and each
 //! table's own `isend` count showing the host drove that one alone.
 use rsccl::backend;
 use rsccl::comm::CommConfig;
@@ -19,12 +20,12 @@ fn two_nodes_of_two_ranks_through_each_table_of_the_exported_plugin() {
         let c = *l.get::<unsafe extern "C" fn() -> u64>(b"rsccl_net_plugin_open_contexts").unwrap();
         (l, f, c)
     };
-    for version in [11, 10, 9, 8] {
+    for version in [11, 10, 9, 8, 7, 6] {
         // Read when the host loads the plugin; this test is its process's only one, and the
         // variable is set between runs, with no other thread of this test alive.
         std::env::set_var("RSCCL_NET_PLUGIN_VERSION", version.to_string());
         // SAFETY: as above.
-        let before: Vec<u64> = (8..=12).map(|v| unsafe { isends(v) }).collect();
+        let before: Vec<u64> = (6..=12).map(|v| unsafe { isends(v) }).collect();
         let wrong = rsccl_suite::net_check::two_nodes_in_threads(&backend::cpu(), |r| CommConfig {
             nchannels: 2,
             nthreads: 64,
@@ -37,7 +38,7 @@ fn two_nodes_of_two_ranks_through_each_table_of_the_exported_plugin() {
         assert_eq!(wrong, vec![0; rsccl_suite::net_check::RANKS], "v{version}: wrong elements per rank");
         // SAFETY: as above.
         let grew: Vec<c_int> =
-            (8..=12).filter(|&v| unsafe { isends(v) } > before[(v - 8) as usize]).collect();
+            (6..=12).filter(|&v| unsafe { isends(v) } > before[(v - 6) as usize]).collect();
         assert_eq!(grew, [version], "v{version}: the tables whose isend ran");
         // Every communicator's context (v11: one each, and the probe's) was finalized.
         // SAFETY: as above.

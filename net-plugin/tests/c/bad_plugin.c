@@ -3,7 +3,7 @@
  *   -DNOT_A_PLUGIN   exports its table under another name than ncclNetPlugin_v*
  *   -DONLY_V5        exports only ncclNetPlugin_v5 (older than any version NCCL still loads)
  *   -DONLY_V9        exports only ncclNetPlugin_v9 (a version this host runs: it loads)
- *   -DONLY_V7        exports only ncclNetPlugin_v7 (a version this host does not run)
+ *   -DONLY_V7        exports only ncclNetPlugin_v7 (loads: its props writes only v7's fields)
  *   -DINIT_FAILS     init returns ncclInternalError
  *   -DZERO_DEVICES   devices reports 0
  *   -DNULL_ISEND     isend and test are NULL

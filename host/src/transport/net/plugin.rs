@@ -5,7 +5,7 @@
 //! **Loading, NCCL's rules.** The variable is a comma list; each name is opened as given, and a
 //! bare name (no `/`, not starting with `lib`, not ending in `.so`) also as
 //! `libnccl-net-<name>.so`. A library is searched for `ncclNetPlugin_v12` … `_v6`, newest first;
-//! this host runs versions 12 to 8, takes the newest of those the library exports (or the one
+//! this host runs all of them, takes the newest of those the library exports (or the one
 //! [`NET_PLUGIN_VERSION_VAR`] pins), and names the other versions it finds when it has none. The mandatory entries must be non-NULL (the device-offload
 //! ones may be NULL, as aws-ofi-nccl leaves them); `init` is given a logger, `devices` must
 //! report one at least, and device 0 is used. The first name that loads serves; a plugin is
@@ -46,7 +46,7 @@ fn plugin_err(what: impl Into<String>) -> Error {
     Error::Network(format!("{NET_PLUGIN_VAR}: {}", what.into()))
 }
 
-/// `RSCCL_NET_PLUGIN_VERSION`: take this version of a plugin's table (8 to 12) even when it
+/// `RSCCL_NET_PLUGIN_VERSION`: take this version of a plugin's table (6 to 12) even when it
 /// exports a newer one this host runs (to try an older code path of a vendor's plugin).
 pub const NET_PLUGIN_VERSION_VAR: &str = "RSCCL_NET_PLUGIN_VERSION";
 
@@ -80,8 +80,8 @@ type IrecvV9 = unsafe extern "C" fn(
 struct Calls {
     listen: Listens,
     connect: Connects,
-    accept: abi::Accept,
-    reg_mr: abi::RegMr,
+    accept: Accepts,
+    reg_mr: RegMrs,
     dereg_mr: abi::DeregMr,
     test: abi::Test,
     close_send: abi::Close,
@@ -107,9 +107,25 @@ enum Listens {
     Ctx(abi::ListenV11),
 }
 
-/// `connect`: v8/v9's, v10's (a config second), v11's (the context first).
+/// `accept`: without (v6) or with a device comm.
+#[derive(Clone, Copy)]
+enum Accepts {
+    V6(abi::AcceptV6),
+    V7(abi::Accept),
+}
+
+/// `regMr`: an `int` (v6, v7) or `size_t` size.
+#[derive(Clone, Copy)]
+enum RegMrs {
+    Int(abi::RegMrV6),
+    Size(abi::RegMr),
+}
+
+/// `connect`: v6's (no device comm), v7-v9's, v10's (a config second), v11's (the context
+/// first).
 #[derive(Clone, Copy)]
 enum Connects {
+    V6(abi::ConnectV6),
     V8(Connect),
     V10(abi::ConnectV10),
     V11(abi::ConnectV11),
@@ -274,6 +290,8 @@ fn candidates(name: &str) -> Vec<String> {
 
 /// A plugin's `getProperties`, by its version's struct.
 enum Props {
+    V6(unsafe extern "C" fn(c_int, *mut abi::PropertiesV6) -> c_int),
+    V7(unsafe extern "C" fn(c_int, *mut abi::PropertiesV7) -> c_int),
     V8(unsafe extern "C" fn(c_int, *mut PropertiesV8) -> c_int),
     /// v9 and v10 (one layout).
     V9(unsafe extern "C" fn(c_int, *mut PropertiesV9) -> c_int),
@@ -301,6 +319,18 @@ impl Props {
     /// Device `dev` as the topology takes it, or the failing code.
     fn device(&self, dev: c_int) -> std::result::Result<NetDevice, c_int> {
         match self {
+            Props::V6(f) => {
+                let mut p = abi::PropertiesV6::default();
+                // SAFETY: the plugin's getProperties of a device it reported, on its version's struct.
+                let code = unsafe { f(dev, &mut p) };
+                (code == abi::SUCCESS).then(|| device_of!(p)).ok_or(code)
+            }
+            Props::V7(f) => {
+                let mut p = abi::PropertiesV7::default();
+                // SAFETY: as above.
+                let code = unsafe { f(dev, &mut p) };
+                (code == abi::SUCCESS).then(|| device_of!(p.v6)).ok_or(code)
+            }
             Props::V8(f) => {
                 let mut p = PropertiesV8::default();
                 // SAFETY: the plugin's getProperties of a device it reported, on its version's struct.
@@ -346,7 +376,7 @@ fn pinned_version() -> Result<Option<u32>> {
         Ok(v) if v.trim().is_empty() => Ok(None),
         Ok(v) => match v.trim().parse::<u32>() {
             Ok(n) if abi::SYMBOLS.iter().any(|&(_, ver, hosted)| hosted && ver == n) => Ok(Some(n)),
-            _ => Err(plugin_err(format!("{NET_PLUGIN_VERSION_VAR}={v}: this host runs versions 8 to 12"))),
+            _ => Err(plugin_err(format!("{NET_PLUGIN_VERSION_VAR}={v}: this host runs versions 6 to 12"))),
         },
     }
 }
@@ -383,7 +413,7 @@ fn open(path: &str) -> Result<Loaded> {
         }
         let runs = match pinned {
             Some(p) => format!("ncclNetPlugin_v{p}, pinned by {NET_PLUGIN_VERSION_VAR}"),
-            None => "ncclNetPlugin_v12 … ncclNetPlugin_v8".to_string(),
+            None => "ncclNetPlugin_v12 … ncclNetPlugin_v6".to_string(),
         };
         return Err(plugin_err(if other.is_empty() && pinned.is_none() {
             format!(
@@ -408,11 +438,14 @@ fn open(path: &str) -> Result<Loaded> {
     /// `$c`, `$s`, and its `finalize` (v11 on).
     macro_rules! calls_of {
         ($t:expr, $l:path, $c:path, $s:path, $fin:expr) => {
+            calls_of!($t, $l, $c, $s, $fin, Accepts::V7, RegMrs::Size)
+        };
+        ($t:expr, $l:path, $c:path, $s:path, $fin:expr, $a:path, $r:path) => {
             Calls {
                 listen: $l($t.listen.expect("checked")),
                 connect: $c($t.connect.expect("checked")),
-                accept: $t.accept.expect("checked"),
-                reg_mr: $t.reg_mr.expect("checked"),
+                accept: $a($t.accept.expect("checked")),
+                reg_mr: $r($t.reg_mr.expect("checked")),
                 dereg_mr: $t.dereg_mr.expect("checked"),
                 test: $t.test.expect("checked"),
                 close_send: $t.close_send.expect("checked"),
@@ -453,6 +486,22 @@ fn open(path: &str) -> Result<Loaded> {
                 let calls = calls_of!(t, Listens::Plain, Connects::V8, Sends::V9, None);
                 let init = Inits::V8(t.init.expect("checked"));
                 (t.name, init, t.devices, calls, Props::V9(t.get_properties.expect("checked")))
+            }
+            7 => {
+                let t = &*table.cast::<abi::NetV7>();
+                mandatory(abi::missing_entries_v7(t))?;
+                let calls =
+                    calls_of!(t, Listens::Plain, Connects::V8, Sends::V8, None, Accepts::V7, RegMrs::Int);
+                let init = Inits::V8(t.init.expect("checked"));
+                (t.name, init, t.devices, calls, Props::V7(t.get_properties.expect("checked")))
+            }
+            6 => {
+                let t = &*table.cast::<abi::NetV6>();
+                mandatory(abi::missing_entries_v6(t))?;
+                let calls =
+                    calls_of!(t, Listens::Plain, Connects::V6, Sends::V8, None, Accepts::V6, RegMrs::Int);
+                let init = Inits::V8(t.init.expect("checked"));
+                (t.name, init, t.devices, calls, Props::V6(t.get_properties.expect("checked")))
             }
             _ => {
                 let t = &*table.cast::<NetV8>();
@@ -625,6 +674,7 @@ impl Net for PluginNet {
             // a comm.
             let code = unsafe {
                 match self.plugin.calls.connect {
+                    Connects::V6(connect) => connect(0, h.as_mut_ptr().cast(), &mut comm),
                     Connects::V8(connect) => connect(0, h.as_mut_ptr().cast(), &mut comm, &mut dev),
                     Connects::V10(connect) => {
                         connect(0, &mut cfg, h.as_mut_ptr().cast(), &mut comm, &mut dev)
@@ -666,7 +716,12 @@ impl NetListener for PluginListener {
             let (mut comm, mut dev): (*mut c_void, *mut c_void) =
                 (std::ptr::null_mut(), std::ptr::null_mut());
             // SAFETY: NCCL's non-blocking accept on the listen comm this listener owns.
-            let code = unsafe { accept(self.comm, &mut comm, &mut dev) };
+            let code = unsafe {
+                match accept {
+                    Accepts::V6(accept) => accept(self.comm, &mut comm),
+                    Accepts::V7(accept) => accept(self.comm, &mut comm, &mut dev),
+                }
+            };
             if code != abi::SUCCESS {
                 break Err(self.plugin.failed("accept", code));
             }
@@ -739,10 +794,22 @@ impl PluginComm {
         if let Some(&(_, _, h)) = self.regions.iter().find(|(s, l, _)| *s <= a && end <= s + l) {
             return Ok(h);
         }
-        let reg = self.plugin.calls.reg_mr;
         let mut h: *mut c_void = std::ptr::null_mut();
         // SAFETY: host memory the proxy owns for the comm's life (its FIFO and control buffers).
-        let code = unsafe { reg(self.comm, data as *mut c_void, len, abi::PTR_HOST, &mut h) };
+        let code = unsafe {
+            match self.plugin.calls.reg_mr {
+                RegMrs::Size(reg) => reg(self.comm, data as *mut c_void, len, abi::PTR_HOST, &mut h),
+                RegMrs::Int(reg) => {
+                    let n = c_int::try_from(len).map_err(|_| {
+                        plugin_err(format!(
+                            "a region of {len} bytes (v{} registers an int)",
+                            self.plugin.version
+                        ))
+                    })?;
+                    reg(self.comm, data as *mut c_void, n, abi::PTR_HOST, &mut h)
+                }
+            }
+        };
         if code != abi::SUCCESS {
             return Err(self.plugin.failed("regMr", code));
         }
@@ -756,8 +823,9 @@ impl PluginComm {
         let mut req: *mut c_void = std::ptr::null_mut();
         let (mut data, mut tags) = (w.data.cast::<c_void>(), 0 as c_int);
         let int_size = || {
-            c_int::try_from(w.len)
-                .map_err(|_| plugin_err(format!("a message of {} bytes (v8 takes an int)", w.len)))
+            c_int::try_from(w.len).map_err(|_| {
+                plugin_err(format!("a message of {} bytes (v{} takes an int)", w.len, self.plugin.version))
+            })
         };
         // SAFETY: the Net contracts keep `data` valid (and, for a receive, untouched) until the
         // request is done; a receive is one (n = 1) of at most `len` bytes.

@@ -1,5 +1,5 @@
-//! NCCL's network plugin ABI, versions 8 to 12 (`ncclNet_v8_t` … `_v12_t`,
-//! `ncclNetProperties_v8_t` … `_v12_t`): the layouts both sides of the seam use — [`super::plugin`] hosts a plugin through it, and the
+//! NCCL's network plugin ABI, versions 6 to 12 (`ncclNet_v6_t` … `_v12_t`,
+//! `ncclNetProperties_v6_t` … `_v12_t`): the layouts both sides of the seam use — [`super::plugin`] hosts a plugin through it, and the
 //! `rsccl-net-plugin` crate exports rsccl's socket transport as one. One definition, so the two
 //! cannot drift.
 use std::ffi::{c_char, c_int, c_ulong, c_void};
@@ -43,8 +43,8 @@ pub const SYMBOLS: [(&str, u32, bool); 7] = [
     ("ncclNetPlugin_v10", 10, true),
     ("ncclNetPlugin_v9", 9, true),
     ("ncclNetPlugin_v8", 8, true),
-    ("ncclNetPlugin_v7", 7, false),
-    ("ncclNetPlugin_v6", 6, false),
+    ("ncclNetPlugin_v7", 7, true),
+    ("ncclNetPlugin_v6", 6, true),
 ];
 
 /// `NCCL_NET_MAX_DEVS_PER_NIC_V9`: devices a v9 virtual NIC merges (v10 and v11 too).
@@ -675,6 +675,148 @@ unsafe impl Sync for NetV12 {}
 // SAFETY: as above.
 unsafe impl Send for NetV12 {}
 
+/// `ncclNetProperties_v6_t`: no `regIsGlobal`, no device offload.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(missing_docs)] // As PropertiesV8's fields.
+pub struct PropertiesV6 {
+    pub name: *mut c_char,
+    pub pci_path: *mut c_char,
+    pub guid: u64,
+    pub ptr_support: c_int,
+    pub speed: c_int,
+    pub port: c_int,
+    pub latency: f32,
+    pub max_comms: c_int,
+    pub max_recvs: c_int,
+}
+
+/// `ncclNetProperties_v7_t`: v6's and the device offload's type and version.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(missing_docs)] // As PropertiesV8's fields.
+pub struct PropertiesV7 {
+    pub v6: PropertiesV6,
+    pub net_device_type: c_int,
+    pub net_device_version: c_int,
+}
+
+impl Default for PropertiesV6 {
+    fn default() -> Self {
+        PropertiesV6 {
+            name: std::ptr::null_mut(),
+            pci_path: std::ptr::null_mut(),
+            guid: 0,
+            ptr_support: 0,
+            speed: 0,
+            port: 0,
+            latency: 0.0,
+            max_comms: 0,
+            max_recvs: 0,
+        }
+    }
+}
+
+/// `regMr` of v6 and v7: an `int` size.
+pub type RegMrV6 = unsafe extern "C" fn(
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: c_int,
+    kind: c_int,
+    mhandle: *mut *mut c_void,
+) -> NcclResult;
+/// `connect` of v6: no device comm.
+pub type ConnectV6 =
+    unsafe extern "C" fn(dev: c_int, handle: *mut c_void, send_comm: *mut *mut c_void) -> NcclResult;
+/// `connect` of v7 to v9.
+pub type ConnectV7 = unsafe extern "C" fn(
+    dev: c_int,
+    handle: *mut c_void,
+    send_comm: *mut *mut c_void,
+    send_dev_comm: *mut *mut c_void,
+) -> NcclResult;
+/// `accept` of v6: no device comm.
+pub type AcceptV6 = unsafe extern "C" fn(listen_comm: *mut c_void, recv_comm: *mut *mut c_void) -> NcclResult;
+/// `isend` of v6 to v8: an `int` size.
+pub type IsendV6 = unsafe extern "C" fn(
+    send_comm: *mut c_void,
+    data: *mut c_void,
+    size: c_int,
+    tag: c_int,
+    mhandle: *mut c_void,
+    request: *mut *mut c_void,
+) -> NcclResult;
+/// `irecv` of v6 to v8: `int` sizes.
+pub type IrecvV6 = unsafe extern "C" fn(
+    recv_comm: *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *mut c_int,
+    tags: *mut c_int,
+    mhandles: *mut *mut c_void,
+    request: *mut *mut c_void,
+) -> NcclResult;
+/// `init` of v6 to v9.
+pub type InitV6 = unsafe extern "C" fn(log: Logger) -> NcclResult;
+
+/// `ncclNet_v6_t`: v8's entries without device comms (`connect`, `accept`), `int`-sized
+/// `regMr`, and without `getDeviceMr`/`irecvConsumed`.
+#[repr(C)]
+#[allow(missing_docs)] // NCCL's names say what each does; see `ncclNet_v6_t`.
+pub struct NetV6 {
+    pub name: *const c_char,
+    pub init: Option<InitV6>,
+    pub devices: Option<Devices>,
+    pub get_properties: Option<unsafe extern "C" fn(dev: c_int, props: *mut PropertiesV6) -> NcclResult>,
+    pub listen: Option<Listen>,
+    pub connect: Option<ConnectV6>,
+    pub accept: Option<AcceptV6>,
+    pub reg_mr: Option<RegMrV6>,
+    pub reg_mr_dma_buf: Option<RegMrDmaBuf>,
+    pub dereg_mr: Option<DeregMr>,
+    pub isend: Option<IsendV6>,
+    pub irecv: Option<IrecvV6>,
+    pub iflush: Option<Iflush>,
+    pub test: Option<Test>,
+    pub close_send: Option<Close>,
+    pub close_recv: Option<Close>,
+    pub close_listen: Option<Close>,
+}
+
+/// `ncclNet_v7_t`: v8's entries with an `int`-sized `regMr` and v7's properties.
+#[repr(C)]
+#[allow(missing_docs)] // NCCL's names say what each does; see `ncclNet_v7_t`.
+pub struct NetV7 {
+    pub name: *const c_char,
+    pub init: Option<InitV6>,
+    pub devices: Option<Devices>,
+    pub get_properties: Option<unsafe extern "C" fn(dev: c_int, props: *mut PropertiesV7) -> NcclResult>,
+    pub listen: Option<Listen>,
+    pub connect: Option<ConnectV7>,
+    pub accept: Option<Accept>,
+    pub reg_mr: Option<RegMrV6>,
+    pub reg_mr_dma_buf: Option<RegMrDmaBuf>,
+    pub dereg_mr: Option<DeregMr>,
+    pub isend: Option<IsendV6>,
+    pub irecv: Option<IrecvV6>,
+    pub iflush: Option<Iflush>,
+    pub test: Option<Test>,
+    pub close_send: Option<Close>,
+    pub close_recv: Option<Close>,
+    pub close_listen: Option<Close>,
+    pub get_device_mr: Option<GetDeviceMr>,
+    pub irecv_consumed: Option<IrecvConsumed>,
+}
+
+// SAFETY: as NetV8's.
+unsafe impl Sync for NetV6 {}
+// SAFETY: as above.
+unsafe impl Send for NetV6 {}
+// SAFETY: as above.
+unsafe impl Sync for NetV7 {}
+// SAFETY: as above.
+unsafe impl Send for NetV7 {}
+
 /// The mandatory entries a table lacks, by NCCL's names (every version has them under these
 /// names; the device-offload, virtual-NIC, `iflush`, `regMrDmaBuf`, `finalize` and
 /// `setNetAttr` entries may be NULL).
@@ -699,6 +841,16 @@ macro_rules! missing {
         ];
         present.iter().filter(|(_, p)| !p).map(|(n, _)| *n).collect::<Vec<&'static str>>()
     }};
+}
+
+/// The mandatory entries of a v6 table it lacks.
+pub fn missing_entries_v6(t: &NetV6) -> Vec<&'static str> {
+    missing!(t)
+}
+
+/// The mandatory entries of a v7 table it lacks.
+pub fn missing_entries_v7(t: &NetV7) -> Vec<&'static str> {
+    missing!(t)
 }
 
 /// The mandatory entries of a v8 table it lacks.
@@ -757,5 +909,12 @@ mod tests {
         assert_eq!(std::mem::offset_of!(PropertiesV12, rail_id), 124);
         assert_eq!(std::mem::offset_of!(PropertiesV12, plane_id), 126);
         assert_eq!(std::mem::size_of::<PropertiesV12>(), 128);
+        // v6: no regIsGlobal (speed at 28), 48 bytes; v7 adds two ints; tables of 17 and 19 entries.
+        assert_eq!(std::mem::offset_of!(PropertiesV6, speed), 28);
+        assert_eq!(std::mem::size_of::<PropertiesV6>(), 48);
+        assert_eq!(std::mem::offset_of!(PropertiesV7, net_device_type), 48);
+        assert_eq!(std::mem::size_of::<PropertiesV7>(), 56);
+        assert_eq!(std::mem::size_of::<NetV6>(), 17 * std::mem::size_of::<usize>());
+        assert_eq!(std::mem::size_of::<NetV7>(), 19 * std::mem::size_of::<usize>());
     }
 }
