@@ -81,7 +81,12 @@ fn plugins_that_cannot_serve_are_refused_naming_why() {
     for (flag, want) in [
         ("NOT_A_PLUGIN", "is not an NCCL net plugin: it exports none of ncclNetPlugin_v12"),
         ("ONLY_V5", "exports ncclNetPlugin_v5, a version this host does not run (it runs ncclNetPlugin_v12 … ncclNetPlugin_v6)"),
-        ("INIT_FAILS", "init returned ncclInternalError (3)"),
+        // The plugin's warning, its printf arguments expanded (a double prints as ?).
+        (
+            "INIT_FAILS",
+            "init returned ncclInternalError (3); it logged: bad plugin: init fails on purpose \
+             (no device, code 3, 12345678901 bytes, ?%, flags 0xff)",
+        ),
         ("ZERO_DEVICES", "reports 0 devices"),
         ("NULL_ISEND", "ncclNetPlugin_v8 has NULL mandatory entries: isend, test"),
     ] {

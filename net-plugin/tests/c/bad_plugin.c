@@ -17,7 +17,8 @@ typedef void (*logger_t)(int, unsigned long, const char*, int, const char*, ...)
 
 static ncclResult_t init(logger_t log) {
 #ifdef INIT_FAILS
-  log(2, ~0UL, __FILE__, __LINE__, "bad plugin: init fails on purpose");
+  log(2, ~0UL, __FILE__, __LINE__, "bad plugin: init fails on purpose (%s, code %d, %lu bytes, %.1f%%, flags %#x)\n",
+      "no device", 3, 12345678901UL, 99.5, 255);
   return 3;
 #else
   (void)log;

@@ -12,6 +12,7 @@
 pub mod ofi;
 pub mod plugin;
 pub mod plugin_abi;
+pub mod plugin_log;
 pub mod proxy;
 pub mod socket;
 pub mod wire;

@@ -21,11 +21,12 @@
 //! again when the proxy next tests; memory is registered (`regMr`, host memory) once per
 //! region the proxy hands over and deregistered when the comm closes.
 use super::plugin_abi::{self as abi, NetV8, NetV9, PropertiesV8, PropertiesV9, HANDLE_MAXSIZE};
+use super::plugin_log::{last_warning, logger};
 use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
 use crate::error::{Error, Result};
 use crate::topology::detect::NetDevice;
 use std::collections::{HashMap, VecDeque};
-use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -161,10 +162,11 @@ impl Context {
             Inits::V11(init) => {
                 let mut ctx: *mut c_void = std::ptr::null_mut();
                 let mut cfg = abi::CommConfigV10 { traffic_class: abi::TRAFFIC_CLASS_UNDEF };
+                let _ = last_warning();
                 // SAFETY: NCCL's per-communicator init; the config lives across the call.
                 let code = unsafe { init(&mut ctx, comm_id, &mut cfg, logger()?, std::ptr::null()) };
                 if code != abi::SUCCESS {
-                    return Err(plugin.failed("init", code));
+                    return Err(init_failed(&plugin.name, &plugin.path, code));
                 }
                 ctx
             }
@@ -226,57 +228,20 @@ fn failed(name: &str, path: &str, what: &str, code: c_int) -> Error {
     Error::Network(format!("net plugin {name} ({path}): {what} returned {}", result_name(code)))
 }
 
+/// [`failed`], for an `init`: with the warning the plugin logged while it failed, if any.
+fn init_failed(name: &str, path: &str, code: c_int) -> Error {
+    match (failed(name, path, "init", code), last_warning()) {
+        (Error::Network(m), Some(w)) => Error::Network(format!("{m}; it logged: {w}")),
+        (e, _) => e,
+    }
+}
+
 /// NCCL's name of a result code.
 fn result_name(code: c_int) -> String {
     match usize::try_from(code).ok().and_then(|i| abi::RESULTS.get(i)) {
         Some(n) => format!("{n} ({code})"),
         None => format!("{code}"),
     }
-}
-
-/// The plugin's log lines, at rsccl's levels (NCCL: 2 warn, 3 info, 5 trace). The format's
-/// arguments are not expanded: Rust cannot read C varargs on stable, so the line carries the
-/// format string as the plugin wrote it.
-unsafe extern "C" fn log_line(
-    level: c_int,
-    _flags: c_ulong,
-    file: *const c_char,
-    line: c_int,
-    fmt: *const c_char,
-) {
-    let text = |p: *const c_char| {
-        if p.is_null() {
-            String::new()
-        } else {
-            // SAFETY: the plugin passes NUL-terminated strings (its file name and format).
-            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-        }
-    };
-    let (file, fmt) = (text(file), text(fmt));
-    match level {
-        2 | 4 => tracing::warn!("NET/Plugin {file}:{line}: {fmt}"),
-        3 => tracing::info!("NET/Plugin {file}:{line}: {fmt}"),
-        _ => tracing::trace!("NET/Plugin {file}:{line}: {fmt}"),
-    }
-}
-
-/// [`log_line`] as the variadic logger type plugins call.
-fn logger() -> Result<abi::Logger> {
-    if cfg!(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))) {
-        return Err(plugin_err(
-            "hosting net plugins needs Linux on x86-64 or aarch64 (their logger's C varargs)",
-        ));
-    }
-    let f: unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char) = log_line;
-    // SAFETY: on the System V x86-64 and AAPCS64 (Linux) conventions a variadic call passes its
-    // named arguments where a call without varargs passes them, and the caller cleans up: a
-    // callee that reads only the five named arguments reads them right and returns correctly.
-    Ok(unsafe {
-        std::mem::transmute::<
-            unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char),
-            abi::Logger,
-        >(f)
-    })
 }
 
 /// The file names NCCL tries for list entry `name`.
@@ -513,10 +478,11 @@ fn open(path: &str) -> Result<Loaded> {
         }
     };
     let (name, devices) = (c_text(name, "(unnamed)"), devices.expect("checked"));
+    let mut probe: *mut c_void = std::ptr::null_mut();
+    let _ = last_warning();
     // SAFETY: the plugin's entry points, called as NCCL calls them: init, then devices and the
     // properties of each device it reported. A v11-on plugin is initialised for this probe in
     // a context of its own, finalized after it (each communicator gets its own later).
-    let mut probe: *mut c_void = std::ptr::null_mut();
     let code = unsafe {
         match init {
             Inits::V8(f) => f(logger()?),
@@ -528,7 +494,7 @@ fn open(path: &str) -> Result<Loaded> {
         }
     };
     if code != abi::SUCCESS {
-        return Err(failed(&name, path, "init", code));
+        return Err(init_failed(&name, path, code));
     }
     let finalize = |probe: *mut c_void| {
         if let (Some(f), false) = (calls.finalize, probe.is_null()) {
