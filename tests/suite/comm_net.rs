@@ -651,7 +651,9 @@ fn an_unknown_network_is_refused_naming_it() {
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(
-        errs.iter().any(|e| e.contains("RSCCL_NET=carrier-pigeon: the networks are socket and ofi")),
+        errs.iter().any(
+            |e| e.contains("RSCCL_NET=carrier-pigeon: the networks are socket, ofi (libfabric) and auto")
+        ),
         "{errs:?}"
     );
 }

@@ -111,7 +111,8 @@ pub struct NetChoice<'a> {
 }
 
 /// The network a communicator's connections to other hosts use: the NCCL net plugin asked for
-/// (`none` or empty: none), else libfabric when `ofi` is asked for, else rsccl's socket
+/// (`none` or empty: none), else libfabric when `ofi` is asked for — or, by default (`auto`),
+/// when it offers an RDMA provider ([`ofi::RDMA_PROVIDERS`]) — else rsccl's socket
 /// transport; the socket and libfabric ones on `RSCCL_SOCKET_IFNAME`'s interface, the socket
 /// one's connections proven with `secret`. Nothing is logged until it is used
 /// ([`Net::using`]).
@@ -124,15 +125,26 @@ pub fn choose(choice: NetChoice, secret: Secret) -> Result<Arc<dyn Net>> {
         return plugin::load_for(&spec, comm_id);
     }
     let sock = socket::SocketConfig::from_env()?;
-    let net = choice.net.map(str::to_string).or_else(|| var(ofi::NET_VAR)).unwrap_or_else(|| "socket".into());
+    let net = choice.net.map(str::to_string).or_else(|| var(ofi::NET_VAR)).unwrap_or_else(|| "auto".into());
     match net.trim().to_ascii_lowercase().as_str() {
         "socket" => {}
-        "ofi" | "libfabric" => {
-            return Ok(Arc::new(ofi::OfiNet::open(None, sock.ip)?.on(&sock.ifname)));
+        "ofi" | "libfabric" => return Ok(Arc::new(ofi::OfiNet::open(None, sock.ip)?.on(&sock.ifname))),
+        "auto" => {
+            // libfabric only where it drives an RDMA NIC; its tcp provider is no faster than ours.
+            let offered = ofi::offered_providers(sock.ip);
+            if let Some(p) = ofi::rdma_provider(&offered) {
+                match ofi::OfiNet::open(Some(&p), sock.ip) {
+                    Ok(n) => return Ok(Arc::new(n.on(&sock.ifname))),
+                    Err(e) => tracing::warn!(
+                        "NET: libfabric offers {p} on {} but it did not open ({e}): using the socket transport",
+                        sock.ip
+                    ),
+                }
+            }
         }
         other => {
             return Err(Error::InvalidConfig(format!(
-                "{}={other}: the networks are socket and ofi (libfabric)",
+                "{}={other}: the networks are socket, ofi (libfabric) and auto",
                 ofi::NET_VAR
             )))
         }

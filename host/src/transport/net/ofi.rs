@@ -27,8 +27,13 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// `RSCCL_NET`: which network carries bytes between hosts: `socket` (default) or `ofi`.
+/// `RSCCL_NET`: which network carries bytes between hosts: `socket`, `ofi`, or `auto` (the
+/// default: libfabric when it offers an [`RDMA_PROVIDERS`] provider, else `socket`).
 pub const NET_VAR: &str = "RSCCL_NET";
+/// libfabric providers that drive RDMA-class NICs (AWS EFA, InfiniBand/RoCE verbs, HPE
+/// Slingshot, Cornelis Omni-Path, Intel's PSM): with one of these, libfabric beats the socket
+/// transport; `tcp`, `sockets`, `udp`, `net` and `shm` do not.
+pub const RDMA_PROVIDERS: [&str; 6] = ["efa", "verbs", "cxi", "opx", "psm3", "psm2"];
 /// `RSCCL_OFI_PROVIDER`: the libfabric provider (`FI_PROVIDER`'s names); default `tcp`.
 pub const PROVIDER_VAR: &str = "RSCCL_OFI_PROVIDER";
 /// The tag of a connection's hello; data messages are tagged with their sequence number,
@@ -446,6 +451,58 @@ impl Domain {
             return Ok(Domain { api, info, fabric, domain, mr_local, directed, provider: name });
         }
         Err(last.unwrap_or_else(|| ofi_err("fi_getinfo found nothing")))
+    }
+}
+
+/// The first of `offered` (libfabric's provider names, in its order of preference, layered ones
+/// as `verbs;ofi_rxm`) whose core provider is one of [`RDMA_PROVIDERS`].
+pub fn rdma_provider(offered: &[String]) -> Option<String> {
+    offered.iter().find(|p| RDMA_PROVIDERS.iter().any(|r| p.split(';').next() == Some(*r))).cloned()
+}
+
+/// The providers libfabric offers on `ip` for RDM endpoints with tagged messages, in its order
+/// (empty when libfabric is not installed or offers none), looked up once per address.
+pub fn offered_providers(ip: std::net::IpAddr) -> Vec<String> {
+    static SEEN: std::sync::OnceLock<std::sync::Mutex<HashMap<std::net::IpAddr, Vec<String>>>> =
+        std::sync::OnceLock::new();
+    let mut seen = SEEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    seen.entry(ip).or_insert_with(|| list_providers(ip).unwrap_or_default()).clone()
+}
+
+fn list_providers(ip: std::net::IpAddr) -> Result<Vec<String>> {
+    let api = Api::load()?;
+    let node = CString::new(ip.to_string()).expect("an address has no NUL");
+    // SAFETY: hints from fi_dupinfo(NULL) with only the fields this module's layouts name set;
+    // the result list is walked by `next` and freed once.
+    unsafe {
+        let hints = (api.dupinfo)(std::ptr::null());
+        if hints.is_null() {
+            return Err(ofi_err("fi_dupinfo: out of memory"));
+        }
+        (*hints).caps = FI_TAGGED | FI_MSG | FI_SEND | FI_RECV;
+        (*hints).mode = FI_CONTEXT | FI_CONTEXT2;
+        (*(*hints).ep_attr).ep_type = FI_EP_RDM;
+        let mut info: *mut FiInfo = std::ptr::null_mut();
+        let code =
+            (api.getinfo)((1 << 16) | 17, node.as_ptr(), std::ptr::null(), FI_SOURCE, hints, &mut info);
+        (api.freeinfo)(hints);
+        if code != 0 {
+            return Ok(Vec::new());
+        }
+        let mut names: Vec<String> = Vec::new();
+        let mut at = info;
+        while !at.is_null() {
+            let p = (*(*at).fabric_attr).prov_name;
+            if !p.is_null() {
+                let name = CStr::from_ptr(p).to_string_lossy().into_owned();
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+            at = (*at).next;
+        }
+        (api.freeinfo)(info);
+        Ok(names)
     }
 }
 
@@ -948,6 +1005,38 @@ mod tests {
     use super::*;
     use std::mem::offset_of;
 
+    /// `auto` takes libfabric only for an RDMA-class provider, the first libfabric lists.
+    #[test]
+    fn auto_takes_the_first_rdma_provider_offered() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(rdma_provider(&names(&["tcp;ofi_rxm", "udp;ofi_rxd", "shm", "sockets", "net"])), None);
+        assert_eq!(
+            rdma_provider(&names(&["tcp;ofi_rxm", "verbs;ofi_rxm", "efa"])).as_deref(),
+            Some("verbs;ofi_rxm")
+        );
+        assert_eq!(rdma_provider(&names(&["efa", "tcp"])).as_deref(), Some("efa"));
+        assert_eq!(rdma_provider(&names(&["cxi"])).as_deref(), Some("cxi"));
+        // A name that only contains one is not it.
+        assert_eq!(rdma_provider(&names(&["myverbs", "tcp"])), None);
+    }
+
+    /// Where libfabric is installed, the providers it offers on loopback are listed (its tcp
+    /// provider among them), and none of those here is an RDMA one: `auto` keeps the socket
+    /// transport on machines without RDMA NICs.
+    #[test]
+    fn the_providers_offered_here_are_listed() {
+        if Api::load().is_err() {
+            eprintln!("skipped: libfabric is not installed");
+            return;
+        }
+        let offered = offered_providers("127.0.0.1".parse().unwrap());
+        eprintln!("libfabric offers on 127.0.0.1: {offered:?}");
+        assert!(offered.iter().any(|p| p.split(';').next() == Some("tcp")), "{offered:?}");
+        if !std::path::Path::new("/sys/class/infiniband").exists() {
+            assert_eq!(rdma_provider(&offered), None, "{offered:?}");
+        }
+    }
+
     /// The layouts above against libfabric's own headers, where they are installed
     /// (`libfabric-dev`): a C program prints each offset and size this module relies on.
     #[test]
@@ -957,6 +1046,7 @@ mod tests {
             return;
         }
         let checks: Vec<(&str, usize)> = vec![
+            ("offsetof(struct fi_info, next)", offset_of!(FiInfo, next)),
             ("offsetof(struct fi_info, caps)", offset_of!(FiInfo, caps)),
             ("offsetof(struct fi_info, mode)", offset_of!(FiInfo, mode)),
             ("offsetof(struct fi_info, ep_attr)", offset_of!(FiInfo, ep_attr)),
