@@ -7,6 +7,21 @@ use rsccl::transport::TransportKind;
 use rsccl::{Backend, DataType, P2p, UniqueId};
 use std::sync::Arc;
 
+/// The configuration of a rank on node `node` (its `host_id`) whose network is the NCCL net
+/// plugin at `plugin`: two channels of 64 threads, 8 KiB steps, 30 s limits.
+pub fn plugin_config(node: usize, plugin: &std::path::Path) -> CommConfig {
+    CommConfig {
+        nchannels: 2,
+        nthreads: 64,
+        step_bytes: 8192,
+        timeout: std::time::Duration::from_secs(30),
+        bootstrap_timeout: std::time::Duration::from_secs(30),
+        host_id: Some(format!("node{node}")),
+        net_plugin: Some(plugin.display().to_string()),
+        ..CommConfig::default()
+    }
+}
+
 /// Ranks of [`two_nodes_in_threads`]: two per node.
 pub const RANKS: usize = 4;
 

@@ -21,16 +21,7 @@ fn exported() -> PathBuf {
 }
 
 fn config(node: usize, plugin: &Path) -> CommConfig {
-    CommConfig {
-        nchannels: 2,
-        nthreads: 64,
-        step_bytes: 8192,
-        timeout: Duration::from_secs(30),
-        bootstrap_timeout: Duration::from_secs(30),
-        host_id: Some(format!("node{node}")),
-        net_plugin: Some(plugin.display().to_string()),
-        ..CommConfig::default()
-    }
+    rsccl_suite::net_check::plugin_config(node, plugin)
 }
 
 #[test]

@@ -2,9 +2,7 @@
 //! calls its `init`): two nodes of two ranks through it, every result checked. A process of its
 //! own (the plugin is initialised once per process). Skipped, saying so, without libfabric.
 use rsccl::backend;
-use rsccl::comm::CommConfig;
 use std::ffi::{c_char, CStr};
-use std::time::Duration;
 
 #[test]
 fn two_nodes_of_two_ranks_through_the_exported_plugin_over_libfabric() {
@@ -19,14 +17,8 @@ fn two_nodes_of_two_ranks_through_the_exported_plugin_over_libfabric() {
     std::env::set_var("RSCCL_SOCKET_IFNAME", "lo");
     let exe = std::env::current_exe().unwrap();
     let lib = exe.parent().unwrap().join("libnccl_net_rsccl.so");
-    let wrong = rsccl_suite::net_check::two_nodes_in_threads(&backend::cpu(), |r| CommConfig {
-        nchannels: 2,
-        nthreads: 64,
-        step_bytes: 8192,
-        timeout: Duration::from_secs(30),
-        host_id: Some(format!("node{}", r / 2)),
-        net_plugin: Some(lib.display().to_string()),
-        ..CommConfig::default()
+    let wrong = rsccl_suite::net_check::two_nodes_in_threads(&backend::cpu(), |r| {
+        rsccl_suite::net_check::plugin_config(r / 2, &lib)
     });
     assert_eq!(wrong, vec![0; rsccl_suite::net_check::RANKS], "wrong elements per rank");
     // SAFETY: the library the host loaded; both entries take no arguments and read statics.

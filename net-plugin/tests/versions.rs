@@ -5,9 +5,7 @@
 //! device comms, two nodes of two ranks each, every result checked, and each
 //! table's own `isend` count showing the host drove that one alone.
 use rsccl::backend;
-use rsccl::comm::CommConfig;
 use std::ffi::c_int;
-use std::time::Duration;
 
 #[test]
 fn two_nodes_of_two_ranks_through_each_table_of_the_exported_plugin() {
@@ -26,14 +24,8 @@ fn two_nodes_of_two_ranks_through_each_table_of_the_exported_plugin() {
         std::env::set_var("RSCCL_NET_PLUGIN_VERSION", version.to_string());
         // SAFETY: as above.
         let before: Vec<u64> = (6..=12).map(|v| unsafe { isends(v) }).collect();
-        let wrong = rsccl_suite::net_check::two_nodes_in_threads(&backend::cpu(), |r| CommConfig {
-            nchannels: 2,
-            nthreads: 64,
-            step_bytes: 8192,
-            timeout: Duration::from_secs(30),
-            host_id: Some(format!("node{}", r / 2)),
-            net_plugin: Some(lib.display().to_string()),
-            ..CommConfig::default()
+        let wrong = rsccl_suite::net_check::two_nodes_in_threads(&backend::cpu(), |r| {
+            rsccl_suite::net_check::plugin_config(r / 2, &lib)
         });
         assert_eq!(wrong, vec![0; rsccl_suite::net_check::RANKS], "v{version}: wrong elements per rank");
         // SAFETY: as above.
