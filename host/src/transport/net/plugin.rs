@@ -37,10 +37,10 @@ pub const NET_PLUGIN_VAR: &str = "RSCCL_NET_PLUGIN";
 /// Most names in the plugin list (NCCL's `NCCL_NET_MAX_PLUGINS`).
 pub const MAX_PLUGINS: usize = 16;
 
-/// How long `connect`/`accept` wait between tries that gave no comm yet.
 /// Most devices a hosted plugin may report (NCCL's topology holds at most 256 nodes a kind).
 pub const MAX_DEVICES: c_int = 256;
 
+/// How long `connect`/`accept` wait between tries that gave no comm yet.
 const RETRY: Duration = Duration::from_millis(1);
 
 fn plugin_err(what: impl Into<String>) -> Error {
@@ -93,7 +93,7 @@ struct Calls {
     finalize: Option<abi::Close>,
 }
 
-/// `init`: the logger (v8, v9), with a profiler callback (v10), per communicator (v11 on).
+/// `init`: the logger (v6 to v9), with a profiler callback (v10), per communicator (v11 on).
 #[derive(Clone, Copy)]
 enum Inits {
     V8(unsafe extern "C" fn(abi::Logger) -> c_int),
@@ -132,7 +132,7 @@ enum Connects {
     V11(abi::ConnectV11),
 }
 
-/// `isend` and `irecv` of a v8 (`int` sizes), v9 (`size_t` sizes) or v10-on (with profiler
+/// `isend` and `irecv` of a v6-v8 (`int` sizes), v9 (`size_t` sizes) or v10-on (with profiler
 /// handles) plugin.
 #[derive(Clone, Copy)]
 enum Sends {
