@@ -11,7 +11,6 @@
 //! `x5`–`x7`, then the stack), and the caller cleans up. Parameters past those the plugin passed
 //! hold whatever is in those registers and stack slots; the format says how many were passed,
 //! and no others are read as values.
-use super::plugin::NET_PLUGIN_VAR;
 use super::plugin_abi as abi;
 use crate::error::{Error, Result};
 use std::cell::RefCell;
@@ -242,9 +241,9 @@ fn text_only(mut t: String) -> String {
 /// [`log_line`] as the variadic logger type plugins call.
 pub fn logger() -> Result<abi::Logger> {
     if cfg!(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))) {
-        return Err(Error::Network(format!(
-            "{NET_PLUGIN_VAR}: hosting net plugins needs Linux on x86-64 or aarch64 (their logger's C varargs)"
-        )));
+        return Err(Error::Network(
+            "hosting NCCL net plugins needs Linux on x86-64 or aarch64 (their logger's C varargs)".into(),
+        ));
     }
     type Fixed = unsafe extern "C" fn(
         c_int,
