@@ -1,7 +1,7 @@
 //! Tree all-reduce against the scalar reference, on any backend (the CPU tests and the GPU
 //! bundle share it). Inputs are small integers, so every partial result is exact and the tree's
 //! reduction order cannot change the answer: results are compared bit for bit.
-use rsccl::comm::{Algorithm, BufRef, GroupConfig, LocalGroup, ReduceOp};
+use rsccl::comm::{Algorithm, BufRef, Call, Comm, GroupConfig, LocalGroup, Plan, ReduceOp};
 use rsccl::Backend;
 use rsccl_device::dtype::DataType;
 use std::sync::Arc;
@@ -31,6 +31,37 @@ pub fn input(t: DataType, op: ReduceOp, rank: usize, i: usize) -> i64 {
     }
 }
 
+/// Rank `r`'s input of a tree case: `count` small integers as bits of `t`.
+fn rank_input(t: DataType, op: ReduceOp, r: usize, count: usize) -> Vec<u8> {
+    let eb = t.size();
+    (0..count).flat_map(|i| bits(t, input(t, op, r, i)).to_le_bytes()[..eb].to_vec()).collect()
+}
+
+/// The reference result of a tree case on `n` ranks: the rank-order fold of every element.
+fn reference_of(t: DataType, op: ReduceOp, n: usize, count: usize) -> Vec<u64> {
+    let (red, arg) = op.resolve(t, n);
+    (0..count)
+        .map(|i| {
+            let col: Vec<u64> = (0..n).map(|r| bits(t, input(t, op, r, i))).collect();
+            reference::fold(t, red, arg, &col, n, true)
+        })
+        .collect()
+}
+
+/// Compares rank `r`'s output `got` with the reference `want`, bit for bit.
+fn check(t: DataType, op: ReduceOp, r: usize, got: &[u8], want: &[u64]) -> Result<(), String> {
+    let eb = t.size();
+    for (i, w) in want.iter().enumerate() {
+        let mut b = [0u8; 8];
+        b[..eb].copy_from_slice(&got[i * eb..(i + 1) * eb]);
+        let g = u64::from_le_bytes(b);
+        if !reference::same(t, g, *w) {
+            return Err(format!("{t:?} {op:?} rank {r} element {i}: got {g:#x}, want {w:#x}"));
+        }
+    }
+    Ok(())
+}
+
 /// Runs a tree all-reduce of `count` elements on a group of shape `cfg` and checks every rank.
 pub fn run(
     be: &Arc<dyn Backend>,
@@ -43,14 +74,10 @@ pub fn run(
     let n = cfg.nranks;
     let group = LocalGroup::new(be, cfg).map_err(|e| e.to_string())?;
     let eb = t.size();
-    let data: Vec<Vec<u64>> =
-        (0..n).map(|r| (0..count).map(|i| bits(t, input(t, op, r, i))).collect()).collect();
-    let pack = |v: &[u64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()[..eb].to_vec()).collect() };
-    let sends: Vec<_> = data
-        .iter()
-        .map(|d| {
+    let sends: Vec<_> = (0..n)
+        .map(|r| {
             let b = be.alloc(eb * count.max(1)).map_err(|e| e.to_string())?;
-            be.copy_in(&b, 0, &pack(d)).map_err(|e| e.to_string())?;
+            be.copy_in(&b, 0, &rank_input(t, op, r, count)).map_err(|e| e.to_string())?;
             Ok(b)
         })
         .collect::<Result<_, String>>()?;
@@ -61,25 +88,37 @@ pub fn run(
     group
         .all_reduce_with(&srefs, &rrefs, count, t, op, Algorithm::Tree)
         .unwrap_or_else(|e| panic!("{t:?} {op:?}: {e}"));
-    let (red, arg) = op.resolve(t, n);
-    let want: Vec<u64> = (0..count)
-        .map(|i| {
-            let col: Vec<u64> = data.iter().map(|d| d[i]).collect();
-            reference::fold(t, red, arg, &col, n, true)
-        })
-        .collect();
+    let want = reference_of(t, op, n, count);
     let outs = if in_place { &sends } else { &recvs };
     for (r, b) in outs.iter().enumerate() {
         let mut got = vec![0u8; eb * count];
         be.copy_out(b, 0, &mut got).map_err(|e| e.to_string())?;
-        for i in 0..count {
-            let mut w = [0u8; 8];
-            w[..eb].copy_from_slice(&got[i * eb..(i + 1) * eb]);
-            let g = u64::from_le_bytes(w);
-            if !reference::same(t, g, want[i]) {
-                return Err(format!("{t:?} {op:?} rank {r} element {i}: got {g:#x}, want {:#x}", want[i]));
-            }
-        }
+        check(t, op, r, &got, &want)?;
     }
     Ok(())
+}
+
+/// This rank's part of a tree all-reduce of `count` elements on `comm` (every rank calls it
+/// alike, e.g. one process each), checked against the reference: the plan it ran on.
+pub fn run_rank(
+    comm: &Comm,
+    be: &Arc<dyn Backend>,
+    t: DataType,
+    op: ReduceOp,
+    count: usize,
+    in_place: bool,
+) -> Result<Plan, String> {
+    let (r, eb) = (comm.rank(), t.size());
+    let send = be.alloc(eb * count.max(1)).map_err(|e| e.to_string())?;
+    be.copy_in(&send, 0, &rank_input(t, op, r, count)).map_err(|e| e.to_string())?;
+    let recv = if in_place { None } else { Some(be.alloc(eb * count.max(1)).map_err(|e| e.to_string())?) };
+    let out = recv.as_ref().unwrap_or(&send);
+    let call = Call::all_reduce((&send).into(), out.into(), count, t, op).with_algorithm(Algorithm::Tree);
+    let work = comm.enqueue().run(call).map_err(|e| format!("{t:?} {op:?}: {e}"))?;
+    let plan = work.plan();
+    work.wait().map_err(|e| format!("{t:?} {op:?}: {e}"))?;
+    let mut got = vec![0u8; eb * count];
+    be.copy_out(out, 0, &mut got).map_err(|e| e.to_string())?;
+    check(t, op, r, &got, &reference_of(t, op, comm.nranks(), count))?;
+    Ok(plan)
 }

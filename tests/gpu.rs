@@ -157,6 +157,12 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
                 .collect();
             cfg.channels = Some(rsccl_suite::channels::with_trees(8, &trees).map_err(|e| e.to_string())?);
             rsccl_suite::tree_check::run(&gpu, cfg, DataType::BF16, ReduceOp::Avg, 300_001, true)?;
+            // The chains on LL and LL128, forced (LL128 falls back to Simple below sm_90).
+            for proto in ["LL", "LL128"] {
+                let mut cfg = GroupConfig::new(4, 2);
+                cfg.proto = Some(proto.into());
+                rsccl_suite::tree_check::run(&gpu, cfg, DataType::F32, ReduceOp::Sum, 100_003, false)?;
+            }
             // A 3-ary tree over 7 ranks.
             let mut cfg = GroupConfig::new(7, 1);
             let parent: Vec<Option<usize>> = (0..7)

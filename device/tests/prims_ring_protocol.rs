@@ -1,12 +1,13 @@
-//! The Simple-protocol primitives and ring algorithms, checked on the emulator with a plain
-//! element-wise u64 data mover (a test double: reduce_copy itself is tested on its own). Ranks run
-//! as concurrent emulated launches over connections laid out in host memory.
+//! The primitives of every protocol under the ring and tree algorithms, checked on the emulator
+//! with a plain element-wise u64 data mover (a test double: reduce_copy itself is tested on its
+//! own). Ranks run as concurrent emulated launches over connections laid out in host memory.
 // Rank/channel/element indices are the point of these loops.
 #![allow(clippy::needless_range_loop)]
 
 use rsccl_device::arch::emu::{self, LaunchDims};
 use rsccl_device::arch::{self, Dim3};
 use rsccl_device::coll::ring::{ring_kernel, RingArgs, RingChannel};
+use rsccl_device::coll::tree::TreeChannel;
 use rsccl_device::coll::Collective;
 use rsccl_device::prims::conn::{ConnInfo, PrimsStatus, NCCL_STEPS};
 use rsccl_device::prims::simple::shm_bytes;
@@ -680,4 +681,117 @@ fn a_line_rank_that_never_launches_makes_its_peers_time_out_naming_it(proto: Pro
         (code, peer) == (ErrorCode::SendTimeout, 1) || (code, peer) == (ErrorCode::RecvTimeout, 2),
         "rank 0: {code:?} peer {peer}"
     );
+}
+
+/// One channel of tree wiring for `parent` (children take their parent's slots in rank
+/// order): each edge's up (child → parent) and down (parent → child) connection in host
+/// memory, kept alive in `mem`.
+fn build_tree(mem: &mut Vec<Vec<u64>>, parent: &[Option<usize>], step_bytes: u64) -> Vec<TreeChannel> {
+    let mut wiring = vec![TreeChannel::default(); parent.len()];
+    let mut children = vec![0usize; parent.len()];
+    for (r, p) in parent.iter().enumerate() {
+        let Some(p) = *p else { continue };
+        let k = children[p];
+        children[p] += 1;
+        let (send, recv) = conn_pair(mem, step_bytes, r, p);
+        (wiring[r].up_send, wiring[p].down_recv[k]) = (send, recv);
+        let (send, recv) = conn_pair(mem, step_bytes, p, r);
+        (wiring[p].down_send[k], wiring[r].up_recv) = (send, recv);
+    }
+    wiring
+}
+
+/// The LL and LL128 trees: the root reduces three children's lines per step and every inner
+/// rank sends to several children; on LL the step words start just below the clean mask and
+/// the runs cross every clean step, after which no line of any FIFO still holds an older
+/// flag. Each result must be the exact u64 sum.
+#[test]
+fn line_trees_reduce_several_children_and_ll_crosses_the_flag_wrap() {
+    use rsccl_device::coll::tree::tree_kernel;
+    use rsccl_device::prims::ll::{LlLine, LL_CLEAN_MASK, LL_LINE_BYTES};
+    // 0 has children 1, 2, 3; 1 has 4 and 5.
+    let parent = [None, Some(0), Some(0), Some(0), Some(1), Some(1)];
+    let (n, threads, step_bytes, count) = (parent.len(), 64u32, 1024u64, 100usize);
+    for proto in [Protocol::Ll, Protocol::Ll128] {
+        let mut mem = Vec::new();
+        let wiring = build_tree(&mut mem, &parent, step_bytes);
+        let conns = || {
+            wiring
+                .iter()
+                .flat_map(|w| [w.up_send, w.up_recv].into_iter().chain(w.down_send).chain(w.down_recv))
+        };
+        let start = LL_CLEAN_MASK - 3;
+        for c in conns().filter(|c| c.is_connected()) {
+            // SAFETY: the step and head words of this test's connections, alive in `mem`.
+            unsafe {
+                *(c.step.0 as *mut u64) = start;
+                *(c.head.0 as *mut u64) = start;
+            }
+        }
+        let mut status = vec![vec![0u64; 1]; n];
+        // Two steps per phase per round (100 elements, 64 per LL step): 7 rounds pass all
+        // eight clean steps.
+        for round in 0..7u64 {
+            let mut sends: Vec<Vec<u64>> =
+                (0..n).map(|r| (0..count).map(|i| input(r, i) ^ round).collect()).collect();
+            let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
+            let args: Vec<RingArgs> = (0..n)
+                .map(|r| RingArgs {
+                    sendbuff: vec_ptr(&mut sends[r]),
+                    recvbuff: vec_ptr(&mut recvs[r]),
+                    count: count as u64,
+                    channels: DevPtr(wiring[r..].as_ptr() as u64),
+                    status: PrimsStatus {
+                        status: vec_ptr(&mut status[r]),
+                        timeout_ns: 5_000_000_000,
+                        ..Default::default()
+                    },
+                    step_bytes,
+                    rank: r as u64,
+                    nranks: n as u64,
+                    coll: Collective::AllReduce as u32,
+                    proto: proto as u32,
+                    ..Default::default()
+                })
+                .collect();
+            std::thread::scope(|s| {
+                for a in &args {
+                    s.spawn(move || {
+                        let dims = LaunchDims { grid: Dim3::x(1), block: Dim3::x(threads), smem_bytes: 0 };
+                        let run = || match proto {
+                            Protocol::Ll => tree_kernel::<{ Protocol::Ll as u32 }, _>(a, &U64Sum),
+                            _ => tree_kernel::<{ Protocol::Ll128 as u32 }, _>(a, &U64Sum),
+                        };
+                        emu::launch(dims, &run).unwrap();
+                    });
+                }
+            });
+            for r in 0..n {
+                for i in 0..count {
+                    let want = (0..n).fold(0u64, |a, q| a.wrapping_add(input(q, i) ^ round));
+                    assert_eq!(recvs[r][i], want, "{proto:?} round {round} rank {r} elem {i}");
+                }
+            }
+            assert!(status.iter().flatten().all(|&w| w == 0), "{proto:?} round {round}: {status:?}");
+        }
+        if proto != Protocol::Ll {
+            continue;
+        }
+        for c in conns().filter(|c| c.is_connected()) {
+            // SAFETY: as above.
+            let end = unsafe { *(c.step.0 as *const u64) };
+            assert!(end > LL_CLEAN_MASK + 8, "the run must cross the clean steps (ended at {end:#x})");
+            for line in 0..NCCL_STEPS * step_bytes / LL_LINE_BYTES {
+                // SAFETY: inside this connection's FIFO.
+                let l = unsafe { *(c.buff.offset(line * LL_LINE_BYTES).0 as *const LlLine) };
+                assert!(
+                    l.flag1 as u64 > LL_CLEAN_MASK && l.flag2 as u64 > LL_CLEAN_MASK,
+                    "peer {} line {line}: flags {:#x} {:#x} not cleaned",
+                    c.peer,
+                    l.flag1,
+                    l.flag2
+                );
+            }
+        }
+    }
 }

@@ -51,10 +51,9 @@ fn the_mask_chooses_the_algorithm_and_the_plan_says_how_it_runs() {
         let plans = all_reduce(&c, sum).unwrap();
         for p in plans {
             assert_eq!(p.algorithm, want, "RSCCL_ALGO={algo:?}");
-            // 4 KB: the cost model picks LL on rings, on one channel (NCCL's shrink: 4 KB is
-            // under 2 channels × 512 threads × 24 B); trees run Simple on every channel.
-            let shape = if want == Algorithm::Ring { (Protocol::Ll, 1) } else { (Protocol::Simple, 2) };
-            assert_eq!((p.protocol, p.channels, p.threads), (shape.0, shape.1, 64));
+            // 4 KB: the cost model picks LL on rings and trees, on one channel (NCCL's
+            // shrink: 4 KB is under 2 channels × 512 threads × 24 B).
+            assert_eq!((p.protocol, p.channels, p.threads), (Protocol::Ll, 1, 64));
         }
     }
     // Asked for: the trees, whatever the mask.
@@ -192,4 +191,30 @@ fn the_cost_model_goes_ll_then_ll128_then_simple_on_one_device() {
     let on = CommConfig { proto: Some("LL128".into()), ..cfg };
     let c = Comm::init_all(&backend::cpu(), 4, on).unwrap();
     assert!(all_reduce_plans(&c, 1 << 20).iter().all(|p| p.protocol == Protocol::Ll128));
+}
+
+/// Trees take their protocol as rings do: the cost model's (LL for small, Simple for large),
+/// or what `RSCCL_PROTO` forces, LL128 included; each computes the right sums.
+#[test]
+fn trees_run_the_protocol_the_model_or_rsccl_proto_picks() {
+    let cfg = |proto: Option<&str>| CommConfig {
+        nthreads: 64,
+        nchannels: 2,
+        algo: Some("tree".into()),
+        proto: proto.map(String::from),
+        ..CommConfig::default()
+    };
+    let c = Comm::init_all(&backend::cpu(), 4, cfg(None)).unwrap();
+    let plans: Vec<_> = [16usize, 1 << 20].iter().map(|&n| all_reduce_plans(&c, n)[0]).collect();
+    assert!(plans.iter().all(|p| p.algorithm == Algorithm::Tree), "{plans:?}");
+    assert_eq!([plans[0].protocol, plans[1].protocol], [Protocol::Ll, Protocol::Simple], "{plans:?}");
+    for (proto, want) in [("LL", Protocol::Ll), ("LL128", Protocol::Ll128), ("Simple", Protocol::Simple)] {
+        let c = Comm::init_all(&backend::cpu(), 4, cfg(Some(proto))).unwrap();
+        for n in [16usize, 5000, 1 << 18] {
+            assert!(
+                all_reduce_plans(&c, n).iter().all(|p| p.algorithm == Algorithm::Tree && p.protocol == want),
+                "{proto}, {n} elements"
+            );
+        }
+    }
 }

@@ -6,7 +6,7 @@
 //! segment may be left behind.
 use rsccl::backend;
 use rsccl::bootstrap::UniqueId;
-use rsccl::comm::{BufRef, Comm, CommConfig, Protocol, ReduceOp};
+use rsccl::comm::{Algorithm, BufRef, Comm, CommConfig, Protocol, ReduceOp};
 use rsccl::topology::search::{search_all, SearchOptions};
 use rsccl::topology::{xml, System};
 use rsccl::transport::{shm, TransportKind};
@@ -146,6 +146,23 @@ fn sweep_cases(n: usize, proto: Protocol) -> Vec<Case> {
     cases
 }
 
+/// Tree all-reduces across processes: every element type × op (products and ×0.25 pre-ops
+/// where exact), in and out of place by turns, counts cycling through [`COUNTS`].
+fn tree_cases() -> Vec<(DataType, ReduceOp, usize, bool)> {
+    let mut cases = Vec::new();
+    for t in DataType::ALL {
+        let mut ops = vec![ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
+        if t.is_float() {
+            ops.push(ReduceOp::PreMulSum(0.25));
+        }
+        for op in ops {
+            let k = cases.len();
+            cases.push((t, op, COUNTS[k % COUNTS.len()], k % 2 == 1));
+        }
+    }
+    cases
+}
+
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"))
 }
@@ -197,6 +214,18 @@ fn comm_child() {
             }
             println!("rank {rank}: {} cases ok", cases.len());
             println!("rank {rank}: planned {}", plan_of(&comm, 1 << 16).protocol.name());
+        }
+        "tree-ll" | "tree-ll128" => {
+            let proto = if role == "tree-ll" { Protocol::Ll } else { Protocol::Ll128 };
+            let cfg = CommConfig { algo: Some("tree".into()), ..sweep_config_on(proto) };
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            let cases = tree_cases();
+            for &(t, op, count, in_place) in &cases {
+                let plan = rsccl_suite::tree_check::run_rank(&comm, &be, t, op, count, in_place)
+                    .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+                assert_eq!((plan.algorithm, plan.protocol), (Algorithm::Tree, proto), "{t:?} {op:?} {count}");
+            }
+            println!("rank {rank}: {} tree cases ok", cases.len());
         }
         "auto" => {
             // The cost model alone, over SHM: LL128 is not known to be safe there.
@@ -586,6 +615,27 @@ fn four_processes_run_every_collective_bit_exact_on_ll() {
 #[test]
 fn four_processes_run_every_collective_bit_exact_on_ll128() {
     sweep_on(4, Protocol::Ll128);
+}
+
+/// Tree all-reduces on LL and on LL128 (forced; over SHM LL128 also warns) across 4
+/// processes: every type and op equals the reference, and every call ran the tree on the
+/// forced protocol.
+#[test]
+fn four_processes_run_tree_all_reduce_on_ll_and_ll128() {
+    for role in ["tree-ll", "tree-ll128"] {
+        let id = loopback_id();
+        let mut ranks = start_ranks(role, &id, 4, 0..4);
+        let pids = ranks.pids();
+        let results = ranks.wait(Duration::from_secs(300));
+        let n = tree_cases().len();
+        for (r, (ok, text)) in results.iter().enumerate() {
+            assert!(
+                *ok && text.contains(&format!("rank {r}: {n} tree cases ok")),
+                "{role} rank {r}:\n{text}"
+            );
+        }
+        assert_no_segments(&pids);
+    }
 }
 
 /// Left to the cost model, ranks in separate processes (SHM between them) never run LL128:

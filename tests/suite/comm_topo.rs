@@ -4,7 +4,7 @@
 //! Checked against the search run here on the fixture trimmed to the ranks' GPUs (the path the
 //! caller took before), mapped onto the ranks by hand; then collectives run on the result.
 use rsccl::bootstrap::UniqueId;
-use rsccl::comm::{BufRef, Comm, CommConfig, ReduceOp, TopologyConfig};
+use rsccl::comm::{BufRef, Call, Comm, CommConfig, Protocol, ReduceOp, TopologyConfig};
 use rsccl::topology::init::InitEnv;
 use rsccl::topology::search::{search_all, SearchOptions};
 use rsccl::topology::{xml, NodeKind, System};
@@ -155,6 +155,68 @@ fn one_host_fuses_into_the_hand_made_channels() {
             });
         }
     });
+}
+
+/// The protocols the cost model plans for ring all-reduces of `counts` f32 on `comms` (one
+/// process), each run and its sum checked.
+fn ring_protocols(comms: &[Comm], counts: &[usize]) -> Vec<Protocol> {
+    let be = backend::cpu();
+    counts
+        .iter()
+        .map(|&count| {
+            let bufs: Vec<_> = comms.iter().map(|_| be.upload(&vec![1.0f32; count]).unwrap()).collect();
+            let plans: Vec<_> = std::thread::scope(|s| {
+                let hs: Vec<_> = comms
+                    .iter()
+                    .zip(&bufs)
+                    .map(|(c, b)| {
+                        s.spawn(move || {
+                            let call =
+                                Call::all_reduce(b.into(), b.into(), count, DataType::F32, ReduceOp::Sum);
+                            let w = c.enqueue().run(call).unwrap();
+                            let plan = w.plan();
+                            w.wait().unwrap();
+                            plan
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let n = comms.len() as f32;
+            for b in &bufs {
+                assert!(be.download::<f32>(b, count).unwrap().iter().all(|&v| v == n));
+            }
+            assert!(plans.iter().all(|p| *p == plans[0]), "{plans:?}");
+            plans[0].protocol
+        })
+        .collect()
+}
+
+/// Searched at init, the cost model reads the search's graphs: on Perlmutter's A100s (NVLink
+/// between every pair) the rings go LL → LL128 → Simple as they grow (LL to 1 MiB, LL128 at
+/// 4 MiB, Simple at 16 MiB on this communicator's 2 channels); on Azure NCv4 (PCIe
+/// GPUs reached through the CPUs) LL128 never runs by default — NCCL enables it only where
+/// the search's paths are NVLink — though `RSCCL_PROTO` can still force it.
+#[test]
+fn the_searched_topology_decides_where_ll128_runs() {
+    let on = |file: &str, proto: Option<&str>| {
+        let mut topo = file_topology();
+        topo.env.topo.topo_file = Some(rsccl_suite::shared_dir().join("fixtures/topology").join(file));
+        let cfg =
+            CommConfig { algo: Some("ring".into()), proto: proto.map(String::from), ..topo_config(topo) };
+        Comm::init_all(&backend::cpu(), 4, cfg).unwrap()
+    };
+    // 64 B to 16 MiB.
+    let counts = [16usize, 1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22];
+    let nvlink = ring_protocols(&on("simllm_perlmutter_a100_nid001056_nccl_topo.xml", None), &counts);
+    assert_eq!(nvlink.first(), Some(&Protocol::Ll), "{nvlink:?}");
+    assert_eq!(nvlink.last(), Some(&Protocol::Simple), "{nvlink:?}");
+    assert!(nvlink.contains(&Protocol::Ll128), "NVLink: {nvlink:?}");
+    let pcie = ring_protocols(&on("Azure_ncv4-topo.pre2024.xml", None), &counts);
+    assert_eq!(pcie.first(), Some(&Protocol::Ll), "{pcie:?}");
+    assert!(!pcie.contains(&Protocol::Ll128), "PCIe: {pcie:?}");
+    let forced = ring_protocols(&on("Azure_ncv4-topo.pre2024.xml", Some("LL128")), &counts[..3]);
+    assert!(forced.iter().all(|&p| p == Protocol::Ll128), "forced: {forced:?}");
 }
 
 /// Two ranks that say they play the same GPU: every rank's init fails naming both.

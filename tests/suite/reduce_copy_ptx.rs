@@ -8,6 +8,7 @@ use rsccl_device::coll::kernels::CollKernel;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::kernels::{self, KernelSet};
+use rsccl_device::prims::Protocol;
 use rsccl_device::reduce_kernels::kernel_name;
 use rsccl_suite::test_kernels;
 
@@ -56,7 +57,8 @@ fn the_library_has_every_collective_kernel_and_no_test_kernel() {
                 CollKernel::ring(Collective::Reduce, t),
                 CollKernel::ring(Collective::AllGather, t),
                 CollKernel::ring(Collective::Broadcast, t),
-                CollKernel::TreeAllReduce(t),
+                CollKernel::TreeAllReduce(t, Protocol::Simple),
+                CollKernel::TreeAllReduce(t, Protocol::Ll),
                 CollKernel::OneRank(t),
                 CollKernel::Msccl(t),
                 CollKernel::MscclBytes,

@@ -96,6 +96,36 @@ fn trees_from_the_topology_search() {
     run(cfg, DataType::BF16, ReduceOp::Sum, 4099, false);
 }
 
+/// The trees on LL and on LL128 (forced through `RSCCL_PROTO`'s syntax): chains with every
+/// element type and op, a 3-ary tree (three children's lines reduced per step) in place, and
+/// NCCL's double binary trees, at odd counts and counts that cross many FIFO steps.
+#[test]
+fn trees_on_ll_and_ll128_every_type_and_op() {
+    let on = |mut cfg: GroupConfig, proto: &str| {
+        cfg.proto = Some(proto.to_string());
+        cfg
+    };
+    let parent: Vec<Option<usize>> = (0..7).map(|r| if r == 0 { None } else { Some((r - 1) / 3) }).collect();
+    let dtrees: Vec<Vec<Option<usize>>> = (0..2)
+        .map(|k| (0..8).map(|r| if k == 0 { dtree(8, r).0.up } else { dtree(8, r).1.up }).collect())
+        .collect();
+    for proto in ["LL", "LL128"] {
+        for t in DataType::ALL {
+            for op in ops_for(t) {
+                run(on(small(4, 2), proto), t, op, 1037, t.size() % 2 == 0);
+            }
+        }
+        let mut three = on(small(7, 1), proto);
+        three.channels = Some(with_trees(7, std::slice::from_ref(&parent)).unwrap());
+        run(three.clone(), DataType::I32, ReduceOp::Sum, 100_003, true);
+        run(three, DataType::F64, ReduceOp::Max, 1, false);
+        let mut double = on(small(8, 2), proto);
+        double.channels = Some(with_trees(8, &dtrees).unwrap());
+        run(double.clone(), DataType::F32, ReduceOp::Avg, 12_345, false);
+        run(double, DataType::BF16, ReduceOp::Sum, 0, true);
+    }
+}
+
 #[test]
 fn one_rank_and_empty() {
     run(small(1, 1), DataType::F32, ReduceOp::Sum, 100, false);

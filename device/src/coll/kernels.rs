@@ -20,7 +20,7 @@ use crate::redop::{Elem, RedOp};
 
 // Named here by the host and tests, beside the kernels it sizes; defined in `coll` below the
 // algorithms, which size themselves by it.
-pub use super::{LL128_THREADS, SIMPLE_THREADS};
+pub use super::{LL128_THREADS, SIMPLE_THREADS, TREE_LINE_THREADS};
 
 /// A collective kernel of the library, by what it runs.
 ///
@@ -32,7 +32,10 @@ pub use super::{LL128_THREADS, SIMPLE_THREADS};
 /// assert_eq!(k.name(), "rsccl_all_reduce_ring_f32");
 /// // All-gather moves bytes: one kernel for every type.
 /// assert_eq!(CollKernel::ring(Collective::AllGather, DataType::F64).name(), "rsccl_all_gather_ring");
-/// assert_eq!(CollKernel::TreeAllReduce(DataType::BF16).name(), "rsccl_all_reduce_tree_bf16");
+/// let tree = CollKernel::TreeAllReduce(DataType::BF16, Protocol::Simple);
+/// assert_eq!(tree.name(), "rsccl_all_reduce_tree_bf16");
+/// let tree_ll = CollKernel::TreeAllReduce(DataType::F32, Protocol::Ll);
+/// assert_eq!(tree_ll.name(), "rsccl_all_reduce_tree_ll_f32");
 /// assert_eq!(CollKernel::OneRank(DataType::I8).name(), "rsccl_one_rank_i8");
 /// assert_eq!(CollKernel::P2p.name(), "rsccl_p2p");
 /// let ll = CollKernel::ring_on(Collective::AllReduce, DataType::F32, Protocol::Ll);
@@ -58,8 +61,8 @@ pub enum CollKernel {
     RingLl128(Collective, DataType),
     /// A byte-moving ring collective on the LL128 protocol: counts in bytes.
     RingBytesLl128(Collective),
-    /// Tree all-reduce of one element type.
-    TreeAllReduce(DataType),
+    /// Tree all-reduce of one element type on a protocol.
+    TreeAllReduce(DataType, Protocol),
     /// One rank: the input through the op's pre/post-operation, or a copy.
     OneRank(DataType),
     /// NVLS all-reduce, reduce-scatter or all-gather of one element type (sm_90 only; the
@@ -116,6 +119,7 @@ impl CollKernel {
             CollKernel::Nvls(_) => NVLS_THREADS,
             CollKernel::Group(_) => GROUP_THREADS,
             CollKernel::RingLl128(..) | CollKernel::RingBytesLl128(_) => LL128_THREADS,
+            CollKernel::TreeAllReduce(_, Protocol::Ll | Protocol::Ll128) => TREE_LINE_THREADS,
             _ => SIMPLE_THREADS,
         }
     }
@@ -137,7 +141,14 @@ impl CollKernel {
             CollKernel::RingBytesLl(c) => format!("rsccl_{}_ring_ll", coll(c)),
             CollKernel::RingLl128(c, t) => format!("rsccl_{}_ring_ll128_{}", coll(c), t.name()),
             CollKernel::RingBytesLl128(c) => format!("rsccl_{}_ring_ll128", coll(c)),
-            CollKernel::TreeAllReduce(t) => format!("rsccl_all_reduce_tree_{}", t.name()),
+            CollKernel::TreeAllReduce(t, p) => {
+                let proto = match p {
+                    Protocol::Simple => "",
+                    Protocol::Ll => "ll_",
+                    Protocol::Ll128 => "ll128_",
+                };
+                format!("rsccl_all_reduce_tree_{proto}{}", t.name())
+            }
             CollKernel::OneRank(t) => format!("rsccl_one_rank_{}", t.name()),
             CollKernel::Nvls(t) => format!("rsccl_nvls_{}", t.name()),
             CollKernel::Msccl(t) => format!("rsccl_msccl_{}", t.name()),
@@ -163,7 +174,9 @@ macro_rules! typed_kernels {
         all_reduce_ring: $ar_ring:ident => $ar_ring_fn:ident,
         reduce_scatter_ring: $rs_ring:ident => $rs_ring_fn:ident,
         reduce_ring: $r_ring:ident => $r_ring_fn:ident,
-        all_reduce_tree: $ar_tree:ident => $ar_tree_fn:ident,
+        all_reduce_tree: $ar_tree:ident,
+        all_reduce_tree_ll: $ar_tree_ll:ident,
+        all_reduce_tree_ll128: $ar_tree_ll128:ident,
         one_rank: $one_rank:ident,
         group: $group:ident,
         all_reduce_ring_ll: $ar_ll:ident,
@@ -193,7 +206,11 @@ macro_rules! typed_kernels {
             /// Ring reduce.
             $r_ring(RingArgs) [SIMPLE_THREADS] => $r_ring_fn;
             /// Tree all-reduce.
-            $ar_tree(RingArgs) [SIMPLE_THREADS] => $ar_tree_fn;
+            $ar_tree(RingArgs) [SIMPLE_THREADS] => tree::<$t, SIMPLE>;
+            /// Tree all-reduce on LL.
+            $ar_tree_ll(RingArgs) [TREE_LINE_THREADS] => tree::<$t, LL>;
+            /// Tree all-reduce on LL128 (sm_90: see [`LL128_THREADS`]).
+            $ar_tree_ll128(RingArgs) [TREE_LINE_THREADS] only "sm_90" => tree::<$t, LL128>;
             /// One rank.
             $one_rank(OneRankArgs) [SIMPLE_THREADS] => one_rank_kernel::<$t>;
             /// A group's ring collectives and point-to-point ops (launched with
@@ -207,6 +224,8 @@ macro_rules! typed_kernels {
             reduce_scatter_ring: $rs_ring::KERNEL,
             reduce_ring: $r_ring::KERNEL,
             all_reduce_tree: $ar_tree::KERNEL,
+            all_reduce_tree_ll: $ar_tree_ll::KERNEL,
+            all_reduce_tree_ll128: $ar_tree_ll128::KERNEL,
             one_rank: $one_rank::KERNEL,
             group: $group::KERNEL,
             all_reduce_ring_ll: $ar_ll::KERNEL,
@@ -228,10 +247,6 @@ macro_rules! typed_kernels {
         fn $r_ring_fn(a: &RingArgs) {
             ring::reduce::<SIMPLE, _>(a, &mover::<$t>(a))
         }
-        #[inline(always)]
-        fn $ar_tree_fn(a: &RingArgs) {
-            tree_kernel(a, &mover::<$t>(a))
-        }
     };
 }
 
@@ -239,7 +254,9 @@ typed_kernels!(KERNELS_I8, HANDLES_I8, i8 {
     all_reduce_ring: rsccl_all_reduce_ring_i8 => all_reduce_ring_i8,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_i8 => reduce_scatter_ring_i8,
     reduce_ring: rsccl_reduce_ring_i8 => reduce_ring_i8,
-    all_reduce_tree: rsccl_all_reduce_tree_i8 => all_reduce_tree_i8,
+    all_reduce_tree: rsccl_all_reduce_tree_i8,
+    all_reduce_tree_ll: rsccl_all_reduce_tree_ll_i8,
+    all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_i8,
     one_rank: rsccl_one_rank_i8,
     group: rsccl_group_i8,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_i8,
@@ -253,7 +270,9 @@ typed_kernels!(KERNELS_U8, HANDLES_U8, u8 {
     all_reduce_ring: rsccl_all_reduce_ring_u8 => all_reduce_ring_u8,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_u8 => reduce_scatter_ring_u8,
     reduce_ring: rsccl_reduce_ring_u8 => reduce_ring_u8,
-    all_reduce_tree: rsccl_all_reduce_tree_u8 => all_reduce_tree_u8,
+    all_reduce_tree: rsccl_all_reduce_tree_u8,
+    all_reduce_tree_ll: rsccl_all_reduce_tree_ll_u8,
+    all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_u8,
     one_rank: rsccl_one_rank_u8,
     group: rsccl_group_u8,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_u8,
@@ -267,7 +286,9 @@ typed_kernels!(KERNELS_I32, HANDLES_I32, i32 {
     all_reduce_ring: rsccl_all_reduce_ring_i32 => all_reduce_ring_i32,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_i32 => reduce_scatter_ring_i32,
     reduce_ring: rsccl_reduce_ring_i32 => reduce_ring_i32,
-    all_reduce_tree: rsccl_all_reduce_tree_i32 => all_reduce_tree_i32,
+    all_reduce_tree: rsccl_all_reduce_tree_i32,
+    all_reduce_tree_ll: rsccl_all_reduce_tree_ll_i32,
+    all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_i32,
     one_rank: rsccl_one_rank_i32,
     group: rsccl_group_i32,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_i32,
@@ -281,7 +302,9 @@ typed_kernels!(KERNELS_U32, HANDLES_U32, u32 {
     all_reduce_ring: rsccl_all_reduce_ring_u32 => all_reduce_ring_u32,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_u32 => reduce_scatter_ring_u32,
     reduce_ring: rsccl_reduce_ring_u32 => reduce_ring_u32,
-    all_reduce_tree: rsccl_all_reduce_tree_u32 => all_reduce_tree_u32,
+    all_reduce_tree: rsccl_all_reduce_tree_u32,
+    all_reduce_tree_ll: rsccl_all_reduce_tree_ll_u32,
+    all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_u32,
     one_rank: rsccl_one_rank_u32,
     group: rsccl_group_u32,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_u32,
@@ -295,7 +318,9 @@ typed_kernels!(KERNELS_I64, HANDLES_I64, i64 {
     all_reduce_ring: rsccl_all_reduce_ring_i64 => all_reduce_ring_i64,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_i64 => reduce_scatter_ring_i64,
     reduce_ring: rsccl_reduce_ring_i64 => reduce_ring_i64,
-    all_reduce_tree: rsccl_all_reduce_tree_i64 => all_reduce_tree_i64,
+    all_reduce_tree: rsccl_all_reduce_tree_i64,
+    all_reduce_tree_ll: rsccl_all_reduce_tree_ll_i64,
+    all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_i64,
     one_rank: rsccl_one_rank_i64,
     group: rsccl_group_i64,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_i64,
@@ -309,7 +334,9 @@ typed_kernels!(KERNELS_U64, HANDLES_U64, u64 {
     all_reduce_ring: rsccl_all_reduce_ring_u64 => all_reduce_ring_u64,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_u64 => reduce_scatter_ring_u64,
     reduce_ring: rsccl_reduce_ring_u64 => reduce_ring_u64,
-    all_reduce_tree: rsccl_all_reduce_tree_u64 => all_reduce_tree_u64,
+    all_reduce_tree: rsccl_all_reduce_tree_u64,
+    all_reduce_tree_ll: rsccl_all_reduce_tree_ll_u64,
+    all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_u64,
     one_rank: rsccl_one_rank_u64,
     group: rsccl_group_u64,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_u64,
@@ -323,7 +350,9 @@ typed_kernels!(KERNELS_F16, HANDLES_F16, crate::redop::F16 {
     all_reduce_ring: rsccl_all_reduce_ring_f16 => all_reduce_ring_f16,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_f16 => reduce_scatter_ring_f16,
     reduce_ring: rsccl_reduce_ring_f16 => reduce_ring_f16,
-    all_reduce_tree: rsccl_all_reduce_tree_f16 => all_reduce_tree_f16,
+    all_reduce_tree: rsccl_all_reduce_tree_f16,
+    all_reduce_tree_ll: rsccl_all_reduce_tree_ll_f16,
+    all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_f16,
     one_rank: rsccl_one_rank_f16,
     group: rsccl_group_f16,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_f16,
@@ -337,7 +366,9 @@ typed_kernels!(KERNELS_F32, HANDLES_F32, f32 {
     all_reduce_ring: rsccl_all_reduce_ring_f32 => all_reduce_ring_f32,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_f32 => reduce_scatter_ring_f32,
     reduce_ring: rsccl_reduce_ring_f32 => reduce_ring_f32,
-    all_reduce_tree: rsccl_all_reduce_tree_f32 => all_reduce_tree_f32,
+    all_reduce_tree: rsccl_all_reduce_tree_f32,
+    all_reduce_tree_ll: rsccl_all_reduce_tree_ll_f32,
+    all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_f32,
     one_rank: rsccl_one_rank_f32,
     group: rsccl_group_f32,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_f32,
@@ -351,7 +382,9 @@ typed_kernels!(KERNELS_F64, HANDLES_F64, f64 {
     all_reduce_ring: rsccl_all_reduce_ring_f64 => all_reduce_ring_f64,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_f64 => reduce_scatter_ring_f64,
     reduce_ring: rsccl_reduce_ring_f64 => reduce_ring_f64,
-    all_reduce_tree: rsccl_all_reduce_tree_f64 => all_reduce_tree_f64,
+    all_reduce_tree: rsccl_all_reduce_tree_f64,
+    all_reduce_tree_ll: rsccl_all_reduce_tree_ll_f64,
+    all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_f64,
     one_rank: rsccl_one_rank_f64,
     group: rsccl_group_f64,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_f64,
@@ -365,7 +398,9 @@ typed_kernels!(KERNELS_BF16, HANDLES_BF16, crate::redop::BF16 {
     all_reduce_ring: rsccl_all_reduce_ring_bf16 => all_reduce_ring_bf16,
     reduce_scatter_ring: rsccl_reduce_scatter_ring_bf16 => reduce_scatter_ring_bf16,
     reduce_ring: rsccl_reduce_ring_bf16 => reduce_ring_bf16,
-    all_reduce_tree: rsccl_all_reduce_tree_bf16 => all_reduce_tree_bf16,
+    all_reduce_tree: rsccl_all_reduce_tree_bf16,
+    all_reduce_tree_ll: rsccl_all_reduce_tree_ll_bf16,
+    all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_bf16,
     one_rank: rsccl_one_rank_bf16,
     group: rsccl_group_bf16,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_bf16,
@@ -385,7 +420,9 @@ mod fp8 {
         all_reduce_ring: rsccl_all_reduce_ring_e4m3 => all_reduce_ring_e4m3,
         reduce_scatter_ring: rsccl_reduce_scatter_ring_e4m3 => reduce_scatter_ring_e4m3,
         reduce_ring: rsccl_reduce_ring_e4m3 => reduce_ring_e4m3,
-        all_reduce_tree: rsccl_all_reduce_tree_e4m3 => all_reduce_tree_e4m3,
+        all_reduce_tree: rsccl_all_reduce_tree_e4m3,
+        all_reduce_tree_ll: rsccl_all_reduce_tree_ll_e4m3,
+        all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_e4m3,
         one_rank: rsccl_one_rank_e4m3,
         group: rsccl_group_e4m3,
         all_reduce_ring_ll: rsccl_all_reduce_ring_ll_e4m3,
@@ -399,7 +436,9 @@ mod fp8 {
         all_reduce_ring: rsccl_all_reduce_ring_e5m2 => all_reduce_ring_e5m2,
         reduce_scatter_ring: rsccl_reduce_scatter_ring_e5m2 => reduce_scatter_ring_e5m2,
         reduce_ring: rsccl_reduce_ring_e5m2 => reduce_ring_e5m2,
-        all_reduce_tree: rsccl_all_reduce_tree_e5m2 => all_reduce_tree_e5m2,
+        all_reduce_tree: rsccl_all_reduce_tree_e5m2,
+        all_reduce_tree_ll: rsccl_all_reduce_tree_ll_e5m2,
+        all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_e5m2,
         one_rank: rsccl_one_rank_e5m2,
         group: rsccl_group_e5m2,
         all_reduce_ring_ll: rsccl_all_reduce_ring_ll_e5m2,
@@ -435,6 +474,12 @@ fn ring_lines<T: Elem, const COLL: u32, const PROTO: u32>(a: &RingArgs) {
         BROADCAST => ring::broadcast::<PROTO, _>(a, &m),
         _ => arch::trap(),
     }
+}
+
+/// The tree all-reduce kernel on `T` on protocol `PROTO`.
+#[inline(always)]
+fn tree<T: Elem, const PROTO: u32>(a: &RingArgs) {
+    tree_kernel::<PROTO, _>(a, &mover::<T>(a))
 }
 
 /// The LL ring kernel of collective `COLL` on `T`.
@@ -588,6 +633,8 @@ pub mod handles {
         pub(crate) reduce_scatter_ring: Kernel<RingArgs>,
         pub(crate) reduce_ring: Kernel<RingArgs>,
         pub(crate) all_reduce_tree: Kernel<RingArgs>,
+        pub(crate) all_reduce_tree_ll: Kernel<RingArgs>,
+        pub(crate) all_reduce_tree_ll128: Kernel<RingArgs>,
         pub(crate) one_rank: Kernel<OneRankArgs>,
         pub(crate) group: Kernel<GroupArgs>,
         pub(crate) all_reduce_ring_ll: Kernel<RingArgs>,
@@ -644,9 +691,14 @@ pub mod handles {
         }
     }
 
-    /// The tree all-reduce kernel on `t` (it takes the ring kernels' arguments).
-    pub fn tree(t: DataType) -> Kernel<RingArgs> {
-        typed(t).all_reduce_tree
+    /// The tree all-reduce kernel on `t` on protocol `proto` (it takes the ring kernels'
+    /// arguments).
+    pub fn tree(t: DataType, proto: Protocol) -> Kernel<RingArgs> {
+        match proto {
+            Protocol::Simple => typed(t).all_reduce_tree,
+            Protocol::Ll => typed(t).all_reduce_tree_ll,
+            Protocol::Ll128 => typed(t).all_reduce_tree_ll128,
+        }
     }
 
     /// A one-rank communicator's kernel on `t`.

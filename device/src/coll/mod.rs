@@ -26,6 +26,14 @@ pub const SIMPLE_THREADS: u32 = 512;
 /// offers LL128 on sm_90 and newer (and the emulator).
 pub const LL128_THREADS: u32 = SIMPLE_THREADS;
 
+/// Threads per block the LL and LL128 tree kernels are built for (their `.maxntid`): 256, so
+/// ptxas has 255 registers per thread — a tree step reduces up to three children's lines and
+/// stores to up to three children, and at 512 threads (128 registers) the LL128 tree spills
+/// (up to 524 bytes) and the FP8 LL tree too (the PTX audit forbids spills). The host launches
+/// them with at most this many threads; their FIFO slots keep the communicator's shape (a
+/// thread then moves more lines per step).
+pub const TREE_LINE_THREADS: u32 = 256;
+
 /// Which collective a kernel runs.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -5,6 +5,8 @@
 //! to `realChunkSize` on the last loop and rounded to whole 8-byte words per worker thread.
 use super::Collective;
 use crate::prims::lines::LineFifo;
+use crate::prims::ll::ll_step_elems;
+use crate::prims::ll128::ll128_step_elems;
 use crate::prims::{
     ConnInfo, DataMover, Ll128Primitives, LlPrimitives, Op, Primitives, Prims, PrimsStatus, Protocol,
 };
@@ -117,8 +119,8 @@ impl<'a, M: DataMover> RingCtx<'a, M> {
         let Some(proto) = Protocol::from_u32(proto) else { arch::trap() };
         let step_elems = match proto {
             Protocol::Simple => args.step_bytes / eb,
-            Protocol::Ll => LlPrimitives::<M>::step_elems(args.step_bytes, eb),
-            Protocol::Ll128 => Ll128Primitives::<M>::step_elems(args.step_bytes, eb),
+            Protocol::Ll => ll_step_elems(args.step_bytes, eb),
+            Protocol::Ll128 => ll128_step_elems(args.step_bytes, eb),
         };
         RingCtx {
             args,
@@ -157,7 +159,15 @@ impl<'a, M: DataMover> RingCtx<'a, M> {
     /// channel table the host passed holds that protocol's).
     #[inline(always)]
     fn line_fifo(&self) -> LineFifo<'a> {
-        LineFifo::new(self.tid, self.nthreads, &self.ch.recv, &self.ch.send, 0, &self.args.status, self.bid)
+        LineFifo::new(
+            self.tid,
+            self.nthreads,
+            core::slice::from_ref(&self.ch.recv),
+            core::slice::from_ref(&self.ch.send),
+            0,
+            &self.args.status,
+            self.bid,
+        )
     }
 
     #[inline(always)]

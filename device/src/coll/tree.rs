@@ -8,7 +8,10 @@
 use super::ring::{channel_chunks, RingArgs};
 use super::Collective;
 use crate::arch;
-use crate::prims::{ConnInfo, DataMover, Op, Primitives};
+use crate::prims::lines::LineFifo;
+use crate::prims::ll::ll_step_elems;
+use crate::prims::ll128::ll128_step_elems;
+use crate::prims::{ConnInfo, DataMover, Ll128Primitives, LlPrimitives, Op, Primitives, Prims, Protocol};
 
 /// Most children of a tree rank (NCCL's `NCCL_MAX_TREE_ARITY`).
 pub const TREE_ARITY: usize = 3;
@@ -30,30 +33,40 @@ pub struct TreeChannel {
 // SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
 crate::pod::unsafe_impl_pod!(TreeChannel { up_recv, up_send, down_recv, down_send });
 
-/// Kernel body: tree all-reduce of `args.count` elements on channel `blockIdx.x` (the tree
-/// kernels take the ring kernels' arguments; `args.channels` points at `TreeChannel`s).
+/// Kernel body: tree all-reduce of `args.count` elements on channel `blockIdx.x` on protocol
+/// `PROTO` (a [`Protocol`] as u32: `args.channels` then points at `TreeChannel`s of that
+/// protocol's connections; the tree kernels take the ring kernels' arguments).
 #[inline(always)]
-pub fn tree_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
-    if Collective::from_u32(args.coll) != Some(Collective::AllReduce) {
+pub fn tree_kernel<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
+    if Collective::from_u32(args.coll) != Some(Collective::AllReduce) || args.proto != PROTO {
         arch::trap();
     }
+    let Some(proto) = Protocol::from_u32(PROTO) else { arch::trap() };
     let bid = arch::block_idx().x;
     let tid = arch::thread_idx().x;
     let nthreads = arch::block_dim().x;
-    let nchannels = arch::grid_dim().x as u64;
     // Read in place: a copy of the eight connections would live in per-thread local memory.
     // SAFETY: the host gives one TreeChannel per block, alive for the launch.
     let ch = unsafe { &*args.channels.as_ptr::<TreeChannel>().add(bid as usize) };
     let eb = mover.elem_bytes();
-    let chunk = args.step_bytes / eb;
-    let round = ((nthreads as u64 - 32).max(32) * 8 / eb).max(1);
-    let root = !ch.up_send.is_connected();
-    let leaf = !ch.down_recv[0].is_connected();
-    if root && leaf {
+    let chunk = match proto {
+        Protocol::Simple => args.step_bytes / eb,
+        Protocol::Ll => ll_step_elems(args.step_bytes, eb),
+        Protocol::Ll128 => ll128_step_elems(args.step_bytes, eb),
+    };
+    let tree = Tree {
+        args,
+        chunk,
+        nchannels: arch::grid_dim().x as u64,
+        bid,
+        round: ((nthreads as u64 - 32).max(32) * 8 / eb).max(1),
+        root: !ch.up_send.is_connected(),
+        leaf: !ch.down_recv[0].is_connected(),
+    };
+    if tree.root && tree.leaf {
         // A one-rank tree has nothing to exchange; the host copies instead.
         arch::trap();
     }
-    let chunks = || channel_chunks(args.count, chunk, nchannels, bid, round);
     let (recvs, sends) = (
         [&ch.down_recv[..], core::slice::from_ref(&ch.up_recv)],
         [core::slice::from_ref(&ch.up_send), &ch.down_send[..]],
@@ -61,66 +74,114 @@ pub fn tree_kernel<M: DataMover>(args: &RingArgs, mover: &M) {
     if !crate::prims::signature::calls_match(&args.status, bid, &recvs, &sends) {
         return;
     }
-
-    // Reduce up: at most three children in, the parent out. (Two phases with their own
-    // `run` call sites: one shared call site in a loop over the phases needs more registers
-    // than the 128 a 512-thread block allows.)
-    let mut up = Primitives::<M, TREE_ARITY, 1, 1, 1>::new(
-        mover,
-        tid,
-        nthreads,
-        &ch.down_recv,
-        core::slice::from_ref(&ch.up_send),
-        args.sendbuff,
-        args.recvbuff,
-        args.step_bytes,
-        0,
-        args.status,
-        bid,
-    );
-    let up_op = if root {
-        Op::RECV_REDUCE_COPY
-    } else if leaf {
-        Op::SEND
-    } else {
-        Op::RECV_REDUCE_SEND
-    };
-    for (off, n) in chunks() {
-        up.run(up_op, off, off, n, root);
-    }
-    // Every thread is done with the first group's shared state before the second resets it;
-    // after this barrier no wait can still set the abort flag, so all threads read the same
-    // value and leave (or go on) together.
-    arch::sync_threads();
-    let aborted = up.aborted();
-    up.finish();
-    if aborted {
+    let (input, output) = (args.sendbuff, args.recvbuff);
+    // One protocol per kernel (`PROTO` is a constant). Up: at most three children in, the
+    // parent out; down: the parent in, at most three children out.
+    if PROTO == Protocol::Simple as u32 {
+        let (status, step_bytes) = (args.status, args.step_bytes);
+        let (up_send, up_recv) = (core::slice::from_ref(&ch.up_send), core::slice::from_ref(&ch.up_recv));
+        let up = Primitives::<M, TREE_ARITY, 1, 1, 1>::new(
+            mover,
+            tid,
+            nthreads,
+            &ch.down_recv,
+            up_send,
+            input,
+            output,
+            step_bytes,
+            0,
+            status,
+            bid,
+        );
+        if tree.up(up) {
+            let down = Primitives::<M, 1, TREE_ARITY, 1, 1>::new(
+                mover,
+                tid,
+                nthreads,
+                up_recv,
+                &ch.down_send,
+                input,
+                output,
+                step_bytes,
+                0,
+                status,
+                bid,
+            );
+            tree.down(down);
+        }
         return;
     }
-
-    // Broadcast down: the parent in, at most three children out; the root sends its output.
-    let mut down = Primitives::<M, 1, TREE_ARITY, 1, 1>::new(
-        mover,
-        tid,
-        nthreads,
-        core::slice::from_ref(&ch.up_recv),
-        &ch.down_send,
-        args.sendbuff,
-        args.recvbuff,
-        args.step_bytes,
-        0,
-        args.status,
-        bid,
-    );
-    let down_op = if root {
-        Op::SEND_FROM_OUTPUT
-    } else if leaf {
-        Op::RECV
-    } else {
-        Op::RECV_COPY_SEND
-    };
-    for (off, n) in chunks() {
-        down.run(down_op, off, off, n, false);
+    let (up_send, up_recv) = (core::slice::from_ref(&ch.up_send), core::slice::from_ref(&ch.up_recv));
+    let up = LineFifo::new(tid, nthreads, &ch.down_recv, up_send, 0, &args.status, bid);
+    let down = || LineFifo::new(tid, nthreads, up_recv, &ch.down_send, 0, &args.status, bid);
+    if PROTO == Protocol::Ll as u32 {
+        if tree.up(LlPrimitives::new(mover, up, input, output)) {
+            tree.down(LlPrimitives::new(mover, down(), input, output));
+        }
+    } else if tree.up(Ll128Primitives::new(mover, up, input, output)) {
+        tree.down(Ll128Primitives::new(mover, down(), input, output));
     }
-    down.finish();
+}
+
+/// One channel's tree all-reduce: its shape and its share of the data.
+struct Tree<'a> {
+    args: &'a RingArgs,
+    /// Elements per run (one FIFO step).
+    chunk: u64,
+    nchannels: u64,
+    bid: u32,
+    /// Chunk rounding unit (one 8-byte word per worker thread, as the rings).
+    round: u64,
+    root: bool,
+    leaf: bool,
+}
+
+impl Tree<'_> {
+    /// This channel's chunks: (offset, elements).
+    #[inline(always)]
+    fn chunks(&self) -> impl Iterator<Item = (u64, i64)> {
+        channel_chunks(self.args.count, self.chunk, self.nchannels, self.bid, self.round)
+    }
+
+    /// Reduces up the tree: leaves send their input, inner ranks add their children's partial
+    /// sums and pass them on, the root adds the last and keeps the result. False when a wait
+    /// gave up (every thread then leaves). (Each phase has its own `run` call site: one shared
+    /// call site in a loop over the phases needs more registers than a 512-thread block has.)
+    #[inline(always)]
+    fn up(&self, mut p: impl Prims) -> bool {
+        let op = if self.root {
+            Op::RECV_REDUCE_COPY
+        } else if self.leaf {
+            Op::SEND
+        } else {
+            Op::RECV_REDUCE_SEND
+        };
+        for (off, n) in self.chunks() {
+            p.run(op, off, off, n, self.root);
+        }
+        // Every thread is done with the first group's shared state before the second resets
+        // it; after this barrier no wait can still set the abort flag, so all threads read the
+        // same value and leave (or go on) together.
+        arch::sync_threads();
+        let aborted = p.aborted();
+        p.finish();
+        !aborted
+    }
+
+    /// Broadcasts the result down the tree: the root sends its output, inner ranks pass on
+    /// what they receive, leaves keep it.
+    #[inline(always)]
+    fn down(&self, mut p: impl Prims) {
+        let op = if self.root {
+            Op::SEND_FROM_OUTPUT
+        } else if self.leaf {
+            Op::RECV
+        } else {
+            Op::RECV_COPY_SEND
+        };
+        for (off, n) in self.chunks() {
+            p.run(op, off, off, n, false);
+        }
+        p.finish();
+    }
 }

@@ -8,16 +8,21 @@ use crate::prims::conn::{ConnInfo, ErrorCode, PrimsStatus, CONN_REFUSED, NCCL_ST
 use crate::prims::simple::Op;
 use crate::DevPtr;
 
-/// One thread's view of a group's line-protocol connections (at most one receive and one send
-/// peer: the rings') and their steps.
+/// One thread's view of a group's line-protocol connections — its receive and send peers
+/// (rings: at most one each; a tree's reduction: its children in, its parent out), the
+/// connected ones first in each list, as the host lays them out — and their steps. The peers
+/// of one side move in lockstep: every step uses all of them. The connections are read in
+/// place (device memory), so any number of peers costs no per-thread local memory.
 pub struct LineFifo<'a> {
     /// This thread and the group's size.
     pub tid: u32,
     /// Threads of the group.
     pub nthreads: u32,
     barrier: u32,
-    recv: Option<&'a ConnInfo>,
-    send: Option<&'a ConnInfo>,
+    /// The connected receive peers.
+    recv: &'a [ConnInfo],
+    /// The connected send peers.
+    send: &'a [ConnInfo],
     /// The step the next receive reads.
     pub recv_step: u64,
     /// The step the next send writes.
@@ -29,40 +34,60 @@ pub struct LineFifo<'a> {
     aborted: bool,
 }
 
-/// The connections one step uses, once its credits came: the receive and send peers' (absent
-/// when the op does not use that side) and their slots of this step.
+/// The connections one step uses, once its credits came: the receive and send peers (empty
+/// when the op does not use that side) and the steps whose slots it reads and writes.
 #[derive(Clone, Copy)]
 pub struct Step<'a> {
-    /// The connection received from.
-    pub recv: Option<&'a ConnInfo>,
-    /// The connection sent to.
-    pub send: Option<&'a ConnInfo>,
-    /// The receive slot (null without a receive).
-    pub recv_slot: DevPtr,
-    /// The send slot (null without a send).
-    pub send_slot: DevPtr,
+    /// The connections received from.
+    pub recv: &'a [ConnInfo],
+    /// The connections sent to.
+    pub send: &'a [ConnInfo],
+    recv_step: u64,
+    send_step: u64,
+}
+
+impl Step<'_> {
+    /// `c`'s slot of the step received (`c` one of `recv`).
+    #[inline(always)]
+    pub fn recv_slot(&self, c: &ConnInfo) -> DevPtr {
+        c.buff.offset((self.recv_step % NCCL_STEPS) * c.step_bytes)
+    }
+
+    /// `c`'s slot of the step sent (`c` one of `send`).
+    #[inline(always)]
+    pub fn send_slot(&self, c: &ConnInfo) -> DevPtr {
+        c.buff.offset((self.send_step % NCCL_STEPS) * c.step_bytes)
+    }
+}
+
+/// The first connections of `conns` up to the first unconnected one.
+#[inline(always)]
+fn connected(conns: &[ConnInfo]) -> &[ConnInfo] {
+    let n = conns.iter().take_while(|c| c.is_connected()).count();
+    &conns[..n]
 }
 
 impl<'a> LineFifo<'a> {
     /// Thread `tid` of `nthreads` of group `group` (its barrier `1 + 2·group`, as
-    /// [`super::simple::Primitives`]) on `recv`/`send` (unconnected: none), reporting for
-    /// `channel` in `status`; the steps are where the previous kernel saved them.
+    /// [`super::simple::Primitives`]) on `recv`/`send` (each list's connected peers first:
+    /// the first unconnected one ends it), reporting for `channel` in `status`; the steps are
+    /// where the previous kernel saved them (the first peer's of each side: they move in
+    /// lockstep).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn new(
         tid: u32,
         nthreads: u32,
-        recv: &'a ConnInfo,
-        send: &'a ConnInfo,
+        recv: &'a [ConnInfo],
+        send: &'a [ConnInfo],
         group: u32,
         status: &'a PrimsStatus,
         channel: u32,
     ) -> Self {
-        let recv = recv.is_connected().then_some(recv);
-        let send = send.is_connected().then_some(send);
+        let (recv, send) = (connected(recv), connected(send));
         // SAFETY: the host gives every connected side a valid step word.
         let step_of =
-            |c: Option<&ConnInfo>| c.map_or(0, |c| unsafe { arch::ld_volatile_u64(c.step.as_ptr()) });
+            |c: &[ConnInfo]| c.first().map_or(0, |c| unsafe { arch::ld_volatile_u64(c.step.as_ptr()) });
         LineFifo {
             tid,
             nthreads,
@@ -106,81 +131,81 @@ impl<'a> LineFifo<'a> {
         ok
     }
 
+    /// The receive and send peers `op` uses.
+    #[inline(always)]
+    fn sides(&self, op: Op) -> (&'a [ConnInfo], &'a [ConnInfo]) {
+        (if op.recv { self.recv } else { &[] }, if op.send { self.send } else { &[] })
+    }
+
     /// Starts a step of `op` moving `lines` lines of `line_bytes`: thread 0 takes the send
-    /// credit (and, for an empty receive, waits for the sender's tail, so the ranks stay in
-    /// lockstep), then the group learns whether it came. `None` when the group has given up;
-    /// traps when the lines overrun a slot (a caller bug).
+    /// credits (and, for an empty receive, waits for the senders' tails, so the ranks stay in
+    /// lockstep), then the group learns whether they came. `None` when the group has given
+    /// up; traps when the lines overrun a slot (a caller bug).
     #[inline(always)]
     pub fn begin(&mut self, op: Op, lines: u64, line_bytes: u64) -> Option<Step<'a>> {
-        let recv = if op.recv { self.recv } else { None };
-        let send = if op.send { self.send } else { None };
-        for c in [recv, send].into_iter().flatten() {
+        let (recv, send) = self.sides(op);
+        for c in recv.iter().chain(send) {
             if lines > c.step_bytes / line_bytes {
                 arch::trap();
             }
         }
         let mut failed = false;
-        if let Some(c) = send {
-            if self.tid == 0 && !self.aborted {
-                failed = !self.wait_credit(c);
+        if self.tid == 0 && !self.aborted {
+            for c in send {
+                failed = failed || !self.wait_credit(c);
+            }
+            if lines == 0 {
+                // An empty step has no line to wait on: a receiver must not run ahead into
+                // its next call while its sender may still check this one's signature.
+                for c in recv {
+                    // SAFETY: a connected side's tail word; `status` as PrimsStatus documents.
+                    failed = failed
+                        || !unsafe {
+                            self.status.wait_at_least(
+                                c.tail.as_ptr(),
+                                self.recv_step + 1,
+                                self.channel as u64,
+                                ErrorCode::RecvTimeout,
+                                c.peer,
+                                self.recv_step,
+                            )
+                        };
+                }
             }
         }
-        if let Some(c) = recv.filter(|_| lines == 0) {
-            // An empty step has no line to wait on: a receiver must not run ahead into its
-            // next call while its sender may still check this one's signature.
-            if self.tid == 0 && !self.aborted && !failed {
-                // SAFETY: a connected side's tail word; `status` as PrimsStatus documents.
-                failed = !unsafe {
-                    self.status.wait_at_least(
-                        c.tail.as_ptr(),
-                        self.recv_step + 1,
-                        self.channel as u64,
-                        ErrorCode::RecvTimeout,
-                        c.peer,
-                        self.recv_step,
-                    )
-                };
-            }
-        }
-        // Everyone learns whether the credit came before any line of the slot is written.
+        // Everyone learns whether the credits came before any line of a slot is written.
         self.aborted |= arch::bar_red_or(self.barrier, self.nthreads, failed);
-        let slot = |c: Option<&ConnInfo>, step: u64| {
-            c.map_or(DevPtr::NULL, |c| c.buff.offset((step % NCCL_STEPS) * c.step_bytes))
-        };
-        (!self.aborted).then(|| Step {
-            recv,
-            send,
-            recv_slot: slot(recv, self.recv_step),
-            send_slot: slot(send, self.send_step),
-        })
+        (!self.aborted).then_some(Step { recv, send, recv_step: self.recv_step, send_step: self.send_step })
     }
 
     /// Ends the step `begin` started for `op` (whether or not it ran): the group learns whether
-    /// any thread `failed`, then thread 0 returns the receive credit and bumps the send tail
+    /// any thread `failed`, then thread 0 returns the receive credits and bumps the send tails
     /// (after a system fence when `fence`, as NCCL's LL128 does before its tail).
     #[inline(always)]
     pub fn end(&mut self, op: Op, failed: bool, fence: bool) {
         // Every thread has read its lines before the credit goes back.
         self.aborted |= arch::bar_red_or(self.barrier, self.nthreads, failed);
-        let recv = if op.recv { self.recv } else { None };
-        let send = if op.send { self.send } else { None };
-        if let Some(c) = recv {
+        let (recv, send) = self.sides(op);
+        if !recv.is_empty() {
             self.recv_step += 1;
-            if self.tid == 0 && !self.aborted {
-                // SAFETY: the connection's head word.
-                unsafe { arch::st_relaxed_sys_u64(c.head.as_ptr(), self.recv_step) };
-            }
         }
-        if let Some(c) = send {
+        if !send.is_empty() {
             self.send_step += 1;
-            if self.tid == 0 && !self.aborted {
-                if fence {
-                    arch::fence_acq_rel_sys();
-                }
-                // Only empty steps are waited on by it: the lines carry their own flags.
-                // SAFETY: the connection's tail word.
-                unsafe { arch::st_relaxed_sys_u64(c.tail.as_ptr(), self.send_step) };
-            }
+        }
+        if self.tid != 0 || self.aborted {
+            return;
+        }
+        for c in recv {
+            // SAFETY: the connection's head word.
+            unsafe { arch::st_relaxed_sys_u64(c.head.as_ptr(), self.recv_step) };
+        }
+        if fence && !send.is_empty() {
+            arch::fence_acq_rel_sys();
+        }
+        for c in send {
+            // Only empty steps are waited on by it: the lines carry their own flags.
+            // SAFETY: the connection's tail word.
+            unsafe { arch::st_relaxed_sys_u64(c.tail.as_ptr(), self.send_step) };
         }
     }
 
@@ -196,11 +221,11 @@ impl<'a> LineFifo<'a> {
         if self.tid != 0 {
             return;
         }
-        if let Some(c) = self.recv {
+        for c in self.recv {
             // SAFETY: the connection's step word.
             unsafe { arch::st_relaxed_sys_u64(c.step.as_ptr(), self.recv_step) };
         }
-        if let Some(c) = self.send {
+        for c in self.send {
             // SAFETY: as above.
             unsafe { arch::st_relaxed_sys_u64(c.step.as_ptr(), self.send_step) };
         }

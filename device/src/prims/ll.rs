@@ -8,7 +8,7 @@
 //! the same bytes.
 use crate::arch;
 use crate::prims::conn::{ConnInfo, ErrorCode, NCCL_STEPS};
-use crate::prims::lines::{LineFifo, WordOp};
+use crate::prims::lines::{LineFifo, Step, WordOp};
 use crate::prims::simple::{DataMover, Op};
 use crate::DevPtr;
 
@@ -142,12 +142,19 @@ pub const fn ll_step_bytes(nthreads: u32) -> u64 {
     LL_LINES_PER_THREAD * nthreads as u64 * LL_LINE_BYTES
 }
 
-/// LL primitives (NCCL's `prims_ll.h`) for one thread of a group of `nthreads`, with at most
-/// one receive and one send peer (the rings'). A run moves one FIFO step: every thread takes
-/// lines `tid`, `tid + nthreads`, …; a received line is accepted when both its flags are the
-/// step's, reduced in registers with the user's word, and stored on as a new line with the
-/// send step's flag — no fence. Credits are [`LineFifo`]'s. Connections are the LL views of
-/// the host ([`LL_LINE_BYTES`]-line FIFO slots of `step_bytes`).
+/// Data elements of `elem_bytes` one LL FIFO slot of `step_bytes` carries.
+#[inline(always)]
+pub const fn ll_step_elems(step_bytes: u64, elem_bytes: u64) -> u64 {
+    step_bytes / LL_LINE_BYTES * LL_LINE_DATA_BYTES / elem_bytes
+}
+
+/// LL primitives (NCCL's `prims_ll.h`) for one thread of a group of `nthreads`, with
+/// several receive and send peers (rings: one each; trees: the children on one side). A run
+/// moves one FIFO step: every thread takes lines `tid`, `tid + nthreads`, …; a line is
+/// accepted from each receive peer when both its flags are the step's, the peers' words are
+/// reduced in registers with the user's word, and the result is stored to every send peer as
+/// a new line with the send step's flag — no fence. Credits are [`LineFifo`]'s. Connections
+/// are the LL views of the host ([`LL_LINE_BYTES`]-line FIFO slots of `step_bytes`).
 pub struct LlPrimitives<'a, M: DataMover> {
     mover: &'a M,
     fifo: LineFifo<'a>,
@@ -161,12 +168,6 @@ impl<'a, M: DataMover> LlPrimitives<'a, M> {
     #[inline(always)]
     pub fn new(mover: &'a M, fifo: LineFifo<'a>, input: DevPtr, output: DevPtr) -> Self {
         LlPrimitives { mover, fifo, input, output }
-    }
-
-    /// Data elements one FIFO step of `conn` carries for this mover.
-    #[inline(always)]
-    pub fn step_elems(step_bytes: u64, elem_bytes: u64) -> u64 {
-        step_bytes / LL_LINE_BYTES * LL_LINE_DATA_BYTES / elem_bytes
     }
 
     /// Waits for line `i` of the current receive step and returns its data; `None` when the
@@ -194,11 +195,23 @@ impl<'a, M: DataMover> LlPrimitives<'a, M> {
         ok.then_some(data)
     }
 
-    /// Runs `op` on `nelem` elements (at most one step's, [`LlPrimitives::step_elems`]): the
-    /// input at `src_ix` and/or the output at `dst_ix`; `post_op` applies the op's
-    /// post-operation to the result.
+    /// Line `i`'s data from every receive peer of `step`, reduced (`Some(None)`: the op
+    /// receives nothing); `None` when a wait gave up.
     #[inline(always)]
-    pub fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
+    fn recv_lines(&self, step: &Step<'_>, i: u64) -> Option<Option<u64>> {
+        let mut got: Option<u64> = None;
+        for c in step.recv {
+            let d = self.recv_line(c, step.recv_slot(c), i)?;
+            got = Some(got.map_or(d, |g| self.mover.reduce_word(g, d)));
+        }
+        Some(got)
+    }
+}
+
+impl<M: DataMover> super::proto::Prims for LlPrimitives<'_, M> {
+    /// Runs `op` on `nelem` elements (at most one step's, [`ll_step_elems`]).
+    #[inline(always)]
+    fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
         let eb = self.mover.elem_bytes();
         let bytes = nelem.max(0) as u64 * eb;
         let lines = lines_for(bytes);
@@ -210,36 +223,30 @@ impl<'a, M: DataMover> LlPrimitives<'a, M> {
             while i < lines {
                 let at = i * LL_LINE_DATA_BYTES;
                 let n = LL_LINE_DATA_BYTES.min(bytes - at);
-                let mut recv = None;
-                if let Some(c) = step.recv {
-                    let Some(d) = self.recv_line(c, step.recv_slot, i) else {
-                        failed = true;
-                        break;
-                    };
-                    recv = Some(d);
-                }
+                let Some(recv) = self.recv_lines(&step, i) else {
+                    failed = true;
+                    break;
+                };
                 // SAFETY: `at + n ≤ bytes` lies inside the caller's buffers.
                 let v = unsafe { words.value(self.mover, at, n, recv) };
-                if step.send.is_some() {
+                for c in step.send {
+                    let p = step.send_slot(c).offset(i * LL_LINE_BYTES);
                     // SAFETY: line i < lines ≤ the slot's lines (`begin` checked).
-                    unsafe {
-                        store_line(step.send_slot.offset(i * LL_LINE_BYTES), LlLine::new(v, send_flag))
-                    };
+                    unsafe { store_line(p, LlLine::new(v, send_flag)) };
                 }
                 // SAFETY: inside the caller's output.
                 unsafe { words.store(at, n, v) };
                 i += self.fifo.nthreads as u64;
             }
-            if let Some(c) = step.send {
-                if ll_needs_clean(self.fifo.send_step) {
+            if ll_needs_clean(self.fifo.send_step) {
+                for c in step.send {
+                    let slot = step.send_slot(c);
                     // Every line of the slot gets this step's flag, so no stale line can carry
                     // a flag that comes round again after the 32-bit wrap.
                     let mut i = lines + self.fifo.tid as u64;
                     while i < c.step_bytes / LL_LINE_BYTES {
                         // SAFETY: inside the send slot.
-                        unsafe {
-                            store_line(step.send_slot.offset(i * LL_LINE_BYTES), LlLine::new(0, send_flag))
-                        };
+                        unsafe { store_line(slot.offset(i * LL_LINE_BYTES), LlLine::new(0, send_flag)) };
                         i += self.fifo.nthreads as u64;
                     }
                 }
@@ -248,26 +255,13 @@ impl<'a, M: DataMover> LlPrimitives<'a, M> {
         self.fifo.end(op, failed, false);
     }
 
-    /// Whether a wait of this group gave up (timeout, abort or refusal).
     #[inline(always)]
-    pub fn aborted(&self) -> bool {
+    fn aborted(&self) -> bool {
         self.fifo.aborted()
     }
 
-    /// Saves the steps for the next kernel on the same connections.
-    #[inline(always)]
-    pub fn finish(self) {
-        self.fifo.finish()
-    }
-}
-
-impl<M: DataMover> super::proto::Prims for LlPrimitives<'_, M> {
-    #[inline(always)]
-    fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
-        LlPrimitives::run(self, op, src_ix, dst_ix, nelem, post_op)
-    }
     #[inline(always)]
     fn finish(self) {
-        LlPrimitives::finish(self)
+        self.fifo.finish()
     }
 }

@@ -9,7 +9,7 @@
 //! and the GPU read the same bytes.
 use crate::arch;
 use crate::prims::conn::{ConnInfo, ErrorCode, Poll, NCCL_STEPS};
-use crate::prims::lines::{LineFifo, WordOp};
+use crate::prims::lines::{LineFifo, Step, WordOp};
 use crate::prims::simple::{DataMover, Op};
 use crate::DevPtr;
 
@@ -114,11 +114,18 @@ impl Ll128Line {
     }
 }
 
+/// Data elements of `elem_bytes` one LL128 FIFO slot of `step_bytes` carries.
+#[inline(always)]
+pub const fn ll128_step_elems(step_bytes: u64, elem_bytes: u64) -> u64 {
+    step_bytes / LL128_LINE_BYTES * LL128_LINE_DATA_BYTES / elem_bytes
+}
+
 /// LL128 primitives (NCCL's `prims_ll128.h`) for one thread of a group of `nthreads` (whole
-/// warps), with at most one receive and one send peer (the rings'). A run moves one FIFO step:
-/// warp `w` takes line batches `w`, `w + nwarps`, … of 16 lines, eight lanes per line, each
-/// lane 16 bytes of it; a received batch is re-polled by the whole warp until every flag lane
-/// sees the step's flag, reduced in registers with the user's words, and stored on with the
+/// warps), with several receive and send peers (rings: one each; trees: the children
+/// on one side). A run moves one FIFO step: warp `w` takes line batches `w`, `w + nwarps`, …,
+/// eight lanes per line, each lane 16 bytes of it; a received batch is re-polled by the whole
+/// warp until every flag lane sees the step's flag (peer by peer), the peers' words are
+/// reduced in registers with the user's, and the result is stored to every send peer with the
 /// send step's flag. Credits are [`LineFifo`]'s; a system fence precedes the tail, as NCCL's.
 /// Connections are the LL128 views of the host (128-byte-aligned slots of `step_bytes`).
 pub struct Ll128Primitives<'a, M: DataMover> {
@@ -138,12 +145,6 @@ impl<'a, M: DataMover> Ll128Primitives<'a, M> {
             arch::trap();
         }
         Ll128Primitives { mover, fifo, input, output }
-    }
-
-    /// Data elements one FIFO step of `step_bytes` carries for this mover.
-    #[inline(always)]
-    pub fn step_elems(step_bytes: u64, elem_bytes: u64) -> u64 {
-        step_bytes / LL128_LINE_BYTES * LL128_LINE_DATA_BYTES / elem_bytes
     }
 
     /// Waits, as one warp, until every active line of batch `first` (lanes' `parts`) carries
@@ -187,11 +188,40 @@ impl<'a, M: DataMover> Ll128Primitives<'a, M> {
         }
     }
 
-    /// Runs `op` on `nelem` elements (at most one step's, [`Ll128Primitives::step_elems`]):
-    /// the input at `src_ix` and/or the output at `dst_ix`; `post_op` applies the op's
-    /// post-operation to the result.
+    /// Batch `first`'s parts from every receive peer of `step`, reduced word by word into
+    /// `parts` (the first peer's received straight into it); false when a wait gave up.
     #[inline(always)]
-    pub fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
+    fn recv_batches(
+        &self,
+        step: &Step<'_>,
+        lines: u64,
+        first: u64,
+        parts: &mut [[u64; 2]; LL128_PARTS_PER_LANE],
+    ) -> bool {
+        let Some((c0, more)) = step.recv.split_first() else { return true };
+        if !self.recv_batch(c0, step.recv_slot(c0), lines, first, parts) {
+            return false;
+        }
+        for c in more {
+            let mut got = [[0u64; 2]; LL128_PARTS_PER_LANE];
+            if !self.recv_batch(c, step.recv_slot(c), lines, first, &mut got) {
+                return false;
+            }
+            for (p, g) in parts.iter_mut().zip(got) {
+                for (w, x) in p.iter_mut().zip(g) {
+                    // The flag lane's second word is the flag: reduced too, never used.
+                    *w = self.mover.reduce_word(*w, x);
+                }
+            }
+        }
+        true
+    }
+}
+
+impl<M: DataMover> super::proto::Prims for Ll128Primitives<'_, M> {
+    /// Runs `op` on `nelem` elements (at most one step's, [`ll128_step_elems`]).
+    #[inline(always)]
+    fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
         let eb = self.mover.elem_bytes();
         let bytes = nelem.max(0) as u64 * eb;
         let lines = bytes.div_ceil(LL128_LINE_DATA_BYTES);
@@ -202,15 +232,14 @@ impl<'a, M: DataMover> Ll128Primitives<'a, M> {
             let nwarps = (self.fifo.nthreads / 32) as u64;
             let flag_lane = ll128_flag_thread(lane);
             let send_flag = ll128_flag(self.fifo.send_step);
+            let receives = !step.recv.is_empty();
             let mut batch = warp;
             while batch * LINES_PER_BATCH < lines {
                 let first = batch * LINES_PER_BATCH;
                 let mut parts = [[0u64; 2]; LL128_PARTS_PER_LANE];
-                if let Some(c) = step.recv {
-                    if !self.recv_batch(c, step.recv_slot, lines, first, &mut parts) {
-                        failed = true;
-                        break;
-                    }
+                if !self.recv_batches(&step, lines, first, &mut parts) {
+                    failed = true;
+                    break;
                 }
                 for (u, got) in parts.iter().enumerate() {
                     let line = first + line_of(lane, u);
@@ -220,15 +249,15 @@ impl<'a, M: DataMover> Ll128Primitives<'a, M> {
                         let at = (line * LL128_DATA_ELEMS + 2 * part_of(lane) + k as u64) * 8;
                         if active && at < bytes {
                             let n = (bytes - at).min(8);
-                            let recv = step.recv.map(|_| got[k]);
+                            let recv = receives.then_some(got[k]);
                             // SAFETY: `at + n ≤ bytes` lies inside the caller's buffers.
                             *o = unsafe { words.value(self.mover, at, n, recv) };
                             // SAFETY: as above.
                             unsafe { words.store(at, n, *o) };
                         }
                     }
-                    if step.send.is_some() {
-                        let p = step.send_slot.offset(line * LL128_LINE_BYTES + part_of(lane) * 16);
+                    for c in step.send {
+                        let p = step.send_slot(c).offset(line * LL128_LINE_BYTES + part_of(lane) * 16);
                         // SAFETY: an active line lies inside the slot; every lane is here.
                         unsafe { arch::st_ll128_part(p.as_ptr(), out, flag_lane, active) };
                     }
@@ -239,15 +268,13 @@ impl<'a, M: DataMover> Ll128Primitives<'a, M> {
         self.fifo.end(op, failed, true);
     }
 
-    /// Whether a wait of this group gave up (timeout, abort or refusal).
     #[inline(always)]
-    pub fn aborted(&self) -> bool {
+    fn aborted(&self) -> bool {
         self.fifo.aborted()
     }
 
-    /// Saves the steps for the next kernel on the same connections.
     #[inline(always)]
-    pub fn finish(self) {
+    fn finish(self) {
         self.fifo.finish()
     }
 }
@@ -263,15 +290,4 @@ const fn line_of(lane: u32, u: usize) -> u64 {
 #[inline(always)]
 const fn part_of(lane: u32) -> u64 {
     (lane % LL128_THREADS_PER_LINE) as u64
-}
-
-impl<M: DataMover> super::proto::Prims for Ll128Primitives<'_, M> {
-    #[inline(always)]
-    fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
-        Ll128Primitives::run(self, op, src_ix, dst_ix, nelem, post_op)
-    }
-    #[inline(always)]
-    fn finish(self) {
-        Ll128Primitives::finish(self)
-    }
 }

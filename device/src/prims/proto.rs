@@ -41,6 +41,8 @@ pub trait Prims {
     /// output at `dst_ix` (element offsets) with the peers `op` receives from and sends to;
     /// `post_op` applies the op's post-operation to the result.
     fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool);
+    /// Whether a wait of this thread's group gave up (timeout, abort or refusal).
+    fn aborted(&self) -> bool;
     /// Saves this thread's steps for the next kernel on the same connections.
     fn finish(self);
 }
@@ -51,6 +53,10 @@ impl<M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: u64,
     #[inline(always)]
     fn run(&mut self, op: Op, src_ix: u64, dst_ix: u64, nelem: i64, post_op: bool) {
         Primitives::run(self, op, src_ix, dst_ix, nelem, post_op)
+    }
+    #[inline(always)]
+    fn aborted(&self) -> bool {
+        Primitives::aborted(self)
     }
     #[inline(always)]
     fn finish(self) {

@@ -2,6 +2,7 @@
 use rsccl_device::coll::kernels::*;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
+use rsccl_device::prims::Protocol;
 use rsccl_device::redop::RedOp;
 
 /// Every typed handle names the kernel [`CollKernel`] names for the same job, and the
@@ -19,7 +20,9 @@ fn handles_are_the_kernels_the_names_say() {
         for c in colls {
             assert_eq!(handles::ring(c, t).name(), CollKernel::ring(c, t).name());
         }
-        assert_eq!(handles::tree(t).name(), CollKernel::TreeAllReduce(t).name());
+        for p in [Protocol::Simple, Protocol::Ll, Protocol::Ll128] {
+            assert_eq!(handles::tree(t, p).name(), CollKernel::TreeAllReduce(t, p).name());
+        }
         assert_eq!(handles::one_rank(t).name(), CollKernel::OneRank(t).name());
         assert_eq!(handles::group(t).name(), CollKernel::Group(t).name());
         assert_eq!(handles::msccl(Some(t)).name(), CollKernel::Msccl(t).name());

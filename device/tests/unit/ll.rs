@@ -207,7 +207,15 @@ mod on_the_emulator {
             }
             let aborted = match proto {
                 Protocol::Ll => {
-                    let fifo = LineFifo::new(tid, THREADS, r, s, 0, &status, ch);
+                    let fifo = LineFifo::new(
+                        tid,
+                        THREADS,
+                        core::slice::from_ref(r),
+                        core::slice::from_ref(s),
+                        0,
+                        &status,
+                        ch,
+                    );
                     let mut p = LlPrimitives::new(&Bytes, fifo, input, output);
                     go(&mut p, op, steps);
                     let a = p.aborted();
@@ -217,7 +225,15 @@ mod on_the_emulator {
                 _ => {
                     let mut p = Ll128Primitives::new(
                         &Bytes,
-                        LineFifo::new(tid, THREADS, r, s, 0, &status, ch),
+                        LineFifo::new(
+                            tid,
+                            THREADS,
+                            core::slice::from_ref(r),
+                            core::slice::from_ref(s),
+                            0,
+                            &status,
+                            ch,
+                        ),
                         input,
                         output,
                     );

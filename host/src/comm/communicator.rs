@@ -172,6 +172,12 @@ pub(super) struct Tables {
     pub(super) ring_ll128: Option<DeviceBuffer>,
     /// One `TreeChannel` per channel.
     pub(super) tree: DeviceBuffer,
+    /// One `TreeChannel` per channel over the connections' LL FIFOs (`None` when a tree
+    /// connection has none: a NET peer).
+    pub(super) tree_ll: Option<DeviceBuffer>,
+    /// One `TreeChannel` per channel over the connections' LL128 FIFOs (`None` as for
+    /// `ring_ll128`).
+    pub(super) tree_ll128: Option<DeviceBuffer>,
     /// A status word per channel, then the channels' mismatch records.
     pub(super) status: DeviceBuffer,
     /// Per channel the ranks in ring order from this one (the ring tables point into it).

@@ -136,18 +136,20 @@ impl Comm {
         };
         // Both sides attached everywhere before anyone launches (SHM names are unlinked by now).
         boot.barrier()?;
-        // Every rank plans the same protocol for a call: LL (LL128) rings only when every
-        // rank's ring connections have LL (LL128) FIFOs, LL128 by default only when every
-        // rank's are on paths it is safe on.
+        // Every rank plans the same protocol for a call: LL (LL128) rings (trees) only when
+        // every rank's ring (tree) connections have LL (LL128) FIFOs, LL128 by default only
+        // when every rank's are on paths it is safe on.
         // The LL128 kernels exist for sm_90 and newer (and the emulator).
         let ll128_kernels = backend.compute_capability().is_none_or(|(major, _)| major >= 9);
-        let here = linked.line_fifos(rank, &transports, &peers, tuner.ll128_forced(), ll128_kernels);
+        let searched = tuner.is_searched();
+        let here =
+            linked.line_fifos(rank, &transports, &peers, (tuner.ll128_forced(), searched), ll128_kernels);
         let all = boot.all_gather(&here)?;
         let every = |i: usize| nranks > 1 && all.iter().all(|v| v.get(i) == Some(&1));
-        let (ll, ll128) = (every(0), every(1));
+        let line = LineTables { ring: (every(0), every(1)), tree: (every(3), every(4)) };
         let mut tuner = tuner;
-        tuner.set_ll128_safe(every(2));
-        let tables = upload_tables(&*stream, Rank(rank as u32), &channels, &linked.views, (ll, ll128))?;
+        tuner.set_ll128_safe(super::tuner::Ll128Safe { ring: every(2), tree: every(5) });
+        let tables = upload_tables(&*stream, Rank(rank as u32), &channels, &linked.views, line)?;
         let mut comm = Comm {
             rank,
             nranks,
@@ -279,11 +281,14 @@ fn agree(
     mut channels: Channels,
     nets: &[NetDevice],
 ) -> Result<Agreed> {
+    let mut tuning = None;
     if let Some(topo) = &cfg.topology {
-        if let Some((ch, nvls)) = super::topo::channels_at_init(boot, rank, peers, topo, &**backend, nets)? {
+        if let Some(found) = super::topo::channels_at_init(boot, rank, peers, topo, &**backend, nets)? {
             // Searched once: `config()` (and a split given it) sees the result.
+            let (ch, nvls) = (found.channels, found.nvls);
             (cfg.nchannels, cfg.channels, cfg.topology, cfg.nvls) = (ch.len(), Some(ch), None, nvls);
             channels = cfg.shape(nranks)?;
+            tuning = Some(found.tuning);
         }
     }
     // The protocols are chosen per call on every rank alike: RSCCL_PROTO must agree too.
@@ -314,7 +319,11 @@ fn agree(
         Some(v) => return Err(Error::InvalidConfig(format!("{CHECK_CALLS_VAR}={v}: give 0 or 1"))),
     };
     let nhosts = super::topo::hosts_of(peers).len();
-    let tuner = super::tuner::Tuner::new(nranks, nhosts, cfg.nchannels, env_proto.as_deref())?;
+    // The cost model reads the search's graphs where it ran, else assumes NVLink channels.
+    let tuner = match tuning {
+        Some(input) => super::tuner::Tuner::searched(input, cfg.nchannels, env_proto.as_deref())?,
+        None => super::tuner::Tuner::new(nranks, nhosts, cfg.nchannels, env_proto.as_deref())?,
+    };
     Ok(Agreed { cfg, channels, algos, try_nvls, check_calls, tuner })
 }
 
@@ -368,8 +377,9 @@ struct Linked {
     proxy: Option<Proxy>,
 }
 
-/// One connection's views: its Simple FIFO, and its LL and LL128 FIFOs (rings' connections
-/// over memory a GPU reaches: not NET; LL128 unless `RSCCL_PROTO` turns it off everywhere).
+/// One connection's views: its Simple FIFO, and its LL and LL128 FIFOs (rings' and trees'
+/// connections over memory a GPU reaches: not NET; LL128 unless `RSCCL_PROTO` turns it off
+/// everywhere).
 struct ConnViews {
     slot: Slot,
     peer: usize,
@@ -378,25 +388,39 @@ struct ConnViews {
     ll128: Option<ConnInfo>,
 }
 
+/// Which line-protocol channel tables every rank uploads: (LL, LL128) of the rings and of
+/// the trees.
+#[derive(Clone, Copy)]
+struct LineTables {
+    ring: (bool, bool),
+    tree: (bool, bool),
+}
+
 impl Linked {
-    /// This rank's word on its ring connections, for every rank to agree on: whether all have
-    /// LL FIFOs, LL128 FIFOs (and this rank's device runs the LL128 kernels: `ll128_kernels`),
-    /// and are on paths LL128 is safe on — in-process peers on the
-    /// same device (one memory, stores in order); rsccl cannot yet see NVLink between
-    /// devices, so other paths run LL128 only when `forced`, with a warning naming the path.
+    /// This rank's word on its connections, for every rank to agree on: for the rings, then
+    /// the trees, whether all have LL FIFOs, LL128 FIFOs (and this rank's device runs the
+    /// LL128 kernels: `ll128_kernels`), and are on paths LL128 may be safe on — in-process
+    /// peers on the same device (one memory, stores in order), or, when the topology search
+    /// ran (`searched`), GPUs of this host reached directly (in-process or P2P: the cost model
+    /// then enables LL128 only where the search's path types are NVLink, as NCCL does); other
+    /// paths run LL128 only when `forced`, with a warning naming the path.
     fn line_fifos(
         &self,
         rank: usize,
         transports: &[TransportKind],
         peers: &[PeerInfo],
-        forced: bool,
+        (forced, searched): (bool, bool),
         ll128_kernels: bool,
-    ) -> [u8; 3] {
-        let rings = || self.views.iter().filter(|v| matches!(v.slot, Slot::RingRecv(_) | Slot::RingSend(_)));
-        let safe = |v: &ConnViews| {
-            transports[v.peer] == TransportKind::InProcess && peers[v.peer].info == peers[rank].info
+    ) -> [u8; 6] {
+        let is_ring = |v: &&ConnViews| matches!(v.slot, Slot::RingRecv(_) | Slot::RingSend(_));
+        let rings = || self.views.iter().filter(is_ring);
+        let trees = || self.views.iter().filter(|v| !is_ring(v));
+        let safe = |v: &ConnViews| match transports[v.peer] {
+            TransportKind::InProcess => searched || peers[v.peer].info == peers[rank].info,
+            TransportKind::P2p => searched,
+            _ => false,
         };
-        let unsafe_path = rings().find(|v| v.ll128.is_some() && !safe(v));
+        let unsafe_path = self.views.iter().find(|v| v.ll128.is_some() && !safe(v));
         if let (true, Some(v)) = (forced, unsafe_path) {
             tracing::warn!(
                 rank,
@@ -412,6 +436,9 @@ impl Linked {
             rings().all(|v| v.ll.is_some()) as u8,
             (ll128_kernels && rings().all(|v| v.ll128.is_some())) as u8,
             rings().all(safe) as u8,
+            trees().all(|v| v.ll.is_some()) as u8,
+            (ll128_kernels && trees().all(|v| v.ll128.is_some())) as u8,
+            trees().all(safe) as u8,
         ]
     }
 }
@@ -432,13 +459,12 @@ fn connect(
 ) -> Result<Linked> {
     let (cfg, nranks) = (&agreed.cfg, peers.len());
     let wires = wires(Rank(rank as u32), &agreed.channels);
-    // Rings get LL and LL128 FIFOs of NCCL's shapes (per thread of the block: 8 LL lines, 120
-    // LL128 words per slot) where the peer is not across the network; both ends of a wire
-    // compute the same layout from what every rank agreed on.
+    // Rings and trees get LL and LL128 FIFOs of NCCL's shapes (per thread of the block: 8 LL
+    // lines, 120 LL128 words per slot) where the peer is not across the network; both ends
+    // of a wire compute the same layout from what every rank agreed on.
     let ll128 = if agreed.tuner.ll128_possible() { ll128_step_bytes(cfg.nthreads) } else { 0 };
     let layout_of = |w: &Wire| {
-        let ring = matches!(w.slot, Slot::RingRecv(_) | Slot::RingSend(_));
-        if ring && transports[w.peer] != TransportKind::Net {
+        if transports[w.peer] != TransportKind::Net {
             ConnLayout {
                 step_bytes: cfg.step_bytes,
                 ll_step_bytes: ll_step_bytes(cfg.nthreads),
@@ -536,29 +562,36 @@ fn connect(
 }
 
 /// Phase 4, upload the tables: each connection's view into its slot of the ring and tree
-/// tables, with each channel's ring order from this rank; the LL and LL128 rings too when
-/// `ll`, `ll128` (every rank has them).
+/// tables, with each channel's ring order from this rank; the LL and LL128 rings and trees
+/// too where `line` says every rank has them.
 fn upload_tables(
     stream: &dyn Backend,
     rank: Rank,
     channels: &Channels,
     views: &[ConnViews],
-    (ll, ll128): (bool, bool),
+    line: LineTables,
 ) -> Result<Tables> {
     let (nch, nranks) = (channels.len(), channels.nranks());
     let mut ring_tab = vec![(ConnInfo::default(), ConnInfo::default()); nch];
     let mut ll_tab = vec![(ConnInfo::default(), ConnInfo::default()); nch];
     let mut ll128_tab = vec![(ConnInfo::default(), ConnInfo::default()); nch];
-    let mut tree_tab = vec![TreeChannel::default(); nch];
+    // The Simple, LL and LL128 trees.
+    let mut tree_tabs: [Vec<TreeChannel>; 3] = std::array::from_fn(|_| vec![TreeChannel::default(); nch]);
     for cv in views {
         let (v, ll, ll128) = (cv.simple, cv.ll.unwrap_or_default(), cv.ll128.unwrap_or_default());
+        for (tab, v) in tree_tabs.iter_mut().zip([v, ll, ll128]) {
+            match cv.slot {
+                Slot::RingRecv(_) | Slot::RingSend(_) => {}
+                Slot::UpRecv(c) => tab[c].up_recv = v,
+                Slot::UpSend(c) => tab[c].up_send = v,
+                Slot::DownRecv(c, k) => tab[c].down_recv[k] = v,
+                Slot::DownSend(c, k) => tab[c].down_send[k] = v,
+            }
+        }
         match cv.slot {
             Slot::RingRecv(c) => (ring_tab[c].0, ll_tab[c].0, ll128_tab[c].0) = (v, ll, ll128),
             Slot::RingSend(c) => (ring_tab[c].1, ll_tab[c].1, ll128_tab[c].1) = (v, ll, ll128),
-            Slot::UpRecv(c) => tree_tab[c].up_recv = v,
-            Slot::UpSend(c) => tree_tab[c].up_send = v,
-            Slot::DownRecv(c, k) => tree_tab[c].down_recv[k] = v,
-            Slot::DownSend(c, k) => tree_tab[c].down_send[k] = v,
+            _ => {}
         }
     }
     let ur_bytes =
@@ -583,13 +616,25 @@ fn upload_tables(
         stream.copy_in(&ring, 0, bytemuck::cast_slice(&chans))?;
         Ok(ring)
     };
-    let ring = upload(&ring_tab)?;
-    let ring_ll = if ll { Some(upload(&ll_tab)?) } else { None };
-    let ring_ll128 = if ll128 { Some(upload(&ll128_tab)?) } else { None };
-    let tree = stream.alloc(std::mem::size_of_val(tree_tab.as_slice()))?;
-    stream.copy_in(&tree, 0, bytemuck::cast_slice(&tree_tab))?;
-    let status = stream.alloc(status_bytes(nch as u64) as usize)?;
-    Ok(Tables { ring, ring_ll, ring_ll128, tree, status, _user_ranks: user_ranks, pool: Default::default() })
+    let upload_tree = |tab: &[TreeChannel]| -> Result<DeviceBuffer> {
+        let tree = stream.alloc(std::mem::size_of_val(tab))?;
+        stream.copy_in(&tree, 0, bytemuck::cast_slice(tab))?;
+        Ok(tree)
+    };
+    let [tree_tab, tree_ll_tab, tree_ll128_tab] = &tree_tabs;
+    let (ring_ll, ring_ll128) = line.ring;
+    let (tree_ll, tree_ll128) = line.tree;
+    Ok(Tables {
+        ring: upload(&ring_tab)?,
+        ring_ll: if ring_ll { Some(upload(&ll_tab)?) } else { None },
+        ring_ll128: if ring_ll128 { Some(upload(&ll128_tab)?) } else { None },
+        tree: upload_tree(tree_tab)?,
+        tree_ll: if tree_ll { Some(upload_tree(tree_ll_tab)?) } else { None },
+        tree_ll128: if tree_ll128 { Some(upload_tree(tree_ll128_tab)?) } else { None },
+        status: stream.alloc(status_bytes(nch as u64) as usize)?,
+        _user_ranks: user_ranks,
+        pool: Default::default(),
+    })
 }
 
 /// The `host:port` rank 0's bootstrap root listens on for a launcher's environment: the

@@ -77,7 +77,7 @@ impl Comm {
         status: PrimsStatus,
     ) -> Result<RingArgs> {
         let kernel = if tree {
-            CollKernel::TreeAllReduce(dev.dtype)
+            CollKernel::TreeAllReduce(dev.dtype, protocol.device())
         } else {
             CollKernel::ring_on(dev.coll, dev.dtype, protocol.device())
         };
@@ -92,17 +92,21 @@ impl Comm {
             dev.count
         };
         let nthreads = self.cfg.nthreads;
+        let t = &self.tables;
         let (table, step_bytes) = match (tree, protocol) {
-            (true, _) => (Some(&self.tables.tree), self.cfg.step_bytes),
-            (false, Protocol::Simple) => (Some(&self.tables.ring), self.cfg.step_bytes),
-            (false, Protocol::Ll) => (self.tables.ring_ll.as_ref(), ll_step_bytes(nthreads)),
-            (false, Protocol::Ll128) => (self.tables.ring_ll128.as_ref(), ll128_step_bytes(nthreads)),
+            (true, Protocol::Simple) => (Some(&t.tree), self.cfg.step_bytes),
+            (true, Protocol::Ll) => (t.tree_ll.as_ref(), ll_step_bytes(nthreads)),
+            (true, Protocol::Ll128) => (t.tree_ll128.as_ref(), ll128_step_bytes(nthreads)),
+            (false, Protocol::Simple) => (Some(&t.ring), self.cfg.step_bytes),
+            (false, Protocol::Ll) => (t.ring_ll.as_ref(), ll_step_bytes(nthreads)),
+            (false, Protocol::Ll128) => (t.ring_ll128.as_ref(), ll128_step_bytes(nthreads)),
         };
         let Some(table) = table else {
             return Err(Error::InvalidConfig(format!(
-                "rank {}: {} planned but a ring connection has no {} FIFO",
+                "rank {}: {} planned but a {} connection has no {} FIFO",
                 self.rank,
                 protocol.name(),
+                if tree { "tree" } else { "ring" },
                 protocol.name()
             )));
         };
@@ -120,7 +124,7 @@ impl Comm {
             coll: dev.coll as u32,
             op: dev.op as u32,
             red_op_arg: dev.arg,
-            proto: if tree { rsccl_device::prims::Protocol::Simple as u32 } else { protocol.device() as u32 },
+            proto: protocol.device() as u32,
             pad: 0,
         })
     }
@@ -155,7 +159,7 @@ impl Comm {
             };
         }
         let handle = if tree {
-            handles::tree(dev.dtype)
+            handles::tree(dev.dtype, plan.protocol.device())
         } else {
             handles::ring_on(dev.coll, dev.dtype, plan.protocol.device())
         };

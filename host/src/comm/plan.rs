@@ -74,7 +74,8 @@ impl Comm {
             // it faster than the ring's best protocol (across nodes: its log-depth latency).
             let tree_too =
                 coll == Collective::AllReduce && self.nranks > 1 && self.algos.allows(Algorithm::Tree);
-            if tree_too && self.tuner.tree_beats_ring(self.nccl_bytes(dev), self.line_fifos()) {
+            let (bytes, ring, tree) = (self.nccl_bytes(dev), self.line_fifos(false), self.line_fifos(true));
+            if tree_too && self.tuner.tree_beats_ring(bytes, ring, tree) {
                 return Ok(Algorithm::Tree);
             }
             return Ok(Algorithm::Ring);
@@ -114,12 +115,19 @@ impl Comm {
             Algorithm::P2p => return self.p2p_plan(),
         };
         let (protocol, channels, threads) = match algorithm {
-            Algorithm::Ring if self.nranks > 1 => {
+            Algorithm::Ring | Algorithm::Tree if self.nranks > 1 => {
                 let bytes = self.nccl_bytes(dev);
-                let protocol = self.tuner.ring_protocol(dev.coll, bytes, self.line_fifos());
+                let fifos = self.line_fifos(algorithm == Algorithm::Tree);
+                let protocol = self.tuner.protocol(algorithm, dev.coll, bytes, fifos);
+                let kernel = if algorithm == Algorithm::Tree {
+                    CollKernel::TreeAllReduce(dev.dtype, protocol.device())
+                } else {
+                    CollKernel::ring_on(dev.coll, dev.dtype, protocol.device())
+                };
                 // NCCL's channel and thread shrink for small sizes, within this
-                // communicator's channels and block size.
-                let (c, t) = self.tuner.ring_shape(protocol, bytes, self.cfg.nthreads);
+                // communicator's channels and block size and the kernel's.
+                let max_threads = self.cfg.nthreads.min(kernel.max_threads());
+                let (c, t) = self.tuner.shape(algorithm, protocol, bytes, max_threads);
                 (protocol, c, t)
             }
             _ => (Protocol::Simple, channels, threads),
@@ -136,9 +144,11 @@ impl Comm {
         Plan { algorithm, protocol, channels, threads }
     }
 
-    /// Which line-protocol FIFOs every ring connection has.
-    fn line_fifos(&self) -> super::tuner::LineFifos {
-        super::tuner::LineFifos { ll: self.tables.ring_ll.is_some(), ll128: self.tables.ring_ll128.is_some() }
+    /// Which line-protocol FIFOs every ring (`tree`: tree) connection has.
+    fn line_fifos(&self, tree: bool) -> super::tuner::LineFifos {
+        let t = &self.tables;
+        let (ll, ll128) = if tree { (&t.tree_ll, &t.tree_ll128) } else { (&t.ring_ll, &t.ring_ll128) };
+        super::tuner::LineFifos { ll: ll.is_some(), ll128: ll128.is_some() }
     }
 
     /// NCCL's `nBytes` of `dev`: the larger of its send and receive buffers.

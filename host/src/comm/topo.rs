@@ -17,6 +17,7 @@ use crate::topology::init::{search_with_files, InitEnv};
 use crate::topology::search::{Graphs, SearchOptions};
 use crate::topology::xml::{self, XmlDoc, XmlNode};
 use crate::topology::{Rank, System};
+use crate::tuning::TuningInput;
 use std::collections::HashMap;
 
 use crate::topology::search::MAXCHANNELS as MAX_CHANNELS;
@@ -169,9 +170,22 @@ fn ranked_gpu(view: &XmlNode) -> Option<String> {
     ranked.next().is_none().then_some(first)
 }
 
-/// The channels for this communicator from every rank's view of its host, and whether NVLS
-/// applies (every host's search found NVLS heads, each GPU heading its own slot: [`heads_of`]);
-/// `None` when no rank has a view (nothing to search: the caller's channels apply).
+/// What the search at init found: the communicator's channels, whether NVLS applies, and the
+/// cost model's input from the first host's system and graphs (every host has as many GPUs).
+pub(crate) struct Searched {
+    /// The channels every rank derives.
+    pub(crate) channels: Channels,
+    /// Whether NVLS applies (every host's search found NVLS heads, each GPU heading its own
+    /// slot: [`heads_of`]).
+    pub(crate) nvls: bool,
+    /// The first host's system and graphs as the cost model reads them (path types,
+    /// bandwidths, GPU generation), for the communicator's nodes.
+    pub(crate) tuning: TuningInput,
+}
+
+/// The channels for this communicator from every rank's view of its host, and what else the
+/// search found ([`Searched`]); `None` when no rank has a view (nothing to search: the
+/// caller's channels apply).
 pub(crate) fn channels_at_init(
     boot: &mut Bootstrap,
     rank: usize,
@@ -179,7 +193,7 @@ pub(crate) fn channels_at_init(
     topo: &TopologyConfig,
     backend: &dyn Backend,
     nets: &[NetDevice],
-) -> Result<Option<(Channels, bool)>> {
+) -> Result<Option<Searched>> {
     if topo.max_channels == 0 || topo.max_channels > MAX_CHANNELS {
         return Err(Error::InvalidConfig(format!(
             "TopologyConfig::max_channels {} is outside 1..={MAX_CHANNELS}",
@@ -232,6 +246,7 @@ pub(crate) fn channels_at_init(
     let opts = SearchOptions { nodes, ..SearchOptions::default() };
     let mut searched: HashMap<String, Graphs> = HashMap::new();
     let mut per_host: Vec<String> = Vec::with_capacity(nodes);
+    let mut tuning = None;
     for (h, ranks) in hosts.iter().enumerate() {
         let host = &peers[ranks[0]].hostname;
         // Each rank of the host names one GPU, and no two the same.
@@ -279,6 +294,9 @@ pub(crate) fn channels_at_init(
                 graphs.tree.n_channels,
                 graphs.nvls.n_channels
             );
+            if tuning.is_none() {
+                tuning = Some(TuningInput::from_topology(&system, &graphs, nodes)?);
+            }
             searched.insert(key.clone(), graphs);
         }
         per_host.push(key);
@@ -294,7 +312,9 @@ pub(crate) fn channels_at_init(
             nvls = false;
         }
     }
-    Ok(Some((derive(&graphs, &hosts, topo.max_channels)?, nvls)))
+    let channels = derive(&graphs, &hosts, topo.max_channels)?;
+    let tuning = tuning.expect("the first host was searched");
+    Ok(Some(Searched { channels, nvls, tuning }))
 }
 
 /// The channels over the communicator's ranks from each host's search: the wiring is built in

@@ -2,13 +2,15 @@
 //! every rank knows alike (ranks, hosts, channels, `RSCCL_PROTO`), asked per ring call which
 //! protocol is fastest for its size among those the connections carry and the variable allows.
 //!
-//! Without a topology graph at hand the model takes every channel as an NVLink-class path of
+//! Where the topology search ran at init, the model reads its graphs (path types, bandwidths,
+//! GPU generation); without one it takes every channel as an NVLink-class path of
 //! [`ASSUMED_CHANNEL_GBPS`]: the protocols' relative costs (LL's low latency against Simple's
 //! bandwidth) are what the choice needs, and every rank derives the same answer.
 use super::algorithm::{Algorithm, Protocol};
 use crate::error::Result;
 use crate::tuning::{
-    Algo, AlgoGraphs, Coll, CostTable, CpuKind, Enabled, GraphInput, Proto, ProtoSetting, PROTO_VAR,
+    Algo, AlgoGraphs, Coll, CostTable, CpuKind, Enabled, GraphInput, Proto, ProtoSetting, TuningInput,
+    PROTO_VAR,
 };
 use rsccl_device::coll::Collective;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,14 +29,18 @@ pub(super) struct Tuner {
     enabled: Enabled,
     /// The variable's value, for messages.
     setting: Option<String>,
-    /// Whether every rank's ring connections are on paths LL128 is safe on (set at init once
-    /// the connections are made; until then, and where not, LL128 runs only when forced).
-    ll128_safe: bool,
+    /// Whether every rank's ring (tree) connections are on paths LL128 is safe on (set at
+    /// init once the connections are made; until then, and where not, LL128 runs only when
+    /// forced).
+    ll128_safe: Ll128Safe,
+    /// Whether the table reads a topology search's graphs.
+    searched: bool,
     /// Whether the "forced protocol has no FIFO" warning was given (once per communicator).
     warned: AtomicBool,
 }
 
-/// Which line-protocol FIFOs every ring connection of the communicator has.
+/// Which line-protocol FIFOs every connection of one algorithm (rings or trees) of the
+/// communicator has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct LineFifos {
     /// LL FIFOs.
@@ -43,12 +49,51 @@ pub(super) struct LineFifos {
     pub(super) ll128: bool,
 }
 
+/// Whether every rank's connections of the rings, and of the trees, are on paths LL128 is
+/// safe on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Ll128Safe {
+    /// The rings' connections.
+    pub(super) ring: bool,
+    /// The trees' connections.
+    pub(super) tree: bool,
+}
+
 /// Fewest threads a ring block is launched with (the Simple primitives' roles need two warps).
 const MIN_RING_THREADS: u32 = 64;
 
 impl Tuner {
+    /// The tuner of a communicator whose channels the topology search found: `input` from its
+    /// system and graphs ([`TuningInput::from_topology`]), `nchannels` the channels derived
+    /// from them; `proto` is `RSCCL_PROTO`'s value.
+    pub(super) fn searched(mut input: TuningInput, nchannels: usize, proto: Option<&str>) -> Result<Tuner> {
+        input.comm_channels = nchannels;
+        Tuner::from_input(&input, proto, true)
+    }
+
+    /// The tuner of `input`; `searched` whether it comes from a topology search.
+    fn from_input(input: &TuningInput, proto: Option<&str>, searched: bool) -> Result<Tuner> {
+        let table = CostTable::build(input)?;
+        let enabled = Enabled::parse(None, proto)?;
+        Ok(Tuner {
+            table,
+            enabled,
+            setting: proto.map(str::to_string),
+            ll128_safe: Ll128Safe::default(),
+            searched,
+            warned: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether the model reads a topology search's graphs (not the NVLink-class assumption).
+    pub(super) fn is_searched(&self) -> bool {
+        self.searched
+    }
+
     /// The tuner of a communicator of `nranks` ranks on `nnodes` hosts with `nchannels`
-    /// channels; `proto` is `RSCCL_PROTO`'s value (bad values are errors naming it).
+    /// channels and no topology search: every channel an NVLink-class path of
+    /// [`ASSUMED_CHANNEL_GBPS`]; `proto` is `RSCCL_PROTO`'s value (bad values are errors
+    /// naming it).
     pub(super) fn new(nranks: usize, nnodes: usize, nchannels: usize, proto: Option<&str>) -> Result<Tuner> {
         let graph = GraphInput::nvlink(nchannels.div_ceil(2).max(1), ASSUMED_CHANNEL_GBPS);
         let input = crate::tuning::TuningInput {
@@ -69,15 +114,7 @@ impl Tuner {
                 nvls: GraphInput::none(),
             },
         };
-        let table = CostTable::build(&input)?;
-        let enabled = Enabled::parse(None, proto)?;
-        Ok(Tuner {
-            table,
-            enabled,
-            setting: proto.map(str::to_string),
-            ll128_safe: false,
-            warned: AtomicBool::new(false),
-        })
+        Tuner::from_input(&input, proto, false)
     }
 
     /// Whether some collective may run LL128 (`RSCCL_PROTO` does not turn it off for all):
@@ -91,32 +128,40 @@ impl Tuner {
         Coll::ALL.iter().any(|&c| self.enabled.proto(c, Proto::Ll128) == ProtoSetting::On)
     }
 
-    /// Records whether every ring connection of every rank is on a path LL128 is safe on.
-    pub(super) fn set_ll128_safe(&mut self, safe: bool) {
+    /// Records whether every ring and tree connection of every rank is on a path LL128 is
+    /// safe on.
+    pub(super) fn set_ll128_safe(&mut self, safe: Ll128Safe) {
         self.ll128_safe = safe;
     }
 
-    /// Whether `p` may run `coll` on rings: `RSCCL_PROTO` on, or left to auto — LL128 then
-    /// only where the paths are safe and NCCL's rule enables it.
-    fn allowed(&self, coll: Coll, p: Proto) -> bool {
+    /// Whether `p` may run `coll` on `algo` (rings or trees): `RSCCL_PROTO` on, or left to
+    /// auto — LL128 then only where that algorithm's paths are safe and NCCL's rule enables it.
+    fn allowed(&self, coll: Coll, algo: Algo, p: Proto) -> bool {
         if p == Proto::Ll128 && self.enabled.proto(coll, p) == ProtoSetting::Auto {
-            return self.enabled.algo(coll, Algo::Ring)
-                && self.ll128_safe
-                && self.table.ll128_by_default(Algo::Ring);
+            let safe = if algo == Algo::Tree { self.ll128_safe.tree } else { self.ll128_safe.ring };
+            return self.enabled.algo(coll, algo) && safe && self.table.ll128_by_default(algo);
         }
-        self.table.allows(&self.enabled, coll, Algo::Ring, p)
+        self.table.allows(&self.enabled, coll, algo, p)
     }
 
-    /// The protocol a ring `coll` of `bytes` (NCCL's `nBytes`: the larger of the send and
-    /// receive buffers) runs with: the fastest of Simple, LL and LL128 among those `fifos`
-    /// carries and [`Tuner::allowed`] allows, Simple when nothing else is. A protocol forced
-    /// on where the connections lack it falls back to Simple with a warning (once).
-    pub(super) fn ring_protocol(&self, coll: Collective, bytes: u64, fifos: LineFifos) -> Protocol {
-        self.ring_best(coll, bytes, fifos).0
+    /// The protocol `coll` of `bytes` (NCCL's `nBytes`: the larger of the send and receive
+    /// buffers) runs with on `algorithm` (the rings or the trees): the fastest of Simple, LL
+    /// and LL128 among those `fifos` (that algorithm's connections) carries and
+    /// [`Tuner::allowed`] allows, Simple when nothing else is. A protocol forced on where the
+    /// connections lack it falls back to Simple with a warning (once).
+    pub(super) fn protocol(
+        &self,
+        algorithm: Algorithm,
+        coll: Collective,
+        bytes: u64,
+        fifos: LineFifos,
+    ) -> Protocol {
+        self.best(algo_of(algorithm), coll, bytes, fifos).0
     }
 
-    /// [`Tuner::ring_protocol`] and its predicted time, µs (infinite when the table has none).
-    fn ring_best(&self, coll: Collective, bytes: u64, fifos: LineFifos) -> (Protocol, f64) {
+    /// [`Tuner::protocol`] on `algo` and its predicted time, µs (infinite when the table has
+    /// none).
+    fn best(&self, algo: Algo, coll: Collective, bytes: u64, fifos: LineFifos) -> (Protocol, f64) {
         let coll = tuning_coll(coll);
         let mut best = (Protocol::Simple, f64::INFINITY);
         let candidates = [
@@ -125,10 +170,10 @@ impl Tuner {
             (Proto::Ll128, Protocol::Ll128, fifos.ll128),
         ];
         for (p, ours, carried) in candidates {
-            if !carried || !self.allowed(coll, p) {
+            if !carried || !self.allowed(coll, algo, p) {
                 continue;
             }
-            if let Some(t) = self.table.time_us(coll, Algo::Ring, p, bytes, 1) {
+            if let Some(t) = self.table.time_us(coll, algo, p, bytes, 1) {
                 if t < best.1 {
                     best = (ours, t);
                 }
@@ -140,10 +185,11 @@ impl Tuner {
                 && !self.warned.swap(true, Ordering::Relaxed)
             {
                 tracing::warn!(
-                    "{PROTO_VAR}={} asks for {} on {coll}, but a ring connection has no {} FIFO (a network \
+                    "{PROTO_VAR}={} asks for {} on {coll}, but a {} connection has no {} FIFO (a network \
                      peer) or a rank's GPU has no such kernels (LL128 below sm_90): running {}",
                     self.setting.as_deref().unwrap_or(""),
                     p.name(),
+                    if algo == Algo::Tree { "tree" } else { "ring" },
                     p.name(),
                     best.0.name()
                 );
@@ -152,25 +198,30 @@ impl Tuner {
         best
     }
 
-    /// Whether the tree (Simple: the protocol rsccl's trees run) is predicted faster than the
-    /// ring's best protocol among `fifos` for an all-reduce of `bytes`, both allowed by
-    /// `RSCCL_PROTO` (NCCL's algorithm choice between the two).
-    pub(super) fn tree_beats_ring(&self, bytes: u64, fifos: LineFifos) -> bool {
-        let coll = Coll::AllReduce;
-        if !self.table.allows(&self.enabled, coll, Algo::Tree, Proto::Simple) {
+    /// Whether the tree on its best protocol among `tree` (its connections' FIFOs) is
+    /// predicted faster than the ring on its best among `ring` for an all-reduce of `bytes`,
+    /// each allowed by `RSCCL_PROTO` (NCCL's algorithm choice between the two).
+    pub(super) fn tree_beats_ring(&self, bytes: u64, ring: LineFifos, tree: LineFifos) -> bool {
+        if !self.enabled.algo(Coll::AllReduce, Algo::Tree) {
             return false;
         }
-        let Some(tree) = self.table.time_us(coll, Algo::Tree, Proto::Simple, bytes, 1) else { return false };
-        let ring = self.ring_best(Collective::AllReduce, bytes, fifos).1;
+        let tree = self.best(Algo::Tree, Collective::AllReduce, bytes, tree).1;
+        let ring = self.best(Algo::Ring, Collective::AllReduce, bytes, ring).1;
         ring.is_finite() && tree < ring
     }
 
-    /// The launch shape of a ring call on `protocol` moving `bytes`: NCCL's channel and thread
-    /// shrink for small sizes ([`CostTable::launch_shape`]), kept within the communicator's
-    /// channels and its block size `max_threads` (whole warps, at least
-    /// [`MIN_RING_THREADS`]). Every rank computes the same shape for the same call.
-    pub(super) fn ring_shape(&self, protocol: Protocol, bytes: u64, max_threads: u32) -> (u32, u32) {
-        let (nc, nt) = self.table.launch_shape(Algo::Ring, proto_of(protocol), bytes);
+    /// The launch shape of a ring or tree call (`algorithm`) on `protocol` moving `bytes`:
+    /// NCCL's channel and thread shrink for small sizes ([`CostTable::launch_shape`]), kept
+    /// within the communicator's channels and its block size `max_threads` (whole warps, at
+    /// least [`MIN_RING_THREADS`]). Every rank computes the same shape for the same call.
+    pub(super) fn shape(
+        &self,
+        algorithm: Algorithm,
+        protocol: Protocol,
+        bytes: u64,
+        max_threads: u32,
+    ) -> (u32, u32) {
+        let (nc, nt) = self.table.launch_shape(algo_of(algorithm), proto_of(protocol), bytes);
         let nc = nc.clamp(1, self.table.comm_channels().max(1) as u32);
         let nt = (nt.min(max_threads) / 32 * 32).clamp(MIN_RING_THREADS.min(max_threads), max_threads);
         (nc, nt)
@@ -187,12 +238,7 @@ impl Tuner {
     ) -> f64 {
         let coll = tuning_coll(coll);
         let proto = proto_of(protocol);
-        let algo = match algorithm {
-            Algorithm::Tree => Algo::Tree,
-            Algorithm::Nvls | Algorithm::NvlsSymmetric => Algo::Nvls,
-            Algorithm::NvlsTree => Algo::NvlsTree,
-            Algorithm::Ring | Algorithm::Msccl(_) | Algorithm::P2p => Algo::Ring,
-        };
+        let algo = algo_of(algorithm);
         self.table
             .time_us(coll, algo, proto, bytes, 1)
             .or_else(|| self.table.time_us(coll, Algo::Ring, proto, bytes, 1))
@@ -202,6 +248,16 @@ impl Tuner {
     /// The cost table in NCCL's TUNING layout, with what `RSCCL_PROTO` enables.
     pub(super) fn render(&self) -> String {
         self.table.render(&self.enabled)
+    }
+}
+
+/// The cost model's name of `algorithm` (those it has no entry for are timed as the ring).
+fn algo_of(algorithm: Algorithm) -> Algo {
+    match algorithm {
+        Algorithm::Tree => Algo::Tree,
+        Algorithm::Nvls | Algorithm::NvlsSymmetric => Algo::Nvls,
+        Algorithm::NvlsTree => Algo::NvlsTree,
+        Algorithm::Ring | Algorithm::Msccl(_) | Algorithm::P2p => Algo::Ring,
     }
 }
 
@@ -236,20 +292,28 @@ mod tests {
     fn the_tree_wins_only_where_the_model_says_so() {
         let sizes: Vec<u64> = (3..=32).map(|p| 1u64 << p).collect();
         let one = Tuner::new(8, 1, 2, None).unwrap();
-        assert!(!sizes.iter().any(|&b| one.tree_beats_ring(b, LINES)));
+        assert!(!sizes.iter().any(|&b| one.tree_beats_ring(b, LINES, LINES)));
         let many = Tuner::new(32, 4, 2, None).unwrap();
-        let wins: Vec<u64> = sizes.iter().copied().filter(|&b| many.tree_beats_ring(b, LINES)).collect();
+        let wins: Vec<u64> =
+            sizes.iter().copied().filter(|&b| many.tree_beats_ring(b, LINES, LINES)).collect();
         assert!(!wins.is_empty(), "4 nodes: the tree never wins");
-        assert!(!many.tree_beats_ring(1 << 32, LINES), "4 GB: the ring's bandwidth wins");
+        assert!(!many.tree_beats_ring(1 << 32, LINES, LINES), "4 GB: the ring's bandwidth wins");
         for &b in &wins {
-            let tree = many.table.time_us(Coll::AllReduce, Algo::Tree, Proto::Simple, b, 1).unwrap();
+            let tree = [Proto::Simple, Proto::Ll]
+                .map(|p| many.table.time_us(Coll::AllReduce, Algo::Tree, p, b, 1).unwrap())
+                .into_iter()
+                .fold(f64::INFINITY, f64::min);
             for p in [Proto::Simple, Proto::Ll] {
                 let ring = many.table.time_us(Coll::AllReduce, Algo::Ring, p, b, 1).unwrap();
                 assert!(tree < ring, "{b} B: tree {tree} µs vs ring {p} {ring} µs");
             }
         }
-        // Simple turned off: the tree (Simple only here) never runs.
-        let no_simple = Tuner::new(32, 4, 2, Some("allreduce:LL")).unwrap();
-        assert!(!sizes.iter().any(|&b| no_simple.tree_beats_ring(b, LINES)));
+        // The tree takes its own best protocol: LL for small sizes, Simple for large.
+        let proto = |b| many.protocol(Algorithm::Tree, Collective::AllReduce, b, LINES);
+        assert_eq!(proto(64), Protocol::Ll);
+        assert_eq!(proto(1 << 30), Protocol::Simple);
+        // Without LL FIFOs on the trees, they run Simple.
+        let no_ll = LineFifos { ll: false, ll128: false };
+        assert_eq!(many.protocol(Algorithm::Tree, Collective::AllReduce, 64, no_ll), Protocol::Simple);
     }
 }
