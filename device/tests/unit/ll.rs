@@ -198,50 +198,29 @@ mod on_the_emulator {
             let (tid, ch) = (arch::thread_idx().x, arch::block_idx().x);
             let (r, s) = if sender { (&none, &send) } else { (&recv, &none) };
             let op = if sender { Op::SEND } else { Op::RECV };
-            fn go(p: &mut impl Prims, op: Op, steps: &[u64]) {
+            // Runs the steps, saves them, and says whether a wait gave up.
+            fn go(mut p: impl Prims, op: Op, steps: &[u64]) -> bool {
                 let mut at = 0;
                 for &n in steps {
                     p.run(op, at, at, n as i64, false);
                     at += n;
                 }
+                let aborted = p.aborted();
+                p.finish();
+                aborted
             }
+            let fifo = LineFifo::new(
+                tid,
+                THREADS,
+                core::slice::from_ref(r),
+                core::slice::from_ref(s),
+                0,
+                &status,
+                ch,
+            );
             let aborted = match proto {
-                Protocol::Ll => {
-                    let fifo = LineFifo::new(
-                        tid,
-                        THREADS,
-                        core::slice::from_ref(r),
-                        core::slice::from_ref(s),
-                        0,
-                        &status,
-                        ch,
-                    );
-                    let mut p = LlPrimitives::new(&Bytes, fifo, input, output);
-                    go(&mut p, op, steps);
-                    let a = p.aborted();
-                    p.finish();
-                    a
-                }
-                _ => {
-                    let mut p = Ll128Primitives::new(
-                        &Bytes,
-                        LineFifo::new(
-                            tid,
-                            THREADS,
-                            core::slice::from_ref(r),
-                            core::slice::from_ref(s),
-                            0,
-                            &status,
-                            ch,
-                        ),
-                        input,
-                        output,
-                    );
-                    go(&mut p, op, steps);
-                    let a = p.aborted();
-                    p.finish();
-                    a
-                }
+                Protocol::Ll => go(LlPrimitives::new(&Bytes, fifo, input, output), op, steps),
+                _ => go(Ll128Primitives::new(&Bytes, fifo, input, output), op, steps),
             };
             if aborted {
                 ok.store(false, Ordering::Relaxed);

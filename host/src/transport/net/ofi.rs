@@ -311,6 +311,47 @@ fn ofi_err(what: impl Into<String>) -> Error {
 }
 
 impl Api {
+    /// fi_getinfo for RDM endpoints with tagged messages on `ip`: every provider's (`None`),
+    /// or one provider's with the domain attributes this module's endpoints need and directed
+    /// receives when asked (`Some((provider, directed))`). The result list (the caller frees
+    /// it with `freeinfo`), or fi_getinfo's code when it found nothing.
+    fn rdm_info(
+        &self,
+        ip: std::net::IpAddr,
+        provider: Option<(&str, bool)>,
+    ) -> Result<std::result::Result<*mut FiInfo, c_int>> {
+        let node = CString::new(ip.to_string()).expect("an address has no NUL");
+        let prov = provider
+            .map(|(p, _)| CString::new(p).map_err(|_| ofi_err("a provider name with a NUL")))
+            .transpose()?;
+        // SAFETY: fi_dupinfo(NULL) allocates hints with every attribute block; the fields set
+        // are the ones this module's layouts name; prov_name is freed by fi_freeinfo, so it
+        // comes from strdup; the hints are freed once, after fi_getinfo.
+        unsafe {
+            let hints = (self.dupinfo)(std::ptr::null());
+            if hints.is_null() {
+                return Err(ofi_err("fi_dupinfo: out of memory"));
+            }
+            (*hints).caps = FI_TAGGED | FI_MSG | FI_SEND | FI_RECV;
+            (*hints).mode = FI_CONTEXT | FI_CONTEXT2;
+            (*(*hints).ep_attr).ep_type = FI_EP_RDM;
+            if let (Some(p), Some((_, directed))) = (&prov, provider) {
+                if directed {
+                    (*hints).caps |= FI_DIRECTED_RECV;
+                }
+                (*(*hints).domain_attr).mr_mode =
+                    FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+                (*(*hints).domain_attr).threading = FI_THREAD_SAFE;
+                (*(*hints).fabric_attr).prov_name = libc::strdup(p.as_ptr());
+            }
+            let mut info: *mut FiInfo = std::ptr::null_mut();
+            let code =
+                (self.getinfo)((1 << 16) | 17, node.as_ptr(), std::ptr::null(), FI_SOURCE, hints, &mut info);
+            (self.freeinfo)(hints);
+            Ok(if code != 0 || info.is_null() { Err(code) } else { Ok(info) })
+        }
+    }
+
     fn load() -> Result<Api> {
         let names = ["libfabric.so.1", "libfabric.so"];
         let mut why = Vec::new();
@@ -378,42 +419,15 @@ impl Domain {
         // Directed receives where the provider has them, else any source (the secret still
         // guards the hello).
         for directed in [true, false] {
-            // SAFETY: fi_dupinfo(NULL) allocates hints with every attribute block; the fields
-            // set are the ones this module's layouts name; prov_name is freed by fi_freeinfo,
-            // so it comes from strdup.
-            let info = unsafe {
-                let hints = (api.dupinfo)(std::ptr::null());
-                if hints.is_null() {
-                    return Err(ofi_err("fi_dupinfo: out of memory"));
-                }
-                (*hints).caps =
-                    FI_TAGGED | FI_MSG | FI_SEND | FI_RECV | if directed { FI_DIRECTED_RECV } else { 0 };
-                (*hints).mode = FI_CONTEXT | FI_CONTEXT2;
-                (*(*hints).ep_attr).ep_type = FI_EP_RDM;
-                (*(*hints).domain_attr).mr_mode =
-                    FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-                (*(*hints).domain_attr).threading = FI_THREAD_SAFE;
-                let p = CString::new(provider).map_err(|_| ofi_err("a provider name with a NUL"))?;
-                (*(*hints).fabric_attr).prov_name = libc::strdup(p.as_ptr());
-                let node = CString::new(ip.to_string()).expect("an address has no NUL");
-                let mut info: *mut FiInfo = std::ptr::null_mut();
-                let code = (api.getinfo)(
-                    (1 << 16) | 17,
-                    node.as_ptr(),
-                    std::ptr::null(),
-                    FI_SOURCE,
-                    hints,
-                    &mut info,
-                );
-                (api.freeinfo)(hints);
-                if code != 0 || info.is_null() {
+            let info = match api.rdm_info(ip, Some((provider, directed)))? {
+                Ok(info) => info,
+                Err(code) => {
                     last = Some(api.err(
                         &format!("fi_getinfo (provider {provider}, RDM, tagged, on {ip})"),
                         code as isize,
                     ));
                     continue;
                 }
-                info
             };
             // SAFETY: the first result of a successful fi_getinfo; its attribute blocks exist.
             let (mr_local, name) = unsafe {
@@ -471,26 +485,11 @@ pub fn offered_providers(ip: std::net::IpAddr) -> Vec<String> {
 
 fn list_providers(ip: std::net::IpAddr) -> Result<Vec<String>> {
     let api = Api::load()?;
-    let node = CString::new(ip.to_string()).expect("an address has no NUL");
-    // SAFETY: hints from fi_dupinfo(NULL) with only the fields this module's layouts name set;
-    // the result list is walked by `next` and freed once.
+    let Ok(info) = api.rdm_info(ip, None)? else { return Ok(Vec::new()) };
+    let mut names: Vec<String> = Vec::new();
+    let mut at = info;
+    // SAFETY: the list of a successful fi_getinfo, walked by `next` and freed once.
     unsafe {
-        let hints = (api.dupinfo)(std::ptr::null());
-        if hints.is_null() {
-            return Err(ofi_err("fi_dupinfo: out of memory"));
-        }
-        (*hints).caps = FI_TAGGED | FI_MSG | FI_SEND | FI_RECV;
-        (*hints).mode = FI_CONTEXT | FI_CONTEXT2;
-        (*(*hints).ep_attr).ep_type = FI_EP_RDM;
-        let mut info: *mut FiInfo = std::ptr::null_mut();
-        let code =
-            (api.getinfo)((1 << 16) | 17, node.as_ptr(), std::ptr::null(), FI_SOURCE, hints, &mut info);
-        (api.freeinfo)(hints);
-        if code != 0 {
-            return Ok(Vec::new());
-        }
-        let mut names: Vec<String> = Vec::new();
-        let mut at = info;
         while !at.is_null() {
             let p = (*(*at).fabric_attr).prov_name;
             if !p.is_null() {
@@ -502,8 +501,8 @@ fn list_providers(ip: std::net::IpAddr) -> Result<Vec<String>> {
             at = (*at).next;
         }
         (api.freeinfo)(info);
-        Ok(names)
     }
+    Ok(names)
 }
 
 impl Drop for Domain {

@@ -101,6 +101,30 @@ enum Inits {
     V11(abi::InitV11),
 }
 
+impl Inits {
+    /// Calls `init` as NCCL does for communicator `comm_id` (v11 on: a context of its own,
+    /// with an undefined traffic class; older versions once per process, no context): the
+    /// plugin's code and the context (null before v11).
+    ///
+    /// # Safety
+    /// The entry point is the plugin's, of the version this variant names.
+    unsafe fn call(self, comm_id: u64) -> Result<(c_int, *mut c_void)> {
+        let mut ctx: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the caller's promise; the config lives across the call.
+        let code = unsafe {
+            match self {
+                Inits::V8(f) => f(logger()?),
+                Inits::V10(f) => f(logger()?, std::ptr::null()),
+                Inits::V11(f) => {
+                    let mut cfg = abi::CommConfigV10 { traffic_class: abi::TRAFFIC_CLASS_UNDEF };
+                    f(&mut ctx, comm_id, &mut cfg, logger()?, std::ptr::null())
+                }
+            }
+        };
+        Ok((code, ctx))
+    }
+}
+
 /// `listen`: by device (up to v10), or in a communicator's context (v11 on).
 #[derive(Clone, Copy)]
 enum Listens {
@@ -159,12 +183,10 @@ impl Context {
     /// process-wide one.
     fn new(plugin: Arc<Loaded>, comm_id: u64) -> Result<Context> {
         let ctx = match plugin.init {
-            Inits::V11(init) => {
-                let mut ctx: *mut c_void = std::ptr::null_mut();
-                let mut cfg = abi::CommConfigV10 { traffic_class: abi::TRAFFIC_CLASS_UNDEF };
+            Inits::V11(_) => {
                 let _ = last_warning();
-                // SAFETY: NCCL's per-communicator init; the config lives across the call.
-                let code = unsafe { init(&mut ctx, comm_id, &mut cfg, logger()?, std::ptr::null()) };
+                // SAFETY: NCCL's per-communicator init of the plugin's version.
+                let (code, ctx) = unsafe { plugin.init.call(comm_id)? };
                 if code != abi::SUCCESS {
                     return Err(init_failed(&plugin.name, &plugin.path, code));
                 }
@@ -478,21 +500,11 @@ fn open(path: &str) -> Result<Loaded> {
         }
     };
     let (name, devices) = (c_text(name, "(unnamed)"), devices.expect("checked"));
-    let mut probe: *mut c_void = std::ptr::null_mut();
     let _ = last_warning();
     // SAFETY: the plugin's entry points, called as NCCL calls them: init, then devices and the
     // properties of each device it reported. A v11-on plugin is initialised for this probe in
     // a context of its own, finalized after it (each communicator gets its own later).
-    let code = unsafe {
-        match init {
-            Inits::V8(f) => f(logger()?),
-            Inits::V10(f) => f(logger()?, std::ptr::null()),
-            Inits::V11(f) => {
-                let mut cfg = abi::CommConfigV10 { traffic_class: abi::TRAFFIC_CLASS_UNDEF };
-                f(&mut probe, 0, &mut cfg, logger()?, std::ptr::null())
-            }
-        }
-    };
+    let (code, probe) = unsafe { init.call(0)? };
     if code != abi::SUCCESS {
         return Err(init_failed(&name, path, code));
     }
