@@ -141,9 +141,9 @@ impl Comm {
         // when every rank's are on paths it is safe on.
         // The LL128 kernels exist for sm_90 and newer (and the emulator).
         let ll128_kernels = backend.compute_capability().is_none_or(|(major, _)| major >= 9);
-        let searched = tuner.is_searched();
+        let nvlink = tuner.searched_ll128_paths();
         let here =
-            linked.line_fifos(rank, &transports, &peers, (tuner.ll128_forced(), searched), ll128_kernels);
+            linked.line_fifos(rank, &transports, &peers, (tuner.ll128_forced(), nvlink), ll128_kernels);
         let all = boot.all_gather(&here)?;
         let every = |i: usize| nranks > 1 && all.iter().all(|v| v.get(i) == Some(&1));
         let line = LineTables { ring: (every(0), every(1)), tree: (every(3), every(4)) };
@@ -399,26 +399,29 @@ struct LineTables {
 impl Linked {
     /// This rank's word on its connections, for every rank to agree on: for the rings, then
     /// the trees, whether all have LL FIFOs, LL128 FIFOs (and this rank's device runs the
-    /// LL128 kernels: `ll128_kernels`), and are on paths LL128 may be safe on — in-process
-    /// peers on the same device (one memory, stores in order), or, when the topology search
-    /// ran (`searched`), GPUs of this host reached directly (in-process or P2P: the cost model
-    /// then enables LL128 only where the search's path types are NVLink, as NCCL does); other
-    /// paths run LL128 only when `forced`, with a warning naming the path.
+    /// LL128 kernels: `ll128_kernels`), and are on paths LL128 is safe on — in-process
+    /// peers on the same device (one memory, stores in order), or GPUs of this host reached
+    /// directly (in-process or P2P) where the topology search found NVLink paths for that
+    /// algorithm (`nvlink`: NCCL's rule on the search's graphs); other paths run LL128 only
+    /// when `forced`, with a warning naming the path.
     fn line_fifos(
         &self,
         rank: usize,
         transports: &[TransportKind],
         peers: &[PeerInfo],
-        (forced, searched): (bool, bool),
+        (forced, nvlink): (bool, super::tuner::Ll128Safe),
         ll128_kernels: bool,
     ) -> [u8; 6] {
         let is_ring = |v: &&ConnViews| matches!(v.slot, Slot::RingRecv(_) | Slot::RingSend(_));
         let rings = || self.views.iter().filter(is_ring);
         let trees = || self.views.iter().filter(|v| !is_ring(v));
-        let safe = |v: &ConnViews| match transports[v.peer] {
-            TransportKind::InProcess => searched || peers[v.peer].info == peers[rank].info,
-            TransportKind::P2p => searched,
-            _ => false,
+        let safe = |v: &ConnViews| {
+            let nvlink = if is_ring(&v) { nvlink.ring } else { nvlink.tree };
+            match transports[v.peer] {
+                TransportKind::InProcess => nvlink || peers[v.peer].info == peers[rank].info,
+                TransportKind::P2p => nvlink,
+                _ => false,
+            }
         };
         let unsafe_path = self.views.iter().find(|v| v.ll128.is_some() && !safe(v));
         if let (true, Some(v)) = (forced, unsafe_path) {

@@ -85,9 +85,18 @@ impl Tuner {
         })
     }
 
-    /// Whether the model reads a topology search's graphs (not the NVLink-class assumption).
-    pub(super) fn is_searched(&self) -> bool {
-        self.searched
+    /// Whether the topology search found paths LL128 is safe on by NCCL's rule for the
+    /// rings and for the trees (NVLink between the GPUs, see
+    /// [`CostTable::ll128_by_default`]); nothing without a search (the NVLink-class
+    /// assumption proves nothing).
+    pub(super) fn searched_ll128_paths(&self) -> Ll128Safe {
+        if !self.searched {
+            return Ll128Safe::default();
+        }
+        Ll128Safe {
+            ring: self.table.ll128_by_default(Algo::Ring),
+            tree: self.table.ll128_by_default(Algo::Tree),
+        }
     }
 
     /// The tuner of a communicator of `nranks` ranks on `nnodes` hosts with `nchannels`
