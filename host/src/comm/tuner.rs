@@ -325,4 +325,37 @@ mod tests {
         let no_ll = LineFifos { ll: false, ll128: false };
         assert_eq!(many.protocol(Algorithm::Tree, Collective::AllReduce, 64, no_ll), Protocol::Simple);
     }
+
+    /// Between GPUs only a topology search vouches for LL128: its graph's NVLink paths do,
+    /// PCIe paths (or no search, the NVLink-class assumption) do not.
+    #[test]
+    fn only_a_searched_nvlink_graph_vouches_for_ll128_between_gpus() {
+        use crate::topology::search::{search_all, SearchOptions};
+        use crate::topology::{xml, System};
+        let searched = |nvlink: bool| {
+            let link = |to: &str| {
+                if nvlink {
+                    format!(r#"<nvlink target="{to}" count="4" tclass="0x030200"/>"#)
+                } else {
+                    String::new()
+                }
+            };
+            let text = format!(
+                r#"<system version="1"><cpu numaid="0" arch="x86_64" vendor="AuthenticAMD">
+                <pci busid="0000:01:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16">
+                  <gpu dev="0" sm="90" rank="0" gdr="1">{}</gpu></pci>
+                <pci busid="0000:02:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16">
+                  <gpu dev="1" sm="90" rank="1" gdr="1">{}</gpu></pci></cpu></system>"#,
+                link("0000:02:00.0"),
+                link("0000:01:00.0")
+            );
+            let sys = System::from_xml(&xml::parse(&text, "two.xml").unwrap()).unwrap();
+            let graphs = search_all(&sys, &SearchOptions::default());
+            let input = TuningInput::from_topology(&sys, &graphs, 1).unwrap();
+            Tuner::searched(input, 2, None).unwrap()
+        };
+        assert!(searched(true).searched_ll128_paths().ring, "NVLink");
+        assert!(!searched(false).searched_ll128_paths().ring, "PCIe");
+        assert_eq!(Tuner::new(2, 1, 2, None).unwrap().searched_ll128_paths(), Ll128Safe::default());
+    }
 }
