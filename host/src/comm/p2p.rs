@@ -113,7 +113,8 @@ impl<'a> P2p<'a> {
         P2p { dir: Direction::Recv, buf, count, dtype, peer, gate: GateWait::default() }
     }
 
-    /// This send, waiting in a gated group launch until wave group `group` has `tiles` tiles.
+    /// This send, waiting in a gated group launch until wave group `group` has `tiles` tiles;
+    /// a receive (`tiles` 0) only takes its place in wave group `group`'s part of the schedule.
     pub(crate) fn gated(self, group: u32, tiles: u32) -> Self {
         P2p { gate: GateWait { group, tiles }, ..self }
     }

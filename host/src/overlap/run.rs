@@ -262,12 +262,16 @@ impl<'c> Overlap<'c> {
                     let buf = BufRef { buf: &self.out, offset: 2 * c.start };
                     g.add(self.comm, P2p::send(buf, c.len(), s.dtype, q).gated(gi as u32, tiles));
                 }
+                // Receives carry their wave group (and wait for nothing): the launch orders a
+                // block's operations by (wave group, round) on both sides, as the p2p kernel's
+                // schedule requires. In round order alone, a receiver takes every group from
+                // one peer before the next while senders go group by group: once a
+                // connection's messages outgrow its FIFO, the ranks wait on each other in a
+                // circle.
                 for p in 0..ranks {
                     let c = r.recv.chunks[gi * ranks + p].elems();
-                    g.add(
-                        self.comm,
-                        P2p::recv(BufRef { buf: &r.buf, offset: 2 * c.start }, c.len(), s.dtype, p),
-                    );
+                    let recv = P2p::recv(BufRef { buf: &r.buf, offset: 2 * c.start }, c.len(), s.dtype, p);
+                    g.add(self.comm, recv.gated(gi as u32, 0));
                 }
             }
             g.gate(self.comm, self.gate(), 0);
