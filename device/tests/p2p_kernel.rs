@@ -13,6 +13,7 @@ use rsccl_device::prims::conn::{
     decode_status, mismatch_offset, status_bytes, CallSig, ConnInfo, ErrorCode, PrimsStatus, CALL_SIG_BYTES,
     NCCL_STEPS,
 };
+use rsccl_device::prims::Protocol;
 use rsccl_device::DevPtr;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -47,6 +48,8 @@ struct World {
     recv_seq: HashMap<(usize, usize), u64>,
     /// Signature keys that do not cover the size (a host that hashes only the rest).
     size_blind_keys: bool,
+    /// The protocol sends and receives run on (the connections serve as either region).
+    proto: Protocol,
 }
 
 impl World {
@@ -58,8 +61,9 @@ impl World {
                 // FIFO, then head, tail, the two step words, then NCCL_STEPS signature slots.
                 let fifo_words = (NCCL_STEPS * step_bytes).div_ceil(8) as usize;
                 let sig_words = (NCCL_STEPS * CALL_SIG_BYTES / 8) as usize;
-                let mut buf = vec![0u64; fifo_words + 4 + sig_words];
-                let base = DevPtr(buf.as_mut_ptr() as u64);
+                let mut buf = vec![0u64; fifo_words + 4 + sig_words + 1];
+                // LL lines are 16-byte aligned.
+                let base = DevPtr((buf.as_mut_ptr() as u64).next_multiple_of(16));
                 let words = base.offset(8 * fifo_words as u64);
                 let side = |step: DevPtr, peer: usize| ConnInfo {
                     buff: base,
@@ -76,7 +80,14 @@ impl World {
                 mem.push(buf);
             }
         }
-        World { _mem: mem, conns, send_seq: HashMap::new(), recv_seq: HashMap::new(), size_blind_keys: false }
+        World {
+            _mem: mem,
+            conns,
+            send_seq: HashMap::new(),
+            recv_seq: HashMap::new(),
+            size_blind_keys: false,
+            proto: Protocol::Simple,
+        }
     }
 
     fn sig(&self, seq: u64, bytes: u64, kind: P2pKind) -> CallSig {
@@ -97,6 +108,7 @@ impl World {
             sig: self.sig(seq, bytes, P2pKind::Send),
             kind: P2pKind::Send as u32,
             block,
+            proto: self.proto as u32,
             ..Default::default()
         }
     }
@@ -114,6 +126,7 @@ impl World {
             sig: self.sig(seq, bytes, P2pKind::Recv),
             kind: P2pKind::Recv as u32,
             block,
+            proto: self.proto as u32,
             ..Default::default()
         }
     }
@@ -359,12 +372,23 @@ fn self_copies_and_zero_byte_ops_keep_both_sides_in_step() {
 
 #[test]
 fn many_ops_to_one_peer_arrive_in_issue_order() {
+    many_ops_to_one_peer_on(Protocol::Simple);
+}
+
+/// The same messages on LL lines (NCCL's small-message protocol for sends and receives).
+#[test]
+fn many_ops_to_one_peer_arrive_in_issue_order_on_ll() {
+    many_ops_to_one_peer_on(Protocol::Ll);
+}
+
+fn many_ops_to_one_peer_on(proto: Protocol) {
     // Messages of different sizes each way between two ranks (empty ones, ones of one byte, ones
     // that lap the FIFO): a receive that took another message's steps would get the wrong bytes
     // or a mismatch.
     let step = 1024u64;
     let sizes = [1u64, 4096, 0, 5000, 17, 12_001, 3, 1024, 0, 9999, 2];
     let mut w = World::new(2, step);
+    w.proto = proto;
     let mut ins: Vec<Vec<Vec<u8>>> =
         (0..2).map(|r| sizes.iter().enumerate().map(|(k, &b)| input(r, 1 - r, k, b)).collect()).collect();
     let mut outs: Vec<Vec<Vec<u8>>> = (0..2).map(|_| sizes.iter().map(|&b| output(b)).collect()).collect();
@@ -408,15 +432,19 @@ fn a_send_and_a_receive_of_different_sizes_stop_both_ranks_with_mismatch() {
     // sizes are compared even when the host's keys do not cover them (the last case). The
     // timeout is long: both ranks must stop on the refusal, not on a timeout.
     let timeout = Duration::from_secs(5);
-    for (sent, expected, size_blind_keys) in [
+    let cases = [
         (1000u64, 1200u64, false),
         (0, 100, false),
         (100, 0, false),
         (70_000, 69_999, false),
         (1000, 1200, true),
-    ] {
+    ];
+    for ((sent, expected, size_blind_keys), proto) in
+        cases.into_iter().flat_map(|c| [(c, Protocol::Simple), (c, Protocol::Ll)])
+    {
         let mut w = World::new(2, 4096);
         w.size_blind_keys = size_blind_keys;
+        w.proto = proto;
         let mut src = input(0, 1, 0, sent);
         let mut dst = output(expected);
         let ops =

@@ -1150,3 +1150,79 @@ fn a_large_mismatched_send_across_nodes_fails_the_send_in_flight() {
         );
     }
 }
+
+/// Runs `f` with rsccl's TRACE lines of this thread logged into a buffer; returns its result
+/// and the lines.
+fn traced<T>(f: impl FnOnce() -> T) -> (T, String) {
+    use rsccl::debug::DebugSubscriber;
+    use tracing::level_filters::LevelFilter;
+    let sub = Arc::new(DebugSubscriber::new(LevelFilter::TRACE, Vec::new()).rsccl_only());
+    let out = tracing::subscriber::with_default(sub.clone(), f);
+    let text = String::from_utf8(sub.writer().clone()).unwrap();
+    (out, text)
+}
+
+/// Each message runs on LL or Simple by its own size (`RSCCL_P2P_LL_THRESHOLD`, 16 KiB), as
+/// NCCL decides, so a sender that groups its sends and a receiver that takes them one call at
+/// a time still meet: a rule by the largest message of a connection's launch would put the
+/// sender's small messages on Simple and the receiver's on LL, and both would time out.
+#[test]
+fn each_message_picks_ll_or_simple_by_its_size_however_each_side_groups_its_calls() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, config()).unwrap();
+    let sizes = [1000usize, 1 << 20, 16384, 16385, 0, 16383, 3];
+    let send: Vec<DeviceBuffer> =
+        sizes.iter().enumerate().map(|(k, &n)| be.upload(&payload(k, n)).unwrap()).collect();
+    let recv: Vec<DeviceBuffer> =
+        sizes.iter().map(|&n| be.upload(&vec![GUARD_BYTE; n + GUARD]).unwrap()).collect();
+    let (log0, log1) = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let ops: Vec<P2p> = sizes
+                .iter()
+                .zip(&send)
+                .map(|(&n, b)| P2p::send(BufRef::from(b), n, DataType::U8, 1))
+                .collect();
+            let (res, log) = traced(|| comms[0].p2p(&ops));
+            res.unwrap_or_else(|e| panic!("rank 0: {e}"));
+            log
+        });
+        let (res, log1) = traced(|| {
+            sizes.iter().zip(&recv).try_for_each(|(&n, b)| comms[1].recv(BufRef::from(b), n, DataType::U8, 0))
+        });
+        res.unwrap_or_else(|e| panic!("rank 1: {e}"));
+        (h.join().unwrap(), log1)
+    });
+    for (k, &n) in sizes.iter().enumerate() {
+        let got: Vec<u8> = be.download(&recv[k], n + GUARD).unwrap();
+        assert!(got[..n] == payload(k, n)[..], "message {k} ({n} bytes): wrong bytes");
+        assert!(got[n..].iter().all(|&b| b == GUARD_BYTE), "message {k}: wrote past its buffer");
+        let proto = if n <= 16384 { "Ll" } else { "Simple" };
+        let sent = format!("p2p: send of {n} bytes to rank 1 on {proto}\n");
+        let received = format!("p2p: receive of {n} bytes from rank 0 on {proto}\n");
+        assert!(log0.contains(&sent), "rank 0 did not log {sent:?}:\n{log0}");
+        assert!(log1.contains(&received), "rank 1 did not log {received:?}:\n{log1}");
+    }
+}
+
+/// A send and a receive whose sizes fall on either side of the LL threshold meet on no
+/// protocol: both time out naming the peer (the sizes cannot be compared, the signatures being
+/// on different FIFOs), within the timeout.
+#[test]
+fn a_mismatch_across_the_ll_threshold_times_out_on_both_ranks_naming_the_peer() {
+    let be = backend::cpu();
+    let cfg =
+        CommConfig { timeout: Duration::from_secs(2), bootstrap_timeout: Duration::from_secs(3), ..config() };
+    let comms = Comm::init_all(&be, 2, cfg).unwrap();
+    let (a, b) = (be.alloc(16000).unwrap(), be.alloc(17000).unwrap());
+    let t = Instant::now();
+    let (r0, r1) = std::thread::scope(|s| {
+        let h = s.spawn(|| comms[0].send(BufRef::from(&a), 16000, DataType::U8, 1));
+        let r1 = comms[1].recv(BufRef::from(&b), 17000, DataType::U8, 0);
+        (h.join().unwrap(), r1)
+    });
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    let (e0, e1) = (r0.unwrap_err().to_string(), r1.unwrap_err().to_string());
+    eprintln!("sender: {e0}\nreceiver: {e1}");
+    assert!(e0.contains("send of 16000 bytes to rank 1") && e0.contains("rank 1"), "{e0}");
+    assert!(e1.contains("receive of 17000 bytes from rank 0") && e1.contains("from rank 0"), "{e1}");
+}

@@ -36,6 +36,12 @@
 //! step, and takes at least one step even when it has no bytes (a step that carries 0 bytes),
 //! so both sides' step counters and signature slots advance the same way for every op.
 //!
+//! **Protocols.** A send and its receive run on Simple, or both on LL ([`P2pOp::proto`]: the
+//! host picks LL for small messages, NCCL's `NCCL_P2P_LL_THRESHOLD`): LL moves a step of 16-byte
+//! lines whose flags make the data visible without a fence ([`crate::prims::ll`]), on the
+//! connection's own LL region (its FIFO, credits, steps and signature slots). The matching and
+//! acceptance below work the same on either region.
+//!
 //! **Matching.** Before any data of an op moves, the sender signs the op's [`CallSig`] (with
 //! `count` = the op's bytes) into the connection's signature slot of the step the op starts at,
 //! and the receiver compares it with its own op's: number, key and byte count must be equal
@@ -46,11 +52,16 @@
 //! FIFO never waits for credits and would not see the refusal, so after the last send of a
 //! block on a connection the sender waits until the receiver has taken the op's first step or
 //! refused it ([`signature::accepted`]): both ranks end with `Mismatch`. A group that fails
-//! stops its remaining ops; the other group goes on.
+//! stops its remaining ops; the other group goes on. (A sender whose later messages to that
+//! peer are on the other protocol's region waits for their acceptance in vain: it times out
+//! naming the peer.)
 use crate::overlap::gate::{GateWait, TileGate};
 use crate::prims::conn::{CallSig, ConnInfo, PrimsStatus};
+use crate::prims::lines::LineFifo;
+use crate::prims::ll::ll_step_elems;
 use crate::prims::signature::{self, Checkers, Matching};
-use crate::prims::simple::{shm_bytes, DataMover, Primitives};
+use crate::prims::simple::{shm_bytes, DataMover, Op, Primitives};
+use crate::prims::{LlPrimitives, Prims, Protocol};
 use crate::{arch, DevPtr};
 
 /// Which primitives group runs an op.
@@ -111,9 +122,14 @@ pub struct P2pOp {
     /// Send and copy: the wave group's tile count to wait for before reading `src` (`tiles`
     /// 0: none; see Gates above).
     pub wait: GateWait,
+    /// Send and receive: the [`Protocol`] as u32 — Simple, or LL (`conn` is then the
+    /// connection's LL view; see Protocols above).
+    pub proto: u32,
+    /// Zero (keeps the struct free of padding).
+    pub pad: u32,
 }
 // SAFETY: repr(C); the macro checks that every field is Pod and there is no padding.
-crate::pod::unsafe_impl_pod!(P2pOp { conn, src, dst, bytes, sig, kind, block, wait });
+crate::pod::unsafe_impl_pod!(P2pOp { conn, src, dst, bytes, sig, kind, block, wait, proto, pad });
 
 /// Arguments of the `rsccl_p2p` kernel.
 #[repr(C)]
@@ -205,6 +221,9 @@ pub fn p2p_kernel<M: DataMover>(args: &P2pArgs, gate: &TileGate, mover: &M) {
             arch::trap();
         }
         let mine = op.block == bid;
+        if !matches!(Protocol::from_u32(op.proto), Some(Protocol::Simple | Protocol::Ll)) {
+            arch::trap();
+        }
         match P2pKind::from_u32(op.kind) {
             Some(P2pKind::Send | P2pKind::Copy) => sends |= mine,
             Some(P2pKind::Recv) => recvs |= mine,
@@ -279,14 +298,14 @@ fn steps(bytes: u64, step_bytes: u64) -> impl Iterator<Item = (u64, i64)> {
 /// The barrier also keeps the next op's primitives from resetting the abort flag before every
 /// thread read it, and makes the saved steps visible to the threads that load them next.
 #[inline(always)]
-fn finish<M: DataMover, const R: usize, const S: usize>(g: Group, p: Primitives<'_, M, R, S, 1, 1>) -> bool {
+fn finish(g: Group, p: impl Prims) -> bool {
     let aborted = p.aborted();
     p.finish();
     !g.any(aborted)
 }
 
-/// Runs send op `i`: signs, sends its steps, and after the block's last send on the
-/// connection waits for the receiver's acceptance. False when the group must stop.
+/// Runs send op `i`: signs, sends its steps on the op's protocol, and after the block's last
+/// send on the connection waits for the receiver's acceptance. False when the group must stop.
 #[inline(always)]
 fn send<M: DataMover>(a: &P2pArgs, i: u32, op: &P2pOp, mover: &M, g: Group) -> bool {
     let (conn, bid) = (&op.conn, arch::block_idx().x);
@@ -300,23 +319,33 @@ fn send<M: DataMover>(a: &P2pArgs, i: u32, op: &P2pOp, mover: &M, g: Group) -> b
     if !signature::calls_match_with(&a.status, bid, g.checkers(), &sig, Matching::Message, &[], &[conns]) {
         return false;
     }
-    let mut p = Primitives::<M, 0, 1, 1, 1>::new(
-        mover,
-        g.tid,
-        g.nthreads,
-        &[],
-        conns,
-        op.src,
-        DevPtr::NULL,
-        step_bytes,
-        g.group,
-        a.status,
-        bid,
-    );
-    for (off, n) in steps(op.bytes, step_bytes) {
-        p.send(off, n);
-    }
-    if !finish(g, p) {
+    let sent = if op.proto == Protocol::Ll as u32 {
+        let fifo = LineFifo::new(g.tid, g.nthreads, &[], conns, g.group, &a.status, bid);
+        let mut p = LlPrimitives::new(mover, fifo, op.src, DevPtr::NULL);
+        for (off, n) in steps(op.bytes, ll_step_elems(step_bytes, 1)) {
+            p.run(Op::SEND, off, off, n, false);
+        }
+        finish(g, p)
+    } else {
+        let mut p = Primitives::<M, 0, 1, 1, 1>::new(
+            mover,
+            g.tid,
+            g.nthreads,
+            &[],
+            conns,
+            op.src,
+            DevPtr::NULL,
+            step_bytes,
+            g.group,
+            a.status,
+            bid,
+        );
+        for (off, n) in steps(op.bytes, step_bytes) {
+            p.send(off, n);
+        }
+        finish(g, p)
+    };
+    if !sent {
         return false;
     }
     if sig.seq == 0 || conn.sig == DevPtr::NULL {
@@ -338,8 +367,8 @@ fn later_send_on(a: &P2pArgs, i: u32, bid: u32, conn: &ConnInfo) -> bool {
     })
 }
 
-/// Runs a receive op: checks the sender's signature, then receives its steps. False when the
-/// group must stop.
+/// Runs a receive op: checks the sender's signature, then receives its steps on the op's
+/// protocol. False when the group must stop.
 #[inline(always)]
 fn recv<M: DataMover>(a: &P2pArgs, op: &P2pOp, mover: &M, g: Group) -> bool {
     let (conn, bid) = (&op.conn, arch::block_idx().x);
@@ -348,6 +377,14 @@ fn recv<M: DataMover>(a: &P2pArgs, op: &P2pOp, mover: &M, g: Group) -> bool {
     let sig = signature_of(op);
     if !signature::calls_match_with(&a.status, bid, g.checkers(), &sig, Matching::Message, &[conns], &[]) {
         return false;
+    }
+    if op.proto == Protocol::Ll as u32 {
+        let fifo = LineFifo::new(g.tid, g.nthreads, conns, &[], g.group, &a.status, bid);
+        let mut p = LlPrimitives::new(mover, fifo, DevPtr::NULL, op.dst);
+        for (off, n) in steps(op.bytes, ll_step_elems(step_bytes, 1)) {
+            p.run(Op::RECV, off, off, n, false);
+        }
+        return finish(g, p);
     }
     let mut p = Primitives::<M, 1, 0, 1, 1>::new(
         mover,

@@ -38,6 +38,8 @@ use rsccl_device::overlap::gate::GateWait;
 use rsccl_device::prims::conn::{
     decode_status, mismatch_offset, status_bytes, CallSig, ErrorCode, PrimsStatus, CALL_SIG_BYTES,
 };
+use rsccl_device::prims::ll::ll_step_bytes;
+use rsccl_device::prims::Protocol as DevProtocol;
 use rsccl_device::DevPtr;
 use std::time::Instant;
 
@@ -54,6 +56,32 @@ const NOTICE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// communicator's `step_bytes` applies when it is smaller. With [`MAX_P2P_CONNS`] it bounds a
 /// rank's point-to-point memory (`NCCL_STEPS` slots per connection).
 pub const P2P_MAX_STEP_BYTES: u64 = 512 * 1024;
+
+/// A send or receive of at most this many bytes runs on LL where its connection has an LL
+/// region (NCCL's `NCCL_P2P_LL_THRESHOLD` default); `RSCCL_P2P_LL_THRESHOLD` overrides it.
+/// Each side decides by its own message's size, so every rank must give the same value (a
+/// send and a receive of different sizes on either side of it cannot meet: both time out
+/// naming the peer).
+pub const P2P_LL_THRESHOLD: u64 = 16384;
+
+/// The variable that overrides [`P2P_LL_THRESHOLD`].
+pub const P2P_LL_THRESHOLD_VAR: &str = "RSCCL_P2P_LL_THRESHOLD";
+
+/// [`P2P_LL_THRESHOLD`], or `RSCCL_P2P_LL_THRESHOLD`'s value (read once per process; a value
+/// that is not a number of bytes is an error naming it).
+fn p2p_ll_threshold() -> Result<u64> {
+    static VALUE: std::sync::OnceLock<std::result::Result<u64, String>> = std::sync::OnceLock::new();
+    VALUE
+        .get_or_init(|| match std::env::var(P2P_LL_THRESHOLD_VAR) {
+            Err(_) => Ok(P2P_LL_THRESHOLD),
+            Ok(v) => v
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{P2P_LL_THRESHOLD_VAR}={v}: give a number of bytes")),
+        })
+        .clone()
+        .map_err(Error::InvalidConfig)
+}
 
 /// Most blocks of one point-to-point launch: one per round (peer distance) up to this, the
 /// rounds beyond sharing blocks. Every block of every rank must be resident at once on a GPU,
@@ -158,6 +186,9 @@ impl Comm {
         copies: &[(usize, usize)],
         nblocks: usize,
     ) -> (Vec<P2pOp>, Vec<OpNote>) {
+        // Each message picks its protocol by its own size, as NCCL does: both sides of a
+        // matched pair decide alike however each groups its calls.
+        let ll_threshold = p2p_ll_threshold().unwrap_or(P2P_LL_THRESHOLD);
         let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
         let mut dev: Vec<(usize, usize, P2pOp)> = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate().filter(|(_, op)| op.peer != self.rank) {
@@ -173,11 +204,23 @@ impl Comm {
                 Direction::Recv => (DevPtr::NULL, op.buf.ptr(), P2pKind::Recv),
             };
             let block = (round % nblocks) as u32;
+            // Small messages on LL where the connection has it.
+            let (view, proto) = match conn.ll_view {
+                Some(ll) if bytes[i] <= ll_threshold => (ll, DevProtocol::Ll),
+                _ => (conn.view, DevProtocol::Simple),
+            };
+            let (what, to) = if kind == P2pKind::Send { ("send", "to") } else { ("receive", "from") };
+            tracing::trace!(
+                rank = self.rank,
+                "p2p: {what} of {} bytes {to} rank {} on {proto:?}",
+                bytes[i],
+                op.peer
+            );
             dev.push((
                 round,
                 i,
                 P2pOp {
-                    conn: conn.view,
+                    conn: view,
                     src,
                     dst,
                     bytes: bytes[i],
@@ -185,6 +228,8 @@ impl Comm {
                     kind: kind as u32,
                     block,
                     wait: op.gate,
+                    proto: proto as u32,
+                    pad: 0,
                 },
             ));
         }
@@ -298,7 +343,7 @@ impl Comm {
         key: u128,
         handle: Option<&ConnHandle>,
     ) -> Result<(ConnMem, Option<ConnHandle>)> {
-        let layout = self.p2p_layout();
+        let layout = self.p2p_layout(peer);
         let kind = self.links.transports[peer];
         if kind != TransportKind::Net {
             let t = transport::transport(kind, &self.stream).expect("not the network");
@@ -352,25 +397,33 @@ impl Comm {
         }
     }
 
-    /// The FIFO shape of point-to-point connections (the same on both sides: `step_bytes` is
-    /// part of what every rank agreed on).
-    fn p2p_layout(&self) -> ConnLayout {
-        ConnLayout::simple(self.cfg.step_bytes.min(P2P_MAX_STEP_BYTES))
+    /// The FIFO shape of the point-to-point connection with `peer` (the same on both sides:
+    /// `step_bytes`, `nthreads` and the transport are what every rank agreed on): a Simple
+    /// region, and an LL region of NCCL's shape unless the peer is across the network.
+    fn p2p_layout(&self, peer: usize) -> ConnLayout {
+        let simple = ConnLayout::simple(self.cfg.step_bytes.min(P2P_MAX_STEP_BYTES));
+        if self.links.transports[peer] == TransportKind::Net {
+            return simple;
+        }
+        ConnLayout { ll_step_bytes: ll_step_bytes(self.cfg.nthreads.clamp(64, SIMPLE_THREADS)), ..simple }
     }
 
     /// Phase 2: the receiving side of every missing connection `ops` needs — allocated, its
     /// handle sent to the sender. Never waits on a peer.
     pub(super) fn p2p_listen(&self, ops: &[P2p]) -> Result<()> {
         let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
+        // Fails before any connection when the LL threshold's variable is malformed.
+        p2p_ll_threshold()?;
         let need = self.p2p_missing(&links, ops)?;
-        let layout = self.p2p_layout();
         let mut boot = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
         for &(peer, _) in need.iter().filter(|(_, d)| *d == Side::Recv) {
             let t = p2p_tag(peer, self.rank);
             let (mem, handle) = self.p2p_open(&mut links, peer, self.links.conn_key ^ t as u128, None)?;
             boot.send(peer, t, &handle.expect("a listening side's handle").0)?;
-            let view = layout.view(mem.base(), Side::Recv, peer);
-            links.conns.insert((peer, Side::Recv), P2pConn { _mem: mem, view, ops: 0 });
+            let layout = self.p2p_layout(peer);
+            let (view, ll_view) =
+                (layout.view(mem.base(), Side::Recv, peer), layout.view_ll(mem.base(), Side::Recv, peer));
+            links.conns.insert((peer, Side::Recv), P2pConn { _mem: mem, view, ll_view, ops: 0 });
         }
         Ok(())
     }
@@ -381,7 +434,6 @@ impl Comm {
     pub(super) fn p2p_attach(&self, ops: &[P2p], group: u64) -> Result<()> {
         let mut links = self.links.p2p.lock().unwrap_or_else(|p| p.into_inner());
         let need = self.p2p_missing(&links, ops)?;
-        let layout = self.p2p_layout();
         let mut boot = self.bootstrap.lock().unwrap_or_else(|p| p.into_inner());
         for &(peer, _) in need.iter().filter(|(_, d)| *d == Side::Send) {
             let handle = boot.recv(peer, p2p_tag(self.rank, peer)).map_err(|e| {
@@ -399,8 +451,10 @@ impl Comm {
                 )));
             }
             let (mem, _) = self.p2p_open(&mut links, peer, 0, Some(&ConnHandle(handle)))?;
-            let view = layout.view(mem.base(), Side::Send, peer);
-            links.conns.insert((peer, Side::Send), P2pConn { _mem: mem, view, ops: 0 });
+            let layout = self.p2p_layout(peer);
+            let (view, ll_view) =
+                (layout.view(mem.base(), Side::Send, peer), layout.view_ll(mem.base(), Side::Send, peer));
+            links.conns.insert((peer, Side::Send), P2pConn { _mem: mem, view, ll_view, ops: 0 });
         }
         Ok(())
     }
