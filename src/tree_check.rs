@@ -108,12 +108,25 @@ pub fn run_rank(
     count: usize,
     in_place: bool,
 ) -> Result<Plan, String> {
+    run_rank_on(comm, be, (t, op, count, in_place), Some(Algorithm::Tree))
+}
+
+/// [`run_rank`] on `algorithm`, or (`None`) on what the communicator plans for the call.
+pub fn run_rank_on(
+    comm: &Comm,
+    be: &Arc<dyn Backend>,
+    (t, op, count, in_place): (DataType, ReduceOp, usize, bool),
+    algorithm: Option<Algorithm>,
+) -> Result<Plan, String> {
     let (r, eb) = (comm.rank(), t.size());
     let send = be.alloc(eb * count.max(1)).map_err(|e| e.to_string())?;
     be.copy_in(&send, 0, &rank_input(t, op, r, count)).map_err(|e| e.to_string())?;
     let recv = if in_place { None } else { Some(be.alloc(eb * count.max(1)).map_err(|e| e.to_string())?) };
     let out = recv.as_ref().unwrap_or(&send);
-    let call = Call::all_reduce((&send).into(), out.into(), count, t, op).with_algorithm(Algorithm::Tree);
+    let mut call = Call::all_reduce((&send).into(), out.into(), count, t, op);
+    if let Some(a) = algorithm {
+        call = call.with_algorithm(a);
+    }
     let work = comm.enqueue().run(call).map_err(|e| format!("{t:?} {op:?}: {e}"))?;
     let plan = work.plan();
     work.wait().map_err(|e| format!("{t:?} {op:?}: {e}"))?;

@@ -42,18 +42,21 @@ fn sum_tree(b: BufRef<'_>) -> Call<'_> {
 #[test]
 fn the_mask_chooses_the_algorithm_and_the_plan_says_how_it_runs() {
     for (algo, want) in [
-        (None, Algorithm::Ring),
+        (None, Algorithm::SymLl),
+        (Some("^symll"), Algorithm::Ring),
         (Some("ring"), Algorithm::Ring),
         (Some("tree"), Algorithm::Tree),
-        (Some("^ring"), Algorithm::Tree),
+        (Some("^ring,symll"), Algorithm::Tree),
     ] {
         let c = comms(algo);
         let plans = all_reduce(&c, sum).unwrap();
         for p in plans {
             assert_eq!(p.algorithm, want, "RSCCL_ALGO={algo:?}");
             // 4 KB: the cost model picks LL on rings and trees, on one channel (NCCL's
-            // shrink: 4 KB is under 2 channels × 512 threads × 24 B).
-            assert_eq!((p.protocol, p.channels, p.threads), (Protocol::Ll, 1, 64));
+            // shrink: 4 KB is under 2 channels × 512 threads × 24 B); the symmetric LL kernel
+            // runs a block per channel.
+            let channels = if want == Algorithm::SymLl { 2 } else { 1 };
+            assert_eq!((p.protocol, p.channels, p.threads), (Protocol::Ll, channels, 64));
         }
     }
     // Asked for: the trees, whatever the mask.

@@ -227,6 +227,24 @@ fn comm_child() {
             }
             println!("rank {rank}: {} tree cases ok", cases.len());
         }
+        "sym-ll" => {
+            // Small all-reduces left to the plan: the symmetric LL kernel over the ranks'
+            // scratch, mapped from shared memory in every process.
+            let cfg = CommConfig { proto: None, ..sweep_config() };
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            let cases = tree_cases();
+            for &(t, op, count, in_place) in &cases {
+                // Within the threshold (64 KiB), odd and whole-word counts alike.
+                let count = count.min(64 * 1024 / t.size());
+                let case = (t, op, count, in_place);
+                let plan = rsccl_suite::tree_check::run_rank_on(&comm, &be, case, None)
+                    .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+                if count > 0 {
+                    assert_eq!(plan.algorithm, Algorithm::SymLl, "{t:?} {op:?} {count}");
+                }
+            }
+            println!("rank {rank}: {} sym-ll cases ok", cases.len());
+        }
         "auto" => {
             // The cost model alone, over SHM: LL128 is not known to be safe there.
             let cfg = CommConfig { proto: None, ..sweep_config() };
@@ -636,6 +654,21 @@ fn four_processes_run_tree_all_reduce_on_ll_and_ll128() {
         }
         assert_no_segments(&pids);
     }
+}
+
+/// The symmetric LL all-reduce across 4 processes (its scratch in shared memory every process
+/// maps): every type and op equals the reference, each nonzero call planned `sym-ll`.
+#[test]
+fn four_processes_run_the_symmetric_ll_all_reduce() {
+    let id = loopback_id();
+    let mut ranks = start_ranks("sym-ll", &id, 4, 0..4);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(300));
+    let n = tree_cases().len();
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(*ok && text.contains(&format!("rank {r}: {n} sym-ll cases ok")), "rank {r}:\n{text}");
+    }
+    assert_no_segments(&pids);
 }
 
 /// Left to the cost model, ranks in separate processes (SHM between them) never run LL128:

@@ -25,6 +25,7 @@ mod overlap;
 mod overlap_tune;
 mod perf_env;
 mod reduce_copy_ptx;
+mod sym_ll;
 mod topology_cli;
 mod topology_comm;
 mod topology_detect;

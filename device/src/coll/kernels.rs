@@ -11,6 +11,7 @@ use super::nvls::{NvlsArgs, NVLS_THREADS};
 use super::one_rank::{one_rank_kernel, OneRankArgs};
 use super::p2p::{p2p_kernel, P2pArgs};
 use super::ring::{self, RingArgs};
+use super::sym_ll::{sym_ll_all_reduce, SymLlArgs, SYM_LL_THREADS};
 use super::tree::tree_kernel;
 use super::Collective;
 use crate::arch;
@@ -37,6 +38,9 @@ pub use super::{LL128_THREADS, SIMPLE_THREADS, TREE_LINE_THREADS};
 /// let tree_ll = CollKernel::TreeAllReduce(DataType::F32, Protocol::Ll);
 /// assert_eq!(tree_ll.name(), "rsccl_all_reduce_tree_ll_f32");
 /// assert_eq!(CollKernel::OneRank(DataType::I8).name(), "rsccl_one_rank_i8");
+/// let sym = CollKernel::SymLlAllReduce(DataType::F16);
+/// assert_eq!(sym.name(), "rsccl_all_reduce_sym_ll_f16");
+/// assert!(rsccl_device::kernels::find(&sym.name()).is_some());
 /// assert_eq!(CollKernel::P2p.name(), "rsccl_p2p");
 /// let ll = CollKernel::ring_on(Collective::AllReduce, DataType::F32, Protocol::Ll);
 /// assert_eq!(ll.name(), "rsccl_all_reduce_ring_ll_f32");
@@ -63,6 +67,8 @@ pub enum CollKernel {
     RingBytesLl128(Collective),
     /// Tree all-reduce of one element type on a protocol.
     TreeAllReduce(DataType, Protocol),
+    /// The symmetric LL all-reduce of one element type ([`super::sym_ll`]).
+    SymLlAllReduce(DataType),
     /// One rank: the input through the op's pre/post-operation, or a copy.
     OneRank(DataType),
     /// NVLS all-reduce, reduce-scatter or all-gather of one element type (sm_90 only; the
@@ -120,6 +126,7 @@ impl CollKernel {
             CollKernel::Group(_) => GROUP_THREADS,
             CollKernel::RingLl128(..) | CollKernel::RingBytesLl128(_) => LL128_THREADS,
             CollKernel::TreeAllReduce(_, Protocol::Ll | Protocol::Ll128) => TREE_LINE_THREADS,
+            CollKernel::SymLlAllReduce(_) => SYM_LL_THREADS,
             _ => SIMPLE_THREADS,
         }
     }
@@ -149,6 +156,7 @@ impl CollKernel {
                 };
                 format!("rsccl_all_reduce_tree_{proto}{}", t.name())
             }
+            CollKernel::SymLlAllReduce(t) => format!("rsccl_all_reduce_sym_ll_{}", t.name()),
             CollKernel::OneRank(t) => format!("rsccl_one_rank_{}", t.name()),
             CollKernel::Nvls(t) => format!("rsccl_nvls_{}", t.name()),
             CollKernel::Msccl(t) => format!("rsccl_msccl_{}", t.name()),
@@ -184,7 +192,8 @@ macro_rules! typed_kernels {
         reduce_ring_ll: $r_ll:ident,
         all_reduce_ring_ll128: $ar_ll128:ident,
         reduce_scatter_ring_ll128: $rs_ll128:ident,
-        reduce_ring_ll128: $r_ll128:ident $(,)?
+        reduce_ring_ll128: $r_ll128:ident,
+        all_reduce_sym_ll: $ar_sym_ll:ident $(,)?
     }) => {
         crate::kernel_table!($table, lib {
             /// Ring all-reduce on LL.
@@ -211,6 +220,8 @@ macro_rules! typed_kernels {
             $ar_tree_ll(RingArgs) [TREE_LINE_THREADS] => tree::<$t, LL>;
             /// Tree all-reduce on LL128 (sm_90: see [`LL128_THREADS`]).
             $ar_tree_ll128(RingArgs) [TREE_LINE_THREADS] only "sm_90" => tree::<$t, LL128>;
+            /// The symmetric LL all-reduce ([`super::sym_ll`]).
+            $ar_sym_ll(SymLlArgs) [SYM_LL_THREADS] => sym_ll::<$t>;
             /// One rank.
             $one_rank(OneRankArgs) [SIMPLE_THREADS] => one_rank_kernel::<$t>;
             /// A group's ring collectives and point-to-point ops (launched with
@@ -234,6 +245,7 @@ macro_rules! typed_kernels {
             all_reduce_ring_ll128: $ar_ll128::KERNEL,
             reduce_scatter_ring_ll128: $rs_ll128::KERNEL,
             reduce_ring_ll128: $r_ll128::KERNEL,
+            all_reduce_sym_ll: $ar_sym_ll::KERNEL,
         };
         #[inline(always)]
         fn $ar_ring_fn(a: &RingArgs) {
@@ -265,6 +277,7 @@ typed_kernels!(KERNELS_I8, HANDLES_I8, i8 {
     all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_i8,
     reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_i8,
     reduce_ring_ll128: rsccl_reduce_ring_ll128_i8,
+    all_reduce_sym_ll: rsccl_all_reduce_sym_ll_i8,
 });
 typed_kernels!(KERNELS_U8, HANDLES_U8, u8 {
     all_reduce_ring: rsccl_all_reduce_ring_u8 => all_reduce_ring_u8,
@@ -281,6 +294,7 @@ typed_kernels!(KERNELS_U8, HANDLES_U8, u8 {
     all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_u8,
     reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_u8,
     reduce_ring_ll128: rsccl_reduce_ring_ll128_u8,
+    all_reduce_sym_ll: rsccl_all_reduce_sym_ll_u8,
 });
 typed_kernels!(KERNELS_I32, HANDLES_I32, i32 {
     all_reduce_ring: rsccl_all_reduce_ring_i32 => all_reduce_ring_i32,
@@ -297,6 +311,7 @@ typed_kernels!(KERNELS_I32, HANDLES_I32, i32 {
     all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_i32,
     reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_i32,
     reduce_ring_ll128: rsccl_reduce_ring_ll128_i32,
+    all_reduce_sym_ll: rsccl_all_reduce_sym_ll_i32,
 });
 typed_kernels!(KERNELS_U32, HANDLES_U32, u32 {
     all_reduce_ring: rsccl_all_reduce_ring_u32 => all_reduce_ring_u32,
@@ -313,6 +328,7 @@ typed_kernels!(KERNELS_U32, HANDLES_U32, u32 {
     all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_u32,
     reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_u32,
     reduce_ring_ll128: rsccl_reduce_ring_ll128_u32,
+    all_reduce_sym_ll: rsccl_all_reduce_sym_ll_u32,
 });
 typed_kernels!(KERNELS_I64, HANDLES_I64, i64 {
     all_reduce_ring: rsccl_all_reduce_ring_i64 => all_reduce_ring_i64,
@@ -329,6 +345,7 @@ typed_kernels!(KERNELS_I64, HANDLES_I64, i64 {
     all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_i64,
     reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_i64,
     reduce_ring_ll128: rsccl_reduce_ring_ll128_i64,
+    all_reduce_sym_ll: rsccl_all_reduce_sym_ll_i64,
 });
 typed_kernels!(KERNELS_U64, HANDLES_U64, u64 {
     all_reduce_ring: rsccl_all_reduce_ring_u64 => all_reduce_ring_u64,
@@ -345,6 +362,7 @@ typed_kernels!(KERNELS_U64, HANDLES_U64, u64 {
     all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_u64,
     reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_u64,
     reduce_ring_ll128: rsccl_reduce_ring_ll128_u64,
+    all_reduce_sym_ll: rsccl_all_reduce_sym_ll_u64,
 });
 typed_kernels!(KERNELS_F16, HANDLES_F16, crate::redop::F16 {
     all_reduce_ring: rsccl_all_reduce_ring_f16 => all_reduce_ring_f16,
@@ -361,6 +379,7 @@ typed_kernels!(KERNELS_F16, HANDLES_F16, crate::redop::F16 {
     all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_f16,
     reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_f16,
     reduce_ring_ll128: rsccl_reduce_ring_ll128_f16,
+    all_reduce_sym_ll: rsccl_all_reduce_sym_ll_f16,
 });
 typed_kernels!(KERNELS_F32, HANDLES_F32, f32 {
     all_reduce_ring: rsccl_all_reduce_ring_f32 => all_reduce_ring_f32,
@@ -377,6 +396,7 @@ typed_kernels!(KERNELS_F32, HANDLES_F32, f32 {
     all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_f32,
     reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_f32,
     reduce_ring_ll128: rsccl_reduce_ring_ll128_f32,
+    all_reduce_sym_ll: rsccl_all_reduce_sym_ll_f32,
 });
 typed_kernels!(KERNELS_F64, HANDLES_F64, f64 {
     all_reduce_ring: rsccl_all_reduce_ring_f64 => all_reduce_ring_f64,
@@ -393,6 +413,7 @@ typed_kernels!(KERNELS_F64, HANDLES_F64, f64 {
     all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_f64,
     reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_f64,
     reduce_ring_ll128: rsccl_reduce_ring_ll128_f64,
+    all_reduce_sym_ll: rsccl_all_reduce_sym_ll_f64,
 });
 typed_kernels!(KERNELS_BF16, HANDLES_BF16, crate::redop::BF16 {
     all_reduce_ring: rsccl_all_reduce_ring_bf16 => all_reduce_ring_bf16,
@@ -409,6 +430,7 @@ typed_kernels!(KERNELS_BF16, HANDLES_BF16, crate::redop::BF16 {
     all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_bf16,
     reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_bf16,
     reduce_ring_ll128: rsccl_reduce_ring_ll128_bf16,
+    all_reduce_sym_ll: rsccl_all_reduce_sym_ll_bf16,
 });
 
 /// FP8 kernels exist only in the sm_90 module (and on the host); the host API refuses FP8 on
@@ -431,6 +453,7 @@ mod fp8 {
         all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_e4m3,
         reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_e4m3,
         reduce_ring_ll128: rsccl_reduce_ring_ll128_e4m3,
+    all_reduce_sym_ll: rsccl_all_reduce_sym_ll_e4m3,
     });
     typed_kernels!(KERNELS_E5M2, HANDLES_E5M2, crate::redop::Fp8E5M2 {
         all_reduce_ring: rsccl_all_reduce_ring_e5m2 => all_reduce_ring_e5m2,
@@ -447,6 +470,7 @@ mod fp8 {
         all_reduce_ring_ll128: rsccl_all_reduce_ring_ll128_e5m2,
         reduce_scatter_ring_ll128: rsccl_reduce_scatter_ring_ll128_e5m2,
         reduce_ring_ll128: rsccl_reduce_ring_ll128_e5m2,
+    all_reduce_sym_ll: rsccl_all_reduce_sym_ll_e5m2,
     });
 }
 
@@ -474,6 +498,13 @@ fn ring_lines<T: Elem, const COLL: u32, const PROTO: u32>(a: &RingArgs) {
         BROADCAST => ring::broadcast::<PROTO, _>(a, &m),
         _ => arch::trap(),
     }
+}
+
+/// The symmetric LL all-reduce kernel on `T`.
+#[inline(always)]
+fn sym_ll<T: Elem>(a: &SymLlArgs) {
+    let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
+    sym_ll_all_reduce(a, &RedMover::<T>::new(op, a.red_op_arg))
 }
 
 /// The tree all-reduce kernel on `T` on protocol `PROTO`.
@@ -643,6 +674,7 @@ pub mod handles {
         pub(crate) all_reduce_ring_ll128: Kernel<RingArgs>,
         pub(crate) reduce_scatter_ring_ll128: Kernel<RingArgs>,
         pub(crate) reduce_ring_ll128: Kernel<RingArgs>,
+        pub(crate) all_reduce_sym_ll: Kernel<SymLlArgs>,
     }
 
     fn typed(t: DataType) -> &'static Typed {
@@ -699,6 +731,11 @@ pub mod handles {
             Protocol::Ll => typed(t).all_reduce_tree_ll,
             Protocol::Ll128 => typed(t).all_reduce_tree_ll128,
         }
+    }
+
+    /// The symmetric LL all-reduce kernel on `t` ([`super::super::sym_ll`]).
+    pub fn sym_ll(t: DataType) -> Kernel<SymLlArgs> {
+        typed(t).all_reduce_sym_ll
     }
 
     /// A one-rank communicator's kernel on `t`.

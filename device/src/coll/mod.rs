@@ -9,6 +9,7 @@ pub mod nvls_fifo;
 pub mod one_rank;
 pub mod p2p;
 pub mod ring;
+pub mod sym_ll;
 pub mod tree;
 
 /// Threads per block of every Simple-protocol collective kernel (NCCL's

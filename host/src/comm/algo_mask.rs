@@ -38,7 +38,7 @@ impl NvlsPolicy {
 
 /// The algorithms `RSCCL_ALGO` allows (NCCL's `NCCL_ALGO`): a comma-separated list of `ring`,
 /// `tree`, `nvls`, `nvlstree`, `collnet` (both CollNet forms), `collnetdirect`, `collnetchain`,
-/// `pat` (any case), the ones allowed, or after a `^` the ones excluded; unset or empty: all.
+/// `pat`, and rsccl's `symll` (the symmetric LL all-reduce) (any case), the ones allowed, or after a `^` the ones excluded; unset or empty: all.
 /// MSCCL programs are outside it (as in MSCCL): a registry program serves the calls it names.
 ///
 /// ```
@@ -54,18 +54,20 @@ impl NvlsPolicy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AlgoMask {
     /// One bit per name of [`ALGO_NAMES`].
-    bits: u8,
+    bits: u16,
 }
 
 /// The names `RSCCL_ALGO` knows, in bit order.
-const ALGO_NAMES: [&str; 7] = ["ring", "tree", "nvls", "nvlstree", "collnetdirect", "collnetchain", "pat"];
+const ALGO_NAMES: [&str; 8] =
+    ["ring", "tree", "nvls", "nvlstree", "collnetdirect", "collnetchain", "pat", "symll"];
 
 impl AlgoMask {
-    const RING: u8 = 1 << 0;
-    const TREE: u8 = 1 << 1;
-    const NVLS: u8 = 1 << 2;
-    const NVLS_TREE: u8 = 1 << 3;
-    const ALL: u8 = (1 << ALGO_NAMES.len()) - 1;
+    const RING: u16 = 1 << 0;
+    const TREE: u16 = 1 << 1;
+    const NVLS: u16 = 1 << 2;
+    const NVLS_TREE: u16 = 1 << 3;
+    const SYM_LL: u16 = 1 << 7;
+    const ALL: u16 = (1 << ALGO_NAMES.len()) - 1;
 
     /// Parses NCCL's syntax (see [`AlgoMask`]); an unknown name is an error naming it.
     pub fn parse(value: Option<&str>) -> Result<AlgoMask> {
@@ -76,7 +78,7 @@ impl AlgoMask {
             Some(rest) => (true, rest),
             None => (false, v),
         };
-        let mut named = 0u8;
+        let mut named = 0u16;
         for name in list.split(',').map(|s| s.trim().to_ascii_lowercase()) {
             named |= match name.as_str() {
                 "collnet" => 0b11 << 4,
@@ -84,7 +86,7 @@ impl AlgoMask {
                     Some(b) => 1 << b,
                     None => {
                         return Err(Error::InvalidConfig(format!(
-                            "{ALGO_VAR}=\"{v}\": unknown algorithm \"{name}\" (ring, tree, nvls, nvlstree, collnetdirect, collnetchain, pat)"
+                            "{ALGO_VAR}=\"{v}\": unknown algorithm \"{name}\" (ring, tree, nvls, nvlstree, collnetdirect, collnetchain, pat, symll)"
                         )))
                     }
                 },
@@ -101,6 +103,7 @@ impl AlgoMask {
             Algorithm::Tree => Self::TREE,
             Algorithm::Nvls | Algorithm::NvlsSymmetric => Self::NVLS,
             Algorithm::NvlsTree => Self::NVLS | Self::NVLS_TREE,
+            Algorithm::SymLl => Self::SYM_LL,
             Algorithm::Msccl(_) | Algorithm::P2p => return true,
         };
         self.bits & bit != 0

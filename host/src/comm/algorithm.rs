@@ -29,6 +29,10 @@ pub enum Algorithm {
     /// An MSCCL program loaded with [`Comm::load_msccl`](super::Comm::load_msccl) (or
     /// [`LocalGroup::load_msccl`](super::LocalGroup::load_msccl)), or one of the registry's.
     Msccl(MscclId),
+    /// The symmetric LL all-reduce (NCCL 2.27's `AGxLL_R`): every rank writes its data in LL
+    /// lines into every rank's scratch and reduces what it received, one hop for small
+    /// all-reduces among ranks that reach each other's memory (`RSCCL_ALGO`'s `symll`).
+    SymLl,
     /// Grouped sends and receives in one point-to-point launch (NCCL's p2p path): the
     /// all-to-all's default. Never chosen for, nor asked of, a reducing collective.
     P2p,
@@ -36,7 +40,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Its name in logs and [`Work::algorithm`](super::Work::algorithm): `ring`, `tree`,
-    /// `nvls`, `nvls-symmetric`, `nvls-tree`, `msccl`, `p2p`.
+    /// `nvls`, `nvls-symmetric`, `nvls-tree`, `msccl`, `sym-ll`, `p2p`.
     ///
     /// ```
     /// assert_eq!(rsccl::Algorithm::NvlsSymmetric.name(), "nvls-symmetric");
@@ -49,6 +53,7 @@ impl Algorithm {
             Algorithm::NvlsSymmetric => "nvls-symmetric",
             Algorithm::NvlsTree => "nvls-tree",
             Algorithm::Msccl(_) => "msccl",
+            Algorithm::SymLl => "sym-ll",
             Algorithm::P2p => "p2p",
         }
     }

@@ -42,6 +42,7 @@ impl Comm {
         let launched = unsafe {
             match plan.algorithm {
                 Algorithm::Nvls | Algorithm::NvlsSymmetric => self.launch_nvls(&dev, &plan),
+                Algorithm::SymLl => self.launch_sym_ll(&dev, &plan),
                 _ => self.launch(&dev, &plan),
             }
         };

@@ -184,6 +184,7 @@ impl Comm {
             tuner,
             nvls,
             nvls_tree: None,
+            sym_ll: None,
             windows: Windows::default(),
             programs: Programs::default(),
         };
@@ -203,6 +204,7 @@ impl Comm {
             tracing::info!(rank, "TUNING: the cost table of {nranks} ranks\n{}", comm.tuner.render());
         }
         comm.load_registry()?;
+        comm.sym_ll = comm.sym_ll_setup()?;
         super::nvls_tree::with_tree(comm)
     }
 

@@ -43,7 +43,7 @@ impl Comm {
     }
 
     /// The status words and call signature of this rank's kernel of call `seq`.
-    fn prims_status(&self, dev: &DevCall, algorithm: Algorithm, seq: u64) -> PrimsStatus {
+    pub(super) fn prims_status(&self, dev: &DevCall, algorithm: Algorithm, seq: u64) -> PrimsStatus {
         self.prims_status_in(&self.tables.status, self.cfg.nchannels, dev, algorithm, seq)
     }
 

@@ -155,7 +155,7 @@ impl LocalGroup {
             channels: cfg.channels.clone(),
             topology: None,
             nvls: false,
-            algo: Some("^nvls".into()),
+            algo: Some("^nvls,symll".into()),
             proto: cfg.proto.clone(),
             host_id: None,
             msccl_xml: None,

@@ -34,6 +34,7 @@ mod pool;
 mod scratch;
 mod signature;
 mod split;
+mod sym_ll;
 mod topo;
 mod tuner;
 pub(crate) mod watchdog;

@@ -76,6 +76,10 @@ impl SymmetricMemory {
     pub fn bytes(&self) -> usize {
         self.handle.bytes as usize
     }
+    /// This rank's window as allocated (data bytes, then the semaphores).
+    pub(super) fn window(&self) -> &DeviceBuffer {
+        &self.window
+    }
     /// The handle a kernel takes by value to reach every rank's window.
     pub fn handle(&self) -> SymmetricHandle {
         self.handle
@@ -104,29 +108,10 @@ impl Comm {
                 "symmetric memory of {bytes} bytes: at most {MAX_SYMMETRIC_BYTES}"
             )));
         }
+        self.reaches_every_window().map_err(Error::InvalidConfig)?;
         let stream = self.stream();
         let peers = self.peers();
         let me = &peers[self.rank()];
-        // Ranks of this process reach each other's windows by address; windows of other
-        // processes are mapped here (CUDA IPC on a GPU, shared memory on the emulator). GPU
-        // ranks of one process must share a device (one context); another process's GPU must
-        // be one this device reaches (P2P).
-        if stream.kind() == BackendKind::Gpu {
-            for p in peers {
-                let bus = String::from_utf8_lossy(&p.info);
-                let reachable =
-                    if p.pid == me.pid { p.info == me.info } else { stream.can_access_peer(&bus) };
-                if !reachable {
-                    return Err(Error::InvalidConfig(format!(
-                        "symmetric memory: rank {} (GPU {bus}, process {}) cannot reach rank {}'s window \
-                         (ranks of one process must share a device; other processes' GPUs need P2P)",
-                        self.rank(),
-                        me.pid,
-                        p.rank
-                    )));
-                }
-            }
-        }
         let data = bytes.div_ceil(8) * 8;
         let total = data + 8 * SEM_SLOTS as usize;
         let shared = peers.iter().any(|p| p.pid != me.pid);
@@ -185,6 +170,34 @@ impl Comm {
             check_sems,
             last_shift: AtomicU64::new(NO_SHIFT),
         })
+    }
+
+    /// Whether this rank reaches every rank's symmetric memory, or why not. Ranks of this
+    /// process reach each other's windows by address; windows of other processes are mapped
+    /// here (CUDA IPC on a GPU, shared memory on the emulator). GPU ranks of one process must
+    /// share a device (one context); another process's GPU must be one this device reaches
+    /// (P2P).
+    pub(super) fn reaches_every_window(&self) -> std::result::Result<(), String> {
+        let stream = self.stream();
+        let peers = self.peers();
+        let me = &peers[self.rank()];
+        if stream.kind() != BackendKind::Gpu {
+            return Ok(());
+        }
+        for p in peers {
+            let bus = String::from_utf8_lossy(&p.info);
+            let reachable = if p.pid == me.pid { p.info == me.info } else { stream.can_access_peer(&bus) };
+            if !reachable {
+                return Err(format!(
+                    "symmetric memory: rank {} (GPU {bus}, process {}) cannot reach rank {}'s window \
+                     (ranks of one process must share a device; other processes' GPUs need P2P)",
+                    self.rank(),
+                    me.pid,
+                    p.rank
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Right permute on symmetric memory (Pallas' `ppermute`, one-sided): every rank's `bytes`

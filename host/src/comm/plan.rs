@@ -62,6 +62,9 @@ impl Comm {
                 Algorithm::Nvls
             });
         }
+        if self.sym_ll_serves(dev) && self.tuner.ll_enabled(coll) {
+            return Ok(Algorithm::SymLl);
+        }
         if self.algos.nvls_policy() == NvlsPolicy::Forced {
             return Err(Error::InvalidConfig(format!(
                 "{ALGO_VAR}=nvls, but NVLS has no {coll:?} of {} with {red:?} (it serves all-reduce and reduce-scatter \
@@ -113,6 +116,10 @@ impl Comm {
                 Err(_) => (0, 0),
             },
             Algorithm::P2p => return self.p2p_plan(),
+            Algorithm::SymLl => match &self.sym_ll {
+                Some(s) => (s.blocks, s.threads),
+                None => (0, 0),
+            },
         };
         let (protocol, channels, threads) = match algorithm {
             Algorithm::Ring | Algorithm::Tree if self.nranks > 1 => {
@@ -130,6 +137,7 @@ impl Comm {
                 let (c, t) = self.tuner.shape(algorithm, protocol, bytes, max_threads);
                 (protocol, c, t)
             }
+            Algorithm::SymLl => (Protocol::Ll, channels, threads),
             _ => (Protocol::Simple, channels, threads),
         };
         tracing::trace!(

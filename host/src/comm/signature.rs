@@ -20,12 +20,13 @@ fn algo_code(a: Algorithm) -> u64 {
         Algorithm::NvlsSymmetric => 4,
         Algorithm::NvlsTree => 5,
         Algorithm::P2p => 6,
+        Algorithm::SymLl => 7,
     }
 }
 
 /// What a description says of the algorithm of code `c` (`None`: no such code).
 fn algo_suffix(c: u64) -> Option<&'static str> {
-    ["", " (tree)", " (msccl)", " (nvls)", " (nvls, symmetric)", " (nvls-tree)", " (p2p)"]
+    ["", " (tree)", " (msccl)", " (nvls)", " (nvls, symmetric)", " (nvls-tree)", " (p2p)", " (symmetric LL)"]
         .get(c as usize)
         .copied()
 }

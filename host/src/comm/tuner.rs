@@ -153,6 +153,11 @@ impl Tuner {
         self.table.allows(&self.enabled, coll, algo, p)
     }
 
+    /// Whether `RSCCL_PROTO` leaves LL on for `coll` (the symmetric LL kernel runs only then).
+    pub(super) fn ll_enabled(&self, coll: Collective) -> bool {
+        self.enabled.proto(tuning_coll(coll), Proto::Ll) != ProtoSetting::Off
+    }
+
     /// The protocol `coll` of `bytes` (NCCL's `nBytes`: the larger of the send and receive
     /// buffers) runs with on `algorithm` (the rings or the trees): the fastest of Simple, LL
     /// and LL128 among those `fifos` (that algorithm's connections) carries and
@@ -266,7 +271,7 @@ fn algo_of(algorithm: Algorithm) -> Algo {
         Algorithm::Tree => Algo::Tree,
         Algorithm::Nvls | Algorithm::NvlsSymmetric => Algo::Nvls,
         Algorithm::NvlsTree => Algo::NvlsTree,
-        Algorithm::Ring | Algorithm::Msccl(_) | Algorithm::P2p => Algo::Ring,
+        Algorithm::Ring | Algorithm::Msccl(_) | Algorithm::P2p | Algorithm::SymLl => Algo::Ring,
     }
 }
 
