@@ -207,7 +207,9 @@ fn on_all(comms: &[Comm], call: impl Fn(usize, &Comm) -> rsccl::Result<()> + Syn
 #[test]
 fn mismatched_calls_fail_naming_both_calls() {
     let be = backend::cpu();
-    let cfg = CommConfig { timeout: Duration::from_secs(10), ..CommConfig::default() };
+    // On the rings (the symmetric LL all-reduce has its own test below).
+    let cfg =
+        CommConfig { timeout: Duration::from_secs(10), algo: Some("^symll".into()), ..CommConfig::default() };
     let n = 4000;
     let ar = |r: usize,
               c: &Comm,
@@ -274,6 +276,70 @@ fn mismatched_calls_fail_naming_both_calls() {
         // The communicator is refused from then on: no later call can read stale FIFO data.
         let results = on_all(&comms, |r, c| ar(r, c, &bufs[r], [1000, 1000], f32s, sums));
         assert_refused(&results, what);
+    }
+}
+
+/// Small all-reduces on the symmetric LL kernel: a different count, type or op on the other
+/// rank fails both ranks naming both calls (the signature travels in the kernel's first lines),
+/// and the communicator is refused afterwards. An all-reduce there against another collective
+/// on the rings meets no signature: both ranks time out naming the other.
+#[test]
+fn mismatched_symmetric_ll_calls_fail_naming_both_calls() {
+    let be = backend::cpu();
+    let cfg = CommConfig { timeout: Duration::from_secs(10), ..CommConfig::default() };
+    let f32s = [DataType::F32; 2];
+    let sums = [ReduceOp::Sum; 2];
+    let cases = [
+        ("counts", [1000, 500], f32s, sums),
+        ("types", [1000, 1000], [DataType::F32, DataType::I32], sums),
+        ("ops", [1000, 1000], f32s, [ReduceOp::Sum, ReduceOp::Max]),
+    ];
+    for (what, counts, types, ops) in cases {
+        let comms = Comm::init_all(&be, 2, cfg.clone()).unwrap();
+        let bufs: Vec<DeviceBuffer> =
+            (0..2).map(|r| be.upload(&vec![r as f32 + 1.0; 1000]).unwrap()).collect();
+        let start = Instant::now();
+        let results = on_all(&comms, |r, c| {
+            let b = BufRef::from(&bufs[r]);
+            let w = c.enqueue().all_reduce(b, b, counts[r], types[r], ops[r])?;
+            assert_eq!(w.plan().algorithm, rsccl::Algorithm::SymLl, "{what}");
+            w.wait()
+        });
+        assert!(start.elapsed() < Duration::from_secs(5), "{what}: {:?}", start.elapsed());
+        let name = |r: usize| {
+            let op = if ops[r] == ReduceOp::Sum { "sum" } else { "max" };
+            format!("all_reduce({} × {}, {op}) (symmetric LL)", counts[r], types[r].name())
+        };
+        for (r, res) in results.iter().enumerate() {
+            let e = res.as_ref().expect_err(&format!("{what}: rank {r} returned Ok")).to_string();
+            let want =
+                format!("rank {} called {} where rank {r} called {} as call #1", 1 - r, name(1 - r), name(r));
+            assert!(e.contains(&want), "{what}, rank {r}:\n{e}\nwanted: {want}");
+        }
+        let results = on_all(&comms, |r, c| {
+            let b = BufRef::from(&bufs[r]);
+            c.all_reduce(b, b, 1000, DataType::F32, ReduceOp::Sum)
+        });
+        assert_refused(&results, what);
+    }
+    let cfg = CommConfig { timeout: Duration::from_secs(2), ..cfg };
+    let comms = Comm::init_all(&be, 2, cfg).unwrap();
+    let bufs: Vec<DeviceBuffer> = (0..2).map(|_| be.upload(&vec![1.0f32; 1000]).unwrap()).collect();
+    let out = be.alloc(4000).unwrap();
+    let start = Instant::now();
+    let results = on_all(&comms, |r, c| {
+        let b = BufRef::from(&bufs[r]);
+        if r == 0 {
+            c.all_reduce(b, b, 1000, DataType::F32, ReduceOp::Sum)
+        } else {
+            c.all_gather(b, BufRef::from(&out), 500, DataType::F32)
+        }
+    });
+    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    for (r, res) in results.iter().enumerate() {
+        let e = res.as_ref().expect_err(&format!("mixed: rank {r} returned Ok")).to_string();
+        eprintln!("mixed, rank {r}: {e}");
+        assert!(e.contains(&format!("rank {}", 1 - r)), "mixed, rank {r} does not name the other: {e}");
     }
 }
 

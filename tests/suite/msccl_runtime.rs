@@ -533,10 +533,11 @@ fn a_communicator_runs_the_registry_program_that_serves_a_call_and_falls_back_ot
     for o in outcomes {
         // In place with sum: the program serves it.
         assert_eq!(o[0], ("msccl", vec![6.0; 999]));
-        // Out of place: the program is in place only, so the ring runs.
-        assert_eq!(o[1], ("ring", vec![6.0; 999]));
-        // Avg: the program cannot apply it, so the ring does.
-        assert_eq!(o[2], ("ring", vec![2.0; 999]));
+        // Out of place: the program is in place only, so the plan runs it as without one
+        // (this small all-reduce: the symmetric LL kernel).
+        assert_eq!(o[1], ("sym-ll", vec![6.0; 999]));
+        // Avg: the program cannot apply it, so the plan's algorithm does.
+        assert_eq!(o[2], ("sym-ll", vec![2.0; 999]));
         // Nonblocking: both results, whatever order they were waited in.
         assert_eq!(o[3], ("msccl", vec![3.0; 999]));
         assert_eq!(o[4], ("msccl", vec![1.0; 999]));

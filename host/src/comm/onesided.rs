@@ -103,6 +103,33 @@ impl Comm {
     /// semaphores beside each. Ranks in other processes of this host map each other's windows
     /// (CUDA IPC on GPUs that reach each other, shared memory on the CPU emulator).
     pub fn alloc_symmetric(&self, bytes: usize) -> Result<SymmetricMemory> {
+        Ok(self.symmetric_memory(bytes, false)?.expect("not agreed: memory or an error"))
+    }
+
+    /// [`Comm::alloc_symmetric`] where every rank learns whether every rank could allocate
+    /// and map its window: `None` on every rank when one could not (for resources the
+    /// communicator does without), instead of an error on that rank alone.
+    pub(super) fn alloc_symmetric_agreed(&self, bytes: usize) -> Result<Option<SymmetricMemory>> {
+        self.symmetric_memory(bytes, true)
+    }
+
+    /// Both of the above (`agree`: the second).
+    fn symmetric_memory(&self, bytes: usize, agree: bool) -> Result<Option<SymmetricMemory>> {
+        // Whether every rank got `local` (each rank's result all-gathered when agreeing).
+        let everyone = |local: &Result<()>| -> Result<bool> {
+            if !agree {
+                return Ok(true);
+            }
+            let all = self.all_gather_bootstrap(&[local.is_ok() as u8])?;
+            if let Some(r) = all.iter().position(|v| v.first() != Some(&1)) {
+                tracing::debug!(
+                    rank = self.rank(),
+                    "symmetric memory: rank {r} could not allocate or map it"
+                );
+                return Ok(false);
+            }
+            Ok(true)
+        };
         if bytes > MAX_SYMMETRIC_BYTES {
             return Err(Error::InvalidConfig(format!(
                 "symmetric memory of {bytes} bytes: at most {MAX_SYMMETRIC_BYTES}"
@@ -115,8 +142,12 @@ impl Comm {
         let data = bytes.div_ceil(8) * 8;
         let total = data + 8 * SEM_SLOTS as usize;
         let shared = peers.iter().any(|p| p.pid != me.pid);
-        let (window, export) =
-            if shared { stream.alloc_exported(total)? } else { (stream.alloc(total)?, Vec::new()) };
+        let allocated =
+            if shared { stream.alloc_exported(total) } else { stream.alloc(total).map(|w| (w, Vec::new())) };
+        if !everyone(&allocated.as_ref().map(|_| ()).map_err(|e| Error::InvalidConfig(e.to_string())))? {
+            return Ok(None);
+        }
+        let (window, export) = allocated?;
         // The windows' addresses (the data size is what every rank must agree on), and how
         // other processes open them.
         let mut bases: Vec<u64> = super::nvls::exchange_windows(
@@ -131,7 +162,7 @@ impl Comm {
         let mut mapped = Vec::new();
         if shared {
             let handles = self.all_gather_bootstrap(&export)?;
-            for (q, p) in peers.iter().enumerate().filter(|(_, p)| p.pid != me.pid) {
+            let opened = peers.iter().enumerate().filter(|(_, p)| p.pid != me.pid).try_for_each(|(q, p)| {
                 let (ptr, guard) = stream.open_exported(&handles[q]).map_err(|e| {
                     Error::InvalidConfig(format!(
                         "symmetric memory: rank {} cannot map rank {}'s window: {e}",
@@ -141,7 +172,13 @@ impl Comm {
                 })?;
                 bases[q] = ptr.0;
                 mapped.push(guard);
+                Ok(())
+            });
+            if !everyone(&opened)? {
+                stream.unpublish_exported(&export);
+                return Ok(None);
             }
+            opened?;
         }
         let peers = stream.upload(&bases)?;
         let status = stream.alloc(8 * MAX_GRID as usize)?;
@@ -160,7 +197,7 @@ impl Comm {
         if shared {
             stream.unpublish_exported(&export);
         }
-        Ok(SymmetricMemory {
+        Ok(Some(SymmetricMemory {
             window,
             _peers: peers,
             _mapped: mapped,
@@ -169,7 +206,7 @@ impl Comm {
             launches: Default::default(),
             check_sems,
             last_shift: AtomicU64::new(NO_SHIFT),
-        })
+        }))
     }
 
     /// Whether this rank reaches every rank's symmetric memory, or why not. Ranks of this

@@ -100,7 +100,8 @@ impl Comm {
         let (n, t) = (self.nranks as u64, threads as u64);
         let half_lines = sym_ll_half_lines(n, t).expect("at most 72 ranks of 512 threads");
         let bytes = sym_ll_scratch_bytes(blocks as u64, n, t).expect("at most 72 ranks of 512 threads");
-        let mem = self.alloc_symmetric(bytes as usize)?;
+        // A rank that cannot allocate or map it (e.g. no exportable memory) turns it off on all.
+        let Some(mem) = self.alloc_symmetric_agreed(bytes as usize)? else { return Ok(None) };
         // Zeroed lines read as no epoch's; every rank's zeroing is done before any rank
         // writes into another's (the barrier).
         self.stream.copy_in(mem.window(), 0, &vec![0u8; bytes as usize])?;
