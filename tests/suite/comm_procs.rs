@@ -1210,6 +1210,7 @@ fn from_env_under_each_launchers_variables() {
     }
     for (extra, want) in [
         (("RSCCL_NTHREADS", "many"), "RSCCL_NTHREADS=\"many\" is not a whole number"),
+        (("RSCCL_SYM_LL_THRESHOLD", "lots"), "RSCCL_SYM_LL_THRESHOLD=\"lots\" is not a whole number"),
         (("RSCCL_NTHREADS", "100"), "RSCCL_NTHREADS=100: threads per block must be a multiple of 32"),
         (
             ("RSCCL_BUFFSIZE", "1000"),

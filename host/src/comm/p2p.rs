@@ -68,16 +68,14 @@ pub const P2P_LL_THRESHOLD: u64 = 16384;
 pub const P2P_LL_THRESHOLD_VAR: &str = "RSCCL_P2P_LL_THRESHOLD";
 
 /// [`P2P_LL_THRESHOLD`], or `RSCCL_P2P_LL_THRESHOLD`'s value (read once per process; a value
-/// that is not a number of bytes is an error naming it).
+/// that is not a whole number is an error naming it).
 fn p2p_ll_threshold() -> Result<u64> {
     static VALUE: std::sync::OnceLock<std::result::Result<u64, String>> = std::sync::OnceLock::new();
     VALUE
-        .get_or_init(|| match std::env::var(P2P_LL_THRESHOLD_VAR) {
-            Err(_) => Ok(P2P_LL_THRESHOLD),
-            Ok(v) => v
-                .trim()
-                .parse::<u64>()
-                .map_err(|_| format!("{P2P_LL_THRESHOLD_VAR}={v}: give a number of bytes")),
+        .get_or_init(|| match super::config::env_number(P2P_LL_THRESHOLD_VAR) {
+            Ok(v) => Ok(v.unwrap_or(P2P_LL_THRESHOLD)),
+            Err(Error::InvalidConfig(why)) => Err(why),
+            Err(e) => Err(e.to_string()),
         })
         .clone()
         .map_err(Error::InvalidConfig)

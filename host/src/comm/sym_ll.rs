@@ -40,16 +40,10 @@ pub(super) struct SymLl {
     pub(super) threshold: u64,
 }
 
-/// [`SYM_LL_THRESHOLD`], or `RSCCL_SYM_LL_THRESHOLD`'s value (a value that is not a number of
-/// bytes is an error naming it).
+/// [`SYM_LL_THRESHOLD`], or `RSCCL_SYM_LL_THRESHOLD`'s value (a value that is not a whole
+/// number is an error naming it).
 fn threshold() -> Result<u64> {
-    match std::env::var(SYM_LL_THRESHOLD_VAR) {
-        Err(_) => Ok(SYM_LL_THRESHOLD),
-        Ok(v) => v
-            .trim()
-            .parse::<u64>()
-            .map_err(|_| Error::InvalidConfig(format!("{SYM_LL_THRESHOLD_VAR}={v}: give a number of bytes"))),
-    }
+    Ok(super::config::env_number(SYM_LL_THRESHOLD_VAR)?.unwrap_or(SYM_LL_THRESHOLD))
 }
 
 impl Comm {
