@@ -10,7 +10,7 @@ impl Comm {
     ///
     /// ```
     /// # fn main() -> rsccl::Result<()> {
-    /// use rsccl::comm::{Call, Protocol, ReduceOp};
+    /// use rsccl::comm::{Algorithm, Call, Protocol, ReduceOp};
     /// use rsccl::{backend, Comm, CommConfig, DataType};
     /// let be = backend::cpu();
     /// let comms = Comm::init_all(&be, 4, CommConfig { nthreads: 64, ..CommConfig::default() })?;
@@ -18,9 +18,15 @@ impl Comm {
     /// let small = Call::all_reduce((&buf).into(), (&buf).into(), 16, DataType::F32, ReduceOp::Sum);
     /// let big = Call::all_reduce((&buf).into(), (&buf).into(), 1 << 20, DataType::F32, ReduceOp::Sum);
     /// let (s, b) = (comms[0].plan_call(&small)?, comms[0].plan_call(&big)?);
-    /// // 64 bytes: LL on one channel (NCCL's shrink); 4 MiB: Simple on every channel.
-    /// assert_eq!((s.protocol, s.channels), (Protocol::Ll, 1));
-    /// assert_eq!((b.protocol, b.channels), (Protocol::Simple, 2));
+    /// // 64 bytes: the symmetric LL kernel (a block per channel); 4 MiB: Simple rings on
+    /// // every channel.
+    /// assert_eq!((s.algorithm, s.protocol, s.channels), (Algorithm::SymLl, Protocol::Ll, 2));
+    /// assert_eq!((b.algorithm, b.protocol, b.channels), (Algorithm::Ring, Protocol::Simple, 2));
+    /// // Without it (`RSCCL_ALGO=^symll`), LL rings on one channel (NCCL's shrink).
+    /// let cfg = CommConfig { nthreads: 64, algo: Some("^symll".into()), ..CommConfig::default() };
+    /// let rings = Comm::init_all(&be, 4, cfg)?;
+    /// let s = rings[0].plan_call(&small)?;
+    /// assert_eq!((s.algorithm, s.protocol, s.channels), (Algorithm::Ring, Protocol::Ll, 1));
     /// # Ok(())
     /// # }
     /// ```
