@@ -140,7 +140,7 @@ pub struct Comm {
     /// NVLS_TREE: this node's NVLS communicator and the cross-node one of this local rank.
     pub(super) nvls_tree: Option<Arc<NvlsTree>>,
     /// The symmetric LL all-reduce's scratch, where every rank reaches every other's memory.
-    pub(super) sym_ll: Option<super::sym_ll::SymLl>,
+    pub(super) sym_ll: Option<super::sym_ll_scratch::SymLl>,
     /// Symmetric windows registered so far.
     pub(super) windows: Windows,
     /// MSCCL programs loaded, by hand or from the registry.

@@ -35,6 +35,7 @@ mod scratch;
 mod signature;
 mod split;
 mod sym_ll;
+mod sym_ll_scratch;
 mod topo;
 mod tuner;
 pub(crate) mod watchdog;

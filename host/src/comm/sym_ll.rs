@@ -4,7 +4,7 @@
 use super::algorithm::{Algorithm, Plan};
 use super::call::DevCall;
 use super::communicator::Comm;
-use super::onesided::SymmetricMemory;
+use super::sym_ll_scratch::SymLl;
 use crate::backend::LaunchConfig;
 use crate::error::{Error, Result};
 use crate::transport::TransportKind;
@@ -26,19 +26,6 @@ pub const SYM_LL_MAX_RANKS: usize = 72;
 
 /// Most blocks of a symmetric LL launch (each has its own scratch region and epoch).
 pub const SYM_LL_MAX_BLOCKS: usize = 8;
-
-/// The symmetric LL all-reduce's scratch on this rank and the shape it was made for (the same
-/// on every rank).
-pub(super) struct SymLl {
-    mem: SymmetricMemory,
-    /// Blocks of every launch (regions of the scratch).
-    pub(super) blocks: u32,
-    /// Threads of every launch.
-    pub(super) threads: u32,
-    half_lines: u64,
-    /// All-reduces of at most this many bytes run on it.
-    pub(super) threshold: u64,
-}
 
 /// [`SYM_LL_THRESHOLD`], or `RSCCL_SYM_LL_THRESHOLD`'s value (a value that is not a whole
 /// number is an error naming it).
@@ -101,7 +88,8 @@ impl Comm {
         self.stream.copy_in(mem.window(), 0, &vec![0u8; bytes as usize])?;
         self.stream.synchronize()?;
         self.barrier()?;
-        Ok(Some(SymLl { mem, blocks: blocks as u32, threads, half_lines, threshold }))
+        let peers = mem.handle().peers;
+        Ok(Some(SymLl { _mem: Box::new(mem), peers, blocks: blocks as u32, threads, half_lines, threshold }))
     }
 
     /// Whether an all-reduce of `dev` runs the symmetric LL kernel: the communicator has its
@@ -127,7 +115,7 @@ impl Comm {
             sendbuff: dev.send,
             recvbuff: dev.recv,
             count: dev.count,
-            peers: s.mem.handle().peers,
+            peers: s.peers,
             half_lines: s.half_lines,
             regions: s.blocks as u64,
             status,
