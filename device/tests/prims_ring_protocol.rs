@@ -650,6 +650,82 @@ fn ll_flags_are_cleaned_when_the_step_counter_reaches_the_wrap_mask() {
     }
 }
 
+/// Senders on network connections (`CONN_PROXY_SIZES`) tell the proxy each LL step's size
+/// before its lines: the lines below it carry the step's flag, none above does, and a clean
+/// step announces its whole slot (every line of it carries the flag and must cross). Checked
+/// after every all-reduce of a ring whose steps run across the clean steps.
+#[test]
+fn proxied_ll_senders_announce_each_steps_size_across_the_clean_steps() {
+    use rsccl_device::prims::conn::CONN_PROXY_SIZES;
+    use rsccl_device::prims::ll::{ll_flag, LlLine, LL_CLEAN_MASK, LL_LINE_BYTES};
+    let (n, nch, threads, step_bytes, count) = (3usize, 1usize, 64u32, 1024u64, 40usize);
+    let start = LL_CLEAN_MASK - 5;
+    let mut ring = build(n, nch, step_bytes);
+    let mut sizes: Vec<Vec<u64>> = vec![vec![u64::MAX; NCCL_STEPS as usize]; n];
+    for r in 0..n {
+        let send = &mut ring.channels[r][0].send;
+        (send.sizes_fifo, send.flags) = (vec_ptr(&mut sizes[r]), CONN_PROXY_SIZES);
+        for conn in [ring.channels[r][0].send, ring.channels[r][0].recv] {
+            // SAFETY: the step and head words of this test's connections, alive in `ring`.
+            unsafe {
+                *(conn.step.0 as *mut u64) = start;
+                *(conn.head.0 as *mut u64) = start;
+            }
+        }
+    }
+    let (mut whole, mut partial) = (0, 0);
+    for round in 0..6u64 {
+        let mut sends: Vec<Vec<u64>> =
+            (0..n).map(|r| (0..count).map(|i| input(r, i) + round).collect()).collect();
+        let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
+        let faults = Faults { proto: Protocol::Ll, timeout_ns: 5_000_000_000, ..NO_FAULTS };
+        run_with(
+            &mut ring,
+            Collective::AllReduce,
+            &mut sends,
+            &mut recvs,
+            count as u64,
+            0,
+            threads,
+            step_bytes,
+            faults,
+        );
+        for r in 0..n {
+            for i in 0..count {
+                let want = (0..n).fold(0u64, |a, q| a.wrapping_add(input(q, i) + round));
+                assert_eq!(recvs[r][i], want, "round {round} rank {r} elem {i}");
+            }
+        }
+        let send = ring.channels[0][0].send;
+        // SAFETY: the sender's step word.
+        let next = unsafe { *(send.step.0 as *const u64) };
+        // The last NCCL_STEPS steps rank 0 sent, each in its slot.
+        for step in (next - NCCL_STEPS).max(start)..next {
+            let k = (step % NCCL_STEPS) as usize;
+            let bytes = sizes[0][k];
+            assert!(
+                bytes <= step_bytes && bytes.is_multiple_of(LL_LINE_BYTES),
+                "step {step:#x}: size {bytes}"
+            );
+            let line = |i: u64| {
+                // SAFETY: inside this connection's FIFO.
+                unsafe { *(send.buff.offset(k as u64 * step_bytes + i * LL_LINE_BYTES).0 as *const LlLine) }
+            };
+            for i in 0..step_bytes / LL_LINE_BYTES {
+                let l = line(i);
+                let has = l.flag1 == ll_flag(step) && l.flag2 == ll_flag(step);
+                assert_eq!(has, i < bytes / LL_LINE_BYTES, "step {step:#x} (size {bytes}) line {i}: {l:?}");
+            }
+            if bytes == step_bytes {
+                whole += 1;
+            } else {
+                partial += 1;
+            }
+        }
+    }
+    assert!(whole >= NCCL_STEPS && partial > 0, "{whole} whole-slot and {partial} partial steps seen");
+}
+
 #[test]
 fn an_ll_rank_that_never_launches_makes_its_peers_time_out_naming_it() {
     a_line_rank_that_never_launches_makes_its_peers_time_out_naming_it(Protocol::Ll);

@@ -15,6 +15,12 @@ pub const NCCL_STEPS: u64 = 8;
 /// every copy.
 pub const CONN_NVLS_MIN_POLL: u64 = 1;
 
+/// `flags` bit: a proxy thread moves this connection's steps over the network (NET). A
+/// line-protocol sender then writes each step's byte count in `sizes_fifo`, after a system
+/// fence (so the call's signature is visible first), before the step's lines: the proxy learns
+/// from it how many lines to wait for, as NCCL's `net.cc` reads `connFifo[].size`.
+pub const CONN_PROXY_SIZES: u64 = 2;
+
 /// `head` value a receiver stores when the sender's call does not match its own: the sender's
 /// next wait for credits sees it and gives up ([`ErrorCode::Mismatch`]).
 pub const CONN_REFUSED: u64 = u64::MAX;

@@ -4,7 +4,7 @@
 //! only a receiver of an empty step (no line to wait on) waits for. The protocols differ only
 //! in how a step's lines are written and read ([`super::ll`], [`super::ll128`]).
 use crate::arch;
-use crate::prims::conn::{ConnInfo, ErrorCode, PrimsStatus, CONN_REFUSED, NCCL_STEPS};
+use crate::prims::conn::{ConnInfo, ErrorCode, PrimsStatus, CONN_PROXY_SIZES, CONN_REFUSED, NCCL_STEPS};
 use crate::prims::simple::Op;
 use crate::DevPtr;
 
@@ -137,12 +137,14 @@ impl<'a> LineFifo<'a> {
         (if op.recv { self.recv } else { &[] }, if op.send { self.send } else { &[] })
     }
 
-    /// Starts a step of `op` moving `lines` lines of `line_bytes`: thread 0 takes the send
-    /// credits (and, for an empty receive, waits for the senders' tails, so the ranks stay in
-    /// lockstep), then the group learns whether they came. `None` when the group has given
-    /// up; traps when the lines overrun a slot (a caller bug).
+    /// Starts a step of `op` moving `lines` lines of `line_bytes` (every line of the slot when
+    /// `whole_slot`: a flag clean-up): thread 0 takes the send credits (and, for an empty
+    /// receive, waits for the senders' tails, so the ranks stay in lockstep), tells the proxy
+    /// of each network send peer how many bytes the step carries ([`CONN_PROXY_SIZES`]), then
+    /// the group learns whether the credits came. `None` when the group has given up; traps
+    /// when the lines overrun a slot (a caller bug).
     #[inline(always)]
-    pub fn begin(&mut self, op: Op, lines: u64, line_bytes: u64) -> Option<Step<'a>> {
+    pub fn begin(&mut self, op: Op, lines: u64, line_bytes: u64, whole_slot: bool) -> Option<Step<'a>> {
         let (recv, send) = self.sides(op);
         for c in recv.iter().chain(send) {
             if lines > c.step_bytes / line_bytes {
@@ -153,6 +155,19 @@ impl<'a> LineFifo<'a> {
         if self.tid == 0 && !self.aborted {
             for c in send {
                 failed = failed || !self.wait_credit(c);
+            }
+            for c in send.iter().filter(|c| !failed && c.flags & CONN_PROXY_SIZES != 0) {
+                let bytes = if whole_slot { c.step_bytes } else { lines * line_bytes };
+                // The call's signature (signed by this thread) reaches the proxy before the
+                // size that makes it send the step.
+                arch::fence_acq_rel_sys();
+                // SAFETY: a connected side's sizes FIFO (NCCL_STEPS words) when the flag is set.
+                unsafe {
+                    arch::st_relaxed_sys_u64(
+                        c.sizes_fifo.offset(8 * (self.send_step % NCCL_STEPS)).as_ptr(),
+                        bytes,
+                    )
+                };
             }
             if lines == 0 {
                 // An empty step has no line to wait on: a receiver must not run ahead into

@@ -216,7 +216,7 @@ impl<M: DataMover> super::proto::Prims for LlPrimitives<'_, M> {
         let bytes = nelem.max(0) as u64 * eb;
         let lines = lines_for(bytes);
         let mut failed = false;
-        if let Some(step) = self.fifo.begin(op, lines, LL_LINE_BYTES) {
+        if let Some(step) = self.fifo.begin(op, lines, LL_LINE_BYTES, ll_needs_clean(self.fifo.send_step)) {
             let words = WordOp::new(op, (self.input, self.output), (src_ix, dst_ix), eb, post_op);
             let send_flag = ll_flag(self.fifo.send_step);
             let mut i = self.fifo.tid as u64;

@@ -226,7 +226,7 @@ impl<M: DataMover> super::proto::Prims for Ll128Primitives<'_, M> {
         let bytes = nelem.max(0) as u64 * eb;
         let lines = bytes.div_ceil(LL128_LINE_DATA_BYTES);
         let mut failed = false;
-        if let Some(step) = self.fifo.begin(op, lines, LL128_LINE_BYTES) {
+        if let Some(step) = self.fifo.begin(op, lines, LL128_LINE_BYTES, false) {
             let words = WordOp::new(op, (self.input, self.output), (src_ix, dst_ix), eb, post_op);
             let (lane, warp) = (self.fifo.tid % 32, (self.fifo.tid / 32) as u64);
             let nwarps = (self.fifo.nthreads / 32) as u64;
