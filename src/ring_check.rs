@@ -81,8 +81,9 @@ fn ring(c: &Case, ch: usize) -> Vec<usize> {
 /// small sizes).
 fn partition(c: &Case, plan: &Plan, size: usize) -> Vec<(usize, usize)> {
     let eb = c.dtype.size() as u64;
-    // Simple: the FIFO slot; LL, LL128: the data of a slot, one step per chunk.
-    let (step_elems, steps_per_chunk) = match c.proto {
+    // Simple: the FIFO slot; LL, LL128: the data of a slot, one step per chunk. The protocol
+    // that ran (the plan's), which `c.proto` forces where the harness makes the communicator.
+    let (step_elems, steps_per_chunk) = match plan.protocol {
         Protocol::Simple => (c.step_bytes / eb, 4),
         Protocol::Ll => (8 * c.nthreads as u64 * 8 / eb, 1),
         // LL128: 120 words per thread per slot in 128-byte lines of 120 data bytes.

@@ -9,7 +9,7 @@
 //! every network and bootstrap listener of a running job. Every child is bounded in time and
 //! killed if it overruns; no shared-memory segment may be left behind.
 use rsccl::bootstrap::UniqueId;
-use rsccl::comm::{BufRef, Comm, CommConfig, ReduceOp};
+use rsccl::comm::{Algorithm, BufRef, Call, Comm, CommConfig, Protocol, ReduceOp};
 use rsccl::topology::search::{search_all, SearchOptions};
 use rsccl::topology::{xml, NodeKind, System};
 use rsccl::transport::{shm, TransportKind};
@@ -162,12 +162,28 @@ fn net_child() {
     let mut cfg = config(nodes, local);
     match role.as_str() {
         "sweep" => {
+            // RSCCL_TEST_PROTO forces the rings' and trees' protocol (else the cost model picks).
+            let forced = std::env::var("RSCCL_TEST_PROTO").ok();
+            cfg.proto = forced.clone();
             let comm = Comm::init_rank(&be, n, rank, &id, cfg.clone()).unwrap();
             for p in (0..n).filter(|&p| p != rank) {
                 let want = if p / local == rank / local { TransportKind::Shm } else { TransportKind::Net };
                 assert_eq!(comm.transport_to(p), Some(want), "rank {rank} -> {p}");
             }
-            let cs = cases(&cfg, n);
+            let mut cs = cases(&cfg, n);
+            if let Some(p) = &forced {
+                let p = [Protocol::Simple, Protocol::Ll, Protocol::Ll128].into_iter().find(|x| x.name() == p);
+                cs.iter_mut().for_each(|c| c.proto = p.expect("a protocol name"));
+            }
+            // What the rings and trees run on for a small all-reduce, for the parent to check.
+            let buf = be.alloc(4 * 4099).unwrap();
+            let small = Call::all_reduce((&buf).into(), (&buf).into(), 4099, DataType::F32, ReduceOp::Sum);
+            for algo in [Algorithm::Ring, Algorithm::Tree] {
+                let plan = comm.plan_call(&small.with_algorithm(algo)).unwrap();
+                println!("rank {rank}: {} on {}", algo.name(), plan.protocol.name());
+            }
+            let auto = comm.plan_call(&small).unwrap();
+            println!("rank {rank}: auto {} on {}", auto.algorithm.name(), auto.protocol.name());
             for c in &cs {
                 run_ring_case(&comm, &be, c).unwrap_or_else(|e| panic!("rank {rank}: {e}"));
             }
@@ -321,7 +337,7 @@ impl Gate {
         if !log.contains(" RSCCL INFO init: rank ") {
             return;
         }
-        if net_listeners(&log).len() < net_receivers(&log) {
+        if net_listeners(&log).len() < NET_REGIONS * net_receivers(&log) {
             return;
         }
         self.passed.store(true, Ordering::Release);
@@ -333,6 +349,10 @@ impl Gate {
         }
     }
 }
+
+/// Listeners per network connection of the rings and trees: its Simple and its LL region each
+/// get a plugin connection.
+const NET_REGIONS: usize = 2;
 
 /// How many network connections a rank's log says it receives (`connection ... from rank P
 /// (HOST) via NET`).
@@ -409,7 +429,7 @@ fn sweep(nodes: usize, local: usize) {
 
 /// [`sweep`] with `env` added to every rank's variables; ranks with a network connection must
 /// log `net_line` (which network carries it).
-fn sweep_on(nodes: usize, local: usize, env: &[(&'static str, &str)], net_line: &str) {
+fn sweep_on(nodes: usize, local: usize, env: &[(&'static str, &str)], net_line: &str) -> Vec<String> {
     let n = nodes * local;
     let mut ranks =
         start_ranks_with("sweep", nodes, local, |_| env.iter().map(|(k, v)| (*k, v.to_string())).collect());
@@ -437,11 +457,28 @@ fn sweep_on(nodes: usize, local: usize, env: &[(&'static str, &str)], net_line: 
     // Every node talks to another one over the network.
     assert!(net_ranks >= nodes, "only {net_ranks} ranks used the network");
     assert_no_segments(&pids);
+    results.into_iter().map(|(_, text)| text).collect()
 }
 
 #[test]
 fn two_nodes_of_two_ranks() {
-    sweep(2, 2);
+    let logs = sweep_on(2, 2, &[], "NET/socket: using lo");
+    // The cost model runs a small all-reduce on LL rings: LL crosses the network.
+    for (r, text) in logs.iter().enumerate() {
+        assert!(text.contains(&format!("rank {r}: auto ring on LL")), "rank {r}:\n{text}");
+    }
+}
+
+/// LL forced across 2 nodes × 2 ranks: every ring collective and the trees run on LL, over
+/// shared memory within a node and through the proxies (flag-checked steps) between nodes.
+#[test]
+fn two_nodes_of_two_ranks_on_ll() {
+    let logs = sweep_on(2, 2, &[("RSCCL_TEST_PROTO", "LL")], "NET/socket: using lo");
+    for (r, text) in logs.iter().enumerate() {
+        for algo in ["ring", "tree"] {
+            assert!(text.contains(&format!("rank {r}: {algo} on LL")), "rank {r}:\n{text}");
+        }
+    }
 }
 
 /// Whether libfabric can be loaded here; says so when it cannot (CI installs `libfabric1`).
@@ -764,12 +801,13 @@ fn a_rank_that_never_calls_the_collective_is_named_with_its_number() {
             .lines()
             .find_map(|l| l.find("HANG rank").map(|i| &l[i..]))
             .unwrap_or_else(|| panic!("rank {r}:\n{text}"));
-        // Across 2 nodes the cost model runs a 16 KB all-reduce on the trees.
-        assert!(head.starts_with("HANG rank 3 never entered all_reduce(tree) #2;"), "rank {r}: {head}");
+        // Across 2 nodes the cost model runs a 16 KB all-reduce on the rings (on LL, which
+        // crosses the network; on Simple the trees won).
+        assert!(head.starts_with("HANG rank 3 never entered all_reduce #2;"), "rank {r}: {head}");
         assert!(
             head.contains("(lost ")
                 || text.contains(
-                    "HANG-RANK rank 3: never entered all_reduce(tree) #2: between collectives, last completed #1"
+                    "HANG-RANK rank 3: never entered all_reduce #2: between collectives, last completed #1"
                 ),
             "rank {r}:\n{text}"
         );
@@ -876,7 +914,7 @@ fn strangers_at_every_listener_are_refused_and_collectives_go_on() {
         let receivers = net_receivers(&text);
         let listeners = net_listeners(&text);
         assert!(
-            receivers > 0 && listeners.len() == receivers,
+            receivers > 0 && listeners.len() == NET_REGIONS * receivers,
             "rank {r}: {receivers} network receivers:\n{text}"
         );
         for to in listeners {

@@ -64,8 +64,8 @@ impl Algorithm {
 pub enum Protocol {
     /// FIFO slots of `step_bytes`, flagged by head and tail counters: bandwidth-optimal.
     Simple,
-    /// 16-byte lines of 8 data bytes and two flags, no fence: latency-optimal (rings over
-    /// connections whose memory a GPU reaches; not over the network).
+    /// 16-byte lines of 8 data bytes and two flags, no fence: latency-optimal (rings, trees
+    /// and point-to-point; over the network each step goes once its lines carry their flags).
     Ll,
     /// 128-byte lines of 120 data bytes and a flag word: near Simple's bandwidth at low
     /// latency, but only where a line's store arrives in order (NVLink-class paths; enabled by

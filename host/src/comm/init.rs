@@ -380,8 +380,7 @@ struct Linked {
 }
 
 /// One connection's views: its Simple FIFO, and its LL and LL128 FIFOs (rings' and trees'
-/// connections over memory a GPU reaches: not NET; LL128 unless `RSCCL_PROTO` turns it off
-/// everywhere).
+/// connections; LL128 not over NET, nor where `RSCCL_PROTO` turns it off everywhere).
 struct ConnViews {
     slot: Slot,
     peer: usize,
@@ -465,18 +464,20 @@ fn connect(
     let (cfg, nranks) = (&agreed.cfg, peers.len());
     let wires = wires(Rank(rank as u32), &agreed.channels);
     // Rings and trees get LL and LL128 FIFOs of NCCL's shapes (per thread of the block: 8 LL
-    // lines, 120 LL128 words per slot) where the peer is not across the network; both ends
-    // of a wire compute the same layout from what every rank agreed on.
+    // lines, 120 LL128 words per slot), but no LL128 one across the network (its proxy checks
+    // LL flags only); both ends of a wire compute the same layout from what every rank agreed on.
     let ll128 = if agreed.tuner.ll128_possible() { ll128_step_bytes(cfg.nthreads) } else { 0 };
-    let layout_of = |w: &Wire| {
-        if transports[w.peer] != TransportKind::Net {
-            ConnLayout {
-                step_bytes: cfg.step_bytes,
-                ll_step_bytes: ll_step_bytes(cfg.nthreads),
-                ll128_step_bytes: ll128,
-            }
+    let layout_of = |w: &Wire| ConnLayout {
+        step_bytes: cfg.step_bytes,
+        ll_step_bytes: ll_step_bytes(cfg.nthreads),
+        ll128_step_bytes: if transports[w.peer] == TransportKind::Net { 0 } else { ll128 },
+    };
+    // Network views tell line-protocol senders to write each step's size for the proxy.
+    let viewed = |w: &Wire, v: ConnInfo| {
+        if transports[w.peer] == TransportKind::Net {
+            transport::net::proxied(v)
         } else {
-            ConnLayout::simple(cfg.step_bytes)
+            v
         }
     };
     let key_base = u128::from_le_bytes(*id.secret());
@@ -529,8 +530,8 @@ fn connect(
         views.push(ConnViews {
             slot: w.slot,
             peer,
-            simple: layout.view(base, Side::Recv, peer),
-            ll: layout.view_ll(base, Side::Recv, peer),
+            simple: viewed(w, layout.view(base, Side::Recv, peer)),
+            ll: layout.view_ll(base, Side::Recv, peer).map(|v| viewed(w, v)),
             ll128: layout.view_ll128(base, Side::Recv, peer),
         });
         conns.push(mem);
@@ -553,8 +554,8 @@ fn connect(
         views.push(ConnViews {
             slot: w.slot,
             peer,
-            simple: layout.view(base, Side::Send, peer),
-            ll: layout.view_ll(base, Side::Send, peer),
+            simple: viewed(w, layout.view(base, Side::Send, peer)),
+            ll: layout.view_ll(base, Side::Send, peer).map(|v| viewed(w, v)),
             ll128: layout.view_ll128(base, Side::Send, peer),
         });
         conns.push(mem);

@@ -36,7 +36,7 @@ use rsccl_device::coll::p2p::{P2pArgs, P2pKind, P2pOp};
 use rsccl_device::dtype::DataType;
 use rsccl_device::overlap::gate::GateWait;
 use rsccl_device::prims::conn::{
-    decode_status, mismatch_offset, status_bytes, CallSig, ErrorCode, PrimsStatus, CALL_SIG_BYTES,
+    decode_status, mismatch_offset, status_bytes, CallSig, ConnInfo, ErrorCode, PrimsStatus, CALL_SIG_BYTES,
 };
 use rsccl_device::prims::ll::ll_step_bytes;
 use rsccl_device::prims::Protocol as DevProtocol;
@@ -341,7 +341,7 @@ impl Comm {
         key: u128,
         handle: Option<&ConnHandle>,
     ) -> Result<(ConnMem, Option<ConnHandle>)> {
-        let layout = self.p2p_layout(peer);
+        let layout = self.p2p_layout();
         let kind = self.links.transports[peer];
         if kind != TransportKind::Net {
             let t = transport::transport(kind, &self.stream).expect("not the network");
@@ -396,14 +396,21 @@ impl Comm {
     }
 
     /// The FIFO shape of the point-to-point connection with `peer` (the same on both sides:
-    /// `step_bytes`, `nthreads` and the transport are what every rank agreed on): a Simple
-    /// region, and an LL region of NCCL's shape unless the peer is across the network.
-    fn p2p_layout(&self, peer: usize) -> ConnLayout {
+    /// `step_bytes` and `nthreads` are what every rank agreed on): a Simple region and an LL
+    /// region of NCCL's shape.
+    fn p2p_layout(&self) -> ConnLayout {
         let simple = ConnLayout::simple(self.cfg.step_bytes.min(P2P_MAX_STEP_BYTES));
-        if self.links.transports[peer] == TransportKind::Net {
-            return simple;
-        }
         ConnLayout { ll_step_bytes: ll_step_bytes(self.cfg.nthreads.clamp(64, SIMPLE_THREADS)), ..simple }
+    }
+
+    /// `v`, a view of the connection with `peer`, as its kernel gets it: across the network,
+    /// line-protocol senders write each step's size for the proxy.
+    fn p2p_view(&self, peer: usize, v: ConnInfo) -> ConnInfo {
+        if self.links.transports[peer] == TransportKind::Net {
+            crate::transport::net::proxied(v)
+        } else {
+            v
+        }
     }
 
     /// Phase 2: the receiving side of every missing connection `ops` needs — allocated, its
@@ -418,9 +425,9 @@ impl Comm {
             let t = p2p_tag(peer, self.rank);
             let (mem, handle) = self.p2p_open(&mut links, peer, self.links.conn_key ^ t as u128, None)?;
             boot.send(peer, t, &handle.expect("a listening side's handle").0)?;
-            let layout = self.p2p_layout(peer);
-            let (view, ll_view) =
-                (layout.view(mem.base(), Side::Recv, peer), layout.view_ll(mem.base(), Side::Recv, peer));
+            let layout = self.p2p_layout();
+            let view = self.p2p_view(peer, layout.view(mem.base(), Side::Recv, peer));
+            let ll_view = layout.view_ll(mem.base(), Side::Recv, peer).map(|v| self.p2p_view(peer, v));
             links.conns.insert((peer, Side::Recv), P2pConn { _mem: mem, view, ll_view, ops: 0 });
         }
         Ok(())
@@ -449,9 +456,9 @@ impl Comm {
                 )));
             }
             let (mem, _) = self.p2p_open(&mut links, peer, 0, Some(&ConnHandle(handle)))?;
-            let layout = self.p2p_layout(peer);
-            let (view, ll_view) =
-                (layout.view(mem.base(), Side::Send, peer), layout.view_ll(mem.base(), Side::Send, peer));
+            let layout = self.p2p_layout();
+            let view = self.p2p_view(peer, layout.view(mem.base(), Side::Send, peer));
+            let ll_view = layout.view_ll(mem.base(), Side::Send, peer).map(|v| self.p2p_view(peer, v));
             links.conns.insert((peer, Side::Send), P2pConn { _mem: mem, view, ll_view, ops: 0 });
         }
         Ok(())

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 pub(super) struct P2pConn {
     pub(super) _mem: ConnMem,
     pub(super) view: ConnInfo,
-    /// The view of its LL region (`None` over the network: the proxy does not check line
-    /// flags).
+    /// The view of its LL region (every connection has one; over the network the proxy
+    /// sends a step once its lines carry their flags).
     pub(super) ll_view: Option<ConnInfo>,
     /// Operations signed on it so far (each side numbers its own; they agree while matched).
     pub(super) ops: u64,

@@ -199,8 +199,8 @@ impl Tuner {
                 && !self.warned.swap(true, Ordering::Relaxed)
             {
                 tracing::warn!(
-                    "{PROTO_VAR}={} asks for {} on {coll}, but a {} connection has no {} FIFO (a network \
-                     peer) or a rank's GPU has no such kernels (LL128 below sm_90): running {}",
+                    "{PROTO_VAR}={} asks for {} on {coll}, but a {} connection has no {} FIFO (LL128 across \
+                     the network) or a rank's GPU has no such kernels (LL128 below sm_90): running {}",
                     self.setting.as_deref().unwrap_or(""),
                     p.name(),
                     if algo == Algo::Tree { "tree" } else { "ring" },

@@ -35,11 +35,10 @@ use std::sync::Arc;
 pub struct ConnLayout {
     /// Bytes per Simple FIFO slot.
     pub step_bytes: u64,
-    /// Bytes per LL FIFO slot (16-byte lines); 0: the connection has no LL FIFO (network
-    /// connections: the proxy does not check LL flags, so LL never runs over NET).
+    /// Bytes per LL FIFO slot (16-byte lines); 0: the connection has no LL FIFO.
     pub ll_step_bytes: u64,
-    /// Bytes per LL128 FIFO slot (128-byte lines); 0: no LL128 FIFO (network connections, as
-    /// LL; and paths LL128 is not enabled on unless forced).
+    /// Bytes per LL128 FIFO slot (128-byte lines); 0: no LL128 FIFO (network connections:
+    /// their proxy checks LL flags only; and paths LL128 is not enabled on unless forced).
     pub ll128_step_bytes: u64,
 }
 

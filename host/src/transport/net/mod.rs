@@ -9,6 +9,12 @@
 //! the bootstrap; the sender connects; the receiver's accept runs on a thread of its own (both
 //! ranks are usually each other's receiver and sender), and [`NetSetup::start`] joins those
 //! accepts, within the communicator's bootstrap timeout, before the proxy starts.
+//!
+//! Each protocol region of a connection ([`Region`]: Simple, and LL where the layout has it)
+//! gets a plugin connection of its own, so a full FIFO of one region never holds up the
+//! other's data behind it in one stream. LL crosses the network as NCCL's `net.cc` moves it:
+//! the sending proxy sends a step once every line of it carries the step's flag; LL128 does
+//! not (a layout with an LL128 region is refused).
 pub mod ofi;
 pub mod plugin;
 pub mod plugin_abi;
@@ -17,12 +23,13 @@ pub mod proxy;
 pub mod socket;
 pub mod wire;
 
-use super::{ConnHandle, ConnLayout, ConnMem, Side, Transport};
+use super::{ConnHandle, ConnLayout, ConnMem, Side, Transport, MAX_HANDLE_BYTES};
 use crate::backend::{Backend, HostMapped};
 use crate::bootstrap::Secret;
 use crate::error::{Error, Result};
 use crate::topology::detect::NetDevice;
-use rsccl_device::prims::conn::NCCL_STEPS;
+use rsccl_device::prims::conn::{ConnInfo, CONN_PROXY_SIZES, NCCL_STEPS};
+use rsccl_device::DevPtr;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -156,6 +163,87 @@ pub fn choose(choice: NetChoice, secret: Secret) -> Result<Arc<dyn Net>> {
 /// this, so a step without a size is a continuation of a slice (or a step the kernel skipped).
 pub const NO_SIZE: u64 = u64::MAX;
 
+/// A protocol region of a network connection, as the proxy moves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Region {
+    /// Simple: slices the kernel announces by `tail`, after a fence.
+    Simple,
+    /// LL: one step at a time, sent once each of its lines carries the step's flag.
+    Ll,
+}
+
+impl Region {
+    /// The regions of a network connection of `layout`, Simple first; an error for an LL128
+    /// region (its lines are not checked by the proxy, so it never runs over the network).
+    pub fn of(layout: ConnLayout) -> Result<Vec<Region>> {
+        if layout.ll128_step_bytes != 0 {
+            return Err(Error::InvalidConfig(format!(
+                "a network connection with an LL128 FIFO ({} B slots): LL128 does not run over the network",
+                layout.ll128_step_bytes
+            )));
+        }
+        Ok(if layout.ll_step_bytes != 0 { vec![Region::Simple, Region::Ll] } else { vec![Region::Simple] })
+    }
+
+    /// `side`'s view of this region of a connection of `layout` whose memory starts at `base`.
+    pub fn view(self, layout: ConnLayout, base: DevPtr, side: Side, peer: usize) -> ConnInfo {
+        match self {
+            Region::Simple => layout.view(base, side, peer),
+            Region::Ll => layout.view_ll(base, side, peer).expect("Region::of saw the LL region"),
+        }
+    }
+}
+
+/// A network connection's view as its kernel gets it: line-protocol senders tell the proxy
+/// each step's size ([`CONN_PROXY_SIZES`]).
+pub fn proxied(view: ConnInfo) -> ConnInfo {
+    ConnInfo { flags: view.flags | CONN_PROXY_SIZES, ..view }
+}
+
+/// The plugin handles of a connection's regions as one [`ConnHandle`]: a count, then each
+/// handle after its 2-byte length.
+fn join_handles(handles: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let mut out = vec![handles.len() as u8];
+    for h in handles {
+        let len = u16::try_from(h.len())
+            .map_err(|_| Error::Network(format!("a network plugin handle of {} bytes", h.len())))?;
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(h);
+    }
+    if out.len() > MAX_HANDLE_BYTES {
+        return Err(Error::Network(format!(
+            "{} network plugin handles take {} bytes, more than a connection handle's {MAX_HANDLE_BYTES}",
+            handles.len(),
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
+/// [`join_handles`] undone, checking that it carries `n` handles and nothing after them.
+fn split_handles(b: &[u8], n: usize) -> Result<Vec<&[u8]>> {
+    let bad = |what: String| Error::Network(format!("a network connection handle: {what}"));
+    let (&count, mut rest) = b.split_first().ok_or_else(|| bad("empty".into()))?;
+    if count as usize != n {
+        return Err(bad(format!("{count} plugin handles, expected {n} (one per protocol region)")));
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let (len, tail) =
+            rest.split_first_chunk::<2>().ok_or_else(|| bad(format!("handle {i}: its length is cut off")))?;
+        let len = u16::from_le_bytes(*len) as usize;
+        if tail.len() < len {
+            return Err(bad(format!("handle {i}: {len} bytes announced, {} left", tail.len())));
+        }
+        out.push(&tail[..len]);
+        rest = &tail[len..];
+    }
+    if !rest.is_empty() {
+        return Err(bad(format!("{} bytes after the last plugin handle", rest.len())));
+    }
+    Ok(out)
+}
+
 /// A connection whose setup has started.
 pub(crate) enum Pending {
     Send(Box<dyn NetSendComm>),
@@ -168,7 +256,8 @@ pub(crate) struct NetConn {
     pub host: String,
     pub layout: ConnLayout,
     pub mem: Arc<HostMapped>,
-    pub pending: Pending,
+    /// Each region's plugin connection ([`Region::of`]'s order).
+    pub pending: Vec<(Region, Pending)>,
 }
 
 /// The network connections a communicator sets up, until its proxy takes them.
@@ -203,26 +292,31 @@ impl NetSetup {
         let mut ready = Vec::with_capacity(conns.len());
         let mut first_err = None;
         for c in conns {
-            let comm = match c.pending {
-                Pending::Send(s) => proxy::Comm::Send(s),
-                Pending::Accept(h) => {
-                    match h.join().unwrap_or_else(|_| Err(Error::Network("an accept thread panicked".into())))
-                    {
-                        Ok(r) => proxy::Comm::Recv(r),
-                        Err(e) => {
-                            first_err.get_or_insert(Error::PeerLost {
-                                rank,
-                                peer: c.peer,
-                                host: c.host.clone(),
-                                what: format!("it never connected: {e}"),
-                                report: None,
-                            });
-                            continue;
+            for (region, pending) in c.pending {
+                let comm = match pending {
+                    Pending::Send(s) => proxy::Comm::Send(s),
+                    Pending::Accept(h) => {
+                        match h
+                            .join()
+                            .unwrap_or_else(|_| Err(Error::Network("an accept thread panicked".into())))
+                        {
+                            Ok(r) => proxy::Comm::Recv(r),
+                            Err(e) => {
+                                first_err.get_or_insert(Error::PeerLost {
+                                    rank,
+                                    peer: c.peer,
+                                    host: c.host.clone(),
+                                    what: format!("it never connected: {e}"),
+                                    report: None,
+                                });
+                                continue;
+                            }
                         }
                     }
-                }
-            };
-            ready.push(proxy::ProxyConn::new(c.peer, c.host, c.layout, c.mem, comm)?);
+                };
+                let (host, mem) = (c.host.clone(), c.mem.clone());
+                ready.push(proxy::ProxyConn::new(c.peer, host, c.layout, region, mem, comm)?);
+            }
         }
         if let Some(e) = first_err {
             return Err(e);
@@ -231,13 +325,16 @@ impl NetSetup {
     }
 
     fn alloc(&self, layout: ConnLayout, side: Side) -> Result<Arc<HostMapped>> {
+        let regions = Region::of(layout)?;
         let mem = Arc::new(self.backend.alloc_mapped(layout.bytes()?)?);
         if side == Side::Send {
             // The sending proxy tells slices apart by the sizes the kernel writes.
-            let v = layout.view(rsccl_device::DevPtr(mem.host_ptr() as u64), side, 0);
-            for k in 0..NCCL_STEPS as usize {
-                // SAFETY: the sizes FIFO lies inside the fresh allocation (ConnLayout::bytes).
-                unsafe { (v.sizes_fifo.0 as *mut u64).add(k).write_volatile(NO_SIZE) };
+            for r in regions {
+                let v = r.view(layout, DevPtr(mem.host_ptr() as u64), side, 0);
+                for k in 0..NCCL_STEPS as usize {
+                    // SAFETY: the sizes FIFO lies inside the fresh allocation (ConnLayout::bytes).
+                    unsafe { (v.sizes_fifo.0 as *mut u64).add(k).write_volatile(NO_SIZE) };
+                }
             }
         }
         Ok(mem)
@@ -252,7 +349,7 @@ pub struct NetPeer<'a> {
 }
 
 impl NetPeer<'_> {
-    fn keep(&self, layout: ConnLayout, mem: Arc<HostMapped>, pending: Pending) -> ConnMem {
+    fn keep(&self, layout: ConnLayout, mem: Arc<HostMapped>, pending: Vec<(Region, Pending)>) -> ConnMem {
         let cm = ConnMem::new(mem.ptr(), mem.len(), Box::new(mem.clone()));
         let conn = NetConn { peer: self.peer, host: self.host.clone(), layout, mem, pending };
         self.setup.conns.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
@@ -263,18 +360,62 @@ impl NetPeer<'_> {
 impl Transport for NetPeer<'_> {
     fn listen(&self, layout: ConnLayout, _key: u128) -> Result<(ConnMem, super::ConnHandle)> {
         let mem = self.setup.alloc(layout, Side::Recv)?;
-        let (handle, listener) = self.setup.net.listen()?;
-        let deadline = self.setup.deadline;
-        let acceptor = std::thread::Builder::new()
-            .name("rsccl-net-accept".into())
-            .spawn(move || listener.accept(deadline))
-            .map_err(|e| Error::Network(format!("starting an accept thread: {e}")))?;
-        Ok((self.keep(layout, mem, Pending::Accept(acceptor)), ConnHandle(handle)))
+        let (mut handles, mut pending) = (Vec::new(), Vec::new());
+        for region in Region::of(layout)? {
+            let (handle, listener) = self.setup.net.listen()?;
+            let deadline = self.setup.deadline;
+            let acceptor = std::thread::Builder::new()
+                .name("rsccl-net-accept".into())
+                .spawn(move || listener.accept(deadline))
+                .map_err(|e| Error::Network(format!("starting an accept thread: {e}")))?;
+            handles.push(handle);
+            pending.push((region, Pending::Accept(acceptor)));
+        }
+        let handle = ConnHandle(join_handles(&handles)?);
+        Ok((self.keep(layout, mem, pending), handle))
     }
 
     fn connect(&self, layout: ConnLayout, handle: &ConnHandle) -> Result<ConnMem> {
         let mem = self.setup.alloc(layout, Side::Send)?;
-        let comm = self.setup.net.connect(&handle.0, self.setup.deadline)?;
-        Ok(self.keep(layout, mem, Pending::Send(comm)))
+        let regions = Region::of(layout)?;
+        let mut pending = Vec::with_capacity(regions.len());
+        for (region, h) in regions.iter().zip(split_handles(&handle.0, regions.len())?) {
+            pending.push((*region, Pending::Send(self.setup.net.connect(h, self.setup.deadline)?)));
+        }
+        Ok(self.keep(layout, mem, pending))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_handles_travel_as_one_and_bad_ones_are_named() {
+        let hs = vec![vec![1u8, 2, 3], vec![], vec![9; 40]];
+        let joined = join_handles(&hs).unwrap();
+        let back = split_handles(&joined, 3).unwrap();
+        assert_eq!(back, [&[1u8, 2, 3][..], &[][..], &[9; 40][..]]);
+        let e = split_handles(&joined, 2).unwrap_err().to_string();
+        assert!(e.contains("3 plugin handles, expected 2"), "{e}");
+        let e = split_handles(&joined[..joined.len() - 1], 3).unwrap_err().to_string();
+        assert!(e.contains("handle 2: 40 bytes announced, 39 left"), "{e}");
+        let mut long = joined.clone();
+        long.push(0);
+        assert!(split_handles(&long, 3).unwrap_err().to_string().contains("1 bytes after"));
+        assert!(split_handles(&[], 1).unwrap_err().to_string().contains("empty"));
+        assert!(join_handles(&[vec![0; 300], vec![0; 300]]).unwrap_err().to_string().contains("more than"));
+    }
+
+    #[test]
+    fn a_network_connection_has_no_ll128_region() {
+        let simple = ConnLayout::simple(4096);
+        assert_eq!(Region::of(simple).unwrap(), [Region::Simple]);
+        let ll = ConnLayout { ll_step_bytes: 1024, ..simple };
+        assert_eq!(Region::of(ll).unwrap(), [Region::Simple, Region::Ll]);
+        let e = Region::of(ConnLayout { ll128_step_bytes: 7680, ..ll }).unwrap_err().to_string();
+        assert!(e.contains("LL128 does not run over the network"), "{e}");
+        let v = proxied(Region::Ll.view(ll, DevPtr(0x1000), Side::Send, 3));
+        assert_eq!((v.flags & CONN_PROXY_SIZES, v.step_bytes, v.peer), (CONN_PROXY_SIZES, 1024, 3));
     }
 }

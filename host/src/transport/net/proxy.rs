@@ -18,16 +18,23 @@
 //! slot of `s` once that slot is free, as for data. A receiving kernel that refuses the
 //! sender's call (`CONN_REFUSED` in its head word) gets nothing more on that connection.
 //!
+//! **LL regions** ([`Region::Ll`]) move one step at a time, as NCCL's `net.cc` moves LL: the
+//! kernel writes a step's size before its lines (`CONN_PROXY_SIZES`) but fences nothing after
+//! them, so the sending proxy sends the step once every line of it carries the step's flag;
+//! the receiving proxy takes the step into a buffer of its own and stores it into the slot in
+//! whole 8-byte words, so the kernel never sees a flag without the data beside it.
+//!
 //! A broken connection (the peer died or closed it, garbage, a plugin error) stops that
 //! connection, records which peer it was for the communicator to report, and sets the abort word
 //! so that the rank's kernels stop waiting at once. Dropping the [`Proxy`] stops the thread and
 //! closes every connection.
 use super::wire::{Ctrl, CTRL_BYTES};
-use super::{NetRecvComm, NetRequest, NetSendComm, NO_SIZE};
+use super::{NetRecvComm, NetRequest, NetSendComm, Region, NO_SIZE};
 use crate::backend::HostMapped;
 use crate::error::{Error, Result};
 use crate::transport::{ConnLayout, Side};
 use rsccl_device::prims::conn::{CALL_SIG_BYTES, CONN_REFUSED, NCCL_STEPS};
+use rsccl_device::prims::ll::{ll_flag, LlLine, LL_LINE_BYTES};
 use rsccl_device::DevPtr;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,15 +60,15 @@ struct Words {
 }
 
 impl Words {
-    fn of(mem: &HostMapped, layout: ConnLayout, side: Side) -> Words {
-        let v = layout.view(DevPtr(mem.host_ptr() as u64), side, 0);
+    fn of(mem: &HostMapped, layout: ConnLayout, region: Region, side: Side) -> Words {
+        let v = region.view(layout, DevPtr(mem.host_ptr() as u64), side, 0);
         Words {
             fifo: v.buff.0 as *mut u8,
             head: v.head.0 as *const AtomicU64,
             tail: v.tail.0 as *const AtomicU64,
             sizes: v.sizes_fifo.0 as *const AtomicU64,
             sigs: v.sig.0 as *const AtomicU64,
-            step_bytes: layout.step_bytes,
+            step_bytes: v.step_bytes,
         }
     }
     fn head(&self) -> &AtomicU64 {
@@ -115,6 +122,25 @@ impl Words {
     fn room(&self, step: u64) -> u64 {
         (NCCL_STEPS - step % NCCL_STEPS) * self.step_bytes
     }
+    /// Word `i` of step's slot.
+    fn slot_word(&self, step: u64, i: usize) -> &AtomicU64 {
+        // SAFETY: callers keep `8 · i` below `step_bytes` (a slice's bytes, checked against
+        // it); slots are 16-byte aligned inside the connection's memory.
+        unsafe { &*(self.slot(step) as *const AtomicU64).add(i) }
+    }
+    /// Whether the first `bytes` of step's LL slot are whole lines of that step: both flags of
+    /// every line are its flag (the kernel stores each line's halves with no fence after).
+    fn lines_ready(&self, step: u64, bytes: u64) -> bool {
+        let flag = ll_flag(step);
+        (0..(bytes / LL_LINE_BYTES) as usize).all(|l| {
+            let h = [
+                self.slot_word(step, 2 * l).load(Ordering::Acquire),
+                self.slot_word(step, 2 * l + 1).load(Ordering::Acquire),
+            ];
+            let line = LlLine::from_halves(h);
+            line.flag1 == flag && line.flag2 == flag
+        })
+    }
 }
 
 /// A send in flight: its two requests (None once done) and the step its credit reaches.
@@ -148,7 +174,10 @@ enum RecvState {
 pub(crate) struct ProxyConn {
     peer: usize,
     host: String,
+    region: Region,
     words: Words,
+    /// A receiving LL region's landing buffer: one step, copied into the slot in whole words.
+    stage: Box<[u64]>,
     comm: Comm,
     /// Sending: the first step not sent yet. Receiving: the first step not received yet.
     next: u64,
@@ -173,6 +202,7 @@ impl ProxyConn {
         peer: usize,
         host: String,
         layout: ConnLayout,
+        region: Region,
         mem: Arc<HostMapped>,
         mut comm: Comm,
     ) -> Result<Self> {
@@ -182,13 +212,26 @@ impl ProxyConn {
         };
         let ctrl: Box<[[u8; CTRL_BYTES]; NCCL_STEPS as usize]> =
             Box::new([[0; CTRL_BYTES]; NCCL_STEPS as usize]);
-        // What the plugin sends from and receives into: the connection's memory and the
-        // control buffers, registered once.
+        let words = Words::of(&mem, layout, region, side);
+        let stage_words = match (region, side) {
+            (Region::Ll, Side::Recv) => usize::try_from(words.step_bytes / 8)
+                .map_err(|_| Error::InvalidConfig(format!("LL slots of {} bytes", words.step_bytes)))?,
+            _ => 0,
+        };
+        let mut stage = Vec::new();
+        stage.try_reserve_exact(stage_words).map_err(|_| {
+            Error::InvalidConfig(format!("no memory for a {}-byte LL landing buffer", words.step_bytes))
+        })?;
+        stage.resize(stage_words, 0u64);
+        let stage = stage.into_boxed_slice();
+        // What the plugin sends from and receives into: the connection's memory, the control
+        // buffers and the landing buffer, registered once.
         let regions = [
             (mem.host_ptr() as *const u8, mem.len()),
             (ctrl.as_ptr().cast::<u8>(), std::mem::size_of_val(&*ctrl)),
+            (stage.as_ptr().cast::<u8>(), std::mem::size_of_val(&*stage)),
         ];
-        for (p, len) in regions {
+        for (p, len) in regions.into_iter().filter(|r| r.1 != 0) {
             match &mut comm {
                 Comm::Send(c) => c.register(p, len)?,
                 Comm::Recv(c) => c.register(p, len)?,
@@ -197,7 +240,9 @@ impl ProxyConn {
         Ok(ProxyConn {
             peer,
             host,
-            words: Words::of(&mem, layout, side),
+            region,
+            words,
+            stage,
             comm,
             next: 0,
             inflight: VecDeque::new(),
@@ -212,16 +257,17 @@ impl ProxyConn {
 
     /// Moves what it can without blocking; true when something moved.
     fn progress(&mut self) -> std::result::Result<bool, String> {
-        match &mut self.comm {
-            Comm::Send(_) => self.progress_send(),
-            Comm::Recv(_) => self.progress_recv(),
+        match (&mut self.comm, self.region) {
+            (Comm::Send(_), Region::Simple) => self.progress_send(),
+            (Comm::Send(_), Region::Ll) => self.progress_send_lines(),
+            (Comm::Recv(_), _) => self.progress_recv(),
         }
     }
 
-    fn progress_send(&mut self) -> std::result::Result<bool, String> {
+    /// Sends done, in order: each gives the kernel credit up to its end. True when one ended.
+    fn complete_sends(&mut self) -> std::result::Result<bool, String> {
         let Comm::Send(comm) = &mut self.comm else { unreachable!("a send connection") };
         let mut moved = false;
-        // Completions, in order: each gives the kernel credit up to its end.
         while let Some(f) = self.inflight.front_mut() {
             for r in [&mut f.ctrl, &mut f.data] {
                 if let Some(req) = *r {
@@ -237,6 +283,75 @@ impl ProxyConn {
             self.inflight.pop_front();
             moved = true;
         }
+        Ok(moved)
+    }
+
+    /// Sends `sig`, the signature of the call starting at step `self.next`.
+    fn send_sig(&mut self, sig: [u64; 4]) -> std::result::Result<(), String> {
+        let Comm::Send(comm) = &mut self.comm else { unreachable!("a send connection") };
+        let k = (self.sent % NCCL_STEPS) as usize;
+        self.ctrl[k] = Ctrl::Sign { step: self.next, sig }.encode();
+        // SAFETY: the control buffer is ours until this send is done (at most NCCL_STEPS in
+        // flight).
+        let c = unsafe { comm.isend(self.ctrl[k].as_ptr(), CTRL_BYTES) }.map_err(|e| e.to_string())?;
+        self.inflight.push_back(InFlight { ctrl: Some(c), data: None, end: self.next });
+        self.sent += 1;
+        self.sig_sent = sig[0];
+        Ok(())
+    }
+
+    /// An LL region's sends: step by step, each once the kernel has written its size and all
+    /// of its lines carry the step's flag (the tail, stored with no fence after the lines,
+    /// says nothing here).
+    fn progress_send_lines(&mut self) -> std::result::Result<bool, String> {
+        let mut moved = self.complete_sends()?;
+        while self.inflight.len() < NCCL_STEPS as usize {
+            let s = self.next;
+            // The size first: the kernel fenced before storing it, so a signature of the call
+            // starting here is visible once it is.
+            let bytes = self.words.size(s).load(Ordering::Acquire);
+            if let Some(sig) = self.words.new_sig(s, self.sig_sent) {
+                self.send_sig(sig)?;
+                moved = true;
+                continue;
+            }
+            if bytes == NO_SIZE {
+                break;
+            }
+            if bytes > self.words.step_bytes || !bytes.is_multiple_of(LL_LINE_BYTES) {
+                return Err(format!(
+                    "the kernel wrote an LL step of {bytes} bytes at step {s} (whole {LL_LINE_BYTES}-byte lines \
+                     of a {}-byte slot expected)",
+                    self.words.step_bytes
+                ));
+            }
+            if !self.words.lines_ready(s, bytes) {
+                break;
+            }
+            self.words.size(s).store(NO_SIZE, Ordering::Release);
+            let Comm::Send(comm) = &mut self.comm else { unreachable!("a send connection") };
+            let k = (self.sent % NCCL_STEPS) as usize;
+            self.ctrl[k] = Ctrl::Slice { step: s, steps: 1, bytes }.encode();
+            // SAFETY: as progress_send: the control buffer is ours until the send is done, and
+            // the kernel rewrites the slot only after the head store that completion makes.
+            let (c, d) = unsafe {
+                (
+                    comm.isend(self.ctrl[k].as_ptr(), CTRL_BYTES),
+                    comm.isend(self.words.slot(s), bytes as usize),
+                )
+            };
+            let (c, d) = (c.map_err(|e| e.to_string())?, d.map_err(|e| e.to_string())?);
+            self.inflight.push_back(InFlight { ctrl: Some(c), data: Some(d), end: s + 1 });
+            self.sent += 1;
+            self.next = s + 1;
+            moved = true;
+        }
+        Ok(moved)
+    }
+
+    fn progress_send(&mut self) -> std::result::Result<bool, String> {
+        let mut moved = self.complete_sends()?;
+        let Comm::Send(comm) = &mut self.comm else { unreachable!("a send connection") };
         // New signatures and slices.
         let tail = self.words.tail().load(Ordering::Acquire);
         while self.inflight.len() < NCCL_STEPS as usize {
@@ -341,7 +456,20 @@ impl ProxyConn {
                                 self.recv = RecvState::Closed;
                                 return Ok(true);
                             }
-                            Ctrl::Slice { step, steps, bytes } => RecvState::Slots((step, steps, bytes), i),
+                            Ctrl::Slice { step, steps, bytes } => {
+                                if self.region == Region::Ll
+                                    && (steps != 1
+                                        || !bytes.is_multiple_of(LL_LINE_BYTES)
+                                        || bytes > self.words.step_bytes)
+                                {
+                                    return Err(format!(
+                                        "an LL slice of {bytes} bytes over {steps} steps at step {step} (one step \
+                                         of whole {LL_LINE_BYTES}-byte lines, at most {} bytes, expected)",
+                                        self.words.step_bytes
+                                    ));
+                                }
+                                RecvState::Slots((step, steps, bytes), i)
+                            }
                             Ctrl::Sign { step, sig } => RecvState::Sign(step, sig, i),
                         };
                         moved = true;
@@ -378,9 +506,16 @@ impl ProxyConn {
                         }
                         Some(true) => {}
                     }
-                    // SAFETY: Ctrl::decode checked the bytes fit from the slot to the FIFO's end;
-                    // the kernel released these slots (head) and reads them only after tail.
-                    let r = unsafe { comm.irecv(self.words.slot(step), bytes as usize) };
+                    let r = if self.region == Region::Ll {
+                        // SAFETY: the landing buffer holds a slot (checked: bytes ≤ step_bytes)
+                        // and is only read once this request is done.
+                        unsafe { comm.irecv(self.stage.as_mut_ptr().cast(), bytes as usize) }
+                    } else {
+                        // SAFETY: Ctrl::decode checked the bytes fit from the slot to the FIFO's
+                        // end; the kernel released these slots (head) and reads them only after
+                        // tail.
+                        unsafe { comm.irecv(self.words.slot(step), bytes as usize) }
+                    };
                     let data = r.map_err(|e| e.to_string())?;
                     // The next control message goes into the other buffer; this one's is decoded.
                     let j = i ^ 1;
@@ -397,6 +532,12 @@ impl ProxyConn {
                         return Err(format!("a slice of {n} bytes where {} were announced", c.2))
                     }
                     Some(n) => {
+                        if self.region == Region::Ll {
+                            // Whole words: a line's flag is never seen without its data.
+                            for (i, w) in self.stage[..n / 8].iter().enumerate() {
+                                self.words.slot_word(c.0, i).store(*w, Ordering::Relaxed);
+                            }
+                        }
                         self.words.size(c.0).store(n as u64, Ordering::Relaxed);
                         self.next = c.0 + c.1;
                         self.words.tail().store(self.next, Ordering::Release);
@@ -733,6 +874,82 @@ mod tests {
             }
             step += sps;
             word(rx.head).store(step, Ordering::Release);
+        }
+        sender.join().unwrap();
+        assert!(rx_proxy.failure().is_none() && tx_proxy.failure().is_none());
+        drop((rx_mem, tx_mem));
+    }
+
+    /// An LL region across the network: a step goes only once every line carries its flag (a
+    /// line written late holds it back), and arrives whole, flags and data, in its slot —
+    /// empty steps and whole-slot steps included, across FIFO wrap-arounds.
+    #[test]
+    fn ll_steps_cross_once_every_line_carries_its_flag() {
+        use rsccl_device::prims::ll::{ll_flag, LlLine, LL_LINE_BYTES};
+        let be = crate::backend::cpu();
+        let layout = ConnLayout { step_bytes: 256, ll_step_bytes: 512, ll128_step_bytes: 0 };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let net: Arc<dyn Net> = Arc::new(SocketNet::new(SocketConfig::loopback(), [4; 16]));
+        let (rx_setup, tx_setup) =
+            (NetSetup::new(net.clone(), be.clone(), deadline), NetSetup::new(net, be.clone(), deadline));
+        let (rx_mem, handle) = rx_setup.to_peer(1, "sender-host").listen(layout, 0).unwrap();
+        let tx_mem = tx_setup.to_peer(0, "receiver-host").connect(layout, &handle).unwrap();
+        let rx_proxy = rx_setup.start(0, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();
+        let tx_proxy = tx_setup.start(1, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();
+        let tx = layout.view_ll(tx_mem.base(), Side::Send, 0).unwrap();
+        let rx = layout.view_ll(rx_mem.base(), Side::Recv, 1).unwrap();
+        let slot_lines = layout.ll_step_bytes / LL_LINE_BYTES;
+        let lines_of = move |s: u64| if s % 5 == 3 { 0 } else { (s * 7) % slot_lines + 1 };
+        let data = |s: u64, l: u64| s << 32 | l;
+        const STEPS: u64 = 60;
+        let line_at =
+            |c: &ConnInfo, s: u64, l: u64| c.buff.0 + (s % NCCL_STEPS) * c.step_bytes + l * LL_LINE_BYTES;
+        let store = |p: u64, line: LlLine| {
+            let h = line.halves();
+            word(rsccl_device::DevPtr(p)).store(h[0], Ordering::Relaxed);
+            word(rsccl_device::DevPtr(p + 8)).store(h[1], Ordering::Relaxed);
+        };
+        let sender = std::thread::spawn(move || {
+            for s in 0..STEPS {
+                wait(deadline, || word(tx.head).load(Ordering::Acquire) + NCCL_STEPS > s);
+                let n = lines_of(s);
+                // SAFETY: the sizes FIFO has NCCL_STEPS words.
+                unsafe {
+                    (*(tx.sizes_fifo.0 as *const AtomicU64).add((s % NCCL_STEPS) as usize))
+                        .store(n * LL_LINE_BYTES, Ordering::Release)
+                };
+                for l in (0..n).rev().skip(1) {
+                    store(line_at(&tx, s, l), LlLine::new(data(s, l), ll_flag(s)));
+                }
+                if n > 0 && s % 4 == 1 {
+                    // The last line is late: the receiver must not have the step yet.
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                if n > 0 {
+                    store(line_at(&tx, s, n - 1), LlLine::new(data(s, n - 1), ll_flag(s)));
+                }
+                word(tx.tail).store(s + 1, Ordering::Release);
+            }
+        });
+        for s in 0..STEPS {
+            let n = lines_of(s);
+            if n == 0 {
+                wait(deadline, || word(rx.tail).load(Ordering::Acquire) > s);
+            }
+            for l in 0..n {
+                let p = line_at(&rx, s, l);
+                let seen = || {
+                    let h = [
+                        word(rsccl_device::DevPtr(p)).load(Ordering::Acquire),
+                        word(rsccl_device::DevPtr(p + 8)).load(Ordering::Acquire),
+                    ];
+                    LlLine::from_halves(h)
+                };
+                // A step sent before its late line had its flag would never show that line.
+                wait(deadline, || seen().data(ll_flag(s)).is_some());
+                assert_eq!(seen().data(ll_flag(s)), Some(data(s, l)), "step {s} line {l}");
+            }
+            word(rx.head).store(s + 1, Ordering::Release);
         }
         sender.join().unwrap();
         assert!(rx_proxy.failure().is_none() && tx_proxy.failure().is_none());
