@@ -133,21 +133,45 @@ struct Regions<'a> {
     a: &'a SymLlArgs,
     /// Byte offset of this block's region in every rank's scratch.
     offset: u64,
+    /// This rank's own region of this block (every wait polls it).
+    mine: DevPtr,
 }
 
-impl Regions<'_> {
-    /// Rank `r`'s region of this block.
+impl<'a> Regions<'a> {
+    /// Block regions at `offset` of every rank's scratch `a` lists.
+    #[inline(always)]
+    fn new(a: &'a SymLlArgs, offset: u64) -> Self {
+        let mut r = Regions { a, offset, mine: DevPtr::NULL };
+        r.mine = r.of(a.rank as u64);
+        r
+    }
+
+    /// Rank `r`'s region of this block. A plain load: the bases do not change while the
+    /// kernel runs, so it may come from the L1 cache (a volatile one goes to L2 every time,
+    /// `nranks` times per iteration).
     #[inline(always)]
     fn of(&self, r: u64) -> DevPtr {
-        // SAFETY: `peers` holds `nranks` bases (the host's promise) and r < nranks.
-        DevPtr(unsafe { arch::ld_volatile_u64(self.a.peers.offset(8 * r).as_ptr()) }).offset(self.offset)
+        // SAFETY: `peers` holds `nranks` bases (the host's promise), 8-aligned, and r < nranks.
+        DevPtr(unsafe { core::ptr::read(self.a.peers.offset(8 * r).as_ptr::<u64>()) }).offset(self.offset)
+    }
+
+    /// Line `i` of epoch `epoch`'s half of the region at `base`.
+    #[inline(always)]
+    fn line_at(&self, base: DevPtr, epoch: u32, i: u64) -> DevPtr {
+        let half = 1 + (epoch & 1) as u64 * self.a.half_lines;
+        base.offset((half + i) * LL_LINE_BYTES)
     }
 
     /// Line `i` of epoch `epoch`'s half of rank `r`'s region.
     #[inline(always)]
     fn line(&self, r: u64, epoch: u32, i: u64) -> DevPtr {
-        let half = 1 + (epoch & 1) as u64 * self.a.half_lines;
-        self.of(r).offset((half + i) * LL_LINE_BYTES)
+        self.line_at(self.of(r), epoch, i)
+    }
+
+    /// Line `i` of epoch `epoch`'s half of this rank's own region.
+    #[inline(always)]
+    fn own_line(&self, epoch: u32, i: u64) -> DevPtr {
+        self.line_at(self.mine, epoch, i)
     }
 }
 
@@ -166,8 +190,8 @@ pub fn sym_ll_all_reduce<M: DataMover>(a: &SymLlArgs, mover: &M) {
     let words = bytes.div_ceil(8);
     let per_block = words.div_ceil(nb);
     let (mut word, last) = ((bid * per_block).min(words), ((bid + 1) * per_block).min(words));
-    let regions = Regions { a, offset: bid * block_lines * LL_LINE_BYTES };
-    let record = regions.of(rank).as_ptr::<u32>();
+    let regions = Regions::new(a, bid * block_lines * LL_LINE_BYTES);
+    let record = regions.mine.as_ptr::<u32>();
     // Zeroed memory reads as epoch 2: flags 0 (and 1) never start an epoch.
     // SAFETY: line 0 of this block's own region.
     let mut epoch = unsafe { arch::ld_volatile_u32(record) }.wrapping_add(2);
@@ -189,7 +213,7 @@ pub fn sym_ll_all_reduce<M: DataMover>(a: &SymLlArgs, mover: &M) {
             }
         }
         if first && tid < nranks {
-            failed = !check(&regions, &a.status, bid, rank, tid, nranks, nt, epoch);
+            failed = !check(&regions, &a.status, bid, tid, nranks, nt, epoch);
         }
         if first && arch::bar_red_or(0, nt as u32, failed) {
             return;
@@ -210,7 +234,7 @@ pub fn sym_ll_all_reduce<M: DataMover>(a: &SymLlArgs, mover: &M) {
             let mut i = tid;
             while i < a.half_lines {
                 // SAFETY: inside this rank's own half.
-                unsafe { store_line(regions.line(rank, epoch, i), LlLine::new(0, 0)) };
+                unsafe { store_line(regions.own_line(epoch, i), LlLine::new(0, 0)) };
                 i += nt;
             }
         }
@@ -248,13 +272,11 @@ fn sign(regions: &Regions<'_>, call: &CallSig, rank: u64, nranks: u64, epoch: u3
 /// Thread `peer` (< nranks): waits for rank `peer`'s signature and compares it with this
 /// rank's call (nothing compared when the call is unchecked, number 0). False when the block
 /// must stop (recorded in `bid`'s status word).
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn check(
     regions: &Regions<'_>,
     status: &PrimsStatus,
     bid: u64,
-    rank: u64,
     peer: u64,
     nranks: u64,
     nt: u64,
@@ -263,7 +285,7 @@ fn check(
     let mut w = [0u64; SYM_LL_SIG_LINES as usize];
     for (k, word) in w.iter_mut().enumerate() {
         let i = nranks * nt + peer * SYM_LL_SIG_LINES + k as u64;
-        match wait_line(regions.line(rank, epoch, i), status, bid, peer, epoch) {
+        match wait_line(regions.own_line(epoch, i), status, bid, peer, epoch) {
             Some(v) => *word = v,
             None => return false,
         }
@@ -285,10 +307,9 @@ fn gather<M: DataMover>(
     tid: u64,
     epoch: u32,
 ) -> Option<u64> {
-    let me = regions.a.rank as u64;
-    let mut acc = wait_line(regions.line(me, epoch, tid), status, bid, 0, epoch)?;
+    let mut acc = wait_line(regions.own_line(epoch, tid), status, bid, 0, epoch)?;
     for r in 1..nranks {
-        let v = wait_line(regions.line(me, epoch, r * nt + tid), status, bid, r, epoch)?;
+        let v = wait_line(regions.own_line(epoch, r * nt + tid), status, bid, r, epoch)?;
         acc = mover.reduce_word(acc, v);
     }
     Some(acc)
