@@ -587,6 +587,38 @@ fn nvls_min_polling_waits_for_the_slowest_receiver() {
     }
 }
 
+/// Starts every step and head word of channel 0's connections at `start`.
+fn start_steps_at(ring: &mut Ring, start: u64) {
+    for ch in &ring.channels {
+        for conn in [ch[0].send, ch[0].recv] {
+            // SAFETY: the step and head words of this test's connections, alive in `ring`.
+            unsafe {
+                *(conn.step.0 as *mut u64) = start;
+                *(conn.head.0 as *mut u64) = start;
+            }
+        }
+    }
+}
+
+/// Round `round` of LL all-reduces of `count` elements on `ring`: every rank's result equals
+/// the sum of the inputs, and no status word records an error.
+fn ll_all_reduce_round(ring: &mut Ring, round: u64, count: usize, threads: u32, step_bytes: u64) {
+    let n = ring.channels.len();
+    let mut sends: Vec<Vec<u64>> =
+        (0..n).map(|r| (0..count).map(|i| input(r, i) + round).collect()).collect();
+    let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
+    let faults = Faults { proto: Protocol::Ll, timeout_ns: 5_000_000_000, ..NO_FAULTS };
+    let c = count as u64;
+    run_with(ring, Collective::AllReduce, &mut sends, &mut recvs, c, 0, threads, step_bytes, faults);
+    for r in 0..n {
+        for i in 0..count {
+            let want = (0..n).fold(0u64, |a, q| a.wrapping_add(input(q, i) + round));
+            assert_eq!(recvs[r][i], want, "round {round} rank {r} elem {i}");
+        }
+    }
+    assert!(ring.status.iter().flatten().all(|&w| w == 0), "round {round}: {:?}", ring.status);
+}
+
 /// LL flags are 32 bits (step + 1): a sender whose step reaches the clean mask rewrites every
 /// line of the slot with that step's flag, so once past it no line of any slot still holds a
 /// flag a later step could take for its own. The ring starts its step words just below the
@@ -599,39 +631,10 @@ fn ll_flags_are_cleaned_when_the_step_counter_reaches_the_wrap_mask() {
     let (n, nch, threads, step_bytes, count) = (3usize, 1usize, 64u32, 1024u64, 40usize);
     let start = LL_CLEAN_MASK - 5;
     let mut ring = build(n, nch, step_bytes);
-    for r in 0..n {
-        for conn in [ring.channels[r][0].send, ring.channels[r][0].recv] {
-            // SAFETY: the step and head words of this test's connections, alive in `ring`.
-            unsafe {
-                *(conn.step.0 as *mut u64) = start;
-                *(conn.head.0 as *mut u64) = start;
-            }
-        }
-    }
+    start_steps_at(&mut ring, start);
     // Each all-reduce takes 2·3−1 steps.
     for round in 0..6u64 {
-        let mut sends: Vec<Vec<u64>> =
-            (0..n).map(|r| (0..count).map(|i| input(r, i) + round).collect()).collect();
-        let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
-        let faults = Faults { proto: Protocol::Ll, timeout_ns: 5_000_000_000, ..NO_FAULTS };
-        run_with(
-            &mut ring,
-            Collective::AllReduce,
-            &mut sends,
-            &mut recvs,
-            count as u64,
-            0,
-            threads,
-            step_bytes,
-            faults,
-        );
-        for r in 0..n {
-            for i in 0..count {
-                let want = (0..n).fold(0u64, |a, q| a.wrapping_add(input(q, i) + round));
-                assert_eq!(recvs[r][i], want, "round {round} rank {r} elem {i}");
-            }
-        }
-        assert!(ring.status.iter().flatten().all(|&w| w == 0), "round {round}: {:?}", ring.status);
+        ll_all_reduce_round(&mut ring, round, count, threads, step_bytes);
     }
     let end = unsafe { *(ring.channels[0][0].send.step.0 as *const u64) };
     assert!(end > LL_CLEAN_MASK + 8, "the run must cross the clean steps (ended at {end:#x})");
@@ -665,37 +668,11 @@ fn proxied_ll_senders_announce_each_steps_size_across_the_clean_steps() {
     for r in 0..n {
         let send = &mut ring.channels[r][0].send;
         (send.sizes_fifo, send.flags) = (vec_ptr(&mut sizes[r]), CONN_PROXY_SIZES);
-        for conn in [ring.channels[r][0].send, ring.channels[r][0].recv] {
-            // SAFETY: the step and head words of this test's connections, alive in `ring`.
-            unsafe {
-                *(conn.step.0 as *mut u64) = start;
-                *(conn.head.0 as *mut u64) = start;
-            }
-        }
     }
+    start_steps_at(&mut ring, start);
     let (mut whole, mut partial) = (0, 0);
     for round in 0..6u64 {
-        let mut sends: Vec<Vec<u64>> =
-            (0..n).map(|r| (0..count).map(|i| input(r, i) + round).collect()).collect();
-        let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
-        let faults = Faults { proto: Protocol::Ll, timeout_ns: 5_000_000_000, ..NO_FAULTS };
-        run_with(
-            &mut ring,
-            Collective::AllReduce,
-            &mut sends,
-            &mut recvs,
-            count as u64,
-            0,
-            threads,
-            step_bytes,
-            faults,
-        );
-        for r in 0..n {
-            for i in 0..count {
-                let want = (0..n).fold(0u64, |a, q| a.wrapping_add(input(q, i) + round));
-                assert_eq!(recvs[r][i], want, "round {round} rank {r} elem {i}");
-            }
-        }
+        ll_all_reduce_round(&mut ring, round, count, threads, step_bytes);
         let send = ring.channels[0][0].send;
         // SAFETY: the sender's step word.
         let next = unsafe { *(send.step.0 as *const u64) };
