@@ -109,3 +109,29 @@ fn a_rank_that_never_calls_is_named_within_the_timeout() {
         assert!(e.contains("rank 2"), "rank {r} does not name rank 2: {e}");
     }
 }
+
+/// NCCL's rule for its symmetric LL kernels: taken only where the ring/tree model would run
+/// the call on LL. With the threshold raised to 16 MiB (`CommConfig::sym_ll_threshold`),
+/// every size runs `sym-ll` exactly where the same communicator without it (`^symll`) plans
+/// LL; the model leaves LL well below 16 MiB, so both sides of the rule are seen.
+#[test]
+fn the_symmetric_kernel_runs_where_the_rings_would_run_ll() {
+    let be = backend::cpu();
+    let cfg = CommConfig { sym_ll_threshold: Some(16 << 20), ..config() };
+    let with = Comm::init_all(&be, 4, cfg.clone()).unwrap();
+    let without = Comm::init_all(&be, 4, CommConfig { algo: Some("^symll".into()), ..cfg }).unwrap();
+    let buf = be.alloc(16 << 20).unwrap();
+    let mut seen = Vec::new();
+    for count in (0..=12).map(|k| 1024usize << k) {
+        let call = rsccl::Call::all_reduce((&buf).into(), (&buf).into(), count, DataType::F32, ReduceOp::Sum);
+        let (a, b) = (with[0].plan_call(&call).unwrap(), without[0].plan_call(&call).unwrap());
+        assert_eq!(a.algorithm == Algorithm::SymLl, b.protocol == Protocol::Ll, "{count} f32: {a:?} / {b:?}");
+        seen.push(a.algorithm == Algorithm::SymLl);
+    }
+    assert!(seen.contains(&true) && seen.contains(&false), "{seen:?}");
+    // `Comm::estimate` times it by NCCL's symmetric-kernel model (a 4.5 µs base on the
+    // Hopper-class default), below the LL ring's 6.6 µs base plus 2(4−1) hops.
+    let small = [rsccl::Call::all_reduce((&buf).into(), (&buf).into(), 1024, DataType::F32, ReduceOp::Sum)];
+    let (sym, ring) = (with[0].estimate(&small).unwrap(), without[0].estimate(&small).unwrap());
+    assert!(4.5 < sym && sym < 6.0 && sym < ring, "sym-ll {sym} µs, ring {ring} µs");
+}

@@ -96,6 +96,10 @@ pub struct CommConfig {
     /// TCP transport) or `ofi` (libfabric, [`crate::transport::net::ofi`]), as `RSCCL_NET`,
     /// which it overrides. `None`: the variable's value, else `socket`.
     pub net: Option<String>,
+    /// All-reduces of at most this many bytes may run the symmetric LL kernel (as
+    /// `RSCCL_SYM_LL_THRESHOLD`, which it overrides; 0: never). Every rank must give the same.
+    /// `None`: the variable's value, else 64 KiB.
+    pub sym_ll_threshold: Option<u64>,
 }
 
 impl Default for CommConfig {
@@ -117,6 +121,7 @@ impl Default for CommConfig {
             msccl_xml: None,
             net_plugin: None,
             net: None,
+            sym_ll_threshold: None,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Predicting calls without running them (NCCL's `ncclGroupSimulateEnd`): each call checked and
 //! planned as it would run, then timed by the communicator's cost model ([`super::tuner`]).
+use super::algorithm::Algorithm;
 use super::call::Call;
 use super::communicator::Comm;
 use crate::error::Result;
@@ -38,8 +39,8 @@ impl Comm {
     /// The predicted time of `calls` run one after another on this communicator, in µs: each
     /// checked and planned as [`Comm::run`] would (a call that would fail fails here, naming
     /// why), then timed by the cost model for its algorithm and protocol and its size
-    /// (`latency + bytes / bandwidth`, NCCL's `ncclTopoGetAlgoTime`). Nothing is launched and
-    /// no buffer is touched. A one-rank communicator predicts 0. Algorithms the model has no
+    /// (`latency + bytes / bandwidth`, NCCL's `ncclTopoGetAlgoTime`; the symmetric LL kernel by
+    /// NCCL's symmetric-kernel model). Nothing is launched and no buffer is touched. A one-rank communicator predicts 0. Algorithms the model has no
     /// entry for on this communicator (MSCCL programs; NVLS where the table was built without
     /// it) are timed as the ring.
     ///
@@ -62,7 +63,11 @@ impl Comm {
                 continue;
             }
             let plan = self.plan(call, &dev)?;
-            total += self.tuner.time_us(dev.coll, plan.algorithm, plan.protocol, self.nccl_bytes(&dev));
+            let bytes = self.nccl_bytes(&dev);
+            total += match plan.algorithm {
+                Algorithm::SymLl => self.tuner.sym_ll_us(bytes, plan.channels),
+                _ => self.tuner.time_us(dev.coll, plan.algorithm, plan.protocol, bytes),
+            };
         }
         Ok(total)
     }

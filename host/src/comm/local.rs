@@ -161,6 +161,7 @@ impl LocalGroup {
             msccl_xml: None,
             net_plugin: None,
             net: None,
+            sym_ll_threshold: None,
         };
         // Every field (channels, threads, step bytes, timeout) is checked, with
         // the same messages as a Comm's, before any thread or socket is made.

@@ -62,7 +62,13 @@ impl Comm {
                 Algorithm::Nvls
             });
         }
-        if self.sym_ll_serves(dev) && self.tuner.ll_enabled(coll) {
+        // NCCL's rule for its symmetric LL kernels: taken only where the ring/tree model
+        // would run the call on LL (`symmetric_sched.cc`'s fallback), here within the
+        // threshold.
+        if self.sym_ll_serves(dev)
+            && self.tuner.ll_enabled(coll)
+            && self.rings_or_trees_protocol(dev) == Protocol::Ll
+        {
             return Ok(Algorithm::SymLl);
         }
         if self.algos.nvls_policy() == NvlsPolicy::Forced {
@@ -73,15 +79,7 @@ impl Comm {
             )));
         }
         if self.algos.allows(Algorithm::Ring) || self.nranks == 1 {
-            // With both allowed, an all-reduce takes the tree where the cost model predicts
-            // it faster than the ring's best protocol (across nodes: its log-depth latency).
-            let tree_too =
-                coll == Collective::AllReduce && self.nranks > 1 && self.algos.allows(Algorithm::Tree);
-            let (bytes, ring, tree) = (self.nccl_bytes(dev), self.line_fifos(false), self.line_fifos(true));
-            if tree_too && self.tuner.tree_beats_ring(bytes, ring, tree) {
-                return Ok(Algorithm::Tree);
-            }
-            return Ok(Algorithm::Ring);
+            return Ok(self.ring_or_tree(dev));
         }
         if coll == Collective::AllReduce && self.algos.allows(Algorithm::Tree) {
             return Ok(Algorithm::Tree);
@@ -93,6 +91,26 @@ impl Comm {
             self.algos.describe(),
             dtype.name()
         )))
+    }
+
+    /// The ring, or for an all-reduce the tree where the cost model predicts it faster than
+    /// the ring's best protocol (across nodes: its log-depth latency) and both are allowed.
+    fn ring_or_tree(&self, dev: &DevCall) -> Algorithm {
+        let tree_too =
+            dev.coll == Collective::AllReduce && self.nranks > 1 && self.algos.allows(Algorithm::Tree);
+        let (bytes, ring, tree) = (self.nccl_bytes(dev), self.line_fifos(false), self.line_fifos(true));
+        if tree_too && self.tuner.tree_beats_ring(bytes, ring, tree) {
+            Algorithm::Tree
+        } else {
+            Algorithm::Ring
+        }
+    }
+
+    /// The protocol the ring/tree model would run `dev` on.
+    fn rings_or_trees_protocol(&self, dev: &DevCall) -> Protocol {
+        let algorithm = self.ring_or_tree(dev);
+        let fifos = self.line_fifos(algorithm == Algorithm::Tree);
+        self.tuner.protocol(algorithm, dev.coll, self.nccl_bytes(dev), fifos)
     }
 
     /// The plan of `dev` on `algorithm` (chosen): its launch shape on this rank.
@@ -116,6 +134,8 @@ impl Comm {
                 Err(_) => (0, 0),
             },
             Algorithm::P2p => return self.p2p_plan(),
+            // Every block of the scratch, whatever the size: a rank whose call differs must
+            // still meet each of its peer's blocks, whose signatures name the difference.
             Algorithm::SymLl => match &self.sym_ll {
                 Some(s) => (s.blocks, s.threads),
                 None => (0, 0),

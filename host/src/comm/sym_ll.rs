@@ -56,7 +56,10 @@ impl Comm {
     /// can reach every other's memory and the threshold is not 0, on every rank; elsewhere on
     /// none. Ranks that give `RSCCL_SYM_LL_THRESHOLD` differently are an error naming them.
     pub(super) fn sym_ll_setup(&self) -> Result<Option<SymLl>> {
-        let threshold = threshold()?;
+        let threshold = match self.cfg.sym_ll_threshold {
+            Some(t) => t,
+            None => threshold()?,
+        };
         let unfit = self.sym_ll_unfit();
         let mut mine = vec![unfit.is_none() as u8];
         mine.extend_from_slice(&threshold.to_le_bytes());

@@ -259,6 +259,12 @@ impl Tuner {
             .unwrap_or(0.0)
     }
 
+    /// The time of the symmetric LL all-reduce of `bytes` on `blocks` blocks, µs: NCCL's
+    /// symmetric-kernel model ([`CostTable::sym_ll_all_reduce_us`]).
+    pub(super) fn sym_ll_us(&self, bytes: u64, blocks: u32) -> f64 {
+        self.table.sym_ll_all_reduce_us(bytes, blocks)
+    }
+
     /// The cost table in NCCL's TUNING layout, with what `RSCCL_PROTO` enables.
     pub(super) fn render(&self) -> String {
         self.table.render(&self.enabled)

@@ -5,6 +5,9 @@
 //! `src/include/comm.h`), as our reference (`shared/reference/nccl-protocols-tuning-abi.md`
 //! §2, `nccl-facts.md` §0) states them.
 //!
+//! The symmetric kernels' numbers ([`SymConstants`]) come from NCCL 2.30.7's
+//! `src/sym_kernels.cc` (our reference does not list them).
+//!
 //! Where the reference gives no number, the entry is `None` and what it would feed is
 //! disabled (or left uncorrected), rather than filled with a guess: a calibration can supply
 //! it later (the reference's "do better": keep the constants as data and fit them to our own
@@ -121,6 +124,27 @@ pub struct Constants {
     /// protocol (`NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD`); ring LL's is multiplied by the
     /// number of ranks.
     pub thread_threshold_bytes: [u64; 3],
+
+    // ---------------------------------------------------------------- symmetric kernels
+    /// The symmetric kernels' model (NCCL's `src/sym_kernels.cc`, `queryModel_lsa`), for the
+    /// symmetric LL all-reduce ([`super::symmetric`]).
+    pub symmetric: SymConstants,
+}
+
+/// The numbers of NCCL's model of its symmetric (LSA) LL kernels: `time = base latency +
+/// softplus(bus bytes / bw − 1)` µs, `bw = softmin(blocks × per-block bw, peak bw)`, bus bytes
+/// `ranks × bytes × bus factor`; per column, GPUs before Blackwell (sm < 100) and Blackwell.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SymConstants {
+    /// Bus bytes per byte per rank of an LL kernel (`LL_BusFactor`: twice the bytes, plus
+    /// processing, no unrolling).
+    pub ll_bus_factor: f64,
+    /// Base latency of the LL all-reduce, µs (`baseLat` of `AllReduce_AGxLL_R`).
+    pub ll_all_reduce_base_latency_us: [f64; 2],
+    /// Bandwidth one block of an all-reduce kernel moves, GiB/s (`smBw`).
+    pub all_reduce_block_gibps: [f64; 2],
+    /// Bandwidth the blocks together reach at most, GiB/s (`peakBw`, non-multicast kernels).
+    pub peak_gibps: [f64; 2],
 }
 
 impl Constants {
@@ -235,6 +259,13 @@ impl Constants {
         ring_simple_extra_warps: 1,
         tree_simple_extra_warps: 4,
         thread_threshold_bytes: [8, 8, 64],
+
+        symmetric: SymConstants {
+            ll_bus_factor: 9.0,
+            ll_all_reduce_base_latency_us: [4.5, 11.0],
+            all_reduce_block_gibps: [65.0, 55.0],
+            peak_gibps: [320.0, 600.0],
+        },
     };
 
     /// The base latency of `algo` with `proto`, µs.

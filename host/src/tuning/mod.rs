@@ -13,6 +13,8 @@
 //! - [`env`](mod@env): `RSCCL_ALGO` / `RSCCL_PROTO` in NCCL's per-collective grammar ([`Enabled`]);
 //! - [`select`]: the time of a call and the choice among enabled entries with its launch
 //!   shape ([`CostTable::time_us`], [`CostTable::choose`]);
+//! - [`symmetric`]: NCCL's separate model of its symmetric kernels, for the symmetric LL
+//!   all-reduce's time ([`CostTable::sym_ll_all_reduce_us`]);
 //! - [`print`](mod@print): the table in NCCL's TUNING format and a size sweep;
 //! - [`cli`]: `rsccl tune`.
 //!
@@ -44,9 +46,10 @@ pub mod input;
 pub mod names;
 pub mod print;
 pub mod select;
+pub mod symmetric;
 pub mod table;
 
-pub use constants::{ByAlgoProto, ByGenNodes, Constants};
+pub use constants::{ByAlgoProto, ByGenNodes, Constants, SymConstants};
 pub use env::{Enabled, ProtoSetting, ALGO_VAR, PROTO_VAR};
 pub use input::{AlgoGraphs, GraphInput, TuningInput};
 pub use names::{Algo, Coll, CpuKind, GpuGen, LinkClass, Proto};
