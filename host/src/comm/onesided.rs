@@ -115,12 +115,13 @@ impl Comm {
 
     /// Both of the above (`agree`: the second).
     fn symmetric_memory(&self, bytes: usize, agree: bool) -> Result<Option<SymmetricMemory>> {
-        // Whether every rank got `local` (each rank's result all-gathered when agreeing).
-        let everyone = |local: &Result<()>| -> Result<bool> {
+        // Whether every rank succeeded, this one if `ok` (each rank's word all-gathered when
+        // agreeing).
+        let everyone = |ok: bool| -> Result<bool> {
             if !agree {
                 return Ok(true);
             }
-            let all = self.all_gather_bootstrap(&[local.is_ok() as u8])?;
+            let all = self.all_gather_bootstrap(&[ok as u8])?;
             if let Some(r) = all.iter().position(|v| v.first() != Some(&1)) {
                 tracing::debug!(
                     rank = self.rank(),
@@ -144,7 +145,7 @@ impl Comm {
         let shared = peers.iter().any(|p| p.pid != me.pid);
         let allocated =
             if shared { stream.alloc_exported(total) } else { stream.alloc(total).map(|w| (w, Vec::new())) };
-        if !everyone(&allocated.as_ref().map(|_| ()).map_err(|e| Error::InvalidConfig(e.to_string())))? {
+        if !everyone(allocated.is_ok())? {
             return Ok(None);
         }
         let (window, export) = allocated?;
@@ -162,19 +163,20 @@ impl Comm {
         let mut mapped = Vec::new();
         if shared {
             let handles = self.all_gather_bootstrap(&export)?;
-            let opened = peers.iter().enumerate().filter(|(_, p)| p.pid != me.pid).try_for_each(|(q, p)| {
-                let (ptr, guard) = stream.open_exported(&handles[q]).map_err(|e| {
-                    Error::InvalidConfig(format!(
-                        "symmetric memory: rank {} cannot map rank {}'s window: {e}",
-                        self.rank(),
-                        p.rank
-                    ))
-                })?;
-                bases[q] = ptr.0;
-                mapped.push(guard);
-                Ok(())
-            });
-            if !everyone(&opened)? {
+            let opened: Result<()> =
+                peers.iter().enumerate().filter(|(_, p)| p.pid != me.pid).try_for_each(|(q, p)| {
+                    let (ptr, guard) = stream.open_exported(&handles[q]).map_err(|e| {
+                        Error::InvalidConfig(format!(
+                            "symmetric memory: rank {} cannot map rank {}'s window: {e}",
+                            self.rank(),
+                            p.rank
+                        ))
+                    })?;
+                    bases[q] = ptr.0;
+                    mapped.push(guard);
+                    Ok(())
+                });
+            if !everyone(opened.is_ok())? {
                 stream.unpublish_exported(&export);
                 return Ok(None);
             }
