@@ -473,13 +473,7 @@ fn connect(
         ll128_step_bytes: if transports[w.peer] == TransportKind::Net { 0 } else { ll128 },
     };
     // Network views tell line-protocol senders to write each step's size for the proxy.
-    let viewed = |w: &Wire, v: ConnInfo| {
-        if transports[w.peer] == TransportKind::Net {
-            transport::net::proxied(v)
-        } else {
-            v
-        }
-    };
+    let viewed = |w: &Wire, v: ConnInfo| transport::net::kernel_view(transports[w.peer], v);
     let key_base = u128::from_le_bytes(*id.secret());
     let net = match net {
         Some(plugin) if wires.iter().any(|w| transports[w.peer] == TransportKind::Net) => {

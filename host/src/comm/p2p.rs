@@ -406,11 +406,7 @@ impl Comm {
     /// `v`, a view of the connection with `peer`, as its kernel gets it: across the network,
     /// line-protocol senders write each step's size for the proxy.
     fn p2p_view(&self, peer: usize, v: ConnInfo) -> ConnInfo {
-        if self.links.transports[peer] == TransportKind::Net {
-            crate::transport::net::proxied(v)
-        } else {
-            v
-        }
+        crate::transport::net::kernel_view(self.links.transports[peer], v)
     }
 
     /// Phase 2: the receiving side of every missing connection `ops` needs — allocated, its

@@ -200,6 +200,16 @@ pub fn proxied(view: ConnInfo) -> ConnInfo {
     ConnInfo { flags: view.flags | CONN_PROXY_SIZES, ..view }
 }
 
+/// `view`, of a connection over transport `kind`, as its kernel gets it: [`proxied`] over the
+/// network, unchanged otherwise.
+pub fn kernel_view(kind: super::TransportKind, view: ConnInfo) -> ConnInfo {
+    if kind == super::TransportKind::Net {
+        proxied(view)
+    } else {
+        view
+    }
+}
+
 /// The plugin handles of a connection's regions as one [`ConnHandle`]: a count, then each
 /// handle after its 2-byte length.
 fn join_handles(handles: &[Vec<u8>]) -> Result<Vec<u8>> {
