@@ -481,6 +481,20 @@ fn two_nodes_of_two_ranks_on_ll() {
     }
 }
 
+/// LL128 forced across 2 nodes × 2 ranks: every ring collective and the trees run on LL128,
+/// over shared memory within a node and through the proxies (tail- and flag-checked steps)
+/// between nodes; each rank warns that the paths are not ones LL128 is known to be safe on.
+#[test]
+fn two_nodes_of_two_ranks_on_ll128() {
+    let logs = sweep_on(2, 2, &[("RSCCL_TEST_PROTO", "LL128")], "NET/socket: using lo");
+    for (r, text) in logs.iter().enumerate() {
+        for algo in ["ring", "tree"] {
+            assert!(text.contains(&format!("rank {r}: {algo} on LL128")), "rank {r}:\n{text}");
+        }
+        assert!(text.contains("LL128 forced on the connection with rank"), "rank {r}:\n{text}");
+    }
+}
+
 /// Whether libfabric can be loaded here; says so when it cannot (CI installs `libfabric1`).
 fn libfabric() -> bool {
     // SAFETY: loading libfabric runs its initialisers only.

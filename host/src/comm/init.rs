@@ -380,7 +380,8 @@ struct Linked {
 }
 
 /// One connection's views: its Simple FIFO, and its LL and LL128 FIFOs (rings' and trees'
-/// connections; LL128 not over NET, nor where `RSCCL_PROTO` turns it off everywhere).
+/// connections; LL128 not where `RSCCL_PROTO` turns it off everywhere, nor over NET where it
+/// may not run).
 struct ConnViews {
     slot: Slot,
     peer: usize,
@@ -401,10 +402,11 @@ impl Linked {
     /// This rank's word on its connections, for every rank to agree on: for the rings, then
     /// the trees, whether all have LL FIFOs, LL128 FIFOs (and this rank's device runs the
     /// LL128 kernels: `ll128_kernels`), and are on paths LL128 is safe on — in-process
-    /// peers on the same device (one memory, stores in order), or GPUs of this host reached
-    /// directly (in-process or P2P) where the topology search found NVLink paths for that
-    /// algorithm (`nvlink`: NCCL's rule on the search's graphs); other paths run LL128 only
-    /// when `forced`, with a warning naming the path.
+    /// peers on the same device (one memory, stores in order), or GPUs reached directly
+    /// (in-process or P2P) or through the network proxies where NCCL's rule on the topology
+    /// search's graphs enables it for that algorithm (`nvlink`: NVLink within a node, the NIC
+    /// close enough across nodes); other paths run LL128 only when `forced`, with a warning
+    /// naming the path.
     fn line_fifos(
         &self,
         rank: usize,
@@ -413,14 +415,14 @@ impl Linked {
         (forced, nvlink): (bool, super::tuner::Ll128Safe),
         ll128_kernels: bool,
     ) -> [u8; 6] {
-        let is_ring = |v: &&ConnViews| matches!(v.slot, Slot::RingRecv(_) | Slot::RingSend(_));
+        let is_ring = |v: &&ConnViews| v.slot.is_ring();
         let rings = || self.views.iter().filter(is_ring);
         let trees = || self.views.iter().filter(|v| !is_ring(v));
         let safe = |v: &ConnViews| {
             let nvlink = if is_ring(&v) { nvlink.ring } else { nvlink.tree };
             match transports[v.peer] {
                 TransportKind::InProcess => nvlink || peers[v.peer].info == peers[rank].info,
-                TransportKind::P2p => nvlink,
+                TransportKind::P2p | TransportKind::Net => nvlink,
                 _ => false,
             }
         };
@@ -464,13 +466,19 @@ fn connect(
     let (cfg, nranks) = (&agreed.cfg, peers.len());
     let wires = wires(Rank(rank as u32), &agreed.channels);
     // Rings and trees get LL and LL128 FIFOs of NCCL's shapes (per thread of the block: 8 LL
-    // lines, 120 LL128 words per slot), but no LL128 one across the network (its proxy checks
-    // LL flags only); both ends of a wire compute the same layout from what every rank agreed on.
+    // lines, 120 LL128 words per slot); across the network an LL128 one (pinned host memory
+    // and a plugin connection) only where LL128 may run there: forced, or NCCL's rule on the
+    // search's graphs. Both ends of a wire compute the same layout from what every rank agreed on.
     let ll128 = if agreed.tuner.ll128_possible() { ll128_step_bytes(cfg.nthreads) } else { 0 };
-    let layout_of = |w: &Wire| ConnLayout {
-        step_bytes: cfg.step_bytes,
-        ll_step_bytes: ll_step_bytes(cfg.nthreads),
-        ll128_step_bytes: if transports[w.peer] == TransportKind::Net { 0 } else { ll128 },
+    let (ll128_forced, ll128_paths) = (agreed.tuner.ll128_forced(), agreed.tuner.searched_ll128_paths());
+    let layout_of = |w: &Wire| {
+        let by_rule = if w.slot.is_ring() { ll128_paths.ring } else { ll128_paths.tree };
+        let net_ll128 = ll128_forced || by_rule;
+        ConnLayout {
+            step_bytes: cfg.step_bytes,
+            ll_step_bytes: ll_step_bytes(cfg.nthreads),
+            ll128_step_bytes: if transports[w.peer] == TransportKind::Net && !net_ll128 { 0 } else { ll128 },
+        }
     };
     // Network views tell line-protocol senders to write each step's size for the proxy.
     let viewed = |w: &Wire, v: ConnInfo| transport::net::kernel_view(transports[w.peer], v);
@@ -526,7 +534,7 @@ fn connect(
             peer,
             simple: viewed(w, layout.view(base, Side::Recv, peer)),
             ll: layout.view_ll(base, Side::Recv, peer).map(|v| viewed(w, v)),
-            ll128: layout.view_ll128(base, Side::Recv, peer),
+            ll128: layout.view_ll128(base, Side::Recv, peer).map(|v| viewed(w, v)),
         });
         conns.push(mem);
     }
@@ -550,7 +558,7 @@ fn connect(
             peer,
             simple: viewed(w, layout.view(base, Side::Send, peer)),
             ll: layout.view_ll(base, Side::Send, peer).map(|v| viewed(w, v)),
-            ll128: layout.view_ll128(base, Side::Send, peer),
+            ll128: layout.view_ll128(base, Side::Send, peer).map(|v| viewed(w, v)),
         });
         conns.push(mem);
     }

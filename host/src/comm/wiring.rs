@@ -52,6 +52,13 @@ pub(super) enum Slot {
     DownSend(usize, usize),
 }
 
+impl Slot {
+    /// Whether the connection is a ring's (else a tree's).
+    pub(super) fn is_ring(self) -> bool {
+        matches!(self, Slot::RingRecv(_) | Slot::RingSend(_))
+    }
+}
+
 /// The connections `rank` sets up: per channel its ring's receive (from the previous rank) and
 /// send (to the next), and per tree edge one connection each way (child slot k: its k-th child
 /// by rank, as [`Channels::of_rank`] numbers them).

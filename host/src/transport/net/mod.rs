@@ -10,11 +10,11 @@
 //! ranks are usually each other's receiver and sender), and [`NetSetup::start`] joins those
 //! accepts, within the communicator's bootstrap timeout, before the proxy starts.
 //!
-//! Each protocol region of a connection ([`Region`]: Simple, and LL where the layout has it)
-//! gets a plugin connection of its own, so a full FIFO of one region never holds up the
-//! other's data behind it in one stream. LL crosses the network as NCCL's `net.cc` moves it:
-//! the sending proxy sends a step once every line of it carries the step's flag; LL128 does
-//! not (a layout with an LL128 region is refused).
+//! Each protocol region of a connection ([`Region`]: Simple, and LL and LL128 where the layout
+//! has them) gets a plugin connection of its own, so a full FIFO of one region never holds up
+//! another's data behind it in one stream. LL and LL128 cross the network as NCCL's `net.cc`
+//! moves them: the sending proxy sends a step once every line of it carries the step's flag
+//! (LL128: and once the kernel's fenced tail has passed it).
 pub mod ofi;
 pub mod plugin;
 pub mod plugin_abi;
@@ -29,6 +29,8 @@ use crate::bootstrap::Secret;
 use crate::error::{Error, Result};
 use crate::topology::detect::NetDevice;
 use rsccl_device::prims::conn::{ConnInfo, CONN_PROXY_SIZES, NCCL_STEPS};
+use rsccl_device::prims::ll::LL_LINE_BYTES;
+use rsccl_device::prims::ll128::LL128_LINE_BYTES;
 use rsccl_device::DevPtr;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -170,19 +172,23 @@ pub enum Region {
     Simple,
     /// LL: one step at a time, sent once each of its lines carries the step's flag.
     Ll,
+    /// LL128: one step at a time, sent once the kernel's tail has passed it and each of its
+    /// lines carries the step's flag.
+    Ll128,
 }
 
 impl Region {
-    /// The regions of a network connection of `layout`, Simple first; an error for an LL128
-    /// region (its lines are not checked by the proxy, so it never runs over the network).
-    pub fn of(layout: ConnLayout) -> Result<Vec<Region>> {
-        if layout.ll128_step_bytes != 0 {
-            return Err(Error::InvalidConfig(format!(
-                "a network connection with an LL128 FIFO ({} B slots): LL128 does not run over the network",
-                layout.ll128_step_bytes
-            )));
+    /// The regions of a network connection of `layout`: Simple, then LL and LL128 where the
+    /// layout has them.
+    pub fn of(layout: ConnLayout) -> Vec<Region> {
+        let mut regions = vec![Region::Simple];
+        if layout.ll_step_bytes != 0 {
+            regions.push(Region::Ll);
         }
-        Ok(if layout.ll_step_bytes != 0 { vec![Region::Simple, Region::Ll] } else { vec![Region::Simple] })
+        if layout.ll128_step_bytes != 0 {
+            regions.push(Region::Ll128);
+        }
+        regions
     }
 
     /// `side`'s view of this region of a connection of `layout` whose memory starts at `base`.
@@ -190,6 +196,25 @@ impl Region {
         match self {
             Region::Simple => layout.view(base, side, peer),
             Region::Ll => layout.view_ll(base, side, peer).expect("Region::of saw the LL region"),
+            Region::Ll128 => layout.view_ll128(base, side, peer).expect("Region::of saw the LL128 region"),
+        }
+    }
+
+    /// Bytes of one line of a line-protocol region (`None` for Simple).
+    pub fn line_bytes(self) -> Option<u64> {
+        match self {
+            Region::Simple => None,
+            Region::Ll => Some(LL_LINE_BYTES),
+            Region::Ll128 => Some(LL128_LINE_BYTES),
+        }
+    }
+
+    /// The protocol's name, for errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Region::Simple => "Simple",
+            Region::Ll => "LL",
+            Region::Ll128 => "LL128",
         }
     }
 }
@@ -335,7 +360,7 @@ impl NetSetup {
     }
 
     fn alloc(&self, layout: ConnLayout, side: Side) -> Result<Arc<HostMapped>> {
-        let regions = Region::of(layout)?;
+        let regions = Region::of(layout);
         let mem = Arc::new(self.backend.alloc_mapped(layout.bytes()?)?);
         if side == Side::Send {
             // The sending proxy tells slices apart by the sizes the kernel writes.
@@ -371,7 +396,7 @@ impl Transport for NetPeer<'_> {
     fn listen(&self, layout: ConnLayout, _key: u128) -> Result<(ConnMem, super::ConnHandle)> {
         let mem = self.setup.alloc(layout, Side::Recv)?;
         let (mut handles, mut pending) = (Vec::new(), Vec::new());
-        for region in Region::of(layout)? {
+        for region in Region::of(layout) {
             let (handle, listener) = self.setup.net.listen()?;
             let deadline = self.setup.deadline;
             let acceptor = std::thread::Builder::new()
@@ -387,7 +412,7 @@ impl Transport for NetPeer<'_> {
 
     fn connect(&self, layout: ConnLayout, handle: &ConnHandle) -> Result<ConnMem> {
         let mem = self.setup.alloc(layout, Side::Send)?;
-        let regions = Region::of(layout)?;
+        let regions = Region::of(layout);
         let mut pending = Vec::with_capacity(regions.len());
         for (region, h) in regions.iter().zip(split_handles(&handle.0, regions.len())?) {
             pending.push((*region, Pending::Send(self.setup.net.connect(h, self.setup.deadline)?)));
@@ -418,14 +443,18 @@ mod tests {
     }
 
     #[test]
-    fn a_network_connection_has_no_ll128_region() {
+    fn each_protocol_region_of_a_layout_is_a_region_of_its_own() {
         let simple = ConnLayout::simple(4096);
-        assert_eq!(Region::of(simple).unwrap(), [Region::Simple]);
+        assert_eq!(Region::of(simple), [Region::Simple]);
         let ll = ConnLayout { ll_step_bytes: 1024, ..simple };
-        assert_eq!(Region::of(ll).unwrap(), [Region::Simple, Region::Ll]);
-        let e = Region::of(ConnLayout { ll128_step_bytes: 7680, ..ll }).unwrap_err().to_string();
-        assert!(e.contains("LL128 does not run over the network"), "{e}");
+        assert_eq!(Region::of(ll), [Region::Simple, Region::Ll]);
+        let all = ConnLayout { ll128_step_bytes: 7680, ..ll };
+        assert_eq!(Region::of(all), [Region::Simple, Region::Ll, Region::Ll128]);
         let v = proxied(Region::Ll.view(ll, DevPtr(0x1000), Side::Send, 3));
         assert_eq!((v.flags & CONN_PROXY_SIZES, v.step_bytes, v.peer), (CONN_PROXY_SIZES, 1024, 3));
+        let base = DevPtr(0x10000);
+        let v = Region::Ll128.view(all, base, Side::Recv, 1);
+        assert_eq!(Some(v), all.view_ll128(base, Side::Recv, 1));
+        assert_eq!(Region::Ll128.line_bytes(), Some(128));
     }
 }

@@ -18,11 +18,14 @@
 //! slot of `s` once that slot is free, as for data. A receiving kernel that refuses the
 //! sender's call (`CONN_REFUSED` in its head word) gets nothing more on that connection.
 //!
-//! **LL regions** ([`Region::Ll`]) move one step at a time, as NCCL's `net.cc` moves LL: the
-//! kernel writes a step's size before its lines (`CONN_PROXY_SIZES`) but fences nothing after
-//! them, so the sending proxy sends the step once every line of it carries the step's flag;
-//! the receiving proxy takes the step into a buffer of its own and stores it into the slot in
-//! whole 8-byte words, so the kernel never sees a flag without the data beside it.
+//! **LL and LL128 regions** ([`Region::Ll`], [`Region::Ll128`]) move one step at a time, as
+//! NCCL's `net.cc` moves them: the kernel writes a step's size before its lines
+//! (`CONN_PROXY_SIZES`); LL fences nothing after them, so the sending proxy sends the step
+//! once every line of it carries the step's flag; LL128 fences before its tail, and the proxy
+//! waits for both the tail and the flags (NCCL's check for LL128 FIFOs in host memory). The
+//! receiving proxy takes the step into a buffer of its own and stores it into the slot so that
+//! the kernel never sees a flag without its data: LL in whole 8-byte words (a flag shares its
+//! word with its data), LL128 line by line with the flag word stored last (release).
 //!
 //! A broken connection (the peer died or closed it, garbage, a plugin error) stops that
 //! connection, records which peer it was for the communicator to report, and sets the abort word
@@ -35,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::transport::{ConnLayout, Side};
 use rsccl_device::prims::conn::{CALL_SIG_BYTES, CONN_REFUSED, NCCL_STEPS};
 use rsccl_device::prims::ll::{ll_flag, LlLine, LL_LINE_BYTES};
+use rsccl_device::prims::ll128::{ll128_flag, LL128_DATA_ELEMS, LL128_LINE_BYTES, LL128_LINE_ELEMS};
 use rsccl_device::DevPtr;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -128,18 +132,51 @@ impl Words {
         // it); slots are 16-byte aligned inside the connection's memory.
         unsafe { &*(self.slot(step) as *const AtomicU64).add(i) }
     }
-    /// Whether the first `bytes` of step's LL slot are whole lines of that step: both flags of
-    /// every line are its flag (the kernel stores each line's halves with no fence after).
-    fn lines_ready(&self, step: u64, bytes: u64) -> bool {
-        let flag = ll_flag(step);
-        (0..(bytes / LL_LINE_BYTES) as usize).all(|l| {
-            let h = [
-                self.slot_word(step, 2 * l).load(Ordering::Acquire),
-                self.slot_word(step, 2 * l + 1).load(Ordering::Acquire),
-            ];
-            let line = LlLine::from_halves(h);
-            line.flag1 == flag && line.flag2 == flag
-        })
+    /// Whether the first `bytes` of step's slot of a line-protocol `region` are whole lines
+    /// of that step: LL, both flags of every line are its flag (the kernel stores each line's
+    /// halves with no fence after); LL128, every line's flag word is.
+    fn lines_ready(&self, region: Region, step: u64, bytes: u64) -> bool {
+        match region {
+            Region::Ll => {
+                let flag = ll_flag(step);
+                (0..(bytes / LL_LINE_BYTES) as usize).all(|l| {
+                    let h = [
+                        self.slot_word(step, 2 * l).load(Ordering::Acquire),
+                        self.slot_word(step, 2 * l + 1).load(Ordering::Acquire),
+                    ];
+                    let line = LlLine::from_halves(h);
+                    line.flag1 == flag && line.flag2 == flag
+                })
+            }
+            Region::Ll128 => {
+                let (flag, elems) = (ll128_flag(step), LL128_LINE_ELEMS as usize);
+                (0..(bytes / LL128_LINE_BYTES) as usize).all(|l| {
+                    self.slot_word(step, l * elems + LL128_DATA_ELEMS as usize).load(Ordering::Acquire)
+                        == flag
+                })
+            }
+            Region::Simple => unreachable!("Simple slices are announced by the tail"),
+        }
+    }
+
+    /// Stores a received step of a line-protocol `region` (`words`, whole lines) into step's
+    /// slot so that the kernel never sees a flag before its data: LL word by word (each flag
+    /// shares its word with its data), LL128 line by line, each line's flag word last.
+    fn land(&self, region: Region, step: u64, words: &[u64]) {
+        if region == Region::Ll128 {
+            for (l, line) in words.chunks(LL128_LINE_ELEMS as usize).enumerate() {
+                let at = l * LL128_LINE_ELEMS as usize;
+                for (i, w) in line.iter().enumerate() {
+                    let order =
+                        if i == LL128_DATA_ELEMS as usize { Ordering::Release } else { Ordering::Relaxed };
+                    self.slot_word(step, at + i).store(*w, order);
+                }
+            }
+        } else {
+            for (i, w) in words.iter().enumerate() {
+                self.slot_word(step, i).store(*w, Ordering::Relaxed);
+            }
+        }
     }
 }
 
@@ -176,7 +213,8 @@ pub(crate) struct ProxyConn {
     host: String,
     region: Region,
     words: Words,
-    /// A receiving LL region's landing buffer: one step, copied into the slot in whole words.
+    /// A receiving line-protocol region's landing buffer: one step, copied into the slot
+    /// ([`Words::land`]).
     stage: Box<[u64]>,
     comm: Comm,
     /// Sending: the first step not sent yet. Receiving: the first step not received yet.
@@ -214,13 +252,20 @@ impl ProxyConn {
             Box::new([[0; CTRL_BYTES]; NCCL_STEPS as usize]);
         let words = Words::of(&mem, layout, region, side);
         let stage_words = match (region, side) {
-            (Region::Ll, Side::Recv) => usize::try_from(words.step_bytes / 8)
-                .map_err(|_| Error::InvalidConfig(format!("LL slots of {} bytes", words.step_bytes)))?,
+            (Region::Ll | Region::Ll128, Side::Recv) => {
+                usize::try_from(words.step_bytes / 8).map_err(|_| {
+                    Error::InvalidConfig(format!("{} slots of {} bytes", region.name(), words.step_bytes))
+                })?
+            }
             _ => 0,
         };
         let mut stage = Vec::new();
         stage.try_reserve_exact(stage_words).map_err(|_| {
-            Error::InvalidConfig(format!("no memory for a {}-byte LL landing buffer", words.step_bytes))
+            Error::InvalidConfig(format!(
+                "no memory for a {}-byte {} landing buffer",
+                words.step_bytes,
+                region.name()
+            ))
         })?;
         stage.resize(stage_words, 0u64);
         let stage = stage.into_boxed_slice();
@@ -259,7 +304,7 @@ impl ProxyConn {
     fn progress(&mut self) -> std::result::Result<bool, String> {
         match (&mut self.comm, self.region) {
             (Comm::Send(_), Region::Simple) => self.progress_send(),
-            (Comm::Send(_), Region::Ll) => self.progress_send_lines(),
+            (Comm::Send(_), Region::Ll | Region::Ll128) => self.progress_send_lines(),
             (Comm::Recv(_), _) => self.progress_recv(),
         }
     }
@@ -300,10 +345,13 @@ impl ProxyConn {
         Ok(())
     }
 
-    /// An LL region's sends: step by step, each once the kernel has written its size and all
-    /// of its lines carry the step's flag (the tail, stored with no fence after the lines,
-    /// says nothing here).
+    /// A line-protocol region's sends: step by step, each once the kernel has written its size
+    /// and all of its lines carry the step's flag — LL128 also once the kernel's tail (stored
+    /// after a fence) has passed it; LL's tail, stored with no fence after the lines, says
+    /// nothing.
     fn progress_send_lines(&mut self) -> std::result::Result<bool, String> {
+        let region = self.region;
+        let line = region.line_bytes().expect("a line-protocol region");
         let mut moved = self.complete_sends()?;
         while self.inflight.len() < NCCL_STEPS as usize {
             let s = self.next;
@@ -318,14 +366,18 @@ impl ProxyConn {
             if bytes == NO_SIZE {
                 break;
             }
-            if bytes > self.words.step_bytes || !bytes.is_multiple_of(LL_LINE_BYTES) {
+            if bytes > self.words.step_bytes || !bytes.is_multiple_of(line) {
                 return Err(format!(
-                    "the kernel wrote an LL step of {bytes} bytes at step {s} (whole {LL_LINE_BYTES}-byte lines \
-                     of a {}-byte slot expected)",
+                    "the kernel wrote an {} step of {bytes} bytes at step {s} (whole {line}-byte lines of a \
+                     {}-byte slot expected)",
+                    region.name(),
                     self.words.step_bytes
                 ));
             }
-            if !self.words.lines_ready(s, bytes) {
+            if region == Region::Ll128 && self.words.tail().load(Ordering::Acquire) <= s {
+                break;
+            }
+            if !self.words.lines_ready(region, s, bytes) {
                 break;
             }
             self.words.size(s).store(NO_SIZE, Ordering::Release);
@@ -457,14 +509,15 @@ impl ProxyConn {
                                 return Ok(true);
                             }
                             Ctrl::Slice { step, steps, bytes } => {
-                                if self.region == Region::Ll
-                                    && (steps != 1
-                                        || !bytes.is_multiple_of(LL_LINE_BYTES)
-                                        || bytes > self.words.step_bytes)
-                                {
+                                let line = self.region.line_bytes();
+                                if line.is_some_and(|line| {
+                                    steps != 1 || !bytes.is_multiple_of(line) || bytes > self.words.step_bytes
+                                }) {
                                     return Err(format!(
-                                        "an LL slice of {bytes} bytes over {steps} steps at step {step} (one step \
-                                         of whole {LL_LINE_BYTES}-byte lines, at most {} bytes, expected)",
+                                        "an {} slice of {bytes} bytes over {steps} steps at step {step} (one step \
+                                         of whole {}-byte lines, at most {} bytes, expected)",
+                                        self.region.name(),
+                                        line.unwrap_or(0),
                                         self.words.step_bytes
                                     ));
                                 }
@@ -506,7 +559,7 @@ impl ProxyConn {
                         }
                         Some(true) => {}
                     }
-                    let r = if self.region == Region::Ll {
+                    let r = if self.region != Region::Simple {
                         // SAFETY: the landing buffer holds a slot (checked: bytes ≤ step_bytes)
                         // and is only read once this request is done.
                         unsafe { comm.irecv(self.stage.as_mut_ptr().cast(), bytes as usize) }
@@ -532,11 +585,8 @@ impl ProxyConn {
                         return Err(format!("a slice of {n} bytes where {} were announced", c.2))
                     }
                     Some(n) => {
-                        if self.region == Region::Ll {
-                            // Whole words: a line's flag is never seen without its data.
-                            for (i, w) in self.stage[..n / 8].iter().enumerate() {
-                                self.words.slot_word(c.0, i).store(*w, Ordering::Relaxed);
-                            }
+                        if self.region != Region::Simple {
+                            self.words.land(self.region, c.0, &self.stage[..n / 8]);
                         }
                         self.words.size(c.0).store(n as u64, Ordering::Relaxed);
                         self.next = c.0 + c.1;
@@ -774,9 +824,10 @@ impl Drop for Proxy {
 
 #[cfg(test)]
 mod tests {
+    use super::Proxy;
     use crate::transport::net::socket::{SocketConfig, SocketNet};
     use crate::transport::net::{Net, NetSetup};
-    use crate::transport::{ConnLayout, Side, Transport};
+    use crate::transport::{ConnLayout, ConnMem, Side, Transport};
     use rsccl_device::prims::conn::{ConnInfo, NCCL_STEPS};
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
@@ -819,27 +870,57 @@ mod tests {
         }
     }
 
+    /// One connection of `layout` over `net` between two proxies on loopback: the receiving
+    /// side (rank 0, `rx_peer`'s host "sender-host") and the sending side (rank `rx_peer`).
+    struct Pair {
+        rx_mem: ConnMem,
+        tx_mem: ConnMem,
+        rx_proxy: Proxy,
+        tx_proxy: Proxy,
+    }
+
+    fn pair(layout: ConnLayout, net: Arc<dyn Net>, deadline: Instant) -> Pair {
+        let be = crate::backend::cpu();
+        let (rx_setup, tx_setup) =
+            (NetSetup::new(net.clone(), be.clone(), deadline), NetSetup::new(net, be.clone(), deadline));
+        let (rx_mem, handle) = rx_setup.to_peer(1, "sender-host").listen(layout, 0).unwrap();
+        let tx_mem = tx_setup.to_peer(0, "receiver-host").connect(layout, &handle).unwrap();
+        let rx_proxy = rx_setup.start(0, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();
+        let tx_proxy = tx_setup.start(1, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();
+        Pair { rx_mem, tx_mem, rx_proxy, tx_proxy }
+    }
+
+    impl Pair {
+        /// Both proxies ran without a failure; the memories go after them.
+        fn finish(self) {
+            assert!(self.rx_proxy.failure().is_none() && self.tx_proxy.failure().is_none());
+            drop((self.rx_proxy, self.tx_proxy));
+            drop((self.rx_mem, self.tx_mem));
+        }
+    }
+
+    /// Stores `bytes` as the size of step `s` in `c`'s sizes FIFO.
+    fn announce(c: &ConnInfo, s: u64, bytes: u64) {
+        // SAFETY: the sizes FIFO has NCCL_STEPS words inside the live connection.
+        unsafe {
+            (*(c.sizes_fifo.0 as *const AtomicU64).add((s % NCCL_STEPS) as usize))
+                .store(bytes, Ordering::Release)
+        };
+    }
+
     /// Two emulated kernels (a sender and a receiver thread) and two proxies over loopback TCP:
     /// every slice arrives whole, in its slot, across skipped steps and FIFO wrap-arounds.
     #[test]
     fn slices_cross_the_network_through_the_proxies() {
-        let be = crate::backend::cpu();
         let layout = ConnLayout::simple(1024);
         let deadline = Instant::now() + Duration::from_secs(60);
         let net: Arc<dyn Net> = Arc::new(SocketNet::new(
             SocketConfig { nthreads: 2, nsocks_per_thread: 2, ..SocketConfig::loopback() },
             [9; 16],
         ));
-        let (rx_setup, tx_setup) =
-            (NetSetup::new(net.clone(), be.clone(), deadline), NetSetup::new(net, be.clone(), deadline));
-        let (rx_mem, handle) = rx_setup.to_peer(1, "sender-host").listen(layout, 0).unwrap();
-        let tx_mem = tx_setup.to_peer(0, "receiver-host").connect(layout, &handle).unwrap();
-        let (rx_abort, tx_abort) =
-            (Arc::new(be.alloc_mapped(4).unwrap()), Arc::new(be.alloc_mapped(4).unwrap()));
-        let rx_proxy = rx_setup.start(0, rx_abort).unwrap();
-        let tx_proxy = tx_setup.start(1, tx_abort).unwrap();
+        let pair = pair(layout, net, deadline);
         let (tx, rx): (ConnInfo, ConnInfo) =
-            (layout.view(tx_mem.base(), Side::Send, 0), layout.view(rx_mem.base(), Side::Recv, 1));
+            (layout.view(pair.tx_mem.base(), Side::Send, 0), layout.view(pair.rx_mem.base(), Side::Recv, 1));
         let sched = schedule(layout.step_bytes);
         let sender = {
             let sched = sched.clone();
@@ -853,11 +934,7 @@ mod tests {
                         // SAFETY: bytes <= sps slots from an sps-aligned step: inside the FIFO.
                         unsafe { slot.add(i).write(fill(k, i)) };
                     }
-                    // SAFETY: the sizes FIFO has NCCL_STEPS words.
-                    unsafe {
-                        (*(tx.sizes_fifo.0 as *const AtomicU64).add((step % NCCL_STEPS) as usize))
-                            .store(bytes, Ordering::Relaxed)
-                    };
+                    announce(&tx, step, bytes);
                     step += sps;
                     word(tx.tail).store(step, Ordering::Release);
                 }
@@ -876,8 +953,7 @@ mod tests {
             word(rx.head).store(step, Ordering::Release);
         }
         sender.join().unwrap();
-        assert!(rx_proxy.failure().is_none() && tx_proxy.failure().is_none());
-        drop((rx_mem, tx_mem));
+        pair.finish();
     }
 
     /// An LL region across the network: a step goes only once every line carries its flag (a
@@ -886,18 +962,11 @@ mod tests {
     #[test]
     fn ll_steps_cross_once_every_line_carries_its_flag() {
         use rsccl_device::prims::ll::{ll_flag, LlLine, LL_LINE_BYTES};
-        let be = crate::backend::cpu();
         let layout = ConnLayout { step_bytes: 256, ll_step_bytes: 512, ll128_step_bytes: 0 };
         let deadline = Instant::now() + Duration::from_secs(60);
-        let net: Arc<dyn Net> = Arc::new(SocketNet::new(SocketConfig::loopback(), [4; 16]));
-        let (rx_setup, tx_setup) =
-            (NetSetup::new(net.clone(), be.clone(), deadline), NetSetup::new(net, be.clone(), deadline));
-        let (rx_mem, handle) = rx_setup.to_peer(1, "sender-host").listen(layout, 0).unwrap();
-        let tx_mem = tx_setup.to_peer(0, "receiver-host").connect(layout, &handle).unwrap();
-        let rx_proxy = rx_setup.start(0, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();
-        let tx_proxy = tx_setup.start(1, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();
-        let tx = layout.view_ll(tx_mem.base(), Side::Send, 0).unwrap();
-        let rx = layout.view_ll(rx_mem.base(), Side::Recv, 1).unwrap();
+        let pair = pair(layout, Arc::new(SocketNet::new(SocketConfig::loopback(), [4; 16])), deadline);
+        let tx = layout.view_ll(pair.tx_mem.base(), Side::Send, 0).unwrap();
+        let rx = layout.view_ll(pair.rx_mem.base(), Side::Recv, 1).unwrap();
         let slot_lines = layout.ll_step_bytes / LL_LINE_BYTES;
         let lines_of = move |s: u64| if s % 5 == 3 { 0 } else { (s * 7) % slot_lines + 1 };
         let data = |s: u64, l: u64| s << 32 | l;
@@ -913,11 +982,7 @@ mod tests {
             for s in 0..STEPS {
                 wait(deadline, || word(tx.head).load(Ordering::Acquire) + NCCL_STEPS > s);
                 let n = lines_of(s);
-                // SAFETY: the sizes FIFO has NCCL_STEPS words.
-                unsafe {
-                    (*(tx.sizes_fifo.0 as *const AtomicU64).add((s % NCCL_STEPS) as usize))
-                        .store(n * LL_LINE_BYTES, Ordering::Release)
-                };
+                announce(&tx, s, n * LL_LINE_BYTES);
                 for l in (0..n).rev().skip(1) {
                     store(line_at(&tx, s, l), LlLine::new(data(s, l), ll_flag(s)));
                 }
@@ -952,8 +1017,97 @@ mod tests {
             word(rx.head).store(s + 1, Ordering::Release);
         }
         sender.join().unwrap();
-        assert!(rx_proxy.failure().is_none() && tx_proxy.failure().is_none());
-        drop((rx_mem, tx_mem));
+        pair.finish();
+    }
+
+    /// An LL128 region across the network: a step goes only once the kernel's tail has passed
+    /// it (a tail stored late holds it back, though every flag is there) and every line's flag
+    /// word is the step's (a line seen after the tail holds it back), and arrives whole in its slot,
+    /// each line's data seen once its flag is — empty steps and whole slots included, across
+    /// FIFO wrap-arounds.
+    #[test]
+    fn ll128_steps_cross_once_the_tail_and_every_flag_are_there() {
+        use rsccl_device::prims::ll128::{ll128_flag, LL128_DATA_ELEMS, LL128_LINE_BYTES, LL128_LINE_ELEMS};
+        let layout = ConnLayout { step_bytes: 256, ll_step_bytes: 0, ll128_step_bytes: 8 * LL128_LINE_BYTES };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let pair = pair(layout, Arc::new(SocketNet::new(SocketConfig::loopback(), [6; 16])), deadline);
+        let tx = layout.view_ll128(pair.tx_mem.base(), Side::Send, 0).unwrap();
+        let rx = layout.view_ll128(pair.rx_mem.base(), Side::Recv, 1).unwrap();
+        let slot_lines = layout.ll128_step_bytes / LL128_LINE_BYTES;
+        let lines_of = move |s: u64| if s % 5 == 3 { 0 } else { (s * 7) % slot_lines + 1 };
+        let data = |s: u64, l: u64, i: u64| s << 32 | l << 8 | i;
+        const STEPS: u64 = 60;
+        let word_at = |c: &ConnInfo, s: u64, l: u64, i: u64| {
+            word(rsccl_device::DevPtr(
+                c.buff.0 + (s % NCCL_STEPS) * c.step_bytes + l * LL128_LINE_BYTES + 8 * i,
+            ))
+        };
+        // Steps the sender has published its tail for (set just before the tail).
+        let published = Arc::new(AtomicU64::new(0));
+        let sender = {
+            let published = published.clone();
+            std::thread::spawn(move || {
+                let line = |s: u64, l: u64| {
+                    for i in 0..LL128_DATA_ELEMS {
+                        word_at(&tx, s, l, i).store(data(s, l, i), Ordering::Relaxed);
+                    }
+                    word_at(&tx, s, l, LL128_DATA_ELEMS).store(ll128_flag(s), Ordering::Release);
+                };
+                for s in 0..STEPS {
+                    wait(deadline, || word(tx.head).load(Ordering::Acquire) + NCCL_STEPS > s);
+                    let n = lines_of(s);
+                    announce(&tx, s, n * LL128_LINE_BYTES);
+                    let publish = || {
+                        published.store(s + 1, Ordering::Release);
+                        word(tx.tail).store(s + 1, Ordering::Release);
+                    };
+                    (0..n.saturating_sub(1)).for_each(|l| line(s, l));
+                    if n > 0 && s % 4 == 1 {
+                        // The tail shows before the last line (as host memory may show a GPU's
+                        // stores after a plain fence): the receiver must not have the step yet.
+                        publish();
+                        std::thread::sleep(Duration::from_millis(20));
+                        line(s, n - 1);
+                        continue;
+                    }
+                    if n > 0 {
+                        line(s, n - 1);
+                    }
+                    if s % 4 == 3 {
+                        // Every flag is there, the tail is late: nor now.
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    publish();
+                }
+            })
+        };
+        for s in 0..STEPS {
+            let n = lines_of(s);
+            if n == 0 {
+                wait(deadline, || word(rx.tail).load(Ordering::Acquire) > s);
+            }
+            for l in 0..n {
+                // A step sent before its late line had its flag would never show that line.
+                wait(deadline, || {
+                    word_at(&rx, s, l, LL128_DATA_ELEMS).load(Ordering::Acquire) == ll128_flag(s)
+                });
+                assert!(
+                    published.load(Ordering::Acquire) > s,
+                    "step {s} crossed before the kernel's tail passed it"
+                );
+                for i in 0..LL128_DATA_ELEMS {
+                    assert_eq!(
+                        word_at(&rx, s, l, i).load(Ordering::Relaxed),
+                        data(s, l, i),
+                        "step {s} line {l} word {i}"
+                    );
+                }
+            }
+            word(rx.head).store(s + 1, Ordering::Release);
+        }
+        assert_eq!(LL128_LINE_ELEMS, LL128_DATA_ELEMS + 1);
+        sender.join().unwrap();
+        pair.finish();
     }
 
     /// A peer that goes away: the proxy records which peer and sets the abort word.
