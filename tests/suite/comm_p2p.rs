@@ -895,6 +895,62 @@ fn grouped_collectives_equal_ungrouped_ones_and_the_reference() {
     assert_eq!(launches, vec![1; n], "kernels per rank");
 }
 
+/// A group's collectives run on Simple or LL as their rings would run them as calls of their
+/// own: forced LL on 4 ranks every collective (odd counts, every kind) equals the reference
+/// and the ungrouped calls, still one launch per reducing type, with the group's plan naming
+/// LL; forced LL128 (which the group kernel does not carry) runs them on Simple, equal too;
+/// left to the cost model, each size's group plan is the ring's plan for that call alone
+/// wherever that is not LL128, small ones on LL and large ones on Simple.
+#[test]
+fn grouped_collectives_run_on_the_protocol_their_rings_would() {
+    use rsccl::comm::{Algorithm, Protocol};
+    let be = backend::cpu();
+    let n = 4;
+    let specs = [
+        Spec::new(Collective::AllReduce, DataType::F32, ReduceOp::Sum, 4099, 0),
+        Spec::new(Collective::AllGather, DataType::BF16, ReduceOp::Sum, 333, 0),
+        Spec::new(Collective::ReduceScatter, DataType::F32, ReduceOp::Max, 70_001, 0),
+        Spec::new(Collective::Broadcast, DataType::U8, ReduceOp::Sum, 100_003, 3),
+        Spec::new(Collective::Reduce, DataType::F32, ReduceOp::Prod, 129, 1),
+        Spec::new(Collective::AllReduce, DataType::F32, ReduceOp::Min, 0, 0),
+    ];
+    let big = be.alloc(64 << 20).unwrap();
+    let b = BufRef::from(&big);
+    for (proto, want) in [("LL", Protocol::Ll), ("LL128", Protocol::Simple)] {
+        let comms = Comm::init_all(&be, n, CommConfig { proto: Some(proto.into()), ..config() }).unwrap();
+        let mut g = Group::new();
+        for count in [1usize, 4099, 1 << 20] {
+            g.call(&comms[0], Call::all_reduce(b, b, count, DataType::F32, ReduceOp::Sum));
+        }
+        let plans = g.plan(&comms[0]).unwrap();
+        assert_eq!(plans.len(), 3);
+        assert!(
+            plans.iter().all(|p| p.protocol == want && p.algorithm == Algorithm::Ring),
+            "{proto}: {plans:?}"
+        );
+        drop(g);
+        let (grouped, launches) = run_specs(&comms, &be, &specs, 4099, true);
+        check_specs(&specs, &grouped, 4099);
+        assert_eq!(launches, vec![1; n], "{proto}: kernels per rank");
+        let (alone, _) = run_specs(&comms, &be, &specs, 4099, false);
+        assert_eq!(grouped, alone, "{proto}: grouped and ungrouped collectives differ");
+    }
+    let comms = Comm::init_all(&be, n, config()).unwrap();
+    let mut seen = Vec::new();
+    for count in [1usize, 256, 4096, 65_536, 1 << 20, 16 << 20] {
+        let call = Call::all_reduce(b, b, count, DataType::F32, ReduceOp::Sum);
+        let mut g = Group::new();
+        g.call(&comms[0], call);
+        let grouped = g.plan(&comms[0]).unwrap()[0].protocol;
+        let alone = comms[0].plan_call(&call.with_algorithm(Algorithm::Ring)).unwrap().protocol;
+        if alone != Protocol::Ll128 {
+            assert_eq!(grouped, alone, "{count} floats");
+        }
+        seen.push(grouped);
+    }
+    assert_eq!((seen[0], seen[5]), (Protocol::Ll, Protocol::Simple), "{seen:?}");
+}
+
 #[test]
 fn a_group_of_a_thousand_sends_receives_and_collectives_on_eight_ranks_is_one_launch_each() {
     let be = backend::cpu();

@@ -2,10 +2,13 @@
 //! point-to-point operations of one rank in one kernel, one after another in each block.
 //!
 //! **What the host gives.** A [`GroupArgs`]: `RingArgs[nworks]` — ring collectives, each with
-//! its own status area, all on the grid's channels (block `c` runs channel `c` of every
-//! work) — and a [`P2pArgs`] whose ops name blocks of the same grid. Reducing collectives move
-//! elements of the kernel's type (`rsccl_group_<type>`); all-gather and broadcast count bytes,
-//! so they join a launch of any type.
+//! its own status area and protocol (Simple or LL: the host's cost model picks per
+//! collective, as for a call of its own; not LL128, whose five ring bodies spill even in a
+//! function of their own — ptxas at sm_90: 255 registers, up to 848 bytes of spill stores),
+//! all on the grid's channels (block `c` runs channel `c` of every work) — and a [`P2pArgs`]
+//! whose ops name blocks of the same grid. Reducing collectives move elements of the kernel's
+//! type (`rsccl_group_<type>`); all-gather and broadcast count bytes, so they join a launch of
+//! any type.
 //!
 //! **Gated launches** ([`crate::overlap`]): with a [`TileGate`], every block waits before work
 //! `i` until a GEMM signalled the tiles of that work's wave group, and the last block resets
@@ -24,6 +27,7 @@ use super::p2p::{p2p_kernel, P2pArgs, P2P_SHM_BYTES};
 use super::ring::{self, RingArgs};
 use super::Collective;
 use crate::overlap::gate::TileGate;
+use crate::prims::Protocol;
 use crate::redop::{Elem, RedOp};
 use crate::{arch, DevPtr};
 
@@ -49,7 +53,9 @@ crate::pod::unsafe_impl_pod!(GroupArgs { works, nworks, reserved, p2p, gate });
 
 /// Threads per block of the group kernels (their `.maxntid`): half the Simple kernels' 512,
 /// so ptxas may give each thread up to 255 registers. Every body of a ring collective already
-/// uses the 128 a 512-thread block allows; one kernel holding all of them would spill.
+/// uses the 128 a 512-thread block allows; one kernel holding all of them (each on Simple
+/// and LL, [`ring_on`]) would spill at 128. A line protocol's FIFO slot keeps the
+/// communicator's shape: each thread then moves more lines per step.
 pub const GROUP_THREADS: u32 = 256;
 
 /// Bytes of dynamic shared memory a group kernel must be launched with: the point-to-point
@@ -74,14 +80,30 @@ fn failed(w: &RingArgs, bid: u32) -> bool {
     unsafe { arch::ld_volatile_u64(w.status.status.offset(8 * bid as u64).as_ptr()) != 0 }
 }
 
+/// Ring collective `coll` of work `w` on protocol `P`: reducing ones in `T` with `op`, the
+/// others in bytes. A function of its own in the PTX (one per protocol), so ptxas allocates
+/// each protocol's bodies' registers apart: inlined into one kernel they spill at sm_90
+/// (255 registers, up to 40 bytes of spill stores).
+#[inline(never)]
+fn ring_on<const P: u32, T: Elem>(w: &RingArgs, coll: Collective, op: RedOp) {
+    let bytes = RedMover::<u8>::new(RedOp::Sum, 0);
+    match coll {
+        Collective::AllReduce => ring::all_reduce::<P, _>(w, &RedMover::<T>::new(op, w.red_op_arg)),
+        Collective::ReduceScatter => ring::reduce_scatter::<P, _>(w, &RedMover::<T>::new(op, w.red_op_arg)),
+        Collective::Reduce => ring::reduce::<P, _>(w, &RedMover::<T>::new(op, w.red_op_arg)),
+        Collective::AllGather => ring::all_gather::<P, _>(w, &bytes),
+        Collective::Broadcast => ring::broadcast::<P, _>(w, &bytes),
+    }
+}
+
 /// Kernel body of `rsccl_group_<T>`: this block's channel of every collective (reducing ones
-/// in `T`, the others in bytes), then its point-to-point ops. Traps on a collective it does
-/// not run (tree algorithms, an unknown one) and on less than [`GROUP_SHM_BYTES`] of dynamic
-/// shared memory.
+/// in `T`, the others in bytes), each on its protocol, then its point-to-point ops. Traps on
+/// a collective it does not run (tree algorithms, LL128, an unknown one) and on less than
+/// [`GROUP_SHM_BYTES`] of dynamic shared memory.
 #[inline(always)]
 pub fn group_kernel<T: Elem>(a: &GroupArgs) {
-    // A group's collectives run on Simple (the host plans them so).
-    const SIMPLE: u32 = crate::prims::Protocol::Simple as u32;
+    const SIMPLE: u32 = Protocol::Simple as u32;
+    const LL: u32 = Protocol::Ll as u32;
     if arch::dynamic_smem_bytes() < GROUP_SHM_BYTES {
         arch::trap();
     }
@@ -93,18 +115,11 @@ pub fn group_kernel<T: Elem>(a: &GroupArgs) {
             return;
         }
         let Some(&op) = RedOp::ALL.get(w.op as usize) else { arch::trap() };
-        let bytes = RedMover::<u8>::new(RedOp::Sum, 0);
-        match Collective::from_u32(w.coll) {
-            Some(Collective::AllReduce) => {
-                ring::all_reduce::<SIMPLE, _>(w, &RedMover::<T>::new(op, w.red_op_arg))
-            }
-            Some(Collective::ReduceScatter) => {
-                ring::reduce_scatter::<SIMPLE, _>(w, &RedMover::<T>::new(op, w.red_op_arg))
-            }
-            Some(Collective::Reduce) => ring::reduce::<SIMPLE, _>(w, &RedMover::<T>::new(op, w.red_op_arg)),
-            Some(Collective::AllGather) => ring::all_gather::<SIMPLE, _>(w, &bytes),
-            Some(Collective::Broadcast) => ring::broadcast::<SIMPLE, _>(w, &bytes),
-            None => arch::trap(),
+        let Some(coll) = Collective::from_u32(w.coll) else { arch::trap() };
+        match w.proto {
+            SIMPLE => ring_on::<SIMPLE, T>(w, coll, op),
+            LL => ring_on::<LL, T>(w, coll, op),
+            _ => arch::trap(),
         }
         // The next collective's primitives reuse the shared memory; a failed channel stops here.
         arch::sync_threads();

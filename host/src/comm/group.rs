@@ -8,12 +8,14 @@
 //! attach (their sending sides), launch, finish (wait, report).
 //!
 //! **Collectives in a group** run on the rings, in the order queued, before the point-to-point
-//! operations, in the same kernel ([`rsccl_device::coll::group`]): one launch per communicator
+//! operations, in the same kernel ([`rsccl_device::coll::group`]), each on Simple or LL as the
+//! cost model picks for its rings (and `RSCCL_PROTO` allows; [`Group::plan`]; LL128's bodies
+//! would make the group kernel spill): one launch per communicator
 //! when the group's reducing collectives share one element type (all-gather and broadcast move
 //! bytes and join any launch), one more launch for each further type. Every rank queues the
 //! same collectives in the same order, as NCCL requires. On a one-rank communicator each
 //! collective is its copy kernel.
-use super::algorithm::Algorithm;
+use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::{BufRef, Call, DevCall};
 use super::communicator::{Comm, FlightId, InFlight, Queue};
 use super::completion::Awaiting;
@@ -157,6 +159,36 @@ impl<'a> Group<'a> {
             }
         }
         self
+    }
+
+    /// How `comm`'s collectives queued in this group would run, in the order queued, without
+    /// running them: each on the rings, on the protocol the cost model picks for a ring of its
+    /// size among Simple and LL (LL where the rings' connections have LL FIFOs and
+    /// `RSCCL_PROTO` allows it; not LL128, which the group kernel does not carry), over every
+    /// channel at the group kernel's block size. Errors as [`Group::run`] would give for a bad
+    /// call.
+    ///
+    /// ```
+    /// use rsccl::comm::Protocol;
+    /// use rsccl::{backend, BufRef, Call, Comm, CommConfig, DataType, Group, ReduceOp};
+    /// let be = backend::cpu();
+    /// let comms = Comm::init_all(&be, 2, CommConfig { proto: Some("LL".into()), ..CommConfig::default() })?;
+    /// let buf: Vec<_> = (0..2).map(|_| be.alloc(64)).collect::<Result<_, _>>()?;
+    /// let mut g = Group::new();
+    /// for r in 0..2 {
+    ///     let b = BufRef::from(&buf[r]);
+    ///     g.call(&comms[r], Call::all_reduce(b, b, 16, DataType::F32, ReduceOp::Sum));
+    /// }
+    /// assert_eq!(g.plan(&comms[0])?[0].protocol, Protocol::Ll);
+    /// g.run()?;
+    /// # Ok::<(), rsccl::Error>(())
+    /// ```
+    pub fn plan(&self, comm: &Comm) -> Result<Vec<Plan>> {
+        let Some(part) = self.parts.iter().find(|p| std::ptr::eq(p.comm, comm)) else {
+            return Ok(Vec::new());
+        };
+        let devs = comm.group_calls(&part.calls)?;
+        Ok(devs.iter().map(|d| comm.group_plan(d)).collect())
     }
 
     /// Runs the group and waits for every communicator's part; the first error (every kernel
@@ -438,20 +470,7 @@ impl Comm {
         }
         let bytes = self.check_p2p(ops)?;
         let copies = self_copies(self.rank, ops, &bytes)?;
-        let cc = self.stream.compute_capability();
-        let devs = calls
-            .iter()
-            .enumerate()
-            .map(|(i, c)| match c.algorithm {
-                None | Some(Algorithm::Ring) => c.check(self.rank, self.nranks, cc),
-                Some(a) => Err(Error::InvalidConfig(format!(
-                    "rank {}: collective {i} of a group ({:?}) asks for {}; a group's collectives run on the rings",
-                    self.rank,
-                    c.coll,
-                    a.name()
-                ))),
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let devs = self.group_calls(calls)?;
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut queue);
         let in_p2p = self.health.progress.enter_p2p();
@@ -468,6 +487,49 @@ impl Comm {
         // receiver's memory). A peer that dies mid-transfer stops the kernel (the watchdog's
         // abort) and is named when it ends.
         Ok(Prepared { queue, in_p2p, bytes, copies, devs, gate: gate.map(|(g, _)| g).unwrap_or_default() })
+    }
+
+    /// A group's collectives `calls`, checked: each on the rings (a call that asks for another
+    /// algorithm is refused).
+    fn group_calls(&self, calls: &[Call]) -> Result<Vec<DevCall>> {
+        let cc = self.stream.compute_capability();
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match c.algorithm {
+                None | Some(Algorithm::Ring) => c.check(self.rank, self.nranks, cc),
+                Some(a) => Err(Error::InvalidConfig(format!(
+                    "rank {}: collective {i} of a group ({:?}) asks for {}; a group's collectives run on the rings",
+                    self.rank,
+                    c.coll,
+                    a.name()
+                ))),
+            })
+            .collect()
+    }
+
+    /// How collective `dev` of a group runs on this rank ([`Group::plan`]).
+    fn group_plan(&self, dev: &DevCall) -> Plan {
+        let protocol = if self.nranks > 1 { self.ring_protocol(dev, false) } else { Protocol::Simple };
+        tracing::trace!(
+            rank = self.rank,
+            "plan: {:?} of {} x {} in a group on ring / {}",
+            dev.coll,
+            dev.count,
+            dev.dtype.name(),
+            protocol.name()
+        );
+        Plan {
+            algorithm: Algorithm::Ring,
+            protocol,
+            channels: self.cfg.nchannels as u32,
+            threads: self.group_threads(),
+        }
+    }
+
+    /// Threads per block of this communicator's group kernels.
+    fn group_threads(&self) -> u32 {
+        self.cfg.nthreads.clamp(64, GROUP_THREADS)
     }
 
     /// Phase 4: launches this rank's kernels of the group (none when nothing moves).
@@ -517,8 +579,7 @@ impl Comm {
             staged.push((t, args));
             launched.push(l);
         }
-        let cfg = LaunchConfig::linear(grid as u32, self.cfg.nthreads.clamp(64, GROUP_THREADS))
-            .with_smem(GROUP_SHM_BYTES);
+        let cfg = LaunchConfig::linear(grid as u32, self.group_threads()).with_smem(GROUP_SHM_BYTES);
         for (t, args) in staged {
             debug_assert_eq!(handles::group(t).name(), CollKernel::Group(t).name());
             // SAFETY: every collective's buffers hold what it reads and writes on this rank
@@ -555,7 +616,7 @@ impl Comm {
             let seq = self.health.progress.enter(dev.coll, false);
             let prims = self.prims_status_in(&status, grid, dev, Algorithm::Ring, seq);
             let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
-            args.push(self.ring_args(dev, false, super::algorithm::Protocol::Simple, prims)?);
+            args.push(self.ring_args(dev, false, self.group_plan(dev).protocol, prims)?);
             works.push(WorkStatus { status: Some(status), seq, coll: dev.coll, sig });
         }
         let table = self.tables.pool.take(&*self.stream, std::mem::size_of_val(args.as_slice()).max(1))?;

@@ -113,6 +113,13 @@ impl Comm {
         self.tuner.protocol(algorithm, dev.coll, self.nccl_bytes(dev), fifos)
     }
 
+    /// The protocol the cost model runs `dev` on over the rings (LL128 only if `ll128`).
+    pub(super) fn ring_protocol(&self, dev: &DevCall, ll128: bool) -> Protocol {
+        let fifos = self.line_fifos(false);
+        let fifos = super::tuner::LineFifos { ll128: fifos.ll128 && ll128, ..fifos };
+        self.tuner.protocol(Algorithm::Ring, dev.coll, self.nccl_bytes(dev), fifos)
+    }
+
     /// The plan of `dev` on `algorithm` (chosen): its launch shape on this rank.
     pub(super) fn plan_for(&self, algorithm: Algorithm, dev: &DevCall) -> Plan {
         let (channels, threads) = match algorithm {

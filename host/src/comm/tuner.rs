@@ -199,8 +199,9 @@ impl Tuner {
                 && !self.warned.swap(true, Ordering::Relaxed)
             {
                 tracing::warn!(
-                    "{PROTO_VAR}={} asks for {} on {coll}, but a {} connection has no {} FIFO (LL128 across \
-                     the network) or a rank's GPU has no such kernels (LL128 below sm_90): running {}",
+                    "{PROTO_VAR}={} asks for {} on {coll}, but a {} connection has no {} FIFO, a rank's GPU \
+                     has no such kernels (LL128 below sm_90) or a group's launch runs the call (no LL128 \
+                     there): running {}",
                     self.setting.as_deref().unwrap_or(""),
                     p.name(),
                     if algo == Algo::Tree { "tree" } else { "ring" },
