@@ -511,20 +511,14 @@ impl Comm {
     /// How collective `dev` of a group runs on this rank ([`Group::plan`]).
     fn group_plan(&self, dev: &DevCall) -> Plan {
         let protocol = if self.nranks > 1 { self.ring_protocol(dev, false) } else { Protocol::Simple };
-        tracing::trace!(
-            rank = self.rank,
-            "plan: {:?} of {} x {} in a group on ring / {}",
-            dev.coll,
-            dev.count,
-            dev.dtype.name(),
-            protocol.name()
-        );
-        Plan {
+        let plan = Plan {
             algorithm: Algorithm::Ring,
             protocol,
             channels: self.cfg.nchannels as u32,
             threads: self.group_threads(),
-        }
+        };
+        self.trace_plan(dev, &plan, " in a group");
+        plan
     }
 
     /// Threads per block of this communicator's group kernels.

@@ -167,16 +167,25 @@ impl Comm {
             Algorithm::SymLl => (Protocol::Ll, channels, threads),
             _ => (Protocol::Simple, channels, threads),
         };
+        let plan = Plan { algorithm, protocol, channels, threads };
+        self.trace_plan(dev, &plan, "");
+        plan
+    }
+
+    /// Logs (`RSCCL_DEBUG=TRACE`) that `dev` runs as `plan`; `place` says where when not as a
+    /// call of its own (" in a group").
+    pub(super) fn trace_plan(&self, dev: &DevCall, plan: &Plan, place: &str) {
         tracing::trace!(
             rank = self.rank,
-            "plan: {:?} of {} x {} on {} / {}, {channels} x {threads}",
+            "plan: {:?} of {} x {}{place} on {} / {}, {} x {}",
             dev.coll,
             dev.count,
             dev.dtype.name(),
-            algorithm.name(),
-            protocol.name()
+            plan.algorithm.name(),
+            plan.protocol.name(),
+            plan.channels,
+            plan.threads
         );
-        Plan { algorithm, protocol, channels, threads }
     }
 
     /// Which line-protocol FIFOs every ring (`tree`: tree) connection has.
