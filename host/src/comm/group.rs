@@ -510,7 +510,7 @@ impl Comm {
 
     /// How collective `dev` of a group runs on this rank ([`Group::plan`]).
     fn group_plan(&self, dev: &DevCall) -> Plan {
-        let protocol = if self.nranks > 1 { self.ring_protocol(dev, false) } else { Protocol::Simple };
+        let protocol = if self.nranks > 1 { self.ring_protocol_without_ll128(dev) } else { Protocol::Simple };
         let plan = Plan {
             algorithm: Algorithm::Ring,
             protocol,

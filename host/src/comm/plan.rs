@@ -113,10 +113,10 @@ impl Comm {
         self.tuner.protocol(algorithm, dev.coll, self.nccl_bytes(dev), fifos)
     }
 
-    /// The protocol the cost model runs `dev` on over the rings (LL128 only if `ll128`).
-    pub(super) fn ring_protocol(&self, dev: &DevCall, ll128: bool) -> Protocol {
-        let fifos = self.line_fifos(false);
-        let fifos = super::tuner::LineFifos { ll128: fifos.ll128 && ll128, ..fifos };
+    /// The protocol the cost model runs `dev` on over the rings leaving LL128 out (a group's
+    /// launch, whose kernel does not carry it).
+    pub(super) fn ring_protocol_without_ll128(&self, dev: &DevCall) -> Protocol {
+        let fifos = super::tuner::LineFifos { ll128: false, ..self.line_fifos(false) };
         self.tuner.protocol(Algorithm::Ring, dev.coll, self.nccl_bytes(dev), fifos)
     }
 
