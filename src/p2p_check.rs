@@ -1,5 +1,6 @@
 //! Point-to-point on any backend (the CPU tests and the GPU bundle share it): sends and
-//! receives, a group of collectives and sends from one thread, `all_to_all` and
+//! receives, a group of collectives and sends from one thread, groups of every ring collective
+//! with LL and with LL128 forced, `all_to_all` and
 //! `all_to_all_v`, on the ranks of one process. Every received byte is checked here against
 //! what its sender sent; the collectives' inputs are small integers (exact in every order) and
 //! are checked against sums computed here. [`run`] returns every output's bytes, so the GPU
@@ -112,6 +113,9 @@ pub fn run(be: &Arc<dyn Backend>) -> Res<Vec<Vec<u8>>> {
         }
         out.push(got);
     }
+    for proto in ["LL", "LL128"] {
+        out.extend(forced_group(be, proto)?);
+    }
     // all_to_all_v: uneven counts of i32, zeros, one skewed pair (rank 1 to rank 2).
     let cnt = |a: usize, b: usize| if (a, b) == (1, 2) { 300_001 } else { (a * 5 + b * 3) % 4 * 1000 };
     let word = |a: usize, b: usize, i: usize| (a * 100_000_000 + b * 1_000_000 + i) as i32;
@@ -165,6 +169,80 @@ pub fn run(be: &Arc<dyn Backend>) -> Res<Vec<Vec<u8>>> {
                 return Err(format!("all_to_all (in place: {in_place}): rank {r} received wrong blocks"));
             }
             out.push(bytemuck::cast_slice(&got).to_vec());
+        }
+    }
+    Ok(out)
+}
+
+/// One group of every ring collective (odd counts, three element types) on communicators
+/// that force `proto` (LL128 runs in a launch of its own; where the GPU has no LL128 kernels
+/// the collectives run on Simple, with a warning), each checked against values computed here;
+/// prints the group's plan.
+fn forced_group(be: &Arc<dyn Backend>, proto: &str) -> Res<Vec<Vec<u8>>> {
+    let cfg =
+        CommConfig { timeout: Duration::from_secs(30), proto: Some(proto.into()), ..CommConfig::default() };
+    let comms = Comm::init_all(be, RANKS, cfg).map_err(|e| e.to_string())?;
+    let (n_ar, n_rs, n_ag, n_bc, n_r) = (70_001usize, 30_001usize, 50_001usize, 99_999usize, 10_007usize);
+    let xi = |r: usize, i: usize| ((i * 31 + r * 17) % 1000) as i32 - 500;
+    let xf = |r: usize, i: usize| ((i * 7 + r * 13) % 64) as f32 - 32.0;
+    let xl = |r: usize, i: usize| (i as i64 * 1_000_003) ^ ((r as i64) << 40);
+    let ints = |n: usize, f: &dyn Fn(usize) -> i32| (0..n).map(f).collect::<Vec<i32>>();
+    let mut bufs: Vec<[DeviceBuffer; 10]> = Vec::new();
+    for r in 0..RANKS {
+        let e = |e: rsccl::Error| e.to_string();
+        bufs.push([
+            be.upload(&ints(n_ar, &|i| xi(r, i))).map_err(e)?,
+            up(be, &vec![0; 4 * n_ar])?,
+            be.upload(&(0..n_rs * RANKS).map(|i| xf(r, i)).collect::<Vec<f32>>()).map_err(e)?,
+            up(be, &vec![0; 4 * n_rs])?,
+            up(be, &payload(200 + r, n_ag))?,
+            up(be, &vec![0; n_ag * RANKS])?,
+            up(be, &payload(300 + r, n_bc))?,
+            up(be, &vec![0; n_bc])?,
+            be.upload(&(0..n_r).map(|i| xl(r, i)).collect::<Vec<i64>>()).map_err(e)?,
+            up(be, &vec![0; 8 * n_r])?,
+        ]);
+    }
+    let mut g = Group::new();
+    for (r, b) in bufs.iter().enumerate() {
+        let f = |k: usize| BufRef::from(&b[k]);
+        g.call(&comms[r], Call::all_reduce(f(0), f(1), n_ar, DataType::I32, ReduceOp::Max));
+        g.call(&comms[r], Call::reduce_scatter(f(2), f(3), n_rs, DataType::F32, ReduceOp::Sum));
+        g.call(&comms[r], Call::all_gather(f(4), f(5), n_ag, DataType::U8));
+        g.call(&comms[r], Call::broadcast(f(6), f(7), n_bc, DataType::U8, 2));
+        g.call(&comms[r], Call::reduce(f(8), f(9), n_r, DataType::I64, ReduceOp::Sum, 1));
+    }
+    let plans = g.plan(&comms[0]).map_err(|e| e.to_string())?;
+    let names: Vec<&str> = plans.iter().map(|p| p.protocol.name()).collect();
+    println!("  group with {proto} forced: planned {names:?}");
+    g.run().map_err(|e| format!("group with {proto} forced: {e}"))?;
+    let max: Vec<i32> = (0..n_ar).map(|i| (0..RANKS).map(|r| xi(r, i)).max().unwrap_or(0)).collect();
+    let gathered: Vec<u8> = (0..RANKS).flat_map(|r| payload(200 + r, n_ag)).collect();
+    let reduced: Vec<i64> =
+        (0..n_r).map(|i| (0..RANKS).map(|r| xl(r, i)).fold(0i64, i64::wrapping_add)).collect();
+    let mut out = Vec::new();
+    for (r, b) in bufs.iter().enumerate() {
+        let d = |k: usize, len: usize| down(be, &b[k], len);
+        let scattered: Vec<f32> = (0..n_rs).map(|i| (0..RANKS).map(|q| xf(q, r * n_rs + i)).sum()).collect();
+        let got = [d(1, 4 * n_ar)?, d(3, 4 * n_rs)?, d(5, n_ag * RANKS)?, d(7, n_bc)?];
+        let want = [
+            bytemuck::cast_slice(&max).to_vec(),
+            bytemuck::cast_slice(&scattered).to_vec(),
+            gathered.clone(),
+            payload(302, n_bc),
+        ];
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            if g != w {
+                return Err(format!("group with {proto} forced: rank {r}: collective {k} differs"));
+            }
+        }
+        out.extend(got);
+        if r == 1 {
+            let root = d(9, 8 * n_r)?;
+            if root != bytemuck::cast_slice::<i64, u8>(&reduced) {
+                return Err(format!("group with {proto} forced: the reduce on rank 1 differs"));
+            }
+            out.push(root);
         }
     }
     Ok(out)

@@ -895,12 +895,12 @@ fn grouped_collectives_equal_ungrouped_ones_and_the_reference() {
     assert_eq!(launches, vec![1; n], "kernels per rank");
 }
 
-/// A group's collectives run on Simple or LL as their rings would run them as calls of their
-/// own: forced LL on 4 ranks every collective (odd counts, every kind) equals the reference
-/// and the ungrouped calls, still one launch per reducing type, with the group's plan naming
-/// LL; forced LL128 (which the group kernel does not carry) runs them on Simple, equal too;
-/// left to the cost model, each size's group plan is the ring's plan for that call alone
-/// wherever that is not LL128, small ones on LL and large ones on Simple.
+/// A group's collectives run on the protocol their rings would run them on as calls of their
+/// own: forced LL and forced LL128 on 4 ranks, every collective (odd counts, every kind)
+/// equals the reference and the ungrouped calls, one launch per reducing type (LL128's
+/// collectives one more, before the sends and receives), with the group's plan naming the
+/// protocol; left to the cost model, each size's group plan is the
+/// ring's plan for that call alone, small ones on LL and large ones on Simple.
 #[test]
 fn grouped_collectives_run_on_the_protocol_their_rings_would() {
     use rsccl::comm::{Algorithm, Protocol};
@@ -916,7 +916,7 @@ fn grouped_collectives_run_on_the_protocol_their_rings_would() {
     ];
     let big = be.alloc(64 << 20).unwrap();
     let b = BufRef::from(&big);
-    for (proto, want) in [("LL", Protocol::Ll), ("LL128", Protocol::Simple)] {
+    for (proto, want) in [("LL", Protocol::Ll), ("LL128", Protocol::Ll128)] {
         let comms = Comm::init_all(&be, n, CommConfig { proto: Some(proto.into()), ..config() }).unwrap();
         let mut g = Group::new();
         for count in [1usize, 4099, 1 << 20] {
@@ -931,7 +931,9 @@ fn grouped_collectives_run_on_the_protocol_their_rings_would() {
         drop(g);
         let (grouped, launches) = run_specs(&comms, &be, &specs, 4099, true);
         check_specs(&specs, &grouped, 4099);
-        assert_eq!(launches, vec![1; n], "{proto}: kernels per rank");
+        // LL128's collectives are a launch of their own, the sends and receives another.
+        let kernels = if want == Protocol::Ll128 { 2 } else { 1 };
+        assert_eq!(launches, vec![kernels; n], "{proto}: kernels per rank");
         let (alone, _) = run_specs(&comms, &be, &specs, 4099, false);
         assert_eq!(grouped, alone, "{proto}: grouped and ungrouped collectives differ");
     }
@@ -943,12 +945,89 @@ fn grouped_collectives_run_on_the_protocol_their_rings_would() {
         g.call(&comms[0], call);
         let grouped = g.plan(&comms[0]).unwrap()[0].protocol;
         let alone = comms[0].plan_call(&call.with_algorithm(Algorithm::Ring)).unwrap().protocol;
-        if alone != Protocol::Ll128 {
-            assert_eq!(grouped, alone, "{count} floats");
-        }
+        assert_eq!(grouped, alone, "{count} floats");
         seen.push(grouped);
     }
     assert_eq!((seen[0], seen[5]), (Protocol::Ll, Protocol::Simple), "{seen:?}");
+}
+
+/// Left to the cost model, one group's collectives run on every protocol at once — LL for
+/// small ones, LL128 for middle sizes, Simple for large ones, each as the same call alone
+/// would — in two reducing types, with sends and receives: every result equals the reference
+/// and the ungrouped calls, and each rank makes one LL128 launch and one other per type.
+#[test]
+fn one_group_mixes_ll_ll128_and_simple_collectives_of_two_types() {
+    use rsccl::comm::{Algorithm, Protocol};
+    let be = backend::cpu();
+    let n = 4;
+    // The shape of comm_plan's LL → LL128 → Simple test: in one process the ranks share one
+    // (emulated) device, a path LL128 is safe on.
+    let cfg =
+        CommConfig { nthreads: 64, nchannels: 2, timeout: Duration::from_secs(60), ..CommConfig::default() };
+    let comms = Comm::init_all(&be, n, cfg).unwrap();
+    let mut protos = Vec::new();
+    let big = be.alloc(64 << 20).unwrap();
+    let b = BufRef::from(&big);
+    for count in (0..23).map(|k| 1usize << k) {
+        let call =
+            Call::all_reduce(b, b, count, DataType::F32, ReduceOp::Sum).with_algorithm(Algorithm::Ring);
+        let p = comms[0].plan_call(&call).unwrap().protocol;
+        if !protos.iter().any(|(q, _)| *q == p) {
+            protos.push((p, count));
+        }
+    }
+    let at = |want: Protocol| protos.iter().find(|(p, _)| *p == want).map(|&(_, c)| c);
+    let (Some(ll), Some(ll128), Some(simple)) = (at(Protocol::Ll), at(Protocol::Ll128), at(Protocol::Simple))
+    else {
+        panic!("the cost model runs no size on one of the protocols: {protos:?}");
+    };
+    let specs = [
+        Spec::new(Collective::AllReduce, DataType::F32, ReduceOp::Sum, ll + 3, 0),
+        Spec::new(Collective::AllReduce, DataType::I64, ReduceOp::Max, ll128 / 2 + 5, 0),
+        Spec::new(Collective::AllGather, DataType::BF16, ReduceOp::Sum, ll128 / 3 + 1, 0),
+        Spec::new(Collective::AllReduce, DataType::F32, ReduceOp::Min, ll128 + 7, 0),
+        Spec::new(Collective::ReduceScatter, DataType::I64, ReduceOp::Sum, ll / 2 + 1, 0),
+        Spec::new(Collective::Broadcast, DataType::U8, ReduceOp::Sum, 4 * simple + 1, 2),
+        Spec::new(Collective::AllReduce, DataType::F32, ReduceOp::Sum, simple + 1, 0),
+    ];
+    let mut g = Group::new();
+    let bufs: Vec<(DeviceBuffer, DeviceBuffer)> = specs
+        .iter()
+        .map(|s| {
+            let (se, re) = s.elems(n);
+            (be.alloc(se * s.dtype.size()).unwrap(), be.alloc(re * s.dtype.size()).unwrap())
+        })
+        .collect();
+    for (s, (send, recv)) in specs.iter().zip(&bufs) {
+        g.call(&comms[0], s.call(send, recv));
+    }
+    let planned: Vec<Protocol> = g.plan(&comms[0]).unwrap().iter().map(|p| p.protocol).collect();
+    drop(g);
+    for ((s, (send, recv)), p) in specs.iter().zip(&bufs).zip(&planned) {
+        let alone = comms[0].plan_call(&s.call(send, recv).with_algorithm(Algorithm::Ring)).unwrap();
+        assert_eq!(*p, alone.protocol, "{:?} of {}", s.coll, s.count);
+    }
+    for want in [Protocol::Ll, Protocol::Ll128, Protocol::Simple] {
+        assert!(planned.contains(&want), "no {want:?} in the group's plans {planned:?}");
+    }
+    // Per reducing type (f32, then i64; the byte collectives and the sends and receives go
+    // with f32): an LL128 launch where it has LL128 collectives, and one for the rest.
+    let of_type = |t: DataType, ll128: bool| {
+        specs.iter().zip(&planned).any(|(s, &p)| {
+            let reduces = !matches!(s.coll, Collective::AllGather | Collective::Broadcast);
+            (if reduces { s.dtype == t } else { t == DataType::F32 }) && (p == Protocol::Ll128) == ll128
+        })
+    };
+    let kernels = [DataType::F32, DataType::I64]
+        .iter()
+        .map(|&t| u64::from(of_type(t, true)) + u64::from(of_type(t, false) || t == DataType::F32))
+        .sum::<u64>();
+    assert!(kernels >= 3, "{planned:?}");
+    let (grouped, launches) = run_specs(&comms, &be, &specs, 1001, true);
+    check_specs(&specs, &grouped, 1001);
+    assert_eq!(launches, vec![kernels; n], "kernels per rank (plans {planned:?})");
+    let (alone, _) = run_specs(&comms, &be, &specs, 1001, false);
+    assert_eq!(grouped, alone, "grouped and ungrouped collectives differ");
 }
 
 #[test]

@@ -183,6 +183,27 @@ fn all_reduce_4_ranks_bf16_a_group_per_wave() {
     });
 }
 
+/// A gated group's collectives leave LL128 out (the LL128 launch has no gate): on
+/// communicators that force LL128 the overlapped run still equals the GEMM-then-collectives
+/// run and the reference.
+#[test]
+fn all_reduce_with_ll128_forced_runs_gated_on_another_protocol() {
+    let s = shape(OverlapColl::AllReduce, 4, DataType::BF16, 300, 520, 96);
+    let plan = OverlapPlan::by_waves(s, 2, &[1; 8]).unwrap();
+    let timeout = Duration::from_secs(60);
+    let cfg = CommConfig {
+        nchannels: 2,
+        nthreads: 128,
+        timeout,
+        proto: Some("LL128".into()),
+        ..CommConfig::default()
+    };
+    let rk = ranks_with(&s, cfg);
+    let overlapped = run_plan(&rk, &plan, Schedule::Overlapped);
+    assert_eq!(overlapped, run_plan(&rk, &plan, Schedule::GemmFirst));
+    check_reference(&rk, &s, &overlapped, 64);
+}
+
 #[test]
 fn all_reduce_8_ranks_f16_two_groups() {
     check_case(&Case {

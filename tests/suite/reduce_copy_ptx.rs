@@ -63,11 +63,24 @@ fn the_library_has_every_collective_kernel_and_no_test_kernel() {
                 CollKernel::Msccl(t),
                 CollKernel::MscclBytes,
                 CollKernel::P2p,
-                CollKernel::Group(t),
+                CollKernel::Group(t, Protocol::Simple),
             ];
             for k in ks {
                 let m = find(arch, &k.name()).unwrap_or_else(|| panic!("{arch} lacks {}", k.name()));
                 assert_eq!(m.max_threads, k.max_threads());
+            }
+            // LL128 (ring, tree, a group's launch) is sm_90's only.
+            let ll128 = [
+                CollKernel::ring_on(Collective::AllReduce, t, Protocol::Ll128),
+                CollKernel::ring_on(Collective::AllGather, t, Protocol::Ll128),
+                CollKernel::TreeAllReduce(t, Protocol::Ll128),
+                CollKernel::Group(t, Protocol::Ll128),
+            ];
+            for k in ll128 {
+                match find(arch, &k.name()) {
+                    Some(m) => assert!(arch == "sm_90" && m.max_threads == k.max_threads(), "{arch} {m:?}"),
+                    None => assert_eq!(arch, "sm_80", "{arch} lacks {}", k.name()),
+                }
             }
         }
         for m in library(arch) {

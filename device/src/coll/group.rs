@@ -2,10 +2,9 @@
 //! point-to-point operations of one rank in one kernel, one after another in each block.
 //!
 //! **What the host gives.** A [`GroupArgs`]: `RingArgs[nworks]` — ring collectives, each with
-//! its own status area and protocol (Simple or LL: the host's cost model picks per
-//! collective, as for a call of its own; not LL128, whose five ring bodies spill even in a
-//! function of their own — ptxas at sm_90: 255 registers, up to 848 bytes of spill stores),
-//! all on the grid's channels (block `c` runs channel `c` of every work) — and a [`P2pArgs`]
+//! its own status area and protocol (the host's cost model picks per collective, as for a
+//! call of its own: Simple or LL in `rsccl_group_<type>`, LL128 in `rsccl_group_ll128_<type>`,
+//! a launch of its own, [`group_ll128_kernel`]), all on the grid's channels (block `c` runs channel `c` of every work) — and a [`P2pArgs`]
 //! whose ops name blocks of the same grid. Reducing collectives move elements of the kernel's
 //! type (`rsccl_group_<type>`); all-gather and broadcast count bytes, so they join a launch of
 //! any type.
@@ -93,6 +92,70 @@ fn ring_on<const P: u32, T: Elem>(w: &RingArgs, coll: Collective, op: RedOp) {
         Collective::Reduce => ring::reduce::<P, _>(w, &RedMover::<T>::new(op, w.red_op_arg)),
         Collective::AllGather => ring::all_gather::<P, _>(w, &bytes),
         Collective::Broadcast => ring::broadcast::<P, _>(w, &bytes),
+    }
+}
+
+/// Ring collective `coll` of work `w` on LL128: each collective a function of its own in the
+/// PTX, so ptxas allocates each one's registers apart — the five in one function spill at
+/// sm_90 even at 255 registers (up to 848 bytes of spill stores).
+#[inline(always)]
+fn ring_ll128<T: Elem>(w: &RingArgs, coll: Collective, op: RedOp) {
+    const LL128: u32 = Protocol::Ll128 as u32;
+    #[inline(never)]
+    fn all_reduce<T: Elem>(w: &RingArgs, op: RedOp) {
+        ring::all_reduce::<LL128, _>(w, &RedMover::<T>::new(op, w.red_op_arg))
+    }
+    #[inline(never)]
+    fn reduce_scatter<T: Elem>(w: &RingArgs, op: RedOp) {
+        ring::reduce_scatter::<LL128, _>(w, &RedMover::<T>::new(op, w.red_op_arg))
+    }
+    #[inline(never)]
+    fn reduce<T: Elem>(w: &RingArgs, op: RedOp) {
+        ring::reduce::<LL128, _>(w, &RedMover::<T>::new(op, w.red_op_arg))
+    }
+    #[inline(never)]
+    fn all_gather(w: &RingArgs) {
+        ring::all_gather::<LL128, _>(w, &RedMover::<u8>::new(RedOp::Sum, 0))
+    }
+    #[inline(never)]
+    fn broadcast(w: &RingArgs) {
+        ring::broadcast::<LL128, _>(w, &RedMover::<u8>::new(RedOp::Sum, 0))
+    }
+    match coll {
+        Collective::AllReduce => all_reduce::<T>(w, op),
+        Collective::ReduceScatter => reduce_scatter::<T>(w, op),
+        Collective::Reduce => reduce::<T>(w, op),
+        Collective::AllGather => all_gather(w),
+        Collective::Broadcast => broadcast(w),
+    }
+}
+
+/// Kernel body of `rsccl_group_ll128_<T>` (sm_90 and the emulator, as the LL128 ring kernels):
+/// this block's channel of every collective, each on LL128 — a group's LL128 collectives run
+/// in a launch of their own, before its other collectives and point-to-point ops. Their bodies
+/// beside the Simple and LL ones in [`group_kernel`] make every body spill (ptxas at sm_90:
+/// 255 registers, 8–100 bytes of spill stores per function). Traps on a work of another
+/// protocol, on point-to-point ops, on a gate and on less than [`GROUP_SHM_BYTES`] of dynamic
+/// shared memory.
+#[inline(always)]
+pub fn group_ll128_kernel<T: Elem>(a: &GroupArgs) {
+    const LL128: u32 = Protocol::Ll128 as u32;
+    if arch::dynamic_smem_bytes() < GROUP_SHM_BYTES || a.p2p.nops > 0 || a.gate.is_active() {
+        arch::trap();
+    }
+    let bid = arch::block_idx().x;
+    for i in 0..a.nworks {
+        let w = work_at(a, i);
+        let Some(&op) = RedOp::ALL.get(w.op as usize) else { arch::trap() };
+        let Some(coll) = Collective::from_u32(w.coll) else { arch::trap() };
+        if w.proto != LL128 {
+            arch::trap();
+        }
+        ring_ll128::<T>(w, coll, op);
+        arch::sync_threads();
+        if failed(w, bid) {
+            return;
+        }
     }
 }
 

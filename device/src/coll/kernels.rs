@@ -4,7 +4,7 @@
 //! measurable next to the memory traffic). All-gather, broadcast and point-to-point only move
 //! bytes: one kernel each serves every type ([`CollKernel::counts_bytes`]). [`CollKernel`] names
 //! them.
-use super::group::{group_kernel, GroupArgs, GROUP_THREADS};
+use super::group::{group_kernel, group_ll128_kernel, GroupArgs, GROUP_THREADS};
 use super::mover::RedMover;
 use super::msccl::{msccl_kernel, MscclArgs, MSCCL_THREADS};
 use super::nvls::{NvlsArgs, NVLS_THREADS};
@@ -48,7 +48,8 @@ pub use super::{LL128_THREADS, SIMPLE_THREADS, TREE_LINE_THREADS};
 /// let ll128 = CollKernel::ring_on(Collective::Broadcast, DataType::F32, Protocol::Ll128);
 /// assert_eq!(ll128.name(), "rsccl_broadcast_ring_ll128");
 /// assert_eq!(ll128.max_threads(), 512);
-/// assert_eq!(CollKernel::Group(DataType::F16).name(), "rsccl_group_f16");
+/// assert_eq!(CollKernel::Group(DataType::F16, Protocol::Ll).name(), "rsccl_group_f16");
+/// assert_eq!(CollKernel::Group(DataType::F16, Protocol::Ll128).name(), "rsccl_group_ll128_f16");
 /// assert!(rsccl_device::kernels::find(&k.name()).is_some());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -81,8 +82,9 @@ pub enum CollKernel {
     /// Point-to-point sends, receives and copies ([`super::p2p`]): counts in bytes.
     P2p,
     /// A group's ring collectives (reducing ones of one element type; all-gather and broadcast
-    /// in bytes) and point-to-point ops in one launch ([`super::group`]).
-    Group(DataType),
+    /// in bytes) and point-to-point ops in one launch ([`super::group`]); on LL128, its LL128
+    /// collectives in a launch of their own (no point-to-point ops).
+    Group(DataType, Protocol),
 }
 
 impl CollKernel {
@@ -123,7 +125,7 @@ impl CollKernel {
     pub const fn max_threads(self) -> u32 {
         match self {
             CollKernel::Nvls(_) => NVLS_THREADS,
-            CollKernel::Group(_) => GROUP_THREADS,
+            CollKernel::Group(..) => GROUP_THREADS,
             CollKernel::RingLl128(..) | CollKernel::RingBytesLl128(_) => LL128_THREADS,
             CollKernel::TreeAllReduce(_, Protocol::Ll | Protocol::Ll128) => TREE_LINE_THREADS,
             CollKernel::SymLlAllReduce(_) => SYM_LL_THREADS,
@@ -162,7 +164,8 @@ impl CollKernel {
             CollKernel::Msccl(t) => format!("rsccl_msccl_{}", t.name()),
             CollKernel::MscclBytes => "rsccl_msccl_bytes".to_string(),
             CollKernel::P2p => "rsccl_p2p".to_string(),
-            CollKernel::Group(t) => format!("rsccl_group_{}", t.name()),
+            CollKernel::Group(t, Protocol::Ll128) => format!("rsccl_group_ll128_{}", t.name()),
+            CollKernel::Group(t, _) => format!("rsccl_group_{}", t.name()),
         }
     }
 }
@@ -187,6 +190,7 @@ macro_rules! typed_kernels {
         all_reduce_tree_ll128: $ar_tree_ll128:ident,
         one_rank: $one_rank:ident,
         group: $group:ident,
+        group_ll128: $group_ll128:ident,
         all_reduce_ring_ll: $ar_ll:ident,
         reduce_scatter_ring_ll: $rs_ll:ident,
         reduce_ring_ll: $r_ll:ident,
@@ -227,6 +231,9 @@ macro_rules! typed_kernels {
             /// A group's ring collectives and point-to-point ops (launched with
             /// [`crate::coll::group::GROUP_SHM_BYTES`] of dynamic shared memory).
             $group(GroupArgs) [GROUP_THREADS] => group_kernel::<$t>;
+            /// A group's LL128 ring collectives, a launch of their own (sm_90; launched as
+            /// the group kernel).
+            $group_ll128(GroupArgs) [GROUP_THREADS] only "sm_90" => group_ll128_kernel::<$t>;
         });
         /// The typed handles of this type's kernels.
         #[cfg(not(target_arch = "nvptx64"))]
@@ -239,6 +246,7 @@ macro_rules! typed_kernels {
             all_reduce_tree_ll128: $ar_tree_ll128::KERNEL,
             one_rank: $one_rank::KERNEL,
             group: $group::KERNEL,
+            group_ll128: $group_ll128::KERNEL,
             all_reduce_ring_ll: $ar_ll::KERNEL,
             reduce_scatter_ring_ll: $rs_ll::KERNEL,
             reduce_ring_ll: $r_ll::KERNEL,
@@ -271,6 +279,7 @@ typed_kernels!(KERNELS_I8, HANDLES_I8, i8 {
     all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_i8,
     one_rank: rsccl_one_rank_i8,
     group: rsccl_group_i8,
+    group_ll128: rsccl_group_ll128_i8,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_i8,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_i8,
     reduce_ring_ll: rsccl_reduce_ring_ll_i8,
@@ -288,6 +297,7 @@ typed_kernels!(KERNELS_U8, HANDLES_U8, u8 {
     all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_u8,
     one_rank: rsccl_one_rank_u8,
     group: rsccl_group_u8,
+    group_ll128: rsccl_group_ll128_u8,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_u8,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_u8,
     reduce_ring_ll: rsccl_reduce_ring_ll_u8,
@@ -305,6 +315,7 @@ typed_kernels!(KERNELS_I32, HANDLES_I32, i32 {
     all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_i32,
     one_rank: rsccl_one_rank_i32,
     group: rsccl_group_i32,
+    group_ll128: rsccl_group_ll128_i32,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_i32,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_i32,
     reduce_ring_ll: rsccl_reduce_ring_ll_i32,
@@ -322,6 +333,7 @@ typed_kernels!(KERNELS_U32, HANDLES_U32, u32 {
     all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_u32,
     one_rank: rsccl_one_rank_u32,
     group: rsccl_group_u32,
+    group_ll128: rsccl_group_ll128_u32,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_u32,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_u32,
     reduce_ring_ll: rsccl_reduce_ring_ll_u32,
@@ -339,6 +351,7 @@ typed_kernels!(KERNELS_I64, HANDLES_I64, i64 {
     all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_i64,
     one_rank: rsccl_one_rank_i64,
     group: rsccl_group_i64,
+    group_ll128: rsccl_group_ll128_i64,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_i64,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_i64,
     reduce_ring_ll: rsccl_reduce_ring_ll_i64,
@@ -356,6 +369,7 @@ typed_kernels!(KERNELS_U64, HANDLES_U64, u64 {
     all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_u64,
     one_rank: rsccl_one_rank_u64,
     group: rsccl_group_u64,
+    group_ll128: rsccl_group_ll128_u64,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_u64,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_u64,
     reduce_ring_ll: rsccl_reduce_ring_ll_u64,
@@ -373,6 +387,7 @@ typed_kernels!(KERNELS_F16, HANDLES_F16, crate::redop::F16 {
     all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_f16,
     one_rank: rsccl_one_rank_f16,
     group: rsccl_group_f16,
+    group_ll128: rsccl_group_ll128_f16,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_f16,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_f16,
     reduce_ring_ll: rsccl_reduce_ring_ll_f16,
@@ -390,6 +405,7 @@ typed_kernels!(KERNELS_F32, HANDLES_F32, f32 {
     all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_f32,
     one_rank: rsccl_one_rank_f32,
     group: rsccl_group_f32,
+    group_ll128: rsccl_group_ll128_f32,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_f32,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_f32,
     reduce_ring_ll: rsccl_reduce_ring_ll_f32,
@@ -407,6 +423,7 @@ typed_kernels!(KERNELS_F64, HANDLES_F64, f64 {
     all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_f64,
     one_rank: rsccl_one_rank_f64,
     group: rsccl_group_f64,
+    group_ll128: rsccl_group_ll128_f64,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_f64,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_f64,
     reduce_ring_ll: rsccl_reduce_ring_ll_f64,
@@ -424,6 +441,7 @@ typed_kernels!(KERNELS_BF16, HANDLES_BF16, crate::redop::BF16 {
     all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_bf16,
     one_rank: rsccl_one_rank_bf16,
     group: rsccl_group_bf16,
+    group_ll128: rsccl_group_ll128_bf16,
     all_reduce_ring_ll: rsccl_all_reduce_ring_ll_bf16,
     reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_bf16,
     reduce_ring_ll: rsccl_reduce_ring_ll_bf16,
@@ -447,6 +465,7 @@ mod fp8 {
         all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_e4m3,
         one_rank: rsccl_one_rank_e4m3,
         group: rsccl_group_e4m3,
+        group_ll128: rsccl_group_ll128_e4m3,
         all_reduce_ring_ll: rsccl_all_reduce_ring_ll_e4m3,
         reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_e4m3,
         reduce_ring_ll: rsccl_reduce_ring_ll_e4m3,
@@ -464,6 +483,7 @@ mod fp8 {
         all_reduce_tree_ll128: rsccl_all_reduce_tree_ll128_e5m2,
         one_rank: rsccl_one_rank_e5m2,
         group: rsccl_group_e5m2,
+        group_ll128: rsccl_group_ll128_e5m2,
         all_reduce_ring_ll: rsccl_all_reduce_ring_ll_e5m2,
         reduce_scatter_ring_ll: rsccl_reduce_scatter_ring_ll_e5m2,
         reduce_ring_ll: rsccl_reduce_ring_ll_e5m2,
@@ -668,6 +688,7 @@ pub mod handles {
         pub(crate) all_reduce_tree_ll128: Kernel<RingArgs>,
         pub(crate) one_rank: Kernel<OneRankArgs>,
         pub(crate) group: Kernel<GroupArgs>,
+        pub(crate) group_ll128: Kernel<GroupArgs>,
         pub(crate) all_reduce_ring_ll: Kernel<RingArgs>,
         pub(crate) reduce_scatter_ring_ll: Kernel<RingArgs>,
         pub(crate) reduce_ring_ll: Kernel<RingArgs>,
@@ -764,9 +785,13 @@ pub mod handles {
         rsccl_p2p::KERNEL
     }
 
-    /// The group kernel whose reducing collectives move `t` ([`super::super::group`]).
-    pub fn group(t: DataType) -> Kernel<GroupArgs> {
-        typed(t).group
+    /// The group kernel whose reducing collectives move `t` ([`super::super::group`]):
+    /// `proto` LL128's (sm_90) or the Simple and LL one.
+    pub fn group(t: DataType, proto: Protocol) -> Kernel<GroupArgs> {
+        match proto {
+            Protocol::Ll128 => typed(t).group_ll128,
+            Protocol::Simple | Protocol::Ll => typed(t).group,
+        }
     }
 
     /// The MSCCL-IR interpreter reducing `t`, or for programs that only move data (`None`:

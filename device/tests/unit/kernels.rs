@@ -24,7 +24,9 @@ fn handles_are_the_kernels_the_names_say() {
             assert_eq!(handles::tree(t, p).name(), CollKernel::TreeAllReduce(t, p).name());
         }
         assert_eq!(handles::one_rank(t).name(), CollKernel::OneRank(t).name());
-        assert_eq!(handles::group(t).name(), CollKernel::Group(t).name());
+        for p in [Protocol::Simple, Protocol::Ll, Protocol::Ll128] {
+            assert_eq!(handles::group(t, p).name(), CollKernel::Group(t, p).name());
+        }
         assert_eq!(handles::msccl(Some(t)).name(), CollKernel::Msccl(t).name());
         if let Some(k) = handles::nvls(t) {
             assert_eq!(k.name(), CollKernel::Nvls(t).name());
@@ -38,7 +40,8 @@ fn handles_are_the_kernels_the_names_say() {
         *handles::ring(Collective::AllReduce, DataType::F32).entry(),
         *handles::one_rank(DataType::I8).entry(),
         *handles::p2p().entry(),
-        *handles::group(DataType::BF16).entry(),
+        *handles::group(DataType::BF16, Protocol::Ll).entry(),
+        *handles::group(DataType::BF16, Protocol::Ll128).entry(),
     ];
     for k in entries {
         assert_eq!(rsccl_device::kernels::find(k.name).map(|e| e.args_bytes), Some(k.args_bytes));

@@ -8,9 +8,9 @@
 //! attach (their sending sides), launch, finish (wait, report).
 //!
 //! **Collectives in a group** run on the rings, in the order queued, before the point-to-point
-//! operations, in the same kernel ([`rsccl_device::coll::group`]), each on Simple or LL as the
-//! cost model picks for its rings (and `RSCCL_PROTO` allows; [`Group::plan`]; LL128's bodies
-//! would make the group kernel spill): one launch per communicator
+//! operations, in the same kernel ([`rsccl_device::coll::group`]), each on the protocol the
+//! cost model picks for its rings as for a call of its own (and `RSCCL_PROTO` allows;
+//! [`Group::plan`]): one launch per communicator
 //! when the group's reducing collectives share one element type (all-gather and broadcast move
 //! bytes and join any launch), one more launch for each further type. Every rank queues the
 //! same collectives in the same order, as NCCL requires. On a one-rank communicator each
@@ -163,9 +163,8 @@ impl<'a> Group<'a> {
 
     /// How `comm`'s collectives queued in this group would run, in the order queued, without
     /// running them: each on the rings, on the protocol the cost model picks for a ring of its
-    /// size among Simple and LL (LL where the rings' connections have LL FIFOs and
-    /// `RSCCL_PROTO` allows it; not LL128, which the group kernel does not carry), over every
-    /// channel at the group kernel's block size. Errors as [`Group::run`] would give for a bad
+    /// size (LL and LL128 where the rings' connections have their FIFOs and `RSCCL_PROTO`
+    /// allows them), over every channel at the group kernel's block size. Errors as [`Group::run`] would give for a bad
     /// call.
     ///
     /// ```
@@ -188,7 +187,7 @@ impl<'a> Group<'a> {
             return Ok(Vec::new());
         };
         let devs = comm.group_calls(&part.calls)?;
-        Ok(devs.iter().map(|d| comm.group_plan(d)).collect())
+        Ok(devs.iter().map(|d| comm.group_plan(d, part.gate.is_some())).collect())
     }
 
     /// Runs the group and waits for every communicator's part; the first error (every kernel
@@ -376,6 +375,8 @@ struct Prepared<'c> {
     copies: Vec<(usize, usize)>,
     /// The collectives, checked.
     devs: Vec<DevCall>,
+    /// How each runs ([`Comm::group_plan`]).
+    plans: Vec<Plan>,
     /// Their gate, if any (all zero: none).
     gate: TileGate,
 }
@@ -471,6 +472,7 @@ impl Comm {
         let bytes = self.check_p2p(ops)?;
         let copies = self_copies(self.rank, ops, &bytes)?;
         let devs = self.group_calls(calls)?;
+        let plans = devs.iter().map(|d| self.group_plan(d, gate.is_some())).collect();
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut queue);
         let in_p2p = self.health.progress.enter_p2p();
@@ -486,7 +488,15 @@ impl Comm {
         // peer of this group, or done their part of it (a send's last steps wait in the
         // receiver's memory). A peer that dies mid-transfer stops the kernel (the watchdog's
         // abort) and is named when it ends.
-        Ok(Prepared { queue, in_p2p, bytes, copies, devs, gate: gate.map(|(g, _)| g).unwrap_or_default() })
+        Ok(Prepared {
+            queue,
+            in_p2p,
+            bytes,
+            copies,
+            devs,
+            plans,
+            gate: gate.map(|(g, _)| g).unwrap_or_default(),
+        })
     }
 
     /// A group's collectives `calls`, checked: each on the rings (a call that asks for another
@@ -508,9 +518,15 @@ impl Comm {
             .collect()
     }
 
-    /// How collective `dev` of a group runs on this rank ([`Group::plan`]).
-    fn group_plan(&self, dev: &DevCall) -> Plan {
-        let protocol = if self.nranks > 1 { self.ring_protocol_without_ll128(dev) } else { Protocol::Simple };
+    /// How collective `dev` of a group runs on this rank ([`Group::plan`]); `gated`: the
+    /// group waits for a GEMM's tiles, which the LL128 launch does not (the cost model's
+    /// choice without LL128 then).
+    fn group_plan(&self, dev: &DevCall, gated: bool) -> Plan {
+        let protocol = match self.nranks {
+            1 => Protocol::Simple,
+            _ if gated => self.ring_protocol_without_ll128(dev),
+            _ => self.ring_protocol(dev),
+        };
         let plan = Plan {
             algorithm: Algorithm::Ring,
             protocol,
@@ -550,8 +566,10 @@ impl Comm {
             launched.extend(self.launch_p2p_only(ops, prep)?);
             return Ok(launched);
         }
-        // The reducing collectives' types in order of appearance: one launch each; the byte
-        // collectives and the point-to-point operations go in the first.
+        // The reducing collectives' types in order of appearance: one launch each, its LL128
+        // collectives in one more before it; the byte collectives and the point-to-point
+        // operations go in the first type's. Every rank plans alike, so every rank makes the
+        // same launches with the same collectives in the same order.
         let mut types: Vec<DataType> = Vec::new();
         for d in prep.devs.iter().filter(|d| d.reduces()) {
             if !types.contains(&d.dtype) {
@@ -566,22 +584,32 @@ impl Comm {
         let grid = self.cfg.nchannels;
         let mut staged = Vec::with_capacity(types.len());
         for (j, &t) in types.iter().enumerate() {
-            let mine: Vec<&DevCall> =
-                prep.devs.iter().filter(|d| if d.reduces() { d.dtype == t } else { j == 0 }).collect();
-            let p2p_ops = if j == 0 { ops } else { &[] };
-            let (args, l) = self.stage_group_kernel(&mine, p2p_ops, prep, grid)?;
-            staged.push((t, args));
-            launched.push(l);
+            let mine = |d: &DevCall| if d.reduces() { d.dtype == t } else { j == 0 };
+            for ll128 in [true, false] {
+                let works: Vec<usize> = (0..prep.devs.len())
+                    .filter(|&i| mine(&prep.devs[i]) && (prep.plans[i].protocol == Protocol::Ll128) == ll128)
+                    .collect();
+                let p2p_ops = if j == 0 && !ll128 { ops } else { &[] };
+                let gated = prep.gate.is_active() && !ll128;
+                if works.is_empty() && p2p_ops.is_empty() && !gated {
+                    continue;
+                }
+                let proto = if ll128 { Protocol::Ll128 } else { Protocol::Simple };
+                let (args, l) = self.stage_group_kernel(&works, p2p_ops, prep, grid)?;
+                staged.push((CollKernel::Group(t, proto.device()), handles::group(t, proto.device()), args));
+                launched.push(l);
+            }
         }
         let cfg = LaunchConfig::linear(grid as u32, self.group_threads()).with_smem(GROUP_SHM_BYTES);
-        for (t, args) in staged {
-            debug_assert_eq!(handles::group(t).name(), CollKernel::Group(t).name());
+        for (kernel, handle, args) in staged {
+            debug_assert_eq!(handle.name(), kernel.name());
             // SAFETY: every collective's buffers hold what it reads and writes on this rank
             // (`check`) and every op's buffer its bytes (`check_p2p`), untouched by other calls
             // until the group ends (the queue is held); the channel tables, connections, status
             // areas and argument tables are this Comm's and `Launched`'s, alive until phase 5
-            // waited for the kernel.
-            let launched_now = unsafe { self.stream.launch_kernel(handles::group(t), cfg, &args) };
+            // waited for the kernel. An LL128 launch has LL128 works only, no operations and
+            // no gate, as its kernel requires.
+            let launched_now = unsafe { self.stream.launch_kernel(handle, cfg, &args) };
             if let Err(e) = launched_now {
                 // The kernels launched before this one end (their timeouts bound them) before
                 // their tables go back to the pool.
@@ -592,27 +620,30 @@ impl Comm {
         Ok(launched)
     }
 
-    /// The tables and arguments of one group kernel: the collectives `devs` (in order) and the
-    /// point-to-point operations `ops`, over `grid` blocks (the rings' channels).
+    /// The tables and arguments of one group kernel: the collectives `works` (indices into
+    /// `prep`'s, in order) and the point-to-point operations `ops`, over `grid` blocks (the
+    /// rings' channels).
     fn stage_group_kernel(
         &self,
-        devs: &[&DevCall],
+        works: &[usize],
         ops: &[P2p],
         prep: &Prepared,
         grid: usize,
     ) -> Result<(GroupArgs, Launched)> {
         let mut tables = Vec::new();
-        let mut works = Vec::with_capacity(devs.len());
-        let mut args: Vec<RingArgs> = Vec::with_capacity(devs.len());
-        for dev in devs {
+        let mut statuses = Vec::with_capacity(works.len());
+        let mut args: Vec<RingArgs> = Vec::with_capacity(works.len());
+        for &i in works {
+            let dev = &prep.devs[i];
             let status = self.tables.pool.take(&*self.stream, status_bytes(grid as u64) as usize)?;
             self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
             let seq = self.health.progress.enter(dev.coll, false);
             let prims = self.prims_status_in(&status, grid, dev, Algorithm::Ring, seq);
             let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
-            args.push(self.ring_args(dev, false, self.group_plan(dev).protocol, prims)?);
-            works.push(WorkStatus { status: Some(status), seq, coll: dev.coll, sig });
+            args.push(self.ring_args(dev, false, prep.plans[i].protocol, prims)?);
+            statuses.push(WorkStatus { status: Some(status), seq, coll: dev.coll, sig });
         }
+        let works = statuses;
         let table = self.tables.pool.take(&*self.stream, std::mem::size_of_val(args.as_slice()).max(1))?;
         self.stream.copy_in(&table, 0, bytemuck::cast_slice(&args))?;
         let mut group = GroupArgs {

@@ -113,8 +113,13 @@ impl Comm {
         self.tuner.protocol(algorithm, dev.coll, self.nccl_bytes(dev), fifos)
     }
 
-    /// The protocol the cost model runs `dev` on over the rings leaving LL128 out (a group's
-    /// launch, whose kernel does not carry it).
+    /// The protocol the cost model runs `dev` on over the rings (a group's collectives).
+    pub(super) fn ring_protocol(&self, dev: &DevCall) -> Protocol {
+        self.tuner.protocol(Algorithm::Ring, dev.coll, self.nccl_bytes(dev), self.line_fifos(false))
+    }
+
+    /// [`Comm::ring_protocol`] leaving LL128 out (a gated group's collectives: the LL128
+    /// launch has no gate).
     pub(super) fn ring_protocol_without_ll128(&self, dev: &DevCall) -> Protocol {
         let fifos = super::tuner::LineFifos { ll128: false, ..self.line_fifos(false) };
         self.tuner.protocol(Algorithm::Ring, dev.coll, self.nccl_bytes(dev), fifos)

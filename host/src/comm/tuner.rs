@@ -200,8 +200,8 @@ impl Tuner {
             {
                 tracing::warn!(
                     "{PROTO_VAR}={} asks for {} on {coll}, but a {} connection has no {} FIFO, a rank's GPU \
-                     has no such kernels (LL128 below sm_90) or a group's launch runs the call (no LL128 \
-                     there): running {}",
+                     has no such kernels (LL128 below sm_90) or a gated group's launch runs the call (no \
+                     LL128 there): running {}",
                     self.setting.as_deref().unwrap_or(""),
                     p.name(),
                     if algo == Algo::Tree { "tree" } else { "ring" },
