@@ -1,12 +1,12 @@
 //! Point-to-point on any backend (the CPU tests and the GPU bundle share it): sends and
 //! receives, a group of collectives and sends from one thread, groups of every ring collective
-//! with LL and with LL128 forced, `all_to_all` and
-//! `all_to_all_v`, on the ranks of one process. Every received byte is checked here against
+//! and a tree all-reduce with LL and with LL128 forced, `all_to_all` and `all_to_all_v`, on
+//! the ranks of one process. Every received byte is checked here against
 //! what its sender sent; the collectives' inputs are small integers (exact in every order) and
 //! are checked against sums computed here. [`run`] returns every output's bytes, so the GPU
 //! bundle compares them bit for bit with the CPU emulator's.
 use rsccl::backend::{Backend, DeviceBuffer};
-use rsccl::comm::{BufRef, Call, Comm, CommConfig, Group, P2p, ReduceOp};
+use rsccl::comm::{Algorithm, BufRef, Call, Comm, CommConfig, Group, P2p, ReduceOp};
 use rsccl_device::dtype::DataType;
 use std::sync::Arc;
 use std::time::Duration;
@@ -174,7 +174,7 @@ pub fn run(be: &Arc<dyn Backend>) -> Res<Vec<Vec<u8>>> {
     Ok(out)
 }
 
-/// One group of every ring collective (odd counts, three element types) on communicators
+/// One group of every ring collective and a tree all-reduce (odd counts, three element types) on communicators
 /// that force `proto` (LL128 runs in a launch of its own; where the GPU has no LL128 kernels
 /// the collectives run on Simple, with a warning), each checked against values computed here;
 /// prints the group's plan.
@@ -187,7 +187,8 @@ fn forced_group(be: &Arc<dyn Backend>, proto: &str) -> Res<Vec<Vec<u8>>> {
     let xf = |r: usize, i: usize| ((i * 7 + r * 13) % 64) as f32 - 32.0;
     let xl = |r: usize, i: usize| (i as i64 * 1_000_003) ^ ((r as i64) << 40);
     let ints = |n: usize, f: &dyn Fn(usize) -> i32| (0..n).map(f).collect::<Vec<i32>>();
-    let mut bufs: Vec<[DeviceBuffer; 10]> = Vec::new();
+    let n_t = 20_011usize;
+    let mut bufs: Vec<[DeviceBuffer; 12]> = Vec::new();
     for r in 0..RANKS {
         let e = |e: rsccl::Error| e.to_string();
         bufs.push([
@@ -201,6 +202,8 @@ fn forced_group(be: &Arc<dyn Backend>, proto: &str) -> Res<Vec<Vec<u8>>> {
             up(be, &vec![0; n_bc])?,
             be.upload(&(0..n_r).map(|i| xl(r, i)).collect::<Vec<i64>>()).map_err(e)?,
             up(be, &vec![0; 8 * n_r])?,
+            be.upload(&(0..n_t).map(|i| xf(r, i + 5)).collect::<Vec<f32>>()).map_err(e)?,
+            up(be, &vec![0; 4 * n_t])?,
         ]);
     }
     let mut g = Group::new();
@@ -211,25 +214,31 @@ fn forced_group(be: &Arc<dyn Backend>, proto: &str) -> Res<Vec<Vec<u8>>> {
         g.call(&comms[r], Call::all_gather(f(4), f(5), n_ag, DataType::U8));
         g.call(&comms[r], Call::broadcast(f(6), f(7), n_bc, DataType::U8, 2));
         g.call(&comms[r], Call::reduce(f(8), f(9), n_r, DataType::I64, ReduceOp::Sum, 1));
+        let tree =
+            Call::all_reduce(f(10), f(11), n_t, DataType::F32, ReduceOp::Sum).with_algorithm(Algorithm::Tree);
+        g.call(&comms[r], tree);
     }
     let plans = g.plan(&comms[0]).map_err(|e| e.to_string())?;
-    let names: Vec<&str> = plans.iter().map(|p| p.protocol.name()).collect();
+    let names: Vec<String> =
+        plans.iter().map(|p| format!("{} {}", p.algorithm.name(), p.protocol.name())).collect();
     println!("  group with {proto} forced: planned {names:?}");
     g.run().map_err(|e| format!("group with {proto} forced: {e}"))?;
     let max: Vec<i32> = (0..n_ar).map(|i| (0..RANKS).map(|r| xi(r, i)).max().unwrap_or(0)).collect();
     let gathered: Vec<u8> = (0..RANKS).flat_map(|r| payload(200 + r, n_ag)).collect();
+    let tree_sum: Vec<f32> = (0..n_t).map(|i| (0..RANKS).map(|r| xf(r, i + 5)).sum()).collect();
     let reduced: Vec<i64> =
         (0..n_r).map(|i| (0..RANKS).map(|r| xl(r, i)).fold(0i64, i64::wrapping_add)).collect();
     let mut out = Vec::new();
     for (r, b) in bufs.iter().enumerate() {
         let d = |k: usize, len: usize| down(be, &b[k], len);
         let scattered: Vec<f32> = (0..n_rs).map(|i| (0..RANKS).map(|q| xf(q, r * n_rs + i)).sum()).collect();
-        let got = [d(1, 4 * n_ar)?, d(3, 4 * n_rs)?, d(5, n_ag * RANKS)?, d(7, n_bc)?];
+        let got = [d(1, 4 * n_ar)?, d(3, 4 * n_rs)?, d(5, n_ag * RANKS)?, d(7, n_bc)?, d(11, 4 * n_t)?];
         let want = [
             bytemuck::cast_slice(&max).to_vec(),
             bytemuck::cast_slice(&scattered).to_vec(),
             gathered.clone(),
             payload(302, n_bc),
+            bytemuck::cast_slice(&tree_sum).to_vec(),
         ];
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
             if g != w {

@@ -702,11 +702,18 @@ struct Spec {
     /// NCCL's count (see [`Call::count`]).
     count: usize,
     root: usize,
+    /// Asks for the trees (an all-reduce).
+    tree: bool,
 }
 
 impl Spec {
     fn new(coll: Collective, dtype: DataType, op: ReduceOp, count: usize, root: usize) -> Self {
-        Spec { coll, dtype, op, count, root }
+        Spec { coll, dtype, op, count, root, tree: false }
+    }
+
+    /// This all-reduce on the trees.
+    fn on_trees(self) -> Self {
+        Spec { tree: true, ..self }
     }
 
     /// Elements of the send and receive buffers on `n` ranks.
@@ -721,6 +728,9 @@ impl Spec {
     fn call<'a>(&self, send: &'a DeviceBuffer, recv: &'a DeviceBuffer) -> Call<'a> {
         let (s, r, c, t) = (BufRef::from(send), BufRef::from(recv), self.count, self.dtype);
         match self.coll {
+            Collective::AllReduce if self.tree => {
+                Call::all_reduce(s, r, c, t, self.op).with_algorithm(rsccl::comm::Algorithm::Tree)
+            }
             Collective::AllReduce => Call::all_reduce(s, r, c, t, self.op),
             Collective::ReduceScatter => Call::reduce_scatter(s, r, c, t, self.op),
             Collective::AllGather => Call::all_gather(s, r, c, t),
@@ -917,7 +927,10 @@ fn grouped_collectives_run_on_the_protocol_their_rings_would() {
     let big = be.alloc(64 << 20).unwrap();
     let b = BufRef::from(&big);
     for (proto, want) in [("LL", Protocol::Ll), ("LL128", Protocol::Ll128)] {
-        let comms = Comm::init_all(&be, n, CommConfig { proto: Some(proto.into()), ..config() }).unwrap();
+        // On the rings only: the cost model would put some all-reduces on the trees, as it
+        // would the calls alone (`grouped_all_reduces_run_on_the_trees_where_the_call_alone_would`).
+        let cfg = CommConfig { proto: Some(proto.into()), algo: Some("ring".into()), ..config() };
+        let comms = Comm::init_all(&be, n, cfg).unwrap();
         let mut g = Group::new();
         for count in [1usize, 4099, 1 << 20] {
             g.call(&comms[0], Call::all_reduce(b, b, count, DataType::F32, ReduceOp::Sum));
@@ -937,7 +950,7 @@ fn grouped_collectives_run_on_the_protocol_their_rings_would() {
         let (alone, _) = run_specs(&comms, &be, &specs, 4099, false);
         assert_eq!(grouped, alone, "{proto}: grouped and ungrouped collectives differ");
     }
-    let comms = Comm::init_all(&be, n, config()).unwrap();
+    let comms = Comm::init_all(&be, n, CommConfig { algo: Some("ring".into()), ..config() }).unwrap();
     let mut seen = Vec::new();
     for count in [1usize, 256, 4096, 65_536, 1 << 20, 16 << 20] {
         let call = Call::all_reduce(b, b, count, DataType::F32, ReduceOp::Sum);
@@ -961,9 +974,11 @@ fn one_group_mixes_ll_ll128_and_simple_collectives_of_two_types() {
     let be = backend::cpu();
     let n = 4;
     // The shape of comm_plan's LL → LL128 → Simple test: in one process the ranks share one
-    // (emulated) device, a path LL128 is safe on.
-    let cfg =
-        CommConfig { nthreads: 64, nchannels: 2, timeout: Duration::from_secs(60), ..CommConfig::default() };
+    // (emulated) device, a path LL128 is safe on. Rings only (the cost model would put some
+    // all-reduces on the trees, as it would the calls alone).
+    let timeout = Duration::from_secs(60);
+    let algo = Some("ring".into());
+    let cfg = CommConfig { nthreads: 64, nchannels: 2, timeout, algo, ..CommConfig::default() };
     let comms = Comm::init_all(&be, n, cfg).unwrap();
     let mut protos = Vec::new();
     let big = be.alloc(64 << 20).unwrap();
@@ -1028,6 +1043,72 @@ fn one_group_mixes_ll_ll128_and_simple_collectives_of_two_types() {
     assert_eq!(launches, vec![kernels; n], "kernels per rank (plans {planned:?})");
     let (alone, _) = run_specs(&comms, &be, &specs, 1001, false);
     assert_eq!(grouped, alone, "grouped and ungrouped collectives differ");
+}
+
+/// A group's all-reduces run on the trees where the call alone would: asked for (on each
+/// protocol, forced or the cost model's), as the cost model weighs ring against tree, or with
+/// the rings left out by `RSCCL_ALGO`. Each equals the reference and the ungrouped calls; each
+/// tree all-reduce is a launch of its own (its call's kernel and plan), the ring collectives
+/// and the sends and receives one more (two with ring collectives on LL128: its launch of its
+/// own).
+#[test]
+fn grouped_all_reduces_run_on_the_trees_where_the_call_alone_would() {
+    use rsccl::comm::{Algorithm, Protocol};
+    let be = backend::cpu();
+    let n = 5;
+    let specs = [
+        Spec::new(Collective::AllReduce, DataType::F32, ReduceOp::Sum, 4099, 0).on_trees(),
+        Spec::new(Collective::ReduceScatter, DataType::I64, ReduceOp::Max, 3001, 0),
+        Spec::new(Collective::AllReduce, DataType::BF16, ReduceOp::Max, 70_001, 0).on_trees(),
+        Spec::new(Collective::AllGather, DataType::U8, ReduceOp::Sum, 1001, 0),
+        Spec::new(Collective::AllReduce, DataType::I64, ReduceOp::Sum, 1, 0),
+    ];
+    for proto in [None, Some("LL"), Some("LL128"), Some("Simple")] {
+        // Not the symmetric LL kernel, which a group does not run.
+        let cfg = CommConfig { proto: proto.map(String::from), algo: Some("^symll".into()), ..config() };
+        let comms = Comm::init_all(&be, n, cfg).unwrap();
+        let bufs: Vec<_> = specs.iter().map(|_| be.alloc(1 << 20).unwrap()).collect();
+        let mut g = Group::new();
+        for (s, b) in specs.iter().zip(&bufs) {
+            g.call(&comms[0], s.call(b, b));
+        }
+        let plans = g.plan(&comms[0]).unwrap();
+        drop(g);
+        for ((s, b), p) in specs.iter().zip(&bufs).zip(&plans) {
+            // An all-reduce as the call alone (asked for the trees, or as the cost model
+            // weighs ring against tree), the others on the rings.
+            if s.coll == Collective::AllReduce {
+                let alone = comms[0].plan_call(&s.call(b, b)).unwrap();
+                assert_eq!(p.algorithm, alone.algorithm, "{proto:?} {} elements", s.count);
+                if p.algorithm == Algorithm::Tree {
+                    assert_eq!(*p, alone, "{proto:?}");
+                }
+            } else {
+                assert_eq!(p.algorithm, Algorithm::Ring);
+            }
+            if let Some(forced) = proto {
+                assert_eq!(p.protocol.name(), forced, "{:?}", s.coll);
+            }
+        }
+        let (grouped, launches) = run_specs(&comms, &be, &specs, 777, true);
+        check_specs(&specs, &grouped, 777);
+        assert!(plans[0].algorithm == Algorithm::Tree && plans[2].algorithm == Algorithm::Tree);
+        let trees = plans.iter().filter(|p| p.algorithm == Algorithm::Tree).count() as u64;
+        let ll128 =
+            u64::from(plans.iter().any(|p| p.algorithm == Algorithm::Ring && p.protocol == Protocol::Ll128));
+        assert_eq!(launches, vec![trees + 1 + ll128; n], "{proto:?}: kernels per rank");
+        let (alone, _) = run_specs(&comms, &be, &specs, 777, false);
+        assert_eq!(grouped, alone, "{proto:?}: grouped and ungrouped collectives differ");
+    }
+    // The rings left out: every all-reduce on the trees, the other collectives on the rings.
+    let comms = Comm::init_all(&be, 3, CommConfig { algo: Some("tree".into()), ..config() }).unwrap();
+    let buf = be.alloc(1 << 16).unwrap();
+    let b = BufRef::from(&buf);
+    let mut g = Group::new();
+    g.call(&comms[0], Call::all_reduce(b, b, 100, DataType::F32, ReduceOp::Sum));
+    g.call(&comms[0], Call::all_gather(b, b, 10, DataType::F32));
+    let algos: Vec<Algorithm> = g.plan(&comms[0]).unwrap().iter().map(|p| p.algorithm).collect();
+    assert_eq!(algos, [Algorithm::Tree, Algorithm::Ring]);
 }
 
 #[test]
@@ -1103,7 +1184,7 @@ fn a_group_collective_asking_for_another_algorithm_or_mismatched_between_ranks_f
     let a = be.alloc(4096).unwrap();
     let b = be.alloc(4096).unwrap();
     let mut g = Group::new();
-    let tree = Call::all_reduce((&a).into(), (&b).into(), 16, DataType::F32, ReduceOp::Sum)
+    let tree = Call::reduce_scatter((&a).into(), (&b).into(), 16, DataType::F32, ReduceOp::Sum)
         .with_algorithm(rsccl::comm::Algorithm::Tree);
     g.call(&comms[0], tree);
     let e = g.run().unwrap_err().to_string();

@@ -10,11 +10,13 @@
 //! **Collectives in a group** run on the rings, in the order queued, before the point-to-point
 //! operations, in the same kernel ([`rsccl_device::coll::group`]), each on the protocol the
 //! cost model picks for its rings as for a call of its own (and `RSCCL_PROTO` allows;
-//! [`Group::plan`]): one launch per communicator
-//! when the group's reducing collectives share one element type (all-gather and broadcast move
-//! bytes and join any launch), one more launch for each further type. Every rank queues the
-//! same collectives in the same order, as NCCL requires. On a one-rank communicator each
-//! collective is its copy kernel.
+//! [`Group::plan`]): one launch per communicator when the group's reducing collectives share
+//! one element type (all-gather and broadcast move bytes and join any launch), one more launch
+//! for each further type, and one more before each for its LL128 collectives. An all-reduce
+//! that would run on the trees as a call of its own (asked for, or the cost model's choice)
+//! runs so here too, its call's kernel a launch of its own, before the rings'. Every rank
+//! queues the same collectives in the same order, as NCCL requires, so every rank makes the
+//! same launches. On a one-rank communicator each collective is its copy kernel.
 use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::{BufRef, Call, DevCall};
 use super::communicator::{Comm, FlightId, InFlight, Queue};
@@ -32,6 +34,7 @@ use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::overlap::gate::TileGate;
 use rsccl_device::prims::conn::{status_bytes, CallSig};
+use rsccl_device::prims::simple::shm_bytes;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -164,8 +167,9 @@ impl<'a> Group<'a> {
     /// How `comm`'s collectives queued in this group would run, in the order queued, without
     /// running them: each on the rings, on the protocol the cost model picks for a ring of its
     /// size (LL and LL128 where the rings' connections have their FIFOs and `RSCCL_PROTO`
-    /// allows them), over every channel at the group kernel's block size. Errors as [`Group::run`] would give for a bad
-    /// call.
+    /// allows them), over every channel at the group kernel's block size; an all-reduce that
+    /// would run on the trees as a call of its own as that call. Errors as [`Group::run`]
+    /// would give for a bad call.
     ///
     /// ```
     /// use rsccl::comm::Protocol;
@@ -187,7 +191,8 @@ impl<'a> Group<'a> {
             return Ok(Vec::new());
         };
         let devs = comm.group_calls(&part.calls)?;
-        Ok(devs.iter().map(|d| comm.group_plan(d, part.gate.is_some())).collect())
+        let gated = part.gate.is_some();
+        Ok(devs.iter().zip(&part.calls).map(|(d, c)| comm.group_plan(d, c.algorithm, gated)).collect())
     }
 
     /// Runs the group and waits for every communicator's part; the first error (every kernel
@@ -387,8 +392,18 @@ struct WorkStatus {
     status: Option<Pooled>,
     seq: u64,
     coll: Collective,
+    /// Whether it runs on the trees.
+    tree: bool,
     /// Its full signature (for a mismatch message).
     sig: CallSig,
+}
+
+/// A kernel of a group, staged before any is launched.
+enum Staged {
+    /// A group kernel: its reducing type, its protocol class (LL128's or the others').
+    Group(DataType, Protocol, GroupArgs),
+    /// A tree all-reduce's kernel: its type and plan.
+    Tree(DataType, Plan, RingArgs),
 }
 
 /// The point-to-point part of a launched kernel.
@@ -472,7 +487,8 @@ impl Comm {
         let bytes = self.check_p2p(ops)?;
         let copies = self_copies(self.rank, ops, &bytes)?;
         let devs = self.group_calls(calls)?;
-        let plans = devs.iter().map(|d| self.group_plan(d, gate.is_some())).collect();
+        let plans =
+            devs.iter().zip(calls).map(|(d, c)| self.group_plan(d, c.algorithm, gate.is_some())).collect();
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut queue);
         let in_p2p = self.health.progress.enter_p2p();
@@ -499,8 +515,8 @@ impl Comm {
         })
     }
 
-    /// A group's collectives `calls`, checked: each on the rings (a call that asks for another
-    /// algorithm is refused).
+    /// A group's collectives `calls`, checked: each on the rings, or an all-reduce on the
+    /// trees (a call that asks for another algorithm is refused).
     fn group_calls(&self, calls: &[Call]) -> Result<Vec<DevCall>> {
         let cc = self.stream.compute_capability();
         calls
@@ -508,8 +524,10 @@ impl Comm {
             .enumerate()
             .map(|(i, c)| match c.algorithm {
                 None | Some(Algorithm::Ring) => c.check(self.rank, self.nranks, cc),
+                Some(Algorithm::Tree) if c.coll == Collective::AllReduce => c.check(self.rank, self.nranks, cc),
                 Some(a) => Err(Error::InvalidConfig(format!(
-                    "rank {}: collective {i} of a group ({:?}) asks for {}; a group's collectives run on the rings",
+                    "rank {}: collective {i} of a group ({:?}) asks for {}; a group's collectives run on the rings \
+                     (all-reduces on the trees too)",
                     self.rank,
                     c.coll,
                     a.name()
@@ -518,10 +536,15 @@ impl Comm {
             .collect()
     }
 
-    /// How collective `dev` of a group runs on this rank ([`Group::plan`]); `gated`: the
-    /// group waits for a GEMM's tiles, which the LL128 launch does not (the cost model's
-    /// choice without LL128 then).
-    fn group_plan(&self, dev: &DevCall, gated: bool) -> Plan {
+    /// How collective `dev` of a group runs on this rank ([`Group::plan`]): an all-reduce on
+    /// the trees where the call alone would run there (`asked`, or the cost model), as the
+    /// call alone; every other on the rings at the group kernel's shape. `gated`: the group
+    /// waits for a GEMM's tiles, which only the ring launch of Simple and LL does (the cost
+    /// model's ring choice without LL128 then).
+    fn group_plan(&self, dev: &DevCall, asked: Option<Algorithm>, gated: bool) -> Plan {
+        if self.group_tree(dev, asked, gated) {
+            return self.plan_for(Algorithm::Tree, dev);
+        }
         let protocol = match self.nranks {
             1 => Protocol::Simple,
             _ if gated => self.ring_protocol_without_ll128(dev),
@@ -535,6 +558,20 @@ impl Comm {
         };
         self.trace_plan(dev, &plan, " in a group");
         plan
+    }
+
+    /// Whether collective `dev` of a group (asking for `asked`) runs on the trees: an
+    /// all-reduce, on two or more ranks, not gated, where the call alone would — asked for,
+    /// chosen by the cost model, or the rings left out by `RSCCL_ALGO`.
+    fn group_tree(&self, dev: &DevCall, asked: Option<Algorithm>, gated: bool) -> bool {
+        if dev.coll != Collective::AllReduce || self.nranks < 2 || gated {
+            return false;
+        }
+        match asked {
+            Some(a) => a == Algorithm::Tree,
+            None if self.algos.allows(Algorithm::Ring) => self.ring_or_tree(dev) == Algorithm::Tree,
+            None => self.algos.allows(Algorithm::Tree),
+        }
     }
 
     /// Threads per block of this communicator's group kernels.
@@ -559,19 +596,21 @@ impl Comm {
                 let sig = CallSig::default();
                 launched.push(Launched {
                     _tables: Vec::new(),
-                    works: vec![WorkStatus { status: None, seq, coll: dev.coll, sig }],
+                    works: vec![WorkStatus { status: None, seq, coll: dev.coll, tree: false, sig }],
                     p2p: None,
                 });
             }
             launched.extend(self.launch_p2p_only(ops, prep)?);
             return Ok(launched);
         }
-        // The reducing collectives' types in order of appearance: one launch each, its LL128
-        // collectives in one more before it; the byte collectives and the point-to-point
-        // operations go in the first type's. Every rank plans alike, so every rank makes the
-        // same launches with the same collectives in the same order.
+        // First each tree all-reduce, a launch of its own (its kernel as for the call alone).
+        // Then the ring collectives' reducing types in order of appearance: one launch each,
+        // its LL128 collectives in one more before it; the byte collectives and the
+        // point-to-point operations go in the first type's. Every rank plans alike, so every
+        // rank makes the same launches with the same collectives in the same order.
+        let ring = |i: usize| prep.plans[i].algorithm == Algorithm::Ring;
         let mut types: Vec<DataType> = Vec::new();
-        for d in prep.devs.iter().filter(|d| d.reduces()) {
+        for d in (0..prep.devs.len()).filter(|&i| ring(i)).map(|i| &prep.devs[i]).filter(|d| d.reduces()) {
             if !types.contains(&d.dtype) {
                 types.push(d.dtype);
             }
@@ -583,11 +622,17 @@ impl Comm {
         // emulator), and a kernel already launched may wait for peers this thread drives.
         let grid = self.cfg.nchannels;
         let mut staged = Vec::with_capacity(types.len());
+        for i in (0..prep.devs.len()).filter(|&i| !ring(i)) {
+            let (args, l) = self.stage_group_tree(i, prep)?;
+            staged.push(Staged::Tree(prep.devs[i].dtype, prep.plans[i], args));
+            launched.push(l);
+        }
         for (j, &t) in types.iter().enumerate() {
             let mine = |d: &DevCall| if d.reduces() { d.dtype == t } else { j == 0 };
             for ll128 in [true, false] {
                 let works: Vec<usize> = (0..prep.devs.len())
-                    .filter(|&i| mine(&prep.devs[i]) && (prep.plans[i].protocol == Protocol::Ll128) == ll128)
+                    .filter(|&i| ring(i) && mine(&prep.devs[i]))
+                    .filter(|&i| (prep.plans[i].protocol == Protocol::Ll128) == ll128)
                     .collect();
                 let p2p_ops = if j == 0 && !ll128 { ops } else { &[] };
                 let gated = prep.gate.is_active() && !ll128;
@@ -596,20 +641,31 @@ impl Comm {
                 }
                 let proto = if ll128 { Protocol::Ll128 } else { Protocol::Simple };
                 let (args, l) = self.stage_group_kernel(&works, p2p_ops, prep, grid)?;
-                staged.push((CollKernel::Group(t, proto.device()), handles::group(t, proto.device()), args));
+                staged.push(Staged::Group(t, proto, args));
                 launched.push(l);
             }
         }
-        let cfg = LaunchConfig::linear(grid as u32, self.group_threads()).with_smem(GROUP_SHM_BYTES);
-        for (kernel, handle, args) in staged {
-            debug_assert_eq!(handle.name(), kernel.name());
+        let group_cfg = LaunchConfig::linear(grid as u32, self.group_threads()).with_smem(GROUP_SHM_BYTES);
+        for s in staged {
             // SAFETY: every collective's buffers hold what it reads and writes on this rank
             // (`check`) and every op's buffer its bytes (`check_p2p`), untouched by other calls
             // until the group ends (the queue is held); the channel tables, connections, status
             // areas and argument tables are this Comm's and `Launched`'s, alive until phase 5
             // waited for the kernel. An LL128 launch has LL128 works only, no operations and
-            // no gate, as its kernel requires.
-            let launched_now = unsafe { self.stream.launch_kernel(handle, cfg, &args) };
+            // no gate, as its kernel requires; a tree launch is the call's alone.
+            let launched_now = unsafe {
+                match s {
+                    Staged::Group(t, proto, args) => {
+                        let handle = handles::group(t, proto.device());
+                        debug_assert_eq!(handle.name(), CollKernel::Group(t, proto.device()).name());
+                        self.stream.launch_kernel(handle, group_cfg, &args)
+                    }
+                    Staged::Tree(t, plan, args) => {
+                        let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(1));
+                        self.stream.launch_kernel(handles::tree(t, plan.protocol.device()), cfg, &args)
+                    }
+                }
+            };
             if let Err(e) = launched_now {
                 // The kernels launched before this one end (their timeouts bound them) before
                 // their tables go back to the pool.
@@ -618,6 +674,20 @@ impl Comm {
             }
         }
         Ok(launched)
+    }
+
+    /// The status and arguments of tree all-reduce `i` of `prep` (its kernel as for the call
+    /// alone, on its plan's shape).
+    fn stage_group_tree(&self, i: usize, prep: &Prepared) -> Result<(RingArgs, Launched)> {
+        let (dev, grid) = (&prep.devs[i], self.cfg.nchannels);
+        let status = self.tables.pool.take(&*self.stream, status_bytes(grid as u64) as usize)?;
+        self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
+        let seq = self.health.progress.enter(dev.coll, true);
+        let prims = self.prims_status_in(&status, grid, dev, Algorithm::Tree, seq);
+        let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
+        let args = self.ring_args(dev, true, prep.plans[i].protocol, prims)?;
+        let work = WorkStatus { status: Some(status), seq, coll: dev.coll, tree: true, sig };
+        Ok((args, Launched { _tables: Vec::new(), works: vec![work], p2p: None }))
     }
 
     /// The tables and arguments of one group kernel: the collectives `works` (indices into
@@ -641,7 +711,7 @@ impl Comm {
             let prims = self.prims_status_in(&status, grid, dev, Algorithm::Ring, seq);
             let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
             args.push(self.ring_args(dev, false, prep.plans[i].protocol, prims)?);
-            statuses.push(WorkStatus { status: Some(status), seq, coll: dev.coll, sig });
+            statuses.push(WorkStatus { status: Some(status), seq, coll: dev.coll, tree: false, sig });
         }
         let works = statuses;
         let table = self.tables.pool.take(&*self.stream, std::mem::size_of_val(args.as_slice()).max(1))?;
@@ -705,7 +775,7 @@ impl Comm {
                     // The mismatch message names this collective.
                     *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner()) = w.sig;
                     self.finish_inner(
-                        Awaiting::Collective(w.seq, op_code(w.coll, false)),
+                        Awaiting::Collective(w.seq, op_code(w.coll, w.tree)),
                         status,
                         self.cfg.nchannels,
                     )

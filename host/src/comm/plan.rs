@@ -95,7 +95,7 @@ impl Comm {
 
     /// The ring, or for an all-reduce the tree where the cost model predicts it faster than
     /// the ring's best protocol (across nodes: its log-depth latency) and both are allowed.
-    fn ring_or_tree(&self, dev: &DevCall) -> Algorithm {
+    pub(super) fn ring_or_tree(&self, dev: &DevCall) -> Algorithm {
         let tree_too =
             dev.coll == Collective::AllReduce && self.nranks > 1 && self.algos.allows(Algorithm::Tree);
         let (bytes, ring, tree) = (self.nccl_bytes(dev), self.line_fifos(false), self.line_fifos(true));
