@@ -598,6 +598,98 @@ fn symmetric_windows_run_without_scratch() {
     assert!(err.contains("symmetric windows need NVLS"), "{err}");
 }
 
+/// A group's collectives run on NVLS where the calls alone would — plain, and on symmetric
+/// windows for an all-reduce whose send buffer is one — beside collectives NVLS does not
+/// serve (1-byte types: a small all-reduce the symmetric LL kernel would run alone and an
+/// all-gather, both on the rings), in one group per rank: each plan is the call's alone, and
+/// every output equals the rank-order reference.
+#[test]
+fn a_groups_collectives_run_on_nvls_where_the_calls_alone_would() {
+    use rsccl::comm::{Algorithm, Call, Group};
+    let be = backend::cpu();
+    let n = 4;
+    let comms = Comm::init_all(&be, n, config(H200, None)).unwrap();
+    let cases = [
+        (Collective::AllReduce, DataType::BF16, ReduceOp::Sum, 100_003usize),
+        (Collective::AllReduce, DataType::I8, ReduceOp::Max, 5001),
+        (Collective::ReduceScatter, DataType::F32, ReduceOp::Sum, 30_001),
+        (Collective::AllGather, DataType::U8, ReduceOp::Sum, 7777),
+        (Collective::AllReduce, DataType::I64, ReduceOp::Max, 65_537),
+        (Collective::AllGather, DataType::U32, ReduceOp::Sum, 4099),
+    ];
+    let elems = |coll: Collective, count: usize| match coll {
+        Collective::ReduceScatter => (count * n, count),
+        Collective::AllGather => (count, count * n),
+        _ => (count, count),
+    };
+    let bufs: Vec<Vec<(DeviceBuffer, DeviceBuffer)>> = (0..n)
+        .map(|r| {
+            cases
+                .iter()
+                .enumerate()
+                .map(|(k, &(coll, t, _, count))| {
+                    let (se, re) = elems(coll, count);
+                    let data: Vec<u64> = (0..se).map(|i| input(t, r, i, 300 + k as u64)).collect();
+                    (be.upload(&to_bytes(t, &data)).unwrap(), be.alloc(re * t.size()).unwrap())
+                })
+                .collect()
+        })
+        .collect();
+    // The first case's send buffers are a symmetric window (registered by every rank at once).
+    std::thread::scope(|s| {
+        for (c, b) in comms.iter().zip(&bufs) {
+            s.spawn(move || c.register_window(&b[0].0).unwrap());
+        }
+    });
+    let call = |r: usize, k: usize| {
+        let (coll, t, op, count) = cases[k];
+        let (s, d) = (BufRef::from(&bufs[r][k].0), BufRef::from(&bufs[r][k].1));
+        match coll {
+            Collective::AllReduce => Call::all_reduce(s, d, count, t, op),
+            Collective::ReduceScatter => Call::reduce_scatter(s, d, count, t, op),
+            _ => Call::all_gather(s, d, count, t),
+        }
+    };
+    let mut g = Group::new();
+    for (r, c) in comms.iter().enumerate() {
+        for k in 0..cases.len() {
+            g.call(c, call(r, k));
+        }
+    }
+    let plans = g.plan(&comms[0]).unwrap();
+    let algos: Vec<Algorithm> = plans.iter().map(|p| p.algorithm).collect();
+    for (k, p) in plans.iter().enumerate() {
+        let alone = comms[0].plan_call(&call(0, k)).unwrap();
+        // The symmetric LL kernel's small all-reduce goes on the rings in a group.
+        let want = if alone.algorithm == Algorithm::SymLl { Algorithm::Ring } else { alone.algorithm };
+        assert_eq!(p.algorithm, want, "case {k}");
+        if p.algorithm != Algorithm::Ring {
+            assert_eq!(*p, alone, "case {k}");
+        }
+    }
+    assert_eq!(algos[0], Algorithm::NvlsSymmetric, "{algos:?}");
+    assert_eq!(algos.iter().filter(|&&a| a == Algorithm::Nvls).count(), 3, "{algos:?}");
+    assert_eq!((algos[1], algos[3]), (Algorithm::Ring, Algorithm::Ring), "{algos:?}");
+    g.run().unwrap();
+    for (k, &(coll, t, op, count)) in cases.iter().enumerate() {
+        let want = expected(coll, t, red(op), n, count, 300 + k as u64);
+        for r in 0..n {
+            let re = elems(coll, count).1;
+            let mut out = vec![0u8; re * t.size()];
+            be.copy_out(&bufs[r][k].1, 0, &mut out).unwrap();
+            let got = from_bytes(t, &out);
+            // The inputs are generated as 64-bit words; an element is its low bytes.
+            let mask = u64::MAX >> (64 - 8 * t.size());
+            if let Some(i) = (0..re).find(|&i| !reference::same(t, got[i], want[r][i] & mask)) {
+                panic!(
+                    "case {k} ({coll:?} {t:?}): rank {r} element {i}: {:#x}, want {:#x}",
+                    got[i], want[r][i]
+                );
+            }
+        }
+    }
+}
+
 const CHILD_VAR: &str = "RSCCL_TEST_NVLS_CHILD";
 
 /// The child side of [`nvls_across_processes`]: one rank from the launcher's variables, the

@@ -1047,10 +1047,10 @@ fn one_group_mixes_ll_ll128_and_simple_collectives_of_two_types() {
 
 /// A group's all-reduces run on the trees where the call alone would: asked for (on each
 /// protocol, forced or the cost model's), as the cost model weighs ring against tree, or with
-/// the rings left out by `RSCCL_ALGO`. Each equals the reference and the ungrouped calls; each
-/// tree all-reduce is a launch of its own (its call's kernel and plan), the ring collectives
-/// and the sends and receives one more (two with ring collectives on LL128: its launch of its
-/// own).
+/// the rings left out by `RSCCL_ALGO`; a small one the symmetric LL kernel would run alone
+/// goes on the rings. Each equals the reference and the ungrouped calls; each tree all-reduce
+/// is a launch of its own (its call's kernel and plan), the ring collectives and the sends and
+/// receives one more (two with ring collectives on LL128: its launch of its own).
 #[test]
 fn grouped_all_reduces_run_on_the_trees_where_the_call_alone_would() {
     use rsccl::comm::{Algorithm, Protocol};
@@ -1064,8 +1064,7 @@ fn grouped_all_reduces_run_on_the_trees_where_the_call_alone_would() {
         Spec::new(Collective::AllReduce, DataType::I64, ReduceOp::Sum, 1, 0),
     ];
     for proto in [None, Some("LL"), Some("LL128"), Some("Simple")] {
-        // Not the symmetric LL kernel, which a group does not run.
-        let cfg = CommConfig { proto: proto.map(String::from), algo: Some("^symll".into()), ..config() };
+        let cfg = CommConfig { proto: proto.map(String::from), ..config() };
         let comms = Comm::init_all(&be, n, cfg).unwrap();
         let bufs: Vec<_> = specs.iter().map(|_| be.alloc(1 << 20).unwrap()).collect();
         let mut g = Group::new();
@@ -1076,11 +1075,16 @@ fn grouped_all_reduces_run_on_the_trees_where_the_call_alone_would() {
         drop(g);
         for ((s, b), p) in specs.iter().zip(&bufs).zip(&plans) {
             // An all-reduce as the call alone (asked for the trees, or as the cost model
-            // weighs ring against tree), the others on the rings.
+            // weighs ring against tree; a small one the symmetric LL kernel would run goes on
+            // the rings), the others on the rings.
             if s.coll == Collective::AllReduce {
                 let alone = comms[0].plan_call(&s.call(b, b)).unwrap();
-                assert_eq!(p.algorithm, alone.algorithm, "{proto:?} {} elements", s.count);
-                if p.algorithm == Algorithm::Tree {
+                if alone.algorithm == Algorithm::SymLl {
+                    assert_eq!(p.algorithm, Algorithm::Ring, "{proto:?} {} elements", s.count);
+                } else {
+                    assert_eq!(p.algorithm, alone.algorithm, "{proto:?} {} elements", s.count);
+                }
+                if p.algorithm != Algorithm::Ring {
                     assert_eq!(*p, alone, "{proto:?}");
                 }
             } else {
@@ -1093,22 +1097,25 @@ fn grouped_all_reduces_run_on_the_trees_where_the_call_alone_would() {
         let (grouped, launches) = run_specs(&comms, &be, &specs, 777, true);
         check_specs(&specs, &grouped, 777);
         assert!(plans[0].algorithm == Algorithm::Tree && plans[2].algorithm == Algorithm::Tree);
-        let trees = plans.iter().filter(|p| p.algorithm == Algorithm::Tree).count() as u64;
+        let own = plans.iter().filter(|p| p.algorithm != Algorithm::Ring).count() as u64;
         let ll128 =
             u64::from(plans.iter().any(|p| p.algorithm == Algorithm::Ring && p.protocol == Protocol::Ll128));
-        assert_eq!(launches, vec![trees + 1 + ll128; n], "{proto:?}: kernels per rank");
+        assert_eq!(launches, vec![own + 1 + ll128; n], "{proto:?}: kernels per rank");
         let (alone, _) = run_specs(&comms, &be, &specs, 777, false);
         assert_eq!(grouped, alone, "{proto:?}: grouped and ungrouped collectives differ");
     }
-    // The rings left out: every all-reduce on the trees, the other collectives on the rings.
+    // The rings left out: the all-reduce on the trees; an all-gather nothing allowed serves
+    // is refused as the call alone is.
     let comms = Comm::init_all(&be, 3, CommConfig { algo: Some("tree".into()), ..config() }).unwrap();
     let buf = be.alloc(1 << 16).unwrap();
     let b = BufRef::from(&buf);
     let mut g = Group::new();
     g.call(&comms[0], Call::all_reduce(b, b, 100, DataType::F32, ReduceOp::Sum));
-    g.call(&comms[0], Call::all_gather(b, b, 10, DataType::F32));
     let algos: Vec<Algorithm> = g.plan(&comms[0]).unwrap().iter().map(|p| p.algorithm).collect();
-    assert_eq!(algos, [Algorithm::Tree, Algorithm::Ring]);
+    assert_eq!(algos, [Algorithm::Tree]);
+    g.call(&comms[0], Call::all_gather(b, b, 10, DataType::F32));
+    let alone = comms[0].plan_call(&Call::all_gather(b, b, 10, DataType::F32)).unwrap_err().to_string();
+    assert_eq!(g.plan(&comms[0]).unwrap_err().to_string(), alone);
 }
 
 #[test]

@@ -12,22 +12,25 @@
 //! cost model picks for its rings as for a call of its own (and `RSCCL_PROTO` allows;
 //! [`Group::plan`]): one launch per communicator when the group's reducing collectives share
 //! one element type (all-gather and broadcast move bytes and join any launch), one more launch
-//! for each further type, and one more before each for its LL128 collectives. An all-reduce
-//! that would run on the trees as a call of its own (asked for, or the cost model's choice)
-//! runs so here too, its call's kernel a launch of its own, before the rings'. Every rank
-//! queues the same collectives in the same order, as NCCL requires, so every rank makes the
-//! same launches. On a one-rank communicator each collective is its copy kernel.
+//! for each further type, and one more before each for its LL128 collectives. A collective
+//! that would run on the trees or NVLS (plain or on symmetric windows) as a call of its own
+//! runs so here too, its call's kernel a launch of its own, before the rings' (one that would
+//! run an MSCCL program, NVLS_TREE or the symmetric LL kernel: on the rings). Every
+//! rank queues the same collectives in the same order, as NCCL requires, so every rank makes
+//! the same launches. On a one-rank communicator each collective is its copy kernel.
 use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::{BufRef, Call, DevCall};
 use super::communicator::{Comm, FlightId, InFlight, Queue};
 use super::completion::Awaiting;
 use super::hang::{op_code, P2pGuard};
+use super::launch::nvls_kernel;
 use super::p2p::{self_copies, OpNote, P2p};
 use super::pool::Pooled;
 use crate::backend::LaunchConfig;
 use crate::error::{Error, Result};
 use rsccl_device::coll::group::{GroupArgs, GROUP_SHM_BYTES, GROUP_THREADS};
 use rsccl_device::coll::kernels::{handles, CollKernel};
+use rsccl_device::coll::nvls::NvlsArgs;
 use rsccl_device::coll::p2p::{P2pArgs, P2pOp, P2P_SHM_BYTES};
 use rsccl_device::coll::ring::RingArgs;
 use rsccl_device::coll::Collective;
@@ -167,9 +170,9 @@ impl<'a> Group<'a> {
     /// How `comm`'s collectives queued in this group would run, in the order queued, without
     /// running them: each on the rings, on the protocol the cost model picks for a ring of its
     /// size (LL and LL128 where the rings' connections have their FIFOs and `RSCCL_PROTO`
-    /// allows them), over every channel at the group kernel's block size; an all-reduce that
-    /// would run on the trees as a call of its own as that call. Errors as [`Group::run`]
-    /// would give for a bad call.
+    /// allows them), over every channel at the group kernel's block size; one that would run on
+    /// the trees or NVLS as a call of its own as that call. Errors as
+    /// [`Group::run`] would give for a bad call, or one `RSCCL_ALGO` allows nothing to serve.
     ///
     /// ```
     /// use rsccl::comm::Protocol;
@@ -192,7 +195,7 @@ impl<'a> Group<'a> {
         };
         let devs = comm.group_calls(&part.calls)?;
         let gated = part.gate.is_some();
-        Ok(devs.iter().zip(&part.calls).map(|(d, c)| comm.group_plan(d, c.algorithm, gated)).collect())
+        devs.iter().zip(&part.calls).map(|(d, c)| comm.group_plan(c, d, gated)).collect()
     }
 
     /// Runs the group and waits for every communicator's part; the first error (every kernel
@@ -404,6 +407,8 @@ enum Staged {
     Group(DataType, Protocol, GroupArgs),
     /// A tree all-reduce's kernel: its type and plan.
     Tree(DataType, Plan, RingArgs),
+    /// An NVLS kernel: its type and launch shape.
+    Nvls(DataType, LaunchConfig, NvlsArgs),
 }
 
 /// The point-to-point part of a launched kernel.
@@ -487,8 +492,11 @@ impl Comm {
         let bytes = self.check_p2p(ops)?;
         let copies = self_copies(self.rank, ops, &bytes)?;
         let devs = self.group_calls(calls)?;
-        let plans =
-            devs.iter().zip(calls).map(|(d, c)| self.group_plan(d, c.algorithm, gate.is_some())).collect();
+        let plans = devs
+            .iter()
+            .zip(calls)
+            .map(|(d, c)| self.group_plan(c, d, gate.is_some()))
+            .collect::<Result<_>>()?;
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut queue);
         let in_p2p = self.health.progress.enter_p2p();
@@ -536,14 +544,20 @@ impl Comm {
             .collect()
     }
 
-    /// How collective `dev` of a group runs on this rank ([`Group::plan`]): an all-reduce on
-    /// the trees where the call alone would run there (`asked`, or the cost model), as the
-    /// call alone; every other on the rings at the group kernel's shape. `gated`: the group
-    /// waits for a GEMM's tiles, which only the ring launch of Simple and LL does (the cost
-    /// model's ring choice without LL128 then).
-    fn group_plan(&self, dev: &DevCall, asked: Option<Algorithm>, gated: bool) -> Plan {
-        if self.group_tree(dev, asked, gated) {
-            return self.plan_for(Algorithm::Tree, dev);
+    /// How collective `call` (checked: `dev`) of a group runs on this rank ([`Group::plan`]):
+    /// on the trees or NVLS (plain or on symmetric windows) where the call alone would run
+    /// there, as the call alone; every other on the rings at the group kernel's shape — also
+    /// where the call alone would run an MSCCL program, NVLS_TREE or the symmetric LL kernel
+    /// (a small all-reduce: NCCL batches those of a group in one launch; one launch each would
+    /// cost more than the rings' shared one). `gated`: the group waits for a GEMM's tiles, which only the ring launch of
+    /// Simple and LL does (the cost model's ring choice without LL128 then). Errors where the
+    /// call alone would fail to plan (`RSCCL_ALGO` allows nothing that serves it).
+    fn group_plan(&self, call: &Call, dev: &DevCall, gated: bool) -> Result<Plan> {
+        if self.nranks > 1 && !gated {
+            let alone = self.choose(call, dev)?;
+            if matches!(alone, Algorithm::Tree | Algorithm::Nvls | Algorithm::NvlsSymmetric) {
+                return Ok(self.plan_for(alone, dev));
+            }
         }
         let protocol = match self.nranks {
             1 => Protocol::Simple,
@@ -557,21 +571,7 @@ impl Comm {
             threads: self.group_threads(),
         };
         self.trace_plan(dev, &plan, " in a group");
-        plan
-    }
-
-    /// Whether collective `dev` of a group (asking for `asked`) runs on the trees: an
-    /// all-reduce, on two or more ranks, not gated, where the call alone would — asked for,
-    /// chosen by the cost model, or the rings left out by `RSCCL_ALGO`.
-    fn group_tree(&self, dev: &DevCall, asked: Option<Algorithm>, gated: bool) -> bool {
-        if dev.coll != Collective::AllReduce || self.nranks < 2 || gated {
-            return false;
-        }
-        match asked {
-            Some(a) => a == Algorithm::Tree,
-            None if self.algos.allows(Algorithm::Ring) => self.ring_or_tree(dev) == Algorithm::Tree,
-            None => self.algos.allows(Algorithm::Tree),
-        }
+        Ok(plan)
     }
 
     /// Threads per block of this communicator's group kernels.
@@ -603,7 +603,8 @@ impl Comm {
             launched.extend(self.launch_p2p_only(ops, prep)?);
             return Ok(launched);
         }
-        // First each tree all-reduce, a launch of its own (its kernel as for the call alone).
+        // First each collective not on the rings (trees, NVLS), a launch of its own (its
+        // kernel as for the call alone).
         // Then the ring collectives' reducing types in order of appearance: one launch each,
         // its LL128 collectives in one more before it; the byte collectives and the
         // point-to-point operations go in the first type's. Every rank plans alike, so every
@@ -623,8 +624,8 @@ impl Comm {
         let grid = self.cfg.nchannels;
         let mut staged = Vec::with_capacity(types.len());
         for i in (0..prep.devs.len()).filter(|&i| !ring(i)) {
-            let (args, l) = self.stage_group_tree(i, prep)?;
-            staged.push(Staged::Tree(prep.devs[i].dtype, prep.plans[i], args));
+            let (s, l) = self.stage_group_own(i, prep)?;
+            staged.push(s);
             launched.push(l);
         }
         for (j, &t) in types.iter().enumerate() {
@@ -664,6 +665,10 @@ impl Comm {
                         let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(1));
                         self.stream.launch_kernel(handles::tree(t, plan.protocol.device()), cfg, &args)
                     }
+                    Staged::Nvls(t, cfg, args) => match nvls_kernel(t) {
+                        Ok(k) => self.stream.launch_kernel(k, cfg, &args),
+                        Err(e) => Err(e),
+                    },
                 }
             };
             if let Err(e) = launched_now {
@@ -676,18 +681,35 @@ impl Comm {
         Ok(launched)
     }
 
-    /// The status and arguments of tree all-reduce `i` of `prep` (its kernel as for the call
-    /// alone, on its plan's shape).
-    fn stage_group_tree(&self, i: usize, prep: &Prepared) -> Result<(RingArgs, Launched)> {
-        let (dev, grid) = (&prep.devs[i], self.cfg.nchannels);
+    /// The status and kernel of collective `i` of `prep`, which runs off the rings (trees,
+    /// NVLS): its kernel and arguments as for the call alone, on its plan's shape, reporting
+    /// in a status area of its own.
+    fn stage_group_own(&self, i: usize, prep: &Prepared) -> Result<(Staged, Launched)> {
+        let (dev, plan, grid) = (&prep.devs[i], prep.plans[i], self.cfg.nchannels);
+        let tree = plan.algorithm == Algorithm::Tree;
         let status = self.tables.pool.take(&*self.stream, status_bytes(grid as u64) as usize)?;
         self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
-        let seq = self.health.progress.enter(dev.coll, true);
-        let prims = self.prims_status_in(&status, grid, dev, Algorithm::Tree, seq);
+        let seq = self.health.progress.enter(dev.coll, tree);
+        let prims = self.prims_status_in(&status, grid, dev, plan.algorithm, seq);
         let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
-        let args = self.ring_args(dev, true, prep.plans[i].protocol, prims)?;
-        let work = WorkStatus { status: Some(status), seq, coll: dev.coll, tree: true, sig };
-        Ok((args, Launched { _tables: Vec::new(), works: vec![work], p2p: None }))
+        let staged = match plan.algorithm {
+            Algorithm::Tree => {
+                Staged::Tree(dev.dtype, plan, self.ring_args(dev, true, plan.protocol, prims)?)
+            }
+            Algorithm::Nvls | Algorithm::NvlsSymmetric => {
+                let (args, cfg) = self.nvls_args(dev, &plan, seq, prims)?;
+                Staged::Nvls(dev.dtype, cfg, args)
+            }
+            a => {
+                return Err(Error::InvalidConfig(format!(
+                    "rank {}: a group runs {} on the rings, not in a launch of its own",
+                    self.rank,
+                    a.name()
+                )))
+            }
+        };
+        let work = WorkStatus { status: Some(status), seq, coll: dev.coll, tree, sig };
+        Ok((staged, Launched { _tables: Vec::new(), works: vec![work], p2p: None }))
     }
 
     /// The tables and arguments of one group kernel: the collectives `works` (indices into

@@ -13,6 +13,8 @@ use rsccl_device::coll::nvls_fifo::NVLS_GROUPS;
 use rsccl_device::coll::one_rank::OneRankArgs;
 use rsccl_device::coll::ring::RingArgs;
 use rsccl_device::coll::Collective;
+use rsccl_device::dtype::DataType;
+use rsccl_device::kernels::Kernel;
 use rsccl_device::prims::conn::{mismatch_offset, CallSig, PrimsStatus};
 use rsccl_device::prims::ll::ll_step_bytes;
 use rsccl_device::prims::ll128::ll128_step_bytes;
@@ -177,10 +179,26 @@ impl Comm {
     /// # Safety
     /// As [`Comm::launch`]; `dev` is a call [`nvls::applies`] to.
     pub(super) unsafe fn launch_nvls(&self, dev: &DevCall, plan: &Plan) -> Result<()> {
-        let n = self.nvls.as_ref().expect("the plan checked");
         self.check_usable()?;
+        let seq = self.health.progress.enter(dev.coll, false);
+        self.stream.copy_in(&self.tables.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
+        let (args, cfg) = self.nvls_args(dev, plan, seq, self.prims_status(dev, plan.algorithm, seq))?;
+        // SAFETY: the user buffers are the caller's promise; scratch, flags, FIFOs and their
+        // multicast ranges are this Comm's, sized for its grid and ranks, alive as long as it is.
+        unsafe { self.stream.launch_kernel(nvls_kernel(dev.dtype)?, cfg, &args) }
+    }
+
+    /// The NVLS kernel's arguments and launch shape for `dev` as collective `seq` of this
+    /// rank, reporting in `status`.
+    pub(super) fn nvls_args(
+        &self,
+        dev: &DevCall,
+        plan: &Plan,
+        seq: u64,
+        status: PrimsStatus,
+    ) -> Result<(NvlsArgs, LaunchConfig)> {
+        let n = self.nvls.as_ref().expect("the plan checked");
         let (coll, count, send, recv) = (dev.coll, dev.count, dev.send, dev.recv);
-        let seq = self.health.progress.enter(coll, false);
         let symmetric =
             if plan.algorithm == Algorithm::NvlsSymmetric { self.symmetric_windows(dev) } else { None };
         let eb = dev.dtype.size() as u64;
@@ -192,7 +210,6 @@ impl Comm {
         if (one_shot || symmetric.is_some()) && (barriers >= 1 << 32 || seq >= 1 << 31) {
             return Err(Error::InvalidConfig(format!("NVLS: {count} elements need too many barriers")));
         }
-        self.stream.copy_in(&self.tables.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
         // Symmetric windows: one-shot from the send window, unless the receive buffer is a
         // window too and the message large (or in place, where one-shot would overwrite what
         // other ranks still read): two-shot. Without windows: one-shot through the scratch for
@@ -216,7 +233,7 @@ impl Comm {
             slice_bytes: nvls::NVLS_SLICE_BYTES,
             epoch_base: seq << 32,
             sigs: n.sigs,
-            status: self.prims_status(dev, plan.algorithm, seq),
+            status,
             rank: self.rank as u64,
             nranks: self.nranks as u64,
             coll: coll as u32,
@@ -224,11 +241,12 @@ impl Comm {
             mode,
             pad: 0,
         };
-        let kernel = handles::nvls(dev.dtype)
-            .ok_or_else(|| Error::InvalidConfig(format!("NVLS has no kernel for {}", dev.dtype.name())))?;
         let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(NVLS_GROUPS));
-        // SAFETY: the user buffers are the caller's promise; scratch, flags, FIFOs and their
-        // multicast ranges are this Comm's, sized for its grid and ranks, alive as long as it is.
-        unsafe { self.stream.launch_kernel(kernel, cfg, &args) }
+        Ok((args, cfg))
     }
+}
+
+/// The NVLS kernel of `t` (the types multimem reduces).
+pub(super) fn nvls_kernel(t: DataType) -> Result<Kernel<NvlsArgs>> {
+    handles::nvls(t).ok_or_else(|| Error::InvalidConfig(format!("NVLS has no kernel for {}", t.name())))
 }

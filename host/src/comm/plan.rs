@@ -33,7 +33,7 @@ impl Comm {
         Ok(self.plan_for(algorithm, dev))
     }
 
-    fn choose(&self, call: &Call, dev: &DevCall) -> Result<Algorithm> {
+    pub(super) fn choose(&self, call: &Call, dev: &DevCall) -> Result<Algorithm> {
         let (coll, dtype, red) = (dev.coll, dev.dtype, dev.op);
         if let Some(a) = call.algorithm {
             return match a {
@@ -95,7 +95,7 @@ impl Comm {
 
     /// The ring, or for an all-reduce the tree where the cost model predicts it faster than
     /// the ring's best protocol (across nodes: its log-depth latency) and both are allowed.
-    pub(super) fn ring_or_tree(&self, dev: &DevCall) -> Algorithm {
+    fn ring_or_tree(&self, dev: &DevCall) -> Algorithm {
         let tree_too =
             dev.coll == Collective::AllReduce && self.nranks > 1 && self.algos.allows(Algorithm::Tree);
         let (bytes, ring, tree) = (self.nccl_bytes(dev), self.line_fifos(false), self.line_fifos(true));
