@@ -155,6 +155,22 @@ fn all_reduce_report_parses_as_nccl_tests() {
     assert!(r.avg_busbw >= 0.0);
 }
 
+/// `-m N` (nccl-tests' aggregated iterations): each timed iteration runs N calls in one group
+/// (`ncclGroupStart` … `ncclGroupEnd`), here for every collective a group holds and
+/// send/receive (all-to-all one call after another); every run checks right and reports it.
+#[test]
+fn aggregated_iterations_run_as_groups() {
+    for coll in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall"]
+    {
+        let r = perf_ok(
+            &[coll, "-g", "3", "-b", "8", "-e", "96K", "-f", "32", "-n", "2", "-w", "1", "-m", "4"],
+            Duration::from_secs(120),
+        );
+        assert!(r.header.contains("agg iters: 4"), "{}", r.header);
+        assert_eq!(r.rows.len(), 3, "{coll}");
+    }
+}
+
 #[test]
 fn every_collective_on_three_ranks() {
     for coll in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall"] {

@@ -25,7 +25,7 @@ flags (nccl-tests' defaults):
   -g, --ngpus N            ranks in this process, one thread each (1)
   -t, --nthreads N         threads per process: only 1
   -n, --iters N            timed iterations per size (20)
-  -m, --agg_iters N        collectives per timed iteration (1)
+  -m, --agg_iters N        collectives per timed iteration, in one group when over 1 (1)
   -w, --warmup_iters N     untimed iterations at the largest, then the smallest size (5)
   -c, --check N            checked runs per measurement; 0 prints N/A (1)
   -d, --datatype TYPE      int8 uint8 int32 uint32 int64 uint64 half float double bfloat16

@@ -16,7 +16,7 @@ use super::coll::{PerfCollective, Shape};
 use super::data::Pattern;
 use super::table;
 use crate::backend::{self, Backend, BackendKind, DeviceBuffer, Preference};
-use crate::comm::{BufRef, Comm, CommConfig, P2p, ReduceOp};
+use crate::comm::{BufRef, Call, Comm, CommConfig, Group, P2p, ReduceOp};
 use crate::error::{Error, Result};
 use crate::launch::Launcher;
 use rsccl_device::dtype::DataType;
@@ -325,25 +325,10 @@ impl Rank<'_> {
             // NCCL returns at once on a count of 0; so does the benchmark.
             return Ok(());
         }
-        let (rank, ts) = (self.comm.rank(), step.dtype.size());
-        let total = sh.send_count.max(sh.recv_count) * ts;
-        let steps = (self.opts.max_bytes as usize / total).max(1);
-        let shift = total * (iter % steps);
-        let (send, recv) = if in_place {
-            (
-                BufRef { buf: &b.recv, offset: shift + sh.send_inplace_offset * rank * ts },
-                BufRef { buf: &b.recv, offset: shift + sh.recv_inplace_offset * rank * ts },
-            )
-        } else {
-            (BufRef { buf: &b.send, offset: shift }, BufRef { buf: &b.recv, offset: shift })
-        };
-        let (c, t, op) = (sh.param_count, step.dtype, step.op.reduce_op(rank));
+        let (send, recv) = self.buffers(b, step, in_place, iter);
+        let rank = self.comm.rank();
+        let (c, t) = (sh.param_count, step.dtype);
         match self.opts.collective {
-            PerfCollective::AllReduce => self.comm.all_reduce(send, recv, c, t, op),
-            PerfCollective::AllGather => self.comm.all_gather(send, recv, c, t),
-            PerfCollective::ReduceScatter => self.comm.reduce_scatter(send, recv, c, t, op),
-            PerfCollective::Broadcast => self.comm.broadcast(send, recv, c, t, step.root),
-            PerfCollective::Reduce => self.comm.reduce(send, recv, c, t, op, step.root),
             PerfCollective::AllToAll => self.comm.all_to_all(send, recv, c, t),
             PerfCollective::SendRecv => {
                 let n = self.comm.nranks();
@@ -353,6 +338,90 @@ impl Rank<'_> {
             PerfCollective::Gather => self.comm.gather(send, recv, c, t, step.root),
             PerfCollective::Scatter => self.comm.scatter(send, recv, c, t, step.root),
             PerfCollective::HyperCube => hypercube(self.comm, send, recv, c, t),
+            coll => match self.call(send, recv, step) {
+                Some(call) => self.comm.run(call),
+                None => Err(Error::InvalidConfig(format!("perf: {coll:?} is not a collective call"))),
+            },
+        }
+    }
+
+    /// The call of `step` on `send` and `recv` for the collectives a [`Call`] names (`None`:
+    /// all-to-all and the point-to-point shapes).
+    fn call<'b>(&self, send: BufRef<'b>, recv: BufRef<'b>, step: Step) -> Option<Call<'b>> {
+        let (c, t, op) = (step.shape.param_count, step.dtype, step.op.reduce_op(self.comm.rank()));
+        Some(match self.opts.collective {
+            PerfCollective::AllReduce => Call::all_reduce(send, recv, c, t, op),
+            PerfCollective::AllGather => Call::all_gather(send, recv, c, t),
+            PerfCollective::ReduceScatter => Call::reduce_scatter(send, recv, c, t, op),
+            PerfCollective::Broadcast => Call::broadcast(send, recv, c, t, step.root),
+            PerfCollective::Reduce => Call::reduce(send, recv, c, t, op, step.root),
+            _ => return None,
+        })
+    }
+
+    /// nccl-tests' aggregated iteration (`-m`): calls `first` … `first + agg_iters − 1` of
+    /// `step` in one group (`ncclGroupStart` … `ncclGroupEnd`), for the collectives a group
+    /// holds and send/receive; the others one after another.
+    fn start_group(&self, b: &Buffers, step: Step, in_place: bool, first: usize) -> Result<()> {
+        let sh = step.shape;
+        let grouped = self.opts.collective == PerfCollective::SendRecv || self.call_kind_groups();
+        if sh.param_count == 0 || !grouped {
+            for a in 0..self.opts.agg_iters {
+                self.start(b, step, in_place, first + a)?;
+            }
+            return Ok(());
+        }
+        let (rank, n) = (self.comm.rank(), self.comm.nranks());
+        let mut g = Group::new();
+        for a in 0..self.opts.agg_iters {
+            let (send, recv) = self.buffers(b, step, in_place, first + a);
+            match self.call(send, recv, step) {
+                Some(call) => g.call(self.comm, call),
+                None => g.send(self.comm, send, sh.param_count, step.dtype, (rank + 1) % n).recv(
+                    self.comm,
+                    recv,
+                    sh.param_count,
+                    step.dtype,
+                    (rank + n - 1) % n,
+                ),
+            };
+        }
+        g.run()
+    }
+
+    /// Whether the benchmarked collective is one a [`Call`] names (a group holds it).
+    fn call_kind_groups(&self) -> bool {
+        matches!(
+            self.opts.collective,
+            PerfCollective::AllReduce
+                | PerfCollective::AllGather
+                | PerfCollective::ReduceScatter
+                | PerfCollective::Broadcast
+                | PerfCollective::Reduce
+        )
+    }
+
+    /// Call `iter`'s send and receive buffers: nccl-tests' shifted offsets within
+    /// `max_bytes`, in place at the collective's own offsets.
+    fn buffers<'b>(
+        &self,
+        b: &'b Buffers,
+        step: Step,
+        in_place: bool,
+        iter: usize,
+    ) -> (BufRef<'b>, BufRef<'b>) {
+        let sh = step.shape;
+        let (rank, ts) = (self.comm.rank(), step.dtype.size());
+        let total = sh.send_count.max(sh.recv_count) * ts;
+        let steps = (self.opts.max_bytes as usize / total).max(1);
+        let shift = total * (iter % steps);
+        if in_place {
+            (
+                BufRef { buf: &b.recv, offset: shift + sh.send_inplace_offset * rank * ts },
+                BufRef { buf: &b.recv, offset: shift + sh.recv_inplace_offset * rank * ts },
+            )
+        } else {
+            (BufRef { buf: &b.send, offset: shift }, BufRef { buf: &b.recv, offset: shift })
         }
     }
 
@@ -402,8 +471,10 @@ impl Rank<'_> {
         comm.barrier()?;
         let t0 = Instant::now();
         for iter in 0..opts.iters {
-            for a in 0..opts.agg_iters {
-                self.start(b, step, in_place, iter * opts.agg_iters + a)?;
+            if opts.agg_iters > 1 {
+                self.start_group(b, step, in_place, iter * opts.agg_iters)?;
+            } else {
+                self.start(b, step, in_place, iter)?;
             }
         }
         let sec = t0.elapsed().as_secs_f64() / (opts.iters * opts.agg_iters) as f64;
