@@ -1205,6 +1205,21 @@ fn a_group_collective_asking_for_another_algorithm_or_mismatched_between_ranks_f
     let e = g.run().unwrap_err().to_string();
     assert!(t.elapsed() < Duration::from_secs(15), "took {:?}", t.elapsed());
     assert!(e.contains("100") && e.contains("200"), "{e}");
+    // The same on the trees (a launch of its own in the group): both calls named, as tree
+    // calls.
+    let comms = Comm::init_all(&be, 2, config()).unwrap();
+    let t = Instant::now();
+    let mut g = Group::new();
+    fn on_trees(b: &DeviceBuffer, count: usize) -> Call<'_> {
+        let b = BufRef::from(b);
+        Call::all_reduce(b, b, count, DataType::F32, ReduceOp::Sum)
+            .with_algorithm(rsccl::comm::Algorithm::Tree)
+    }
+    g.call(&comms[0], on_trees(&a, 100));
+    g.call(&comms[1], on_trees(&c, 200));
+    let e = g.run().unwrap_err().to_string();
+    assert!(t.elapsed() < Duration::from_secs(15), "took {:?}", t.elapsed());
+    assert!(e.contains("all_reduce(200 × f32, sum) (tree)") && e.contains("100"), "{e}");
 }
 
 /// The GPU bundle's point-to-point check (`rsccl_suite::p2p_check`), here on the CPU emulator:

@@ -15,9 +15,9 @@
 //! for each further type, and one more before each for its LL128 collectives. A collective
 //! that would run on the trees or NVLS (plain or on symmetric windows) as a call of its own
 //! runs so here too, its call's kernel a launch of its own, before the rings' (one that would
-//! run an MSCCL program, NVLS_TREE or the symmetric LL kernel: on the rings). Every
-//! rank queues the same collectives in the same order, as NCCL requires, so every rank makes
-//! the same launches. On a one-rank communicator each collective is its copy kernel.
+//! run an MSCCL program, NVLS_TREE or the symmetric LL kernel: on the rings). Every rank
+//! queues the same collectives in the same order, as NCCL requires, so every rank makes the
+//! same launches. On a one-rank communicator each collective is its copy kernel.
 use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::{BufRef, Call, DevCall};
 use super::communicator::{Comm, FlightId, InFlight, Queue};
@@ -171,8 +171,8 @@ impl<'a> Group<'a> {
     /// running them: each on the rings, on the protocol the cost model picks for a ring of its
     /// size (LL and LL128 where the rings' connections have their FIFOs and `RSCCL_PROTO`
     /// allows them), over every channel at the group kernel's block size; one that would run on
-    /// the trees or NVLS as a call of its own as that call. Errors as
-    /// [`Group::run`] would give for a bad call, or one `RSCCL_ALGO` allows nothing to serve.
+    /// the trees or NVLS as a call of its own as that call. Errors as [`Group::run`] would
+    /// give for a bad call, or one `RSCCL_ALGO` allows nothing to serve.
     ///
     /// ```
     /// use rsccl::comm::Protocol;
@@ -549,9 +549,10 @@ impl Comm {
     /// there, as the call alone; every other on the rings at the group kernel's shape — also
     /// where the call alone would run an MSCCL program, NVLS_TREE or the symmetric LL kernel
     /// (a small all-reduce: NCCL batches those of a group in one launch; one launch each would
-    /// cost more than the rings' shared one). `gated`: the group waits for a GEMM's tiles, which only the ring launch of
-    /// Simple and LL does (the cost model's ring choice without LL128 then). Errors where the
-    /// call alone would fail to plan (`RSCCL_ALGO` allows nothing that serves it).
+    /// cost more than the rings' shared one). `gated`: the group waits for a GEMM's tiles,
+    /// which only the ring launch of Simple and LL does (the cost model's ring choice without
+    /// LL128 then). Errors where the call alone would fail to plan (`RSCCL_ALGO` allows
+    /// nothing that serves it).
     fn group_plan(&self, call: &Call, dev: &DevCall, gated: bool) -> Result<Plan> {
         if self.nranks > 1 && !gated {
             let alone = self.choose(call, dev)?;
