@@ -174,10 +174,10 @@ pub fn run(be: &Arc<dyn Backend>) -> Res<Vec<Vec<u8>>> {
     Ok(out)
 }
 
-/// One group of every ring collective and a tree all-reduce (odd counts, three element types) on communicators
-/// that force `proto` (LL128 runs in a launch of its own; where the GPU has no LL128 kernels
-/// the collectives run on Simple, with a warning), each checked against values computed here;
-/// prints the group's plan.
+/// One group of every ring collective and a tree all-reduce (odd counts, four element types)
+/// on communicators that force `proto` (LL128 runs in a launch of its own; where the GPU has
+/// no LL128 kernels the collectives run on Simple, with a warning), each checked against
+/// values computed here; prints the group's plan.
 fn forced_group(be: &Arc<dyn Backend>, proto: &str) -> Res<Vec<Vec<u8>>> {
     let cfg =
         CommConfig { timeout: Duration::from_secs(30), proto: Some(proto.into()), ..CommConfig::default() };

@@ -4,8 +4,8 @@
 //! **What the host gives.** A [`GroupArgs`]: `RingArgs[nworks]` — ring collectives, each with
 //! its own status area and protocol (the host's cost model picks per collective, as for a
 //! call of its own: Simple or LL in `rsccl_group_<type>`, LL128 in `rsccl_group_ll128_<type>`,
-//! a launch of its own, [`group_ll128_kernel`]), all on the grid's channels (block `c` runs channel `c` of every work) — and a [`P2pArgs`]
-//! whose ops name blocks of the same grid. Reducing collectives move elements of the kernel's
+//! a launch of its own, [`group_ll128_kernel`]), all on the grid's channels (block `c` runs
+//! channel `c` of every work) — and a [`P2pArgs`] whose ops name blocks of the same grid. Reducing collectives move elements of the kernel's
 //! type (`rsccl_group_<type>`); all-gather and broadcast count bytes, so they join a launch of
 //! any type.
 //!

@@ -36,7 +36,7 @@ use rsccl_device::coll::ring::RingArgs;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::overlap::gate::TileGate;
-use rsccl_device::prims::conn::{status_bytes, CallSig};
+use rsccl_device::prims::conn::{status_bytes, CallSig, PrimsStatus};
 use rsccl_device::prims::simple::shm_bytes;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -686,13 +686,9 @@ impl Comm {
     /// NVLS): its kernel and arguments as for the call alone, on its plan's shape, reporting
     /// in a status area of its own.
     fn stage_group_own(&self, i: usize, prep: &Prepared) -> Result<(Staged, Launched)> {
-        let (dev, plan, grid) = (&prep.devs[i], prep.plans[i], self.cfg.nchannels);
-        let tree = plan.algorithm == Algorithm::Tree;
-        let status = self.tables.pool.take(&*self.stream, status_bytes(grid as u64) as usize)?;
-        self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
-        let seq = self.health.progress.enter(dev.coll, tree);
-        let prims = self.prims_status_in(&status, grid, dev, plan.algorithm, seq);
-        let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
+        let (dev, plan) = (&prep.devs[i], prep.plans[i]);
+        let (prims, work) = self.group_work(dev, plan.algorithm, self.cfg.nchannels)?;
+        let seq = work.seq;
         let staged = match plan.algorithm {
             Algorithm::Tree => {
                 Staged::Tree(dev.dtype, plan, self.ring_args(dev, true, plan.protocol, prims)?)
@@ -709,34 +705,46 @@ impl Comm {
                 )))
             }
         };
-        let work = WorkStatus { status: Some(status), seq, coll: dev.coll, tree, sig };
         Ok((staged, Launched { _tables: Vec::new(), works: vec![work], p2p: None }))
     }
 
-    /// The tables and arguments of one group kernel: the collectives `works` (indices into
+    /// Collective `dev` of a group entered as this rank's next collective on `algorithm`: its
+    /// status area (zeroed, `grid` words) and what its kernel reports in.
+    fn group_work(
+        &self,
+        dev: &DevCall,
+        algorithm: Algorithm,
+        grid: usize,
+    ) -> Result<(PrimsStatus, WorkStatus)> {
+        let tree = algorithm == Algorithm::Tree;
+        let status = self.tables.pool.take(&*self.stream, status_bytes(grid as u64) as usize)?;
+        self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
+        let seq = self.health.progress.enter(dev.coll, tree);
+        let prims = self.prims_status_in(&status, grid, dev, algorithm, seq);
+        // The signature `prims_status_in` just kept, for a mismatch message.
+        let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
+        Ok((prims, WorkStatus { status: Some(status), seq, coll: dev.coll, tree, sig }))
+    }
+
+    /// The tables and arguments of one group kernel: the collectives `picked` (indices into
     /// `prep`'s, in order) and the point-to-point operations `ops`, over `grid` blocks (the
     /// rings' channels).
     fn stage_group_kernel(
         &self,
-        works: &[usize],
+        picked: &[usize],
         ops: &[P2p],
         prep: &Prepared,
         grid: usize,
     ) -> Result<(GroupArgs, Launched)> {
         let mut tables = Vec::new();
-        let mut statuses = Vec::with_capacity(works.len());
-        let mut args: Vec<RingArgs> = Vec::with_capacity(works.len());
-        for &i in works {
+        let mut works = Vec::with_capacity(picked.len());
+        let mut args: Vec<RingArgs> = Vec::with_capacity(picked.len());
+        for &i in picked {
             let dev = &prep.devs[i];
-            let status = self.tables.pool.take(&*self.stream, status_bytes(grid as u64) as usize)?;
-            self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
-            let seq = self.health.progress.enter(dev.coll, false);
-            let prims = self.prims_status_in(&status, grid, dev, Algorithm::Ring, seq);
-            let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
+            let (prims, work) = self.group_work(dev, Algorithm::Ring, grid)?;
             args.push(self.ring_args(dev, false, prep.plans[i].protocol, prims)?);
-            statuses.push(WorkStatus { status: Some(status), seq, coll: dev.coll, tree: false, sig });
+            works.push(work);
         }
-        let works = statuses;
         let table = self.tables.pool.take(&*self.stream, std::mem::size_of_val(args.as_slice()).max(1))?;
         self.stream.copy_in(&table, 0, bytemuck::cast_slice(&args))?;
         let mut group = GroupArgs {

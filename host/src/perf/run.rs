@@ -364,8 +364,12 @@ impl Rank<'_> {
     /// holds and send/receive; the others one after another.
     fn start_group(&self, b: &Buffers, step: Step, in_place: bool, first: usize) -> Result<()> {
         let sh = step.shape;
-        let grouped = self.opts.collective == PerfCollective::SendRecv || self.call_kind_groups();
-        if sh.param_count == 0 || !grouped {
+        // A count of 0 returns at once (`start`); a collective no `Call` names runs alone.
+        let grouped = sh.param_count > 0 && {
+            let (send, recv) = self.buffers(b, step, in_place, first);
+            self.opts.collective == PerfCollective::SendRecv || self.call(send, recv, step).is_some()
+        };
+        if !grouped {
             for a in 0..self.opts.agg_iters {
                 self.start(b, step, in_place, first + a)?;
             }
@@ -387,18 +391,6 @@ impl Rank<'_> {
             };
         }
         g.run()
-    }
-
-    /// Whether the benchmarked collective is one a [`Call`] names (a group holds it).
-    fn call_kind_groups(&self) -> bool {
-        matches!(
-            self.opts.collective,
-            PerfCollective::AllReduce
-                | PerfCollective::AllGather
-                | PerfCollective::ReduceScatter
-                | PerfCollective::Broadcast
-                | PerfCollective::Reduce
-        )
     }
 
     /// Call `iter`'s send and receive buffers: nccl-tests' shifted offsets within
