@@ -169,6 +169,10 @@ fn aggregated_iterations_run_as_groups() {
         assert!(r.header.contains("agg iters: 4"), "{}", r.header);
         assert_eq!(r.rows.len(), 3, "{coll}");
     }
+    // More calls than one group may hold is refused before anything runs, naming the bound.
+    let out = rsccl(&["perf", "all_reduce", "-g", "2", "-m", "32769"], Duration::from_secs(60));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--agg_iters 32769: not an integer in 1..=32768"), "{}", out.stderr);
 }
 
 #[test]

@@ -104,6 +104,10 @@ pub enum Average {
     Max,
 }
 
+/// Most calls `-m` puts in one timed iteration: each is a group's collective (or a send and a
+/// receive), held until the group runs, so the group stays within the point-to-point limit.
+pub const MAX_AGG_ITERS: usize = crate::comm::MAX_P2P_OPS / 2;
+
 /// Everything a run of `rsccl perf` is asked for.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PerfOptions {
@@ -123,7 +127,7 @@ pub struct PerfOptions {
     pub step_factor: u64,
     /// Timed iterations per size (`-n`).
     pub iters: usize,
-    /// Collectives per timed iteration (`-m`).
+    /// Collectives per timed iteration (`-m`, at most [`MAX_AGG_ITERS`]): one group when over 1.
     pub agg_iters: usize,
     /// Untimed iterations before the sizes, at the largest and the smallest size (`-w`).
     pub warmup_iters: usize,
@@ -332,7 +336,7 @@ pub fn parse(args: &[String]) -> Result<Option<PerfOptions>, String> {
             "stepbytes" => o.step_bytes = size()?,
             "stepfactor" => o.step_factor = int(1, 1 << 30)? as u64,
             "iters" => o.iters = int(1, i32::MAX as i64)? as usize,
-            "agg_iters" => o.agg_iters = int(1, i32::MAX as i64)? as usize,
+            "agg_iters" => o.agg_iters = int(1, MAX_AGG_ITERS as i64)? as usize,
             "warmup_iters" => o.warmup_iters = int(0, i32::MAX as i64)? as usize,
             "check" => o.check = int(0, i32::MAX as i64)? as usize,
             "datatype" => {
