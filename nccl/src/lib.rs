@@ -8,8 +8,8 @@
 //! `cudaSetDevice` order); a call given a `cudaStream_t` runs after the work already on that
 //! stream, and the stream's later work runs after it (event waits both ways); the call returns
 //! once enqueued, and a failure found later is reported by `ncclCommGetAsyncError` and the
-//! communicator's next calls (one call is in flight per communicator: the next one waits for
-//! it to end on the host). On the CPU emulator (`RSCCL_BACKEND=cpu`,
+//! communicator's next calls (up to `rsccl::MAX_IN_FLIGHT` calls are in flight per
+//! communicator; a group waits for those before it on the host). On the CPU emulator (`RSCCL_BACKEND=cpu`,
 //! or no GPU) "device" pointers are host memory, any stream value is accepted, and a call has
 //! completed when it returns (grouped calls when `ncclGroupEnd` returns). Calls not
 //! implemented yet return `ncclInvalidUsage` with a message naming them. No panic crosses into

@@ -9,6 +9,7 @@ mod comm_local;
 mod comm_net;
 mod comm_nvls;
 mod comm_p2p;
+mod comm_pipeline;
 mod comm_plan;
 mod comm_procs;
 mod comm_topo;

@@ -242,16 +242,23 @@ impl PrimsStatus {
     }
 
     /// Records `code` with `peer` and `step` in block `block`'s status word unless an error
-    /// is there already (the first error wins); nothing without status words.
+    /// is there already (the first error wins; nothing without status words), and sets the
+    /// abort word: the calls the host enqueued behind this one on the stream, and this
+    /// kernel's other blocks, stop at their next wait instead of each waiting out its timeout.
     ///
     /// # Safety
-    /// `status` is null or what the struct documents, with a word for `block`.
+    /// `status` is null or what the struct documents, with a word for `block`; `abort_flag`
+    /// too.
     #[inline(always)]
     pub unsafe fn record(&self, block: u64, code: ErrorCode, peer: u64, step: u64) {
         if self.status != DevPtr::NULL {
             let w = self.status.offset(8 * block).as_ptr::<u64>();
             // SAFETY: the caller's promise.
             unsafe { crate::arch::atomic_cas_acq_rel_sys_u64(w, 0, encode_status(code, peer, step)) };
+        }
+        if self.abort_flag != DevPtr::NULL {
+            // SAFETY: a valid u32 abort word when the pointer is set (the caller's promise).
+            unsafe { crate::arch::st_relaxed_gpu_u32(self.abort_flag.as_ptr(), 1) };
         }
     }
 }

@@ -267,6 +267,10 @@ impl Backend for CpuBackend {
         join(self.take_last())
     }
 
+    fn idle(&self) -> bool {
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
     fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         // A stream entry of its own: it runs `f` after the launches before it, whether they

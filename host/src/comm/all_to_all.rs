@@ -97,7 +97,7 @@ impl Comm {
     ) -> Result<Work<'_>> {
         let (id, builtin) = self.all_to_all_program(send.ptr() == recv.ptr(), bytes)?;
         let l = self.loaded(id)?;
-        let mut q = self.ready_for(send, recv)?;
+        let mut q = self.ready_for(send, recv, false)?;
         // A registry program serves only calls of its layout; the built-in one is out of place.
         if !builtin || send.ptr() != recv.ptr() || count == 0 {
             return self.enqueue_msccl(&mut q, l, send, recv, count, dtype, ReduceOp::Sum);

@@ -23,17 +23,23 @@ use super::msccl_loaded::Loaded;
 /// How long a rank whose collective timed out waits for the others' status answers.
 pub(super) const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Calls a communicator keeps in flight at once: a call returns once its kernel is enqueued
+/// (as NCCL's do), and the call after this many waits for those before it. Each call in flight
+/// holds a status area of its own.
+pub const MAX_IN_FLIGHT: usize = 16;
+
 /// A communicator's calls between enqueue and [`Work::wait`](super::Work::wait) (or
 /// [`GroupWork::wait`](super::GroupWork::wait)).
 #[derive(Default)]
 pub(super) struct Queue {
-    /// The call whose kernel (or worker) may still run.
-    pub(super) in_flight: Option<InFlight>,
+    /// The calls whose kernels (or worker) may still run, oldest first: up to
+    /// [`MAX_IN_FLIGHT`] kernels of [`InFlight::Kernel`], or one call of another kind.
+    pub(super) flights: std::collections::VecDeque<InFlight>,
     /// Finished calls whose work has not asked yet: (which, result).
     pub(super) unclaimed: Vec<(FlightId, Result<()>)>,
-    /// The call in flight, when its work was detached: nobody asks for its result (a failure
+    /// Calls in flight whose work was detached: nobody asks for their results (a failure
     /// still reaches [`Comm::async_error`]).
-    pub(super) detached: Option<FlightId>,
+    pub(super) detached: Vec<FlightId>,
 }
 
 /// Which call in flight: a collective by its number, or a group by this rank's group number.
@@ -48,10 +54,23 @@ pub(super) enum FlightId {
 /// What finishes a group's kernels on this communicator (waits, reports).
 pub(super) type GroupFinish = Box<dyn FnOnce(&Comm) -> Result<()> + Send>;
 
-/// The call in flight, by what reports its end.
+/// A ring, tree, NVLS or symmetric-LL kernel in flight: what its completion reports on.
+pub(super) struct KernelFlight {
+    /// Its collective number.
+    pub(super) seq: u64,
+    /// What it is ([`super::hang::op_code`]), for a hang report.
+    pub(super) what: u64,
+    /// Its signature, what a mismatch report says this rank called.
+    pub(super) sig: CallSig,
+    /// Its status words and mismatch records (zeroed when back in the pool).
+    pub(super) status: super::pool::Pooled,
+}
+
+/// A call in flight, by what reports its end.
 pub(super) enum InFlight {
-    /// A kernel that reports in the communicator's status words (rings, trees, NVLS).
-    Kernel(u64),
+    /// A kernel reporting in a status area of its own (rings, trees, NVLS, symmetric LL):
+    /// several may be in flight.
+    Kernel(KernelFlight),
     /// An MSCCL program's kernel, reporting in the program's status words.
     Msccl(u64, Arc<Loaded>),
     /// The NVLS_TREE worker thread (collectives of the sub-communicators).
@@ -64,11 +83,16 @@ impl InFlight {
     /// Which call it is.
     pub(super) fn id(&self) -> FlightId {
         match self {
-            InFlight::Kernel(s) | InFlight::Msccl(s, _) | InFlight::NvlsTree(s, _) => {
-                FlightId::Collective(*s)
-            }
+            InFlight::Kernel(k) => FlightId::Collective(k.seq),
+            InFlight::Msccl(s, _) | InFlight::NvlsTree(s, _) => FlightId::Collective(*s),
             InFlight::Group(n, _) => FlightId::Group(*n),
         }
+    }
+
+    /// Whether calls may be enqueued behind it before it completes: a kernel with a status
+    /// area of its own, whose failure stops the kernels behind it (through the abort word).
+    pub(super) fn pipelines(&self) -> bool {
+        matches!(self, InFlight::Kernel(_))
     }
 }
 
@@ -180,8 +204,11 @@ pub(super) struct Tables {
     /// One `TreeChannel` per channel over the connections' LL128 FIFOs (`None` as for
     /// `ring_ll128`).
     pub(super) tree_ll128: Option<DeviceBuffer>,
-    /// A status word per channel, then the channels' mismatch records.
+    /// A status word per channel, then the channels' mismatch records: the status area of
+    /// [`LocalGroup`](super::LocalGroup)'s launches, and the size of every call's own.
     pub(super) status: DeviceBuffer,
+    /// The status areas of calls in flight ([`KernelFlight::status`]), all zero while here.
+    pub(super) status_pool: super::pool::BufferPool,
     /// Per channel the ranks in ring order from this one (the ring tables point into it).
     pub(super) _user_ranks: DeviceBuffer,
     /// Group kernels' argument tables and status areas, reused from call to call.
@@ -395,6 +422,19 @@ impl Comm {
         }
         self.health.abort.store_u32(0, 0)?;
         // After the clear: a notice that comes later sets the word again and stops the call.
+        match self.told_failure() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Comm::arm`]'s checks for a call enqueued behind others, without clearing the abort
+    /// word: it is clear (the caller saw it), and a failure of a kernel before this one that
+    /// sets it from now on must stop this one too.
+    pub(crate) fn check_armed(&self) -> Result<()> {
+        if let Some(e) = self.links.proxy.as_ref().and_then(Proxy::failure) {
+            return Err(self.fail(e));
+        }
         match self.told_failure() {
             Some(e) => Err(e),
             None => Ok(()),

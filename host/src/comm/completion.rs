@@ -1,7 +1,7 @@
 //! Completion and failure diagnosis: waiting for a call's kernel, reading its channels'
 //! status words, and naming the cause of a failure (a dead or departed peer, a mismatched call,
 //! a broken connection, a hang, with every rank's answer).
-use super::communicator::{Comm, InFlight, Queue, STATUS_TIMEOUT};
+use super::communicator::{Comm, InFlight, KernelFlight, Queue, STATUS_TIMEOUT};
 use super::hang;
 use super::signature::describe;
 use super::RankFailure;
@@ -42,7 +42,7 @@ impl Comm {
     /// Waits for the collective `f` and reports its failures as what runs it reports them.
     pub(super) fn finish_flight(&self, f: InFlight) -> Result<()> {
         match f {
-            InFlight::Kernel(_) => self.finish(),
+            InFlight::Kernel(k) => self.finish_kernel(k),
             InFlight::Msccl(_, l) => self.finish_msccl(&l),
             InFlight::NvlsTree(seq, worker) => {
                 let r = worker.join().unwrap_or_else(|_| {
@@ -53,6 +53,28 @@ impl Comm {
             }
             InFlight::Group(_, finish) => finish(self),
         }
+    }
+
+    /// Waits for kernel `k` (and those before it) and reports its failures, naming the call
+    /// in the reports; its status area goes back to the pool zeroed.
+    fn finish_kernel(&self, k: KernelFlight) -> Result<()> {
+        // What a mismatch report names as this rank's call: this one, not the last enqueued
+        // (the calls complete in order, so the last completed leaves the last enqueued's).
+        *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner()) = k.sig;
+        let res = self.finish_inner(Awaiting::Collective(k.seq, k.what), &k.status, self.cfg.nchannels);
+        if res.is_ok() {
+            self.health.progress.finish(k.seq);
+            // A kernel that failed nowhere left its status words and records zero.
+            drop(k.status);
+        } else {
+            self.health.progress.fail(k.seq);
+            if self.stream.copy_in(&k.status, 0, &vec![0u8; k.status.len()]).is_ok() {
+                drop(k.status);
+            } else {
+                k.status.discard();
+            }
+        }
+        res
     }
 
     /// [`Comm::finish`] for a kernel that reports in `words` status words of `status` (one per
@@ -221,13 +243,33 @@ impl Comm {
         Err(self.fail(Error::PeerLeft { rank: self.rank, left }))
     }
 
+    /// Waits for every call in flight and reports each, oldest first, keeping the results for
+    /// their works (detached calls' failures reach [`Comm::async_error`] only). A call behind
+    /// one that failed fails too, whatever its status words say: the failure stopped it
+    /// through the abort word, or left the connections it ran on inconsistent.
     pub(super) fn complete_in_flight(&self, q: &mut Queue) {
-        if let Some(f) = q.in_flight.take() {
+        let mut failed = false;
+        while let Some(f) = q.flights.pop_front() {
             let id = f.id();
-            let r = self.finish_flight(f);
-            if q.detached.take() != Some(id) {
-                q.unclaimed.push((id, r));
+            let mut r = self.finish_flight(f);
+            if failed && r.is_ok() {
+                r = Err(self.earlier_failure());
+            }
+            failed |= r.is_err();
+            match q.detached.iter().position(|d| *d == id) {
+                Some(i) => {
+                    q.detached.swap_remove(i);
+                }
+                None => q.unclaimed.push((id, r)),
             }
         }
+    }
+
+    /// The error of a call enqueued behind one that failed: the first failure recorded.
+    fn earlier_failure(&self) -> Error {
+        let recorded = self.health.failure.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        self.fail(recorded.unwrap_or_else(|| {
+            Error::InvalidConfig(format!("rank {}: a call enqueued before this one failed", self.rank))
+        }))
     }
 }

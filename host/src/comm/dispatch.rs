@@ -3,7 +3,7 @@
 //! kernel (or the MSCCL program, or the NVLS_TREE worker) in flight.
 use super::algorithm::Algorithm;
 use super::call::Call;
-use super::communicator::{Comm, FlightId, InFlight, Queue};
+use super::communicator::{Comm, FlightId, InFlight, KernelFlight, Queue, MAX_IN_FLIGHT};
 use super::work::{Enqueue, Work};
 use super::BufRef;
 use crate::error::{Error, Result};
@@ -22,40 +22,50 @@ impl Comm {
         Enqueue { comm: self }
     }
 
-    /// Checks `call`, completes the collective in flight, plans the call and enqueues it;
-    /// returns its [`Work`]. Every way of making a collective call comes here.
+    /// Checks `call`, plans it and enqueues it behind the calls in flight (completing them
+    /// first where it cannot queue behind them); returns its [`Work`]. Every way of making a
+    /// collective call comes here.
     pub(super) fn start(&self, call: Call) -> Result<Work<'_>> {
         let dev = call.check(self.rank, self.nranks, self.stream.compute_capability())?;
-        let mut q = self.ready_for(call.send, call.recv)?;
+        let mut q = self.ready_for(call.send, call.recv, true)?;
         let plan = self.plan(&call, &dev)?;
         match plan.algorithm {
-            Algorithm::NvlsTree => return self.start_nvls_tree(&mut q, &call, plan),
+            Algorithm::NvlsTree => {
+                self.settle(&mut q)?;
+                return self.start_nvls_tree(&mut q, &call, plan);
+            }
             Algorithm::Msccl(id) => {
                 let l = self.loaded(id)?;
+                self.settle(&mut q)?;
                 return self.enqueue_msccl(&mut q, l, call.send, call.recv, call.count, call.dtype, call.op);
             }
             _ => {}
         }
+        let status = self.tables.status_pool.take(&*self.stream, self.tables.status.len())?;
         let holds = [call.send.buf.hold(), call.recv.buf.hold()];
         // SAFETY: the check showed both buffers hold what this rank reads and writes; the
-        // holds keep their memory alive, and their copies waiting, until the kernel completed.
+        // holds keep their memory alive, and their copies waiting, until the kernel completed;
+        // the status area (zeroed, of the size of the communicator's own) lives in its flight.
         let launched = unsafe {
             match plan.algorithm {
-                Algorithm::Nvls | Algorithm::NvlsSymmetric => self.launch_nvls(&dev, &plan),
-                Algorithm::SymLl => self.launch_sym_ll(&dev, &plan),
-                _ => self.launch(&dev, &plan),
+                Algorithm::Nvls | Algorithm::NvlsSymmetric => self.launch_nvls(&dev, &plan, &status),
+                Algorithm::SymLl => self.launch_sym_ll(&dev, &plan, &status),
+                _ => self.launch(&dev, &plan, &status),
             }
         };
-        let seq = self.health.progress.in_flight().map(|(s, _)| s);
+        let entered = self.health.progress.in_flight();
         if let Err(e) = launched {
-            if let Some(seq) = seq {
+            if let Some((seq, _)) = entered {
+                // The calls before it end first: the numbers finish in order.
+                self.complete_in_flight(&mut q);
                 self.health.progress.finish(seq);
             }
             return Err(e);
         }
-        let seq = seq.expect("launch entered a collective");
+        let (seq, what) = entered.expect("launch entered a collective");
+        let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
         let done = self.done_flag(holds);
-        q.in_flight = Some(InFlight::Kernel(seq));
+        q.flights.push_back(InFlight::Kernel(KernelFlight { seq, what, sig, status }));
         Ok(Work::new(self, seq, done, plan))
     }
 
@@ -76,7 +86,7 @@ impl Comm {
                 r
             });
         match worker {
-            Ok(h) => q.in_flight = Some(InFlight::NvlsTree(seq, h)),
+            Ok(h) => q.flights.push_back(InFlight::NvlsTree(seq, h)),
             Err(e) => {
                 self.health.progress.finish(seq);
                 return Err(Error::InvalidConfig(format!("starting the NVLS_TREE worker: {e}")));
@@ -89,8 +99,8 @@ impl Comm {
     /// communicator's drop completes it; a failure still reaches [`Comm::async_error`].
     pub(super) fn detach(&self, id: FlightId) {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        if q.in_flight.as_ref().map(InFlight::id) == Some(id) {
-            q.detached = Some(id);
+        if q.flights.iter().any(|f| f.id() == id) {
+            q.detached.push(id);
         } else if let Some(i) = q.unclaimed.iter().position(|(s, _)| *s == id) {
             // Already ended: its failure, if any, is recorded for async_error.
             let _ = q.unclaimed.swap_remove(i);
@@ -102,9 +112,10 @@ impl Comm {
     /// run: a detached call's failure shows here once its kernel stopped).
     pub fn poll_async_error(&self) -> Result<()> {
         if let Ok(mut q) = self.queue.try_lock() {
-            let ended = match q.in_flight {
-                Some(InFlight::Kernel(_) | InFlight::Msccl(..) | InFlight::Group(..)) => self.stream.idle(),
-                Some(InFlight::NvlsTree(_, ref worker)) => worker.is_finished(),
+            // A worker thread is in flight alone; kernels end when the stream is idle.
+            let ended = match q.flights.back() {
+                Some(InFlight::NvlsTree(_, worker)) => worker.is_finished(),
+                Some(_) => self.stream.idle(),
                 None => false,
             };
             if ended {
@@ -114,7 +125,14 @@ impl Comm {
         self.async_error()
     }
 
-    /// Waits until this communicator's call in flight (if any) has ended, then reports its
+    /// How many calls this rank has enqueued whose completion it has not seen yet (at most
+    /// [`MAX_IN_FLIGHT`]; a call that finished on the device counts until the next call,
+    /// [`Comm::poll_async_error`] or a wait completes it).
+    pub fn calls_in_flight(&self) -> usize {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).flights.len()
+    }
+
+    /// Waits until this communicator's calls in flight (if any) have ended, then reports its
     /// state as [`Comm::async_error`] does: what a caller that detached its calls
     /// ([`Work::detach`]) waits for before it reads their results or frees their buffers
     /// (NCCL's `ncclCommFinalize`).
@@ -125,12 +143,12 @@ impl Comm {
         self.async_error()
     }
 
-    /// Waits for collective `seq` (if it is the one in flight) and returns its result.
+    /// Waits for call `id` (if it is in flight: with the calls before and behind it, which
+    /// share its stream) and returns its result.
     pub(super) fn complete(&self, id: FlightId) -> Result<()> {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        if q.in_flight.as_ref().map(InFlight::id) == Some(id) {
-            let f = q.in_flight.take().expect("just seen");
-            return self.finish_flight(f);
+        if q.flights.iter().any(|f| f.id() == id) {
+            self.complete_in_flight(&mut q);
         }
         match q.unclaimed.iter().position(|(s, _)| *s == id) {
             Some(i) => q.unclaimed.swap_remove(i).1,
@@ -138,19 +156,54 @@ impl Comm {
         }
     }
 
-    /// This communicator's queue, once the collective in flight completed (its result kept
-    /// for its [`Work`]), no collective (of any communicator) still uses `send` or `recv`, and
-    /// the abort word is armed for the next kernel.
-    pub(super) fn ready_for(&self, send: BufRef, recv: BufRef) -> Result<std::sync::MutexGuard<'_, Queue>> {
+    /// This communicator's queue, once the calls in flight completed (their results kept for
+    /// their works) — or, with `pipelined`, only where the next kernel cannot queue behind
+    /// them — no collective (of any communicator) still uses `send` or `recv`, and the abort
+    /// word is armed for the next kernel.
+    pub(super) fn ready_for(
+        &self,
+        send: BufRef,
+        recv: BufRef,
+        pipelined: bool,
+    ) -> Result<std::sync::MutexGuard<'_, Queue>> {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        self.complete_in_flight(&mut q);
+        if !(pipelined && self.can_queue(&q)) {
+            self.complete_in_flight(&mut q);
+        }
         send.buf.wait_idle();
         recv.buf.wait_idle();
-        self.arm()?;
+        if q.flights.is_empty() {
+            self.arm()?;
+        } else {
+            self.check_armed()?;
+        }
         // After arming: a rank that leaves or dies from now on stops the kernel through the
         // armed word.
         self.check_peers_here(&[])?;
         Ok(q)
+    }
+
+    /// Whether a kernel may be enqueued behind the calls in flight without completing them:
+    /// there are some, all kernels with status areas of their own, fewer than
+    /// [`MAX_IN_FLIGHT`], still running, and none has failed or been told to stop (the abort
+    /// word is clear; a failure sets it).
+    fn can_queue(&self, q: &Queue) -> bool {
+        !q.flights.is_empty()
+            && q.flights.len() < MAX_IN_FLIGHT
+            && q.flights.iter().all(InFlight::pipelines)
+            && self.health.abort.load_u32(0).is_ok_and(|w| w == 0)
+            && !self.stream.idle()
+    }
+
+    /// Completes the calls in flight and arms the abort word, for a call that cannot run behind
+    /// them (an MSCCL program, NVLS_TREE), after [`Comm::ready_for`] left them in flight.
+    fn settle(&self, q: &mut Queue) -> Result<()> {
+        if !q.flights.is_empty() {
+            self.complete_in_flight(q);
+            self.arm()?;
+            self.check_peers_here(&[])?;
+        }
+        Ok(())
     }
 }
 

@@ -252,7 +252,7 @@ impl<'a> Group<'a> {
             let done = p.comm.done_flag(holds);
             let Prepared { queue: mut q, in_p2p, .. } = prep;
             let number = in_p2p.number();
-            q.in_flight = Some(InFlight::Group(
+            q.flights.push_back(InFlight::Group(
                 number,
                 Box::new(move |c: &Comm| {
                     let r = c.group_finish(number, &l);
@@ -591,8 +591,9 @@ impl Comm {
             // A copy kernel per collective (nothing to wait on), then the self-copies.
             for dev in &prep.devs {
                 // SAFETY: `check` showed the buffers hold what the copy reads and writes; the
-                // group holds them (borrowed) until phase 5 waited for the kernel.
-                unsafe { self.launch(dev, &self.plan_for(Algorithm::Ring, dev)) }?;
+                // group holds them (borrowed) until phase 5 waited for the kernel; one rank's
+                // copy reports nowhere (the communicator's own status area is passed).
+                unsafe { self.launch(dev, &self.plan_for(Algorithm::Ring, dev), &self.tables.status) }?;
                 let seq = self.health.progress.in_flight().map_or(0, |(s, _)| s);
                 let sig = CallSig::default();
                 launched.push(Launched {

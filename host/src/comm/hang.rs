@@ -111,7 +111,8 @@ impl Progress {
         }
     }
 
-    /// The collective entered and not finished yet, if any: (its number, what it is).
+    /// The last collective entered, if it has not finished yet: (its number, what it is).
+    /// With several calls in flight, the earlier ones are between `done` and it.
     pub(crate) fn in_flight(&self) -> Option<(u64, u64)> {
         let entered = self.entered.load(Ordering::Acquire);
         (entered > self.done.load(Ordering::Acquire)).then(|| (entered, self.what.load(Ordering::Relaxed)))

@@ -642,6 +642,7 @@ fn upload_tables(
         status: stream.alloc(status_bytes(nch as u64) as usize)?,
         _user_ranks: user_ranks,
         pool: Default::default(),
+        status_pool: Default::default(),
     })
 }
 

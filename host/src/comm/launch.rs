@@ -5,7 +5,7 @@ use super::call::DevCall;
 use super::communicator::Comm;
 use super::nvls;
 use super::signature::Signed;
-use crate::backend::LaunchConfig;
+use crate::backend::{DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
 use rsccl_device::coll::kernels::{handles, CollKernel};
 use rsccl_device::coll::nvls::{NvlsArgs, NVLS_FIFO, NVLS_ONE_SHOT, NVLS_SYM_ONE_SHOT, NVLS_SYM_TWO_SHOT};
@@ -44,16 +44,29 @@ impl Comm {
         }
     }
 
-    /// The status words and call signature of this rank's kernel of call `seq`.
-    pub(super) fn prims_status(&self, dev: &DevCall, algorithm: Algorithm, seq: u64) -> PrimsStatus {
-        self.prims_status_in(&self.tables.status, self.cfg.nchannels, dev, algorithm, seq)
+    /// The status words (in `status`, a zeroed area of the size of [`Tables::status`](super::communicator::Tables))
+    /// and call signature of this rank's kernel of call `seq`.
+    pub(super) fn prims_status(
+        &self,
+        status: &DeviceBuffer,
+        dev: &DevCall,
+        algorithm: Algorithm,
+        seq: u64,
+    ) -> PrimsStatus {
+        self.prims_status_in(status, self.cfg.nchannels, dev, algorithm, seq)
+    }
+
+    /// Zeroes the communicator's own status area (what [`LocalGroup`](super::LocalGroup)'s
+    /// launches report in), before a launch that reports there.
+    pub(super) fn zero_status(&self) -> Result<()> {
+        self.stream.copy_in(&self.tables.status, 0, &vec![0u8; 8 * self.cfg.nchannels])
     }
 
     /// [`Comm::prims_status`] reporting in `status` (`blocks` status words and mismatch
     /// records).
     pub(super) fn prims_status_in(
         &self,
-        status: &crate::backend::DeviceBuffer,
+        status: &DeviceBuffer,
         blocks: usize,
         dev: &DevCall,
         algorithm: Algorithm,
@@ -131,13 +144,14 @@ impl Comm {
         })
     }
 
-    /// Enqueues this rank's ring or tree kernel of `dev` (planned: `plan`) on its stream; a
-    /// one-rank communicator's copy.
+    /// Enqueues this rank's ring or tree kernel of `dev` (planned: `plan`) on its stream,
+    /// reporting in `status`; a one-rank communicator's copy.
     ///
     /// # Safety
     /// `dev`'s buffers must hold what its collective reads and writes on this rank (as
-    /// [`super::Call::check`] checks) and stay alive until [`Comm::finish`] returns.
-    pub(crate) unsafe fn launch(&self, dev: &DevCall, plan: &Plan) -> Result<()> {
+    /// [`super::Call::check`] checks) and stay alive until the call is completed; `status` is
+    /// a zeroed area of the size of the communicator's own, alive as long.
+    pub(crate) unsafe fn launch(&self, dev: &DevCall, plan: &Plan, status: &DeviceBuffer) -> Result<()> {
         self.check_usable()?;
         let tree = plan.algorithm == Algorithm::Tree;
         let seq = self.health.progress.enter(dev.coll, tree);
@@ -165,8 +179,8 @@ impl Comm {
         } else {
             handles::ring_on(dev.coll, dev.dtype, plan.protocol.device())
         };
-        let args = self.ring_args(dev, tree, plan.protocol, self.prims_status(dev, plan.algorithm, seq))?;
-        self.stream.copy_in(&self.tables.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
+        let args =
+            self.ring_args(dev, tree, plan.protocol, self.prims_status(status, dev, plan.algorithm, seq))?;
         let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(1));
         // SAFETY: the user buffers are the caller's promise; the channel tables, status words and
         // connections are this Comm's own, alive as long as it is, and sized for its channels.
@@ -178,11 +192,11 @@ impl Comm {
     ///
     /// # Safety
     /// As [`Comm::launch`]; `dev` is a call [`nvls::applies`] to.
-    pub(super) unsafe fn launch_nvls(&self, dev: &DevCall, plan: &Plan) -> Result<()> {
+    pub(super) unsafe fn launch_nvls(&self, dev: &DevCall, plan: &Plan, status: &DeviceBuffer) -> Result<()> {
         self.check_usable()?;
         let seq = self.health.progress.enter(dev.coll, false);
-        self.stream.copy_in(&self.tables.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
-        let (args, cfg) = self.nvls_args(dev, plan, seq, self.prims_status(dev, plan.algorithm, seq))?;
+        let (args, cfg) =
+            self.nvls_args(dev, plan, seq, self.prims_status(status, dev, plan.algorithm, seq))?;
         // SAFETY: the user buffers are the caller's promise; scratch, flags, FIFOs and their
         // multicast ranges are this Comm's, sized for its grid and ranks, alive as long as it is.
         unsafe { self.stream.launch_kernel(nvls_kernel(dev.dtype)?, cfg, &args) }

@@ -381,9 +381,13 @@ impl LocalGroup {
                 let pseudo = (r as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ std::process::id() as u64;
                 std::thread::sleep(Duration::from_nanos(pseudo % ns));
             }
-            // SAFETY: the caller's promise (run_ring/run_tree) or the typed calls' checks; every
-            // launched rank is finished below before this returns.
-            match unsafe { comm.launch(&devs[r], &plan) } {
+            let res = comm.zero_status().and_then(|()| {
+                // SAFETY: the caller's promise (run_ring/run_tree) or the typed calls' checks;
+                // every launched rank is finished below before this returns; the status area
+                // is the communicator's own, zeroed just now.
+                unsafe { comm.launch(&devs[r], &plan, &comm.tables.status) }
+            });
+            match res {
                 Ok(()) => launched[r] = true,
                 Err(e) => launch_errors.push((r, e)),
             }

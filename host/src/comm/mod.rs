@@ -47,7 +47,7 @@ pub use crate::error::RankFailure;
 pub use algo_mask::{AlgoMask, NvlsPolicy, ALGO_VAR};
 pub use algorithm::{Algorithm, MscclId, Plan, Protocol};
 pub use call::{check_scalar, scalar_bits, BufRef, Call, ReduceOp};
-pub use communicator::Comm;
+pub use communicator::{Comm, MAX_IN_FLIGHT};
 pub use config::{
     CommConfig, BUFFSIZE_VAR, CHECK_CALLS_VAR, MAX_CHANNELS, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT,
     NTHREADS_VAR,

@@ -236,7 +236,7 @@ impl Comm {
         op: ReduceOp,
     ) -> Result<()> {
         let l = self.loaded(id)?;
-        let _q = self.ready_for(send, recv)?;
+        let _q = self.ready_for(send, recv, false)?;
         // SAFETY: checked in launch_msccl against the buffers, which the borrows keep alive
         // until finish_with returns (it waits for the kernel).
         match unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }? {
@@ -267,7 +267,7 @@ impl Comm {
         let done = if ran {
             let done = self.done_flag(holds);
             // Completed like the ring's kernel, from this program's status words.
-            q.in_flight = Some(InFlight::Msccl(seq, l));
+            q.flights.push_back(InFlight::Msccl(seq, l));
             done
         } else {
             q.unclaimed.push((FlightId::Collective(seq), Ok(())));

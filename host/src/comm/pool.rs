@@ -44,6 +44,14 @@ pub(crate) struct Pooled {
     pool: BufferPool,
 }
 
+impl Pooled {
+    /// Frees the buffer instead of returning it to the pool (its contents cannot be made what
+    /// the pool's next user expects).
+    pub(crate) fn discard(mut self) {
+        drop(self.buf.take());
+    }
+}
+
 impl std::ops::Deref for Pooled {
     type Target = DeviceBuffer;
     fn deref(&self) -> &DeviceBuffer {

@@ -108,12 +108,16 @@ impl Comm {
     ///
     /// # Safety
     /// As [`Comm::launch`]; `dev` is a call [`Comm::sym_ll_serves`].
-    pub(super) unsafe fn launch_sym_ll(&self, dev: &DevCall, plan: &Plan) -> Result<()> {
+    pub(super) unsafe fn launch_sym_ll(
+        &self,
+        dev: &DevCall,
+        plan: &Plan,
+        status: &crate::backend::DeviceBuffer,
+    ) -> Result<()> {
         let s = self.sym_ll.as_ref().expect("the plan checked");
         self.check_usable()?;
         let seq = self.health.progress.enter(dev.coll, false);
-        self.stream.copy_in(&self.tables.status, 0, &vec![0u8; 8 * self.cfg.nchannels])?;
-        let status = self.prims_status(dev, plan.algorithm, seq);
+        let status = self.prims_status(status, dev, plan.algorithm, seq);
         let args = SymLlArgs {
             sendbuff: dev.send,
             recvbuff: dev.recv,

@@ -18,9 +18,13 @@ use std::sync::Arc;
 
 /// Starts collectives without waiting for them; from [`Comm::enqueue`].
 ///
-/// Collectives of one communicator run one after the other in the order they were enqueued;
-/// while one is in flight, enqueuing the next waits for the previous kernel to finish (one in
-/// flight per communicator).
+/// Collectives of one communicator run one after the other in the order they were enqueued,
+/// on its stream. Enqueuing one returns once its kernel is enqueued, behind up to
+/// [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT) ring, tree, NVLS or symmetric-LL calls still in
+/// flight (NCCL's enqueue-and-return); a call past that bound, a group, an MSCCL program or
+/// NVLS_TREE first waits for the calls in flight, and so does a call given a buffer that a call
+/// in flight (of any communicator) still uses. A call enqueued behind one that failed fails
+/// too, with that failure.
 ///
 /// ```
 /// use rsccl::{backend, BufRef, Comm, CommConfig, DataType, ReduceOp};
@@ -133,8 +137,8 @@ impl<'c> Enqueue<'c> {
     }
 
     /// Nonblocking [`Comm::send`]: starts the send and returns its [`GroupWork`] (`buf` stays
-    /// in use until it completes). As for collectives, a communicator has one call in flight
-    /// and its next call waits for it: a rank's send and receive that depend on each other go
+    /// in use until it completes). A point-to-point group waits for the calls in flight
+    /// before it, and the next call waits for it: a rank's send and receive that depend on each other go
     /// in one [`Enqueue::p2p`] (or [`Group`]), as NCCL users group them.
     ///
     /// ```

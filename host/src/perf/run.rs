@@ -16,7 +16,7 @@ use super::coll::{PerfCollective, Shape};
 use super::data::Pattern;
 use super::table;
 use crate::backend::{self, Backend, BackendKind, DeviceBuffer, Preference};
-use crate::comm::{BufRef, Call, Comm, CommConfig, Group, P2p, ReduceOp};
+use crate::comm::{BufRef, Call, Comm, CommConfig, Group, P2p, ReduceOp, Work};
 use crate::error::{Error, Result};
 use crate::launch::Launcher;
 use rsccl_device::dtype::DataType;
@@ -232,6 +232,7 @@ impl Rank<'_> {
                             self.start(&bufs, step, false, iter)?;
                         }
                     }
+                    comm.wait_all()?;
                     for size in opts.sizes() {
                         let step = Step { shape: coll.shape(size as usize / dtype.size(), n), ..step };
                         let sh = step.shape;
@@ -338,8 +339,10 @@ impl Rank<'_> {
             PerfCollective::Gather => self.comm.gather(send, recv, c, t, step.root),
             PerfCollective::Scatter => self.comm.scatter(send, recv, c, t, step.root),
             PerfCollective::HyperCube => hypercube(self.comm, send, recv, c, t),
+            // Enqueued and left in flight, as nccl-tests' calls return at enqueue: the caller
+            // waits (`Comm::wait_all`) before it reads a result or the clock.
             coll => match self.call(send, recv, step) {
-                Some(call) => self.comm.run(call),
+                Some(call) => self.comm.enqueue().run(call).map(Work::detach),
                 None => Err(Error::InvalidConfig(format!("perf: {coll:?} is not a collective call"))),
             },
         }
@@ -460,6 +463,7 @@ impl Rank<'_> {
             self.fill(b, step, in_place, 99)?;
         }
         self.start(b, step, in_place, 0)?;
+        comm.wait_all()?;
         comm.barrier()?;
         let t0 = Instant::now();
         for iter in 0..opts.iters {
@@ -469,6 +473,8 @@ impl Rank<'_> {
                 self.start(b, step, in_place, iter)?;
             }
         }
+        // nccl-tests synchronizes its stream here: the calls' time, not their enqueues'.
+        comm.wait_all()?;
         let sec = t0.elapsed().as_secs_f64() / (opts.iters * opts.agg_iters) as f64;
         let sec = match opts.average {
             Average::Rank0 => self.combine(b, sec, None)?,
@@ -483,6 +489,7 @@ impl Rank<'_> {
             *rep += 1;
             let (pattern, before) = self.fill(b, step, in_place, *rep)?;
             self.start(b, step, in_place, 0)?;
+            comm.wait_all()?;
             let len = step.shape.recv_count * step.dtype.size();
             let mut got = vec![0u8; len];
             self.be.copy_out(&b.recv, self.out_offset(step, in_place), &mut got)?;
