@@ -109,6 +109,75 @@ fn protocol_latency(gpu: &Arc<dyn Backend>) {
     );
 }
 
+/// [`protocol_latency`] as nccl-tests measures it: 8 communicators of this GPU (`Comm::init_all`,
+/// 2 channels) driven from one thread, `MAX_IN_FLIGHT` all-reduces per rank enqueued and
+/// detached, then one `wait_all` per rank — the calls in flight overlap their launches with the
+/// kernels before them, so the time per call is the kernels', not the host's round trips.
+/// Printed beside the blocking table, with the same auto-vs-fastest ratio.
+fn protocol_latency_in_flight(gpu: &Arc<dyn Backend>) {
+    use rsccl::{BufRef, Comm, CommConfig, ReduceOp, MAX_IN_FLIGHT};
+    let n = 8usize;
+    let sizes = [8usize, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20];
+    let setups = [("Simple", Some("Simple")), ("LL", Some("LL")), ("LL128", Some("LL128")), ("auto", None)];
+    let mut us = vec![vec![f64::NAN; sizes.len()]; setups.len()];
+    for (i, (label, proto)) in setups.iter().enumerate() {
+        let cfg = CommConfig {
+            nchannels: 2,
+            timeout: std::time::Duration::from_secs(30),
+            proto: proto.map(String::from),
+            ..CommConfig::default()
+        };
+        let comms = match Comm::init_all(gpu, n, cfg) {
+            Ok(c) => c,
+            Err(e) => {
+                return println!(
+                    "  all-reduce latency in flight {label}: could not make the communicators: {e}"
+                )
+            }
+        };
+        let max = *sizes.last().expect("sizes");
+        // A buffer per call in flight: a call given one still in use would wait for it.
+        let bufs: Vec<Vec<_>> =
+            (0..n).map(|_| (0..MAX_IN_FLIGHT).map(|_| gpu.alloc(max).expect("buffer")).collect()).collect();
+        for (j, &bytes) in sizes.iter().enumerate() {
+            let count = bytes / 4;
+            let batch = || -> rsccl::Result<()> {
+                for k in 0..MAX_IN_FLIGHT {
+                    for (c, b) in comms.iter().zip(&bufs) {
+                        let b = BufRef::from(&b[k]);
+                        c.enqueue().all_reduce(b, b, count, DataType::F32, ReduceOp::Sum)?.detach();
+                    }
+                }
+                comms.iter().try_for_each(Comm::wait_all)
+            };
+            if let Err(e) = batch() {
+                println!("  all-reduce latency in flight {label} {bytes} B: FAILED: {e}");
+                return;
+            }
+            us[i][j] = best_of(5, || batch().expect("all-reduces")) * 1e6 / MAX_IN_FLIGHT as f64;
+        }
+    }
+    println!(
+        "  all-reduce latency, calls in flight ({MAX_IN_FLIGHT} per rank, then one wait): 8 ranks x f32, 2 channels \
+         (us per call; auto vs the fastest forced):"
+    );
+    println!("  {:>9} {:>10} {:>10} {:>10} {:>10} {:>8}", "bytes", "Simple", "LL", "LL128", "auto", "ratio");
+    let mut worst: f64 = 0.0;
+    for (j, &bytes) in sizes.iter().enumerate() {
+        let best = us[0][j].min(us[1][j]).min(us[2][j]);
+        let ratio = us[3][j] / best;
+        worst = worst.max(ratio);
+        println!(
+            "  {bytes:>9} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>8.3}",
+            us[0][j], us[1][j], us[2][j], us[3][j], ratio
+        );
+    }
+    println!(
+        "  all-reduce latency in flight: auto is at worst {worst:.3}x the fastest forced protocol ({})",
+        if worst <= 1.10 { "within 10%" } else { "MORE than 10% slower somewhere" }
+    );
+}
+
 fn main() {
     rsccl_suite::test_kernels::register();
     let gpu = match backend::gpu() {
@@ -180,6 +249,7 @@ fn main() {
     drop((src, dst, src2));
     ring_all_reduce(&gpu, 2.0 * bytes as f64 / baseline);
     protocol_latency(&gpu);
+    protocol_latency_in_flight(&gpu);
     // The in-band call check's cost: 4 ranks (streams) of this GPU, with and without it.
     match rsccl_suite::call_check::measure(&gpu, &[(4096, 500), (64 << 20, 20)], 3) {
         Ok(rows) => rsccl_suite::call_check::print(&rows),

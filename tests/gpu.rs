@@ -219,6 +219,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
     ));
     v.push(("p2p_groups_and_all_to_all_v_bitwise_with_cpu", Box::new(move |_| p2p_against_cpu(&cpu_p2p))));
     v.push(("mismatched_calls_fail_naming_both", Box::new(|_| mismatched_calls())));
+    v.push(("calls_in_flight_queue_and_a_failure_stops_those_behind", Box::new(|_| calls_in_flight())));
     v.push(("overlap_gemm_matches_reference_and_tflops", Box::new(overlap_gemm)));
     v.push(("overlap_all_reduce_two_ranks_sharing_the_gpu", Box::new(|_| overlap_all_reduce_two_ranks())));
     v.push(("overlap_all_to_all_two_ranks_sharing_the_gpu", Box::new(|_| overlap_all_to_all_two_ranks())));
@@ -688,6 +689,79 @@ fn mismatched_calls() -> CheckResult {
         }
     }
     run([1000, 1000])?.into_iter().collect::<rsccl::Result<Vec<()>>>().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Calls in flight on the GPU. Rank 0 of two (streams of this GPU) enqueues `MAX_IN_FLIGHT`
+/// detached all-reduces before rank 1 calls anything: every enqueue returns and all are in
+/// flight at once (the host waits for none); then rank 1 makes the same calls and every result
+/// is exact. Then a mismatched all-reduce with a matched one behind it on both ranks: both fail
+/// on both ranks with the mismatch, well within one timeout (the failing kernel's abort word
+/// stops the one behind it).
+fn calls_in_flight() -> CheckResult {
+    use rsccl::{BufRef, Comm, CommConfig, MAX_IN_FLIGHT};
+    let gpu = backend::gpu().map_err(|e| e.to_string())?;
+    let e = |e: rsccl::Error| e.to_string();
+    let timeout = std::time::Duration::from_secs(10);
+    let cfg = CommConfig { timeout, ..CommConfig::default() };
+    let comms = Comm::init_all(&gpu, 2, cfg.clone()).map_err(e)?;
+    let count = 4096;
+    let val = |r: usize, k: usize| (r * 100 + k) as f32;
+    let bufs: Vec<Vec<rsccl::DeviceBuffer>> = (0..2)
+        .map(|r| (0..MAX_IN_FLIGHT).map(|k| gpu.upload(&vec![val(r, k); count])).collect())
+        .collect::<rsccl::Result<_>>()
+        .map_err(e)?;
+    let t = std::time::Instant::now();
+    for b in &bufs[0] {
+        let b = BufRef::from(b);
+        comms[0].enqueue().all_reduce(b, b, count, DataType::F32, ReduceOp::Sum).map_err(e)?.detach();
+    }
+    let (enqueued, in_flight) = (t.elapsed(), comms[0].calls_in_flight());
+    println!(
+        "  rank 0: {MAX_IN_FLIGHT} calls enqueued in {enqueued:.2?} with no peer, {in_flight} in flight"
+    );
+    if in_flight != MAX_IN_FLIGHT {
+        return Err(format!("{in_flight} of rank 0's {MAX_IN_FLIGHT} calls in flight"));
+    }
+    for b in &bufs[1] {
+        let b = BufRef::from(b);
+        comms[1].enqueue().all_reduce(b, b, count, DataType::F32, ReduceOp::Sum).map_err(e)?.detach();
+    }
+    for c in &comms {
+        c.wait_all().map_err(e)?;
+    }
+    for (r, rank_bufs) in bufs.iter().enumerate() {
+        for (k, b) in rank_bufs.iter().enumerate() {
+            let got: Vec<f32> = gpu.download(b, count).map_err(e)?;
+            if got.iter().any(|&x| x != val(0, k) + val(1, k)) {
+                return Err(format!("rank {r}, call {k}: wrong all-reduce result"));
+            }
+        }
+    }
+    drop(comms);
+    let comms = Comm::init_all(&gpu, 2, cfg).map_err(e)?;
+    let a: Vec<_> = (0..2).map(|_| gpu.alloc(4 * 2000)).collect::<rsccl::Result<_>>().map_err(e)?;
+    let t = std::time::Instant::now();
+    let mut works = Vec::new();
+    for r in 0..2 {
+        let (ab, bb) = (BufRef::from(&a[r]), BufRef::from(&bufs[r][0]));
+        let first = comms[r].enqueue().all_reduce(ab, ab, 1000 * (r + 1), DataType::F32, ReduceOp::Sum);
+        let second = comms[r].enqueue().all_reduce(bb, bb, count, DataType::F32, ReduceOp::Sum);
+        works.push((first.map_err(e)?, second.map_err(e)?));
+    }
+    for (r, (first, second)) in works.into_iter().enumerate() {
+        let e1 = first.wait().err().ok_or(format!("rank {r}: a mismatched all-reduce returned Ok"))?;
+        let e2 = second.wait().err().ok_or(format!("rank {r}: the call behind a failed one returned Ok"))?;
+        println!("  rank {r}: {e1}");
+        if !matches!(e1, rsccl::Error::CallMismatch { .. }) || e2.to_string() != e1.to_string() {
+            return Err(format!("rank {r}: first call: {e1}; the call behind it: {e2}"));
+        }
+    }
+    let took = t.elapsed();
+    println!("  a mismatch and the call behind it failed on both ranks in {took:.2?} (timeout {timeout:?})");
+    if took >= timeout {
+        return Err(format!("the failures took {took:.2?}, a timeout or more"));
+    }
     Ok(())
 }
 

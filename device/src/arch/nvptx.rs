@@ -386,6 +386,17 @@ pub unsafe fn st_relaxed_gpu_u32(p: *mut u32, v: u32) {
     unsafe { asm!("st.relaxed.gpu.global.u32 [{0}], {1};", in(reg64) p, in(reg32) v, options(nostack)) };
 }
 
+/// Sets byte `byte` (0–3) of the u32 at `p` to `v` with a one-byte global store, leaving the
+/// other bytes to whoever else writes them (the host writes the whole word).
+///
+/// # Safety
+/// `p` is valid, 4-byte-aligned device (or host-mapped) memory.
+#[inline(always)]
+pub unsafe fn st_byte_of_u32(p: *mut u32, byte: u32, v: u8) {
+    // SAFETY: the byte lies inside the caller's valid word.
+    unsafe { st_global_u8((p as *mut u8).add((byte & 3) as usize), v) };
+}
+
 /// `nanosleep.u32`: a hint to back off in spin loops.
 #[inline(always)]
 pub fn nanosleep(ns: u32) {

@@ -124,6 +124,14 @@ impl ErrorCode {
     }
 }
 
+/// The abort word's byte the host sets to stop a rank's kernels (`Comm::abort`, the proxy, the
+/// watchdog, a departing peer): every wait gives up once it sees it.
+pub const ABORT_HOST_MASK: u32 = 0xff;
+/// The abort word's byte a kernel sets when one of its waits gave up ([`PrimsStatus::record`]):
+/// a wait that sees it at its first look gives up (a kernel enqueued behind the failed one, or a
+/// later wait of the same kernel); a wait already under way waits on, to name its own peer.
+pub const ABORT_FAILED_MASK: u32 = 0xff00;
+
 /// Where primitives report trouble and learn that they must stop. `status` points to one u64
 /// per channel (block): `code | peer << 8 | waited_step << 32`, written by the thread that gave
 /// up; `abort_flag` is a u32 the host may set at any time; a wait gives up after `timeout_ns`.
@@ -132,7 +140,9 @@ impl ErrorCode {
 pub struct PrimsStatus {
     /// Per-channel status words (u64 each).
     pub status: DevPtr,
-    /// Host-settable abort word (u32; nonzero = abort). May be null.
+    /// Abort word (u32): the host's stop in [`ABORT_HOST_MASK`], failures of this rank's
+    /// kernels in [`ABORT_FAILED_MASK`] (see there). May be null; whoever reuses it after a
+    /// failure clears it first.
     pub abort_flag: DevPtr,
     /// How long one wait may spin before giving up, in ns (0 = forever).
     pub timeout_ns: u64,
@@ -209,14 +219,31 @@ impl PrimsStatus {
             return None;
         }
         poll.spins = 0;
-        let aborted = self.abort_flag != DevPtr::NULL
-            // SAFETY: a valid u32 abort word when the pointer is set.
-            && unsafe { crate::arch::ld_volatile_u32(self.abort_flag.as_ptr()) } != 0;
+        let first = poll.started == 0;
+        // SAFETY: the caller's promise.
+        let aborted = unsafe { self.abort_seen(first) };
         let now = crate::arch::globaltimer();
-        if poll.started == 0 {
+        if first {
             poll.started = now;
         }
         (aborted || (self.timeout_ns != 0 && now - poll.started > self.timeout_ns)).then_some(aborted)
+    }
+
+    /// Whether a wait must give up for the abort word: the host asked ([`ABORT_HOST_MASK`]),
+    /// or — at the wait's first look (`first`) — a kernel of this rank failed
+    /// ([`ABORT_FAILED_MASK`]).
+    ///
+    /// # Safety
+    /// `abort_flag` is what the struct documents.
+    #[inline(always)]
+    pub unsafe fn abort_seen(&self, first: bool) -> bool {
+        if self.abort_flag == DevPtr::NULL {
+            return false;
+        }
+        // SAFETY: a valid u32 abort word when the pointer is set.
+        let w = unsafe { crate::arch::ld_volatile_u32(self.abort_flag.as_ptr()) };
+        let mask = if first { ABORT_HOST_MASK | ABORT_FAILED_MASK } else { ABORT_HOST_MASK };
+        w & mask != 0
     }
 
     /// One unsuccessful poll of a wait: true when the wait must give up (the host's abort
@@ -243,13 +270,15 @@ impl PrimsStatus {
 
     /// Records `code` with `peer` and `step` in block `block`'s status word unless an error
     /// is there already (the first error wins; nothing without status words), and sets the
-    /// abort word: the calls the host enqueued behind this one on the stream, and this
-    /// kernel's other blocks, stop at their next wait instead of each waiting out its timeout.
+    /// abort word's [`ABORT_FAILED_MASK`] byte: the calls the host enqueued behind this one on
+    /// the stream stop at their first wait instead of each waiting out its timeout.
     ///
     /// # Safety
     /// `status` is null or what the struct documents, with a word for `block`; `abort_flag`
     /// too.
-    #[inline(always)]
+    // Out of line: the failure path, kept out of the wait loops' registers.
+    #[cold]
+    #[inline(never)]
     pub unsafe fn record(&self, block: u64, code: ErrorCode, peer: u64, step: u64) {
         if self.status != DevPtr::NULL {
             let w = self.status.offset(8 * block).as_ptr::<u64>();
@@ -258,7 +287,7 @@ impl PrimsStatus {
         }
         if self.abort_flag != DevPtr::NULL {
             // SAFETY: a valid u32 abort word when the pointer is set (the caller's promise).
-            unsafe { crate::arch::st_relaxed_gpu_u32(self.abort_flag.as_ptr(), 1) };
+            unsafe { crate::arch::st_byte_of_u32(self.abort_flag.as_ptr(), 1, 1) };
         }
     }
 }
@@ -297,4 +326,49 @@ pub const fn encode_status(code: ErrorCode, peer: u64, step: u64) -> u64 {
 /// ```
 pub fn decode_status(w: u64) -> (ErrorCode, u64, u64) {
     (ErrorCode::from_u8(w as u8), (w >> 8) & 0xFF_FFFF, w >> 32)
+}
+
+#[cfg(all(test, not(target_arch = "nvptx64")))]
+mod tests {
+    use super::*;
+    use crate::arch::{emu, Dim3};
+
+    /// A failure records its status word and sets the abort word's failed byte, not the host's;
+    /// a wait sees that byte only at its first look (a wait under way keeps waiting, to name
+    /// its own peer), the host's byte always.
+    #[test]
+    fn a_failure_sets_the_failed_byte_which_only_waits_that_begin_after_it_see() {
+        let mut status = [0u64; 2];
+        let mut abort = 0u32;
+        let word: *mut u32 = &mut abort;
+        let ps = PrimsStatus {
+            status: DevPtr(status.as_mut_ptr() as u64),
+            abort_flag: DevPtr(word as u64),
+            ..PrimsStatus::default()
+        };
+        let dims = emu::LaunchDims { grid: Dim3::x(1), block: Dim3::x(1), smem_bytes: 0 };
+        let seen = std::sync::Mutex::new(Vec::new());
+        emu::launch(dims, &|| {
+            // SAFETY: both words outlive the launch; block 1 has its status word.
+            unsafe {
+                let mut s = seen.lock().unwrap();
+                s.push((ps.abort_seen(true), ps.abort_seen(false)));
+                ps.record(1, ErrorCode::RecvTimeout, 3, 7);
+                s.push((ps.abort_seen(true), ps.abort_seen(false)));
+                // The first error of a block stays.
+                ps.record(1, ErrorCode::Aborted, 0, 0);
+            }
+        })
+        .unwrap();
+        assert_eq!(*seen.lock().unwrap(), [(false, false), (true, false)]);
+        // SAFETY: the word outlives the test; the launch has ended.
+        assert_eq!(unsafe { word.read() }, 0x100, "the failed byte, not the host's");
+        assert_eq!((status[0], decode_status(status[1])), (0, (ErrorCode::RecvTimeout, 3, 7)));
+        // The host's stop is seen by every look.
+        // SAFETY: as above.
+        assert!(unsafe {
+            word.write(1);
+            ps.abort_seen(false) && ps.abort_seen(true)
+        });
+    }
 }

@@ -315,21 +315,23 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
             self.set_aborted(ErrorCode::Mismatch);
             return true;
         }
-        if self.status.abort_flag != DevPtr::NULL {
-            // SAFETY: the host gives a valid u32 abort word when the pointer is set.
-            if unsafe { arch::ld_volatile_u32(self.status.abort_flag.as_ptr()) } != 0 {
-                self.set_aborted(ErrorCode::Aborted);
-                return true;
-            }
+        let first = *started == 0;
+        // SAFETY: the host gives a valid u32 abort word when the pointer is set.
+        if unsafe { self.status.abort_seen(first) } {
+            self.set_aborted(ErrorCode::Aborted);
+            return true;
         }
         if self.status.timeout_ns != 0 {
             let now = arch::globaltimer();
-            if *started == 0 {
+            if first {
                 *started = now;
             } else if now - *started > self.status.timeout_ns {
                 self.set_aborted(code);
                 return true;
             }
+        } else {
+            // Only the abort word's first look needs it: no timer to read.
+            *started = 1;
         }
         false
     }

@@ -232,7 +232,7 @@ impl Rank<'_> {
                             self.start(&bufs, step, false, iter)?;
                         }
                     }
-                    comm.wait_all()?;
+                    self.wait_in_flight()?;
                     for size in opts.sizes() {
                         let step = Step { shape: coll.shape(size as usize / dtype.size(), n), ..step };
                         let sh = step.shape;
@@ -316,6 +316,16 @@ impl Rank<'_> {
         s += &table::columns(o.report_cputime);
         w.write_all(s.as_bytes()).map_err(io)?;
         w.flush().map_err(io)
+    }
+
+    /// Waits for the calls this rank left in flight ([`Rank::start`]), if any: their failures
+    /// are this rank's (a rank with none in flight goes on to its own next error, if any,
+    /// rather than report another rank's abort of the communicator).
+    fn wait_in_flight(&self) -> Result<()> {
+        if self.comm.calls_in_flight() > 0 {
+            self.comm.wait_all()?;
+        }
+        Ok(())
     }
 
     /// One collective of `step`, at nccl-tests' offset for iteration `iter` (each iteration
@@ -463,7 +473,7 @@ impl Rank<'_> {
             self.fill(b, step, in_place, 99)?;
         }
         self.start(b, step, in_place, 0)?;
-        comm.wait_all()?;
+        self.wait_in_flight()?;
         comm.barrier()?;
         let t0 = Instant::now();
         for iter in 0..opts.iters {
@@ -474,7 +484,7 @@ impl Rank<'_> {
             }
         }
         // nccl-tests synchronizes its stream here: the calls' time, not their enqueues'.
-        comm.wait_all()?;
+        self.wait_in_flight()?;
         let sec = t0.elapsed().as_secs_f64() / (opts.iters * opts.agg_iters) as f64;
         let sec = match opts.average {
             Average::Rank0 => self.combine(b, sec, None)?,
@@ -489,7 +499,7 @@ impl Rank<'_> {
             *rep += 1;
             let (pattern, before) = self.fill(b, step, in_place, *rep)?;
             self.start(b, step, in_place, 0)?;
-            comm.wait_all()?;
+            self.wait_in_flight()?;
             let len = step.shape.recv_count * step.dtype.size();
             let mut got = vec![0u8; len];
             self.be.copy_out(&b.recv, self.out_offset(step, in_place), &mut got)?;

@@ -334,6 +334,20 @@ pub unsafe fn st_relaxed_gpu_u32(p: *mut u32, v: u32) {
     unsafe { atomic_u32(p) }.store(v, Ordering::Relaxed)
 }
 
+/// Sets byte `byte` (0–3) of the u32 at `p` to `v` (one-byte store on the GPU; here an atomic
+/// update of the word, which the host reads and writes as one atomic u32).
+///
+/// # Safety
+/// `p` is valid, 4-byte-aligned (emulated) device memory.
+pub unsafe fn st_byte_of_u32(p: *mut u32, byte: u32, v: u8) {
+    let shift = 8 * (byte & 3);
+    // SAFETY: forwarded contract.
+    let w = unsafe { atomic_u32(p) };
+    let _ = w.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| {
+        Some((x & !(0xff << shift)) | (u32::from(v) << shift))
+    });
+}
+
 /// `nanosleep`: yields the OS thread (and unwinds if the launch was aborted).
 pub fn nanosleep(ns: u32) {
     spin_hint();
