@@ -57,14 +57,20 @@ fn ring_all_reduce(gpu: &Arc<dyn Backend>, copy_bytes_per_s: f64) {
     );
 }
 
+/// The message sizes of the latency tables, in bytes.
+const LATENCY_SIZES: [usize; 7] = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20];
+/// The latency tables' columns: each protocol forced (`RSCCL_PROTO`'s value), then the cost
+/// model's choice.
+const PROTOCOL_SETUPS: [(&str, Option<&str>); 4] =
+    [("Simple", Some("Simple")), ("LL", Some("LL")), ("LL128", Some("LL128")), ("auto", None)];
+
 /// All-reduce latency of f32 on 8 ranks of this GPU (ranks = streams, 2 channels, 512
 /// threads), 8 B … 1 MiB, with Simple, LL and LL128 forced and with the cost model's choice
 /// (issue 35: the choice within 10% of the fastest forced protocol at every size). Times are per call,
 /// host launch and synchronisation included (the same for every column).
 fn protocol_latency(gpu: &Arc<dyn Backend>) {
     let n = 8usize;
-    let sizes = [8usize, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20];
-    let setups = [("Simple", Some("Simple")), ("LL", Some("LL")), ("LL128", Some("LL128")), ("auto", None)];
+    let (sizes, setups) = (LATENCY_SIZES, PROTOCOL_SETUPS);
     let mut us = vec![vec![f64::NAN; sizes.len()]; setups.len()];
     for (i, (label, proto)) in setups.iter().enumerate() {
         let mut cfg = GroupConfig::new(n, 2);
@@ -91,10 +97,16 @@ fn protocol_latency(gpu: &Arc<dyn Backend>) {
             us[i][j] = best_of(20, || run().expect("all-reduce")) * 1e6;
         }
     }
-    println!("  all-reduce latency, 8 ranks x f32, 2 channels (us per call; auto vs the fastest forced):");
+    print_latency("all-reduce latency", "8 ranks x f32, 2 channels", &us);
+}
+
+/// A latency table of [`PROTOCOL_SETUPS`] × [`LATENCY_SIZES`] (`us[setup][size]`, µs per call),
+/// with the auto choice's ratio to the fastest forced protocol at each size and at worst.
+fn print_latency(name: &str, shape: &str, us: &[Vec<f64>]) {
+    println!("  {name}, {shape} (us per call; auto vs the fastest forced):");
     println!("  {:>9} {:>10} {:>10} {:>10} {:>10} {:>8}", "bytes", "Simple", "LL", "LL128", "auto", "ratio");
     let mut worst: f64 = 0.0;
-    for (j, &bytes) in sizes.iter().enumerate() {
+    for (j, &bytes) in LATENCY_SIZES.iter().enumerate() {
         let best = us[0][j].min(us[1][j]).min(us[2][j]);
         let ratio = us[3][j] / best;
         worst = worst.max(ratio);
@@ -104,7 +116,7 @@ fn protocol_latency(gpu: &Arc<dyn Backend>) {
         );
     }
     println!(
-        "  all-reduce latency: auto is at worst {worst:.3}x the fastest forced protocol ({})",
+        "  {name}: auto is at worst {worst:.3}x the fastest forced protocol ({})",
         if worst <= 1.10 { "within 10%" } else { "MORE than 10% slower somewhere" }
     );
 }
@@ -117,8 +129,7 @@ fn protocol_latency(gpu: &Arc<dyn Backend>) {
 fn protocol_latency_in_flight(gpu: &Arc<dyn Backend>) {
     use rsccl::{BufRef, Comm, CommConfig, ReduceOp, MAX_IN_FLIGHT};
     let n = 8usize;
-    let sizes = [8usize, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20];
-    let setups = [("Simple", Some("Simple")), ("LL", Some("LL")), ("LL128", Some("LL128")), ("auto", None)];
+    let (sizes, setups) = (LATENCY_SIZES, PROTOCOL_SETUPS);
     let mut us = vec![vec![f64::NAN; sizes.len()]; setups.len()];
     for (i, (label, proto)) in setups.iter().enumerate() {
         let cfg = CommConfig {
@@ -157,24 +168,10 @@ fn protocol_latency_in_flight(gpu: &Arc<dyn Backend>) {
             us[i][j] = best_of(5, || batch().expect("all-reduces")) * 1e6 / MAX_IN_FLIGHT as f64;
         }
     }
-    println!(
-        "  all-reduce latency, calls in flight ({MAX_IN_FLIGHT} per rank, then one wait): 8 ranks x f32, 2 channels \
-         (us per call; auto vs the fastest forced):"
-    );
-    println!("  {:>9} {:>10} {:>10} {:>10} {:>10} {:>8}", "bytes", "Simple", "LL", "LL128", "auto", "ratio");
-    let mut worst: f64 = 0.0;
-    for (j, &bytes) in sizes.iter().enumerate() {
-        let best = us[0][j].min(us[1][j]).min(us[2][j]);
-        let ratio = us[3][j] / best;
-        worst = worst.max(ratio);
-        println!(
-            "  {bytes:>9} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>8.3}",
-            us[0][j], us[1][j], us[2][j], us[3][j], ratio
-        );
-    }
-    println!(
-        "  all-reduce latency in flight: auto is at worst {worst:.3}x the fastest forced protocol ({})",
-        if worst <= 1.10 { "within 10%" } else { "MORE than 10% slower somewhere" }
+    print_latency(
+        "all-reduce latency in flight",
+        &format!("{MAX_IN_FLIGHT} calls per rank, then one wait; 8 ranks x f32, 2 channels"),
+        &us,
     );
 }
 
