@@ -411,6 +411,13 @@ impl Comm {
 
     /// Clears the abort flag before a collective (an abort after this stops it).
     pub(crate) fn arm(&self) -> Result<()> {
+        self.arm_behind(false)
+    }
+
+    /// [`Comm::arm`], or — `queued`, for a call enqueued behind others — its checks without
+    /// clearing the abort word: it is clear (the caller saw it), and a failure of a kernel
+    /// before this one that sets it from now on must stop this one too.
+    pub(crate) fn arm_behind(&self, queued: bool) -> Result<()> {
         if let Some(e) = self.links.proxy.as_ref().and_then(Proxy::failure) {
             return Err(self.fail(e));
         }
@@ -420,21 +427,10 @@ impl Comm {
                 self.rank
             ))));
         }
-        self.health.abort.store_u32(0, 0)?;
+        if !queued {
+            self.health.abort.store_u32(0, 0)?;
+        }
         // After the clear: a notice that comes later sets the word again and stops the call.
-        match self.told_failure() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    /// [`Comm::arm`]'s checks for a call enqueued behind others, without clearing the abort
-    /// word: it is clear (the caller saw it), and a failure of a kernel before this one that
-    /// sets it from now on must stop this one too.
-    pub(crate) fn check_armed(&self) -> Result<()> {
-        if let Some(e) = self.links.proxy.as_ref().and_then(Proxy::failure) {
-            return Err(self.fail(e));
-        }
         match self.told_failure() {
             Some(e) => Err(e),
             None => Ok(()),

@@ -172,11 +172,7 @@ impl Comm {
         }
         send.buf.wait_idle();
         recv.buf.wait_idle();
-        if q.flights.is_empty() {
-            self.arm()?;
-        } else {
-            self.check_armed()?;
-        }
+        self.arm_behind(!q.flights.is_empty())?;
         // After arming: a rank that leaves or dies from now on stops the kernel through the
         // armed word.
         self.check_peers_here(&[])?;
