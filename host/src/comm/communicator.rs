@@ -207,11 +207,12 @@ pub(super) struct Tables {
     /// A status word per channel, then the channels' mismatch records: the status area of
     /// [`LocalGroup`](super::LocalGroup)'s launches, and the size of every call's own.
     pub(super) status: DeviceBuffer,
-    /// The status areas of calls in flight ([`KernelFlight::status`]), all zero while here.
+    /// The status areas of calls in flight ([`KernelFlight::status`]) and of group kernels,
+    /// all zero while here (a failed kernel's is zeroed before it comes back).
     pub(super) status_pool: super::pool::BufferPool,
     /// Per channel the ranks in ring order from this one (the ring tables point into it).
     pub(super) _user_ranks: DeviceBuffer,
-    /// Group kernels' argument tables and status areas, reused from call to call.
+    /// Group kernels' argument tables, reused from call to call.
     pub(super) pool: super::pool::BufferPool,
 }
 

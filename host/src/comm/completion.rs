@@ -3,6 +3,7 @@
 //! a broken connection, a hang, with every rank's answer).
 use super::communicator::{Comm, InFlight, KernelFlight, Queue, STATUS_TIMEOUT};
 use super::hang;
+use super::pool::Pooled;
 use super::signature::describe;
 use super::RankFailure;
 use crate::backend::DeviceBuffer;
@@ -64,17 +65,20 @@ impl Comm {
         let res = self.finish_inner(Awaiting::Collective(k.seq, k.what), &k.status, self.cfg.nchannels);
         if res.is_ok() {
             self.health.progress.finish(k.seq);
-            // A kernel that failed nowhere left its status words and records zero.
-            drop(k.status);
         } else {
             self.health.progress.fail(k.seq);
-            if self.stream.copy_in(&k.status, 0, &vec![0u8; k.status.len()]).is_ok() {
-                drop(k.status);
-            } else {
-                k.status.discard();
-            }
         }
+        self.recycle_status(k.status, res.is_err());
         res
+    }
+
+    /// Gives a status area of the status pool back once its kernel ended: as it is where the
+    /// kernel failed nowhere (its status words and records are still zero), else zeroed first,
+    /// or freed where it cannot be.
+    pub(super) fn recycle_status(&self, status: Pooled, failed: bool) {
+        if failed && self.stream.copy_in(&status, 0, &vec![0u8; status.len()]).is_err() {
+            status.discard();
+        }
     }
 
     /// [`Comm::finish`] for a kernel that reports in `words` status words of `status` (one per

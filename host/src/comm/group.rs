@@ -236,8 +236,9 @@ impl<'a> Group<'a> {
         }
         if let Some(e) = first_err {
             // The parts launched before the failure end before the error returns.
-            for ((p, prep), l) in self.parts.iter().zip(&prepared).zip(&launched) {
-                let _ = p.comm.group_finish(prep.in_p2p.number(), l);
+            for ((p, prep), l) in self.parts.iter().zip(&prepared).zip(launched) {
+                let _ = p.comm.group_finish(prep.in_p2p.number(), &l);
+                p.comm.release_group(l, true);
             }
             return Err(e);
         }
@@ -256,6 +257,7 @@ impl<'a> Group<'a> {
                 number,
                 Box::new(move |c: &Comm| {
                     let r = c.group_finish(number, &l);
+                    c.release_group(l, r.is_err());
                     // The group ends here for the status answers.
                     drop(in_p2p);
                     r
@@ -675,8 +677,9 @@ impl Comm {
             };
             if let Err(e) = launched_now {
                 // The kernels launched before this one end (their timeouts bound them) before
-                // their tables go back to the pool.
+                // their tables go back to the pool, their status areas zeroed.
                 let _ = self.stream.synchronize();
+                self.release_group(std::mem::take(&mut launched), true);
                 return Err(e);
             }
         }
@@ -710,7 +713,7 @@ impl Comm {
     }
 
     /// Collective `dev` of a group entered as this rank's next collective on `algorithm`: its
-    /// status area (zeroed, `grid` words) and what its kernel reports in.
+    /// status area (zeroed, `grid` words, from the status pool) and what its kernel reports in.
     fn group_work(
         &self,
         dev: &DevCall,
@@ -718,8 +721,8 @@ impl Comm {
         grid: usize,
     ) -> Result<(PrimsStatus, WorkStatus)> {
         let tree = algorithm == Algorithm::Tree;
-        let status = self.tables.pool.take(&*self.stream, status_bytes(grid as u64) as usize)?;
-        self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
+        // Zero while pooled: no copy to the device before the launch.
+        let status = self.tables.status_pool.take(&*self.stream, status_bytes(grid as u64) as usize)?;
         let seq = self.health.progress.enter(dev.coll, tree);
         let prims = self.prims_status_in(&status, grid, dev, algorithm, seq);
         // The signature `prims_status_in` just kept, for a mismatch message.
@@ -789,6 +792,21 @@ impl Comm {
             works: Vec::new(),
             p2p: Some(P2pPart { status, nblocks, dev, notes }),
         }))
+    }
+
+    /// Gives a group's tables and status areas back once its kernels ended; the status areas
+    /// zeroed first (or freed) where the group `failed`, as the status pool keeps them.
+    fn release_group(&self, launched: Vec<Launched>, failed: bool) {
+        for l in launched {
+            for w in l.works {
+                if let Some(s) = w.status {
+                    self.recycle_status(s, failed);
+                }
+            }
+            if let Some(p) = l.p2p {
+                self.recycle_status(p.status, failed);
+            }
+        }
     }
 
     /// Phase 5: waits for the kernels of phase 4 and reports how they ended: the first

@@ -255,8 +255,8 @@ impl Comm {
     pub(super) fn p2p_args(&self, dev: &[P2pOp], nblocks: usize) -> Result<(Pooled, Pooled, P2pArgs)> {
         let table = self.tables.pool.take(&*self.stream, std::mem::size_of_val(dev).max(1))?;
         self.stream.copy_in(&table, 0, bytemuck::cast_slice(dev))?;
-        let status = self.tables.pool.take(&*self.stream, status_bytes(nblocks as u64) as usize)?;
-        self.stream.copy_in(&status, 0, &vec![0u8; status.len()])?;
+        // Zero while pooled: no copy to the device before the launch.
+        let status = self.tables.status_pool.take(&*self.stream, status_bytes(nblocks as u64) as usize)?;
         let args = P2pArgs {
             ops: table.ptr(),
             nops: dev.len() as u32,
