@@ -195,6 +195,22 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    unsafe fn copy_in_async(&self, dst: &DeviceBuffer, src: &super::HostMapped, bytes: usize) -> Result<()> {
+        dst.check_range("copy_in_async destination", 0, bytes)?;
+        src.check_range("copy_in_async source", bytes)?;
+        // Addresses, not references: the caller keeps both alive until the stream passed the copy.
+        let (from, to) = (src.host_ptr() as usize, dst.ptr().0 as usize);
+        // A stream entry like a launch: it runs after the work before it, as a GPU's copy does.
+        self.host_fn(Box::new(move || {
+            if bytes > 0 {
+                // SAFETY: both ranges are in live allocations (checked; kept alive by the
+                // caller), which nothing else uses until the copy has passed.
+                unsafe { std::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, bytes) };
+            }
+        }));
+        Ok(())
+    }
+
     fn copy_out(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
         src.check_range("copy_out", offset, dst.len())?;
         src.wait_idle();

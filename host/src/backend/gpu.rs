@@ -504,6 +504,22 @@ impl Backend for GpuBackend {
         unsafe { result::memcpy_htod_sync(dst.ptr().0 + offset as u64, src) }.map_err(driver("cuMemcpyHtoD"))
     }
 
+    unsafe fn copy_in_async(&self, dst: &DeviceBuffer, src: &super::HostMapped, bytes: usize) -> Result<()> {
+        dst.check_range("copy_in_async destination", 0, bytes)?;
+        src.check_range("copy_in_async source", bytes)?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: `src` is pinned (cuMemHostAlloc) and both ranges lie in live allocations
+        // (checked), which the caller keeps alive and unused until the stream passed the copy.
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(dst.ptr().0, src.host_ptr() as *const c_void, bytes, self.raw_stream())
+        }
+        .result()
+        .map_err(driver("cuMemcpyHtoDAsync"))
+    }
+
     fn copy_out(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
         src.check_range("copy_out", offset, dst.len())?;
         src.wait_idle();

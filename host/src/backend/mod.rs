@@ -187,6 +187,25 @@ impl HostMapped {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// `Err` unless the first `bytes` lie inside (`what` names the use).
+    pub(crate) fn check_range(&self, what: &str, bytes: usize) -> Result<()> {
+        if bytes > self.len {
+            return Err(Error::OutOfRange { what: what.into(), offset: 0, bytes, len: self.len });
+        }
+        Ok(())
+    }
+
+    /// Writes `src` at the start of this memory (a table a copy or kernel reads later).
+    ///
+    /// # Safety
+    /// No copy or kernel reads or writes these bytes meanwhile.
+    pub(crate) unsafe fn write(&self, src: &[u8]) -> Result<()> {
+        self.check_range("HostMapped::write", src.len())?;
+        // SAFETY: in range (checked); the caller keeps device work off these bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.host, src.len()) };
+        Ok(())
+    }
+
     /// Stores a u32 at `offset` (4-aligned), visible to running kernels.
     pub fn store_u32(&self, offset: usize, v: u32) -> Result<()> {
         self.word_u32(offset, "HostMapped::store_u32")?.store(v, std::sync::atomic::Ordering::SeqCst);
@@ -258,6 +277,21 @@ pub trait Backend: Send + Sync {
     fn alloc_mapped(&self, bytes: usize) -> Result<HostMapped>;
     /// Copies `src` into `dst` at byte `offset`.
     fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<()>;
+    /// Enqueues a copy of the first `bytes` of pinned host memory `src` to the start of `dst`
+    /// on this stream, behind the work enqueued so far, and returns without waiting for it
+    /// (`cuMemcpyHtoDAsync` from pinned memory on a GPU): how a call behind others in flight
+    /// gives its next kernel a table. This default copies now, after waiting for the stream.
+    ///
+    /// # Safety
+    /// Until the stream has passed the copy (a later synchronize, or a host function enqueued
+    /// after it has run), `src` and `dst` stay alive, nothing writes `src`'s first `bytes`,
+    /// and nothing else uses `dst`'s.
+    unsafe fn copy_in_async(&self, dst: &DeviceBuffer, src: &HostMapped, bytes: usize) -> Result<()> {
+        src.check_range("copy_in_async source", bytes)?;
+        // SAFETY: in range (checked); the caller keeps writers away until the copy has passed.
+        let data = unsafe { std::slice::from_raw_parts(src.host_ptr(), bytes) };
+        self.copy_in(dst, 0, data)
+    }
     /// Copies bytes from `src` at `offset` into `dst`.
     fn copy_out(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<()>;
     /// Copies `bytes` bytes between device buffers (the driver's copy engine on a GPU); the

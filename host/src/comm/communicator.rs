@@ -213,7 +213,7 @@ pub(super) struct Tables {
     /// Per channel the ranks in ring order from this one (the ring tables point into it).
     pub(super) _user_ranks: DeviceBuffer,
     /// Group kernels' argument tables, reused from call to call.
-    pub(super) pool: super::pool::BufferPool,
+    pub(super) pool: super::pool::TablePool,
 }
 
 /// What a rank knows and does about failures: its abort word, the failure that made it

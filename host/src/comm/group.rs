@@ -25,7 +25,7 @@ use super::completion::Awaiting;
 use super::hang::{op_code, P2pGuard};
 use super::launch::nvls_kernel;
 use super::p2p::{self_copies, OpNote, P2p};
-use super::pool::Pooled;
+use super::pool::{Pooled, Table};
 use crate::backend::LaunchConfig;
 use crate::error::{Error, Result};
 use rsccl_device::coll::group::{GroupArgs, GROUP_SHM_BYTES, GROUP_THREADS};
@@ -425,7 +425,7 @@ struct P2pPart {
 /// One kernel of a communicator's part, launched.
 struct Launched {
     /// Argument tables the kernel reads.
-    _tables: Vec<Pooled>,
+    _tables: Vec<Pooled<Table>>,
     works: Vec<WorkStatus>,
     p2p: Option<P2pPart>,
 }
@@ -584,6 +584,17 @@ impl Comm {
 
     /// Phase 4: launches this rank's kernels of the group (none when nothing moves).
     fn group_launch(&self, ops: &[P2p], prep: &Prepared) -> Result<Vec<Launched>> {
+        let launched = self.group_launch_staged(ops, prep);
+        if launched.is_err() {
+            // Tables staged but never launched went back to the pool with their copies still
+            // enqueued: those pass before anyone takes them again (the queue is held).
+            let _ = self.stream.synchronize();
+        }
+        launched
+    }
+
+    /// [`Comm::group_launch`]: stages every kernel's tables, then launches them.
+    fn group_launch_staged(&self, ops: &[P2p], prep: &Prepared) -> Result<Vec<Launched>> {
         // A gated group's sends wait in the group kernel, which alone has the gate.
         if prep.devs.is_empty() && !prep.gate.is_active() {
             return Ok(self.launch_p2p_only(ops, prep)?.into_iter().collect());
@@ -623,8 +634,8 @@ impl Comm {
         if types.is_empty() {
             types.push(DataType::U8);
         }
-        // Every kernel's tables first: a copy to the device waits for the stream (on the CPU
-        // emulator), and a kernel already launched may wait for peers this thread drives.
+        // Every kernel's tables first: a kernel already launched may wait for peers this thread
+        // drives, and a backend without asynchronous copies waits for the stream to copy.
         let grid = self.cfg.nchannels;
         let mut staged = Vec::with_capacity(types.len());
         for i in (0..prep.devs.len()).filter(|&i| !ring(i)) {
@@ -749,8 +760,7 @@ impl Comm {
             args.push(self.ring_args(dev, false, prep.plans[i].protocol, prims)?);
             works.push(work);
         }
-        let table = self.tables.pool.take(&*self.stream, std::mem::size_of_val(args.as_slice()).max(1))?;
-        self.stream.copy_in(&table, 0, bytemuck::cast_slice(&args))?;
+        let table = self.tables.pool.stage(&*self.stream, bytemuck::cast_slice(&args))?;
         let mut group = GroupArgs {
             works: table.ptr(),
             nworks: args.len() as u32,

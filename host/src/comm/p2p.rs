@@ -23,7 +23,7 @@ use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::BufRef;
 use super::communicator::Comm;
 use super::p2p_links::{P2pConn, P2pLinks};
-use super::pool::Pooled;
+use super::pool::{Pooled, Table};
 use super::wiring::{conn_tag, Edge};
 use crate::bootstrap::Refusal;
 use crate::error::{Error, Result};
@@ -252,9 +252,8 @@ impl Comm {
 
     /// The status area of a point-to-point part over `nblocks` blocks and its arguments for
     /// the device ops `dev` (uploaded into `table`).
-    pub(super) fn p2p_args(&self, dev: &[P2pOp], nblocks: usize) -> Result<(Pooled, Pooled, P2pArgs)> {
-        let table = self.tables.pool.take(&*self.stream, std::mem::size_of_val(dev).max(1))?;
-        self.stream.copy_in(&table, 0, bytemuck::cast_slice(dev))?;
+    pub(super) fn p2p_args(&self, dev: &[P2pOp], nblocks: usize) -> Result<(Pooled<Table>, Pooled, P2pArgs)> {
+        let table = self.tables.pool.stage(&*self.stream, bytemuck::cast_slice(dev))?;
         // Zero while pooled: no copy to the device before the launch.
         let status = self.tables.status_pool.take(&*self.stream, status_bytes(nblocks as u64) as usize)?;
         let args = P2pArgs {

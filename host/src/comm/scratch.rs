@@ -99,6 +99,10 @@ mod tests {
         fn copy_in(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<()> {
             self.inner.copy_in(dst, offset, src)
         }
+        unsafe fn copy_in_async(&self, dst: &DeviceBuffer, src: &HostMapped, bytes: usize) -> Result<()> {
+            // SAFETY: the caller's guarantees, passed on unchanged.
+            unsafe { self.inner.copy_in_async(dst, src, bytes) }
+        }
         fn copy_out(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
             self.inner.copy_out(src, offset, dst)
         }
