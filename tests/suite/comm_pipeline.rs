@@ -1,8 +1,11 @@
 //! Calls in flight: a call returns once its kernel is enqueued behind those before it (up to
 //! `MAX_IN_FLIGHT`), as NCCL's do, instead of waiting for the previous call to finish; a
 //! failure stops the calls behind it at once and fails them with its error; hang reports name
-//! the call that hung, not the last one enqueued.
-use rsccl::{backend, BufRef, Comm, CommConfig, DataType, DeviceBuffer, Error, ReduceOp, MAX_IN_FLIGHT};
+//! the call that hung, not the last one enqueued. Groups (sends, receives and collectives)
+//! queue behind the calls in flight, and calls behind them, the same way.
+use rsccl::{
+    backend, BufRef, Call, Comm, CommConfig, DataType, DeviceBuffer, Error, Group, ReduceOp, MAX_IN_FLIGHT,
+};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -73,10 +76,31 @@ fn calls_return_at_enqueue_up_to_the_bound_and_the_next_waits() {
     }
 }
 
+/// The error of a call enqueued behind one that failed with `first`: from its wait, the same
+/// error; or, where this rank had already seen the failure when the call was made (its kernel
+/// stopped before the enqueue looked), from the enqueue itself, naming that failure.
+fn behind_error(call: rsccl::Result<rsccl::Work<'_>>, first: &Error, what: &str) {
+    match call {
+        Ok(w) => {
+            let e = w.wait().expect_err(what);
+            assert_eq!(e.to_string(), first.to_string(), "{what}: reports the first failure");
+        }
+        Err(e) => {
+            let text = e.to_string();
+            assert!(
+                text.contains(&first.to_string()),
+                "{what}: refused at enqueue naming the failure: {text}"
+            );
+        }
+    }
+}
+
 /// A mismatched all-reduce with two matching ones enqueued behind it on both ranks (the last
 /// of 0 elements, whose kernel waits for nothing and so reports nothing itself): every call
 /// fails on both ranks, the later ones with the first's error — whatever their own status words
-/// say, their results are not reported as successes.
+/// say, their results are not reported as successes. (Rank 1 makes its calls after rank 0's
+/// kernels run: its first may fail before it makes the next, which is then refused naming the
+/// failure — NCCL's calls on a communicator with an asynchronous error fail too.)
 #[test]
 fn a_call_behind_a_failed_one_fails_with_its_failure() {
     let be = backend::cpu();
@@ -94,17 +118,22 @@ fn a_call_behind_a_failed_one_fails_with_its_failure() {
             // Buffers of its own: a buffer still in use by a call in flight waits for it.
             let cb = BufRef::from(&c[r]);
             let third = comms[r].enqueue().all_reduce(cb, cb, 0, DataType::I32, ReduceOp::Sum);
-            (first.unwrap(), second.unwrap(), third.unwrap())
+            if r == 0 {
+                // Rank 1 has called nothing yet.
+                assert_eq!(comms[0].calls_in_flight(), 3, "every call of rank 0 is in flight");
+            }
+            (first.unwrap(), second, third)
         })
         .collect();
-    assert!(comms.iter().all(|c| c.calls_in_flight() == 3), "every call was in flight on both ranks");
     for (r, (first, second, third)) in works.into_iter().enumerate() {
         let e1 = first.wait().expect_err("a mismatched call fails");
         assert!(matches!(e1, Error::CallMismatch { .. }), "rank {r}: {e1}");
-        let e2 = second.wait().expect_err("the call behind a failed one fails");
-        assert_eq!(e2.to_string(), e1.to_string(), "rank {r}: the second call reports the first failure");
-        let e3 = third.wait().expect_err("a call behind a failed one fails, even one that moves nothing");
-        assert_eq!(e3.to_string(), e1.to_string(), "rank {r}: the third call reports the first failure");
+        behind_error(second, &e1, &format!("rank {r}: the call behind a failed one fails"));
+        behind_error(
+            third,
+            &e1,
+            &format!("rank {r}: a call behind a failed one fails, even one that moves nothing"),
+        );
         assert_eq!(comms[r].async_error().unwrap_err().to_string(), e1.to_string());
     }
     // The mismatch is found at the first step, and stops the call behind it at once: far
@@ -144,4 +173,147 @@ fn a_hang_stops_the_calls_behind_it_and_the_report_names_the_call_that_hung() {
         assert_eq!(e.to_string(), errors[0].to_string());
     }
     assert!(elapsed < timeout * 6, "ten calls in flight took {elapsed:?} to fail (timeout {timeout:?} each)");
+}
+
+/// Rank `r`'s buffers of item `k` of [`groups_queue_behind_calls_in_flight_and_calls_behind_groups`]:
+/// what it sends, where it receives, what it all-reduces.
+struct Item {
+    send: DeviceBuffer,
+    recv: DeviceBuffer,
+    sum: DeviceBuffer,
+}
+
+/// Rank `r`'s part of item `k`: an all-reduce of `sum` (even `k`), or a group of a send to
+/// the other rank, a receive from it and an all-reduce (odd `k`); returns without waiting.
+fn enqueue_item(comm: &Comm, r: usize, k: usize, it: &Item, count: usize) {
+    let sum = BufRef::from(&it.sum);
+    if k.is_multiple_of(2) {
+        comm.enqueue().all_reduce(sum, sum, count, DataType::I32, ReduceOp::Sum).unwrap().detach();
+        return;
+    }
+    let mut g = Group::new();
+    g.send(comm, BufRef::from(&it.send), count, DataType::I32, 1 - r);
+    g.recv(comm, BufRef::from(&it.recv), count, DataType::I32, 1 - r);
+    g.call(comm, Call::all_reduce(sum, sum, count, DataType::I32, ReduceOp::Sum));
+    g.start().unwrap().detach();
+}
+
+/// Once the point-to-point connections exist, rank 0 enqueues `MAX_IN_FLIGHT` items —
+/// all-reduces and groups (a send, a receive and an all-reduce) in turn — before rank 1 makes
+/// any: every one returns at once (a group behind calls in flight, a call behind a group), all
+/// are in flight, and the next one waits. Then rank 1 makes the same calls, and every received
+/// buffer and sum equals what this test computes.
+#[test]
+fn groups_queue_behind_calls_in_flight_and_calls_behind_groups() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, cfg(Duration::from_secs(60))).unwrap();
+    let (items, count) = (MAX_IN_FLIGHT + 1, 777);
+    let data = |r: usize, k: usize| (0..count).map(|i| input(r, k, i)).collect::<Vec<_>>();
+    let bufs: Vec<Vec<Item>> = (0..2)
+        .map(|r| {
+            (0..items)
+                .map(|k| Item {
+                    send: be.upload(&data(r, k)).unwrap(),
+                    recv: be.alloc(4 * count).unwrap(),
+                    sum: be.upload(&data(r, k + 1000)).unwrap(),
+                })
+                .collect()
+        })
+        .collect();
+    // The connections first (a first send waits for its receiver's side to exist).
+    let warm: Vec<DeviceBuffer> = (0..2).map(|_| be.alloc(4).unwrap()).collect();
+    let mut g = Group::new();
+    for r in 0..2 {
+        g.send(&comms[r], BufRef::from(&warm[r]), 1, DataType::I32, 1 - r);
+        g.recv(&comms[r], BufRef::from(&warm[1 - r]), 1, DataType::I32, 1 - r);
+    }
+    g.run().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        let (comm0, bufs0) = (&comms[0], &bufs[0]);
+        s.spawn(move || {
+            for (k, it) in bufs0.iter().enumerate() {
+                enqueue_item(comm0, 0, k, it, count);
+                tx.send((k, comm0.calls_in_flight())).unwrap();
+            }
+        });
+        for k in 0..MAX_IN_FLIGHT {
+            let (got, in_flight) = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| {
+                panic!("item {k} of rank 0 ({}) waited for the calls before it", ["a call", "a group"][k % 2])
+            });
+            assert_eq!((got, in_flight), (k, k + 1), "every item so far is in flight");
+        }
+        assert!(
+            rx.recv_timeout(Duration::from_millis(500)).is_err(),
+            "item {} returned with {MAX_IN_FLIGHT} in flight that cannot finish",
+            MAX_IN_FLIGHT + 1
+        );
+        for (k, it) in bufs[1].iter().enumerate() {
+            enqueue_item(&comms[1], 1, k, it, count);
+        }
+        let (got, _) = rx.recv_timeout(Duration::from_secs(30)).expect("the last item returns");
+        assert_eq!(got, MAX_IN_FLIGHT);
+    });
+    for c in &comms {
+        c.wait_all().unwrap();
+        assert_eq!(c.calls_in_flight(), 0);
+    }
+    for k in 0..items {
+        let sum: Vec<i32> = (0..count).map(|i| input(0, k + 1000, i) + input(1, k + 1000, i)).collect();
+        for (r, rank_items) in bufs.iter().enumerate() {
+            let it = &rank_items[k];
+            assert_eq!(be.download::<i32>(&it.sum, count).unwrap(), sum, "item {k}, rank {r}: the sum");
+            if k % 2 == 1 {
+                let got = be.download::<i32>(&it.recv, count).unwrap();
+                assert_eq!(got, data(1 - r, k), "item {k}, rank {r}: what rank {} sent", 1 - r);
+            }
+        }
+    }
+}
+
+/// A send of 10 elements whose receive expects 12, in groups queued behind an all-reduce on
+/// both ranks, with an all-reduce queued behind each group: the group fails with the mismatch
+/// on both ranks, naming it, and the all-reduce behind it fails with the group's error (rank 1's
+/// at its enqueue where its group had already failed, as in the test above).
+#[test]
+fn a_call_behind_a_failed_group_fails_with_its_failure() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, cfg(Duration::from_secs(10))).unwrap();
+    let warm: Vec<DeviceBuffer> = (0..2).map(|_| be.alloc(4).unwrap()).collect();
+    let mut g = Group::new();
+    for r in 0..2 {
+        g.send(&comms[r], BufRef::from(&warm[r]), 1, DataType::I32, 1 - r);
+        g.recv(&comms[r], BufRef::from(&warm[1 - r]), 1, DataType::I32, 1 - r);
+    }
+    g.run().unwrap();
+    let bufs: Vec<[DeviceBuffer; 3]> = (0..2).map(|_| [0, 1, 2].map(|_| be.alloc(4 * 64).unwrap())).collect();
+    let started = Instant::now();
+    let mut works = Vec::new();
+    for r in 0..2 {
+        let [a, p, b] = &bufs[r];
+        let (a, p, b) = (BufRef::from(a), BufRef::from(p), BufRef::from(b));
+        let first = comms[r].enqueue().all_reduce(a, a, 64, DataType::I32, ReduceOp::Sum).unwrap();
+        let mut g = Group::new();
+        if r == 0 {
+            g.send(&comms[0], p, 10, DataType::I32, 1);
+        } else {
+            g.recv(&comms[1], p, 12, DataType::I32, 0);
+        }
+        let group = g.start().unwrap();
+        let behind = comms[r].enqueue().all_reduce(b, b, 64, DataType::I32, ReduceOp::Sum);
+        if r == 0 {
+            // Rank 1 has called nothing yet: all three are in flight on rank 0.
+            assert_eq!(comms[0].calls_in_flight(), 3, "the group and the call behind it queued");
+        }
+        works.push((first, group, behind));
+    }
+    for (r, (first, group, behind)) in works.into_iter().enumerate() {
+        first.wait().unwrap_or_else(|e| panic!("rank {r}: the all-reduce before the group: {e}"));
+        let e = group.wait().expect_err("a send larger or smaller than its receive fails");
+        assert!(matches!(e, Error::CallMismatch { .. }), "rank {r}: {e}");
+        let text = e.to_string();
+        assert!(text.contains("10") || text.contains("40"), "rank {r}: the sizes are named: {text}");
+        behind_error(behind, &e, &format!("rank {r}: the call behind a failed group fails"));
+    }
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
 }

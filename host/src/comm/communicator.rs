@@ -23,9 +23,9 @@ use super::msccl_loaded::Loaded;
 /// How long a rank whose collective timed out waits for the others' status answers.
 pub(super) const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Calls a communicator keeps in flight at once: a call returns once its kernel is enqueued
-/// (as NCCL's do), and the call after this many waits for those before it. Each call in flight
-/// holds a status area of its own.
+/// Calls (and groups) a communicator keeps in flight at once: a call returns once its kernel is
+/// enqueued (as NCCL's do), and the call after this many waits for those before it. Each call
+/// in flight holds a status area of its own.
 pub const MAX_IN_FLIGHT: usize = 16;
 
 /// A communicator's calls between enqueue and [`Work::wait`](super::Work::wait) (or
@@ -33,7 +33,8 @@ pub const MAX_IN_FLIGHT: usize = 16;
 #[derive(Default)]
 pub(super) struct Queue {
     /// The calls whose kernels (or worker) may still run, oldest first: up to
-    /// [`MAX_IN_FLIGHT`] kernels of [`InFlight::Kernel`], or one call of another kind.
+    /// [`MAX_IN_FLIGHT`] calls and groups whose kernels report in status areas of their own
+    /// ([`InFlight::pipelines`]), or one call of another kind.
     pub(super) flights: std::collections::VecDeque<InFlight>,
     /// Finished calls whose work has not asked yet: (which, result).
     pub(super) unclaimed: Vec<(FlightId, Result<()>)>,
@@ -75,8 +76,15 @@ pub(super) enum InFlight {
     Msccl(u64, Arc<Loaded>),
     /// The NVLS_TREE worker thread (collectives of the sub-communicators).
     NvlsTree(u64, std::thread::JoinHandle<Result<()>>),
-    /// A group's kernels (this rank's group number), finished by what its start left.
-    Group(u64, GroupFinish),
+    /// A group's kernels, finished by what its start left.
+    Group {
+        /// This rank's group number.
+        number: u64,
+        /// Waits for its kernels and reports.
+        finish: GroupFinish,
+        /// Whether it waits for a GEMM's tiles (calls do not queue behind such a group).
+        gated: bool,
+    },
 }
 
 impl InFlight {
@@ -85,14 +93,15 @@ impl InFlight {
         match self {
             InFlight::Kernel(k) => FlightId::Collective(k.seq),
             InFlight::Msccl(s, _) | InFlight::NvlsTree(s, _) => FlightId::Collective(*s),
-            InFlight::Group(n, _) => FlightId::Group(*n),
+            InFlight::Group { number, .. } => FlightId::Group(*number),
         }
     }
 
-    /// Whether calls may be enqueued behind it before it completes: a kernel with a status
-    /// area of its own, whose failure stops the kernels behind it (through the abort word).
+    /// Whether calls may be enqueued behind it before it completes: kernels with status areas
+    /// of their own (a call's, or an ungated group's), whose failure stops the kernels behind
+    /// them (through the abort word).
     pub(super) fn pipelines(&self) -> bool {
-        matches!(self, InFlight::Kernel(_))
+        matches!(self, InFlight::Kernel(_) | InFlight::Group { gated: false, .. })
     }
 }
 

@@ -52,7 +52,7 @@ impl Comm {
                 self.health.progress.finish(seq);
                 r
             }
-            InFlight::Group(_, finish) => finish(self),
+            InFlight::Group { finish, .. } => finish(self),
         }
     }
 

@@ -180,10 +180,10 @@ impl Comm {
     }
 
     /// Whether a kernel may be enqueued behind the calls in flight without completing them:
-    /// there are some, all kernels with status areas of their own, fewer than
+    /// there are some, all kernels with status areas of their own (calls' or groups'), fewer than
     /// [`MAX_IN_FLIGHT`], still running, and none has failed or been told to stop (the abort
     /// word is clear; a failure sets it).
-    fn can_queue(&self, q: &Queue) -> bool {
+    pub(super) fn can_queue(&self, q: &Queue) -> bool {
         !q.flights.is_empty()
             && q.flights.len() < MAX_IN_FLIGHT
             && q.flights.iter().all(InFlight::pipelines)

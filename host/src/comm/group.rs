@@ -3,8 +3,8 @@
 //! communicator.
 //!
 //! **Phases**, each done for every communicator before the next begins (so one thread may
-//! drive every rank of an [`Comm::init_all`] set): prepare (check the calls, wait for the call
-//! in flight, hold the queue), listen (the receiving sides of new point-to-point connections),
+//! drive every rank of an [`Comm::init_all`] set): prepare (check the calls, queue behind the
+//! calls in flight or complete them, hold the queue), listen (the receiving sides of new point-to-point connections),
 //! attach (their sending sides), launch, finish (wait, report).
 //!
 //! **Collectives in a group** run on the rings, in the order queued, before the point-to-point
@@ -206,8 +206,11 @@ impl<'a> Group<'a> {
 
     /// Starts the group without waiting for it (NCCL's `ncclGroupEnd` on a stream; PyTorch's
     /// `batch_isend_irecv`): checks, connects and launches every communicator's part, and
-    /// returns its [`GroupWork`]. Each communicator's next call (or the work's wait) completes
-    /// it; its buffers stay alive and in use until its kernels end, whatever the caller drops.
+    /// returns its [`GroupWork`]. On each communicator it queues behind the calls in flight
+    /// (up to [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT)), as a collective does; a later call that
+    /// cannot queue behind it, or the work's wait, completes it; its buffers stay alive and in
+    /// use until its kernels end, whatever the caller drops. Its argument tables are staged in
+    /// pinned memory and copied on the stream, so starting it does not wait for those calls.
     pub fn start(self) -> Result<GroupWork<'a>> {
         let prepared: Vec<Prepared> = self
             .parts
@@ -253,16 +256,14 @@ impl<'a> Group<'a> {
             let done = p.comm.done_flag(holds);
             let Prepared { queue: mut q, in_p2p, .. } = prep;
             let number = in_p2p.number();
-            q.flights.push_back(InFlight::Group(
-                number,
-                Box::new(move |c: &Comm| {
-                    let r = c.group_finish(number, &l);
-                    c.release_group(l, r.is_err());
-                    // The group ends here for the status answers.
-                    drop(in_p2p);
-                    r
-                }),
-            ));
+            let finish: super::communicator::GroupFinish = Box::new(move |c: &Comm| {
+                let r = c.group_finish(number, &l);
+                c.release_group(l, r.is_err());
+                // The group ends here for the status answers.
+                drop(in_p2p);
+                r
+            });
+            q.flights.push_back(InFlight::Group { number, finish, gated: p.gate.is_some() });
             work.parts.push((p.comm, number, done));
         }
         Ok(work)
@@ -465,8 +466,8 @@ impl Comm {
     }
 
     /// Phase 1 of a group on this communicator: checks `ops` and `calls`, pairs the
-    /// self-sends, completes the call in flight and waits until no call uses the buffers;
-    /// holds the queue until the group ends.
+    /// self-sends, completes the calls in flight where the group cannot queue behind them and
+    /// waits until no call uses the buffers; holds the queue until the group is in flight.
     fn group_prepare<'c>(
         &'c self,
         ops: &[P2p],
@@ -500,7 +501,11 @@ impl Comm {
             .map(|(d, c)| self.group_plan(c, d, gate.is_some()))
             .collect::<Result<_>>()?;
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        self.complete_in_flight(&mut queue);
+        // Behind the calls in flight where it can queue, as a collective does; a gated group
+        // (its sends wait for another stream's GEMM) first completes them.
+        if gate.is_some() || !self.can_queue(&queue) {
+            self.complete_in_flight(&mut queue);
+        }
         let in_p2p = self.health.progress.enter_p2p();
         for op in ops {
             op.buf.buf.wait_idle();
@@ -509,7 +514,7 @@ impl Comm {
             c.send.buf.wait_idle();
             c.recv.buf.wait_idle();
         }
-        self.arm()?;
+        self.arm_behind(!queue.flights.is_empty())?;
         // No departure check here, unlike a collective's: ranks that left may have been no
         // peer of this group, or done their part of it (a send's last steps wait in the
         // receiver's memory). A peer that dies mid-transfer stops the kernel (the watchdog's

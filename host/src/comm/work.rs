@@ -20,11 +20,12 @@ use std::sync::Arc;
 ///
 /// Collectives of one communicator run one after the other in the order they were enqueued,
 /// on its stream. Enqueuing one returns once its kernel is enqueued, behind up to
-/// [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT) ring, tree, NVLS or symmetric-LL calls still in
-/// flight (NCCL's enqueue-and-return); a call past that bound, a group, an MSCCL program or
-/// NVLS_TREE first waits for the calls in flight, and so does a call given a buffer that a call
-/// in flight (of any communicator) still uses. A call enqueued behind one that failed fails
-/// too, with that failure.
+/// [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT) ring, tree, NVLS or symmetric-LL calls and groups
+/// ([`Group::start`](crate::Group::start)) still in flight (NCCL's enqueue-and-return); a call
+/// past that bound, a group that waits for a GEMM's tiles, an MSCCL program or NVLS_TREE first
+/// waits for the calls in flight, and so does a call given a buffer that a call in flight (of
+/// any communicator) still uses. A call enqueued behind one that failed fails too, with that
+/// failure.
 ///
 /// ```
 /// use rsccl::{backend, BufRef, Comm, CommConfig, DataType, ReduceOp};
