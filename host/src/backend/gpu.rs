@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex};
 
+mod completer;
 mod multicast;
 
 fn driver(call: &'static str) -> impl Fn(DriverError) -> Error {
@@ -176,6 +177,8 @@ pub struct GpuBackend {
     /// Events (as addresses) of other streams' work the next launch on this stream waits
     /// for ([`Backend::defer_wait_for`]).
     deferred: Mutex<Vec<usize>>,
+    /// Runs the stream's host functions ([`Backend::host_fn`]) on a thread of its own.
+    completer: completer::Completer,
 }
 
 impl GpuBackend {
@@ -219,6 +222,7 @@ impl GpuBackend {
             }),
             stream: None,
             deferred: Mutex::new(Vec::new()),
+            completer: Default::default(),
         })
     }
 
@@ -653,50 +657,11 @@ impl Backend for GpuBackend {
     }
 
     fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
-        // Not a CUDA host function: `f` may free device memory, which a host function may not
-        // do. An event after the work so far, waited for by a thread of its own, then `f`.
-        let recorded = self.bind().ok().and_then(|()| {
-            let ev = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).ok()?;
-            // SAFETY: a fresh event and our stream, in the bound context.
-            match unsafe { result::event::record(ev, self.raw_stream()) } {
-                Ok(()) => Some(ev),
-                Err(_) => {
-                    // SAFETY: created above, destroyed once.
-                    let _ = unsafe { result::event::destroy(ev) };
-                    None
-                }
-            }
-        });
-        let Some(ev) = recorded else {
+        if self.bind().is_err() {
             let _ = self.synchronize();
             return f();
-        };
-        /// The event handle, moved to the waiting thread.
-        struct Event(sys::CUevent);
-        // SAFETY: an event handle may be used from any thread with its context bound.
-        unsafe impl Send for Event {}
-        let (shared, ev) = (self.shared.clone(), Event(ev));
-        let job = Arc::new(Mutex::new(Some(f)));
-        let mine = job.clone();
-        let spawned = std::thread::Builder::new().name("gpu-stream-host-fn".into()).spawn(move || {
-            let ev = ev;
-            if shared.ctx.bind_to_thread().is_ok() {
-                // SAFETY: recorded above; destroyed once, after the wait.
-                unsafe {
-                    let _ = result::event::synchronize(ev.0);
-                    let _ = result::event::destroy(ev.0);
-                }
-            }
-            if let Some(f) = mine.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                f();
-            }
-        });
-        if spawned.is_err() {
-            let _ = self.synchronize();
-            if let Some(f) = job.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                f();
-            }
         }
+        self.completer.host_fn(&self.shared.ctx, self.raw_stream(), f);
     }
 
     fn fork_stream(&self) -> Result<Arc<dyn Backend>> {
@@ -707,6 +672,7 @@ impl Backend for GpuBackend {
             shared: self.shared.clone(),
             stream: Some(Stream { raw, shared: self.shared.clone() }),
             deferred: Mutex::new(Vec::new()),
+            completer: Default::default(),
         }))
     }
 }
