@@ -147,7 +147,8 @@ fn protocol_latency_in_flight(gpu: &Arc<dyn Backend>) {
             }
         };
         let max = *sizes.last().expect("sizes");
-        // A buffer per call in flight: a call given one still in use would wait for it.
+        // A buffer per call in flight (one buffer would do: the calls run in order on each
+        // rank's stream), so no call's result feeds the next.
         let bufs: Vec<Vec<_>> =
             (0..n).map(|_| (0..MAX_IN_FLIGHT).map(|_| gpu.alloc(max).expect("buffer")).collect()).collect();
         for (j, &bytes) in sizes.iter().enumerate() {
@@ -173,6 +174,60 @@ fn protocol_latency_in_flight(gpu: &Arc<dyn Backend>) {
         &format!("{MAX_IN_FLIGHT} calls per rank, then one wait; 8 ranks x f32, 2 channels"),
         &us,
     );
+}
+
+/// Point-to-point latency on 8 ranks of this GPU (`Comm::init_all`, 2 channels): a ring
+/// shift, each rank sending `bytes` to the next and receiving from the previous in one group
+/// (PyTorch's `batch_isend_irecv`), timed per group blocking (`Group::run`) and with
+/// `MAX_IN_FLIGHT` groups per rank in flight then one wait per rank; the ratio is in flight to
+/// blocking (below 1: groups queued behind each other overlap their launches with the kernels).
+fn p2p_latency(gpu: &Arc<dyn Backend>) {
+    use rsccl::{BufRef, Comm, CommConfig, Group, MAX_IN_FLIGHT};
+    let n = 8usize;
+    let cfg =
+        CommConfig { nchannels: 2, timeout: std::time::Duration::from_secs(30), ..CommConfig::default() };
+    let comms = match Comm::init_all(gpu, n, cfg) {
+        Ok(c) => c,
+        Err(e) => return println!("  send/recv latency: could not make the communicators: {e}"),
+    };
+    let max = *LATENCY_SIZES.last().expect("sizes");
+    // Buffers per group in flight, as for the all-reduces in flight.
+    let bufs: Vec<Vec<_>> = (0..n)
+        .map(|_| {
+            (0..MAX_IN_FLIGHT)
+                .map(|_| (gpu.alloc(max).expect("send"), gpu.alloc(max).expect("recv")))
+                .collect()
+        })
+        .collect();
+    let group = |k: usize, count: usize| {
+        let mut g = Group::new();
+        for (r, c) in comms.iter().enumerate() {
+            let (s, d) = &bufs[r][k];
+            g.send(c, BufRef::from(s), count, DataType::F32, (r + 1) % n);
+            g.recv(c, BufRef::from(d), count, DataType::F32, (r + n - 1) % n);
+        }
+        g
+    };
+    println!("  send/recv latency, 8 ranks ring shift x f32, one group per shift (us per group):");
+    println!("  {:>9} {:>10} {:>10} {:>8}", "bytes", "blocking", "in flight", "ratio");
+    for &bytes in &LATENCY_SIZES {
+        let count = bytes / 4;
+        if let Err(e) = group(0, count).run() {
+            return println!("  send/recv latency {bytes} B: FAILED: {e}");
+        }
+        let blocking = best_of(20, || group(0, count).run().expect("send/recv")) * 1e6;
+        let batch = || -> rsccl::Result<()> {
+            for k in 0..MAX_IN_FLIGHT {
+                group(k, count).start()?.detach();
+            }
+            comms.iter().try_for_each(Comm::wait_all)
+        };
+        if let Err(e) = batch() {
+            return println!("  send/recv latency in flight {bytes} B: FAILED: {e}");
+        }
+        let in_flight = best_of(5, || batch().expect("send/recv")) * 1e6 / MAX_IN_FLIGHT as f64;
+        println!("  {bytes:>9} {blocking:>10.1} {in_flight:>10.1} {:>8.3}", in_flight / blocking);
+    }
 }
 
 fn main() {
@@ -247,6 +302,7 @@ fn main() {
     ring_all_reduce(&gpu, 2.0 * bytes as f64 / baseline);
     protocol_latency(&gpu);
     protocol_latency_in_flight(&gpu);
+    p2p_latency(&gpu);
     // The in-band call check's cost: 4 ranks (streams) of this GPU, with and without it.
     match rsccl_suite::call_check::measure(&gpu, &[(4096, 500), (64 << 20, 20)], 3) {
         Ok(rows) => rsccl_suite::call_check::print(&rows),
