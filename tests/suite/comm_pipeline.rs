@@ -115,7 +115,7 @@ fn a_call_behind_a_failed_one_fails_with_its_failure() {
             // Rank 0 all-reduces 100 elements where rank 1 all-reduces 200.
             let first = comms[r].enqueue().all_reduce(ab, ab, 100 * (r + 1), DataType::I32, ReduceOp::Sum);
             let second = comms[r].enqueue().all_reduce(bb, bb, 64, DataType::I32, ReduceOp::Sum);
-            // Buffers of its own: a buffer still in use by a call in flight waits for it.
+            // A buffer of its own (its result is checked apart from the others').
             let cb = BufRef::from(&c[r]);
             let third = comms[r].enqueue().all_reduce(cb, cb, 0, DataType::I32, ReduceOp::Sum);
             if r == 0 {
@@ -316,4 +316,87 @@ fn a_call_behind_a_failed_group_fails_with_its_failure() {
         behind_error(behind, &e, &format!("rank {r}: the call behind a failed group fails"));
     }
     assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+}
+
+/// The pattern of a training loop: the same buffer all-reduced in place call after call.
+/// Rank 0 enqueues `MAX_IN_FLIGHT` of them before rank 1 calls anything: each returns at once
+/// (the calls before it that use the buffer run before it on the same stream), and after both
+/// ranks' calls every element is the first sum doubled `MAX_IN_FLIGHT - 1` times (the
+/// download, a copy out of the buffer, waits for every call using it).
+#[test]
+fn one_buffer_reduced_in_place_call_after_call_stays_in_flight() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, cfg(Duration::from_secs(60))).unwrap();
+    let count = 513;
+    let bufs: Vec<DeviceBuffer> = (0..2)
+        .map(|r| be.upload(&(0..count).map(|i| input(r, 0, i) / 8).collect::<Vec<_>>()).unwrap())
+        .collect();
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        let (comm0, buf0) = (&comms[0], &bufs[0]);
+        s.spawn(move || {
+            for k in 0..MAX_IN_FLIGHT {
+                let b = BufRef::from(buf0);
+                comm0.enqueue().all_reduce(b, b, count, DataType::I32, ReduceOp::Sum).unwrap().detach();
+                tx.send((k, comm0.calls_in_flight())).unwrap();
+            }
+        });
+        for k in 0..MAX_IN_FLIGHT {
+            let (got, in_flight) = rx
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("call {k} on the same buffer waited for the calls before it"));
+            assert_eq!((got, in_flight), (k, k + 1));
+        }
+        for _ in 0..MAX_IN_FLIGHT {
+            let b = BufRef::from(&bufs[1]);
+            comms[1].enqueue().all_reduce(b, b, count, DataType::I32, ReduceOp::Sum).unwrap().detach();
+        }
+    });
+    let want: Vec<i32> =
+        (0..count).map(|i| (input(0, 0, i) / 8 + input(1, 0, i) / 8) << (MAX_IN_FLIGHT - 1)).collect();
+    for (r, b) in bufs.iter().enumerate() {
+        // The download waits for the calls using the buffer, then reads their result.
+        assert_eq!(be.download::<i32>(b, count).unwrap(), want, "rank {r}");
+    }
+    for c in &comms {
+        c.wait_all().unwrap();
+    }
+}
+
+/// A buffer that a call in flight of one communicator uses, given to a call of another (its own
+/// stream): that call waits until the first has ended — the streams do not order them — and
+/// then reduces the first one's result.
+#[test]
+fn a_buffer_in_use_on_another_communicator_waits_for_that_call() {
+    let be = backend::cpu();
+    let a = Comm::init_all(&be, 2, cfg(Duration::from_secs(60))).unwrap();
+    let b = Comm::init_all(&be, 2, cfg(Duration::from_secs(60))).unwrap();
+    let count = 300;
+    let shared = be.upload(&(0..count).map(|i| input(0, 0, i)).collect::<Vec<_>>()).unwrap();
+    let others: Vec<DeviceBuffer> =
+        (0..2).map(|k| be.upload(&(0..count).map(|i| input(1, k, i)).collect::<Vec<_>>()).unwrap()).collect();
+    let sb = BufRef::from(&shared);
+    a[0].enqueue().all_reduce(sb, sb, count, DataType::I32, ReduceOp::Sum).unwrap().detach();
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        let b0 = &b[0];
+        s.spawn(move || {
+            b0.enqueue().all_reduce(sb, sb, count, DataType::I32, ReduceOp::Sum).unwrap().detach();
+            tx.send(()).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(500)).is_err(),
+            "the second communicator's call returned while the first one's call in flight used its buffer"
+        );
+        let o = BufRef::from(&others[0]);
+        a[1].enqueue().all_reduce(o, o, count, DataType::I32, ReduceOp::Sum).unwrap().detach();
+        rx.recv_timeout(Duration::from_secs(30)).expect("it returns once the first call ended");
+        let o = BufRef::from(&others[1]);
+        b[1].enqueue().all_reduce(o, o, count, DataType::I32, ReduceOp::Sum).unwrap().detach();
+    });
+    for c in a.iter().chain(&b) {
+        c.wait_all().unwrap();
+    }
+    let want: Vec<i32> = (0..count).map(|i| input(0, 0, i) + input(1, 0, i) + input(1, 1, i)).collect();
+    assert_eq!(be.download::<i32>(&shared, count).unwrap(), want);
 }

@@ -70,26 +70,46 @@ pub struct DeviceBuffer {
     owner: Arc<Owner>,
 }
 
-/// The memory of a [`DeviceBuffer`] and how many enqueued collectives still use it: the
-/// memory lives until the last of them completes, and copies wait for them (as CUDA's
-/// synchronous copies wait for the device), so a collective in flight never races the host.
+/// The memory of a [`DeviceBuffer`] and the enqueued collectives that still use it: the memory
+/// lives until the last of them completes, and copies wait for them (as CUDA's synchronous
+/// copies wait for the device), so a collective in flight never races the host.
 struct Owner {
     _mem: Box<dyn Any + Send + Sync>,
-    users: std::sync::Mutex<usize>,
+    /// Per stream that enqueued work using the buffer ([`StreamKey`]), how many such works.
+    users: std::sync::Mutex<Vec<(StreamKey, usize)>>,
     idle: std::sync::Condvar,
+}
+
+/// Which stream enqueued a use of a buffer ([`DeviceBuffer::hold_on`]): work of one stream
+/// runs in the order enqueued, so a call on that stream need not wait for the uses before it.
+/// [`StreamKey::ANY`]: work that does not run on one stream in order (every call waits for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StreamKey(usize);
+
+impl StreamKey {
+    /// A use no call may queue behind.
+    pub(crate) const ANY: StreamKey = StreamKey(0);
+
+    /// The key of the stream of `backend` (one handle per stream: [`Backend::fork_stream`]).
+    pub(crate) fn of(backend: &Arc<dyn Backend>) -> StreamKey {
+        StreamKey(Arc::as_ptr(backend) as *const () as usize)
+    }
 }
 
 /// One enqueued collective's use of a buffer: keeps its memory alive and its copies waiting
 /// until dropped (by the stream, once the kernel completed).
-pub(crate) struct Hold(Arc<Owner>);
+pub(crate) struct Hold(Arc<Owner>, StreamKey);
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let mut n = self.0.users.lock().unwrap_or_else(|p| p.into_inner());
-        *n -= 1;
-        if *n == 0 {
-            self.0.idle.notify_all();
+        let mut users = self.0.users.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = users.iter().position(|(k, _)| *k == self.1) {
+            users[i].1 -= 1;
+            if users[i].1 == 0 {
+                users.swap_remove(i);
+            }
         }
+        self.0.idle.notify_all();
     }
 }
 
@@ -98,7 +118,6 @@ impl DeviceBuffer {
         let owner = Arc::new(Owner { _mem: owner, users: Default::default(), idle: Default::default() });
         DeviceBuffer { ptr, len, owner }
     }
-    /// Marks the buffer in use by an enqueued collective until the returned hold is dropped.
     /// A buffer over `len` bytes at `ptr` that this crate does not own (a C caller's memory,
     /// as `libnccl` receives it): nothing is freed when it drops.
     ///
@@ -110,9 +129,19 @@ impl DeviceBuffer {
         DeviceBuffer::new(ptr, len, Box::new(()))
     }
 
+    /// Marks the buffer in use by enqueued work until the returned hold is dropped (work no
+    /// later call may queue behind: see [`DeviceBuffer::hold_on`]).
     pub(crate) fn hold(&self) -> Hold {
-        *self.owner.users.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        Hold(self.owner.clone())
+        self.hold_on(StreamKey::ANY)
+    }
+    /// [`DeviceBuffer::hold`] for work enqueued on the stream of `key`.
+    pub(crate) fn hold_on(&self, key: StreamKey) -> Hold {
+        let mut users = self.owner.users.lock().unwrap_or_else(|p| p.into_inner());
+        match users.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => users.push((key, 1)),
+        }
+        Hold(self.owner.clone(), key)
     }
     /// Keeps the buffer's memory alive (without marking it in use) as long as the returned
     /// value lives: for registrations such as symmetric windows, which outlive any one call.
@@ -121,9 +150,14 @@ impl DeviceBuffer {
     }
     /// Waits until no enqueued collective uses the buffer.
     pub(crate) fn wait_idle(&self) {
-        let mut n = self.owner.users.lock().unwrap_or_else(|p| p.into_inner());
-        while *n > 0 {
-            n = self.owner.idle.wait(n).unwrap_or_else(|p| p.into_inner());
+        self.wait_idle_but(StreamKey::ANY)
+    }
+    /// Waits until no collective enqueued on another stream than `key`'s uses the buffer (the
+    /// uses on that stream end before work enqueued there after them starts).
+    pub(crate) fn wait_idle_but(&self, key: StreamKey) {
+        let mut users = self.owner.users.lock().unwrap_or_else(|p| p.into_inner());
+        while users.iter().any(|(k, _)| *k != key || key == StreamKey::ANY) {
+            users = self.owner.idle.wait(users).unwrap_or_else(|p| p.into_inner());
         }
     }
     /// Device address of the first byte (16-byte aligned on both backends).

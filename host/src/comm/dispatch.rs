@@ -42,7 +42,8 @@ impl Comm {
             _ => {}
         }
         let status = self.tables.status_pool.take(&*self.stream, self.tables.status.len())?;
-        let holds = [call.send.buf.hold(), call.recv.buf.hold()];
+        let key = self.stream_key();
+        let holds = [call.send.buf.hold_on(key), call.recv.buf.hold_on(key)];
         // SAFETY: the check showed both buffers hold what this rank reads and writes; the
         // holds keep their memory alive, and their copies waiting, until the kernel completed;
         // the status area (zeroed, of the size of the communicator's own) lives in its flight.
@@ -158,8 +159,9 @@ impl Comm {
 
     /// This communicator's queue, once the calls in flight completed (their results kept for
     /// their works) — or, with `pipelined`, only where the next kernel cannot queue behind
-    /// them — no collective (of any communicator) still uses `send` or `recv`, and the abort
-    /// word is armed for the next kernel.
+    /// them — no collective of another stream (another communicator's, an MSCCL program's or
+    /// NVLS_TREE's) still uses `send` or `recv`, and the abort word is armed for the next
+    /// kernel.
     pub(super) fn ready_for(
         &self,
         send: BufRef,
@@ -170,8 +172,9 @@ impl Comm {
         if !(pipelined && self.can_queue(&q)) {
             self.complete_in_flight(&mut q);
         }
-        send.buf.wait_idle();
-        recv.buf.wait_idle();
+        // Uses of this stream's calls in flight end before its next kernel starts.
+        send.buf.wait_idle_but(self.stream_key());
+        recv.buf.wait_idle_but(self.stream_key());
         self.arm_behind(!q.flights.is_empty())?;
         // After arming: a rank that leaves or dies from now on stops the kernel through the
         // armed word.
@@ -204,6 +207,11 @@ impl Comm {
 }
 
 impl Comm {
+    /// The key of this communicator's stream, which its calls' buffer holds carry.
+    pub(super) fn stream_key(&self) -> crate::backend::StreamKey {
+        crate::backend::StreamKey::of(&self.stream)
+    }
+
     /// A flag set when the work enqueued so far on this communicator's stream has ended, which
     /// is also when `holds` (the buffers that work uses) are released.
     pub(super) fn done_flag<H: Send + 'static>(&self, holds: H) -> Arc<AtomicBool> {

@@ -247,11 +247,12 @@ impl<'a> Group<'a> {
         }
         let mut work = GroupWork { parts: Vec::with_capacity(self.parts.len()), claimed: false };
         for ((p, prep), l) in self.parts.iter().zip(prepared).zip(launched) {
+            let key = p.comm.stream_key();
             let holds: Vec<_> = p
                 .ops
                 .iter()
-                .map(|o| o.buf.buf.hold())
-                .chain(p.calls.iter().flat_map(|c| [c.send.buf.hold(), c.recv.buf.hold()]))
+                .map(|o| o.buf.buf.hold_on(key))
+                .chain(p.calls.iter().flat_map(|c| [c.send.buf.hold_on(key), c.recv.buf.hold_on(key)]))
                 .collect();
             let done = p.comm.done_flag(holds);
             let Prepared { queue: mut q, in_p2p, .. } = prep;
@@ -507,12 +508,14 @@ impl Comm {
             self.complete_in_flight(&mut queue);
         }
         let in_p2p = self.health.progress.enter_p2p();
+        // Uses of this stream's calls in flight end before the group's kernels start.
+        let key = self.stream_key();
         for op in ops {
-            op.buf.buf.wait_idle();
+            op.buf.buf.wait_idle_but(key);
         }
         for c in calls {
-            c.send.buf.wait_idle();
-            c.recv.buf.wait_idle();
+            c.send.buf.wait_idle_but(key);
+            c.recv.buf.wait_idle_but(key);
         }
         self.arm_behind(!queue.flights.is_empty())?;
         // No departure check here, unlike a collective's: ranks that left may have been no

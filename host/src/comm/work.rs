@@ -23,8 +23,10 @@ use std::sync::Arc;
 /// [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT) ring, tree, NVLS or symmetric-LL calls and groups
 /// ([`Group::start`](crate::Group::start)) still in flight (NCCL's enqueue-and-return); a call
 /// past that bound, a group that waits for a GEMM's tiles, an MSCCL program or NVLS_TREE first
-/// waits for the calls in flight, and so does a call given a buffer that a call in flight (of
-/// any communicator) still uses. A call enqueued behind one that failed fails too, with that
+/// waits for the calls in flight. A buffer may be given to calls in flight one after another
+/// (an in-place all-reduce of the same gradients each step): they run in order on this
+/// communicator's stream; a call given a buffer that another communicator's call in flight
+/// still uses waits for that call. A call enqueued behind one that failed fails too, with that
 /// failure.
 ///
 /// ```
