@@ -309,7 +309,14 @@ fn run_alone(q: &Queued) -> Res {
             }
         }
         Queued::Rooted { comm, kind: RootedKind::AllToAll, send, recv, count, dtype, .. } => {
-            Ok(comm_of(*comm)?.all_to_all(BufRef::from(send), BufRef::from(recv), *count, *dtype)?)
+            let (c, s, r) = (comm_of(*comm)?, BufRef::from(send), BufRef::from(recv));
+            if handle::on_gpu() {
+                // Enqueued and returned, as the collectives are (NCCL's stream semantics).
+                c.enqueue().all_to_all(s, r, *count, *dtype)?.detach();
+                Ok(())
+            } else {
+                Ok(c.all_to_all(s, r, *count, *dtype)?)
+            }
         }
         _ => group_of(std::slice::from_ref(q)),
     })
