@@ -18,6 +18,33 @@ fn input(r: usize, k: usize, i: usize) -> i32 {
     ((i * 7 + r * 13 + k * 101) % 1000) as i32 - 500
 }
 
+/// In-place all-reduces of `bufs` enqueued on `comm` one after the other and detached, each
+/// return reported on `tx` as (its index, the calls then in flight).
+fn all_reduces_reporting<'b>(
+    comm: &Comm,
+    bufs: impl Iterator<Item = &'b DeviceBuffer>,
+    count: usize,
+    tx: mpsc::Sender<(usize, usize)>,
+) {
+    for (k, b) in bufs.enumerate() {
+        let b = BufRef::from(b);
+        comm.enqueue().all_reduce(b, b, count, DataType::I32, ReduceOp::Sum).unwrap().detach();
+        tx.send((k, comm.calls_in_flight())).unwrap();
+    }
+}
+
+/// The first `MAX_IN_FLIGHT` reports of a thread enqueuing calls nobody else has made yet:
+/// each comes at once (`what(k)` names the call that waited otherwise), with every call so far
+/// in flight.
+fn expect_returns_at_once(rx: &mpsc::Receiver<(usize, usize)>, what: impl Fn(usize) -> String) {
+    for k in 0..MAX_IN_FLIGHT {
+        let (got, in_flight) = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{} waited for the calls before it", what(k)));
+        assert_eq!((got, in_flight), (k, k + 1), "every call so far is in flight");
+    }
+}
+
 /// Rank 0 enqueues `MAX_IN_FLIGHT` all-reduces (each on buffers of its own) before rank 1 has
 /// made any call: they cannot finish, yet every enqueue returns, and all are in flight at once.
 /// The next one waits for them (it returns only after rank 1 calls). Then rank 1 makes the same
@@ -37,20 +64,9 @@ fn calls_return_at_enqueue_up_to_the_bound_and_the_next_waits() {
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|s| {
         let (comm0, bufs0) = (&comms[0], &bufs[0]);
-        s.spawn(move || {
-            for (k, b) in bufs0.iter().enumerate() {
-                let b = BufRef::from(b);
-                comm0.enqueue().all_reduce(b, b, count, DataType::I32, ReduceOp::Sum).unwrap().detach();
-                tx.send((k, comm0.calls_in_flight())).unwrap();
-            }
-        });
+        s.spawn(move || all_reduces_reporting(comm0, bufs0.iter(), count, tx));
         // Before rank 1 calls anything: rank 0's first MAX_IN_FLIGHT enqueues return.
-        for k in 0..MAX_IN_FLIGHT {
-            let (got, in_flight) = rx
-                .recv_timeout(Duration::from_secs(20))
-                .unwrap_or_else(|_| panic!("enqueue {k} of rank 0 waited for the calls before it"));
-            assert_eq!((got, in_flight), (k, k + 1), "every call so far is in flight");
-        }
+        expect_returns_at_once(&rx, |k| format!("enqueue {k} of rank 0"));
         // The next one waits: the calls in flight need rank 1.
         assert!(
             rx.recv_timeout(Duration::from_millis(500)).is_err(),
@@ -175,6 +191,18 @@ fn a_hang_stops_the_calls_behind_it_and_the_report_names_the_call_that_hung() {
     assert!(elapsed < timeout * 6, "ten calls in flight took {elapsed:?} to fail (timeout {timeout:?} each)");
 }
 
+/// Makes the point-to-point connections of two ranks both ways (a first send waits for its
+/// receiver's side to exist, so a test of sends that queue makes them first).
+fn connect(be: &std::sync::Arc<dyn rsccl::backend::Backend>, comms: &[Comm]) {
+    let warm: Vec<DeviceBuffer> = (0..2).map(|_| be.alloc(4).unwrap()).collect();
+    let mut g = Group::new();
+    for r in 0..2 {
+        g.send(&comms[r], BufRef::from(&warm[r]), 1, DataType::I32, 1 - r);
+        g.recv(&comms[r], BufRef::from(&warm[1 - r]), 1, DataType::I32, 1 - r);
+    }
+    g.run().unwrap();
+}
+
 /// Rank `r`'s buffers of item `k` of [`groups_queue_behind_calls_in_flight_and_calls_behind_groups`]:
 /// what it sends, where it receives, what it all-reduces.
 struct Item {
@@ -220,14 +248,7 @@ fn groups_queue_behind_calls_in_flight_and_calls_behind_groups() {
                 .collect()
         })
         .collect();
-    // The connections first (a first send waits for its receiver's side to exist).
-    let warm: Vec<DeviceBuffer> = (0..2).map(|_| be.alloc(4).unwrap()).collect();
-    let mut g = Group::new();
-    for r in 0..2 {
-        g.send(&comms[r], BufRef::from(&warm[r]), 1, DataType::I32, 1 - r);
-        g.recv(&comms[r], BufRef::from(&warm[1 - r]), 1, DataType::I32, 1 - r);
-    }
-    g.run().unwrap();
+    connect(&be, &comms);
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|s| {
         let (comm0, bufs0) = (&comms[0], &bufs[0]);
@@ -237,12 +258,7 @@ fn groups_queue_behind_calls_in_flight_and_calls_behind_groups() {
                 tx.send((k, comm0.calls_in_flight())).unwrap();
             }
         });
-        for k in 0..MAX_IN_FLIGHT {
-            let (got, in_flight) = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| {
-                panic!("item {k} of rank 0 ({}) waited for the calls before it", ["a call", "a group"][k % 2])
-            });
-            assert_eq!((got, in_flight), (k, k + 1), "every item so far is in flight");
-        }
+        expect_returns_at_once(&rx, |k| format!("item {k} of rank 0 ({})", ["a call", "a group"][k % 2]));
         assert!(
             rx.recv_timeout(Duration::from_millis(500)).is_err(),
             "item {} returned with {MAX_IN_FLIGHT} in flight that cannot finish",
@@ -279,13 +295,7 @@ fn groups_queue_behind_calls_in_flight_and_calls_behind_groups() {
 fn a_call_behind_a_failed_group_fails_with_its_failure() {
     let be = backend::cpu();
     let comms = Comm::init_all(&be, 2, cfg(Duration::from_secs(10))).unwrap();
-    let warm: Vec<DeviceBuffer> = (0..2).map(|_| be.alloc(4).unwrap()).collect();
-    let mut g = Group::new();
-    for r in 0..2 {
-        g.send(&comms[r], BufRef::from(&warm[r]), 1, DataType::I32, 1 - r);
-        g.recv(&comms[r], BufRef::from(&warm[1 - r]), 1, DataType::I32, 1 - r);
-    }
-    g.run().unwrap();
+    connect(&be, &comms);
     let bufs: Vec<[DeviceBuffer; 3]> = (0..2).map(|_| [0, 1, 2].map(|_| be.alloc(4 * 64).unwrap())).collect();
     let started = Instant::now();
     let mut works = Vec::new();
@@ -334,19 +344,8 @@ fn one_buffer_reduced_in_place_call_after_call_stays_in_flight() {
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|s| {
         let (comm0, buf0) = (&comms[0], &bufs[0]);
-        s.spawn(move || {
-            for k in 0..MAX_IN_FLIGHT {
-                let b = BufRef::from(buf0);
-                comm0.enqueue().all_reduce(b, b, count, DataType::I32, ReduceOp::Sum).unwrap().detach();
-                tx.send((k, comm0.calls_in_flight())).unwrap();
-            }
-        });
-        for k in 0..MAX_IN_FLIGHT {
-            let (got, in_flight) = rx
-                .recv_timeout(Duration::from_secs(20))
-                .unwrap_or_else(|_| panic!("call {k} on the same buffer waited for the calls before it"));
-            assert_eq!((got, in_flight), (k, k + 1));
-        }
+        s.spawn(move || all_reduces_reporting(comm0, std::iter::repeat_n(buf0, MAX_IN_FLIGHT), count, tx));
+        expect_returns_at_once(&rx, |k| format!("call {k} on the same buffer"));
         for _ in 0..MAX_IN_FLIGHT {
             let b = BufRef::from(&bufs[1]);
             comms[1].enqueue().all_reduce(b, b, count, DataType::I32, ReduceOp::Sum).unwrap().detach();
