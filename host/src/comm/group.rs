@@ -4,8 +4,8 @@
 //!
 //! **Phases**, each done for every communicator before the next begins (so one thread may
 //! drive every rank of an [`Comm::init_all`] set): prepare (check the calls, queue behind the
-//! calls in flight or complete them, hold the queue), listen (the receiving sides of new point-to-point connections),
-//! attach (their sending sides), launch, finish (wait, report).
+//! calls in flight or complete them, hold the queue), listen (the receiving sides of new
+//! point-to-point connections), attach (their sending sides), launch, finish (wait, report).
 //!
 //! **Collectives in a group** run on the rings, in the order queued, before the point-to-point
 //! operations, in the same kernel ([`rsccl_device::coll::group`]), each on the protocol the
