@@ -240,8 +240,7 @@ impl<'a> Group<'a> {
         if let Some(e) = first_err {
             // The parts launched before the failure end before the error returns.
             for ((p, prep), l) in self.parts.iter().zip(&prepared).zip(launched) {
-                let _ = p.comm.group_finish(prep.in_p2p.number(), &l);
-                p.comm.release_group(l, true);
+                let _ = p.comm.group_end(prep.in_p2p.number(), l);
             }
             return Err(e);
         }
@@ -258,8 +257,7 @@ impl<'a> Group<'a> {
             let Prepared { queue: mut q, in_p2p, .. } = prep;
             let number = in_p2p.number();
             let finish: super::communicator::GroupFinish = Box::new(move |c: &Comm| {
-                let r = c.group_finish(number, &l);
-                c.release_group(l, r.is_err());
+                let r = c.group_end(number, l);
                 // The group ends here for the status answers.
                 drop(in_p2p);
                 r
@@ -810,6 +808,14 @@ impl Comm {
             works: Vec::new(),
             p2p: Some(P2pPart { status, nblocks, dev, notes }),
         }))
+    }
+
+    /// Phase 5 ([`Comm::group_finish`]), then the group's tables and status areas go back
+    /// ([`Comm::release_group`]).
+    fn group_end(&self, group: u64, launched: Vec<Launched>) -> Result<()> {
+        let r = self.group_finish(group, &launched);
+        self.release_group(launched, r.is_err());
+        r
     }
 
     /// Gives a group's tables and status areas back once its kernels ended; the status areas
