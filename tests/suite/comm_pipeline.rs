@@ -399,3 +399,45 @@ fn a_buffer_in_use_on_another_communicator_waits_for_that_call() {
     let want: Vec<i32> = (0..count).map(|i| input(0, 0, i) + input(1, 0, i) + input(1, 1, i)).collect();
     assert_eq!(be.download::<i32>(&shared, count).unwrap(), want);
 }
+
+/// Rank 0 has a send to rank 1 in flight (rank 1 has not received yet) and an all-reduce
+/// queued behind it when rank 2 drops its `Comm`: the send goes on — rank 2 is no peer of it —
+/// and rank 1's receive gets its bytes; the all-reduce, which needs rank 2, stops once the
+/// send's kernel ended and fails naming rank 2, instead of waiting out its timeout. A group
+/// that holds a collective is refused at its start once a rank left before it.
+#[test]
+fn a_departure_stops_the_collective_behind_a_group_once_the_group_ends() {
+    let be = backend::cpu();
+    let timeout = Duration::from_secs(20);
+    let mut comms = Comm::init_all(&be, 3, cfg(timeout)).unwrap();
+    let leaver = comms.pop().unwrap();
+    connect(&be, &comms);
+    let count = 300;
+    let data: Vec<i32> = (0..count).map(|i| input(0, 0, i)).collect();
+    let (src, dst, sum) =
+        (be.upload(&data).unwrap(), be.alloc(4 * count).unwrap(), be.alloc(4 * count).unwrap());
+    let mut g = Group::new();
+    g.send(&comms[0], BufRef::from(&src), count, DataType::I32, 1);
+    let sent = g.start().unwrap();
+    let s = BufRef::from(&sum);
+    let behind = comms[0].enqueue().all_reduce(s, s, count, DataType::I32, ReduceOp::Sum).unwrap();
+    assert_eq!(comms[0].calls_in_flight(), 2, "the all-reduce queued behind the send");
+    drop(leaver);
+    // Rank 0's send still waits for rank 1's receive, and the all-reduce behind it.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!sent.is_done() && !behind.is_done(), "rank 2's departure stopped the send");
+    let left = Instant::now();
+    comms[1].recv(BufRef::from(&dst), count, DataType::I32, 0).unwrap();
+    sent.wait().expect("a send between ranks 0 and 1 does not need rank 2");
+    assert_eq!(be.download::<i32>(&dst, count).unwrap(), data);
+    let e = behind.wait().expect_err("the all-reduce needs rank 2").to_string();
+    assert!(e.contains("rank 2 left the communicator"), "{e}");
+    assert!(left.elapsed() < timeout / 2, "the all-reduce waited {:?} (timeout {timeout:?})", left.elapsed());
+    // Rank 1 has entered no collective: a group holding one is refused, naming rank 2.
+    let mut g = Group::new();
+    g.call(&comms[1], Call::all_reduce(s, s, count, DataType::I32, ReduceOp::Sum));
+    let started = Instant::now();
+    let e = g.start().expect_err("a group's all-reduce needs rank 2").to_string();
+    assert!(e.contains("rank 2 left the communicator"), "{e}");
+    assert!(started.elapsed() < timeout / 2, "the group waited {:?}", started.elapsed());
+}

@@ -229,12 +229,17 @@ impl Comm {
     /// `Err` naming the peer processes of this host that died, or the ranks of this process that
     /// left this communicator, if any (`failures`: what this rank's channels reported).
     pub(super) fn check_peers_here(&self, failures: &[RankFailure]) -> Result<()> {
+        // The call this rank is in (or about to enter): peers that left before finishing it.
+        let seq = self.health.progress.in_flight().map_or(self.health.progress.done() + 1, |(s, _)| s);
+        self.check_peers_at(failures, seq)
+    }
+
+    /// [`Comm::check_peers_here`] for collective `seq`.
+    pub(super) fn check_peers_at(&self, failures: &[RankFailure], seq: u64) -> Result<()> {
         let dead = self.health.watchdog.as_ref().map(super::watchdog::Watchdog::dead).unwrap_or_default();
         if !dead.is_empty() {
             return Err(self.fail(Error::PeerDied { rank: self.rank, dead, failures: failures.to_vec() }));
         }
-        // The call this rank is in (or about to enter): peers that left before finishing it.
-        let seq = self.health.progress.in_flight().map_or(self.health.progress.done() + 1, |(s, _)| s);
         let left = super::departure::left(self.links.conn_key, self.rank, seq);
         if left.is_empty() {
             return Ok(());

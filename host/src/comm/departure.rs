@@ -89,13 +89,10 @@ fn mark(key: u128, rank: usize, done: u64, why: Option<String>, remote: bool) ->
             members.iter_mut().filter(|m| m.rank == rank).for_each(|m| m.left = Some((done, why.clone())));
             true
         };
-        // In a later call, or about to enter one: a member between arming its word and
-        // entering its call has no call in flight yet, and checked for departures before this.
-        let waiting = |m: &Member| {
-            m.progress
-                .upgrade()
-                .is_some_and(|p| !p.in_p2p() && p.in_flight().map_or(p.done() + 1, |(seq, _)| seq) > done)
-        };
+        // In a later call, or about to enter one (a member between arming its word and
+        // entering its call checked for departures before this); behind its groups that do
+        // not need the leaver, the stop waits for them to end.
+        let waiting = |m: &Member| m.progress.upgrade().is_some_and(|p| p.on_departure(done, &m.abort));
         let others = members
             .iter()
             .filter(|m| m.left.is_none() && waiting(m))
@@ -261,6 +258,42 @@ mod tests {
         leave(key, 0, 1, None);
         leave(key, 1, 1, None);
         leave(key, 3, 1, None);
+        assert!(with(|t| !t.contains_key(&key)));
+    }
+
+    #[test]
+    fn groups_ahead_of_the_call_a_departure_concerns_go_on_and_the_stop_follows_them() {
+        let be = crate::backend::cpu();
+        let key = 0xfeed_u128 << 64 | 7;
+        let words: Vec<Arc<HostMapped>> = (0..4).map(|_| Arc::new(be.alloc_mapped(4).unwrap())).collect();
+        let progress: Vec<Arc<Progress>> = (0..4).map(|_| Arc::new(Progress::default())).collect();
+        for (r, (w, p)) in words.iter().zip(&progress).enumerate() {
+            join(key, r, w, p);
+        }
+        let ar = rsccl_device::coll::Collective::AllReduce;
+        // Rank 0: a send in flight (group #1), collective #1 queued behind it.
+        let send = progress[0].enter_p2p(0);
+        progress[0].enter(ar, false);
+        // Rank 1: a group holding collective #1.
+        let _holding = progress[1].enter_p2p(1);
+        progress[1].enter(ar, false);
+        // Rank 3: a receive in flight, no collective.
+        let recv = progress[3].enter_p2p(0);
+        leave(key, 2, 0, None);
+        let stopped = || words.iter().map(|w| w.load_u32(0).unwrap()).collect::<Vec<u32>>();
+        assert_eq!(stopped(), [0, 1, 0, 0], "only the group holding the collective stops now");
+        // Rank 0's send ends: the collective behind it stops. Rank 3's receive ends with no
+        // collective in flight: nothing to stop (its next call checks for departures).
+        progress[0].kernels_ended(send.number());
+        progress[3].kernels_ended(recv.number());
+        assert_eq!(stopped(), [1, 1, 0, 0]);
+        // The group's completion on the host ends it again: nothing more happens.
+        words[0].store_u32(0, 0).unwrap();
+        drop((send, recv));
+        assert_eq!(stopped(), [0, 1, 0, 0]);
+        for r in [0, 1, 3] {
+            leave(key, r, 0, None);
+        }
         assert!(with(|t| !t.contains_key(&key)));
     }
 }

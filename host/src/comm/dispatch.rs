@@ -177,8 +177,8 @@ impl Comm {
         recv.buf.wait_idle_but(self.stream_key());
         self.arm_behind(!q.flights.is_empty())?;
         // After arming: a rank that leaves or dies from now on stops the kernel through the
-        // armed word.
-        self.check_peers_here(&[])?;
+        // armed word. The call is the next to enter (behind calls in flight, not theirs).
+        self.check_peers_at(&[], self.health.progress.next())?;
         Ok(q)
     }
 
@@ -215,10 +215,20 @@ impl Comm {
     /// A flag set when the work enqueued so far on this communicator's stream has ended, which
     /// is also when `holds` (the buffers that work uses) are released.
     pub(super) fn done_flag<H: Send + 'static>(&self, holds: H) -> Arc<AtomicBool> {
+        self.done_flag_then(holds, || ())
+    }
+
+    /// [`Comm::done_flag`], running `then` too when that work has ended.
+    pub(super) fn done_flag_then<H: Send + 'static>(
+        &self,
+        holds: H,
+        then: impl FnOnce() + Send + 'static,
+    ) -> Arc<AtomicBool> {
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
         self.stream.host_fn(Box::new(move || {
             drop(holds);
+            then();
             flag.store(true, Ordering::Release);
         }));
         done

@@ -253,9 +253,11 @@ impl<'a> Group<'a> {
                 .map(|o| o.buf.buf.hold_on(key))
                 .chain(p.calls.iter().flat_map(|c| [c.send.buf.hold_on(key), c.recv.buf.hold_on(key)]))
                 .collect();
-            let done = p.comm.done_flag(holds);
             let Prepared { queue: mut q, in_p2p, .. } = prep;
             let number = in_p2p.number();
+            // A departure's stop held back for this group is made as its kernels end.
+            let progress = p.comm.health.progress.clone();
+            let done = p.comm.done_flag_then(holds, move || progress.kernels_ended(number));
             let finish: super::communicator::GroupFinish = Box::new(move |c: &Comm| {
                 let r = c.group_end(number, l);
                 // The group ends here for the status answers.
@@ -377,7 +379,7 @@ struct Prepared<'c> {
     /// No other call of the communicator starts until the group is launched (then its
     /// in-flight entry).
     queue: std::sync::MutexGuard<'c, Queue>,
-    /// Other ranks' departures do not stop this group (see [`super::hang::Progress::in_p2p`]).
+    /// The group open, for departures (see [`super::hang::Progress::on_departure`]).
     in_p2p: P2pGuard,
     /// Each point-to-point operation's bytes.
     bytes: Vec<u64>,
@@ -505,7 +507,7 @@ impl Comm {
         if gate.is_some() || !self.can_queue(&queue) {
             self.complete_in_flight(&mut queue);
         }
-        let in_p2p = self.health.progress.enter_p2p();
+        let in_p2p = self.health.progress.enter_p2p(devs.len() as u64);
         // Uses of this stream's calls in flight end before the group's kernels start.
         let key = self.stream_key();
         for op in ops {
@@ -516,10 +518,13 @@ impl Comm {
             c.recv.buf.wait_idle_but(key);
         }
         self.arm_behind(!queue.flights.is_empty())?;
-        // No departure check here, unlike a collective's: ranks that left may have been no
-        // peer of this group, or done their part of it (a send's last steps wait in the
-        // receiver's memory). A peer that dies mid-transfer stops the kernel (the watchdog's
-        // abort) and is named when it ends.
+        // The departure check of a collective's only where the group holds collectives: ranks
+        // that left may have been no peer of its sends and receives, or done their part of
+        // them (a send's last steps wait in the receiver's memory). A peer that dies
+        // mid-transfer stops the kernel (the watchdog's abort) and is named when it ends.
+        if !devs.is_empty() {
+            self.check_peers_at(&[], self.health.progress.next())?;
+        }
         Ok(Prepared {
             queue,
             in_p2p,

@@ -4,8 +4,11 @@
 //! entered and finished, and says who is behind: "rank 5 never entered all_reduce #812 (last
 //! completed #811); ranks 0–4, 6–7 wait in it" — the question NCCL users are left with after a
 //! watchdog timeout.
+use crate::backend::HostMapped;
 use rsccl_device::coll::Collective;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Weak};
 
 /// Where one rank is in its communicator's sequence of collectives. Shared with the bootstrap's
 /// listener threads, which answer status queries from it while the rank is blocked.
@@ -19,14 +22,36 @@ pub(crate) struct Progress {
     what: AtomicU64,
     /// Number of the last collective that failed (0: none).
     failed: AtomicU64,
-    /// Point-to-point groups running now: only some ranks take part in them, so another
-    /// rank's leaving says nothing about them (see [`Progress::in_p2p`]).
-    p2p: AtomicU64,
+    /// Point-to-point groups whose kernels have not ended: only some ranks take part in them,
+    /// so another rank's leaving stops them only where they hold or follow a collective it
+    /// never finished (see [`Progress::on_departure`]).
+    open: Mutex<OpenGroups>,
     /// Number of the last point-to-point group entered (1-based; 0: none yet). Groups differ
     /// between ranks, so their numbers are this rank's own.
     groups: AtomicU64,
     /// Number of the last point-to-point group ended.
     groups_done: AtomicU64,
+}
+
+/// The groups of a rank whose kernels have not ended, and a departure's stop held back until
+/// those ahead of the collective it concerns end.
+#[derive(Default)]
+struct OpenGroups {
+    /// Each group's number and the collectives entered once its own were (its own take the
+    /// numbers before that), oldest first.
+    groups: VecDeque<(u64, u64)>,
+    /// The stop: the leaver's last finished collective, and the word that stops this rank's
+    /// kernels.
+    held: Option<(u64, Weak<HostMapped>)>,
+}
+
+impl std::fmt::Debug for OpenGroups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenGroups")
+            .field("groups", &self.groups)
+            .field("held", &self.held.as_ref().map(|(d, _)| d))
+            .finish()
+    }
 }
 
 /// A point-to-point group in progress ([`Progress::enter_p2p`]).
@@ -43,7 +68,7 @@ impl P2pGuard {
 impl Drop for P2pGuard {
     fn drop(&mut self) {
         self.0.groups_done.fetch_max(self.1, Ordering::AcqRel);
-        self.0.p2p.fetch_sub(1, Ordering::AcqRel);
+        self.0.kernels_ended(self.1);
     }
 }
 
@@ -72,18 +97,77 @@ impl Progress {
         self.entered.fetch_add(1, Ordering::AcqRel) + 1
     }
 
-    /// Enters a point-to-point group (left when the returned guard drops).
-    pub(crate) fn enter_p2p(self: &std::sync::Arc<Self>) -> P2pGuard {
-        self.p2p.fetch_add(1, Ordering::AcqRel);
+    /// Enters a point-to-point group holding the next `collectives` collectives (left when the
+    /// returned guard drops, or earlier at [`Progress::kernels_ended`]).
+    pub(crate) fn enter_p2p(self: &std::sync::Arc<Self>, collectives: u64) -> P2pGuard {
         let number = self.groups.fetch_add(1, Ordering::AcqRel) + 1;
+        let end = self.entered.load(Ordering::Acquire) + collectives;
+        self.open_groups().groups.push_back((number, end));
         P2pGuard(self.clone(), number)
     }
 
-    /// Whether a point-to-point group runs: a departure of another rank does not stop it (it
-    /// may be no peer of the group, or have done its part); a peer that never sends is named
-    /// by the kernel's timeout, one that dies by the watchdog.
-    pub(crate) fn in_p2p(&self) -> bool {
-        self.p2p.load(Ordering::Acquire) > 0
+    fn open_groups(&self) -> std::sync::MutexGuard<'_, OpenGroups> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a rank's departure having finished collectives up to `done` stops this rank's
+    /// kernels now (`true`: set `abort`); or not yet, held back until the groups running
+    /// ahead of the collective it concerns end ([`Progress::kernels_ended`]); or not at all.
+    ///
+    /// A departed rank may be no peer of a group, or have done its part (a send's last steps
+    /// wait in the receiver's memory): the groups ahead of a collective it never finished go
+    /// on. One that holds such a collective, or queues behind it, is stopped with it.
+    pub(crate) fn on_departure(&self, done: u64, abort: &Weak<HostMapped>) -> bool {
+        let mut open = self.open_groups();
+        match self.stop_now(&open, done) {
+            Some(now) => now,
+            None => {
+                if open.held.as_ref().is_none_or(|(d, _)| done < *d) {
+                    open.held = Some((done, abort.clone()));
+                }
+                false
+            }
+        }
+    }
+
+    /// What [`Progress::on_departure`] does: `Some(true)` stop, `Some(false)` nothing, `None`
+    /// hold.
+    fn stop_now(&self, open: &OpenGroups, left_done: u64) -> Option<bool> {
+        let (entered, done) = (self.entered.load(Ordering::Acquire), self.done.load(Ordering::Acquire));
+        // The collectives in flight are `done+1 ..= entered`; those past `left_done` wait for
+        // the leaver. A group ahead of the first of them holds none and follows none.
+        let first = left_done.max(done) + 1;
+        if entered >= first {
+            return if open.groups.iter().any(|&(_, end)| end < first) { None } else { Some(true) };
+        }
+        if !open.groups.is_empty() {
+            // Nothing waits for the leaver yet: a collective enqueued behind the groups is
+            // stopped when they end.
+            return None;
+        }
+        // A rank between arming its word and entering a call checked for departures before
+        // this: the armed word stops the call.
+        Some(done + 1 > left_done)
+    }
+
+    /// The kernels of group `number` ended (the host function behind them ran, or the group
+    /// completed): a stop held back for it is made, if a collective it concerns is in flight.
+    pub(crate) fn kernels_ended(&self, number: u64) {
+        let mut open = self.open_groups();
+        open.groups.retain(|&(n, _)| n != number);
+        let Some((left_done, _)) = open.held else { return };
+        let decided = match self.stop_now(&open, left_done) {
+            // With no group open and nothing in flight, no call waits for the leaver: the next
+            // one checks for departures when it starts.
+            Some(_) if open.groups.is_empty() && self.in_flight().is_none() => Some(false),
+            d => d,
+        };
+        if let Some(stop) = decided {
+            let held = open.held.take();
+            if let (true, Some(abort)) = (stop, held.and_then(|(_, a)| a.upgrade())) {
+                let _ = abort.store_u32(0, 1);
+            }
+        }
     }
 
     /// Marks collective `seq` finished.
@@ -95,6 +179,11 @@ impl Progress {
     pub(crate) fn fail(&self, seq: u64) {
         self.failed.fetch_max(seq, Ordering::AcqRel);
         self.finish(seq);
+    }
+
+    /// Number the next collective entered gets.
+    pub(crate) fn next(&self) -> u64 {
+        self.entered.load(Ordering::Acquire) + 1
     }
 
     /// Number of the last collective finished (0: none).
@@ -341,12 +430,10 @@ mod tests {
             RankState::decode(&p.encode()),
             Some(RankState { entered: 2, done: 2, what: 1, failed: 2, groups: 0, groups_done: 0 })
         );
-        let g = p.enter_p2p();
+        let g = p.enter_p2p(0);
         assert_eq!(g.number(), 1);
-        assert!(p.in_p2p());
         assert_eq!(RankState::decode(&p.encode()).map(|s| (s.groups, s.groups_done)), Some((1, 0)));
         drop(g);
-        assert!(!p.in_p2p());
         assert_eq!(RankState::decode(&p.encode()).map(|s| (s.groups, s.groups_done)), Some((1, 1)));
         for bad in [
             &b""[..],
