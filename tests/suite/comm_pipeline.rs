@@ -441,3 +441,64 @@ fn a_departure_stops_the_collective_behind_a_group_once_the_group_ends() {
     assert!(e.contains("rank 2 left the communicator"), "{e}");
     assert!(started.elapsed() < timeout / 2, "the group waited {:?}", started.elapsed());
 }
+
+/// A call or group that failed nowhere completes without reading its status area back (a
+/// synchronous device-to-host copy each on a GPU, three per point-to-point group before): the
+/// abort word, which every recorded failure marks, says there is nothing to read. A failed one
+/// still reads it, and names the failure.
+#[test]
+fn completions_that_failed_nowhere_read_nothing_back() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, cfg(Duration::from_secs(10))).unwrap();
+    connect(&be, &comms);
+    let count = 1000;
+    let bufs: Vec<[DeviceBuffer; 2]> = (0..2)
+        .map(|r| [0, 1].map(|k| be.upload(&(0..count).map(|i| input(r, k, i)).collect::<Vec<_>>()).unwrap()))
+        .collect();
+    let before: Vec<u64> = comms.iter().map(|c| c.copies_out().unwrap()).collect();
+    std::thread::scope(|s| {
+        for (r, c) in comms.iter().enumerate() {
+            let [a, b] = &bufs[r];
+            s.spawn(move || {
+                let a = BufRef::from(a);
+                c.all_reduce(a, a, count, DataType::I32, ReduceOp::Sum).unwrap();
+                for _ in 0..3 {
+                    c.enqueue().all_reduce(a, a, count, DataType::I32, ReduceOp::Max).unwrap().detach();
+                }
+                let mut g = Group::new();
+                g.send(c, a, count, DataType::I32, 1 - r);
+                g.recv(c, BufRef::from(b), count, DataType::I32, 1 - r);
+                g.run().unwrap();
+            });
+        }
+    });
+    let after: Vec<u64> = comms.iter().map(|c| c.copies_out().unwrap()).collect();
+    assert_eq!(after, before, "completions copied status areas back");
+    let sum: Vec<i32> = (0..count).map(|i| input(0, 0, i) + input(1, 0, i)).collect();
+    for (r, [a, b]) in bufs.iter().enumerate() {
+        assert_eq!(be.download::<i32>(a, count).unwrap(), sum, "rank {r}");
+        assert_eq!(be.download::<i32>(b, count).unwrap(), sum, "rank {r} received");
+    }
+    // A send of 10 against a receive of 12: the status area is read, the sizes named.
+    let results: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let a = BufRef::from(&bufs[r][0]);
+                s.spawn(move || {
+                    if r == 0 {
+                        c.send(a, 10, DataType::I32, 1)
+                    } else {
+                        c.recv(a, 12, DataType::I32, 0)
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (r, res) in results.into_iter().enumerate() {
+        assert!(matches!(res, Err(Error::CallMismatch { .. })), "rank {r}: {res:?}");
+    }
+    assert!(comms[1].copies_out().unwrap() > after[1], "the failed receive read its status area");
+}

@@ -64,6 +64,8 @@ pub struct CpuBackend {
     last: Mutex<Option<JoinHandle<Result<()>>>>,
     /// Kernels launched on this stream.
     launched: std::sync::atomic::AtomicU64,
+    /// Copies from the device to the host made through this stream.
+    copies_out: std::sync::atomic::AtomicU64,
 }
 
 impl CpuBackend {
@@ -213,6 +215,7 @@ impl Backend for CpuBackend {
 
     fn copy_out(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
         src.check_range("copy_out", offset, dst.len())?;
+        self.copies_out.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         src.wait_idle();
         self.synchronize()?;
         if !dst.is_empty() {
@@ -277,6 +280,10 @@ impl Backend for CpuBackend {
 
     fn kernels_launched(&self) -> Option<u64> {
         Some(self.launched.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn copies_out(&self) -> Option<u64> {
+        Some(self.copies_out.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     fn synchronize(&self) -> Result<()> {

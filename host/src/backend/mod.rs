@@ -399,6 +399,12 @@ pub trait Backend: Send + Sync {
     fn kernels_launched(&self) -> Option<u64> {
         None
     }
+    /// Copies from the device to the host made through this stream so far, where the backend
+    /// counts them (the CPU emulator does; a GPU backend says `None`): how tests see that a
+    /// call's completion reads nothing back (on a GPU each is a synchronous transfer).
+    fn copies_out(&self) -> Option<u64> {
+        None
+    }
     /// Allocates `bytes` of zeroed device memory that another process on this host can map,
     /// for the P2P transport and symmetric memory: the buffer and the handle bytes that open
     /// it there (a CUDA IPC handle of [`IPC_HANDLE_BYTES`] on a GPU; on the CPU emulator a

@@ -328,6 +328,12 @@ impl Comm {
         self.stream.kernels_launched()
     }
 
+    /// Copies from the device to the host this rank's stream has made, where the backend
+    /// counts them (the CPU emulator; `None` on a GPU).
+    pub fn copies_out(&self) -> Option<u64> {
+        self.stream.copies_out()
+    }
+
     /// This rank's stream (sub-communicators' helpers launch copies on it).
     pub(crate) fn stream(&self) -> &Arc<dyn Backend> {
         &self.stream
