@@ -403,13 +403,17 @@ fn a_buffer_in_use_on_another_communicator_waits_for_that_call() {
 /// Rank 0 has a send to rank 1 in flight (rank 1 has not received yet) and an all-reduce
 /// queued behind it when rank 2 drops its `Comm`: the send goes on — rank 2 is no peer of it —
 /// and rank 1's receive gets its bytes; the all-reduce, which needs rank 2, stops once the
-/// send's kernel ended and fails naming rank 2, instead of waiting out its timeout. A group
-/// that holds a collective is refused at its start once a rank left before it.
+/// send's kernel ended and fails naming rank 2, instead of waiting out its timeout (its
+/// symmetric LL kernel writes into rank 2's scratch first: that memory stays while ranks 0 and
+/// 1 reach it). A group that holds a collective is refused at its start once a rank left
+/// before it.
 #[test]
 fn a_departure_stops_the_collective_behind_a_group_once_the_group_ends() {
     let be = backend::cpu();
     let timeout = Duration::from_secs(20);
-    let mut comms = Comm::init_all(&be, 3, cfg(timeout)).unwrap();
+    // 512 threads: the symmetric LL scratch the all-reduce runs on is then large enough that
+    // the emulator maps it, and a write into the leaver's after it was freed would fault.
+    let mut comms = Comm::init_all(&be, 3, CommConfig { nthreads: 512, ..cfg(timeout) }).unwrap();
     let leaver = comms.pop().unwrap();
     connect(&be, &comms);
     let count = 300;

@@ -32,6 +32,7 @@ mod p2p_links;
 mod plan;
 mod pool;
 mod scratch;
+mod shared_here;
 mod signature;
 mod split;
 mod sym_ll;

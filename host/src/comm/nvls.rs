@@ -338,7 +338,7 @@ fn bind_addresses(
         }
     } else {
         let bufs = sizes.iter().map(|&b| backend.alloc(b)).collect::<Result<Vec<_>>>()?;
-        shared_here::offer(&bufs);
+        super::shared_here::offer(&bufs);
         let uc = bufs
             .iter()
             .map(|b| exchange_windows(|m| boot.all_gather(m), b.ptr(), b.len() as u64, what))
@@ -346,7 +346,7 @@ fn bind_addresses(
         (bufs, uc, Vec::new())
     };
     // Ranks of this process keep every peer's copy alive as long as they can reach it.
-    let shares = if across { Ok(Vec::new()) } else { shared_here::take(&uc, rank) };
+    let shares = if across { Ok(Vec::new()) } else { super::shared_here::take(&uc, rank) };
     let bound = shares.and_then(|shares| {
         let b =
             uc.iter().zip(sizes).map(|(uc, &b)| backend.multicast_bind(uc, b)).collect::<Result<Vec<_>>>()?;
@@ -361,52 +361,6 @@ fn bind_addresses(
     keep.extend(peers);
     keep.extend(shares.into_iter().map(|s| Box::new(s) as Box<dyn Any + Send + Sync>));
     Ok(Ok(Multicast { bufs: bufs.into_iter().zip(mcs).collect(), maps: Vec::new(), keep }))
-}
-
-/// The memory ranks of one process bind by address: each rank offers its buffers here, by
-/// address, and takes a share of every peer's, so none is freed while a rank that can reach it
-/// lives (a rank that drops its `Comm` early no longer frees what the others' kernels read).
-mod shared_here {
-    use crate::backend::DeviceBuffer;
-    use crate::error::{Error, Result};
-    use rsccl_device::DevPtr;
-    use std::any::Any;
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex, Weak};
-
-    type Share = Arc<dyn Any + Send + Sync>;
-
-    static OFFERED: Mutex<Option<HashMap<u64, Weak<dyn Any + Send + Sync>>>> = Mutex::new(None);
-
-    /// Offers `bufs` (before their addresses go to the peers).
-    pub(super) fn offer(bufs: &[DeviceBuffer]) {
-        let mut t = OFFERED.lock().unwrap_or_else(|p| p.into_inner());
-        let t = t.get_or_insert_with(HashMap::new);
-        t.retain(|_, w| w.strong_count() > 0);
-        for b in bufs.iter().filter(|b| b.ptr() != DevPtr::NULL) {
-            t.insert(b.ptr().0, Arc::downgrade(&b.keep_alive()));
-        }
-    }
-
-    /// A share of every peer's buffer of `uc` (`uc[k][r]`: rank `r`'s buffer `k`), all but
-    /// `me`'s; an error names a peer whose buffer is not offered here (gone already).
-    pub(super) fn take(uc: &[Vec<DevPtr>], me: usize) -> Result<Vec<Share>> {
-        let mut t = OFFERED.lock().unwrap_or_else(|p| p.into_inner());
-        let t = t.get_or_insert_with(HashMap::new);
-        let mut out = Vec::new();
-        for (k, ptrs) in uc.iter().enumerate() {
-            for (r, p) in ptrs.iter().enumerate().filter(|&(r, p)| r != me && *p != DevPtr::NULL) {
-                let share = t.get(&p.0).and_then(Weak::upgrade).ok_or_else(|| {
-                    Error::InvalidConfig(format!(
-                        "rank {r}'s buffer {k} at {:#x} is not in this process any more",
-                        p.0
-                    ))
-                })?;
-                out.push(share);
-            }
-        }
-        Ok(out)
-    }
 }
 
 /// A rank's NVLS memory when the ranks are separate processes: per buffer, its own copy
@@ -587,27 +541,6 @@ mod tests {
         let busy = wait_peers_stopped(1, || vec![st(2, 1), st(0, 0), st(9, 3)], Duration::from_millis(100));
         assert_eq!(busy, vec![0, 2]);
         assert!(start.elapsed() >= Duration::from_millis(100) && start.elapsed() < Duration::from_secs(2));
-    }
-
-    /// A peer's share keeps a buffer bound by address alive after its owner dropped it, and a
-    /// buffer gone before the shares were taken is named.
-    #[test]
-    fn shares_outlive_the_owner() {
-        let be = crate::backend::cpu();
-        let mine = vec![be.alloc(64).unwrap()];
-        let theirs = vec![be.alloc(64).unwrap()];
-        shared_here::offer(&mine);
-        shared_here::offer(&theirs);
-        let uc = vec![vec![mine[0].ptr(), theirs[0].ptr()]];
-        let shares = shared_here::take(&uc, 0).unwrap();
-        assert_eq!(shares.len(), 1);
-        let weak = std::sync::Arc::downgrade(&shares[0]);
-        drop(theirs);
-        assert!(weak.upgrade().is_some(), "the owner's drop freed memory a peer still reaches");
-        drop(shares);
-        assert!(weak.upgrade().is_none());
-        let e = shared_here::take(&uc, 0).map(|_| ()).unwrap_err().to_string();
-        assert!(e.contains("rank 1's buffer 0") && e.contains("not in this process any more"), "{e}");
     }
 
     #[test]

@@ -26,6 +26,7 @@ use rsccl_device::onesided::{
 };
 use rsccl_device::prims::conn::decode_status;
 use rsccl_device::prims::ErrorCode;
+use rsccl_device::DevPtr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Most bytes of one rank's window.
@@ -41,6 +42,9 @@ pub struct SymmetricMemory {
     _peers: DeviceBuffer,
     /// Other processes' windows mapped here.
     _mapped: Vec<Box<dyn std::any::Any + Send + Sync>>,
+    /// The windows of the other ranks of this process, which this rank's kernels reach by
+    /// address: kept alive while this window is, whatever their owners drop.
+    _shares: Vec<super::shared_here::Share>,
     status: DeviceBuffer,
     handle: SymmetricHandle,
     /// Launches so far of each [`SemKind`] (their numbers pick the semaphore sets).
@@ -149,6 +153,7 @@ impl Comm {
             return Ok(None);
         }
         let (window, export) = allocated?;
+        super::shared_here::offer(std::slice::from_ref(&window));
         // The windows' addresses (the data size is what every rank must agree on), and how
         // other processes open them.
         let mut bases: Vec<u64> = super::nvls::exchange_windows(
@@ -160,6 +165,18 @@ impl Comm {
         .into_iter()
         .map(|p| p.0)
         .collect();
+        // A share of each window of this process's other ranks (all offered before the
+        // exchange above ended).
+        let here: Vec<DevPtr> = bases
+            .iter()
+            .zip(peers)
+            .map(|(&b, p)| if p.pid == me.pid { DevPtr(b) } else { DevPtr::NULL })
+            .collect();
+        let shares = super::shared_here::take(&[here], self.rank());
+        if !everyone(shares.is_ok())? {
+            return Ok(None);
+        }
+        let shares = shares?;
         let mut mapped = Vec::new();
         if shared {
             let handles = self.all_gather_bootstrap(&export)?;
@@ -203,6 +220,7 @@ impl Comm {
             window,
             _peers: peers,
             _mapped: mapped,
+            _shares: shares,
             status,
             handle,
             launches: Default::default(),
@@ -589,5 +607,30 @@ impl Comm {
             self.rank(),
             left.join(", ")
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::CommConfig;
+
+    /// Rank 1 drops its window: its memory stays while rank 0's window, whose kernels reach
+    /// it by address, lives (a kernel that wrote there after the owner's drop wrote into freed
+    /// memory), and goes with it.
+    #[test]
+    fn a_window_outlives_its_owner_while_a_peer_of_this_process_reaches_it() {
+        let be = crate::backend::cpu();
+        let comms = Comm::init_all(&be, 2, CommConfig::default()).unwrap();
+        let mut mems: Vec<SymmetricMemory> = std::thread::scope(|s| {
+            let hs: Vec<_> =
+                comms.iter().map(|c| s.spawn(move || c.alloc_symmetric(4096).unwrap())).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let theirs = std::sync::Arc::downgrade(&mems[1].window.keep_alive());
+        drop(mems.pop());
+        assert!(theirs.upgrade().is_some(), "rank 1's window was freed while rank 0 reaches it");
+        drop(mems);
+        assert!(theirs.upgrade().is_none(), "the window outlived every rank that reaches it");
     }
 }
