@@ -954,7 +954,7 @@ impl Backend for Wrapped {
     fn synchronize(&self) -> rsccl::Result<()> {
         self.inner.synchronize()
     }
-    fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
+    fn host_fn(&self, f: rsccl::backend::HostFn) {
         self.inner.host_fn(f)
     }
     fn fork_stream(&self) -> rsccl::Result<Arc<dyn Backend>> {

@@ -506,3 +506,51 @@ fn completions_that_failed_nowhere_read_nothing_back() {
     }
     assert!(comms[1].copies_out().unwrap() > after[1], "the failed receive read its status area");
 }
+
+/// Rank 0 enqueues `MAX_IN_FLIGHT` all-reduces, then rank 1 makes only its first: rank 0's
+/// next call returns once its oldest completed, the other 15 still in flight (it used to wait
+/// for them all, which here never end before rank 1 calls); waiting for call 2 once rank 1 made
+/// it returns with the calls behind it still in flight. Then rank 1 makes the rest and every
+/// result equals the sum computed here.
+#[test]
+fn the_call_past_the_bound_and_a_wait_complete_only_the_calls_before_them() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, cfg(Duration::from_secs(20))).unwrap();
+    let (calls, count) = (MAX_IN_FLIGHT + 1, 513);
+    let bufs: Vec<Vec<DeviceBuffer>> = (0..2)
+        .map(|r| {
+            (0..calls)
+                .map(|k| be.upload(&(0..count).map(|i| input(r, k, i)).collect::<Vec<_>>()).unwrap())
+                .collect()
+        })
+        .collect();
+    let enqueue = |r: usize, k: usize| {
+        let b = BufRef::from(&bufs[r][k]);
+        comms[r].enqueue().all_reduce(b, b, count, DataType::I32, ReduceOp::Sum).unwrap()
+    };
+    let mut works: std::collections::VecDeque<_> = (0..MAX_IN_FLIGHT).map(|k| enqueue(0, k)).collect();
+    assert_eq!(comms[0].calls_in_flight(), MAX_IN_FLIGHT);
+    enqueue(1, 0).wait().unwrap();
+    let started = Instant::now();
+    works.push_back(enqueue(0, MAX_IN_FLIGHT));
+    assert_eq!(comms[0].calls_in_flight(), MAX_IN_FLIGHT, "calls 2 to 17 in flight");
+    assert!(started.elapsed() < Duration::from_secs(10), "call 17 waited {:?}", started.elapsed());
+    works.pop_front().unwrap().wait().expect("call 1 completed");
+    let second = enqueue(1, 1);
+    works.pop_front().unwrap().wait().expect("call 2");
+    assert_eq!(comms[0].calls_in_flight(), MAX_IN_FLIGHT - 1, "calls 3 to 17 still in flight");
+    second.wait().unwrap();
+    for k in 2..calls {
+        enqueue(1, k).detach();
+    }
+    for (k, w) in works.into_iter().enumerate() {
+        w.wait().unwrap_or_else(|e| panic!("call {}: {e}", k + 3));
+    }
+    comms[1].wait_all().unwrap();
+    for k in 0..calls {
+        let sum: Vec<i32> = (0..count).map(|i| input(0, k, i) + input(1, k, i)).collect();
+        for (r, rank_bufs) in bufs.iter().enumerate() {
+            assert_eq!(be.download::<i32>(&rank_bufs[k], count).unwrap(), sum, "call {k}, rank {r}");
+        }
+    }
+}

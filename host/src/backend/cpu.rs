@@ -203,7 +203,7 @@ impl Backend for CpuBackend {
         // Addresses, not references: the caller keeps both alive until the stream passed the copy.
         let (from, to) = (src.host_ptr() as usize, dst.ptr().0 as usize);
         // A stream entry like a launch: it runs after the work before it, as a GPU's copy does.
-        self.host_fn(Box::new(move || {
+        self.host_fn(Box::new(move |_| {
             if bytes > 0 {
                 // SAFETY: both ranges are in live allocations (checked; kept alive by the
                 // caller), which nothing else uses until the copy has passed.
@@ -294,7 +294,7 @@ impl Backend for CpuBackend {
         self.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_none_or(JoinHandle::is_finished)
     }
 
-    fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
+    fn host_fn(&self, f: super::HostFn) {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         // A stream entry of its own: it runs `f` after the launches before it, whether they
         // failed or not, and passes their result on to whoever synchronizes. Shared so that a
@@ -304,17 +304,18 @@ impl Backend for CpuBackend {
         let spawned = std::thread::Builder::new().name("cpu-stream-host-fn".into()).spawn(move || {
             let (previous, f) = mine.lock().unwrap_or_else(|p| p.into_inner()).take().expect("taken once");
             let r = join(previous);
-            f();
+            f(r.is_ok());
             r
         });
         match spawned {
             Ok(h) => *last = Some(h),
             Err(_) => {
                 if let Some((previous, f)) = job.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                    if let Err(e) = join(previous) {
+                    let r = join(previous);
+                    if let Err(e) = &r {
                         tracing::warn!("a kernel failed before a host function ran: {e}");
                     }
-                    f();
+                    f(r.is_ok());
                 }
             }
         }

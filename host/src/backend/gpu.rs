@@ -656,10 +656,10 @@ impl Backend for GpuBackend {
         })
     }
 
-    fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
+    fn host_fn(&self, f: super::HostFn) {
         if self.bind().is_err() {
-            let _ = self.synchronize();
-            return f();
+            let ok = self.synchronize().is_ok();
+            return f(ok);
         }
         self.completer.host_fn(&self.shared.ctx, self.raw_stream(), f);
     }

@@ -187,6 +187,12 @@ impl std::fmt::Debug for DeviceBuffer {
     }
 }
 
+/// A function a stream runs on the host once the work enqueued before it ended
+/// ([`Backend::host_fn`]): its argument is `true` where that work ended without an error the
+/// backend reports (a device error on a GPU, a failed kernel on the emulator), which a later
+/// synchronize then also returns.
+pub type HostFn = Box<dyn FnOnce(bool) + Send>;
+
 /// Host memory the device can read and write while kernels run (pinned and mapped on a GPU):
 /// for flags the host sets mid-kernel, such as the abort word.
 pub struct HostMapped {
@@ -385,11 +391,12 @@ pub trait Backend: Send + Sync {
         self.synchronize()
     }
     /// Runs `f` once every launch enqueued so far has completed (or failed), without waiting
-    /// for it here when the backend can (CUDA's `cuLaunchHostFunc`). This default waits, then
+    /// for it here when the backend can (CUDA's `cuLaunchHostFunc`), telling it whether that
+    /// work ended without an error the backend reports ([`HostFn`]). This default waits, then
     /// runs `f`.
-    fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
-        let _ = self.synchronize();
-        f();
+    fn host_fn(&self, f: HostFn) {
+        let ok = self.synchronize().is_ok();
+        f(ok);
     }
     /// A handle to the same device and memory with its own stream, so launches on it run
     /// concurrently with this one's (one per emulated rank or per channel group).

@@ -24,8 +24,8 @@ use super::msccl_loaded::Loaded;
 pub(super) const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Calls (and groups) a communicator keeps in flight at once: a call returns once its kernel is
-/// enqueued (as NCCL's do), and the call after this many waits for those before it. Each call
-/// in flight holds a status area of its own.
+/// enqueued (as NCCL's do), and the call after this many waits for the oldest of them. Each
+/// call in flight holds a status area of its own.
 pub const MAX_IN_FLIGHT: usize = 16;
 
 /// A communicator's calls between enqueue and [`Work::wait`](super::Work::wait) (or
@@ -53,7 +53,16 @@ pub(super) enum FlightId {
 }
 
 /// What finishes a group's kernels on this communicator (waits, reports).
-pub(super) type GroupFinish = Box<dyn FnOnce(&Comm) -> Result<()> + Send>;
+pub(super) type GroupFinish = Box<dyn FnOnce(&Comm, Ended) -> Result<()> + Send>;
+
+/// Whether a completion knows that its kernels ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ended {
+    /// Not yet: it synchronizes the stream (every kernel enqueued so far ends).
+    Unknown,
+    /// Its done flag said so, without a backend error: the kernels behind it may still run.
+    Seen,
+}
 
 /// A ring, tree, NVLS or symmetric-LL kernel in flight: what its completion reports on.
 pub(super) struct KernelFlight {
@@ -65,6 +74,8 @@ pub(super) struct KernelFlight {
     pub(super) sig: CallSig,
     /// Its status words and mismatch records (zeroed when back in the pool).
     pub(super) status: super::pool::Pooled,
+    /// Set when its kernel ended.
+    pub(super) done: Arc<super::work::DoneFlag>,
 }
 
 /// A call in flight, by what reports its end.
@@ -84,6 +95,8 @@ pub(super) enum InFlight {
         finish: GroupFinish,
         /// Whether it waits for a GEMM's tiles (calls do not queue behind such a group).
         gated: bool,
+        /// Set when its kernels ended.
+        done: Arc<super::work::DoneFlag>,
     },
 }
 
@@ -102,6 +115,16 @@ impl InFlight {
     /// them (through the abort word).
     pub(super) fn pipelines(&self) -> bool {
         matches!(self, InFlight::Kernel(_) | InFlight::Group { gated: false, .. })
+    }
+
+    /// The flag set when its kernels ended, where its completion can use it (kernels that
+    /// report in status areas of their own).
+    pub(super) fn done(&self) -> Option<&super::work::DoneFlag> {
+        match self {
+            InFlight::Kernel(k) => Some(&k.done),
+            InFlight::Group { done, .. } => Some(done),
+            InFlight::Msccl(..) | InFlight::NvlsTree(..) => None,
+        }
     }
 }
 

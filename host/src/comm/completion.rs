@@ -1,7 +1,7 @@
 //! Completion and failure diagnosis: waiting for a call's kernel, reading its channels'
 //! status words, and naming the cause of a failure (a dead or departed peer, a mismatched call,
 //! a broken connection, a hang, with every rank's answer).
-use super::communicator::{Comm, InFlight, KernelFlight, Queue, STATUS_TIMEOUT};
+use super::communicator::{Comm, Ended, FlightId, InFlight, KernelFlight, Queue, STATUS_TIMEOUT};
 use super::hang;
 use super::pool::Pooled;
 use super::signature::describe;
@@ -41,9 +41,9 @@ impl Comm {
     }
 
     /// Waits for the collective `f` and reports its failures as what runs it reports them.
-    pub(super) fn finish_flight(&self, f: InFlight) -> Result<()> {
+    pub(super) fn finish_flight(&self, f: InFlight, ended: Ended) -> Result<()> {
         match f {
-            InFlight::Kernel(k) => self.finish_kernel(k),
+            InFlight::Kernel(k) => self.finish_kernel(k, ended),
             InFlight::Msccl(_, l) => self.finish_msccl(&l),
             InFlight::NvlsTree(seq, worker) => {
                 let r = worker.join().unwrap_or_else(|_| {
@@ -52,17 +52,18 @@ impl Comm {
                 self.health.progress.finish(seq);
                 r
             }
-            InFlight::Group { finish, .. } => finish(self),
+            InFlight::Group { finish, .. } => finish(self, ended),
         }
     }
 
     /// Waits for kernel `k` (and those before it) and reports its failures, naming the call
     /// in the reports; its status area goes back to the pool zeroed.
-    fn finish_kernel(&self, k: KernelFlight) -> Result<()> {
+    fn finish_kernel(&self, k: KernelFlight, ended: Ended) -> Result<()> {
         // What a mismatch report names as this rank's call: this one, not the last enqueued
         // (the calls complete in order, so the last completed leaves the last enqueued's).
         *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner()) = k.sig;
-        let res = self.finish_inner(Awaiting::Collective(k.seq, k.what), &k.status, self.cfg.nchannels);
+        let res =
+            self.finish_inner(Awaiting::Collective(k.seq, k.what), &k.status, self.cfg.nchannels, ended);
         if res.is_ok() {
             self.health.progress.finish(k.seq);
         } else {
@@ -85,7 +86,7 @@ impl Comm {
     /// block).
     pub(super) fn finish_with(&self, status: &DeviceBuffer, words: usize) -> Result<()> {
         let current = self.health.progress.in_flight();
-        let res = self.finish_inner(current.into(), status, words);
+        let res = self.finish_inner(current.into(), status, words, Ended::Unknown);
         if let Some((seq, _)) = current {
             if res.is_ok() {
                 self.health.progress.finish(seq);
@@ -116,9 +117,23 @@ impl Comm {
         self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).query_status(STATUS_TIMEOUT)
     }
 
+    /// Synchronizes the stream unless the kernels being completed are known to have ended.
+    pub(super) fn kernels_ended(&self, ended: Ended) -> Result<()> {
+        match ended {
+            Ended::Unknown => self.stream.synchronize(),
+            Ended::Seen => Ok(()),
+        }
+    }
+
     /// [`Comm::finish`] for what runs (`current`).
-    pub(super) fn finish_inner(&self, current: Awaiting, status: &DeviceBuffer, nwords: usize) -> Result<()> {
-        if let Err(e) = self.stream.synchronize() {
+    pub(super) fn finish_inner(
+        &self,
+        current: Awaiting,
+        status: &DeviceBuffer,
+        nwords: usize,
+        ended: Ended,
+    ) -> Result<()> {
+        if let Err(e) = self.kernels_ended(ended) {
             return Err(self.fail(Error::Rank { rank: self.rank, source: Box::new(e) }));
         }
         if self.nranks == 1 || self.failed_nowhere() {
@@ -267,21 +282,56 @@ impl Comm {
     /// one that failed fails too, whatever its status words say: the failure stopped it
     /// through the abort word, or left the connections it ran on inconsistent.
     pub(super) fn complete_in_flight(&self, q: &mut Queue) {
-        let mut failed = false;
+        self.complete_rest(q, false);
+    }
+
+    /// [`Comm::complete_in_flight`]; `failed`: a call completed before them failed.
+    fn complete_rest(&self, q: &mut Queue, mut failed: bool) {
         while let Some(f) = q.flights.pop_front() {
             let id = f.id();
-            let mut r = self.finish_flight(f);
+            let mut r = self.finish_flight(f, Ended::Unknown);
             if failed && r.is_ok() {
                 r = Err(self.earlier_failure());
             }
             failed |= r.is_err();
-            match q.detached.iter().position(|d| *d == id) {
-                Some(i) => {
-                    q.detached.swap_remove(i);
-                }
-                None => q.unclaimed.push((id, r)),
+            Self::keep_result(q, id, r);
+        }
+    }
+
+    /// Keeps call `id`'s result for its work (a detached call's is dropped: its failure is
+    /// recorded for [`Comm::async_error`]).
+    fn keep_result(q: &mut Queue, id: FlightId, r: Result<()>) {
+        match q.detached.iter().position(|d| *d == id) {
+            Some(i) => {
+                q.detached.swap_remove(i);
+            }
+            None => q.unclaimed.push((id, r)),
+        }
+    }
+
+    /// Completes the calls in flight oldest first through call `until`, each once its done
+    /// flag is set, leaving those behind it in flight (NCCL's wait on one call's event): on a
+    /// GPU the stream is not synchronized, which would wait for every later call. Where that
+    /// cannot be — a call with no flag, a backend error, a failure (the calls behind it fail
+    /// with it) — every call in flight is completed.
+    pub(super) fn complete_through(&self, q: &mut Queue, until: FlightId) {
+        while let Some(front) = q.flights.front() {
+            let id = front.id();
+            if !front.done().is_some_and(super::work::DoneFlag::wait) {
+                break;
+            }
+            let f = q.flights.pop_front().expect("a front");
+            let r = self.finish_flight(f, Ended::Seen);
+            let failed = r.is_err();
+            Self::keep_result(q, id, r);
+            if failed {
+                return self.complete_rest(q, true);
+            }
+            if id == until {
+                return;
             }
         }
+        self.complete_in_flight(q);
     }
 
     /// The error of a call enqueued behind one that failed: the first failure recorded.

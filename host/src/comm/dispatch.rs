@@ -4,10 +4,10 @@
 use super::algorithm::Algorithm;
 use super::call::Call;
 use super::communicator::{Comm, FlightId, InFlight, KernelFlight, Queue, MAX_IN_FLIGHT};
-use super::work::{Enqueue, Work};
+use super::work::{DoneFlag, Enqueue, Work};
 use super::BufRef;
 use crate::error::{Error, Result};
-use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::sync::Arc;
 
 impl Comm {
@@ -66,7 +66,7 @@ impl Comm {
         let (seq, what) = entered.expect("launch entered a collective");
         let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
         let done = self.done_flag(holds);
-        q.flights.push_back(InFlight::Kernel(KernelFlight { seq, what, sig, status }));
+        q.flights.push_back(InFlight::Kernel(KernelFlight { seq, what, sig, status, done: done.clone() }));
         Ok(Work::new(self, seq, done, plan))
     }
 
@@ -76,14 +76,14 @@ impl Comm {
         let t = self.nvls_tree.clone().expect("planned NVLS_TREE on a communicator with one");
         let seq = self.health.progress.enter(call.coll, false);
         let holds = [call.send.buf.hold(), call.recv.buf.hold()];
-        let done = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(DoneFlag::default());
         let (stream, flag) = (self.stream.clone(), done.clone());
         let (sp, rp, count, dtype, op) = (call.send.ptr(), call.recv.ptr(), call.count, call.dtype, call.op);
         let worker =
             std::thread::Builder::new().name(format!("rsccl-nvls-tree-{}", self.rank)).spawn(move || {
                 let r = t.all_reduce(&stream, sp, rp, count, dtype, op);
                 drop(holds);
-                flag.store(true, Ordering::Release);
+                flag.set(true);
                 r
             });
         match worker {
@@ -144,12 +144,13 @@ impl Comm {
         self.async_error()
     }
 
-    /// Waits for call `id` (if it is in flight: with the calls before and behind it, which
-    /// share its stream) and returns its result.
+    /// Waits for call `id` (if it is in flight: with the calls before it, which share its
+    /// stream; those behind it stay in flight where their kernels can report alone) and
+    /// returns its result.
     pub(super) fn complete(&self, id: FlightId) -> Result<()> {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         if q.flights.iter().any(|f| f.id() == id) {
-            self.complete_in_flight(&mut q);
+            self.complete_through(&mut q, id);
         }
         match q.unclaimed.iter().position(|(s, _)| *s == id) {
             Some(i) => q.unclaimed.swap_remove(i).1,
@@ -169,9 +170,7 @@ impl Comm {
         pipelined: bool,
     ) -> Result<std::sync::MutexGuard<'_, Queue>> {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        if !(pipelined && self.can_queue(&q)) {
-            self.complete_in_flight(&mut q);
-        }
+        self.make_room(&mut q, pipelined);
         // Uses of this stream's calls in flight end before its next kernel starts.
         send.buf.wait_idle_but(self.stream_key());
         recv.buf.wait_idle_but(self.stream_key());
@@ -182,16 +181,27 @@ impl Comm {
         Ok(q)
     }
 
-    /// Whether a kernel may be enqueued behind the calls in flight without completing them:
-    /// there are some, all kernels with status areas of their own (calls' or groups'), fewer than
-    /// [`MAX_IN_FLIGHT`], still running, and none has failed or been told to stop (the abort
-    /// word is clear; a failure sets it).
-    pub(super) fn can_queue(&self, q: &Queue) -> bool {
+    /// Whether a kernel may be enqueued behind the calls in flight without completing them
+    /// all: there are some, all kernels with status areas of their own (calls' or groups'),
+    /// still running, and none has failed or been told to stop (the abort word is clear; a
+    /// failure sets it). At [`MAX_IN_FLIGHT`] the oldest completes first.
+    fn can_pipeline(&self, q: &Queue) -> bool {
         !q.flights.is_empty()
-            && q.flights.len() < MAX_IN_FLIGHT
             && q.flights.iter().all(InFlight::pipelines)
             && self.health.abort.load_u32(0).is_ok_and(|w| w == 0)
             && !self.stream.idle()
+    }
+
+    /// Completes the calls in flight that the next kernel cannot queue behind: every one —
+    /// unless it is `pipelined` and [`Comm::can_pipeline`] behind them, where at the bound
+    /// the oldest alone completes (the next waits for it, not for all).
+    pub(super) fn make_room(&self, q: &mut Queue, pipelined: bool) {
+        if !(pipelined && self.can_pipeline(q)) {
+            self.complete_in_flight(q);
+        } else if q.flights.len() >= MAX_IN_FLIGHT {
+            let oldest = q.flights.front().map(InFlight::id).expect("calls in flight");
+            self.complete_through(q, oldest);
+        }
     }
 
     /// Completes the calls in flight and arms the abort word, for a call that cannot run behind
@@ -214,7 +224,7 @@ impl Comm {
 
     /// A flag set when the work enqueued so far on this communicator's stream has ended, which
     /// is also when `holds` (the buffers that work uses) are released.
-    pub(super) fn done_flag<H: Send + 'static>(&self, holds: H) -> Arc<AtomicBool> {
+    pub(super) fn done_flag<H: Send + 'static>(&self, holds: H) -> Arc<DoneFlag> {
         self.done_flag_then(holds, || ())
     }
 
@@ -223,13 +233,13 @@ impl Comm {
         &self,
         holds: H,
         then: impl FnOnce() + Send + 'static,
-    ) -> Arc<AtomicBool> {
-        let done = Arc::new(AtomicBool::new(false));
+    ) -> Arc<DoneFlag> {
+        let done = Arc::new(DoneFlag::default());
         let flag = done.clone();
-        self.stream.host_fn(Box::new(move || {
+        self.stream.host_fn(Box::new(move |ok| {
             drop(holds);
             then();
-            flag.store(true, Ordering::Release);
+            flag.set(ok);
         }));
         done
     }

@@ -20,12 +20,13 @@
 //! same launches. On a one-rank communicator each collective is its copy kernel.
 use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::{BufRef, Call, DevCall};
-use super::communicator::{Comm, FlightId, InFlight, Queue};
+use super::communicator::{Comm, Ended, FlightId, InFlight, Queue};
 use super::completion::Awaiting;
 use super::hang::{op_code, P2pGuard};
 use super::launch::nvls_kernel;
 use super::p2p::{self_copies, OpNote, P2p};
 use super::pool::{Pooled, Table};
+use super::work::DoneFlag;
 use crate::backend::LaunchConfig;
 use crate::error::{Error, Result};
 use rsccl_device::coll::group::{GroupArgs, GROUP_SHM_BYTES, GROUP_THREADS};
@@ -38,7 +39,6 @@ use rsccl_device::dtype::DataType;
 use rsccl_device::overlap::gate::TileGate;
 use rsccl_device::prims::conn::{status_bytes, CallSig, PrimsStatus};
 use rsccl_device::prims::simple::shm_bytes;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Point-to-point operations and collectives on one or several communicators, run together
@@ -240,7 +240,7 @@ impl<'a> Group<'a> {
         if let Some(e) = first_err {
             // The parts launched before the failure end before the error returns.
             for ((p, prep), l) in self.parts.iter().zip(&prepared).zip(launched) {
-                let _ = p.comm.group_end(prep.in_p2p.number(), l);
+                let _ = p.comm.group_end(prep.in_p2p.number(), l, Ended::Unknown);
             }
             return Err(e);
         }
@@ -258,13 +258,14 @@ impl<'a> Group<'a> {
             // A departure's stop held back for this group is made as its kernels end.
             let progress = p.comm.health.progress.clone();
             let done = p.comm.done_flag_then(holds, move || progress.kernels_ended(number));
-            let finish: super::communicator::GroupFinish = Box::new(move |c: &Comm| {
-                let r = c.group_end(number, l);
+            let finish: super::communicator::GroupFinish = Box::new(move |c: &Comm, ended| {
+                let r = c.group_end(number, l, ended);
                 // The group ends here for the status answers.
                 drop(in_p2p);
                 r
             });
-            q.flights.push_back(InFlight::Group { number, finish, gated: p.gate.is_some() });
+            let flag = done.clone();
+            q.flights.push_back(InFlight::Group { number, finish, gated: p.gate.is_some(), done: flag });
             work.parts.push((p.comm, number, done));
         }
         Ok(work)
@@ -298,7 +299,7 @@ impl<'a> Group<'a> {
 pub struct GroupWork<'a> {
     /// Each communicator of the group, this rank's group number there, and whether its
     /// kernels have ended.
-    parts: Vec<(&'a Comm, u64, Arc<AtomicBool>)>,
+    parts: Vec<(&'a Comm, u64, Arc<DoneFlag>)>,
     claimed: bool,
 }
 
@@ -335,7 +336,7 @@ impl GroupWork<'_> {
     /// Whether every communicator's kernels have ended (a poll: the result still comes from
     /// [`GroupWork::wait`]).
     pub fn is_done(&self) -> bool {
-        self.parts.iter().all(|(_, _, d)| d.load(Ordering::Acquire))
+        self.parts.iter().all(|(_, _, d)| d.is_done())
     }
 
     /// This rank's number of the group on each of its communicators (the number its timeout
@@ -347,7 +348,7 @@ impl GroupWork<'_> {
     /// A group of one communicator, `comm`, as this rank's number of it and its done flag
     /// (for the [`Work`](super::Work) of a collective made of sends and receives); the caller
     /// completes it from now on.
-    pub(super) fn into_single(mut self, comm: &Comm) -> (u64, Arc<AtomicBool>) {
+    pub(super) fn into_single(mut self, comm: &Comm) -> (u64, Arc<DoneFlag>) {
         assert!(
             self.parts.len() == 1 && std::ptr::eq(self.parts[0].0, comm),
             "a group of this one communicator"
@@ -504,9 +505,7 @@ impl Comm {
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         // Behind the calls in flight where it can queue, as a collective does; a gated group
         // (its sends wait for another stream's GEMM) first completes them.
-        if gate.is_some() || !self.can_queue(&queue) {
-            self.complete_in_flight(&mut queue);
-        }
+        self.make_room(&mut queue, gate.is_none());
         let in_p2p = self.health.progress.enter_p2p(devs.len() as u64);
         // Uses of this stream's calls in flight end before the group's kernels start.
         let key = self.stream_key();
@@ -817,8 +816,8 @@ impl Comm {
 
     /// Phase 5 ([`Comm::group_finish`]), then the group's tables and status areas go back
     /// ([`Comm::release_group`]).
-    fn group_end(&self, group: u64, launched: Vec<Launched>) -> Result<()> {
-        let r = self.group_finish(group, &launched);
+    fn group_end(&self, group: u64, launched: Vec<Launched>, ended: Ended) -> Result<()> {
+        let r = self.group_finish(group, &launched, ended);
         self.release_group(launched, r.is_err());
         r
     }
@@ -840,7 +839,7 @@ impl Comm {
 
     /// Phase 5: waits for the kernels of phase 4 and reports how they ended: the first
     /// collective that failed, else a point-to-point failure.
-    fn group_finish(&self, group: u64, launched: &[Launched]) -> Result<()> {
+    fn group_finish(&self, group: u64, launched: &[Launched], ended: Ended) -> Result<()> {
         let mut res = Ok(());
         let mut last = None;
         for w in launched.iter().flat_map(|l| &l.works) {
@@ -849,7 +848,7 @@ impl Comm {
                 continue;
             }
             res = match &w.status {
-                None => self.stream.synchronize(),
+                None => self.kernels_ended(ended),
                 Some(status) => {
                     // The mismatch message names this collective.
                     *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner()) = w.sig;
@@ -857,6 +856,7 @@ impl Comm {
                         Awaiting::Collective(w.seq, op_code(w.coll, w.tree)),
                         status,
                         self.cfg.nchannels,
+                        ended,
                     )
                 }
             };
@@ -870,9 +870,9 @@ impl Comm {
         }
         res?;
         for p in launched.iter().filter_map(|l| l.p2p.as_ref()) {
-            match self.p2p_mismatch(&p.status, p.nblocks, &p.dev, &p.notes)? {
+            match self.p2p_mismatch(&p.status, p.nblocks, &p.dev, &p.notes, ended)? {
                 Some(e) => return Err(self.fail(e)),
-                None => self.p2p_finish(p, group)?,
+                None => self.p2p_finish(p, group, ended)?,
             }
         }
         Ok(())
@@ -880,7 +880,7 @@ impl Comm {
 
     /// Waits for a group's point-to-point part and reports its failures; a timeout names the
     /// group, the operations of the blocks that gave up and where their peers are.
-    fn p2p_finish(&self, p: &P2pPart, group: u64) -> Result<()> {
+    fn p2p_finish(&self, p: &P2pPart, group: u64, ended: Ended) -> Result<()> {
         let stuck = |failures: &[super::RankFailure]| -> Vec<String> {
             let mut out: Vec<String> = Vec::new();
             for f in failures {
@@ -901,6 +901,6 @@ impl Comm {
             }
             out
         };
-        self.finish_inner(Awaiting::P2p { group, stuck: &stuck }, &p.status, p.nblocks)
+        self.finish_inner(Awaiting::P2p { group, stuck: &stuck }, &p.status, p.nblocks, ended)
     }
 }

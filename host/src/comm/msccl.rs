@@ -26,7 +26,7 @@ use rsccl_device::prims::conn::{mismatch_offset, status_bytes, CallSig, ConnInfo
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How a call of an MSCCL program is cut: `elems` (elements, or bytes for a program that only
@@ -271,7 +271,7 @@ impl Comm {
             done
         } else {
             q.unclaimed.push((FlightId::Collective(seq), Ok(())));
-            Arc::new(AtomicBool::new(true))
+            Arc::new(super::work::DoneFlag::ended())
         };
         Ok(Work::new(self, seq, done, plan))
     }

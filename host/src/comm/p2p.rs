@@ -467,8 +467,9 @@ impl Comm {
         nblocks: usize,
         dev: &[P2pOp],
         notes: &[OpNote],
+        ended: super::communicator::Ended,
     ) -> Result<Option<Error>> {
-        if let Err(e) = self.stream.synchronize() {
+        if let Err(e) = self.kernels_ended(ended) {
             return Ok(Some(Error::Rank { rank: self.rank, source: Box::new(e) }));
         }
         if self.failed_nowhere() {

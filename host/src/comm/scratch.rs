@@ -117,7 +117,7 @@ mod tests {
         fn synchronize(&self) -> Result<()> {
             self.inner.synchronize()
         }
-        fn host_fn(&self, f: Box<dyn FnOnce() + Send>) {
+        fn host_fn(&self, f: crate::backend::HostFn) {
             self.inner.host_fn(f)
         }
         fn fork_stream(&self) -> Result<Arc<dyn Backend>> {

@@ -13,8 +13,55 @@ use super::p2p::P2p;
 use super::BufRef;
 use crate::error::Result;
 use rsccl_device::dtype::DataType;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Whether the work a call enqueued on its stream has ended, set by the host function behind
+/// it; and whether it ended without an error the backend reports (then a completion may read
+/// its results without synchronizing the stream, where later calls still run).
+#[derive(Debug, Default)]
+pub(crate) struct DoneFlag(AtomicU8);
+
+/// [`DoneFlag`]'s states.
+const RUNNING: u8 = 0;
+const ENDED: u8 = 1;
+const ENDED_WITH_ERROR: u8 = 2;
+
+/// How long [`DoneFlag::wait`] polls before it sleeps between polls (a small call's kernel
+/// ends within it), and how long it sleeps then.
+const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(200);
+const POLL_SLEEP: Duration = Duration::from_micros(50);
+
+impl DoneFlag {
+    /// A flag already set (work that never ran).
+    pub(crate) fn ended() -> DoneFlag {
+        DoneFlag(AtomicU8::new(ENDED))
+    }
+
+    /// The work ended; `ok`: without an error the backend reports.
+    pub(crate) fn set(&self, ok: bool) {
+        self.0.store(if ok { ENDED } else { ENDED_WITH_ERROR }, Ordering::Release);
+    }
+
+    /// Whether the work ended.
+    pub(crate) fn is_done(&self) -> bool {
+        self.0.load(Ordering::Acquire) != RUNNING
+    }
+
+    /// Waits until the work ended (the host function always runs: the kernels' own timeouts
+    /// bound them); whether it ended without a backend error.
+    pub(crate) fn wait(&self) -> bool {
+        let start = Instant::now();
+        loop {
+            match self.0.load(Ordering::Acquire) {
+                RUNNING if start.elapsed() < SPIN_BEFORE_SLEEP => std::thread::yield_now(),
+                RUNNING => std::thread::sleep(POLL_SLEEP),
+                s => return s == ENDED,
+            }
+        }
+    }
+}
 
 /// Starts collectives without waiting for them; from [`Comm::enqueue`].
 ///
@@ -22,8 +69,8 @@ use std::sync::Arc;
 /// on its stream. Enqueuing one returns once its kernel is enqueued, behind up to
 /// [`MAX_IN_FLIGHT`](crate::MAX_IN_FLIGHT) ring, tree, NVLS or symmetric-LL calls and groups
 /// ([`Group::start`](crate::Group::start)) still in flight (NCCL's enqueue-and-return); a call
-/// past that bound, a group that waits for a GEMM's tiles, an MSCCL program or NVLS_TREE first
-/// waits for the calls in flight. A buffer may be given to calls in flight one after another
+/// past that bound first waits for the oldest of them; a group that waits for a GEMM's tiles,
+/// an MSCCL program or NVLS_TREE first waits for them all. A buffer may be given to calls in flight one after another
 /// (an in-place all-reduce of the same gradients each step): they run in order on this
 /// communicator's stream; a call given a buffer that another communicator's call in flight
 /// still uses waits for that call. A call enqueued behind one that failed fails too, with that
@@ -60,13 +107,13 @@ pub struct Enqueue<'c> {
 pub struct Work<'c> {
     comm: &'c Comm,
     flight: FlightId,
-    done: Arc<AtomicBool>,
+    done: Arc<DoneFlag>,
     claimed: bool,
     plan: Plan,
 }
 
 impl<'c> Work<'c> {
-    pub(super) fn new(comm: &'c Comm, seq: u64, done: Arc<AtomicBool>, plan: Plan) -> Self {
+    pub(super) fn new(comm: &'c Comm, seq: u64, done: Arc<DoneFlag>, plan: Plan) -> Self {
         Work { comm, flight: FlightId::Collective(seq), done, claimed: false, plan }
     }
 
@@ -88,7 +135,8 @@ impl<'c> Work<'c> {
         self.plan
     }
 
-    /// Waits for the collective and returns its result.
+    /// Waits for the collective (and the calls enqueued before it, which run before it on the
+    /// stream) and returns its result; calls enqueued after it stay in flight.
     pub fn wait(mut self) -> Result<()> {
         self.claimed = true;
         self.comm.complete(self.flight)
@@ -105,7 +153,7 @@ impl<'c> Work<'c> {
     /// Whether its kernel has finished on this rank (a poll: the result still comes from
     /// [`Work::wait`]).
     pub fn is_done(&self) -> bool {
-        self.done.load(Ordering::Acquire)
+        self.done.is_done()
     }
 
     /// The call's number (the one hang reports name): a collective's number in this
@@ -140,9 +188,9 @@ impl<'c> Enqueue<'c> {
     }
 
     /// Nonblocking [`Comm::send`]: starts the send and returns its [`GroupWork`] (`buf` stays
-    /// in use until it completes). A point-to-point group waits for the calls in flight
-    /// before it, and the next call waits for it: a rank's send and receive that depend on each other go
-    /// in one [`Enqueue::p2p`] (or [`Group`]), as NCCL users group them.
+    /// in use until it completes). It queues behind the calls in flight, and later calls
+    /// behind it, on this communicator's stream: a rank's send and receive that depend on each
+    /// other go in one [`Enqueue::p2p`] (or [`Group`]), as NCCL users group them.
     ///
     /// ```
     /// use rsccl::{backend, BufRef, Comm, CommConfig, DataType};

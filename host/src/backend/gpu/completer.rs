@@ -17,7 +17,7 @@ struct Event(sys::CUevent);
 unsafe impl Send for Event {}
 
 /// A host function and the event it waits for.
-type Job = (Event, Box<dyn FnOnce() + Send>);
+type Job = (Event, crate::backend::HostFn);
 
 /// The waiting thread of one stream, started on its first host function.
 #[derive(Default)]
@@ -30,11 +30,11 @@ pub(super) struct Completer {
 impl Completer {
     /// Runs `f` once the work enqueued so far on `stream` (of `ctx`, bound on this thread) has
     /// ended, without waiting here when it can; else (no event, no thread) waits, then runs it.
-    pub(super) fn host_fn(&self, ctx: &Arc<CudaContext>, stream: sys::CUstream, f: Box<dyn FnOnce() + Send>) {
+    pub(super) fn host_fn(&self, ctx: &Arc<CudaContext>, stream: sys::CUstream, f: crate::backend::HostFn) {
         let Some(ev) = self.record(stream) else {
             // SAFETY: our stream, in the bound context.
-            let _ = unsafe { result::stream::synchronize(stream) };
-            return f();
+            let ok = unsafe { result::stream::synchronize(stream) }.is_ok();
+            return f(ok);
         };
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
         if jobs.is_none() {
@@ -50,11 +50,12 @@ impl Completer {
             *jobs = None;
             drop(jobs);
             // SAFETY: recorded by `record`, waited for and destroyed once, here.
-            unsafe {
-                let _ = result::event::synchronize(ev.0);
+            let ok = unsafe {
+                let ok = result::event::synchronize(ev.0).is_ok();
                 let _ = result::event::destroy(ev.0);
-            }
-            f();
+                ok
+            };
+            f(ok);
         }
     }
 
@@ -78,36 +79,39 @@ impl Completer {
 
     /// The waiting thread: for each job in order, waits for its event, keeps the event for
     /// reuse and runs the function. It ends once the stream's backend dropped its sender and
-    /// every job is done, destroying the free events.
+    /// every job is done, destroying the free events. `None` where it cannot start or bind
+    /// the context (it could not wait for an event: a function would run before its work ended).
     fn spawn(&self, ctx: Arc<CudaContext>) -> Option<Sender<Job>> {
         let (tx, rx) = channel::<Job>();
+        let (bound_tx, bound_rx) = channel::<bool>();
         let free = self.free.clone();
         let spawned = std::thread::Builder::new().name("gpu-stream-host-fn".into()).spawn(move || {
             let bound = ctx.bind_to_thread().is_ok();
-            for (ev, f) in rx {
-                if bound {
-                    // SAFETY: recorded on this context's stream; waited for by this thread only.
-                    let _ = unsafe { result::event::synchronize(ev.0) };
-                    let mut kept = free.lock().unwrap_or_else(|p| p.into_inner());
-                    if kept.len() < MAX_FREE_EVENTS {
-                        kept.push(ev);
-                    } else {
-                        drop(kept);
-                        // SAFETY: waited for above; destroyed once.
-                        let _ = unsafe { result::event::destroy(ev.0) };
-                    }
-                }
-                // A panicking function must not end the thread with jobs behind it.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            let _ = bound_tx.send(bound);
+            if !bound {
+                return;
             }
-            if bound {
-                for ev in std::mem::take(&mut *free.lock().unwrap_or_else(|p| p.into_inner())) {
-                    // SAFETY: idle events of this context, destroyed once (no sender is left
-                    // to take them).
+            for (ev, f) in rx {
+                // SAFETY: recorded on this context's stream; waited for by this thread only.
+                let ok = unsafe { result::event::synchronize(ev.0) }.is_ok();
+                let mut kept = free.lock().unwrap_or_else(|p| p.into_inner());
+                if kept.len() < MAX_FREE_EVENTS {
+                    kept.push(ev);
+                } else {
+                    drop(kept);
+                    // SAFETY: waited for above; destroyed once.
                     let _ = unsafe { result::event::destroy(ev.0) };
                 }
+                // A panicking function must not end the thread with jobs behind it.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(ok)));
+            }
+            for ev in std::mem::take(&mut *free.lock().unwrap_or_else(|p| p.into_inner())) {
+                // SAFETY: idle events of this context, destroyed once (no sender is left to
+                // take them).
+                let _ = unsafe { result::event::destroy(ev.0) };
             }
         });
-        spawned.ok().map(|_| tx)
+        // Nothing is sent before the thread says it can wait for events.
+        (spawned.is_ok() && bound_rx.recv().unwrap_or(false)).then_some(tx)
     }
 }
