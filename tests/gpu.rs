@@ -694,8 +694,9 @@ fn mismatched_calls() -> CheckResult {
 
 /// Calls in flight on the GPU. Rank 0 of two (streams of this GPU) enqueues `MAX_IN_FLIGHT`
 /// detached all-reduces before rank 1 calls anything: every enqueue returns and all are in
-/// flight at once (the host waits for none); then rank 1 makes the same calls and every result
-/// is exact. Then a mismatched all-reduce with a matched one behind it on both ranks: both fail
+/// flight at once (the host waits for none); rank 1 makes its first call and waits for it, and
+/// rank 0's next call returns once its oldest completed, with 16 in flight; then rank 1 makes
+/// the other calls and every result is exact. Then a mismatched all-reduce with a matched one behind it on both ranks: both fail
 /// on both ranks with the mismatch (the second with the first's error, or refused at enqueue
 /// naming it where its rank had seen the failure), well within one timeout (the failing
 /// kernel's abort word stops the one behind it). Then [`groups_in_flight`].
@@ -709,11 +710,15 @@ fn calls_in_flight() -> CheckResult {
     let count = 4096;
     let val = |r: usize, k: usize| (r * 100 + k) as f32;
     let bufs: Vec<Vec<rsccl::DeviceBuffer>> = (0..2)
-        .map(|r| (0..MAX_IN_FLIGHT).map(|k| gpu.upload(&vec![val(r, k); count])).collect())
+        .map(|r| (0..=MAX_IN_FLIGHT).map(|k| gpu.upload(&vec![val(r, k); count])).collect())
         .collect::<rsccl::Result<_>>()
         .map_err(e)?;
+    let all_reduce = |r: usize, k: usize| {
+        let b = BufRef::from(&bufs[r][k]);
+        comms[r].enqueue().all_reduce(b, b, count, DataType::F32, ReduceOp::Sum)
+    };
     let t = std::time::Instant::now();
-    for b in &bufs[0] {
+    for b in &bufs[0][..MAX_IN_FLIGHT] {
         let b = BufRef::from(b);
         comms[0].enqueue().all_reduce(b, b, count, DataType::F32, ReduceOp::Sum).map_err(e)?.detach();
     }
@@ -724,9 +729,16 @@ fn calls_in_flight() -> CheckResult {
     if in_flight != MAX_IN_FLIGHT {
         return Err(format!("{in_flight} of rank 0's {MAX_IN_FLIGHT} calls in flight"));
     }
-    for b in &bufs[1] {
-        let b = BufRef::from(b);
-        comms[1].enqueue().all_reduce(b, b, count, DataType::F32, ReduceOp::Sum).map_err(e)?.detach();
+    all_reduce(1, 0).map_err(e)?.wait().map_err(e)?;
+    let t = std::time::Instant::now();
+    all_reduce(0, MAX_IN_FLIGHT).map_err(e)?.detach();
+    let (waited, in_flight) = (t.elapsed(), comms[0].calls_in_flight());
+    println!("  rank 0: call {} returned after {waited:.2?} with {in_flight} in flight", MAX_IN_FLIGHT + 1);
+    if in_flight != MAX_IN_FLIGHT || waited >= timeout / 2 {
+        return Err(format!("the call past the bound waited {waited:.2?}, then {in_flight} in flight"));
+    }
+    for k in 1..=MAX_IN_FLIGHT {
+        all_reduce(1, k).map_err(e)?.detach();
     }
     for c in &comms {
         c.wait_all().map_err(e)?;
