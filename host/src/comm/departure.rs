@@ -283,10 +283,14 @@ mod tests {
         let stopped = || words.iter().map(|w| w.load_u32(0).unwrap()).collect::<Vec<u32>>();
         assert_eq!(stopped(), [0, 1, 0, 0], "only the group holding the collective stops now");
         // Rank 0's send ends: the collective behind it stops. Rank 3's receive ends with no
-        // collective in flight: nothing to stop (its next call checks for departures).
+        // collective in flight: nothing to stop yet; the collective it enters next (one that
+        // checked for departures before rank 2 left) is stopped as it enters.
         progress[0].kernels_ended(send.number());
         progress[3].kernels_ended(recv.number());
         assert_eq!(stopped(), [1, 1, 0, 0]);
+        progress[3].enter(ar, false);
+        assert_eq!(stopped(), [1, 1, 0, 1]);
+        words[3].store_u32(0, 0).unwrap();
         // The group's completion on the host ends it again: nothing more happens.
         words[0].store_u32(0, 0).unwrap();
         drop((send, recv));

@@ -91,10 +91,14 @@ fn op_name(c: u64) -> &'static str {
 }
 
 impl Progress {
-    /// Enters the next collective; returns its number.
+    /// Enters the next collective; returns its number. A departure's stop held back for the
+    /// groups ahead of it is made now if it concerns this one (its kernel, not launched yet,
+    /// then stops at its first look).
     pub(crate) fn enter(&self, coll: Collective, tree: bool) -> u64 {
         self.what.store(op_code(coll, tree), Ordering::Relaxed);
-        self.entered.fetch_add(1, Ordering::AcqRel) + 1
+        let seq = self.entered.fetch_add(1, Ordering::AcqRel) + 1;
+        self.make_held_stop(&mut self.open_groups());
+        seq
     }
 
     /// Enters a point-to-point group holding the next `collectives` collectives (left when the
@@ -151,20 +155,23 @@ impl Progress {
     }
 
     /// The kernels of group `number` ended (the host function behind them ran, or the group
-    /// completed): a stop held back for it is made, if a collective it concerns is in flight.
+    /// completed): a stop held back for the groups is made, if a collective it concerns is in
+    /// flight with no group left ahead of it.
     pub(crate) fn kernels_ended(&self, number: u64) {
         let mut open = self.open_groups();
         open.groups.retain(|&(n, _)| n != number);
+        self.make_held_stop(&mut open);
+    }
+
+    /// Makes the stop held back, once a collective it concerns is entered and no group runs
+    /// ahead of it. Until then it stays: every later collective needs the leaver (a call
+    /// entered after a group ends, racing its own departure check, is stopped here).
+    fn make_held_stop(&self, open: &mut OpenGroups) {
         let Some((left_done, _)) = open.held else { return };
-        let decided = match self.stop_now(&open, left_done) {
-            // With no group open and nothing in flight, no call waits for the leaver: the next
-            // one checks for departures when it starts.
-            Some(_) if open.groups.is_empty() && self.in_flight().is_none() => Some(false),
-            d => d,
-        };
-        if let Some(stop) = decided {
-            let held = open.held.take();
-            if let (true, Some(abort)) = (stop, held.and_then(|(_, a)| a.upgrade())) {
+        let first = left_done.max(self.done.load(Ordering::Acquire)) + 1;
+        let concerned = self.entered.load(Ordering::Acquire) >= first;
+        if concerned && !open.groups.iter().any(|&(_, end)| end < first) {
+            if let Some(abort) = open.held.take().and_then(|(_, a)| a.upgrade()) {
                 let _ = abort.store_u32(0, 1);
             }
         }
