@@ -33,6 +33,31 @@ fn all_reduces_reporting<'b>(
     }
 }
 
+/// Two ranks' inputs of `calls` calls of `count` elements each ([`input`]).
+fn inputs(
+    be: &std::sync::Arc<dyn rsccl::backend::Backend>,
+    calls: usize,
+    count: usize,
+) -> Vec<Vec<DeviceBuffer>> {
+    (0..2)
+        .map(|r| {
+            (0..calls)
+                .map(|k| be.upload(&(0..count).map(|i| input(r, k, i)).collect::<Vec<_>>()).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// Every call's buffers of [`inputs`], all-reduced in place, hold the two ranks' sum.
+fn expect_sums(be: &std::sync::Arc<dyn rsccl::backend::Backend>, bufs: &[Vec<DeviceBuffer>], count: usize) {
+    for k in 0..bufs[0].len() {
+        let sum: Vec<i32> = (0..count).map(|i| input(0, k, i) + input(1, k, i)).collect();
+        for (r, rank_bufs) in bufs.iter().enumerate() {
+            assert_eq!(be.download::<i32>(&rank_bufs[k], count).unwrap(), sum, "call {k}, rank {r}");
+        }
+    }
+}
+
 /// The first `MAX_IN_FLIGHT` reports of a thread enqueuing calls nobody else has made yet:
 /// each comes at once (`what(k)` names the call that waited otherwise), with every call so far
 /// in flight.
@@ -54,13 +79,7 @@ fn calls_return_at_enqueue_up_to_the_bound_and_the_next_waits() {
     let be = backend::cpu();
     let comms = Comm::init_all(&be, 2, cfg(Duration::from_secs(60))).unwrap();
     let (calls, count) = (MAX_IN_FLIGHT + 1, 1001);
-    let bufs: Vec<Vec<DeviceBuffer>> = (0..2)
-        .map(|r| {
-            (0..calls)
-                .map(|k| be.upload(&(0..count).map(|i| input(r, k, i)).collect::<Vec<_>>()).unwrap())
-                .collect()
-        })
-        .collect();
+    let bufs = inputs(&be, calls, count);
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|s| {
         let (comm0, bufs0) = (&comms[0], &bufs[0]);
@@ -84,12 +103,7 @@ fn calls_return_at_enqueue_up_to_the_bound_and_the_next_waits() {
         c.wait_all().unwrap();
         assert_eq!(c.calls_in_flight(), 0);
     }
-    for (k, _) in bufs[0].iter().enumerate() {
-        let sum: Vec<i32> = (0..count).map(|i| input(0, k, i) + input(1, k, i)).collect();
-        for (r, rank_bufs) in bufs.iter().enumerate() {
-            assert_eq!(be.download::<i32>(&rank_bufs[k], count).unwrap(), sum, "call {k}, rank {r}");
-        }
-    }
+    expect_sums(&be, &bufs, count);
 }
 
 /// The error of a call enqueued behind one that failed with `first`: from its wait, the same
@@ -517,13 +531,7 @@ fn the_call_past_the_bound_and_a_wait_complete_only_the_calls_before_them() {
     let be = backend::cpu();
     let comms = Comm::init_all(&be, 2, cfg(Duration::from_secs(20))).unwrap();
     let (calls, count) = (MAX_IN_FLIGHT + 1, 513);
-    let bufs: Vec<Vec<DeviceBuffer>> = (0..2)
-        .map(|r| {
-            (0..calls)
-                .map(|k| be.upload(&(0..count).map(|i| input(r, k, i)).collect::<Vec<_>>()).unwrap())
-                .collect()
-        })
-        .collect();
+    let bufs = inputs(&be, calls, count);
     let enqueue = |r: usize, k: usize| {
         let b = BufRef::from(&bufs[r][k]);
         comms[r].enqueue().all_reduce(b, b, count, DataType::I32, ReduceOp::Sum).unwrap()
@@ -547,10 +555,5 @@ fn the_call_past_the_bound_and_a_wait_complete_only_the_calls_before_them() {
         w.wait().unwrap_or_else(|e| panic!("call {}: {e}", k + 3));
     }
     comms[1].wait_all().unwrap();
-    for k in 0..calls {
-        let sum: Vec<i32> = (0..count).map(|i| input(0, k, i) + input(1, k, i)).collect();
-        for (r, rank_bufs) in bufs.iter().enumerate() {
-            assert_eq!(be.download::<i32>(&rank_bufs[k], count).unwrap(), sum, "call {k}, rank {r}");
-        }
-    }
+    expect_sums(&be, &bufs, count);
 }

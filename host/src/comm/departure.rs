@@ -224,15 +224,21 @@ impl Relay {
 mod tests {
     use super::*;
 
-    #[test]
-    fn leaving_stops_the_others_and_the_last_removes_the_communicator() {
+    /// Four ranks of communicator `key` joined: their abort words and progress.
+    fn members(key: u128) -> (Vec<Arc<HostMapped>>, Vec<Arc<Progress>>) {
         let be = crate::backend::cpu();
-        let key = 0xdead_beef_u128 << 64 | 42;
         let words: Vec<Arc<HostMapped>> = (0..4).map(|_| Arc::new(be.alloc_mapped(4).unwrap())).collect();
         let progress: Vec<Arc<Progress>> = (0..4).map(|_| Arc::new(Progress::default())).collect();
         for (r, (w, p)) in words.iter().zip(&progress).enumerate() {
             join(key, r, w, p);
         }
+        (words, progress)
+    }
+
+    #[test]
+    fn leaving_stops_the_others_and_the_last_removes_the_communicator() {
+        let key = 0xdead_beef_u128 << 64 | 42;
+        let (words, progress) = members(key);
         // Ranks 0 and 1 are in call #2; rank 1's #1 is still finishing.
         let ar = rsccl_device::coll::Collective::AllReduce;
         for p in &progress[..2] {
@@ -263,13 +269,8 @@ mod tests {
 
     #[test]
     fn groups_ahead_of_the_call_a_departure_concerns_go_on_and_the_stop_follows_them() {
-        let be = crate::backend::cpu();
         let key = 0xfeed_u128 << 64 | 7;
-        let words: Vec<Arc<HostMapped>> = (0..4).map(|_| Arc::new(be.alloc_mapped(4).unwrap())).collect();
-        let progress: Vec<Arc<Progress>> = (0..4).map(|_| Arc::new(Progress::default())).collect();
-        for (r, (w, p)) in words.iter().zip(&progress).enumerate() {
-            join(key, r, w, p);
-        }
+        let (words, progress) = members(key);
         let ar = rsccl_device::coll::Collective::AllReduce;
         // Rank 0: a send in flight (group #1), collective #1 queued behind it.
         let send = progress[0].enter_p2p(0);
