@@ -75,7 +75,7 @@ pub(super) struct KernelFlight {
     /// Its status words and mismatch records (zeroed when back in the pool).
     pub(super) status: super::pool::Pooled,
     /// Set when its kernel ended.
-    pub(super) done: Arc<super::work::DoneFlag>,
+    pub(super) done: Arc<super::done::DoneFlag>,
 }
 
 /// A call in flight, by what reports its end.
@@ -96,7 +96,7 @@ pub(super) enum InFlight {
         /// Whether it waits for a GEMM's tiles (calls do not queue behind such a group).
         gated: bool,
         /// Set when its kernels ended.
-        done: Arc<super::work::DoneFlag>,
+        done: Arc<super::done::DoneFlag>,
     },
 }
 
@@ -119,7 +119,7 @@ impl InFlight {
 
     /// The flag set when its kernels ended, where its completion can use it (kernels that
     /// report in status areas of their own).
-    pub(super) fn done(&self) -> Option<&super::work::DoneFlag> {
+    pub(super) fn done(&self) -> Option<&super::done::DoneFlag> {
         match self {
             InFlight::Kernel(k) => Some(&k.done),
             InFlight::Group { done, .. } => Some(done),

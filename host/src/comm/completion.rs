@@ -317,7 +317,7 @@ impl Comm {
     pub(super) fn complete_through(&self, q: &mut Queue, until: FlightId) {
         while let Some(front) = q.flights.front() {
             let id = front.id();
-            if !front.done().is_some_and(super::work::DoneFlag::wait) {
+            if !front.done().is_some_and(super::done::DoneFlag::wait) {
                 break;
             }
             let f = q.flights.pop_front().expect("a front");

@@ -4,7 +4,8 @@
 use super::algorithm::Algorithm;
 use super::call::Call;
 use super::communicator::{Comm, FlightId, InFlight, KernelFlight, Queue, MAX_IN_FLIGHT};
-use super::work::{DoneFlag, Enqueue, Work};
+use super::done::DoneFlag;
+use super::work::{Enqueue, Work};
 use super::BufRef;
 use crate::error::{Error, Result};
 

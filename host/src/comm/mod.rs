@@ -13,6 +13,7 @@ mod config;
 mod cudarc_interop;
 mod departure;
 mod dispatch;
+mod done;
 mod estimate;
 mod group;
 mod hang;

@@ -271,7 +271,7 @@ impl Comm {
             done
         } else {
             q.unclaimed.push((FlightId::Collective(seq), Ok(())));
-            Arc::new(super::work::DoneFlag::ended())
+            Arc::new(super::done::DoneFlag::ended())
         };
         Ok(Work::new(self, seq, done, plan))
     }
