@@ -137,21 +137,26 @@ impl Progress {
     /// What [`Progress::on_departure`] does: `Some(true)` stop, `Some(false)` nothing, `None`
     /// hold.
     fn stop_now(&self, open: &OpenGroups, left_done: u64) -> Option<bool> {
-        let (entered, done) = (self.entered.load(Ordering::Acquire), self.done.load(Ordering::Acquire));
-        // The collectives in flight are `done+1 ..= entered`; those past `left_done` wait for
-        // the leaver. A group ahead of the first of them holds none and follows none.
-        let first = left_done.max(done) + 1;
-        if entered >= first {
-            return if open.groups.iter().any(|&(_, end)| end < first) { None } else { Some(true) };
-        }
-        if !open.groups.is_empty() {
+        match self.concerned_call(open, left_done) {
+            Some(unblocked) => unblocked.then_some(true),
             // Nothing waits for the leaver yet: a collective enqueued behind the groups is
-            // stopped when they end.
-            return None;
+            // stopped as it enters or when they end.
+            None if !open.groups.is_empty() => None,
+            // A rank between arming its word and entering a call checked for departures
+            // before this: the armed word stops the call.
+            None => Some(self.done.load(Ordering::Acquire) + 1 > left_done),
         }
-        // A rank between arming its word and entering a call checked for departures before
-        // this: the armed word stops the call.
-        Some(done + 1 > left_done)
+    }
+
+    /// Whether a collective entered waits for a rank that finished collectives up to
+    /// `left_done` (`None`: none does), and then whether no group runs ahead of the first
+    /// such (`Some(false)`: one does; it holds none and follows none).
+    fn concerned_call(&self, open: &OpenGroups, left_done: u64) -> Option<bool> {
+        // The collectives in flight are `done+1 ..= entered`; those past `left_done` wait for
+        // the leaver.
+        let first = left_done.max(self.done.load(Ordering::Acquire)) + 1;
+        (self.entered.load(Ordering::Acquire) >= first)
+            .then(|| !open.groups.iter().any(|&(_, end)| end < first))
     }
 
     /// The kernels of group `number` ended (the host function behind them ran, or the group
@@ -168,9 +173,7 @@ impl Progress {
     /// entered after a group ends, racing its own departure check, is stopped here).
     fn make_held_stop(&self, open: &mut OpenGroups) {
         let Some((left_done, _)) = open.held else { return };
-        let first = left_done.max(self.done.load(Ordering::Acquire)) + 1;
-        let concerned = self.entered.load(Ordering::Acquire) >= first;
-        if concerned && !open.groups.iter().any(|&(_, end)| end < first) {
+        if self.concerned_call(open, left_done) == Some(true) {
             if let Some(abort) = open.held.take().and_then(|(_, a)| a.upgrade()) {
                 let _ = abort.store_u32(0, 1);
             }
