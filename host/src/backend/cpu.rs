@@ -124,6 +124,49 @@ fn max_alloc() -> Result<usize> {
         .map_err(Error::InvalidConfig)
 }
 
+/// How the emulator's exported memory ([`Backend::alloc_exported`]) behaves once its owner
+/// frees it: `shm` (the default), every process that mapped it keeps it, as POSIX shared
+/// memory (and CUDA's VMM handles) do; `cuda`, as CUDA IPC memory (`cuIpcGetMemHandle`), which
+/// no importer may touch once its owner freed it (undefined on a GPU): the segment is truncated,
+/// so an importer's next touch faults (SIGBUS). Multi-process tests run under `cuda` to show
+/// that no rank frees memory a peer's kernel may still reach.
+pub const EMU_IPC_VAR: &str = "RSCCL_EMU_IPC";
+
+/// The two models of [`EMU_IPC_VAR`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IpcModel {
+    Shm,
+    Cuda,
+}
+
+/// The model [`EMU_IPC_VAR`] asks for, read once.
+fn ipc_model() -> Result<IpcModel> {
+    static MODEL: std::sync::OnceLock<std::result::Result<IpcModel, String>> = std::sync::OnceLock::new();
+    MODEL
+        .get_or_init(|| match std::env::var(EMU_IPC_VAR).as_deref().map(str::trim) {
+            Err(_) | Ok("") | Ok("shm") => Ok(IpcModel::Shm),
+            Ok("cuda") => Ok(IpcModel::Cuda),
+            Ok(v) => Err(format!("{EMU_IPC_VAR}={v:?}: expected shm or cuda")),
+        })
+        .clone()
+        .map_err(Error::InvalidConfig)
+}
+
+/// Exported memory under the `cuda` model: its segment is truncated when its owner frees it,
+/// so the mappings of the processes that opened it fault from then on.
+struct Revoked {
+    _seg: crate::transport::shm::Segment,
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Drop for Revoked {
+    fn drop(&mut self) {
+        // SAFETY: our own descriptor of the segment; its mapping here (`seg`) is dropped after
+        // this and touched by nothing of this process any more.
+        unsafe { libc::ftruncate(std::os::fd::AsRawFd::as_raw_fd(&self.fd), 0) };
+    }
+}
+
 /// `Err(OutOfMemory)` for an allocation over the emulator's limit (see [`EMU_MAX_ALLOC_VAR`]).
 fn check_alloc(bytes: usize) -> Result<()> {
     let limit = max_alloc()?;
@@ -155,11 +198,21 @@ impl Backend for CpuBackend {
 
     fn alloc_exported(&self, bytes: usize) -> Result<(DeviceBuffer, Vec<u8>)> {
         check_alloc(bytes)?;
+        let model = ipc_model()?;
         let len = bytes.max(1);
-        let seg = crate::transport::shm::Segment::create(len, 0)?;
+        let (seg, fd) = crate::transport::shm::Segment::create_keeping_fd(len, 0)?;
         let mut handle = (len as u64).to_le_bytes().to_vec();
         handle.extend_from_slice(seg.name().as_bytes());
-        Ok((DeviceBuffer::new(DevPtr(seg.as_ptr() as u64), bytes, Box::new(seg)), handle))
+        let ptr = DevPtr(seg.as_ptr() as u64);
+        let owner: Box<dyn std::any::Any + Send + Sync> = match model {
+            IpcModel::Shm => Box::new(seg),
+            IpcModel::Cuda => Box::new(Revoked { _seg: seg, fd }),
+        };
+        Ok((DeviceBuffer::new(ptr, bytes, owner), handle))
+    }
+
+    fn exported_outlives_owner(&self) -> bool {
+        ipc_model().is_ok_and(|m| m == IpcModel::Shm)
     }
 
     fn open_exported(&self, handle: &[u8]) -> Result<(DevPtr, Box<dyn std::any::Any + Send + Sync>)> {

@@ -19,7 +19,7 @@
 mod cpu;
 mod gpu;
 
-pub use cpu::CpuBackend;
+pub use cpu::{CpuBackend, EMU_IPC_VAR, EMU_MAX_ALLOC_VAR};
 pub use gpu::GpuBackend;
 
 use crate::error::{Error, Result};
@@ -419,6 +419,13 @@ pub trait Backend: Send + Sync {
     fn alloc_exported(&self, bytes: usize) -> Result<(DeviceBuffer, Vec<u8>)> {
         let _ = bytes;
         Err(Error::InvalidConfig(format!("{}: no memory another process can map", self.describe())))
+    }
+    /// Whether memory from [`Backend::alloc_exported`] stays usable where other processes
+    /// opened it after its owner here frees it. Not on a GPU (this default): freeing CUDA IPC
+    /// memory before every importer closed it is undefined, so its owner waits for their
+    /// kernels first. The CPU emulator's shared memory does, unless `RSCCL_EMU_IPC=cuda`.
+    fn exported_outlives_owner(&self) -> bool {
+        false
     }
     /// Maps memory another process made with [`Backend::alloc_exported`], from its handle:
     /// returns its address here and a guard that unmaps it when dropped.

@@ -44,6 +44,14 @@ unsafe impl Sync for Segment {}
 impl Segment {
     /// Creates and maps a zeroed segment of `len` bytes under a fresh name.
     pub fn create(len: usize, key: u128) -> Result<Segment> {
+        Segment::create_keeping_fd(len, key).map(|(seg, _fd)| seg)
+    }
+
+    /// [`Segment::create`], also returning the segment's descriptor: whoever keeps it can
+    /// still resize the segment once its name is gone (the CPU emulator's model of CUDA IPC
+    /// memory truncates it when its owner frees it: see `RSCCL_EMU_IPC`).
+    pub fn create_keeping_fd(len: usize, key: u128) -> Result<(Segment, std::os::fd::OwnedFd)> {
+        use std::os::fd::FromRawFd;
         let name = format!(
             "/{SEGMENT_PREFIX}{}-{}-{:08x}",
             std::process::id(),
@@ -57,13 +65,14 @@ impl Segment {
         if fd < 0 {
             return Err(os_error("shm_open", &name));
         }
+        // SAFETY: a descriptor just opened and owned by nobody else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
         let mut seg = Segment { ptr: std::ptr::null_mut(), len, name: cname, linked: true };
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
         // SAFETY: fd is ours; the size is the connection's (checked arithmetic by the caller).
-        let sized = unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0;
-        let res = if sized { seg.map(fd) } else { Err(os_error("ftruncate", &name)) };
-        // SAFETY: fd is ours and no longer needed once mapped (or on failure).
-        unsafe { libc::close(fd) };
-        res.map(|()| seg)
+        let sized = unsafe { libc::ftruncate(raw, len as libc::off_t) } == 0;
+        let res = if sized { seg.map(raw) } else { Err(os_error("ftruncate", &name)) };
+        res.map(|()| (seg, fd))
     }
 
     /// Maps the segment `name` of exactly `len` bytes and unlinks its name.
