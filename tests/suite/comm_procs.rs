@@ -302,6 +302,7 @@ fn comm_child() {
                 Err(e) => println!("NEXT-ERROR {e}"),
             }
         }
+        "ipc-leaver" => ipc_leaver(&be, rank, n, &id),
         "mismatch" => {
             // Rank 0 all-reduces 1000 elements, rank 1 500, over shared memory.
             let cfg = CommConfig { timeout: Duration::from_secs(10), ..sweep_config() };
@@ -415,6 +416,57 @@ fn comm_child() {
             println!("MSCCL rank {rank} of {n} ok");
         }
         other => panic!("unknown child role {other}"),
+    }
+}
+
+/// Waits for the file `path` (another rank's signal), at most a minute.
+fn wait_for_file(path: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "no {} within a minute", path.display());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The child side of [`a_rank_frees_memory_other_processes_mapped_only_once_their_kernels_are_done`]
+/// (3 ranks, exported memory as CUDA IPC's: `RSCCL_EMU_IPC=cuda`).
+fn ipc_leaver(be: &std::sync::Arc<dyn rsccl::Backend>, rank: usize, n: usize, id: &UniqueId) {
+    let cfg = CommConfig { timeout: Duration::from_secs(4), proto: None, ..sweep_config() };
+    let comm = Comm::init_rank(be, n, rank, id, cfg).unwrap();
+    let small = be.upload(&[1f32; 64]).unwrap();
+    let s = BufRef::from(&small);
+    let first = comm.enqueue().all_reduce(s, s, 64, DataType::F32, ReduceOp::Sum).unwrap();
+    assert_eq!(first.plan().algorithm, Algorithm::SymLl, "the small all-reduce's plan");
+    first.wait().unwrap();
+    let dir = std::path::PathBuf::from(var("RSCCL_TEST_DIR"));
+    match rank {
+        0 => {
+            // A large all-reduce (the rings) and a small one behind it, which rank 1 never
+            // makes: the small one's kernel runs when the large one fails, and writes into
+            // every peer's scratch before it looks at anything.
+            let big = be.upload(&vec![1f32; 1 << 18]).unwrap();
+            let b = BufRef::from(&big);
+            let large = comm.enqueue().all_reduce(b, b, 1 << 18, DataType::F32, ReduceOp::Sum).unwrap();
+            let behind = comm.enqueue().all_reduce(s, s, 64, DataType::F32, ReduceOp::Sum).unwrap();
+            std::fs::write(dir.join("entered"), b"").unwrap();
+            let start = Instant::now();
+            let e1 = large.wait().expect_err("rank 1 left before the large all-reduce");
+            let e2 = behind.wait().expect_err("rank 1 left before the small all-reduce");
+            println!("LARGE-ERROR after {} ms: {e1}", start.elapsed().as_millis());
+            println!("SMALL-ERROR {e2}");
+            std::fs::write(dir.join("done"), b"").unwrap();
+        }
+        1 => {
+            wait_for_file(&dir.join("entered"));
+            let start = Instant::now();
+            drop(comm);
+            println!("DROPPED after {} ms", start.elapsed().as_millis());
+            wait_for_file(&dir.join("done"));
+        }
+        _ => {
+            // A bystander: idle while rank 1 leaves (rank 1 need not wait for it).
+            wait_for_file(&dir.join("done"));
+        }
     }
 }
 
@@ -537,15 +589,30 @@ fn an_msccl_program_runs_across_4_processes() {
     assert_no_segments(&pids);
 }
 
-/// N child ranks of this test binary.
+/// N child ranks of this test binary, their exported memory modelled as CUDA IPC's (freed by
+/// its owner, it faults wherever else it is mapped: no rank may free it under a peer's kernel).
 fn start_ranks(role: &str, id: &UniqueId, n: usize, ranks: impl Iterator<Item = usize>) -> Children {
+    start_ranks_with(role, id, n, ranks, &[])
+}
+
+/// [`start_ranks`] with the variables `more` set too.
+fn start_ranks_with(
+    role: &str,
+    id: &UniqueId,
+    n: usize,
+    ranks: impl Iterator<Item = usize>,
+    more: &[(&str, &str)],
+) -> Children {
     let envs = ranks.map(|r| {
-        vec![
+        let mut vars = vec![
             (CHILD_VAR.to_string(), role.to_string()),
             ("RSCCL_TEST_ID".to_string(), id.to_string()),
             ("RSCCL_TEST_RANK".to_string(), r.to_string()),
             ("RSCCL_TEST_N".to_string(), n.to_string()),
-        ]
+            (rsccl::backend::EMU_IPC_VAR.to_string(), "cuda".to_string()),
+        ];
+        vars.extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        vars
     });
     Children::spawn("comm_procs::comm_child", envs)
 }
@@ -796,6 +863,39 @@ fn a_rank_killed_mid_all_reduce_is_named_and_leaves_no_shared_memory() {
 /// Two processes over shared memory call all-reduce with 1000 and 500 elements: both fail
 /// naming both calls (they used to return `Ok` with 850/1000 and 372/500 elements wrong), and
 /// the next, matched call is refused instead of reading stale FIFO data.
+/// A rank frees memory ranks of other processes mapped (here the symmetric LL scratch) only
+/// once their kernels reach it no more, where that memory dies with its owner as CUDA IPC
+/// memory does (modelled by `RSCCL_EMU_IPC=cuda`: the freed segment faults wherever it is
+/// mapped). Rank 1 drops its `Comm` while rank 0 has two calls it never makes in flight; rank
+/// 0 hears of it at once and the first fails, and the second's kernel then writes into rank
+/// 1's scratch, milliseconds after rank 1 told its departure. Freed right after telling, that
+/// write kills rank 0 (SIGBUS: 3 of 3 runs without the wait); rank 1's drop waits for it.
+#[test]
+fn a_rank_frees_memory_other_processes_mapped_only_once_their_kernels_are_done() {
+    let (id, n) = (loopback_id(), 3);
+    let dir = std::env::temp_dir().join(format!("rsccl-ipc-leaver-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir_var = dir.display().to_string();
+    let mut ranks = start_ranks_with("ipc-leaver", &id, n, 0..n, &[("RSCCL_TEST_DIR", &dir_var)]);
+    let pids = ranks.pids();
+    let results = ranks.wait(Duration::from_secs(90));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{text}");
+    }
+    let (_, text) = &results[0];
+    let line = |text: &str, tag: &str| -> String {
+        let found = text.lines().find_map(|l| l.split_once(tag).map(|(_, rest)| format!("{tag}{rest}")));
+        found.unwrap_or_else(|| panic!("no {tag}:\n{text}"))
+    };
+    let large = line(text, "LARGE-ERROR");
+    assert!(large.contains("rank 1"), "rank 0's failure names rank 1: {large}");
+    let dropped = line(&results[1].1, "DROPPED");
+    println!("{large}\n{dropped}");
+    assert_no_segments(&pids);
+}
+
 #[test]
 fn mismatched_calls_across_processes_fail_naming_both() {
     let id = loopback_id();

@@ -4,8 +4,9 @@
 //! kernels as every other path.
 use super::algo_mask::AlgoMask;
 use super::config::CommConfig;
+use super::departure;
 use super::hang::Progress;
-use super::nvls::{self, Nvls};
+use super::nvls::Nvls;
 use super::nvls_window;
 use crate::backend::{Backend, DeviceBuffer, HostMapped, LaunchConfig};
 use crate::bootstrap::{Bootstrap, PeerInfo};
@@ -491,15 +492,29 @@ impl Drop for Comm {
         // The ranks waiting for this one stop (its memory they reach by address stays theirs
         // until they drop too); those of other processes hear it over the bootstrap.
         let why = self.recorded_failure();
+        let importers = self.importers();
         let boot = self.bootstrap.get_mut().unwrap_or_else(|p| p.into_inner());
         self.health.leaving.go((self.links.conn_key, self.rank, &self.health.progress), why, Some(boot));
         // GPU multicast memory is unbound (below, as the fields drop) once no peer's kernel
         // can reach it through the object any more.
+        let limit = self.cfg.timeout + STATUS_TIMEOUT;
         if self.nvls.as_ref().is_some_and(|n| n.objects) {
-            let limit = self.cfg.timeout + STATUS_TIMEOUT;
-            let busy = nvls::wait_peers_stopped(self.rank, || boot.query_status(STATUS_TIMEOUT), limit);
+            let busy = departure::wait_peers_stopped(self.rank, || boot.query_status(STATUS_TIMEOUT), limit);
             if !busy.is_empty() {
                 tracing::warn!(rank = self.rank, "NVLS: unbinding while ranks {busy:?} still report a call");
+            }
+        }
+        // Memory ranks of other processes opened, where it dies with this rank's hold on it
+        // (CUDA IPC), is freed (below) once their kernels reach it no more.
+        if !importers.is_empty() {
+            let done = self.health.progress.done_before_failure();
+            let ask = || boot.query_status(STATUS_TIMEOUT);
+            let busy = departure::wait_importers_stopped(&importers, done, ask, limit);
+            if !busy.is_empty() {
+                tracing::warn!(
+                    rank = self.rank,
+                    "freeing memory ranks {busy:?} mapped while they still report a call"
+                );
             }
         }
         // After a failed collective the FIFOs hold slices no peer will read: close at once
@@ -507,6 +522,19 @@ impl Drop for Comm {
         if let Some(mut p) = self.links.proxy.take() {
             p.stop_with(!self.is_poisoned());
         }
+    }
+}
+
+impl Comm {
+    /// The ranks of other processes on this host, which may have opened this rank's exported
+    /// memory, where that memory dies with this rank's hold on it
+    /// ([`Backend::exported_outlives_owner`]); none where it outlives it.
+    fn importers(&self) -> Vec<usize> {
+        if self.stream.exported_outlives_owner() {
+            return Vec::new();
+        }
+        let me = &self.peers[self.rank];
+        self.peers.iter().filter(|p| p.host_hash == me.host_hash && p.pid != me.pid).map(|p| p.rank).collect()
     }
 }
 

@@ -9,7 +9,7 @@
 //! leaver tells its ring successor, which records it here ([`heard`]) and, while it waits in a
 //! call the leaver never finished — or when it fails one because of it — tells its own
 //! successor ([`Relay`]). A normal teardown, where nobody waits, costs one message per rank.
-use super::hang::Progress;
+use super::hang::{Progress, RankState};
 use crate::backend::HostMapped;
 use crate::bootstrap::{Departure, Notifier};
 use std::collections::{HashMap, HashSet};
@@ -220,6 +220,64 @@ impl Relay {
     }
 }
 
+/// How often a leaving rank asks whether its peers' kernels stopped.
+const STOPPED_POLL: Duration = Duration::from_millis(20);
+
+/// Asks every rank's status (`ask`, answered by their listeners; entry `r` is rank `r`'s)
+/// until no rank is `busy` — a rank that cannot be reached is gone, and its kernels with its
+/// process — or `limit` passed (the peers' own timeout ends their kernels by then). Returns
+/// the ranks still busy at the end.
+fn wait_peers(
+    mut ask: impl FnMut() -> Vec<std::result::Result<Vec<u8>, String>>,
+    limit: Duration,
+    busy: impl Fn(usize, &RankState) -> bool,
+) -> Vec<usize> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let still: Vec<usize> = ask()
+            .iter()
+            .enumerate()
+            .filter(|(r, a)| a.as_ref().is_ok_and(|b| RankState::decode(b).is_some_and(|s| busy(*r, &s))))
+            .map(|(r, _)| r)
+            .collect();
+        if still.is_empty() || Instant::now() >= deadline {
+            return still;
+        }
+        std::thread::sleep(STOPPED_POLL);
+    }
+}
+
+/// Before a rank unbinds its memory from GPU multicast objects (its `Comm` drops), the peers'
+/// kernels must have stopped: they reach that memory through the object, and unbinding it
+/// under a running multimem operation is undefined (CUDA's `cuMulticastUnbind`). A departing
+/// rank has stopped their calls it never finished; this waits until no rank but `me`
+/// reports a call in flight (see [`wait_peers`]).
+pub(crate) fn wait_peers_stopped(
+    me: usize,
+    ask: impl FnMut() -> Vec<std::result::Result<Vec<u8>, String>>,
+    limit: Duration,
+) -> Vec<usize> {
+    wait_peers(ask, limit, |r, s| r != me && s.entered > s.done)
+}
+
+/// Before a rank frees memory that ranks of other processes opened (its P2P connections,
+/// symmetric memory, the symmetric LL scratch) on a backend where that memory dies with its
+/// owner (CUDA IPC: [`Backend::exported_outlives_owner`](crate::backend::Backend)), their
+/// kernels must no longer reach it: this waits until none of `importers` has a collective in
+/// flight this rank never finished (`done`: the last it did; those it finished wrote all they
+/// had for it) nor a point-to-point group in flight (see [`wait_peers`]). Its departure,
+/// told before, stops those calls.
+pub(crate) fn wait_importers_stopped(
+    importers: &[usize],
+    done: u64,
+    ask: impl FnMut() -> Vec<std::result::Result<Vec<u8>, String>>,
+    limit: Duration,
+) -> Vec<usize> {
+    wait_peers(ask, limit, |r, s| {
+        importers.contains(&r) && (s.groups > s.groups_done || (s.entered > s.done && s.entered > done))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,5 +358,64 @@ mod tests {
             leave(key, r, 0, None);
         }
         assert!(with(|t| !t.contains_key(&key)));
+    }
+
+    /// A departing rank waits for its peers' kernels: until every answer shows no call in
+    /// flight (an unreachable rank counts as stopped), or the limit, naming who still runs.
+    #[test]
+    fn unbinding_waits_until_the_peers_stopped() {
+        let st =
+            |entered: u64, done: u64| Ok(format!("rsccl-progress {entered} {done} 1 0 0 0").into_bytes());
+        let mut asked = 0;
+        let busy = wait_peers_stopped(
+            0,
+            || {
+                asked += 1;
+                // Rank 0 itself is in flight (ignored); rank 1 finishes at the third ask;
+                // rank 2 is gone.
+                let r1 = if asked < 3 { st(5, 4) } else { st(5, 5) };
+                vec![st(6, 5), r1, Err("unreachable: connection refused".into())]
+            },
+            Duration::from_secs(10),
+        );
+        assert_eq!((busy, asked), (vec![], 3));
+        let start = Instant::now();
+        let busy = wait_peers_stopped(1, || vec![st(2, 1), st(0, 0), st(9, 3)], Duration::from_millis(100));
+        assert_eq!(busy, vec![0, 2]);
+        assert!(start.elapsed() >= Duration::from_millis(100) && start.elapsed() < Duration::from_secs(2));
+    }
+
+    /// A rank freeing memory other processes opened waits only for those processes' ranks,
+    /// and only for their calls it never finished and their groups.
+    #[test]
+    fn freeing_exported_memory_waits_for_the_importers_calls_it_never_finished() {
+        // entered, done, groups, groups_done.
+        let st =
+            |e: u64, d: u64, g: u64, gd: u64| Ok(format!("rsccl-progress {e} {d} 1 0 {g} {gd}").into_bytes());
+        let mut asked = 0;
+        // This rank (1) finished call 4. Rank 0 (another process) runs call 5 until the third
+        // ask; rank 2 runs call 4 (finished here) and rank 3 a group until the second; rank 4
+        // (this process: no importer) runs call 9 throughout.
+        let busy = wait_importers_stopped(
+            &[0, 2, 3],
+            4,
+            || {
+                asked += 1;
+                let r0 = if asked < 3 { st(5, 4, 0, 0) } else { st(5, 5, 0, 0) };
+                let r3 = if asked < 2 { st(4, 4, 2, 1) } else { st(4, 4, 2, 2) };
+                vec![r0, st(6, 4, 0, 0), st(4, 3, 0, 0), r3, st(9, 3, 0, 0)]
+            },
+            Duration::from_secs(10),
+        );
+        assert_eq!((busy, asked), (vec![], 3));
+        let start = Instant::now();
+        let busy = wait_importers_stopped(
+            &[0, 2],
+            4,
+            || vec![st(5, 4, 0, 0), st(9, 0, 0, 0), st(4, 4, 3, 2)],
+            Duration::from_millis(60),
+        );
+        assert_eq!(busy, vec![0, 2]);
+        assert!(start.elapsed() >= Duration::from_millis(60) && start.elapsed() < Duration::from_secs(2));
     }
 }

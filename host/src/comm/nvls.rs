@@ -3,7 +3,6 @@
 //! heads in the topology, more than two ranks, one node, a multimem form for the type and op,
 //! multicast support; `RSCCL_ALGO` as `NCCL_ALGO` forces or forbids it).
 use super::algo_mask::{NvlsPolicy, ALGO_VAR};
-use super::hang::RankState;
 use super::nvls_layout::FifoLayout;
 use crate::backend::{Backend, BackendKind, DeviceBuffer, MulticastObject};
 use crate::bootstrap::{Bootstrap, PeerInfo};
@@ -16,7 +15,6 @@ use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 use std::any::Any;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 pub use super::nvls_layout::{NVLS_SLICE_BYTES, NVLS_STEP_BYTES};
 
@@ -63,41 +61,10 @@ pub(crate) struct Nvls {
     /// The ranks are separate processes: their scratch was mapped, not addressed directly.
     pub(crate) across_processes: bool,
     /// Bound into GPU multicast objects: the peers' kernels reach this rank's memory through
-    /// the object, so it is unbound only once they stopped ([`wait_peers_stopped`]).
+    /// the object, so it is unbound only once they stopped
+    /// ([`wait_peers_stopped`](super::departure::wait_peers_stopped)).
     pub(crate) objects: bool,
     _binds: Vec<Box<dyn Any + Send + Sync>>,
-}
-
-/// How often [`wait_peers_stopped`] asks.
-const STOPPED_POLL: Duration = Duration::from_millis(20);
-
-/// Before a rank unbinds its memory from GPU multicast objects (its `Comm` drops), the peers'
-/// kernels must have stopped: they reach that memory through the object, and unbinding it
-/// under a running multimem operation is undefined (CUDA's `cuMulticastUnbind`). A departing
-/// rank has stopped their calls it never finished; this waits, asking every rank's status
-/// (`ask`, answered by their listeners), until none reports a call in flight — a rank that
-/// cannot be reached is gone, and its kernels with its process — at most `limit` (the peers'
-/// own timeout ends their kernels by then). Returns the ranks still in flight at the end.
-pub(crate) fn wait_peers_stopped(
-    me: usize,
-    mut ask: impl FnMut() -> Vec<std::result::Result<Vec<u8>, String>>,
-    limit: Duration,
-) -> Vec<usize> {
-    let deadline = Instant::now() + limit;
-    loop {
-        let busy: Vec<usize> = ask()
-            .iter()
-            .enumerate()
-            .filter(|(r, a)| {
-                *r != me && a.as_ref().is_ok_and(|b| RankState::decode(b).is_some_and(|s| s.entered > s.done))
-            })
-            .map(|(r, _)| r)
-            .collect();
-        if busy.is_empty() || Instant::now() >= deadline {
-            return busy;
-        }
-        std::thread::sleep(STOPPED_POLL);
-    }
 }
 
 /// Why NVLS cannot run, from what every rank knows alike (so all decide the same), or `None`.
@@ -517,31 +484,6 @@ pub(crate) fn exchange_windows(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A departing rank waits for its peers' kernels: until every answer shows no call in
-    /// flight (an unreachable rank counts as stopped), or the limit, naming who still runs.
-    #[test]
-    fn unbinding_waits_until_the_peers_stopped() {
-        let st =
-            |entered: u64, done: u64| Ok(format!("rsccl-progress {entered} {done} 1 0 0 0").into_bytes());
-        let mut asked = 0;
-        let busy = wait_peers_stopped(
-            0,
-            || {
-                asked += 1;
-                // Rank 0 itself is in flight (ignored); rank 1 finishes at the third ask;
-                // rank 2 is gone.
-                let r1 = if asked < 3 { st(5, 4) } else { st(5, 5) };
-                vec![st(6, 5), r1, Err("unreachable: connection refused".into())]
-            },
-            Duration::from_secs(10),
-        );
-        assert_eq!((busy, asked), (vec![], 3));
-        let start = Instant::now();
-        let busy = wait_peers_stopped(1, || vec![st(2, 1), st(0, 0), st(9, 3)], Duration::from_millis(100));
-        assert_eq!(busy, vec![0, 2]);
-        assert!(start.elapsed() >= Duration::from_millis(100) && start.elapsed() < Duration::from_secs(2));
-    }
 
     #[test]
     fn handle_messages_round_trip_and_garbage_is_refused() {

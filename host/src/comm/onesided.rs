@@ -37,6 +37,11 @@ const GRID: u32 = 4;
 const _: () = assert!(GRID <= MAX_GRID);
 
 /// One rank's part of a communicator's symmetric memory.
+///
+/// Ranks of this process keep each other's windows alive. Ranks of other processes map this
+/// window: on a GPU (CUDA IPC) freeing it under a kernel of theirs that still reaches it is
+/// undefined, so drop it on every rank only once every rank's kernels that use it ended (after
+/// a collective or a barrier, as NVSHMEM's collective `nvshmem_free`).
 pub struct SymmetricMemory {
     window: DeviceBuffer,
     _peers: DeviceBuffer,
