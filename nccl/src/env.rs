@@ -4,7 +4,7 @@
 use std::sync::Once;
 
 /// `(NCCL's name, rsccl's twin)`.
-pub const TWINS: [(&str, &str); 18] = [
+pub const TWINS: [(&str, &str); 19] = [
     ("NCCL_DEBUG", "RSCCL_DEBUG"),
     ("NCCL_DEBUG_FILE", "RSCCL_DEBUG_FILE"),
     ("NCCL_SOCKET_IFNAME", "RSCCL_SOCKET_IFNAME"),
@@ -23,6 +23,7 @@ pub const TWINS: [(&str, &str); 18] = [
     ("NCCL_P2P_DISABLE", "RSCCL_P2P_DISABLE"),
     ("NCCL_PROTO", "RSCCL_PROTO"),
     ("NCCL_NET_PLUGIN", "RSCCL_NET_PLUGIN"),
+    ("NCCL_TUNER_PLUGIN", "RSCCL_TUNER_PLUGIN"),
 ];
 
 /// Copies the twins once per process (every exported call runs this first).

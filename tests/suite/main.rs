@@ -34,4 +34,5 @@ mod topology_errors;
 mod topology_fixtures;
 mod topology_rules;
 mod tree_allreduce;
+mod tuner_plugin;
 mod tuning;

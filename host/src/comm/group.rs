@@ -566,6 +566,7 @@ impl Comm {
     /// LL128 then). Errors where the call alone would fail to plan (`RSCCL_ALGO` allows
     /// nothing that serves it).
     fn group_plan(&self, call: &Call, dev: &DevCall, gated: bool) -> Result<Plan> {
+        self.tuner.begin_call();
         if self.nranks > 1 && !gated {
             let alone = self.choose(call, dev)?;
             if matches!(alone, Algorithm::Tree | Algorithm::Nvls | Algorithm::NvlsSymmetric) {

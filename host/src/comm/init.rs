@@ -89,7 +89,8 @@ impl Comm {
             None
         };
         let nets = net.as_ref().map(|n| n.devices()).unwrap_or_default();
-        let agreed = agree(boot, (nranks, rank), &peers, backend, cfg, channels, &nets)?;
+        let comm_id = comm_id(id.secret());
+        let agreed = agree(boot, (nranks, rank), &peers, backend, cfg, channels, &nets, comm_id)?;
         let transports = choose_transports(boot, rank, &peers, &**backend)?;
         let stream = backend.fork_stream()?;
         // The word this rank's kernels watch: set by `abort` and by the proxy when a network
@@ -271,9 +272,16 @@ struct Agreed {
     tuner: super::tuner::Tuner,
 }
 
+/// The communicator's id a tuner plugin is given: the same on every rank, a hash of its
+/// unique id's secret (FNV-1a), which it does not reveal.
+fn comm_id(secret: &[u8]) -> u64 {
+    secret.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
 /// Phase 1, agree: search the channels when the configuration asks (every rank derives the
 /// same), then check that every rank builds the same ones; read the algorithm mask and the
 /// in-band call check.
+#[allow(clippy::too_many_arguments)]
 fn agree(
     boot: &mut Bootstrap,
     (nranks, rank): (usize, usize),
@@ -282,6 +290,7 @@ fn agree(
     mut cfg: CommConfig,
     mut channels: Channels,
     nets: &[NetDevice],
+    comm_id: u64,
 ) -> Result<Agreed> {
     let mut tuning = None;
     if let Some(topo) = &cfg.topology {
@@ -299,11 +308,15 @@ fn agree(
         .clone()
         .or_else(|| std::env::var(crate::tuning::PROTO_VAR).ok())
         .filter(|v| !v.trim().is_empty());
+    // So must the tuner plugin (a rank without it would plan other protocols).
+    let plugin = crate::tuning::TunerPlugin::from_env()?;
     let mine = format!(
-        "{} {}={}",
+        "{} {}={} {}={}",
         cfg.fingerprint(&channels),
         crate::tuning::PROTO_VAR,
-        env_proto.as_deref().unwrap_or("")
+        env_proto.as_deref().unwrap_or(""),
+        crate::tuning::TUNER_PLUGIN_VAR,
+        plugin.as_ref().map_or("none".to_string(), |p| format!("{} v{}", p.name(), p.version()))
     );
     let all = boot.all_gather(mine.as_bytes())?;
     if let Some(r) = all.iter().position(|f| f != mine.as_bytes()) {
@@ -322,10 +335,14 @@ fn agree(
     };
     let nhosts = super::topo::hosts_of(peers).len();
     // The cost model reads the search's graphs where it ran, else assumes NVLink channels.
-    let tuner = match tuning {
+    let mut tuner = match tuning {
         Some(input) => super::tuner::Tuner::searched(input, cfg.nchannels, env_proto.as_deref())?,
         None => super::tuner::Tuner::new(nranks, nhosts, cfg.nchannels, env_proto.as_deref())?,
     };
+    if let Some(p) = &plugin {
+        let hosts: Vec<usize> = super::topo::hosts_of(peers).iter().map(Vec::len).collect();
+        tuner.attach_plugin(p, comm_id, &hosts)?;
+    }
     Ok(Agreed { cfg, channels, algos, try_nvls, check_calls, tuner })
 }
 

@@ -29,6 +29,7 @@ impl Comm {
     /// rings, or the trees for an all-reduce when `RSCCL_ALGO` leaves out the rings. `Err` when
     /// nothing `RSCCL_ALGO` allows serves the call.
     pub(super) fn plan(&self, call: &Call, dev: &DevCall) -> Result<Plan> {
+        self.tuner.begin_call();
         let algorithm = self.choose(call, dev)?;
         Ok(self.plan_for(algorithm, dev))
     }
@@ -166,7 +167,7 @@ impl Comm {
                 // NCCL's channel and thread shrink for small sizes, within this
                 // communicator's channels and block size and the kernel's.
                 let max_threads = self.cfg.nthreads.min(kernel.max_threads());
-                let (c, t) = self.tuner.shape(algorithm, protocol, bytes, max_threads);
+                let (c, t) = self.tuner.shape(algorithm, dev.coll, protocol, bytes, max_threads);
                 (protocol, c, t)
             }
             Algorithm::SymLl => (Protocol::Ll, channels, threads),

@@ -8,12 +8,15 @@
 //! bandwidth) are what the choice needs, and every rank derives the same answer.
 use super::algorithm::{Algorithm, Protocol};
 use crate::error::Result;
+use crate::tuning::plugin::{Session, TunerPlugin};
+use crate::tuning::plugin_abi::{self, NvlDomainInfo, IGNORE};
 use crate::tuning::{
     Algo, AlgoGraphs, Coll, CostTable, CpuKind, Enabled, GraphInput, Proto, ProtoSetting, TuningInput,
     PROTO_VAR,
 };
 use rsccl_device::coll::Collective;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Bandwidth per channel the model assumes without a topology graph, GB/s (NCCL's search
 /// speed for one SM90 NVLink channel).
@@ -25,7 +28,11 @@ const ASSUMED_SM: u32 = 90;
 /// The cost table and the protocols `RSCCL_PROTO` enables, per communicator.
 #[derive(Debug)]
 pub(super) struct Tuner {
+    /// What the table was built from (rebuilt when a plugin rewrites the constants).
+    input: TuningInput,
     table: CostTable,
+    /// The NCCL tuner plugin consulted per call (`RSCCL_TUNER_PLUGIN`), if any.
+    plugin: Option<PluginUse>,
     enabled: Enabled,
     /// The variable's value, for messages.
     setting: Option<String>,
@@ -37,6 +44,28 @@ pub(super) struct Tuner {
     searched: bool,
     /// Whether the "forced protocol has no FIFO" warning was given (once per communicator).
     warned: AtomicBool,
+}
+
+/// A communicator's tuner plugin session and its last answer (a call's plan asks the same
+/// question more than once: which algorithm, then its protocol, then its channels).
+#[derive(Debug)]
+struct PluginUse {
+    session: Session,
+    last: Mutex<Option<Answer>>,
+    /// Whether a failed `getCollInfo` was reported (once per communicator).
+    warned: AtomicBool,
+}
+
+/// A plugin's answer for `coll` of `bytes` asked with the cost table `asked`.
+#[derive(Clone, Copy, Debug)]
+struct Answer {
+    coll: Coll,
+    bytes: u64,
+    asked: plugin_abi::CostTable,
+    /// The cheapest entry the call can run after the plugin lowered entries, and the channels
+    /// it set (0: none).
+    pick: Option<(Algo, Proto)>,
+    channels: u32,
 }
 
 /// Which line-protocol FIFOs every connection of one algorithm (rings or trees) of the
@@ -76,7 +105,9 @@ impl Tuner {
         let table = CostTable::build(input)?;
         let enabled = Enabled::parse(None, proto)?;
         Ok(Tuner {
+            input: input.clone(),
             table,
+            plugin: None,
             enabled,
             setting: proto.map(str::to_string),
             ll128_safe: Ll128Safe::default(),
@@ -124,6 +155,116 @@ impl Tuner {
             },
         };
         Tuner::from_input(&input, proto, false)
+    }
+
+    /// Starts `plugin` for this communicator (`comm_id`, the same on every rank; `hosts`: its
+    /// ranks per host, its NVLink domains): a v5/v6 plugin may rewrite the constants, and the
+    /// table is rebuilt from them.
+    pub(super) fn attach_plugin(
+        &mut self,
+        plugin: &Arc<TunerPlugin>,
+        comm_id: u64,
+        hosts: &[usize],
+    ) -> Result<()> {
+        let int = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+        let domains = NvlDomainInfo {
+            n_nvl_domains: int(hosts.len()),
+            min_ranks_per_nvl_domain: int(hosts.iter().copied().min().unwrap_or(0)),
+            max_ranks_per_nvl_domain: int(hosts.iter().copied().max().unwrap_or(0)),
+        };
+        let mut k = self.table.constants().clone();
+        let session = plugin.init(comm_id, self.input.nranks, self.input.nnodes, domains, &mut k)?;
+        self.table = CostTable::build_with(&self.input, &k)?;
+        self.plugin = Some(PluginUse { session, last: Mutex::new(None), warned: AtomicBool::new(false) });
+        Ok(())
+    }
+
+    /// A new call's planning begins: the plugin's answer to the last call is not this one's
+    /// (NCCL asks a plugin once per collective).
+    pub(super) fn begin_call(&self) {
+        if let Some(pu) = &self.plugin {
+            *pu.last.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+
+    /// The cost table a plugin is asked with for `coll` of `bytes` among `candidates` (each
+    /// algorithm with its connections' FIFOs): the model's time of every entry the call can run
+    /// there ([`Tuner::allowed`], carried), [`IGNORE`] elsewhere.
+    fn asked(&self, coll: Coll, bytes: u64, candidates: &[(Algo, LineFifos)]) -> plugin_abi::CostTable {
+        let mut asked = [[IGNORE; plugin_abi::NUM_PROTOCOLS]; plugin_abi::NUM_ALGORITHMS];
+        for &(algo, fifos) in candidates {
+            for p in Proto::ALL {
+                let carried = match p {
+                    Proto::Simple => true,
+                    Proto::Ll => fifos.ll,
+                    Proto::Ll128 => fifos.ll128,
+                };
+                if carried && self.allowed(coll, algo, p) {
+                    if let Some(t) = self.table.time_us(coll, algo, p, bytes, 1) {
+                        asked[algo.index()][p.index()] = t as f32;
+                    }
+                }
+            }
+        }
+        asked
+    }
+
+    /// The plugin's answer for `coll` of `bytes` asked with `asked`: the entries it lowers, the
+    /// cheapest the call can run wins (ties: NCCL's order). `None` without a plugin, with
+    /// nothing to run, or when the plugin fails (reported once; the model decides).
+    fn plugin_answer(&self, coll: Coll, bytes: u64, asked: plugin_abi::CostTable) -> Option<Answer> {
+        let pu = self.plugin.as_ref()?;
+        if asked.iter().flatten().all(|&t| t == IGNORE) {
+            return None;
+        }
+        let mut last = pu.last.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = last.filter(|a| a.coll == coll && a.bytes == bytes && a.asked == asked) {
+            return Some(a);
+        }
+        let mut table = asked;
+        let channels = match pu.session.coll_info(coll, bytes, 1, &mut table) {
+            Ok(c) => c,
+            Err(e) => {
+                if !pu.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!("{e}: the cost model decides instead");
+                }
+                return None;
+            }
+        };
+        let mut pick: Option<(Algo, Proto, f32)> = None;
+        for a in Algo::ALL {
+            for p in Proto::ALL {
+                let (was, now) = (asked[a.index()][p.index()], table[a.index()][p.index()]);
+                if was != IGNORE && now >= 0.0 && pick.is_none_or(|(_, _, t)| now < t) {
+                    pick = Some((a, p, now));
+                }
+            }
+        }
+        let answer = Answer { coll, bytes, asked, pick: pick.map(|(a, p, _)| (a, p)), channels };
+        tracing::trace!("TUNER/Plugin: {coll} of {bytes} bytes: {:?}, {channels} channels", answer.pick);
+        *last = Some(answer);
+        Some(answer)
+    }
+
+    /// The plugin's protocol (and channels) for `coll` of `bytes` on `algo`: from its last
+    /// answer where that was for this call, picked `algo` and was asked with the same choice
+    /// of `algo`'s protocols (a plan's later question), else from a new question among
+    /// `algo`'s protocols alone.
+    fn plugin_pick_on(&self, algo: Algo, coll: Coll, bytes: u64, fifos: LineFifos) -> Option<(Proto, u32)> {
+        let pu = self.plugin.as_ref()?;
+        let asked = self.asked(coll, bytes, &[(algo, fifos)]);
+        let last = *pu.last.lock().unwrap_or_else(|p| p.into_inner());
+        let prior = last.filter(|a| {
+            a.coll == coll
+                && a.bytes == bytes
+                && a.asked[algo.index()] == asked[algo.index()]
+                && a.pick.is_some_and(|(x, _)| x == algo)
+        });
+        let a = match prior {
+            Some(a) => a,
+            None => self.plugin_answer(coll, bytes, asked)?,
+        };
+        a.pick.filter(|&(x, _)| x == algo).map(|(_, p)| (p, a.channels))
     }
 
     /// Whether some collective may run LL128 (`RSCCL_PROTO` does not turn it off for all):
@@ -177,6 +318,10 @@ impl Tuner {
     /// none).
     fn best(&self, algo: Algo, coll: Collective, bytes: u64, fifos: LineFifos) -> (Protocol, f64) {
         let coll = tuning_coll(coll);
+        if let Some((p, _)) = self.plugin_pick_on(algo, coll, bytes, fifos) {
+            let t = self.table.time_us(coll, algo, p, bytes, 1).unwrap_or(0.0);
+            return (protocol_of(p), t);
+        }
         let mut best = (Protocol::Simple, f64::INFINITY);
         let candidates = [
             (Proto::Simple, Protocol::Simple, true),
@@ -220,6 +365,14 @@ impl Tuner {
         if !self.enabled.algo(Coll::AllReduce, Algo::Tree) {
             return false;
         }
+        if self.plugin.is_some() {
+            let asked = self.asked(Coll::AllReduce, bytes, &[(Algo::Tree, tree), (Algo::Ring, ring)]);
+            if let Some(a) = self.plugin_answer(Coll::AllReduce, bytes, asked) {
+                if let Some((algo, _)) = a.pick {
+                    return algo == Algo::Tree;
+                }
+            }
+        }
         let tree = self.best(Algo::Tree, Collective::AllReduce, bytes, tree).1;
         let ring = self.best(Algo::Ring, Collective::AllReduce, bytes, ring).1;
         ring.is_finite() && tree < ring
@@ -232,12 +385,22 @@ impl Tuner {
     pub(super) fn shape(
         &self,
         algorithm: Algorithm,
+        coll: Collective,
         protocol: Protocol,
         bytes: u64,
         max_threads: u32,
     ) -> (u32, u32) {
-        let (nc, nt) = self.table.launch_shape(algo_of(algorithm), proto_of(protocol), bytes);
-        let nc = nc.clamp(1, self.table.comm_channels().max(1) as u32);
+        let (algo, proto) = (algo_of(algorithm), proto_of(protocol));
+        let (nc, nt) = self.table.launch_shape(algo, proto, bytes);
+        // Channels a tuner plugin set with its pick for this call (NCCL: they override the
+        // model's shrink).
+        let set = self.plugin.as_ref().and_then(|pu| {
+            let last = *pu.last.lock().unwrap_or_else(|p| p.into_inner());
+            last.filter(|a| a.coll == tuning_coll(coll) && a.bytes == bytes && a.pick == Some((algo, proto)))
+                .map(|a| a.channels)
+                .filter(|&c| c > 0)
+        });
+        let nc = set.unwrap_or(nc).clamp(1, self.table.comm_channels().max(1) as u32);
         let nt = (nt.min(max_threads) / 32 * 32).clamp(MIN_RING_THREADS.min(max_threads), max_threads);
         (nc, nt)
     }
@@ -279,6 +442,15 @@ fn algo_of(algorithm: Algorithm) -> Algo {
         Algorithm::Nvls | Algorithm::NvlsSymmetric => Algo::Nvls,
         Algorithm::NvlsTree => Algo::NvlsTree,
         Algorithm::Ring | Algorithm::Msccl(_) | Algorithm::P2p | Algorithm::SymLl => Algo::Ring,
+    }
+}
+
+/// The protocol of the cost model's `proto`.
+fn protocol_of(proto: Proto) -> Protocol {
+    match proto {
+        Proto::Simple => Protocol::Simple,
+        Proto::Ll => Protocol::Ll,
+        Proto::Ll128 => Protocol::Ll128,
     }
 }
 

@@ -15,6 +15,8 @@
 //!   shape ([`CostTable::time_us`], [`CostTable::choose`]);
 //! - [`symmetric`]: NCCL's separate model of its symmetric kernels, for the symmetric LL
 //!   all-reduce's time ([`CostTable::sym_ll_all_reduce_us`]);
+//! - [`plugin`]: NCCL tuner plugins (`RSCCL_TUNER_PLUGIN`), which may rewrite the constants
+//!   and lower entries of each call's table ([`plugin_abi`]: their C layouts);
 //! - [`print`](mod@print): the table in NCCL's TUNING format and a size sweep;
 //! - [`cli`]: `rsccl tune`.
 //!
@@ -44,6 +46,8 @@ pub mod constants;
 pub mod env;
 pub mod input;
 pub mod names;
+pub mod plugin;
+pub mod plugin_abi;
 pub mod print;
 pub mod select;
 pub mod symmetric;
@@ -53,6 +57,7 @@ pub use constants::{ByAlgoProto, ByGenNodes, Constants, SymConstants};
 pub use env::{Enabled, ProtoSetting, ALGO_VAR, PROTO_VAR};
 pub use input::{AlgoGraphs, GraphInput, TuningInput};
 pub use names::{Algo, Coll, CpuKind, GpuGen, LinkClass, Proto};
+pub use plugin::{TunerPlugin, TUNER_PLUGIN_VAR};
 pub use print::{render_enabled, render_sweep};
 pub use select::Choice;
 pub use table::{CostTable, Entry};

@@ -1,0 +1,200 @@
+//! NCCL tuner plugins hosted (`RSCCL_TUNER_PLUGIN`): a test plugin in C (`tests/c/tuner_plugin.c`),
+//! built with `cc` for each table version (v2 … v6) and behaviour, steers the plans of a
+//! 4-rank communicator in a child process (the variable is process-wide), whose results stay
+//! exact; a failing plugin leaves the choice to the model, one that rewrites the constants
+//! moves it, and a bad one fails the communicator's init naming the constant.
+use rsccl::backend;
+use rsccl::comm::{BufRef, Comm, CommConfig, ReduceOp};
+use rsccl_device::dtype::DataType;
+use rsccl_suite::procs::Children;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+const CHILD_VAR: &str = "RSCCL_TEST_TUNER_CHILD";
+
+/// All-reduces of this many f32 (128 KiB: above the symmetric LL kernel's reach, so the ring
+/// and tree model decides) and all-gathers of [`AG_COUNT`] per rank, each made this often.
+const AR_COUNT: usize = 32 * 1024;
+const AG_COUNT: usize = 64;
+const CALLS: usize = 3;
+const NRANKS: usize = 4;
+
+/// The test plugin built for table `version` and behaviour `mode` (FORCE, PASSIVE, FAIL, BAD).
+fn plugin(version: u32, mode: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("this test's path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>").join("tuner-plugin-c");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(format!("libnccl-tuner-test-v{version}-{}.so", mode.to_lowercase()));
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/tuner_plugin.c");
+    let res = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Werror", "-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg(format!("-DVERSION={version}"))
+        .arg(format!("-DMODE_{mode}"))
+        .output()
+        .expect("run cc");
+    assert!(res.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&res.stderr));
+    out
+}
+
+/// Runs the child with `RSCCL_TUNER_PLUGIN=setting`; its output.
+fn child(setting: &str) -> String {
+    let vars = vec![
+        (CHILD_VAR.to_string(), "1".to_string()),
+        (rsccl::tuning::TUNER_PLUGIN_VAR.to_string(), setting.to_string()),
+        ("RSCCL_DEBUG".to_string(), "WARN".to_string()),
+    ];
+    let mut c = Children::spawn("tuner_plugin::tuner_child", [vars]);
+    let (ok, text) = c.wait(Duration::from_secs(120)).remove(0);
+    assert!(ok, "child with {setting}:\n{text}");
+    text
+}
+
+/// The child: a 4-rank communicator in this process, its all-reduces and all-gathers checked,
+/// each plan printed; then the plugin's counters.
+#[test]
+fn tuner_child() {
+    if std::env::var(CHILD_VAR).is_err() {
+        return;
+    }
+    let be = backend::cpu();
+    let cfg =
+        CommConfig { nchannels: 2, nthreads: 128, timeout: Duration::from_secs(30), ..CommConfig::default() };
+    let comms = match Comm::init_all(&be, NRANKS, cfg) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("INIT-ERROR {e}");
+            return;
+        }
+    };
+    let plans: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(r, comm)| {
+                let be = &be;
+                s.spawn(move || {
+                    let mut seen = Vec::new();
+                    for _ in 0..CALLS {
+                        let buf = be.upload(&vec![(r + 1) as f32; AR_COUNT]).unwrap();
+                        let b = BufRef::from(&buf);
+                        let w =
+                            comm.enqueue().all_reduce(b, b, AR_COUNT, DataType::F32, ReduceOp::Sum).unwrap();
+                        let plan = w.plan();
+                        w.wait().unwrap();
+                        let want = (NRANKS * (NRANKS + 1) / 2) as f32;
+                        assert_eq!(
+                            be.download::<f32>(&buf, AR_COUNT).unwrap(),
+                            vec![want; AR_COUNT],
+                            "rank {r}"
+                        );
+                        seen.push(format!(
+                            "allreduce {} {} {}",
+                            plan.algorithm.name(),
+                            plan.protocol.name(),
+                            plan.channels
+                        ));
+                        let send = be.upload(&vec![r as i32; AG_COUNT]).unwrap();
+                        let recv = be.alloc(AG_COUNT * NRANKS * 4).unwrap();
+                        let (sb, rb) = (BufRef::from(&send), BufRef::from(&recv));
+                        let w = comm.enqueue().all_gather(sb, rb, AG_COUNT, DataType::I32).unwrap();
+                        let plan = w.plan();
+                        w.wait().unwrap();
+                        let want: Vec<i32> = (0..NRANKS).flat_map(|q| vec![q as i32; AG_COUNT]).collect();
+                        assert_eq!(be.download::<i32>(&recv, AG_COUNT * NRANKS).unwrap(), want, "rank {r}");
+                        seen.push(format!(
+                            "allgather {} {} {}",
+                            plan.algorithm.name(),
+                            plan.protocol.name(),
+                            plan.channels
+                        ));
+                    }
+                    seen
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let mut distinct = plans.clone();
+    distinct.sort();
+    distinct.dedup();
+    for p in distinct {
+        println!("PLAN {p}");
+    }
+    drop(comms);
+    let setting = std::env::var(rsccl::tuning::TUNER_PLUGIN_VAR).unwrap();
+    if setting.starts_with('/') {
+        // SAFETY: the test plugin, already loaded by the communicators: its counters.
+        unsafe {
+            let lib = libloading::Library::new(&setting).unwrap();
+            let count = |name: &str| lib.get::<unsafe extern "C" fn() -> i64>(name.as_bytes()).unwrap()();
+            let domains = lib.get::<unsafe extern "C" fn(i32) -> i32>(b"tuner_domains").unwrap();
+            println!(
+                "COUNTS inits={} finals={} calls={} domains={},{},{}",
+                count("tuner_inits"),
+                count("tuner_finals"),
+                count("tuner_calls"),
+                domains(0),
+                domains(1),
+                domains(2)
+            );
+        }
+    }
+}
+
+fn line<'a>(text: &'a str, tag: &str) -> &'a str {
+    text.lines()
+        .find_map(|l| l.split_once(tag).map(|(_, rest)| rest.trim()))
+        .unwrap_or_else(|| panic!("no {tag}:\n{text}"))
+}
+
+fn plans(text: &str) -> Vec<&str> {
+    text.lines().filter_map(|l| l.split_once("PLAN ").map(|(_, p)| p.trim())).collect()
+}
+
+/// Every table version steers the plans alike: all-reduce on the tree with LL, all-gather on
+/// the ring with Simple, one channel each (the model alone: rings, LL for the small
+/// all-gather, both channels), asked once per collective, started and finalized once per rank.
+#[test]
+fn every_table_version_steers_the_plans_and_the_results_stay_exact() {
+    let model = child("none");
+    assert_eq!(plans(&model), ["allgather ring LL 1", "allreduce ring LL 2"], "{model}");
+    for version in [2, 3, 4, 5, 6] {
+        let path = plugin(version, "FORCE");
+        let text = child(path.to_str().unwrap());
+        assert_eq!(plans(&text), ["allgather ring Simple 1", "allreduce tree LL 1"], "v{version}:\n{text}");
+        let calls = NRANKS * CALLS * 2;
+        // v5 on see the NVLink domains: one host of 4 ranks.
+        let domains = if version >= 5 { "1,4,4" } else { "0,0,0" };
+        let want = format!("inits={NRANKS} finals={NRANKS} calls={calls} domains={domains}");
+        assert_eq!(line(&text, "COUNTS"), want, "v{version}");
+    }
+}
+
+/// A plugin whose getCollInfo fails leaves every call to the model, saying so once; one (v5,
+/// v6) that rewrites the constants moves the model's choice (ring LL made slow: Simple for the
+/// small all-gather, LL128 for the all-reduce); one
+/// that leaves a NaN fails the init naming it; a library that is no plugin is refused.
+#[test]
+fn failing_rewriting_and_bad_plugins() {
+    let model = child("none");
+    let text = child(plugin(4, "FAIL").to_str().unwrap());
+    assert_eq!(plans(&text), plans(&model), "{text}");
+    assert_eq!(text.matches("getCollInfo returned 3").count(), NRANKS, "once per communicator rank:\n{text}");
+    for version in [5, 6] {
+        let text = child(plugin(version, "PASSIVE").to_str().unwrap());
+        assert_eq!(
+            plans(&text),
+            ["allgather ring Simple 1", "allreduce ring LL128 2"],
+            "v{version}:\n{text}"
+        );
+        let text = child(plugin(version, "BAD").to_str().unwrap());
+        let e = line(&text, "INIT-ERROR");
+        assert!(e.contains("RSCCL_TUNER_PLUGIN") && e.contains("llMaxBws[2][0] = NaN"), "v{version}: {e}");
+    }
+    let text = child("libm.so.6");
+    let e = line(&text, "INIT-ERROR");
+    assert!(e.contains("libm.so.6 is not an NCCL tuner plugin"), "{e}");
+}
