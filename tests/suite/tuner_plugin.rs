@@ -198,3 +198,48 @@ fn failing_rewriting_and_bad_plugins() {
     let e = line(&text, "INIT-ERROR");
     assert!(e.contains("libm.so.6 is not an NCCL tuner plugin"), "{e}");
 }
+
+/// `rsccl tune --tuner-plugin` asks the plugin at each size as a communicator would: on the
+/// HGX H200 fixture the model runs all-reduces up to 1 MiB on ring LL, more channels as they
+/// grow; the plugin makes every one tree LL on one channel, and all-gathers ring Simple.
+#[test]
+fn rsccl_tune_shows_a_plugins_picks() {
+    let topo = rsccl_suite::shared_dir().join("fixtures/topology/simllm_vastai_hgx_h200_8x_nccl_topo.xml");
+    let run = |extra: &[&str]| {
+        let mut args: Vec<String> =
+            ["--topo", topo.to_str().unwrap(), "--sizes", "8:1M"].iter().map(|s| s.to_string()).collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = rsccl::tuning::cli::run_to(&args, &mut out, &mut err);
+        let (out, err) = (String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap());
+        assert_eq!(code, std::process::ExitCode::SUCCESS, "{err}");
+        out
+    };
+    // The rows of one collective's sweep: (algorithm, protocol, channels) per size.
+    let rows = |out: &str, coll: &str| -> Vec<(String, String, String)> {
+        let start = out.find(&format!("{coll} on ")).unwrap_or_else(|| panic!("no {coll} sweep:\n{out}"));
+        out[start..]
+            .lines()
+            .skip(2)
+            .take_while(|l| !l.trim().is_empty())
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f[1].to_string(), f[2].to_string(), f[3].to_string())
+            })
+            .collect()
+    };
+    let model = run(&["--coll", "all_reduce"]);
+    let plugin = plugin(6, "FORCE");
+    let steered = run(&["--tuner-plugin", plugin.to_str().unwrap()]);
+    assert!(steered.contains("Tuner plugin: test-v6 (v6)"), "{steered}");
+    let before = rows(&model, "AllReduce");
+    assert!(before.iter().all(|(a, p, _)| a == "Ring" && p == "LL"), "{model}");
+    assert!(before.iter().any(|(_, _, c)| c != "1"), "{model}");
+    let after = rows(&steered, "AllReduce");
+    assert_eq!(after.len(), before.len());
+    assert!(after.iter().all(|(a, p, c)| a == "Tree" && p == "LL" && c == "1"), "{steered}");
+    assert!(
+        rows(&steered, "AllGather").iter().all(|(a, p, c)| a == "Ring" && p == "Simple" && c == "1"),
+        "{steered}"
+    );
+}

@@ -189,7 +189,7 @@ impl Tuner {
 
     /// The cost table a plugin is asked with for `coll` of `bytes` among `candidates` (each
     /// algorithm with its connections' FIFOs): the model's time of every entry the call can run
-    /// there ([`Tuner::allowed`], carried), [`IGNORE`] elsewhere.
+    /// there ([`Tuner::allowed`], carried), [`IGNORE`] elsewhere (NCCL's `updateCollCostTable`).
     fn asked(&self, coll: Coll, bytes: u64, candidates: &[(Algo, LineFifos)]) -> plugin_abi::CostTable {
         let mut asked = [[IGNORE; plugin_abi::NUM_PROTOCOLS]; plugin_abi::NUM_ALGORITHMS];
         for &(algo, fifos) in candidates {
@@ -221,9 +221,8 @@ impl Tuner {
         if let Some(a) = last.filter(|a| a.coll == coll && a.bytes == bytes && a.asked == asked) {
             return Some(a);
         }
-        let mut table = asked;
-        let channels = match pu.session.coll_info(coll, bytes, 1, &mut table) {
-            Ok(c) => c,
+        let (pick, channels) = match pu.session.pick(coll, bytes, &asked) {
+            Ok(answer) => answer,
             Err(e) => {
                 if !pu.warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!("{e}: the cost model decides instead");
@@ -231,16 +230,7 @@ impl Tuner {
                 return None;
             }
         };
-        let mut pick: Option<(Algo, Proto, f32)> = None;
-        for a in Algo::ALL {
-            for p in Proto::ALL {
-                let (was, now) = (asked[a.index()][p.index()], table[a.index()][p.index()]);
-                if was != IGNORE && now >= 0.0 && pick.is_none_or(|(_, _, t)| now < t) {
-                    pick = Some((a, p, now));
-                }
-            }
-        }
-        let answer = Answer { coll, bytes, asked, pick: pick.map(|(a, p, _)| (a, p)), channels };
+        let answer = Answer { coll, bytes, asked, pick, channels };
         tracing::trace!("TUNER/Plugin: {coll} of {bytes} bytes: {:?}, {channels} channels", answer.pick);
         *last = Some(answer);
         Some(answer)

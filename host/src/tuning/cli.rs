@@ -3,18 +3,21 @@
 //!
 //! ```text
 //! rsccl tune [--topo FILE] [--nodes N] [--cc MAJOR.MINOR] [--coll C] [--sizes LO:HI]
-//!            [--algo S] [--proto S]
+//!            [--algo S] [--proto S] [--tuner-plugin S]
 //! ```
 //! Without `--topo` the machine is detected as init sees it (NVML, sysfs, `RSCCL_TOPO_FILE`).
 //! `--algo` / `--proto` take `RSCCL_ALGO` / `RSCCL_PROTO`'s grammar and default to those
-//! variables. Exit status: 0 on success (and `--help`), 1 when the topology cannot be read or
+//! variables; `--tuner-plugin` (default `RSCCL_TUNER_PLUGIN`) asks an NCCL tuner plugin at each
+//! size, as a communicator would. Exit status: 0 on success (and `--help`), 1 when the topology cannot be read or
 //! searched or a collective has nothing to run, 2 on a command line that cannot be run (usage
 //! printed on stderr).
 
 use super::env::{Enabled, ALGO_VAR, PROTO_VAR};
 use super::input::{GraphInput, TuningInput};
 use super::names::{Algo, Coll, GpuGen};
-use super::print::{render_enabled, render_sweep};
+use super::plugin::{TunerPlugin, TUNER_PLUGIN_VAR};
+use super::plugin_abi::NvlDomainInfo;
+use super::print::{render_enabled, render_sweep_with};
 use super::table::CostTable;
 use crate::error::Error;
 use crate::topology::detect::{Detector, GpuSource, NvmlSource, TopoEnv};
@@ -28,7 +31,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "\
 usage: rsccl tune [--topo FILE] [--nodes N] [--cc MAJOR.MINOR] [--coll C] [--sizes LO:HI]
-                  [--algo S] [--proto S]
+                  [--algo S] [--proto S] [--tuner-plugin S]
 
 Prints NCCL's cost model for a topology: the latency (us) / algorithm bandwidth (GB/s) of
 every collective x algorithm x protocol, as NCCL_DEBUG_SUBSYS=TUNING does, then for each
@@ -48,6 +51,9 @@ flags:
                     \"ring,tree;allreduce:nvls\"
   --proto S         protocols as RSCCL_PROTO gives them (default: $RSCCL_PROTO), e.g.
                     \"^LL128;allreduce:LL128\"
+  --tuner-plugin S  an NCCL tuner plugin as RSCCL_TUNER_PLUGIN names it (default:
+                    $RSCCL_TUNER_PLUGIN): its init may rewrite the constants, and it is
+                    asked at each size (its picks and channels shown)
   -h, --help        print this help
 
 exit status: 0 on success, 1 when the topology cannot be read or a collective has nothing to
@@ -80,18 +86,19 @@ struct Args {
     sizes: (u64, u64),
     algo: Option<String>,
     proto: Option<String>,
+    tuner_plugin: Option<String>,
 }
 
 /// Runs `rsccl tune` with the arguments after `tune`, printing to stdout and stderr, with
 /// `RSCCL_ALGO` / `RSCCL_PROTO` from the environment as the defaults of `--algo` / `--proto`.
 pub fn run(args: &[String]) -> ExitCode {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let defaults = (env(ALGO_VAR), env(PROTO_VAR));
+    let defaults = (env(ALGO_VAR), env(PROTO_VAR), env(TUNER_PLUGIN_VAR));
     run_inner(args, defaults, &mut std::io::stdout().lock(), &mut std::io::stderr().lock())
 }
 
 /// [`run`], printing the report to `out` and errors to `err`, and reading no environment
-/// variable for `--algo` / `--proto` (the machine detection without `--topo` still reads
+/// variable for `--algo` / `--proto` / `--tuner-plugin` (the machine detection without `--topo` still reads
 /// `RSCCL_TOPO_FILE`).
 ///
 /// ```
@@ -104,12 +111,12 @@ pub fn run(args: &[String]) -> ExitCode {
 /// assert!(String::from_utf8(err).unwrap().contains("--sizes"));
 /// ```
 pub fn run_to(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
-    run_inner(args, (None, None), out, err)
+    run_inner(args, (None, None, None), out, err)
 }
 
 fn run_inner(
     args: &[String],
-    defaults: (Option<String>, Option<String>),
+    defaults: (Option<String>, Option<String>, Option<String>),
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> ExitCode {
@@ -122,6 +129,7 @@ fn run_inner(
     let result = parse_args(args).and_then(|mut a| {
         a.algo = a.algo.or(defaults.0);
         a.proto = a.proto.or(defaults.1);
+        a.tuner_plugin = a.tuner_plugin.or(defaults.2);
         let report = report(&a)?;
         out.write_all(report.as_bytes()).map_err(|e| CliError::Input(format!("cannot write the output: {e}")))
     });
@@ -140,8 +148,16 @@ fn run_inner(
 }
 
 fn parse_args(args: &[String]) -> Result<Args, CliError> {
-    let mut a =
-        Args { topo: None, nodes: 1, sm: None, coll: None, sizes: DEFAULT_SIZES, algo: None, proto: None };
+    let mut a = Args {
+        topo: None,
+        nodes: 1,
+        sm: None,
+        coll: None,
+        sizes: DEFAULT_SIZES,
+        algo: None,
+        proto: None,
+        tuner_plugin: None,
+    };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().cloned().ok_or_else(|| CliError::Usage(format!("{flag} needs a value")));
@@ -174,6 +190,7 @@ fn parse_args(args: &[String]) -> Result<Args, CliError> {
             }
             "--algo" => a.algo = Some(value()?),
             "--proto" => a.proto = Some(value()?),
+            "--tuner-plugin" => a.tuner_plugin = Some(value()?),
             other => return Err(CliError::Usage(format!("unknown argument `{other}`"))),
         }
     }
@@ -264,7 +281,28 @@ fn report(a: &Args) -> Result<String, CliError> {
         input.sm_min = sm;
         input.sm_max = sm;
     }
-    let table = CostTable::build(&input)?;
+    let mut table = CostTable::build(&input)?;
+    // A plugin named: started as a communicator of this shape starts it (its constants
+    // rebuild the table), then asked at each size.
+    let plugin = match &a.tuner_plugin {
+        Some(s) => TunerPlugin::from_setting(Some(s))?,
+        None => None,
+    };
+    let session = match &plugin {
+        Some(p) => {
+            let mut k = table.constants().clone();
+            let per_node = i32::try_from(input.nranks / input.nnodes.max(1)).unwrap_or(i32::MAX);
+            let domains = NvlDomainInfo {
+                n_nvl_domains: i32::try_from(input.nnodes).unwrap_or(i32::MAX),
+                min_ranks_per_nvl_domain: per_node,
+                max_ranks_per_nvl_domain: per_node,
+            };
+            let s = p.init(0, input.nranks, input.nnodes, domains, &mut k)?;
+            table = CostTable::build_with(&input, &k)?;
+            Some(s)
+        }
+        None => None,
+    };
 
     let mut out = String::new();
     let gpus = input.nranks / input.nnodes;
@@ -286,6 +324,14 @@ fn report(a: &Args) -> Result<String, CliError> {
         ("CollNet", &input.graphs.coll_net_chain),
     ] {
         let _ = writeln!(out, "  {name:<8} {}", describe_graph(g));
+    }
+    if let Some(p) = &plugin {
+        let _ = writeln!(
+            out,
+            "Tuner plugin: {} (v{}): the table below is after its init, the choices its picks",
+            p.name(),
+            p.version()
+        );
     }
     let ll128: Vec<&str> =
         Algo::ALL.iter().filter(|&&a| table.ll128_by_default(a)).map(|a| a.name()).collect();
@@ -313,7 +359,7 @@ fn report(a: &Args) -> Result<String, CliError> {
     };
     for coll in colls {
         out.push('\n');
-        out.push_str(&render_sweep(&table, coll, &sizes, &enabled)?);
+        out.push_str(&render_sweep_with(&table, coll, &sizes, &enabled, session.as_ref())?);
     }
     Ok(out)
 }

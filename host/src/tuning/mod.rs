@@ -58,6 +58,6 @@ pub use env::{Enabled, ProtoSetting, ALGO_VAR, PROTO_VAR};
 pub use input::{AlgoGraphs, GraphInput, TuningInput};
 pub use names::{Algo, Coll, CpuKind, GpuGen, LinkClass, Proto};
 pub use plugin::{TunerPlugin, TUNER_PLUGIN_VAR};
-pub use print::{render_enabled, render_sweep};
+pub use print::{render_enabled, render_sweep, render_sweep_with};
 pub use select::Choice;
 pub use table::{CostTable, Entry};

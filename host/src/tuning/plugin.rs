@@ -18,7 +18,7 @@
 //! communicator ends. A v2 plugin names an algorithm and protocol, which become the cheapest
 //! entry (NCCL's adapter does the same). v6's `getChunkSize` is not called.
 use super::constants::Constants;
-use super::names::Coll;
+use super::names::{Algo, Coll, Proto};
 use super::plugin_abi::{self as abi, ConstantsV5, CostTable, NvlDomainInfo, IGNORE, NCCL_SUCCESS};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
@@ -275,11 +275,9 @@ impl Session {
         let rc = match self.plugin.table {
             Table::V2(p) => {
                 let (mut algo, mut proto): (c_int, c_int) = (-1, -1);
-                let simple = super::Proto::Simple.index();
-                let nvls = [super::Algo::Nvls, super::Algo::NvlsTree]
-                    .iter()
-                    .any(|a| table[a.index()][simple] != IGNORE);
-                let coll_net = table[super::Algo::CollNetChain.index()][simple] != IGNORE;
+                let simple = Proto::Simple.index();
+                let nvls = [Algo::Nvls, Algo::NvlsTree].iter().any(|a| table[a.index()][simple] != IGNORE);
+                let coll_net = table[Algo::CollNetChain.index()][simple] != IGNORE;
                 // SAFETY: checked non-NULL at load; out-parameters valid for the call.
                 let rc = unsafe {
                     p.get_coll_info.expect("checked")(
@@ -323,6 +321,27 @@ impl Session {
             )));
         }
         Ok(u32::try_from(channels).unwrap_or(0))
+    }
+}
+
+impl Session {
+    /// Asks the plugin about `coll` of `bytes` with `asked` (the model's time of each entry
+    /// the call can run, [`IGNORE`] elsewhere): the cheapest entry that was runnable once the
+    /// plugin lowered some (ties: NCCL's order, algorithms then protocols), `None` when it
+    /// left none, and the channels it set (0: none).
+    pub fn pick(&self, coll: Coll, bytes: u64, asked: &CostTable) -> Result<(Option<(Algo, Proto)>, u32)> {
+        let mut table = *asked;
+        let channels = self.coll_info(coll, bytes, 1, &mut table)?;
+        let mut pick: Option<(Algo, Proto, f32)> = None;
+        for a in Algo::ALL {
+            for p in Proto::ALL {
+                let (was, now) = (asked[a.index()][p.index()], table[a.index()][p.index()]);
+                if was != IGNORE && now >= 0.0 && pick.is_none_or(|(_, _, t)| now < t) {
+                    pick = Some((a, p, now));
+                }
+            }
+        }
+        Ok((pick.map(|(a, p, _)| (a, p)), channels))
     }
 }
 

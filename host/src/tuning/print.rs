@@ -136,6 +136,18 @@ pub fn render_enabled(enabled: &Enabled) -> String {
 /// algorithm, protocol, channels, threads and predicted time. Fails as
 /// [`CostTable::choose`] does.
 pub fn render_sweep(table: &CostTable, coll: Coll, sizes: &[u64], enabled: &Enabled) -> Result<String> {
+    render_sweep_with(table, coll, sizes, enabled, None)
+}
+
+/// [`render_sweep`] with a tuner plugin's `session` asked at each size
+/// ([`CostTable::choose_with`]).
+pub fn render_sweep_with(
+    table: &CostTable,
+    coll: Coll,
+    sizes: &[u64],
+    enabled: &Enabled,
+    session: Option<&super::plugin::Session>,
+) -> Result<String> {
     let mut out = format!(
         "{coll} on {} rank(s), {} node(s):\n{:>14}  {:<13}  {:<8}  {:>8}  {:>7}  {:>12}  {:>10}\n",
         table.nranks(),
@@ -149,7 +161,7 @@ pub fn render_sweep(table: &CostTable, coll: Coll, sizes: &[u64], enabled: &Enab
         "algbw GB/s"
     );
     for &bytes in sizes {
-        let c = table.choose(coll, bytes, enabled)?;
+        let c = table.choose_with(coll, bytes, enabled, session)?;
         // Algorithm bandwidth of the prediction (bytes per ns); none for a free call.
         let rate = if c.time_us > 0.0 { bytes as f64 / (1000.0 * c.time_us) } else { 0.0 };
         let _ = writeln!(

@@ -132,6 +132,39 @@ impl CostTable {
     /// # Ok::<(), rsccl::Error>(())
     /// ```
     pub fn choose(&self, coll: Coll, bytes: u64, enabled: &Enabled) -> Result<Choice> {
+        self.choose_with(coll, bytes, enabled, None)
+    }
+
+    /// [`CostTable::choose`], a tuner plugin's `session` (if any) asked first with the time of
+    /// every entry `enabled` allows ([`IGNORE`](super::plugin_abi::IGNORE) elsewhere): its
+    /// pick (the cheapest runnable entry once it lowered some) and the channels it sets win;
+    /// where it picks nothing the model chooses. Its failure is an error.
+    pub fn choose_with(
+        &self,
+        coll: Coll,
+        bytes: u64,
+        enabled: &Enabled,
+        session: Option<&super::plugin::Session>,
+    ) -> Result<Choice> {
+        if let (Some(s), true) = (session, self.nranks() > 1) {
+            let mut asked = [[super::plugin_abi::IGNORE; 3]; 7];
+            for algo in Algo::ALL {
+                for proto in Proto::ALL {
+                    if self.allows(enabled, coll, algo, proto) {
+                        if let Some(t) = self.time_us(coll, algo, proto, bytes, 1) {
+                            asked[algo.index()][proto.index()] = t as f32;
+                        }
+                    }
+                }
+            }
+            if let (Some((algo, proto)), channels) = s.pick(coll, bytes, &asked)? {
+                let time_us = self.time_us(coll, algo, proto, bytes, 1).unwrap_or(0.0);
+                let (nc, nthreads) = self.launch_shape(algo, proto, bytes);
+                let nchannels =
+                    if channels > 0 { channels.min(self.comm_channels().max(1) as u32) } else { nc };
+                return Ok(Choice { algo, proto, time_us, nchannels, nthreads });
+            }
+        }
         if self.nranks() <= 1 {
             // Nothing to communicate: a ring Simple copy, free in the model.
             let (nchannels, nthreads) = self.launch_shape(Algo::Ring, Proto::Simple, bytes);
