@@ -41,14 +41,17 @@ fn plugin(version: u32, mode: &str) -> PathBuf {
 
 /// Runs the child with `RSCCL_TUNER_PLUGIN=setting`; its output.
 fn child(setting: &str) -> String {
-    let vars = vec![
-        (CHILD_VAR.to_string(), "1".to_string()),
-        (rsccl::tuning::TUNER_PLUGIN_VAR.to_string(), setting.to_string()),
-        ("RSCCL_DEBUG".to_string(), "WARN".to_string()),
-    ];
-    let mut c = Children::spawn("tuner_plugin::tuner_child", [vars]);
+    child_with(&[(rsccl::tuning::TUNER_PLUGIN_VAR, setting)])
+}
+
+/// Runs the child with the variables `vars`; its output.
+fn child_with(vars: &[(&str, &str)]) -> String {
+    let mut all =
+        vec![(CHILD_VAR.to_string(), "1".to_string()), ("RSCCL_DEBUG".to_string(), "WARN".to_string())];
+    all.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let mut c = Children::spawn("tuner_plugin::tuner_child", [all]);
     let (ok, text) = c.wait(Duration::from_secs(120)).remove(0);
-    assert!(ok, "child with {setting}:\n{text}");
+    assert!(ok, "child with {vars:?}:\n{text}");
     text
 }
 
@@ -124,8 +127,10 @@ fn tuner_child() {
         println!("PLAN {p}");
     }
     drop(comms);
-    let setting = std::env::var(rsccl::tuning::TUNER_PLUGIN_VAR).unwrap();
-    if setting.starts_with('/') {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| v.starts_with('/'));
+    let path =
+        var(rsccl::tuning::TUNER_PLUGIN_VAR).or_else(|| var(rsccl::transport::net::plugin::NET_PLUGIN_VAR));
+    if let Some(setting) = path {
         // SAFETY: the test plugin, already loaded by the communicators: its counters.
         unsafe {
             let lib = libloading::Library::new(&setting).unwrap();
@@ -171,6 +176,19 @@ fn every_table_version_steers_the_plans_and_the_results_stay_exact() {
         let want = format!("inits={NRANKS} finals={NRANKS} calls={calls} domains={domains}");
         assert_eq!(line(&text, "COUNTS"), want, "v{version}");
     }
+}
+
+/// Unset, the tuner is looked for in the net plugin's library (aws-ofi-nccl exports its tuner
+/// from `libnccl-net-ofi.so`): found there, it steers the plans as when named; `none` still
+/// turns it off.
+#[test]
+fn a_tuner_inside_the_net_plugin_library_is_found() {
+    let path = plugin(6, "FORCE");
+    let net = rsccl::transport::net::plugin::NET_PLUGIN_VAR;
+    let text = child_with(&[(net, path.to_str().unwrap())]);
+    assert_eq!(plans(&text), ["allgather ring Simple 1", "allreduce tree LL 1"], "{text}");
+    let text = child_with(&[(net, path.to_str().unwrap()), (rsccl::tuning::TUNER_PLUGIN_VAR, "none")]);
+    assert_eq!(plans(&text), ["allgather ring LL 1", "allreduce ring LL 2"], "{text}");
 }
 
 /// A plugin whose getCollInfo fails leaves every call to the model, saying so once; one (v5,

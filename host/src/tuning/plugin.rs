@@ -4,12 +4,13 @@
 //! init — unchanged, as under NCCL.
 //!
 //! **Loading, NCCL's rules.** Unset or empty: `libnccl-tuner.so` is tried and, when it is not
-//! found, nothing is used (quietly). `none`: nothing. A name is opened as given and, when bare
+//! found, the libraries of the net plugin list (`RSCCL_NET_PLUGIN`: aws-ofi-nccl exports its
+//! tuner from `libnccl-net-ofi.so`), else nothing is used (quietly). `none`: nothing. A name is opened as given and, when bare
 //! (no `/`, not starting with `lib`, not ending in `.so`), also as `libnccl-tuner-<name>.so`; a
 //! name that opens none, or a library that is not a tuner plugin, is an error naming both (NCCL
 //! goes on without it; a plugin asked for by name and not used is a mistake worth stopping
 //! for). A library is searched for `ncclTunerPlugin_v6` … `_v2`, newest first; its mandatory
-//! entries must be non-NULL. rsccl does not look for a tuner inside a net plugin's library.
+//! entries must be non-NULL.
 //!
 //! **Driving it.** `init` per communicator (v5 on: with the communicator's id, its NVLink
 //! domains — here its hosts — and the constants, which it may rewrite before the table is
@@ -81,29 +82,47 @@ impl std::fmt::Debug for TunerPlugin {
 static LOADED: Mutex<Option<HashMap<String, Arc<TunerPlugin>>>> = Mutex::new(None);
 
 impl TunerPlugin {
-    /// The plugin [`TUNER_PLUGIN_VAR`] names (see the module docs), loaded once per process.
+    /// The plugin [`TUNER_PLUGIN_VAR`] names (see the module docs), loaded once per process;
+    /// unset, the default library or a tuner inside the net plugin `RSCCL_NET_PLUGIN` names.
     pub fn from_env() -> Result<Option<Arc<TunerPlugin>>> {
-        Self::from_setting(std::env::var(TUNER_PLUGIN_VAR).ok().as_deref())
+        let var = |k: &str| std::env::var(k).ok();
+        let net = var(crate::transport::net::plugin::NET_PLUGIN_VAR);
+        Self::from_settings(var(TUNER_PLUGIN_VAR).as_deref(), net.as_deref())
     }
 
-    /// The plugin `setting` (the variable's value) names.
+    /// The plugin `setting` ([`TUNER_PLUGIN_VAR`]'s value) names.
     pub fn from_setting(setting: Option<&str>) -> Result<Option<Arc<TunerPlugin>>> {
+        Self::from_settings(setting, None)
+    }
+
+    /// The plugin `setting` names; unset, [`DEFAULT_TUNER_LIB`] where it loads, else the first
+    /// library of the net plugin list `net` (`RSCCL_NET_PLUGIN`'s value, opened by its rules)
+    /// that exports a tuner table (aws-ofi-nccl's `libnccl-net-ofi.so` does), else none.
+    pub fn from_settings(setting: Option<&str>, net: Option<&str>) -> Result<Option<Arc<TunerPlugin>>> {
         let setting = setting.map(str::trim).filter(|s| !s.is_empty());
         if setting.is_some_and(|s| s.eq_ignore_ascii_case("none")) {
             return Ok(None);
         }
-        let key = setting.unwrap_or(DEFAULT_TUNER_LIB).to_string();
+        let net = net.map(str::trim).filter(|s| !s.is_empty() && !s.eq_ignore_ascii_case("none"));
+        let key = match (setting, net) {
+            (Some(s), _) => s.to_string(),
+            (None, Some(n)) => format!("{DEFAULT_TUNER_LIB}, else in net plugins {n}"),
+            (None, None) => DEFAULT_TUNER_LIB.to_string(),
+        };
         let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = loaded.get_or_insert_with(HashMap::new).get(&key) {
             return Ok(Some(p.clone()));
         }
-        let plugin = match Self::load(&key) {
-            Ok(p) => Arc::new(p),
-            Err(e) if setting.is_none() => {
-                tracing::debug!("no tuner plugin ({e})");
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
+        let plugin = match (setting, Self::load(setting.unwrap_or(DEFAULT_TUNER_LIB))) {
+            (_, Ok(p)) => Arc::new(p),
+            (Some(_), Err(e)) => return Err(e),
+            (None, Err(e)) => match net.and_then(Self::in_net_plugins) {
+                Some(p) => Arc::new(p),
+                None => {
+                    tracing::debug!("no tuner plugin ({e})");
+                    return Ok(None);
+                }
+            },
         };
         tracing::info!("TUNER/Plugin: using {} (v{}) from {}", plugin.name, plugin.version, plugin.path);
         loaded.get_or_insert_with(HashMap::new).insert(key, plugin.clone());
@@ -127,6 +146,23 @@ impl TunerPlugin {
             }
         }
         Err(plugin_err(format!("{name:?} opens no library ({})", errors.join("; "))))
+    }
+
+    /// The first library of net plugin list `spec` that opens and exports a tuner table (the
+    /// list's limit on names applies).
+    fn in_net_plugins(spec: &str) -> Option<TunerPlugin> {
+        let names = spec.split(',').map(str::trim).filter(|s| !s.is_empty());
+        for name in names.take(crate::transport::net::plugin::MAX_PLUGINS) {
+            for path in crate::transport::net::plugin::candidates(name) {
+                // SAFETY: as in `load`: the net plugin the user named, loaded as NCCL loads it.
+                let Ok(lib) = (unsafe { libloading::Library::new(&path) }) else { continue };
+                match Self::from_library(lib, &path) {
+                    Ok(p) => return Some(p),
+                    Err(e) => tracing::debug!("no tuner in net plugin {path}: {e}"),
+                }
+            }
+        }
+        None
     }
 
     fn from_library(lib: libloading::Library, path: &str) -> Result<TunerPlugin> {

@@ -267,7 +267,7 @@ fn result_name(code: c_int) -> String {
 }
 
 /// The file names NCCL tries for list entry `name`.
-fn candidates(name: &str) -> Vec<String> {
+pub(crate) fn candidates(name: &str) -> Vec<String> {
     let mut c = vec![name.to_string()];
     if !name.contains('/') && !name.starts_with("lib") && !name.ends_with(".so") {
         c.push(format!("libnccl-net-{name}.so"));
