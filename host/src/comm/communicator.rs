@@ -84,8 +84,8 @@ pub(super) enum InFlight {
     /// A kernel reporting in a status area of its own (rings, trees, NVLS, symmetric LL):
     /// several may be in flight.
     Kernel(KernelFlight),
-    /// An MSCCL program's kernel, reporting in the program's status words.
-    Msccl(u64, Arc<Loaded>),
+    /// An MSCCL program's kernel, reporting in the program's status words, and its signature.
+    Msccl(u64, CallSig, Arc<Loaded>),
     /// The NVLS_TREE worker thread (collectives of the sub-communicators).
     NvlsTree(u64, std::thread::JoinHandle<Result<()>>),
     /// A group's kernels, finished by what its start left.
@@ -106,7 +106,7 @@ impl InFlight {
     pub(super) fn id(&self) -> FlightId {
         match self {
             InFlight::Kernel(k) => FlightId::Collective(k.seq),
-            InFlight::Msccl(s, _) | InFlight::NvlsTree(s, _) => FlightId::Collective(*s),
+            InFlight::Msccl(s, ..) | InFlight::NvlsTree(s, _) => FlightId::Collective(*s),
             InFlight::Group { number, .. } => FlightId::Group(*number),
         }
     }
@@ -265,8 +265,6 @@ pub(super) struct Health {
     pub(super) progress: Arc<Progress>,
     /// Watches the peer processes of this host (none when there are none).
     pub(super) watchdog: Option<super::watchdog::Watchdog>,
-    /// The signature of the last call launched (what a mismatch report says this rank called).
-    pub(super) last_call: Mutex<CallSig>,
     /// Whether calls are checked in-band ([`CHECK_CALLS_VAR`](super::CHECK_CALLS_VAR)).
     pub(super) check_calls: bool,
     /// This rank's leaving (abort, drop), told once.

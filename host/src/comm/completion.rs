@@ -15,8 +15,9 @@ use rsccl_device::prims::conn::{decode_status, mismatch_offset, CallSig, ErrorCo
 pub(super) enum Awaiting<'a> {
     /// Nothing a report can name.
     Nothing,
-    /// Collective number `.0`, [`hang::op_code`] `.1`: the hang report.
-    Collective(u64, u64),
+    /// Collective number `.0`, [`hang::op_code`] `.1` (the hang report), its signature `.2`
+    /// (what a mismatch report names as this rank's call).
+    Collective(u64, u64, CallSig),
     /// Point-to-point group `group` (this rank's number): `stuck` names the operations the
     /// failed blocks ran, and the report says where their peers are.
     P2p {
@@ -27,24 +28,19 @@ pub(super) enum Awaiting<'a> {
     },
 }
 
-impl From<Option<(u64, u64)>> for Awaiting<'_> {
-    fn from(c: Option<(u64, u64)>) -> Self {
-        c.map_or(Awaiting::Nothing, |(seq, what)| Awaiting::Collective(seq, what))
-    }
-}
-
 impl Comm {
     /// Waits for this rank's ring, tree or NVLS kernel and reports its failures, naming the
     /// peers it waited for and any rank whose process has died.
-    pub(crate) fn finish(&self) -> Result<()> {
-        self.finish_with(&self.tables.status, self.cfg.nchannels)
+    /// `sig`: the call's signature, as its launch returned it.
+    pub(crate) fn finish(&self, sig: CallSig) -> Result<()> {
+        self.finish_with(&self.tables.status, self.cfg.nchannels, sig)
     }
 
     /// Waits for the collective `f` and reports its failures as what runs it reports them.
     pub(super) fn finish_flight(&self, f: InFlight, ended: Ended) -> Result<()> {
         match f {
             InFlight::Kernel(k) => self.finish_kernel(k, ended),
-            InFlight::Msccl(_, l) => self.finish_msccl(&l),
+            InFlight::Msccl(_, sig, l) => self.finish_msccl(&l, sig),
             InFlight::NvlsTree(seq, worker) => {
                 let r = worker.join().unwrap_or_else(|_| {
                     Err(Error::InvalidConfig(format!("rank {}: the NVLS_TREE worker panicked", self.rank)))
@@ -59,11 +55,12 @@ impl Comm {
     /// Waits for kernel `k` (and those before it) and reports its failures, naming the call
     /// in the reports; its status area goes back to the pool zeroed.
     fn finish_kernel(&self, k: KernelFlight, ended: Ended) -> Result<()> {
-        // What a mismatch report names as this rank's call: this one, not the last enqueued
-        // (the calls complete in order, so the last completed leaves the last enqueued's).
-        *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner()) = k.sig;
-        let res =
-            self.finish_inner(Awaiting::Collective(k.seq, k.what), &k.status, self.cfg.nchannels, ended);
+        let res = self.finish_inner(
+            Awaiting::Collective(k.seq, k.what, k.sig),
+            &k.status,
+            self.cfg.nchannels,
+            ended,
+        );
         if res.is_ok() {
             self.health.progress.finish(k.seq);
         } else {
@@ -83,10 +80,11 @@ impl Comm {
     }
 
     /// [`Comm::finish`] for a kernel that reports in `words` status words of `status` (one per
-    /// block).
-    pub(super) fn finish_with(&self, status: &DeviceBuffer, words: usize) -> Result<()> {
+    /// block), signed `sig`.
+    pub(super) fn finish_with(&self, status: &DeviceBuffer, words: usize, sig: CallSig) -> Result<()> {
         let current = self.health.progress.in_flight();
-        let res = self.finish_inner(current.into(), status, words, Ended::Unknown);
+        let awaiting = current.map_or(Awaiting::Nothing, |(seq, what)| Awaiting::Collective(seq, what, sig));
+        let res = self.finish_inner(awaiting, status, words, Ended::Unknown);
         if let Some((seq, _)) = current {
             if res.is_ok() {
                 self.health.progress.finish(seq);
@@ -173,7 +171,10 @@ impl Comm {
             let mut rec = vec![0u8; CALL_SIG_BYTES as usize * nwords];
             self.stream.copy_out(status, mismatch_offset(nwords as u64) as usize, &mut rec)?;
             let records: &[CallSig] = bytemuck::cast_slice(&rec);
-            let mine = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
+            let mine = match current {
+                Awaiting::Collective(_, _, sig) => sig,
+                _ => CallSig::default(),
+            };
             let mut peers: Vec<(usize, Option<(u64, String)>)> = Vec::new();
             for f in failures.iter().filter(|f| f.code == ErrorCode::Mismatch) {
                 let theirs =
@@ -194,7 +195,7 @@ impl Comm {
         // A broken network connection names its peer and host; the other ranks' states say
         // whether that peer left because someone else never came.
         if let Some(mut e) = self.links.proxy.as_ref().and_then(Proxy::failure) {
-            if let (Error::PeerLost { report, .. }, Awaiting::Collective(seq, what)) = (&mut e, &current) {
+            if let (Error::PeerLost { report, .. }, Awaiting::Collective(seq, what, _)) = (&mut e, &current) {
                 *report = Some(self.ask_ranks(*seq, *what).0);
             }
             return Err(self.fail(e));
@@ -220,7 +221,7 @@ impl Comm {
             matches!(f.code, ErrorCode::RecvTimeout | ErrorCode::SendTimeout | ErrorCode::DependencyTimeout)
         });
         match (timed_out, current) {
-            (true, Awaiting::Collective(seq, what)) => {
+            (true, Awaiting::Collective(seq, what, _)) => {
                 let (headline, ranks) = self.ask_ranks(seq, what);
                 tracing::warn!(rank = self.rank, "hang report: {headline}");
                 for l in &ranks {

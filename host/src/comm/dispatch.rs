@@ -56,16 +56,18 @@ impl Comm {
             }
         };
         let entered = self.health.progress.in_flight();
-        if let Err(e) = launched {
-            if let Some((seq, _)) = entered {
-                // The calls before it end first: the numbers finish in order.
-                self.complete_in_flight(&mut q);
-                self.health.progress.finish(seq);
+        let sig = match launched {
+            Ok(sig) => sig,
+            Err(e) => {
+                if let Some((seq, _)) = entered {
+                    // The calls before it end first: the numbers finish in order.
+                    self.complete_in_flight(&mut q);
+                    self.health.progress.finish(seq);
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         let (seq, what) = entered.expect("launch entered a collective");
-        let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
         let done = self.done_flag(holds);
         q.flights.push_back(InFlight::Kernel(KernelFlight { seq, what, sig, status, done: done.clone() }));
         Ok(Work::new(self, seq, done, plan))

@@ -747,8 +747,8 @@ impl Comm {
         let status = self.tables.status_pool.take(&*self.stream, status_bytes(grid as u64) as usize)?;
         let seq = self.health.progress.enter(dev.coll, tree);
         let prims = self.prims_status_in(&status, grid, dev, algorithm, seq);
-        // The signature `prims_status_in` just kept, for a mismatch message.
-        let sig = *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner());
+        // The signature the kernel checks, for a mismatch message.
+        let sig = prims.call;
         Ok((prims, WorkStatus { status: Some(status), seq, coll: dev.coll, tree, sig }))
     }
 
@@ -852,9 +852,8 @@ impl Comm {
                 None => self.kernels_ended(ended),
                 Some(status) => {
                     // The mismatch message names this collective.
-                    *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner()) = w.sig;
                     self.finish_inner(
-                        Awaiting::Collective(w.seq, op_code(w.coll, w.tree)),
+                        Awaiting::Collective(w.seq, op_code(w.coll, w.tree), w.sig),
                         status,
                         self.cfg.nchannels,
                         ended,

@@ -173,7 +173,6 @@ impl Comm {
                 told,
                 progress,
                 watchdog: None,
-                last_call: Mutex::default(),
                 check_calls,
                 leaving: Default::default(),
                 relay,

@@ -22,8 +22,8 @@ use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::DevPtr;
 
 impl Comm {
-    /// The signature of `dev` run by `algorithm` as call number `seq`, kept as the last call
-    /// launched.
+    /// The signature the kernel of `dev` run by `algorithm` as call number `seq` checks (and a
+    /// mismatch report names as this rank's call): zero where calls are not checked.
     pub(super) fn sign(&self, dev: &DevCall, algorithm: Algorithm, seq: u64) -> CallSig {
         let signed = Signed {
             coll: dev.coll,
@@ -36,7 +36,6 @@ impl Comm {
         // Number 0: the kernels skip the check. A call that moves nothing is not checked: no
         // FIFO step follows it, so the next call's signature takes the same slot.
         let sig = signed.sign(seq);
-        *self.health.last_call.lock().unwrap_or_else(|e| e.into_inner()) = sig;
         if self.health.check_calls && dev.count != 0 {
             sig
         } else {
@@ -151,13 +150,14 @@ impl Comm {
     /// `dev`'s buffers must hold what its collective reads and writes on this rank (as
     /// [`super::Call::check`] checks) and stay alive until the call is completed; `status` is
     /// a zeroed area of the size of the communicator's own, alive as long.
-    pub(crate) unsafe fn launch(&self, dev: &DevCall, plan: &Plan, status: &DeviceBuffer) -> Result<()> {
+    /// Returns the call's signature (what a mismatch report names).
+    pub(crate) unsafe fn launch(&self, dev: &DevCall, plan: &Plan, status: &DeviceBuffer) -> Result<CallSig> {
         self.check_usable()?;
         let tree = plan.algorithm == Algorithm::Tree;
         let seq = self.health.progress.enter(dev.coll, tree);
         if self.nranks == 1 {
             if dev.count == 0 {
-                return Ok(());
+                return Ok(CallSig::default());
             }
             let reduces = dev.reduces();
             let args = OneRankArgs {
@@ -172,19 +172,21 @@ impl Comm {
             // SAFETY: the buffers are the caller's promise; the kernel copies `count` elements.
             return unsafe {
                 self.stream.launch_kernel(kernel, LaunchConfig::linear(plan.channels, plan.threads), &args)
-            };
+            }
+            .map(|()| CallSig::default());
         }
         let handle = if tree {
             handles::tree(dev.dtype, plan.protocol.device())
         } else {
             handles::ring_on(dev.coll, dev.dtype, plan.protocol.device())
         };
-        let args =
-            self.ring_args(dev, tree, plan.protocol, self.prims_status(status, dev, plan.algorithm, seq))?;
+        let prims = self.prims_status(status, dev, plan.algorithm, seq);
+        let sig = prims.call;
+        let args = self.ring_args(dev, tree, plan.protocol, prims)?;
         let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(1));
         // SAFETY: the user buffers are the caller's promise; the channel tables, status words and
         // connections are this Comm's own, alive as long as it is, and sized for its channels.
-        unsafe { self.stream.launch_kernel(handle, cfg, &args) }
+        unsafe { self.stream.launch_kernel(handle, cfg, &args) }.map(|()| sig)
     }
 
     /// Enqueues this rank's NVLS kernel of `dev` (all-reduce, reduce-scatter, all-gather; on
@@ -192,14 +194,20 @@ impl Comm {
     ///
     /// # Safety
     /// As [`Comm::launch`]; `dev` is a call [`nvls::applies`] to.
-    pub(super) unsafe fn launch_nvls(&self, dev: &DevCall, plan: &Plan, status: &DeviceBuffer) -> Result<()> {
+    pub(super) unsafe fn launch_nvls(
+        &self,
+        dev: &DevCall,
+        plan: &Plan,
+        status: &DeviceBuffer,
+    ) -> Result<CallSig> {
         self.check_usable()?;
         let seq = self.health.progress.enter(dev.coll, false);
-        let (args, cfg) =
-            self.nvls_args(dev, plan, seq, self.prims_status(status, dev, plan.algorithm, seq))?;
+        let prims = self.prims_status(status, dev, plan.algorithm, seq);
+        let sig = prims.call;
+        let (args, cfg) = self.nvls_args(dev, plan, seq, prims)?;
         // SAFETY: the user buffers are the caller's promise; scratch, flags, FIFOs and their
         // multicast ranges are this Comm's, sized for its grid and ranks, alive as long as it is.
-        unsafe { self.stream.launch_kernel(nvls_kernel(dev.dtype)?, cfg, &args) }
+        unsafe { self.stream.launch_kernel(nvls_kernel(dev.dtype)?, cfg, &args) }.map(|()| sig)
     }
 
     /// The NVLS kernel's arguments and launch shape for `dev` as collective `seq` of this

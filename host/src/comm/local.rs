@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use rsccl_device::coll::kernels::SIMPLE_THREADS;
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
+use rsccl_device::prims::conn::CallSig;
 use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
@@ -369,7 +370,8 @@ impl LocalGroup {
             self.comms[0].stream_reserve(cfg, n)?;
         }
         let mut launch_errors = Vec::new();
-        let mut launched = vec![false; n];
+        // Each rank's call signature once launched.
+        let mut launched: Vec<Option<CallSig>> = vec![None; n];
         // Armed before any launch, so an abort arriving mid-loop reaches every rank.
         self.comms.iter().try_for_each(Comm::arm)?;
         for (r, comm) in self.comms.iter().enumerate() {
@@ -388,17 +390,15 @@ impl LocalGroup {
                 unsafe { comm.launch(&devs[r], &plan, &comm.tables.status) }
             });
             match res {
-                Ok(()) => launched[r] = true,
+                Ok(sig) => launched[r] = Some(sig),
                 Err(e) => launch_errors.push((r, e)),
             }
         }
         let mut failures = Vec::new();
         let mut other_errors = Vec::new();
         for (r, comm) in self.comms.iter().enumerate() {
-            if !launched[r] {
-                continue;
-            }
-            match comm.finish() {
+            let Some(sig) = launched[r] else { continue };
+            match comm.finish(sig) {
                 Ok(()) => {}
                 // The group sees every rank's failures at once: one report of them all.
                 Err(Error::Collective { failures: f }) | Err(Error::Hang { failures: f, .. }) => {

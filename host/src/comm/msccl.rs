@@ -240,8 +240,8 @@ impl Comm {
         // SAFETY: checked in launch_msccl against the buffers, which the borrows keep alive
         // until finish_with returns (it waits for the kernel).
         match unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }? {
-            (_, false) => Ok(()),
-            (_, true) => self.finish_msccl(&l),
+            (_, _, false) => Ok(()),
+            (_, sig, true) => self.finish_msccl(&l, sig),
         }
     }
 
@@ -262,12 +262,12 @@ impl Comm {
         // SAFETY: launch_msccl checks both buffers against what this rank reads and writes;
         // the holds keep their memory alive, and their copies waiting, until the kernel
         // completed.
-        let (seq, ran) = unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }?;
+        let (seq, sig, ran) = unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }?;
         let plan = self.msccl_plan(&l);
         let done = if ran {
             let done = self.done_flag(holds);
             // Completed like the ring's kernel, from this program's status words.
-            q.flights.push_back(InFlight::Msccl(seq, l));
+            q.flights.push_back(InFlight::Msccl(seq, sig, l));
             done
         } else {
             q.unclaimed.push((FlightId::Collective(seq), Ok(())));
@@ -354,8 +354,8 @@ impl Comm {
 
     /// Waits for `l`'s kernel and reports its threadblocks' failures; a broken network
     /// connection of the program is the answer when there is one (it names the peer and host).
-    pub(super) fn finish_msccl(&self, l: &Loaded) -> Result<()> {
-        let r = self.finish_with(&l.status, l.ntbs());
+    pub(super) fn finish_msccl(&self, l: &Loaded, sig: CallSig) -> Result<()> {
+        let r = self.finish_with(&l.status, l.ntbs(), sig);
         match (r, l.proxy.as_ref().and_then(Proxy::failure)) {
             (Err(_), Some(e)) => Err(self.fail(e)),
             (r, _) => r,
@@ -432,7 +432,7 @@ impl Comm {
         count: usize,
         dtype: DataType,
         op: ReduceOp,
-    ) -> Result<(u64, bool)> {
+    ) -> Result<(u64, CallSig, bool)> {
         let (rank, n) = (self.rank, self.nranks);
         let plan = &l.plan;
         let name = &plan.name;
@@ -515,10 +515,10 @@ impl Comm {
         };
         let sig = self.sign(&call, Algorithm::Msccl(l.id), entered);
         match self.prepare_msccl(l, send, recv, count, dtype, red, sig) {
-            Ok(true) => Ok((entered, true)),
+            Ok(true) => Ok((entered, sig, true)),
             Ok(false) => {
                 self.health.progress.finish(entered);
-                Ok((entered, false))
+                Ok((entered, sig, false))
             }
             Err(e) => {
                 self.health.progress.finish(entered);

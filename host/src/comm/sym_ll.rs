@@ -11,6 +11,7 @@ use crate::transport::TransportKind;
 use rsccl_device::coll::kernels::handles;
 use rsccl_device::coll::sym_ll::{sym_ll_half_lines, sym_ll_scratch_bytes, SymLlArgs, SYM_LL_THREADS};
 use rsccl_device::coll::Collective;
+use rsccl_device::prims::conn::CallSig;
 
 /// All-reduces of at most this many bytes run the symmetric LL kernel where the communicator
 /// has its scratch (NCCL picks its symmetric LL kernels for small sizes);
@@ -113,11 +114,12 @@ impl Comm {
         dev: &DevCall,
         plan: &Plan,
         status: &crate::backend::DeviceBuffer,
-    ) -> Result<()> {
+    ) -> Result<CallSig> {
         let s = self.sym_ll.as_ref().expect("the plan checked");
         self.check_usable()?;
         let seq = self.health.progress.enter(dev.coll, false);
         let status = self.prims_status(status, dev, plan.algorithm, seq);
+        let sig = status.call;
         let args = SymLlArgs {
             sendbuff: dev.send,
             recvbuff: dev.recv,
@@ -135,6 +137,6 @@ impl Comm {
         let cfg = LaunchConfig::linear(s.blocks, s.threads);
         // SAFETY: the user buffers are the caller's promise; the scratch is this Comm's, sized
         // for its ranks, blocks and threads (the kernel checks the shape), alive as long as it is.
-        unsafe { self.stream.launch_kernel(handles::sym_ll(dev.dtype), cfg, &args) }
+        unsafe { self.stream.launch_kernel(handles::sym_ll(dev.dtype), cfg, &args) }.map(|()| sig)
     }
 }
