@@ -23,6 +23,20 @@ pub fn shared_dir() -> std::path::PathBuf {
     }
 }
 
+/// Runs `f(rank, comm)` for every communicator of `comms` at once, a thread each (ranks of one
+/// process meet only if all run together); the results in rank order. A panic in one is
+/// re-raised here.
+pub fn on_each_rank<T: Send>(
+    comms: &[rsccl::comm::Comm],
+    f: impl Fn(usize, &rsccl::comm::Comm) -> T + Sync,
+) -> Vec<T> {
+    std::thread::scope(|s| {
+        let f = &f;
+        let hs: Vec<_> = comms.iter().enumerate().map(|(r, c)| s.spawn(move || f(r, c))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    })
+}
+
 /// The test kernels' modules (self-tests, reduce-copy kernels): built by `cargo xtask build-ptx`
 /// into `host/ptx/test/` beside the library's, but not embedded in the library.
 pub mod test_kernels {

@@ -72,54 +72,43 @@ fn tuner_child() {
             return;
         }
     };
-    let plans: Vec<String> = std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .enumerate()
-            .map(|(r, comm)| {
-                let be = &be;
-                s.spawn(move || {
-                    let mut seen = Vec::new();
-                    for _ in 0..CALLS {
-                        let buf = be.upload(&vec![(r + 1) as f32; AR_COUNT]).unwrap();
-                        let b = BufRef::from(&buf);
-                        let w =
-                            comm.enqueue().all_reduce(b, b, AR_COUNT, DataType::F32, ReduceOp::Sum).unwrap();
-                        let plan = w.plan();
-                        w.wait().unwrap();
-                        let want = (NRANKS * (NRANKS + 1) / 2) as f32;
-                        assert_eq!(
-                            be.download::<f32>(&buf, AR_COUNT).unwrap(),
-                            vec![want; AR_COUNT],
-                            "rank {r}"
-                        );
-                        seen.push(format!(
-                            "allreduce {} {} {}",
-                            plan.algorithm.name(),
-                            plan.protocol.name(),
-                            plan.channels
-                        ));
-                        let send = be.upload(&vec![r as i32; AG_COUNT]).unwrap();
-                        let recv = be.alloc(AG_COUNT * NRANKS * 4).unwrap();
-                        let (sb, rb) = (BufRef::from(&send), BufRef::from(&recv));
-                        let w = comm.enqueue().all_gather(sb, rb, AG_COUNT, DataType::I32).unwrap();
-                        let plan = w.plan();
-                        w.wait().unwrap();
-                        let want: Vec<i32> = (0..NRANKS).flat_map(|q| vec![q as i32; AG_COUNT]).collect();
-                        assert_eq!(be.download::<i32>(&recv, AG_COUNT * NRANKS).unwrap(), want, "rank {r}");
-                        seen.push(format!(
-                            "allgather {} {} {}",
-                            plan.algorithm.name(),
-                            plan.protocol.name(),
-                            plan.channels
-                        ));
-                    }
-                    seen
-                })
-            })
-            .collect();
-        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
-    });
+    let plans: Vec<String> = rsccl_suite::on_each_rank(&comms, |r, comm| {
+        let be = &be;
+        let mut seen = Vec::new();
+        for _ in 0..CALLS {
+            let buf = be.upload(&vec![(r + 1) as f32; AR_COUNT]).unwrap();
+            let b = BufRef::from(&buf);
+            let w = comm.enqueue().all_reduce(b, b, AR_COUNT, DataType::F32, ReduceOp::Sum).unwrap();
+            let plan = w.plan();
+            w.wait().unwrap();
+            let want = (NRANKS * (NRANKS + 1) / 2) as f32;
+            assert_eq!(be.download::<f32>(&buf, AR_COUNT).unwrap(), vec![want; AR_COUNT], "rank {r}");
+            seen.push(format!(
+                "allreduce {} {} {}",
+                plan.algorithm.name(),
+                plan.protocol.name(),
+                plan.channels
+            ));
+            let send = be.upload(&vec![r as i32; AG_COUNT]).unwrap();
+            let recv = be.alloc(AG_COUNT * NRANKS * 4).unwrap();
+            let (sb, rb) = (BufRef::from(&send), BufRef::from(&recv));
+            let w = comm.enqueue().all_gather(sb, rb, AG_COUNT, DataType::I32).unwrap();
+            let plan = w.plan();
+            w.wait().unwrap();
+            let want: Vec<i32> = (0..NRANKS).flat_map(|q| vec![q as i32; AG_COUNT]).collect();
+            assert_eq!(be.download::<i32>(&recv, AG_COUNT * NRANKS).unwrap(), want, "rank {r}");
+            seen.push(format!(
+                "allgather {} {} {}",
+                plan.algorithm.name(),
+                plan.protocol.name(),
+                plan.channels
+            ));
+        }
+        seen
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     let mut distinct = plans.clone();
     distinct.sort();
     distinct.dedup();
