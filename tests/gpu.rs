@@ -236,7 +236,21 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
         "comm_across_processes_over_net",
         Box::new(|_| comm_across_processes(&[(COMM_NET_VAR, "1"), ("RSCCL_SOCKET_IFNAME", "lo")])),
     ));
+    v.push(("a_departure_across_processes_frees_ipc_memory_after_the_peer", Box::new(|_| departure(&[]))));
     v
+}
+
+/// [`depart_child`]'s two processes, with `extra` in their environment and a folder of their own.
+fn departure(extra: &[(&str, &str)]) -> CheckResult {
+    let dir = std::env::temp_dir().join(format!("rsccl-gpu-depart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let d = dir.display().to_string();
+    let mut vars = vec![(COMM_DEPART_VAR, d.as_str())];
+    vars.extend_from_slice(extra);
+    let res = comm_across_processes(&vars);
+    let _ = std::fs::remove_dir_all(&dir);
+    res
 }
 
 /// rsccl's tensor-core GEMM (`mma.sync`) on shapes that are and are not tile multiples (K a
@@ -498,6 +512,9 @@ const COMM_NET_VAR: &str = "RSCCL_GPU_COMM_NET";
 
 /// Set in the child processes of `comm_across_processes`: which role the child plays.
 const COMM_CHILD_VAR: &str = "RSCCL_GPU_COMM_CHILD";
+/// Set (to a folder the two share) in the children of the departure check: rank 1 drops its
+/// communicator while rank 0 has calls in flight it never makes ([`depart_child`]).
+const COMM_DEPART_VAR: &str = "RSCCL_GPU_COMM_DEPART";
 /// Set (with [`COMM_CHILD_VAR`]) when the children run on the CPU emulator.
 const COMM_ON_CPU_VAR: &str = "RSCCL_GPU_COMM_ON_CPU";
 
@@ -526,6 +543,9 @@ fn comm_child() -> Result<(), String> {
     let got = comm.transport_to(1 - rank);
     if got != Some(want) {
         return Err(format!("rank {rank}: transport {got:?}, expected {want:?}"));
+    }
+    if let Some(dir) = std::env::var_os(COMM_DEPART_VAR) {
+        return depart_child(comm, &be, rank, dir.into());
     }
     let count = (1 << 20) + 3;
     let input = |r: usize, i: usize| ((i * 7 + r * 13) % 1000) as f32;
@@ -588,6 +608,75 @@ fn comm_child() -> Result<(), String> {
     };
     for scatter in [false, true] {
         rsccl_suite::onesided_check::run_rank(&comm, &be, &mem, &c, scatter)?;
+    }
+    Ok(())
+}
+
+/// Waits for the file `path` (the other rank's signal), at most a minute.
+fn wait_for_file(path: &std::path::Path) -> Result<(), String> {
+    let start = std::time::Instant::now();
+    while !path.exists() {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            return Err(format!("no {} within a minute", path.display()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+/// The departure check's ranks. Both all-reduce once; rank 0 then enqueues a large all-reduce
+/// and a small one (the symmetric LL kernel where it serves, which writes into rank 1's memory
+/// before it looks at anything) that rank 1 never makes, and rank 1 drops its communicator.
+/// Rank 1's memory that rank 0 mapped (CUDA IPC) may be freed only once rank 0's kernels reach
+/// it no more: rank 0's calls must fail naming rank 1 with its context still sound, and the
+/// memory rank 1 allocates after the drop must keep what it wrote while rank 0's calls end.
+fn depart_child(
+    comm: rsccl::Comm,
+    be: &Arc<dyn Backend>,
+    rank: usize,
+    dir: std::path::PathBuf,
+) -> Result<(), String> {
+    use rsccl::BufRef;
+    let e = |e: rsccl::Error| format!("rank {rank}: {e}");
+    let small = be.upload(&[1f32; 64]).map_err(e)?;
+    let s = BufRef::from(&small);
+    comm.all_reduce(s, s, 64, DataType::F32, ReduceOp::Sum).map_err(e)?;
+    if rank == 0 {
+        let big = be.alloc(4 << 20).map_err(e)?;
+        let b = BufRef::from(&big);
+        let large = comm.enqueue().all_reduce(b, b, 1 << 20, DataType::F32, ReduceOp::Sum).map_err(e)?;
+        let behind = comm.enqueue().all_reduce(s, s, 64, DataType::F32, ReduceOp::Sum).map_err(e)?;
+        let plan = behind.plan().algorithm.name();
+        std::fs::write(dir.join("entered"), b"").map_err(|e| e.to_string())?;
+        let start = std::time::Instant::now();
+        let e1 = large.wait().err().ok_or("rank 0: the large all-reduce succeeded without rank 1")?;
+        let e2 = behind.wait().err().ok_or("rank 0: the small all-reduce succeeded without rank 1")?;
+        let took = start.elapsed();
+        if !e1.to_string().contains("rank 1") {
+            return Err(format!("rank 0: the large all-reduce failed without naming rank 1: {e1}"));
+        }
+        // The context is sound: a copy round trip.
+        let probe = be.upload(&[7u8; 4096]).map_err(e)?;
+        if be.download::<u8>(&probe, 4096).map_err(e)? != [7u8; 4096] {
+            return Err("rank 0: a copy round trip differs after the departure".into());
+        }
+        println!("rank 0: both calls failed in {took:.2?} (the small one planned {plan}): {e1} / {e2}");
+        std::fs::write(dir.join("done"), b"").map_err(|e| e.to_string())?;
+    } else {
+        wait_for_file(&dir.join("entered"))?;
+        let start = std::time::Instant::now();
+        drop(comm);
+        let took = start.elapsed();
+        // New memory, likely where the freed was: no write of rank 0's may land in it.
+        let pattern = vec![0x5a5a_5a5a_u32; 1 << 18];
+        let fresh: Vec<_> = (0..8).map(|_| be.upload(&pattern)).collect::<rsccl::Result<_>>().map_err(e)?;
+        wait_for_file(&dir.join("done"))?;
+        for (i, f) in fresh.iter().enumerate() {
+            if be.download::<u32>(f, pattern.len()).map_err(e)? != pattern {
+                return Err(format!("rank 1: buffer {i} allocated after the drop was written to"));
+            }
+        }
+        println!("rank 1: dropped in {took:.2?}; its new memory kept its bytes");
     }
     Ok(())
 }
@@ -1251,13 +1340,16 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             // What can run here: the multi-process harness itself, on the CPU emulator.
-            let harness = comm_across_processes(&[(COMM_ON_CPU_VAR, "1")]).and_then(|()| {
-                comm_across_processes(&[
-                    (COMM_ON_CPU_VAR, "1"),
-                    (COMM_NET_VAR, "1"),
-                    ("RSCCL_SOCKET_IFNAME", "lo"),
-                ])
-            });
+            let harness = comm_across_processes(&[(COMM_ON_CPU_VAR, "1")])
+                .and_then(|()| {
+                    comm_across_processes(&[
+                        (COMM_ON_CPU_VAR, "1"),
+                        (COMM_NET_VAR, "1"),
+                        ("RSCCL_SOCKET_IFNAME", "lo"),
+                    ])
+                })
+                // The departure, exported memory modelled as CUDA IPC's.
+                .and_then(|()| departure(&[(COMM_ON_CPU_VAR, "1"), (backend::EMU_IPC_VAR, "cuda")]));
             println!("gpu-tests: harness self-check (two processes on the CPU emulator): {harness:?}");
             println!("gpu-tests: 0 passed, {} failed, {} skipped", u8::from(harness.is_err()), all.len());
             return if harness.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
