@@ -449,6 +449,9 @@ fn ipc_leaver(be: &std::sync::Arc<dyn rsccl::Backend>, rank: usize, n: usize, id
             let large = comm.enqueue().all_reduce(b, b, 1 << 18, DataType::F32, ReduceOp::Sum).unwrap();
             let behind = comm.enqueue().all_reduce(s, s, 64, DataType::F32, ReduceOp::Sum).unwrap();
             std::fs::write(dir.join("entered"), b"").unwrap();
+            // Nothing completes the calls on this host until rank 1's drop returned: the drop
+            // waits for their kernels to end, not for the host to complete them.
+            wait_for_file(&dir.join("dropped"));
             let start = Instant::now();
             let e1 = large.wait().expect_err("rank 1 left before the large all-reduce");
             let e2 = behind.wait().expect_err("rank 1 left before the small all-reduce");
@@ -461,6 +464,7 @@ fn ipc_leaver(be: &std::sync::Arc<dyn rsccl::Backend>, rank: usize, n: usize, id
             let start = Instant::now();
             drop(comm);
             println!("DROPPED after {} ms", start.elapsed().as_millis());
+            std::fs::write(dir.join("dropped"), b"").unwrap();
             wait_for_file(&dir.join("done"));
         }
         _ => {
@@ -869,7 +873,8 @@ fn a_rank_killed_mid_all_reduce_is_named_and_leaves_no_shared_memory() {
 /// mapped). Rank 1 drops its `Comm` while rank 0 has two calls it never makes in flight; rank
 /// 0 hears of it at once and the first fails, and the second's kernel then writes into rank
 /// 1's scratch, milliseconds after rank 1 told its departure. Freed right after telling, that
-/// write kills rank 0 (SIGBUS: 3 of 3 runs without the wait); rank 1's drop waits for it.
+/// write kills rank 0 (SIGBUS: 3 of 3 runs without the wait); rank 1's drop waits for it —
+/// until rank 0's kernels ended, which rank 0's host does not complete before the drop returned.
 #[test]
 fn a_rank_frees_memory_other_processes_mapped_only_once_their_kernels_are_done() {
     let (id, n) = (loopback_id(), 3);
@@ -893,6 +898,10 @@ fn a_rank_frees_memory_other_processes_mapped_only_once_their_kernels_are_done()
     assert!(large.contains("rank 1"), "rank 0's failure names rank 1: {large}");
     let dropped = line(&results[1].1, "DROPPED");
     println!("{large}\n{dropped}");
+    // Within the 6 s the drop may wait (rank 0's timeout and 2 s), long before it: rank 0's
+    // kernels ended once it heard, though nothing there completed its calls yet.
+    let ms: u64 = dropped.split_whitespace().nth(2).and_then(|m| m.parse().ok()).expect("milliseconds");
+    assert!(ms < 3000, "rank 1's drop took {ms} ms");
     assert_no_segments(&pids);
 }
 

@@ -263,10 +263,11 @@ pub(crate) fn wait_peers_stopped(
 /// Before a rank frees memory that ranks of other processes opened (its P2P connections,
 /// symmetric memory, the symmetric LL scratch) on a backend where that memory dies with its
 /// owner (CUDA IPC: [`Backend::exported_outlives_owner`](crate::backend::Backend)), their
-/// kernels must no longer reach it: this waits until none of `importers` has a collective in
-/// flight this rank never finished (`done`: the last it did; those it finished wrote all they
-/// had for it) nor a point-to-point group in flight (see [`wait_peers`]). Its departure,
-/// told before, stops those calls.
+/// kernels must no longer reach it: this waits until none of `importers` has a collective
+/// whose kernels may still run that this rank never finished (`done`: the last it did; those
+/// it finished wrote all they had for it) nor a point-to-point group whose kernels may (see
+/// [`wait_peers`]). Kernels that ended count as stopped whether or not their host completed
+/// the call yet. Its departure, told before, stops those calls.
 pub(crate) fn wait_importers_stopped(
     importers: &[usize],
     done: u64,
@@ -274,7 +275,8 @@ pub(crate) fn wait_importers_stopped(
     limit: Duration,
 ) -> Vec<usize> {
     wait_peers(ask, limit, |r, s| {
-        importers.contains(&r) && (s.groups > s.groups_done || (s.entered > s.done && s.entered > done))
+        let (calls, groups) = (s.done.max(s.ended), s.groups_done.max(s.groups_ended));
+        importers.contains(&r) && (s.groups > groups || (s.entered > calls && s.entered > done))
     })
 }
 
@@ -365,7 +367,7 @@ mod tests {
     #[test]
     fn unbinding_waits_until_the_peers_stopped() {
         let st =
-            |entered: u64, done: u64| Ok(format!("rsccl-progress {entered} {done} 1 0 0 0").into_bytes());
+            |entered: u64, done: u64| Ok(format!("rsccl-progress {entered} {done} 1 0 0 0 0 0").into_bytes());
         let mut asked = 0;
         let busy = wait_peers_stopped(
             0,
@@ -389,9 +391,10 @@ mod tests {
     /// and only for their calls it never finished and their groups.
     #[test]
     fn freeing_exported_memory_waits_for_the_importers_calls_it_never_finished() {
-        // entered, done, groups, groups_done.
-        let st =
-            |e: u64, d: u64, g: u64, gd: u64| Ok(format!("rsccl-progress {e} {d} 1 0 {g} {gd}").into_bytes());
+        // entered, done, groups, groups_done (no kernel ended before the host completed it).
+        let st = |e: u64, d: u64, g: u64, gd: u64| {
+            Ok(format!("rsccl-progress {e} {d} 1 0 {g} {gd} 0 0").into_bytes())
+        };
         let mut asked = 0;
         // This rank (1) finished call 4. Rank 0 (another process) runs call 5 until the third
         // ask; rank 2 runs call 4 (finished here) and rank 3 a group until the second; rank 4
@@ -417,5 +420,17 @@ mod tests {
         );
         assert_eq!(busy, vec![0, 2]);
         assert!(start.elapsed() >= Duration::from_millis(60) && start.elapsed() < Duration::from_secs(2));
+        // Kernels that ended count as stopped, the host's completion or not: rank 0's call 5
+        // and rank 2's group 3 ended, neither completed.
+        let ended = |e: u64, d: u64, g: u64, gd: u64, en: u64, gen: u64| {
+            Ok(format!("rsccl-progress {e} {d} 1 0 {g} {gd} {en} {gen}").into_bytes())
+        };
+        let busy = wait_importers_stopped(
+            &[0, 2],
+            4,
+            || vec![ended(5, 4, 0, 0, 5, 0), ended(9, 0, 0, 0, 0, 0), ended(4, 4, 3, 2, 4, 3)],
+            Duration::from_secs(10),
+        );
+        assert_eq!(busy, Vec::<usize>::new());
     }
 }

@@ -68,7 +68,7 @@ impl Comm {
             }
         };
         let (seq, what) = entered.expect("launch entered a collective");
-        let done = self.done_flag(holds);
+        let done = self.collective_done_flag(holds, seq);
         q.flights.push_back(InFlight::Kernel(KernelFlight { seq, what, sig, status, done: done.clone() }));
         Ok(Work::new(self, seq, done, plan))
     }
@@ -225,13 +225,16 @@ impl Comm {
         crate::backend::StreamKey::of(&self.stream)
     }
 
-    /// A flag set when the work enqueued so far on this communicator's stream has ended, which
-    /// is also when `holds` (the buffers that work uses) are released.
-    pub(super) fn done_flag<H: Send + 'static>(&self, holds: H) -> Arc<DoneFlag> {
-        self.done_flag_then(holds, || ())
+    /// The done flag of collective `seq`, the last work enqueued on this communicator's stream
+    /// ([`Comm::done_flag_then`]): its end is also recorded in this rank's progress (a status
+    /// answer then says its kernels ended, whether or not the host completed it).
+    pub(super) fn collective_done_flag<H: Send + 'static>(&self, holds: H, seq: u64) -> Arc<DoneFlag> {
+        let progress = self.health.progress.clone();
+        self.done_flag_then(holds, move || progress.collective_ended(seq))
     }
 
-    /// [`Comm::done_flag`], running `then` too when that work has ended.
+    /// A flag set when the work enqueued so far on this communicator's stream has ended, which
+    /// is also when `holds` (the buffers that work uses) are released; `then` runs then too.
     pub(super) fn done_flag_then<H: Send + 'static>(
         &self,
         holds: H,

@@ -31,6 +31,12 @@ pub(crate) struct Progress {
     groups: AtomicU64,
     /// Number of the last point-to-point group ended.
     groups_done: AtomicU64,
+    /// Number of the last collective whose kernels ended on this rank's stream (its host
+    /// function ran), whether or not the host completed it yet: the stream runs them in
+    /// order, so every one before it ended too.
+    ended: AtomicU64,
+    /// Number of the last point-to-point group whose kernels ended.
+    groups_ended: AtomicU64,
 }
 
 /// The groups of a rank whose kernels have not ended, and a departure's stop held back until
@@ -163,6 +169,7 @@ impl Progress {
     /// completed): a stop held back for the groups is made, if a collective it concerns is in
     /// flight with no group left ahead of it.
     pub(crate) fn kernels_ended(&self, number: u64) {
+        self.groups_ended.fetch_max(number, Ordering::AcqRel);
         let mut open = self.open_groups();
         open.groups.retain(|&(n, _)| n != number);
         self.make_held_stop(&mut open);
@@ -178,6 +185,11 @@ impl Progress {
                 let _ = abort.store_u32(0, 1);
             }
         }
+    }
+
+    /// The kernels of collective `seq` ended (its host function ran).
+    pub(crate) fn collective_ended(&self, seq: u64) {
+        self.ended.fetch_max(seq, Ordering::AcqRel);
     }
 
     /// Marks collective `seq` finished.
@@ -217,16 +229,19 @@ impl Progress {
         (entered > self.done.load(Ordering::Acquire)).then(|| (entered, self.what.load(Ordering::Relaxed)))
     }
 
-    /// The status answer: `rsccl-progress entered done what failed groups groups_done`.
+    /// The status answer: `rsccl-progress entered done what failed groups groups_done ended
+    /// groups_ended`.
     pub(crate) fn encode(&self) -> Vec<u8> {
         format!(
-            "rsccl-progress {} {} {} {} {} {}",
+            "rsccl-progress {} {} {} {} {} {} {} {}",
             self.entered.load(Ordering::Acquire),
             self.done.load(Ordering::Acquire),
             self.what.load(Ordering::Relaxed),
             self.failed.load(Ordering::Acquire),
             self.groups.load(Ordering::Acquire),
-            self.groups_done.load(Ordering::Acquire)
+            self.groups_done.load(Ordering::Acquire),
+            self.ended.load(Ordering::Acquire),
+            self.groups_ended.load(Ordering::Acquire)
         )
         .into_bytes()
     }
@@ -244,6 +259,10 @@ pub(crate) struct RankState {
     pub groups: u64,
     /// The last point-to-point group ended there.
     pub groups_done: u64,
+    /// The last collective whose kernels ended there (the host may not have completed it).
+    pub ended: u64,
+    /// The last point-to-point group whose kernels ended there.
+    pub groups_ended: u64,
 }
 
 impl RankState {
@@ -259,8 +278,14 @@ impl RankState {
             failed: num()?,
             groups: num()?,
             groups_done: num()?,
+            ended: num()?,
+            groups_ended: num()?,
         };
-        let ordered = st.done <= st.entered && st.failed <= st.done && st.groups_done <= st.groups;
+        let ordered = st.done <= st.entered
+            && st.failed <= st.done
+            && st.groups_done <= st.groups
+            && st.ended <= st.entered
+            && st.groups_ended <= st.groups;
         (ordered && it.next().is_none()).then_some(st)
     }
 }
@@ -433,27 +458,50 @@ mod tests {
         assert_eq!(p.enter(Collective::AllReduce, true), 2);
         assert_eq!(
             RankState::decode(&p.encode()),
-            Some(RankState { entered: 2, done: 1, what: 1, failed: 0, groups: 0, groups_done: 0 })
+            Some(RankState {
+                entered: 2,
+                done: 1,
+                what: 1,
+                failed: 0,
+                groups: 0,
+                groups_done: 0,
+                ended: 0,
+                groups_ended: 0
+            })
         );
         p.fail(2);
         assert_eq!(
             RankState::decode(&p.encode()),
-            Some(RankState { entered: 2, done: 2, what: 1, failed: 2, groups: 0, groups_done: 0 })
+            Some(RankState {
+                entered: 2,
+                done: 2,
+                what: 1,
+                failed: 2,
+                groups: 0,
+                groups_done: 0,
+                ended: 0,
+                groups_ended: 0
+            })
         );
         let g = p.enter_p2p(0);
         assert_eq!(g.number(), 1);
         assert_eq!(RankState::decode(&p.encode()).map(|s| (s.groups, s.groups_done)), Some((1, 0)));
         drop(g);
         assert_eq!(RankState::decode(&p.encode()).map(|s| (s.groups, s.groups_done)), Some((1, 1)));
+        p.collective_ended(2);
+        assert_eq!(RankState::decode(&p.encode()).map(|s| (s.ended, s.groups_ended)), Some((2, 1)));
         for bad in [
             &b""[..],
             b"rsccl-progress",
-            b"rsccl-progress 1 2 0 0 0 0",
-            b"rsccl-progress 2 1 0 2 0 0",
-            b"rsccl-progress 2 1 0 0 1 2",
+            b"rsccl-progress 1 2 0 0 0 0 0 0",
+            b"rsccl-progress 2 1 0 2 0 0 0 0",
+            b"rsccl-progress 2 1 0 0 1 2 0 0",
+            b"rsccl-progress 2 1 0 0 0 0 3 0",
+            b"rsccl-progress 2 1 0 0 1 0 0 2",
             b"rsccl-progress 2 1 0 0",
             b"rsccl-progress 2 1 0 0 0",
             b"rsccl-progress 2 1 0 0 0 0 0",
+            b"rsccl-progress 2 1 0 0 0 0 0 0 0",
             b"x 1 1 1",
             b"rsccl-progress 1 a 0",
             &[0xff; 9],
@@ -465,7 +513,7 @@ mod tests {
 
     #[test]
     fn the_rank_that_never_came_is_named_first() {
-        let st = |e: u64, d: u64| Ok(format!("rsccl-progress {e} {d} 0 0 0 0").into_bytes());
+        let st = |e: u64, d: u64| Ok(format!("rsccl-progress {e} {d} 0 0 0 0 0 0").into_bytes());
         let mut answers: Vec<Result<Vec<u8>, String>> = (0..8).map(|_| st(812, 811)).collect();
         answers[5] = st(811, 811);
         let (head, lines) = report(0, 812, op_code(Collective::AllReduce, false), &answers);
@@ -487,7 +535,7 @@ mod tests {
             "{head}"
         );
         // A rank whose call failed is not counted as finished.
-        answers[5] = Ok(b"rsccl-progress 812 812 0 812 0 0".to_vec());
+        answers[5] = Ok(b"rsccl-progress 812 812 0 812 0 0 0 0".to_vec());
         let (head, lines) = report(1, 812, op_code(Collective::AllReduce, false), &answers);
         assert!(head.ends_with(", rank 5 failed it"), "{head}");
         assert_eq!(lines[5], "rank 5: failed all_reduce #812, last completed #812");
@@ -501,7 +549,7 @@ mod tests {
         let ring = op_code(Collective::AllReduce, false);
         let answers: Vec<Result<Vec<u8>, String>> = [tree, ring, ring]
             .iter()
-            .map(|w| Ok(format!("rsccl-progress 1 0 {w} 0 0 0").into_bytes()))
+            .map(|w| Ok(format!("rsccl-progress 1 0 {w} 0 0 0 0 0").into_bytes()))
             .collect();
         let (head, lines) = report(1, 1, ring, &answers);
         assert_eq!(head, "the ranks called different collectives as #1: rank 0 called all_reduce(tree), ranks 1–2 called all_reduce");
@@ -512,9 +560,9 @@ mod tests {
     #[test]
     fn a_point_to_point_timeout_says_where_each_peer_is() {
         let answers: Vec<Result<Vec<u8>, String>> = vec![
-            Ok(b"rsccl-progress 3 3 0 0 2 1".to_vec()),
-            Ok(b"rsccl-progress 3 3 0 0 1 1".to_vec()),
-            Ok(b"rsccl-progress 4 3 4 0 0 0".to_vec()),
+            Ok(b"rsccl-progress 3 3 0 0 2 1 0 0".to_vec()),
+            Ok(b"rsccl-progress 3 3 0 0 1 1 0 0".to_vec()),
+            Ok(b"rsccl-progress 4 3 4 0 0 0 0 0".to_vec()),
             Err("no answer within 2 s".into()),
         ];
         assert_eq!(

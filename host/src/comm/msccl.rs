@@ -265,7 +265,7 @@ impl Comm {
         let (seq, sig, ran) = unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }?;
         let plan = self.msccl_plan(&l);
         let done = if ran {
-            let done = self.done_flag(holds);
+            let done = self.collective_done_flag(holds, seq);
             // Completed like the ring's kernel, from this program's status words.
             q.flights.push_back(InFlight::Msccl(seq, sig, l));
             done
