@@ -251,13 +251,13 @@ fn wait_peers(
 /// kernels must have stopped: they reach that memory through the object, and unbinding it
 /// under a running multimem operation is undefined (CUDA's `cuMulticastUnbind`). A departing
 /// rank has stopped their calls it never finished; this waits until no rank but `me`
-/// reports a call in flight (see [`wait_peers`]).
+/// reports a call whose kernels may still run (see [`wait_peers`]).
 pub(crate) fn wait_peers_stopped(
     me: usize,
     ask: impl FnMut() -> Vec<std::result::Result<Vec<u8>, String>>,
     limit: Duration,
 ) -> Vec<usize> {
-    wait_peers(ask, limit, |r, s| r != me && s.entered > s.done)
+    wait_peers(ask, limit, |r, s| r != me && s.entered > s.done.max(s.ended))
 }
 
 /// Before a rank frees memory that ranks of other processes opened (its P2P connections,
@@ -384,6 +384,12 @@ mod tests {
         let start = Instant::now();
         let busy = wait_peers_stopped(1, || vec![st(2, 1), st(0, 0), st(9, 3)], Duration::from_millis(100));
         assert_eq!(busy, vec![0, 2]);
+        // A call whose kernels ended is no longer in flight for it, completed or not.
+        let ended = Ok(b"rsccl-progress 9 3 1 0 0 0 9 0".to_vec());
+        assert_eq!(
+            wait_peers_stopped(1, || vec![st(0, 0), st(0, 0), ended.clone()], Duration::from_secs(5)),
+            vec![]
+        );
         assert!(start.elapsed() >= Duration::from_millis(100) && start.elapsed() < Duration::from_secs(2));
     }
 
