@@ -125,6 +125,18 @@ pub fn run_ring_case(comm: &Comm, be: &std::sync::Arc<dyn rsccl::Backend>, c: &C
     ring_check::check_output(c, &plan, &inputs, r, &bytes).map_err(|e| format!("{c:?}: {e}"))
 }
 
+/// Waits for the file `path` (another process's signal) at most a minute; why not otherwise.
+pub fn wait_for_file(path: &std::path::Path) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        if Instant::now() >= deadline {
+            return Err(format!("no {} within a minute", path.display()));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
 /// The `# Avg bus bandwidth` figure of an nccl-tests style report (lines may carry a
 /// launcher's `[rank 0] ` prefix).
 pub fn avg_busbw(report: &str) -> Option<f64> {

@@ -612,18 +612,6 @@ fn comm_child() -> Result<(), String> {
     Ok(())
 }
 
-/// Waits for the file `path` (the other rank's signal), at most a minute.
-fn wait_for_file(path: &std::path::Path) -> Result<(), String> {
-    let start = std::time::Instant::now();
-    while !path.exists() {
-        if start.elapsed() > std::time::Duration::from_secs(60) {
-            return Err(format!("no {} within a minute", path.display()));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    Ok(())
-}
-
 /// The departure check's ranks. Both all-reduce once; rank 0 then enqueues a large all-reduce
 /// and a small one (the symmetric LL kernel where it serves, which writes into rank 1's memory
 /// before it looks at anything) that rank 1 never makes, and rank 1 drops its communicator.
@@ -663,14 +651,14 @@ fn depart_child(
         println!("rank 0: both calls failed in {took:.2?} (the small one planned {plan}): {e1} / {e2}");
         std::fs::write(dir.join("done"), b"").map_err(|e| e.to_string())?;
     } else {
-        wait_for_file(&dir.join("entered"))?;
+        rsccl_suite::procs::wait_for_file(&dir.join("entered"))?;
         let start = std::time::Instant::now();
         drop(comm);
         let took = start.elapsed();
         // New memory, likely where the freed was: no write of rank 0's may land in it.
         let pattern = vec![0x5a5a_5a5a_u32; 1 << 18];
         let fresh: Vec<_> = (0..8).map(|_| be.upload(&pattern)).collect::<rsccl::Result<_>>().map_err(e)?;
-        wait_for_file(&dir.join("done"))?;
+        rsccl_suite::procs::wait_for_file(&dir.join("done"))?;
         for (i, f) in fresh.iter().enumerate() {
             if be.download::<u32>(f, pattern.len()).map_err(e)? != pattern {
                 return Err(format!("rank 1: buffer {i} allocated after the drop was written to"));

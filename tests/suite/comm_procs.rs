@@ -13,7 +13,9 @@ use rsccl::transport::{shm, TransportKind};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_suite::hooked::Hooked;
-use rsccl_suite::procs::{all_reduce_until_error, assert_mismatch_named, run_ring_case, Children};
+use rsccl_suite::procs::{
+    all_reduce_until_error, assert_mismatch_named, run_ring_case, wait_for_file, Children,
+};
 use rsccl_suite::ring_check::Case;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -419,15 +421,6 @@ fn comm_child() {
     }
 }
 
-/// Waits for the file `path` (another rank's signal), at most a minute.
-fn wait_for_file(path: &std::path::Path) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !path.exists() {
-        assert!(Instant::now() < deadline, "no {} within a minute", path.display());
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// The child side of [`a_rank_frees_memory_other_processes_mapped_only_once_their_kernels_are_done`]
 /// (3 ranks, exported memory as CUDA IPC's: `RSCCL_EMU_IPC=cuda`).
 fn ipc_leaver(be: &std::sync::Arc<dyn rsccl::Backend>, rank: usize, n: usize, id: &UniqueId) {
@@ -451,7 +444,7 @@ fn ipc_leaver(be: &std::sync::Arc<dyn rsccl::Backend>, rank: usize, n: usize, id
             std::fs::write(dir.join("entered"), b"").unwrap();
             // Nothing completes the calls on this host until rank 1's drop returned: the drop
             // waits for their kernels to end, not for the host to complete them.
-            wait_for_file(&dir.join("dropped"));
+            wait_for_file(&dir.join("dropped")).unwrap();
             let start = Instant::now();
             let e1 = large.wait().expect_err("rank 1 left before the large all-reduce");
             let e2 = behind.wait().expect_err("rank 1 left before the small all-reduce");
@@ -460,16 +453,16 @@ fn ipc_leaver(be: &std::sync::Arc<dyn rsccl::Backend>, rank: usize, n: usize, id
             std::fs::write(dir.join("done"), b"").unwrap();
         }
         1 => {
-            wait_for_file(&dir.join("entered"));
+            wait_for_file(&dir.join("entered")).unwrap();
             let start = Instant::now();
             drop(comm);
             println!("DROPPED after {} ms", start.elapsed().as_millis());
             std::fs::write(dir.join("dropped"), b"").unwrap();
-            wait_for_file(&dir.join("done"));
+            wait_for_file(&dir.join("done")).unwrap();
         }
         _ => {
             // A bystander: idle while rank 1 leaves (rank 1 need not wait for it).
-            wait_for_file(&dir.join("done"));
+            wait_for_file(&dir.join("done")).unwrap();
         }
     }
 }

@@ -531,8 +531,14 @@ impl Comm {
         if self.stream.exported_outlives_owner() {
             return Vec::new();
         }
+        self.other_processes_here().map(|p| p.rank).collect()
+    }
+
+    /// The ranks of other processes on this host (which map this rank's exported memory and
+    /// whose deaths the watchdog sees).
+    pub(super) fn other_processes_here(&self) -> impl Iterator<Item = &PeerInfo> {
         let me = &self.peers[self.rank];
-        self.peers.iter().filter(|p| p.host_hash == me.host_hash && p.pid != me.pid).map(|p| p.rank).collect()
+        self.peers.iter().filter(move |p| p.host_hash == me.host_hash && p.pid != me.pid)
     }
 }
 

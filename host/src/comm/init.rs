@@ -189,13 +189,7 @@ impl Comm {
             programs: Programs::default(),
         };
         super::departure::join(comm.links.conn_key, rank, &comm.health.abort, &comm.health.progress);
-        let me = &comm.peers[rank];
-        let here: Vec<(usize, u32)> = comm
-            .peers
-            .iter()
-            .filter(|p| p.host_hash == me.host_hash && p.pid != me.pid)
-            .map(|p| (p.rank, p.pid))
-            .collect();
+        let here: Vec<(usize, u32)> = comm.other_processes_here().map(|p| (p.rank, p.pid)).collect();
         let key = comm.links.conn_key;
         let in_order = Box::new(move |r| super::departure::has_left(key, r));
         comm.health.watchdog =
