@@ -172,9 +172,8 @@ impl Tuner {
             min_ranks_per_nvl_domain: int(hosts.iter().copied().min().unwrap_or(0)),
             max_ranks_per_nvl_domain: int(hosts.iter().copied().max().unwrap_or(0)),
         };
-        let mut k = self.table.constants().clone();
-        let session = plugin.init(comm_id, self.input.nranks, self.input.nnodes, domains, &mut k)?;
-        self.table = CostTable::build_with(&self.input, &k)?;
+        let (session, table) = plugin.start(comm_id, &self.input, domains)?;
+        self.table = table;
         self.plugin = Some(PluginUse { session, last: Mutex::new(None), warned: AtomicBool::new(false) });
         Ok(())
     }
@@ -191,22 +190,16 @@ impl Tuner {
     /// algorithm with its connections' FIFOs): the model's time of every entry the call can run
     /// there ([`Tuner::allowed`], carried), [`IGNORE`] elsewhere (NCCL's `updateCollCostTable`).
     fn asked(&self, coll: Coll, bytes: u64, candidates: &[(Algo, LineFifos)]) -> plugin_abi::CostTable {
-        let mut asked = [[IGNORE; plugin_abi::NUM_PROTOCOLS]; plugin_abi::NUM_ALGORITHMS];
-        for &(algo, fifos) in candidates {
-            for p in Proto::ALL {
+        self.table.plugin_table(coll, bytes, |algo, p| {
+            candidates.iter().any(|&(a, fifos)| {
                 let carried = match p {
                     Proto::Simple => true,
                     Proto::Ll => fifos.ll,
                     Proto::Ll128 => fifos.ll128,
                 };
-                if carried && self.allowed(coll, algo, p) {
-                    if let Some(t) = self.table.time_us(coll, algo, p, bytes, 1) {
-                        asked[algo.index()][p.index()] = t as f32;
-                    }
-                }
-            }
-        }
-        asked
+                a == algo && carried && self.allowed(coll, algo, p)
+            })
+        })
     }
 
     /// The plugin's answer for `coll` of `bytes` asked with `asked`: the entries it lowers, the

@@ -290,15 +290,14 @@ fn report(a: &Args) -> Result<String, CliError> {
     };
     let session = match &plugin {
         Some(p) => {
-            let mut k = table.constants().clone();
             let per_node = i32::try_from(input.nranks / input.nnodes.max(1)).unwrap_or(i32::MAX);
             let domains = NvlDomainInfo {
                 n_nvl_domains: i32::try_from(input.nnodes).unwrap_or(i32::MAX),
                 min_ranks_per_nvl_domain: per_node,
                 max_ranks_per_nvl_domain: per_node,
             };
-            let s = p.init(0, input.nranks, input.nnodes, domains, &mut k)?;
-            table = CostTable::build_with(&input, &k)?;
+            let (s, rebuilt) = p.start(0, &input, domains)?;
+            table = rebuilt;
             Some(s)
         }
         None => None,

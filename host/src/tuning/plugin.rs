@@ -250,6 +250,21 @@ impl TunerPlugin {
     }
 }
 
+impl TunerPlugin {
+    /// Starts the plugin for a communicator of `input`'s shape ([`TunerPlugin::init`] with
+    /// NCCL's constants) and builds the cost table from the constants it leaves.
+    pub fn start(
+        self: &Arc<Self>,
+        comm_id: u64,
+        input: &super::TuningInput,
+        domains: NvlDomainInfo,
+    ) -> Result<(Session, super::CostTable)> {
+        let mut k = Constants::NCCL.clone();
+        let session = self.init(comm_id, input.nranks, input.nnodes, domains, &mut k)?;
+        Ok((session, super::CostTable::build_with(input, &k)?))
+    }
+}
+
 /// The plugin's name and its mandatory entries that are NULL.
 fn check(table: Table) -> (String, Vec<&'static str>) {
     let (name, init, info, end) = match table {

@@ -135,6 +135,29 @@ impl CostTable {
         self.choose_with(coll, bytes, enabled, None)
     }
 
+    /// The cost table a tuner plugin is asked with for `coll` of `bytes` (NCCL's
+    /// `updateCollCostTable`): the predicted time of every algorithm × protocol the call can
+    /// run (`runnable`, with an entry here), [`IGNORE`](super::plugin_abi::IGNORE) elsewhere.
+    pub fn plugin_table(
+        &self,
+        coll: Coll,
+        bytes: u64,
+        runnable: impl Fn(Algo, Proto) -> bool,
+    ) -> super::plugin_abi::CostTable {
+        let mut table = [[super::plugin_abi::IGNORE; super::plugin_abi::NUM_PROTOCOLS];
+            super::plugin_abi::NUM_ALGORITHMS];
+        for algo in Algo::ALL {
+            for proto in Proto::ALL {
+                if runnable(algo, proto) {
+                    if let Some(t) = self.time_us(coll, algo, proto, bytes, 1) {
+                        table[algo.index()][proto.index()] = t as f32;
+                    }
+                }
+            }
+        }
+        table
+    }
+
     /// [`CostTable::choose`], a tuner plugin's `session` (if any) asked first with the time of
     /// every entry `enabled` allows ([`IGNORE`](super::plugin_abi::IGNORE) elsewhere): its
     /// pick (the cheapest runnable entry once it lowered some) and the channels it sets win;
@@ -147,16 +170,7 @@ impl CostTable {
         session: Option<&super::plugin::Session>,
     ) -> Result<Choice> {
         if let (Some(s), true) = (session, self.nranks() > 1) {
-            let mut asked = [[super::plugin_abi::IGNORE; 3]; 7];
-            for algo in Algo::ALL {
-                for proto in Proto::ALL {
-                    if self.allows(enabled, coll, algo, proto) {
-                        if let Some(t) = self.time_us(coll, algo, proto, bytes, 1) {
-                            asked[algo.index()][proto.index()] = t as f32;
-                        }
-                    }
-                }
-            }
+            let asked = self.plugin_table(coll, bytes, |a, p| self.allows(enabled, coll, a, p));
             if let (Some((algo, proto)), channels) = s.pick(coll, bytes, &asked)? {
                 let time_us = self.time_us(coll, algo, proto, bytes, 1).unwrap_or(0.0);
                 let (nc, nthreads) = self.launch_shape(algo, proto, bytes);
