@@ -54,6 +54,11 @@ impl Children {
         Children { children }
     }
 
+    /// Adds `more`'s children after this set's (started apart, e.g. with other variables).
+    pub fn extend(&mut self, mut more: Children) {
+        self.children.append(&mut more.children);
+    }
+
     /// The children's process ids.
     pub fn pids(&self) -> Vec<u32> {
         self.children.iter().map(|c| c.id()).collect()

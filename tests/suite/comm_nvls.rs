@@ -731,13 +731,15 @@ fn nvls_child() {
         (Collective::AllGather, DataType::I32, ReduceOp::Sum, 0, true),
     ];
     // With NVLS_TREE (RSCCL_TEST_NVLS_NODES nodes), all-reduce sums inside each node in rank
-    // order, then across the nodes; the rest runs on the rings, so only order-free cases.
+    // order, then across the nodes; the rest runs on the rings (all of it without NVLS), so
+    // only order-free cases.
     let nodes: usize = std::env::var("RSCCL_TEST_NVLS_NODES").map_or(1, |v| v.parse().unwrap());
+    let tree = comm.uses_nvls_tree();
     let cases: Vec<_> = cases
         .into_iter()
         .filter(|&(coll, t, op, ..)| {
             comm.uses_nvls()
-                || (nodes > 1 && coll == Collective::AllReduce)
+                || (tree && coll == Collective::AllReduce)
                 || coll == Collective::AllGather
                 || !t.is_float()
                 || op != ReduceOp::Sum
@@ -748,7 +750,7 @@ fn nvls_child() {
         let seed = 0xBEEF + k as u64;
         let got = run(&be, std::slice::from_ref(&comm), coll, t, op, count, in_place, seed)
             .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let want = if nodes > 1 && coll == Collective::AllReduce {
+        let want = if tree && coll == Collective::AllReduce {
             (0..count).map(|i| tree_element(t, red(op), nodes, n / nodes, i, seed)).collect()
         } else {
             expected(coll, t, red(op), n, count, seed).swap_remove(rank)
@@ -1125,6 +1127,42 @@ fn a_rank_that_cannot_share_nvls_memory_turns_it_off_everywhere() {
     for (r, text) in nvls_processes_with(1, 4, &forced).iter().enumerate() {
         assert!(
             text.contains("INIT FAILED") && text.contains("rank 2 could not allocate its NVLS memory"),
+            "rank {r}:\n{text}"
+        );
+    }
+}
+
+/// `RSCCL_NVLS_ENABLE` (NCCL's `NCCL_NVLS_ENABLE`): `0` leaves NVLS off on a node it would
+/// come up on (the collectives on the rings, bit-exact) and NVLS_TREE off across nodes; `1`
+/// turns a rank that cannot share its NVLS memory from a fall-back into an init error on every
+/// rank naming the variable and the rank; with `RSCCL_ALGO=nvls`, `0` is an error naming both;
+/// another value an error naming the variable.
+#[test]
+fn nvls_enable_turns_nvls_off_or_requires_it() {
+    let off = [("RSCCL_NVLS_ENABLE", "0")];
+    each_ran(&nvls_processes_with(1, 4, &off), "NVLS false TREE false");
+    each_ran(&nvls_processes_with(2, 4, &off), "NVLS false TREE false");
+    each_ran(&nvls_processes_with(1, 4, &[("RSCCL_NVLS_ENABLE", "1")]), "NVLS true TREE false");
+    let required = [("RSCCL_TEST_NVLS_FAIL_RANK", "2"), ("RSCCL_NVLS_ENABLE", "1")];
+    for (r, text) in nvls_processes_with(1, 4, &required).iter().enumerate() {
+        assert!(
+            text.contains("INIT FAILED")
+                && text.contains("RSCCL_NVLS_ENABLE=1, but NVLS cannot run")
+                && text.contains("rank 2 could not allocate its NVLS memory"),
+            "rank {r}:\n{text}"
+        );
+    }
+    let both = [("RSCCL_NVLS_ENABLE", "0"), ("RSCCL_ALGO", "nvls")];
+    for (r, text) in nvls_processes_with(1, 4, &both).iter().enumerate() {
+        assert!(
+            text.contains("INIT FAILED")
+                && text.contains("RSCCL_ALGO=nvls, but RSCCL_NVLS_ENABLE=0 turns NVLS off"),
+            "rank {r}:\n{text}"
+        );
+    }
+    for (r, text) in nvls_processes_with(1, 4, &[("RSCCL_NVLS_ENABLE", "on")]).iter().enumerate() {
+        assert!(
+            text.contains("INIT FAILED") && text.contains("RSCCL_NVLS_ENABLE=\"on\" is not a whole number"),
             "rank {r}:\n{text}"
         );
     }

@@ -204,9 +204,17 @@ fn comm_child() {
                 // The forced-LL128 warning is what the parent checks for.
                 std::env::set_var(rsccl::debug::DEBUG_VAR, "WARN");
             }
-            let comm = Comm::init_rank(&be, n, rank, &id, sweep_config_on(proto)).unwrap();
+            let comm = match Comm::init_rank(&be, n, rank, &id, sweep_config_on(proto)) {
+                Ok(c) => c,
+                Err(e) => {
+                    println!("INIT-ERROR {e}");
+                    return;
+                }
+            };
+            // NCCL_SHM_DISABLE's twin: the network transport, through loopback.
+            let want = if shm::disabled_by_env() { TransportKind::Net } else { TransportKind::Shm };
             for p in (0..n).filter(|&p| p != rank) {
-                assert_eq!(comm.transport_to(p), Some(TransportKind::Shm), "peer {p}");
+                assert_eq!(comm.transport_to(p), Some(want), "peer {p}");
             }
             let cases = sweep_cases(n, proto);
             for c in &cases {
@@ -654,8 +662,13 @@ fn sweep(n: usize) {
 }
 
 fn sweep_on(n: usize, proto: Protocol) {
+    sweep_with(n, proto, &[])
+}
+
+/// [`sweep_on`] with the variables `more` in every rank's environment.
+fn sweep_with(n: usize, proto: Protocol, more: &[(&str, &str)]) {
     let id = loopback_id();
-    let mut ranks = start_ranks(sweep_role(proto), &id, n, 0..n);
+    let mut ranks = start_ranks_with(sweep_role(proto), &id, n, 0..n, more);
     let pids = ranks.pids();
     let results = ranks.wait(Duration::from_secs(600));
     let failed: Vec<String> = results
@@ -670,6 +683,27 @@ fn sweep_on(n: usize, proto: Protocol) {
         .map(|(r, (_, text))| format!("rank {r} of {n}:\n{text}"))
         .collect();
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert_no_segments(&pids);
+}
+
+/// `RSCCL_SHM_DISABLE=1` (NCCL's `NCCL_SHM_DISABLE`): processes of one host talk over the
+/// network transport (loopback sockets, a proxy thread each), every collective still
+/// bit-exact; set on one rank only, every rank's init fails naming the variable.
+#[test]
+fn shm_disabled_processes_of_one_host_run_over_the_network() {
+    sweep_with(3, Protocol::Simple, &[(shm::SHM_DISABLE_VAR, "1")]);
+    let id = loopback_id();
+    let mut ranks = start_ranks("sweep", &id, 2, 0..1);
+    ranks.extend(start_ranks_with("sweep", &id, 2, 1..2, &[(shm::SHM_DISABLE_VAR, "1")]));
+    let pids = ranks.pids();
+    for (r, (ok, text)) in ranks.wait(Duration::from_secs(120)).iter().enumerate() {
+        assert!(
+            *ok && text.contains("INIT-ERROR")
+                && text.contains(&format!("reaches rank {} by", 1 - r))
+                && text.contains("RSCCL_SHM_DISABLE set on one of them only"),
+            "rank {r}:\n{text}"
+        );
+    }
     assert_no_segments(&pids);
 }
 

@@ -42,13 +42,17 @@ pub(crate) fn identity_as(host_id: Option<&str>) -> HostId {
     }
 }
 
+/// A host identity that replaces the machine's own (NCCL's `NCCL_HOSTID`): processes of one
+/// machine can play several nodes.
+pub const HOSTID_VAR: &str = "RSCCL_HOSTID";
+
 /// This host's identity.
 pub(crate) fn identity() -> HostId {
     let name = read_trimmed("/proc/sys/kernel/hostname")
         .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
         .unwrap_or_else(|| "localhost".to_string());
     let name = truncate(name, MAX_HOSTNAME);
-    if let Some(id) = std::env::var("RSCCL_HOSTID").ok().filter(|h| !h.is_empty()) {
+    if let Some(id) = std::env::var(HOSTID_VAR).ok().filter(|h| !h.is_empty()) {
         return HostId { hash: fnv1a64(FNV_OFFSET, id.as_bytes()), name };
     }
     let boot = read_trimmed("/proc/sys/kernel/random/boot_id").unwrap_or_default();

@@ -65,6 +65,7 @@ pub mod wire;
 
 pub use depart::{Departure, DepartureHook, Notifier};
 pub use error::BootstrapError;
+pub use host::HOSTID_VAR;
 pub(crate) use link::{connect, describe, log};
 pub use link::{set_log_hook, LogHook, PeerInfo, HANDSHAKE_TIMEOUT};
 pub use refusal::{Refusal, RefusalHook, MAX_RECEIVE_TEXT_BYTES};

@@ -1,7 +1,7 @@
 //! How a rank joins a communicator ([`Comm::init_rank`] and the constructors on it), in
 //! phases that only look forward: meet over the bootstrap, agree on the channels, choose a
 //! transport per peer, connect, upload the channel tables.
-use super::algo_mask::{AlgoMask, ALGO_VAR};
+use super::algo_mask::{AlgoMask, ALGO_VAR, NVLS_ENABLE_VAR};
 use super::communicator::{Comm, Health, Links, Programs, Queue, Tables, Windows};
 use super::config::*;
 use super::hang::Progress;
@@ -79,19 +79,23 @@ impl Comm {
         let boot = slot.as_mut().expect("init_rank passes its bootstrap");
         let peers = boot.peers().to_vec();
         // Chosen once, before the topology: its devices are the hosts' NET nodes.
-        let net = if super::topo::hosts_of(&peers).len() > 1 {
+        let choose_net = |cfg: &CommConfig| {
             let choice = crate::transport::net::NetChoice {
                 plugin: cfg.net_plugin.as_deref(),
                 net: cfg.net.as_deref(),
             };
-            Some(crate::transport::net::choose(choice, *id.secret())?)
-        } else {
-            None
+            crate::transport::net::choose(choice, *id.secret())
         };
+        let mut net = if super::topo::hosts_of(&peers).len() > 1 { Some(choose_net(&cfg)?) } else { None };
         let nets = net.as_ref().map(|n| n.devices()).unwrap_or_default();
         let comm_id = comm_id(id.secret());
         let agreed = agree(boot, (nranks, rank), &peers, backend, cfg, channels, &nets, comm_id)?;
         let transports = choose_transports(boot, rank, &peers, &**backend)?;
+        // One host whose processes may not share memory (RSCCL_SHM_DISABLE): the network
+        // between them, outside the topology (it has no NICs on one host).
+        if net.is_none() && transports.contains(&TransportKind::Net) {
+            net = Some(choose_net(&agreed.cfg)?);
+        }
         let stream = backend.fork_stream()?;
         // The word this rank's kernels watch: set by `abort` and by the proxy when a network
         // connection breaks.
@@ -303,11 +307,14 @@ fn agree(
         .filter(|v| !v.trim().is_empty());
     // So must the tuner plugin (a rank without it would plan other protocols).
     let plugin = crate::tuning::TunerPlugin::from_env()?;
+    // And whether NVLS is set up (its setup is collective).
+    let nvls_enable = env_number(NVLS_ENABLE_VAR)?;
     let mine = format!(
-        "{} {}={} {}={}",
+        "{} {}={} {NVLS_ENABLE_VAR}={} {}={}",
         cfg.fingerprint(&channels),
         crate::tuning::PROTO_VAR,
         env_proto.as_deref().unwrap_or(""),
+        nvls_enable.map_or(String::new(), |v| v.to_string()),
         crate::tuning::TUNER_PLUGIN_VAR,
         plugin.as_ref().map_or("none".to_string(), |p| format!("{} v{}", p.name(), p.version()))
     );
@@ -319,7 +326,8 @@ fn agree(
         )));
     }
     let env_algo = std::env::var(ALGO_VAR).ok();
-    let algos = AlgoMask::parse(cfg.algo.as_deref().or(env_algo.as_deref()))?;
+    let algos =
+        AlgoMask::parse(cfg.algo.as_deref().or(env_algo.as_deref()))?.with_nvls_enable(nvls_enable)?;
     let try_nvls = nvls::plan(cfg.nvls, peers, algos.nvls_policy())?;
     let check_calls = match env_number(CHECK_CALLS_VAR)? {
         None | Some(1) => true,
@@ -340,7 +348,8 @@ fn agree(
 }
 
 /// Phase 2, choose transports: per peer the one NCCL would pick (in-process, P2P to a GPU this
-/// one reaches, SHM on the host, NET otherwise), checked to be the same from both ends.
+/// one reaches, SHM on the host unless `RSCCL_SHM_DISABLE`, NET otherwise), checked to be the
+/// same from both ends.
 fn choose_transports(
     boot: &mut Bootstrap,
     rank: usize,
@@ -351,6 +360,8 @@ fn choose_transports(
     // P2P to a GPU this rank reaches (write mode: this rank's kernels write into the
     // receiver's memory, and the peer's into this rank's).
     let p2p_off = transport::p2p::disabled_by_env();
+    // NCCL_SHM_DISABLE's twin: processes of one host P2P does not connect use the network.
+    let shm_off = transport::shm::disabled_by_env();
     let reaches = |p: &PeerInfo| {
         !p2p_off
             && !me.info.is_empty()
@@ -360,7 +371,14 @@ fn choose_transports(
         .iter()
         .map(|p| {
             let same_host = p.host_hash == me.host_hash;
-            TransportKind::choose_with_p2p(p.pid == me.pid && same_host, same_host, same_host && reaches(p))
+            match TransportKind::choose_with_p2p(
+                p.pid == me.pid && same_host,
+                same_host,
+                same_host && reaches(p),
+            ) {
+                TransportKind::Shm if shm_off => TransportKind::Net,
+                t => t,
+            }
         })
         .collect();
     // Both ends of a connection must pick the same transport (peer access could be one-way).
@@ -370,9 +388,10 @@ fn choose_transports(
         if theirs.get(rank) != Some(&row[p]) {
             return Err(Error::InvalidConfig(format!(
                 "rank {rank} reaches rank {p} by {} but rank {p} reaches rank {rank} otherwise \
-                 (peer access one way only?); set {}=1",
+                 (peer access one way only? then set {}=1; or {} set on one of them only)",
                 transports[p].name(),
-                transport::p2p::P2P_DISABLE_VAR
+                transport::p2p::P2P_DISABLE_VAR,
+                transport::shm::SHM_DISABLE_VAR
             )));
         }
     }

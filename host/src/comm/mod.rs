@@ -46,7 +46,7 @@ mod wiring;
 mod work;
 
 pub use crate::error::RankFailure;
-pub use algo_mask::{AlgoMask, NvlsPolicy, ALGO_VAR};
+pub use algo_mask::{AlgoMask, NvlsPolicy, ALGO_VAR, NVLS_ENABLE_VAR};
 pub use algorithm::{Algorithm, MscclId, Plan, Protocol};
 pub use call::{check_scalar, scalar_bits, BufRef, Call, ReduceOp};
 pub use communicator::{Comm, MAX_IN_FLIGHT};
@@ -59,7 +59,9 @@ pub use group::{Group, GroupWork};
 pub use local::{Fault, GroupConfig, LocalGroup};
 pub use msccl_loaded::{MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES};
 pub use onesided::{SymmetricMemory, MAX_SYMMETRIC_BYTES};
-pub use p2p::{Direction, P2p, MAX_P2P_BLOCKS, MAX_P2P_CONNS, MAX_P2P_OPS, P2P_MAX_STEP_BYTES};
+pub use p2p::{
+    Direction, P2p, MAX_P2P_BLOCKS, MAX_P2P_CONNS, MAX_P2P_OPS, P2P_LL_THRESHOLD_VAR, P2P_MAX_STEP_BYTES,
+};
 pub use topo::{TopologyConfig, MAX_NCHANNELS_VAR, MAX_VIEW_BYTES};
 pub use windows::Window;
 pub use work::{Enqueue, Work};

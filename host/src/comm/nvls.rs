@@ -2,7 +2,7 @@
 //! multicast ranges at init, when NVLS applies, and the choice per call (NCCL's rules: NVLS
 //! heads in the topology, more than two ranks, one node, a multimem form for the type and op,
 //! multicast support; `RSCCL_ALGO` as `NCCL_ALGO` forces or forbids it).
-use super::algo_mask::{NvlsPolicy, ALGO_VAR};
+use super::algo_mask::NvlsPolicy;
 use super::nvls_layout::FifoLayout;
 use crate::backend::{Backend, BackendKind, DeviceBuffer, MulticastObject};
 use crate::bootstrap::{Bootstrap, PeerInfo};
@@ -93,13 +93,14 @@ pub(crate) fn plan(want: bool, peers: &[PeerInfo], policy: NvlsPolicy) -> Result
     }
     match unavailable(want, peers.len()) {
         None => Ok(true),
-        Some(why) if policy == NvlsPolicy::Forced => Err(forced(why)),
+        Some(why) if policy == NvlsPolicy::Forced => Err(forced(policy, why)),
         Some(_) => Ok(false),
     }
 }
 
-pub(super) fn forced(why: String) -> Error {
-    Error::InvalidConfig(format!("{ALGO_VAR}=nvls, but NVLS cannot run on this communicator: {why}"))
+/// NVLS that `policy` (forced or required) wants but cannot run, for `why`.
+pub(super) fn forced(policy: NvlsPolicy, why: String) -> Error {
+    Error::InvalidConfig(format!("{}, but NVLS cannot run on this communicator: {why}", policy.setting()))
 }
 
 /// Most bytes of one rank's NVLS memory handle in the setup exchange (a CUDA IPC handle is 64,
@@ -134,7 +135,7 @@ pub(crate) fn setup(
     // Every rank learned whether all bound, and all go on or fall back (or fail) alike.
     let b = match bound {
         Ok(b) => b,
-        Err(why) => return if policy == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(None) },
+        Err(why) => return if policy.must_come_up() { Err(forced(policy, why)) } else { Ok(None) },
     };
     let mut bufs = b.bufs.into_iter();
     let two = "bound as asked: scratch and flags";

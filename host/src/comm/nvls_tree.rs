@@ -80,7 +80,8 @@ pub(crate) fn with_tree(mut comm: Comm) -> Result<Comm> {
         None
     };
     if let Some(why) = why {
-        return if comm.algos.nvls_policy() == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
+        let policy = comm.algos.nvls_policy();
+        return if policy == NvlsPolicy::Forced { Err(forced(policy, why)) } else { Ok(comm) };
     }
     let rank = comm.rank();
     let (h, l) = hosts
@@ -102,7 +103,8 @@ pub(crate) fn with_tree(mut comm: Comm) -> Result<Comm> {
     let all = comm.all_gather_bootstrap(&[u8::from(up)])?;
     if all.iter().any(|b| b != &[1]) {
         let why = "NVLS did not come up on every node".to_string();
-        return if comm.algos.nvls_policy() == NvlsPolicy::Forced { Err(forced(why)) } else { Ok(comm) };
+        let policy = comm.algos.nvls_policy();
+        return if policy.must_come_up() { Err(forced(policy, why)) } else { Ok(comm) };
     }
     tracing::info!(rank, "NVLS_TREE: {} nodes of {local} ranks", hosts.len());
     comm.nvls_tree = Some(Arc::new(NvlsTree { intra, inter, tmp: Default::default() }));

@@ -88,6 +88,12 @@ impl GpuSource for Vec<DetectedGpu> {
     }
 }
 
+/// The topology file read at init (NCCL's `NCCL_TOPO_FILE`).
+pub const TOPO_FILE_VAR: &str = "RSCCL_TOPO_FILE";
+
+/// Where the topology found is written (NCCL's `NCCL_TOPO_DUMP_FILE`).
+pub const TOPO_DUMP_FILE_VAR: &str = "RSCCL_TOPO_DUMP_FILE";
+
 /// The two environment settings of local topology detection, made explicit so they can be
 /// injected: `RSCCL_TOPO_FILE` (a topology file detection is fused into) and
 /// `RSCCL_TOPO_DUMP_FILE` (where the result is written).
@@ -104,7 +110,7 @@ impl TopoEnv {
     /// empty value counts as unset).
     pub fn from_env() -> Self {
         let get = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-        TopoEnv { topo_file: get("RSCCL_TOPO_FILE"), dump_file: get("RSCCL_TOPO_DUMP_FILE") }
+        TopoEnv { topo_file: get(TOPO_FILE_VAR), dump_file: get(TOPO_DUMP_FILE_VAR) }
     }
 }
 

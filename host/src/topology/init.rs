@@ -9,6 +9,12 @@ use super::xml::{self, TopoError};
 use super::{NodeKind, System};
 use std::path::{Path, PathBuf};
 
+/// Graphs that replace the channel search (NCCL's `NCCL_GRAPH_FILE`).
+pub const GRAPH_FILE_VAR: &str = "RSCCL_GRAPH_FILE";
+
+/// Where the search's graphs are written, in NCCL's format (NCCL's `NCCL_GRAPH_DUMP_FILE`).
+pub const GRAPH_DUMP_FILE_VAR: &str = "RSCCL_GRAPH_DUMP_FILE";
+
 /// The files init reads and writes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InitEnv {
@@ -26,8 +32,8 @@ impl InitEnv {
         let get = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
         InitEnv {
             topo: TopoEnv::from_env(),
-            graph_file: get("RSCCL_GRAPH_FILE"),
-            graph_dump_file: get("RSCCL_GRAPH_DUMP_FILE"),
+            graph_file: get(GRAPH_FILE_VAR),
+            graph_dump_file: get(GRAPH_DUMP_FILE_VAR),
         }
     }
 }

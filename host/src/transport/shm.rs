@@ -13,6 +13,16 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// The variable that turns the shared-memory transport off (as `NCCL_SHM_DISABLE`): ranks in
+/// different processes of one host that P2P does not connect then talk over the network
+/// transport, through loopback.
+pub const SHM_DISABLE_VAR: &str = "RSCCL_SHM_DISABLE";
+
+/// Whether `RSCCL_SHM_DISABLE` is set to something other than `0` or empty.
+pub fn disabled_by_env() -> bool {
+    std::env::var(SHM_DISABLE_VAR).is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0")
+}
+
 /// Every segment's name starts with this (after the `/`), so leftovers are easy to find.
 pub const SEGMENT_PREFIX: &str = "rsccl-";
 
