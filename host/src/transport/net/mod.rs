@@ -137,7 +137,8 @@ pub fn choose(choice: NetChoice, secret: Secret) -> Result<Arc<dyn Net>> {
     let net = choice.net.map(str::to_string).or_else(|| var(ofi::NET_VAR)).unwrap_or_else(|| "auto".into());
     match net.trim().to_ascii_lowercase().as_str() {
         "socket" => {}
-        "ofi" | "libfabric" => return Ok(Arc::new(ofi::OfiNet::open(None, sock.ip)?.on(&sock.ifname))),
+        // NCCL_NET's names too (its twin): `Socket`, and the OFI plugin's `OFI`/`AWS Libfabric`.
+        "ofi" | "libfabric" | "aws libfabric" => return Ok(Arc::new(ofi::OfiNet::open(None, sock.ip)?.on(&sock.ifname))),
         "auto" => {
             // libfabric only where it drives an RDMA NIC; its tcp provider is no faster than ours.
             let offered = ofi::offered_providers(sock.ip);
@@ -150,6 +151,14 @@ pub fn choose(choice: NetChoice, secret: Secret) -> Result<Arc<dyn Net>> {
                     ),
                 }
             }
+        }
+        "ib" => {
+            return Err(Error::InvalidConfig(format!(
+                "{}=IB: rsccl has no verbs transport of its own; give ofi (libfabric's verbs provider) or an NCCL \
+                 net plugin ({})",
+                ofi::NET_VAR,
+                plugin::NET_PLUGIN_VAR
+            )))
         }
         other => {
             return Err(Error::InvalidConfig(format!(
@@ -424,6 +433,22 @@ impl Transport for NetPeer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// NCCL_NET's names (its twin is `RSCCL_NET`): `Socket` in any case is the socket transport;
+    /// `IB` is refused naming what serves instead; a name no network has is refused listing them.
+    #[test]
+    fn nccl_net_names_choose_a_network_or_are_refused() {
+        let secret = [7u8; crate::bootstrap::SECRET_BYTES];
+        let pick = |net: &str| choose(NetChoice { plugin: Some("none"), net: Some(net) }, secret);
+        assert_eq!(pick("Socket").unwrap().name(), pick("socket").unwrap().name());
+        let e = pick("IB").err().unwrap().to_string();
+        assert!(
+            e.contains("RSCCL_NET=IB: rsccl has no verbs transport") && e.contains("RSCCL_NET_PLUGIN"),
+            "{e}"
+        );
+        let e = pick("warp").err().unwrap().to_string();
+        assert!(e.contains("RSCCL_NET=warp: the networks are socket, ofi"), "{e}");
+    }
 
     #[test]
     fn region_handles_travel_as_one_and_bad_ones_are_named() {
