@@ -193,7 +193,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
 
-    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let port = rsccl::launch::rendezvous_port().expect("a free port");
     let exe = std::env::current_exe().expect("this bench's path");
     let node = |k: usize| {
         let exe = exe.clone();

@@ -247,7 +247,7 @@ fn launcher() -> PathBuf {
 /// ranks of different nodes connect over the network transport), the id shared by a file.
 #[test]
 fn two_nodes_of_two_ranks_over_the_network() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = rsccl::launch::rendezvous_port().unwrap();
     let id = built().join(format!("id-nodes-{}", std::process::id()));
     let _ = std::fs::remove_file(&id);
     let nodes: Vec<_> = (0..2)

@@ -105,7 +105,7 @@ fn collectives_and_messages_on_1_2_3_8_thread_ranks() {
 
 #[test]
 fn rendezvous_ids_with_ranks_that_start_before_the_root() {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = rsccl::launch::rendezvous_port().unwrap();
     let addr = format!("127.0.0.1:{port}");
     let nranks = 4;
     // Ranks 1.. go first: their connections are refused until rank 0 hosts the root.
@@ -531,7 +531,7 @@ fn eight_processes_bootstrap_and_all_gather() {
 
 #[test]
 fn eight_processes_with_a_rendezvous_address() {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = rsccl::launch::rendezvous_port().unwrap();
     processes("rendezvous", format!("127.0.0.1:{port}"), 8);
 }
 

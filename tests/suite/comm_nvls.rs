@@ -802,7 +802,7 @@ fn nvls_processes(nodes: usize, local: usize) -> Vec<String> {
 /// [`nvls_processes`] with `extra` in every child's environment.
 fn nvls_processes_with(nodes: usize, local: usize, extra: &[(&str, &str)]) -> Vec<String> {
     let n = nodes * local;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = rsccl::launch::rendezvous_port().unwrap();
     let envs = (0..n).map(|r| {
         [
             (CHILD_VAR, "1".to_string()),

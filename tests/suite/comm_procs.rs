@@ -1231,7 +1231,7 @@ fn shrink_stops_a_call_stuck_on_the_dropped_rank_and_refuses_lists_that_differ()
 
 /// A free port on 127.0.0.1 (bound, then released for a child to take).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    rsccl::launch::rendezvous_port().unwrap()
 }
 
 #[test]

@@ -297,7 +297,7 @@ fn topo_child() {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    rsccl::launch::rendezvous_port().unwrap()
 }
 
 /// Two "hosts" of two processes each, hosts interleaved (ranks 0 and 2 on one, 1 and 3 on the

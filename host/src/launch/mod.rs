@@ -28,4 +28,4 @@ mod runner;
 mod signals;
 
 pub use env::{LaunchEnv, Launcher, COMM_ID_VAR, MAX_WORLD_SIZE};
-pub use runner::{run, run_to, RunOptions, DEFAULT_GRACE, LAUNCHER_VARS, MAX_NODES};
+pub use runner::{rendezvous_port, run, run_to, RunOptions, DEFAULT_GRACE, LAUNCHER_VARS, MAX_NODES};

@@ -296,7 +296,7 @@ pub fn run_to(opts: &RunOptions, out: &mut dyn Write, err: &mut dyn Write) -> Re
             Rendezvous { addr: host.to_string(), port, comm_id: addr.clone() }
         }
         None => {
-            let port = free_port()?;
+            let port = rendezvous_port()?;
             Rendezvous { addr: "127.0.0.1".into(), port, comm_id: format!("127.0.0.1:{port}") }
         }
     };
@@ -672,9 +672,42 @@ fn spawn(opts: &RunOptions, local: usize, rendezvous: &Rendezvous) -> std::io::R
     cmd.spawn()
 }
 
-/// A port nobody listened on a moment ago. Another process may take it before rank 0 binds it;
-/// torchrun's standalone mode takes the same chance.
-fn free_port() -> Result<u16> {
+/// The lowest port [`rendezvous_port`] picks.
+const FIRST_RENDEZVOUS_PORT: u16 = 10_000;
+
+/// Ports [`rendezvous_port`] tries before it takes an ephemeral one.
+const RENDEZVOUS_TRIES: u32 = 64;
+
+/// A port on 127.0.0.1 nobody listened on a moment ago, for a rank 0 in another process to
+/// host the bootstrap root on. Taken below the kernel's ephemeral range where there is room
+/// (`ip_local_port_range`): the outgoing connections of a busy host draw their local ports
+/// from that range and would otherwise take it before rank 0 binds it (seen in parallel
+/// tests: "Address already in use"). Another listener may still take it first; torchrun's
+/// standalone mode takes the same chance.
+///
+/// ```
+/// let port = rsccl::launch::rendezvous_port()?;
+/// assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+/// # Ok::<(), rsccl::Error>(())
+/// ```
+pub fn rendezvous_port() -> Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if let Some(span) = low.checked_sub(FIRST_RENDEZVOUS_PORT).map(u32::from).filter(|&s| s >= 1024) {
+        // Apart per process and per call, so that parallel callers rarely try the same ports.
+        let start =
+            std::process::id().wrapping_mul(7919).wrapping_add(CALLS.fetch_add(1, Ordering::Relaxed) * 131);
+        for k in 0..RENDEZVOUS_TRIES {
+            let port = FIRST_RENDEZVOUS_PORT + (start.wrapping_add(k * 97) % span) as u16;
+            if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
