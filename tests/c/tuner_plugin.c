@@ -4,6 +4,7 @@
  *   -DMODE_PASSIVE   lowers nothing; v5/v6: init makes ring LL's NVLink latency huge
  *   -DMODE_FAIL      getCollInfo fails
  *   -DMODE_BAD       v5/v6: init leaves a NaN in llMaxBws[2][0]
+ *   -DMODE_NVLS      v3 on: NVLS (Simple) wherever it is offered, 1 channel; the model elsewhere
  * Its own layouts, written from NCCL's tuner_v2.h … tuner_v6.h. */
 #include <math.h>
 #include <stddef.h>
@@ -18,7 +19,7 @@ typedef struct {
   double llMax[4][3], ringLL128[4][3], treeLL128[4][3], tree[4][3], nvlsTree[4][3];
 } constants_t;
 
-enum { TREE = 0, RING = 1, LL = 0, SIMPLE = 2, ALLREDUCE = 4 };
+enum { TREE = 0, RING = 1, NVLS = 4, LL = 0, SIMPLE = 2, ALLREDUCE = 4 };
 
 static long calls;
 static long inits;
@@ -46,6 +47,13 @@ static ncclResult_t lower(int coll, float** costTable, int* nChannels) {
     if (t[RING][SIMPLE] >= 0) t[RING][SIMPLE] = 0;
   }
   *nChannels = 1;
+  return 0;
+#elif defined(MODE_NVLS)
+  (void)coll;
+  if (t[NVLS][SIMPLE] >= 0) {
+    t[NVLS][SIMPLE] = 0;
+    *nChannels = 1;
+  }
   return 0;
 #else
   (void)t; (void)coll; (void)nChannels;

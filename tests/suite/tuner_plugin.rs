@@ -4,7 +4,9 @@
 //! exact; a failing plugin leaves the choice to the model, one that rewrites the constants
 //! moves it, and a bad one fails the communicator's init naming the constant.
 use rsccl::backend;
-use rsccl::comm::{BufRef, Comm, CommConfig, ReduceOp};
+use rsccl::comm::{BufRef, Comm, CommConfig, ReduceOp, TopologyConfig};
+use rsccl::topology::detect::TopoEnv;
+use rsccl::topology::init::InitEnv;
 use rsccl_device::dtype::DataType;
 use rsccl_suite::procs::Children;
 use std::path::PathBuf;
@@ -46,8 +48,14 @@ fn child(setting: &str) -> String {
 
 /// Runs the child with the variables `vars`; its output.
 fn child_with(vars: &[(&str, &str)]) -> String {
+    child_as("1", vars)
+}
+
+/// Runs the child as `role` (`1`, or `nvls`: on the HGX H200 fixture, NVLS up) with the
+/// variables `vars`; its output.
+fn child_as(role: &str, vars: &[(&str, &str)]) -> String {
     let mut all =
-        vec![(CHILD_VAR.to_string(), "1".to_string()), ("RSCCL_DEBUG".to_string(), "WARN".to_string())];
+        vec![(CHILD_VAR.to_string(), role.to_string()), ("RSCCL_DEBUG".to_string(), "WARN".to_string())];
     all.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let mut c = Children::spawn("tuner_plugin::tuner_child", [all]);
     let (ok, text) = c.wait(Duration::from_secs(120)).remove(0);
@@ -59,12 +67,20 @@ fn child_with(vars: &[(&str, &str)]) -> String {
 /// each plan printed; then the plugin's counters.
 #[test]
 fn tuner_child() {
-    if std::env::var(CHILD_VAR).is_err() {
-        return;
-    }
+    let Ok(role) = std::env::var(CHILD_VAR) else { return };
     let be = backend::cpu();
-    let cfg =
+    let mut cfg =
         CommConfig { nchannels: 2, nthreads: 128, timeout: Duration::from_secs(30), ..CommConfig::default() };
+    if role == "nvls" {
+        // The HGX H200 machine's topology, searched at init: NVLS heads, so NVLS comes up.
+        let topo =
+            rsccl_suite::shared_dir().join("fixtures/topology/simllm_vastai_hgx_h200_8x_nccl_topo.xml");
+        cfg.topology = Some(TopologyConfig {
+            env: InitEnv { topo: TopoEnv { topo_file: Some(topo), dump_file: None }, ..InitEnv::default() },
+            max_channels: 2,
+            ..TopologyConfig::default()
+        });
+    }
     let comms = match Comm::init_all(&be, NRANKS, cfg) {
         Ok(c) => c,
         Err(e) => {
@@ -178,6 +194,26 @@ fn a_tuner_inside_the_net_plugin_library_is_found() {
     assert_eq!(plans(&text), ["allgather ring Simple 1", "allreduce tree LL 1"], "{text}");
     let text = child_with(&[(net, path.to_str().unwrap()), (rsccl::tuning::TUNER_PLUGIN_VAR, "none")]);
     assert_eq!(plans(&text), ["allgather ring LL 1", "allreduce ring LL 2"], "{text}");
+}
+
+/// On a node with NVLS (the HGX H200 fixture, 4 ranks in one process) the plugin is asked
+/// with NVLS's entry beside the rings' and trees', as NCCL asks it: alone, rsccl runs both
+/// collectives on NVLS; a plugin that picks the tree and the ring steers them off NVLS, and
+/// one that lowers NVLS's entry keeps them there — asked once per collective either way.
+#[test]
+fn a_plugin_weighs_nvls_against_the_rings_and_trees() {
+    let model = child_as("nvls", &[(rsccl::tuning::TUNER_PLUGIN_VAR, "none")]);
+    let on_nvls = plans(&model);
+    assert!(on_nvls.len() == 2 && on_nvls.iter().all(|p| p.contains(" nvls Simple ")), "{model}");
+    let calls = format!("calls={}", NRANKS * CALLS * 2);
+    let force = plugin(6, "FORCE");
+    let text = child_as("nvls", &[(rsccl::tuning::TUNER_PLUGIN_VAR, force.to_str().unwrap())]);
+    assert_eq!(plans(&text), ["allgather ring Simple 1", "allreduce tree LL 1"], "{text}");
+    assert!(line(&text, "COUNTS").contains(&calls), "{text}");
+    let nvls = plugin(6, "NVLS");
+    let text = child_as("nvls", &[(rsccl::tuning::TUNER_PLUGIN_VAR, nvls.to_str().unwrap())]);
+    assert_eq!(plans(&text), on_nvls, "{text}");
+    assert!(line(&text, "COUNTS").contains(&calls), "{text}");
 }
 
 /// A plugin whose getCollInfo fails leaves every call to the model, saying so once; one (v5,

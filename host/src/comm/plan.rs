@@ -9,7 +9,9 @@ use super::call::{Call, DevCall};
 use super::communicator::Comm;
 use super::nvls;
 use super::nvls_window;
+use super::tuner::LineFifos;
 use crate::error::{Error, Result};
+use crate::tuning::Algo;
 use rsccl_device::coll::kernels::CollKernel;
 use rsccl_device::coll::nvls_fifo::NVLS_MIN_THREADS;
 use rsccl_device::coll::Collective;
@@ -25,7 +27,8 @@ const ONE_RANK_MAX_BLOCKS: u64 = 32;
 impl Comm {
     /// How `call` (checked: `dev`) runs on this rank. In order: the algorithm the call asks
     /// for; NVLS_TREE for an all-reduce it serves; a registry MSCCL program that serves the
-    /// call; NVLS (on symmetric windows when both buffers lie in them) where it applies; the
+    /// call; NVLS (on symmetric windows when both buffers lie in them) where it applies — either
+    /// NVLS form unless a tuner plugin picks the rings or trees over it; the
     /// rings, or the trees for an all-reduce when `RSCCL_ALGO` leaves out the rings. `Err` when
     /// nothing `RSCCL_ALGO` allows serves the call.
     pub(super) fn plan(&self, call: &Call, dev: &DevCall) -> Result<Plan> {
@@ -50,18 +53,23 @@ impl Comm {
             };
         }
         let nvls_serves = nvls::applies(coll, dtype, red);
-        if self.nvls_tree.is_some() && coll == Collective::AllReduce && nvls_serves {
+        let tree_form = self.nvls_tree.is_some() && coll == Collective::AllReduce && nvls_serves;
+        let symmetric = self.nvls.is_some() && nvls_serves && self.symmetric_windows(dev).is_some();
+        // A tuner plugin weighs NVLS (NVLS_TREE) against the rings and trees, as NCCL asks it;
+        // calls on symmetric windows take NCCL's symmetric path, which it is not asked about.
+        let declined = match (tree_form, self.nvls.is_some() && nvls_serves && !symmetric) {
+            (true, _) => self.plugin_declines(dev, Algo::NvlsTree),
+            (false, true) => self.plugin_declines(dev, Algo::Nvls),
+            (false, false) => false,
+        };
+        if tree_form && !declined {
             return Ok(Algorithm::NvlsTree);
         }
         if let Some(id) = self.msccl_select(call, red) {
             return Ok(Algorithm::Msccl(id));
         }
-        if self.nvls.is_some() && nvls_serves {
-            return Ok(if self.symmetric_windows(dev).is_some() {
-                Algorithm::NvlsSymmetric
-            } else {
-                Algorithm::Nvls
-            });
+        if self.nvls.is_some() && nvls_serves && !declined {
+            return Ok(if symmetric { Algorithm::NvlsSymmetric } else { Algorithm::Nvls });
         }
         // NCCL's rule for its symmetric LL kernels: taken only where the ring/tree model
         // would run the call on LL (`symmetric_sched.cc`'s fallback), here within the
@@ -92,6 +100,23 @@ impl Comm {
             self.algos.describe(),
             dtype.name()
         )))
+    }
+
+    /// Whether a tuner plugin, asked with `nvls` (NVLS or NVLS_TREE: Simple alone) beside the
+    /// rings and trees `RSCCL_ALGO` allows, picks the rings or the trees for `dev`.
+    fn plugin_declines(&self, dev: &DevCall, nvls: Algo) -> bool {
+        if !self.tuner.has_plugin() {
+            return false;
+        }
+        let mut candidates = vec![(nvls, LineFifos { ll: false, ll128: false })];
+        if self.algos.allows(Algorithm::Ring) {
+            candidates.push((Algo::Ring, self.line_fifos(false)));
+        }
+        if dev.coll == Collective::AllReduce && self.algos.allows(Algorithm::Tree) {
+            candidates.push((Algo::Tree, self.line_fifos(true)));
+        }
+        let pick = self.tuner.plugin_algorithm(dev.coll, self.nccl_bytes(dev), &candidates);
+        matches!(pick, Some(Algo::Ring | Algo::Tree))
     }
 
     /// The ring, or for an all-reduce the tree where the cost model predicts it faster than

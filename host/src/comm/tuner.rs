@@ -178,6 +178,11 @@ impl Tuner {
         Ok(())
     }
 
+    /// Whether a tuner plugin is attached.
+    pub(super) fn has_plugin(&self) -> bool {
+        self.plugin.is_some()
+    }
+
     /// A new call's planning begins: the plugin's answer to the last call is not this one's
     /// (NCCL asks a plugin once per collective).
     pub(super) fn begin_call(&self) {
@@ -227,6 +232,23 @@ impl Tuner {
         tracing::trace!("TUNER/Plugin: {coll} of {bytes} bytes: {:?}, {channels} channels", answer.pick);
         *last = Some(answer);
         Some(answer)
+    }
+
+    /// The algorithm a tuner plugin picks for `coll` of `bytes` among `candidates` (each with
+    /// its connections' FIFOs: NVLS and NVLS_TREE carry Simple alone), as NCCL asks it with
+    /// every algorithm the call can run on; `None` without a plugin or an answer (the caller's
+    /// own order decides). A later question for the protocol on the picked algorithm reuses
+    /// this answer ([`Tuner::protocol`]).
+    pub(super) fn plugin_algorithm(
+        &self,
+        coll: Collective,
+        bytes: u64,
+        candidates: &[(Algo, LineFifos)],
+    ) -> Option<Algo> {
+        self.plugin.as_ref()?;
+        let coll = tuning_coll(coll);
+        let asked = self.asked(coll, bytes, candidates);
+        self.plugin_answer(coll, bytes, asked)?.pick.map(|(algo, _)| algo)
     }
 
     /// The plugin's protocol (and channels) for `coll` of `bytes` on `algo`: from its last
@@ -348,9 +370,18 @@ impl Tuner {
         if !self.enabled.algo(Coll::AllReduce, Algo::Tree) {
             return false;
         }
-        if self.plugin.is_some() {
+        if let Some(pu) = &self.plugin {
             let asked = self.asked(Coll::AllReduce, bytes, &[(Algo::Tree, tree), (Algo::Ring, ring)]);
-            if let Some(a) = self.plugin_answer(Coll::AllReduce, bytes, asked) {
+            // This call's answer already picked the ring or the tree (asked with NVLS too,
+            // [`Tuner::plugin_algorithm`]) with the same entries for both: it stands.
+            let last = *pu.last.lock().unwrap_or_else(|p| p.into_inner());
+            let prior = last.filter(|a| {
+                a.coll == Coll::AllReduce
+                    && a.bytes == bytes
+                    && [Algo::Tree, Algo::Ring].iter().all(|x| a.asked[x.index()] == asked[x.index()])
+                    && a.pick.is_some_and(|(x, _)| matches!(x, Algo::Tree | Algo::Ring))
+            });
+            if let Some(a) = prior.or_else(|| self.plugin_answer(Coll::AllReduce, bytes, asked)) {
                 if let Some((algo, _)) = a.pick {
                     return algo == Algo::Tree;
                 }
