@@ -11,6 +11,15 @@ pub struct Hooked {
     pub inner: Arc<dyn Backend>,
     /// Called before each host-mapped allocation.
     pub hook: Arc<dyn Fn() + Send + Sync>,
+    /// The PCI bus id it claims (a GPU's), where `Some`; `None`: `inner`'s.
+    pub bus_id: Option<String>,
+}
+
+impl Hooked {
+    /// `inner` with `hook`, claiming `inner`'s bus id.
+    pub fn new(inner: Arc<dyn Backend>, hook: Arc<dyn Fn() + Send + Sync>) -> Hooked {
+        Hooked { inner, hook, bus_id: None }
+    }
 }
 
 impl Backend for Hooked {
@@ -24,7 +33,7 @@ impl Backend for Hooked {
         self.inner.compute_capability()
     }
     fn pci_bus_id(&self) -> Option<String> {
-        self.inner.pci_bus_id()
+        self.bus_id.clone().or_else(|| self.inner.pci_bus_id())
     }
     fn alloc(&self, bytes: usize) -> rsccl::Result<DeviceBuffer> {
         self.inner.alloc(bytes)
@@ -53,7 +62,8 @@ impl Backend for Hooked {
         self.inner.host_fn(f)
     }
     fn fork_stream(&self) -> rsccl::Result<Arc<dyn Backend>> {
-        Ok(Arc::new(Hooked { inner: self.inner.fork_stream()?, hook: self.hook.clone() }))
+        let inner = self.inner.fork_stream()?;
+        Ok(Arc::new(Hooked { inner, hook: self.hook.clone(), bus_id: self.bus_id.clone() }))
     }
     fn reserve_launches(&self, cfg: LaunchConfig, launches: usize) -> rsccl::Result<()> {
         self.inner.reserve_launches(cfg, launches)

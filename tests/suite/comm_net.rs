@@ -271,8 +271,7 @@ fn net_child() {
         "strangers" => {
             let dir = PathBuf::from(std::env::var(DIR_VAR).unwrap());
             let gate = Arc::new(Gate { rank, dir: dir.clone(), passed: AtomicBool::new(false) });
-            let be: Arc<dyn Backend> =
-                Arc::new(Hooked { inner: be, hook: Arc::new(move || gate.before_alloc()) });
+            let be: Arc<dyn Backend> = Arc::new(Hooked::new(be, Arc::new(move || gate.before_alloc())));
             let comm = Comm::init_rank(&be, n, rank, &id, cfg.clone()).unwrap();
             let cs: Vec<Case> = [
                 (DataType::F32, ReduceOp::Sum, 4099),

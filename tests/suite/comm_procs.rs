@@ -275,7 +275,7 @@ fn comm_child() {
                     let _ = Command::new("kill").args(["-9", &me]).status();
                     std::thread::sleep(Duration::from_secs(60));
                 };
-                std::sync::Arc::new(Hooked { inner: be, hook: std::sync::Arc::new(hook) })
+                std::sync::Arc::new(Hooked::new(be, std::sync::Arc::new(hook)))
             } else {
                 be
             };

@@ -262,11 +262,61 @@ fn missing_gpus_and_views_are_named() {
     assert!(matches!(Comm::init_all(&be, 2, cfg), Err(Error::InvalidConfig(m)) if m.contains("not both")));
 }
 
+/// A GPU rank (here the emulator claiming a GPU's PCI bus id) detects its host at init when no
+/// channels or topology are given, as NCCL does; where detection cannot apply (no NVML on this
+/// machine) every rank says why and runs the default rings, its collectives exact;
+/// `RSCCL_TOPO_DETECT=0` skips detection, and another value than 0 or 1 fails init naming it.
+#[test]
+fn a_gpu_rank_detects_its_host_and_falls_back_where_it_cannot() {
+    let run = |detect: Option<&str>| {
+        let mut vars = vec![
+            (CHILD_VAR.to_string(), "detect".to_string()),
+            ("RSCCL_DEBUG".to_string(), "INFO".to_string()),
+        ];
+        vars.extend(detect.map(|d| (rsccl::comm::TOPO_DETECT_VAR.to_string(), d.to_string())));
+        let (ok, text) =
+            Children::spawn("comm_topo::topo_child", [vars]).wait(Duration::from_secs(120)).remove(0);
+        assert!(ok, "{text}");
+        text
+    };
+    let text = run(None);
+    assert!(text.contains("DETECT rank 0: ok") && text.contains("DETECT rank 1: ok"), "{text}");
+    assert!(
+        text.contains("topology: cannot detect this rank's host")
+            && text.contains("NVML not available")
+            && text.contains("no rank has one (no GPU, RSCCL_TOPO_FILE unset): default rings"),
+        "{text}"
+    );
+    let text = run(Some("0"));
+    assert!(text.contains("DETECT rank 1: ok") && !text.contains("topology:"), "{text}");
+    let text = run(Some("2"));
+    assert!(text.contains("DETECT init: ") && text.contains("RSCCL_TOPO_DETECT=2: give 0 or 1"), "{text}");
+}
+
 /// The child side: one rank of a multi-process job, from a launcher's variables, with
-/// `RSCCL_TOPO_FILE` set (so `from_env` searches at init).
+/// `RSCCL_TOPO_FILE` set (so `from_env` searches at init); or (`detect`) two ranks of one
+/// process claiming a GPU.
 #[test]
 fn topo_child() {
-    if std::env::var(CHILD_VAR).is_err() {
+    let Ok(role) = std::env::var(CHILD_VAR) else { return };
+    if role == "detect" {
+        let gpu: std::sync::Arc<dyn rsccl::Backend> = std::sync::Arc::new(rsccl_suite::hooked::Hooked {
+            inner: backend::cpu(),
+            hook: std::sync::Arc::new(|| {}),
+            bus_id: Some("0000:07:00.0".to_string()),
+        });
+        let cfg = CommConfig { nthreads: 128, step_bytes: 4096, ..CommConfig::default() };
+        let comms = match Comm::init_all(&gpu, 2, cfg) {
+            Ok(c) => c,
+            Err(e) => return println!("DETECT init: {e}"),
+        };
+        rsccl_suite::on_each_rank(&comms, |r, comm| {
+            let buf = gpu.upload(&[r as i64 + 1; 1000]).unwrap();
+            comm.all_reduce(BufRef::from(&buf), BufRef::from(&buf), 1000, DataType::I64, ReduceOp::Sum)
+                .unwrap();
+            assert_eq!(gpu.download::<i64>(&buf, 1000).unwrap(), vec![3; 1000]);
+            println!("DETECT rank {r}: ok");
+        });
         return;
     }
     let be = backend::cpu();

@@ -290,7 +290,12 @@ fn agree(
     comm_id: u64,
 ) -> Result<Agreed> {
     let mut tuning = None;
-    if let Some(topo) = &cfg.topology {
+    // NCCL detects every GPU rank's host at init; so does a GPU rank here unless told not to.
+    let topo = match &cfg.topology {
+        Some(t) => Some(t.clone()),
+        None => super::topo::auto_topology(&**backend, cfg.channels.is_some())?,
+    };
+    if let Some(topo) = &topo {
         if let Some(found) = super::topo::channels_at_init(boot, rank, peers, topo, &**backend, nets)? {
             // Searched once: `config()` (and a split given it) sees the result.
             let (ch, nvls) = (found.channels, found.nvls);

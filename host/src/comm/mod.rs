@@ -62,6 +62,6 @@ pub use onesided::{SymmetricMemory, MAX_SYMMETRIC_BYTES};
 pub use p2p::{
     Direction, P2p, MAX_P2P_BLOCKS, MAX_P2P_CONNS, MAX_P2P_OPS, P2P_LL_THRESHOLD_VAR, P2P_MAX_STEP_BYTES,
 };
-pub use topo::{TopologyConfig, MAX_NCHANNELS_VAR, MAX_VIEW_BYTES};
+pub use topo::{detect_enabled, TopologyConfig, MAX_NCHANNELS_VAR, MAX_VIEW_BYTES, TOPO_DETECT_VAR};
 pub use windows::Window;
 pub use work::{Enqueue, Work};

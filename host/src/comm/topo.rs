@@ -47,12 +47,41 @@ pub struct TopologyConfig {
     pub device: Option<u32>,
     /// At most this many channels (NCCL's `NCCL_MAX_NCHANNELS`), 1..=[`MAX_CHANNELS`].
     pub max_channels: usize,
+    /// Detected without being asked for (a GPU rank's default, as NCCL's init detects): where
+    /// the search cannot apply — no NVML, ranks sharing a GPU, hosts of different sizes, a
+    /// search that fails — every rank falls back to the default rings, saying why, instead of
+    /// failing the init.
+    pub auto: bool,
 }
 
 impl Default for TopologyConfig {
     fn default() -> Self {
-        TopologyConfig { env: InitEnv::default(), device: None, max_channels: MAX_CHANNELS }
+        TopologyConfig { env: InitEnv::default(), device: None, max_channels: MAX_CHANNELS, auto: false }
     }
+}
+
+/// `0` turns off the topology detection a GPU rank does at init when no channels, topology
+/// file or [`TopologyConfig`] are given (`1`, the default, keeps it): the default rings then.
+pub const TOPO_DETECT_VAR: &str = "RSCCL_TOPO_DETECT";
+
+/// Whether `RSCCL_TOPO_DETECT` leaves detection on (unset, empty or `1`); another value than
+/// `0` or `1` is an error naming it.
+pub fn detect_enabled() -> Result<bool> {
+    match super::config::env_number(TOPO_DETECT_VAR)? {
+        None | Some(1) => Ok(true),
+        Some(0) => Ok(false),
+        Some(v) => Err(Error::InvalidConfig(format!("{TOPO_DETECT_VAR}={v}: give 0 or 1"))),
+    }
+}
+
+/// The topology a rank searches at init when its configuration names none: detection, where
+/// the rank drives a GPU (its backend has a PCI bus id), detection is on and no channels are
+/// given; `None` otherwise.
+pub(crate) fn auto_topology(backend: &dyn Backend, channels_given: bool) -> Result<Option<TopologyConfig>> {
+    if channels_given || backend.pci_bus_id().is_none() || !detect_enabled()? {
+        return Ok(None);
+    }
+    Ok(Some(TopologyConfig { auto: true, ..TopologyConfig::from_env()? }))
 }
 
 /// The variable that caps the channels (NCCL's `NCCL_MAX_NCHANNELS`).
@@ -194,6 +223,27 @@ pub(crate) fn channels_at_init(
     backend: &dyn Backend,
     nets: &[NetDevice],
 ) -> Result<Option<Searched>> {
+    // Every rank gets past the views' all-gather with the same views, so every rank that
+    // fails after it fails alike: detection's fall-back is the same on all.
+    match search_at_init(boot, rank, peers, topo, backend, nets) {
+        Err(e @ Error::Bootstrap(_)) => Err(e),
+        Err(e) if topo.auto => {
+            tracing::info!(rank, "topology: detection did not apply ({e}): default rings");
+            Ok(None)
+        }
+        r => r,
+    }
+}
+
+/// [`channels_at_init`], failing on whatever does not apply.
+fn search_at_init(
+    boot: &mut Bootstrap,
+    rank: usize,
+    peers: &[PeerInfo],
+    topo: &TopologyConfig,
+    backend: &dyn Backend,
+    nets: &[NetDevice],
+) -> Result<Option<Searched>> {
     if topo.max_channels == 0 || topo.max_channels > MAX_CHANNELS {
         return Err(Error::InvalidConfig(format!(
             "TopologyConfig::max_channels {} is outside 1..={MAX_CHANNELS}",
@@ -202,7 +252,15 @@ pub(crate) fn channels_at_init(
     }
     let hosts = hosts_of(peers);
     let local_index = hosts.iter().find_map(|h| h.iter().position(|&r| r == rank)).unwrap_or(0);
-    let text = my_view(topo, backend, rank, local_index, nets)?.map(|v| xml::write(&v)).unwrap_or_default();
+    let view = match my_view(topo, backend, rank, local_index, nets) {
+        // Detected without being asked: this rank brings no view, and every rank falls back.
+        Err(e) if topo.auto => {
+            tracing::info!(rank, "topology: cannot detect this rank's host: {e}");
+            None
+        }
+        v => v?,
+    };
+    let text = view.map(|v| xml::write(&v)).unwrap_or_default();
     if text.len() > MAX_VIEW_BYTES {
         return Err(Error::InvalidConfig(format!(
             "rank {rank}: its topology is {} bytes, over the limit of {MAX_VIEW_BYTES}",
@@ -216,6 +274,10 @@ pub(crate) fn channels_at_init(
         return Ok(None);
     }
     if let Some(r) = (0..all.len()).find(|r| all[*r].is_empty()) {
+        if topo.auto {
+            tracing::info!(rank, "topology: rank {r} could not detect its host: default rings");
+            return Ok(None);
+        }
         return Err(Error::InvalidConfig(format!(
             "rank {r} has no topology (RSCCL_TOPO_FILE unset there, no GPU) while rank {} has one: \
              set it for every rank",
