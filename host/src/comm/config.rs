@@ -67,10 +67,9 @@ pub struct CommConfig {
     pub channels: Option<Channels>,
     /// Search the channels at init from every rank's view of its host (NCCL's way): replaces
     /// `nchannels` and `channels` (which must then be `None`). `None`: they apply as given —
-    /// except on a rank that drives a GPU with no `channels` given, which detects its host
-    /// (sysfs and NVML, as NCCL) and searches, falling back to them where detection does not
-    /// apply ([`TopologyConfig::auto`](super::TopologyConfig::auto); `RSCCL_TOPO_DETECT=0`
-    /// turns that off). [`Comm::from_env`](super::Comm::from_env) turns it on when
+    /// except, with `RSCCL_TOPO_DETECT=1`, on a rank that drives a GPU with no `channels`
+    /// given, which detects its host (sysfs and NVML, as NCCL) and searches, falling back to
+    /// them where detection does not apply ([`TopologyConfig::auto`](super::TopologyConfig::auto)). [`Comm::from_env`](super::Comm::from_env) turns it on when
     /// `RSCCL_TOPO_FILE` is set and no channels are given.
     pub topology: Option<TopologyConfig>,
     /// Use NVLS where it applies (set by the topology constructors when the search found NVLS

@@ -290,7 +290,7 @@ fn agree(
     comm_id: u64,
 ) -> Result<Agreed> {
     let mut tuning = None;
-    // NCCL detects every GPU rank's host at init; so does a GPU rank here unless told not to.
+    // NCCL detects every GPU rank's host at init; a GPU rank here does with RSCCL_TOPO_DETECT=1.
     let topo = match &cfg.topology {
         Some(t) => Some(t.clone()),
         None => super::topo::auto_topology(&**backend, cfg.channels.is_some())?,

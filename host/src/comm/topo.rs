@@ -60,16 +60,18 @@ impl Default for TopologyConfig {
     }
 }
 
-/// `0` turns off the topology detection a GPU rank does at init when no channels, topology
-/// file or [`TopologyConfig`] are given (`1`, the default, keeps it): the default rings then.
+/// `1` turns on the topology detection a GPU rank does at init when no channels, topology
+/// file or [`TopologyConfig`] are given, as NCCL's init does; `0` or unset (for now the
+/// default: detection, and the NVLS and LL128 defaults it turns on, have not run on a
+/// multi-GPU machine) keeps the default rings.
 pub const TOPO_DETECT_VAR: &str = "RSCCL_TOPO_DETECT";
 
-/// Whether `RSCCL_TOPO_DETECT` leaves detection on (unset, empty or `1`); another value than
-/// `0` or `1` is an error naming it.
+/// Whether `RSCCL_TOPO_DETECT` turns detection on (`1`; unset, empty or `0`: off); another
+/// value is an error naming it.
 pub fn detect_enabled() -> Result<bool> {
     match super::config::env_number(TOPO_DETECT_VAR)? {
-        None | Some(1) => Ok(true),
-        Some(0) => Ok(false),
+        Some(1) => Ok(true),
+        None | Some(0) => Ok(false),
         Some(v) => Err(Error::InvalidConfig(format!("{TOPO_DETECT_VAR}={v}: give 0 or 1"))),
     }
 }
