@@ -195,7 +195,8 @@ impl<'a> LineFifo<'a> {
 
     /// Ends the step `begin` started for `op` (whether or not it ran): the group learns whether
     /// any thread `failed`, then thread 0 returns the receive credits and bumps the send tails
-    /// (after a system fence when `fence`, as NCCL's LL128 does before its tail).
+    /// (after a system fence when `fence` and a send connection is a network proxy's, as
+    /// NCCL's LL128 does before its tail).
     #[inline(always)]
     pub fn end(&mut self, op: Op, failed: bool, fence: bool) {
         // Every thread has read its lines before the credit goes back.
@@ -214,7 +215,9 @@ impl<'a> LineFifo<'a> {
             // SAFETY: the connection's head word.
             unsafe { arch::st_relaxed_sys_u64(c.head.as_ptr(), self.recv_step) };
         }
-        if fence && !send.is_empty() {
+        // The fence orders the lines before the tail for a network proxy, which reads both
+        // (NCCL fences only toward a proxy); a kernel receiver reads the lines' own flags.
+        if fence && send.iter().any(|c| c.flags & CONN_PROXY_SIZES != 0) {
             arch::fence_acq_rel_sys();
         }
         for c in send {

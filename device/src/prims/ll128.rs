@@ -163,19 +163,23 @@ impl<'a, M: DataMover> Ll128Primitives<'a, M> {
         let flag_lane = ll128_flag_thread(lane);
         let flag = ll128_flag(f.recv_step);
         let mut poll = Poll::default();
+        // The flag lanes poll; once the warp saw every flag, every lane loads its part. A
+        // load in the same pass as the flag's would not be ordered after it (another lane's,
+        // or the other half of a lane's own), which is why NCCL loads again after the vote
+        // (since 2.17); loading only then keeps one data load per part.
         loop {
             let mut stale = false;
-            for (u, v) in parts.iter_mut().enumerate() {
+            for u in 0..parts.len() {
                 let line = first + line_of(lane, u);
                 let active = line < lines;
                 let p = slot.offset(line * LL128_LINE_BYTES + part_of(lane) * 16);
                 // SAFETY: an active line lies inside the slot (`begin` checked); every lane
-                // of the warp is here.
-                *v = unsafe { arch::ld_ll128_part(p.as_ptr(), flag_lane, active) };
+                // of the warp is here (the others load nothing).
+                let v = unsafe { arch::ld_ll128_part(p.as_ptr(), flag_lane, flag_lane && active) };
                 stale |= flag_lane && active && v[1] != flag;
             }
             if !arch::vote_any(FULL_WARP, stale) {
-                return true;
+                break;
             }
             // SAFETY: status as PrimsStatus documents.
             let give_up = unsafe {
@@ -186,6 +190,14 @@ impl<'a, M: DataMover> Ll128Primitives<'a, M> {
                 return false;
             }
         }
+        for (u, v) in parts.iter_mut().enumerate() {
+            let line = first + line_of(lane, u);
+            let active = line < lines;
+            let p = slot.offset(line * LL128_LINE_BYTES + part_of(lane) * 16);
+            // SAFETY: as above; every lane of the warp is here.
+            *v = unsafe { arch::ld_ll128_part(p.as_ptr(), flag_lane, active) };
+        }
+        true
     }
 
     /// Batch `first`'s parts from every receive peer of `step`, reduced word by word into
