@@ -223,6 +223,7 @@ fn cases(cpu: Arc<dyn Backend>) -> Vec<Check> {
     v.push(("overlap_gemm_matches_reference_and_tflops", Box::new(overlap_gemm)));
     v.push(("overlap_all_reduce_two_ranks_sharing_the_gpu", Box::new(|_| overlap_all_reduce_two_ranks())));
     v.push(("overlap_all_to_all_two_ranks_sharing_the_gpu", Box::new(|_| overlap_all_to_all_two_ranks())));
+    v.push(("topology_detection_at_init", Box::new(|_| topology_detection())));
     // Last: a trap leaves a CUDA context unusable, so nothing may run after it.
     v.push(("trap_reports_error", Box::new(checks::trap_reports_error)));
     v.push(("multicast_object_of_one_device", Box::new(multicast_object)));
@@ -991,6 +992,68 @@ fn multicast_object(_: &dyn Backend) -> CheckResult {
 /// NVLS all-reduce on four ranks shaped by the HGX H200 machine, one GPU each, where the
 /// devices have multicast; `SKIPPED:` where they have none or there are fewer than four (a
 /// check result starting with `SKIPPED:` counts as skipped).
+/// This machine's topology as NCCL's init detects it (NVML and sysfs, never run on a GPU
+/// before): its GPUs and NVLinks, the search on them; then communicators with
+/// `RSCCL_TOPO_DETECT=1` — one rank per GPU (up to 4) searching the detected machine, and two
+/// ranks sharing GPU 0, which fall back to the default rings — each all-reducing exactly.
+fn topology_detection() -> CheckResult {
+    use rsccl::comm::{Comm, CommConfig};
+    use rsccl::topology::detect::{GpuSource, NvmlSource};
+    let gpus = NvmlSource::new().gpus().map_err(|e| format!("NVML: {e}"))?;
+    for g in &gpus {
+        println!("  GPU {} {} sm_{} with {} NVLink(s)", g.dev, g.bus_id, g.sm, g.nvlinks.len());
+    }
+    let doc = rsccl::topology::detect::local_topology(&NvmlSource::new(), None).map_err(|e| e.to_string())?;
+    let sys = rsccl::topology::System::from_xml(&doc).map_err(|e| e.to_string())?;
+    let graphs = rsccl::topology::search::search_all(&sys, &Default::default());
+    println!(
+        "  search: ring {} channel(s), tree {}, nvls {}",
+        graphs.ring.n_channels, graphs.tree.n_channels, graphs.nvls.n_channels
+    );
+    std::env::set_var(rsccl::comm::TOPO_DETECT_VAR, "1");
+    let run = |devices: Vec<usize>| -> CheckResult {
+        let n = devices.len();
+        let id = rsccl::UniqueId::with_addr(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+            .map_err(|e| e.to_string())?;
+        let results: Vec<CheckResult> = std::thread::scope(|s| {
+            let hs: Vec<_> = devices
+                .iter()
+                .enumerate()
+                .map(|(r, &d)| {
+                    let (id, devices) = (&id, &devices);
+                    s.spawn(move || -> CheckResult {
+                        let g: Arc<dyn Backend> =
+                            Arc::new(backend::GpuBackend::new(d).map_err(|e| format!("device {d}: {e}"))?);
+                        let comm = Comm::init_rank(&g, n, r, id, CommConfig::default())
+                            .map_err(|e| format!("rank {r} on device {d}: {e}"))?;
+                        let count = (1 << 20) + 3;
+                        let buf = g.upload(&vec![(r + 1) as f32; count]).map_err(|e| e.to_string())?;
+                        comm.all_reduce((&buf).into(), (&buf).into(), count, DataType::F32, ReduceOp::Sum)
+                            .map_err(|e| format!("rank {r}: {e}"))?;
+                        let want = (n * (n + 1) / 2) as f32;
+                        let got = g.download::<f32>(&buf, count).map_err(|e| e.to_string())?;
+                        if let Some(i) = got.iter().position(|&v| v != want) {
+                            return Err(format!("rank {r}: element {i} is {}, want {want}", got[i]));
+                        }
+                        if r == 0 {
+                            println!(
+                                "  {n} rank(s) on device(s) {devices:?}: {} channel(s), NVLS {}",
+                                comm.config().nchannels,
+                                comm.uses_nvls()
+                            );
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a rank panicked".into()))).collect()
+        });
+        results.into_iter().collect()
+    };
+    run((0..gpus.len().clamp(1, 4)).collect())?;
+    run(vec![0, 0])
+}
+
 fn nvls_all_reduce(_: &dyn Backend) -> CheckResult {
     use rsccl::comm::{Comm, CommConfig};
     use rsccl::UniqueId;
