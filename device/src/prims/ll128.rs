@@ -268,6 +268,10 @@ impl<M: DataMover> super::proto::Prims for Ll128Primitives<'_, M> {
                             unsafe { words.store(at, n, *o) };
                         }
                     }
+                    // A line's eight lanes store it in one warp-wide instruction, flag lane and
+                    // all: the warp reconverges after the lanes' own paths above (NCCL's
+                    // `__syncwarp` before its stores).
+                    arch::sync_warp(FULL_WARP);
                     for c in step.send {
                         let p = step.send_slot(c).offset(line * LL128_LINE_BYTES + part_of(lane) * 16);
                         // SAFETY: an active line lies inside the slot; every lane is here.
