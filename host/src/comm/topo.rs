@@ -69,10 +69,11 @@ pub const TOPO_DETECT_VAR: &str = "RSCCL_TOPO_DETECT";
 /// Whether `RSCCL_TOPO_DETECT` turns detection on (`1`; unset, empty or `0`: off); another
 /// value is an error naming it.
 pub fn detect_enabled() -> Result<bool> {
-    match super::config::env_number(TOPO_DETECT_VAR)? {
-        Some(1) => Ok(true),
-        None | Some(0) => Ok(false),
-        Some(v) => Err(Error::InvalidConfig(format!("{TOPO_DETECT_VAR}={v}: give 0 or 1"))),
+    // Read here, not through the configuration's reader: comm/config.rs reads this module.
+    match std::env::var(TOPO_DETECT_VAR).as_deref().map(str::trim) {
+        Ok("1") => Ok(true),
+        Ok("0" | "") | Err(_) => Ok(false),
+        Ok(v) => Err(Error::InvalidConfig(format!("{TOPO_DETECT_VAR}={v}: give 0 or 1"))),
     }
 }
 
