@@ -239,6 +239,12 @@ impl TransportKind {
     }
 }
 
+/// Whether the switch variable `var` (`NCCL_P2P_DISABLE`'s kind) is set to something other
+/// than `0` or empty.
+pub(crate) fn flag_set(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0")
+}
+
 /// Sets up and attaches connection memory for one transport.
 pub trait Transport {
     /// Receiver side: allocates a connection of `layout` and returns this side's memory and the

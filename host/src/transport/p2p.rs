@@ -16,7 +16,7 @@ pub const P2P_DISABLE_VAR: &str = "RSCCL_P2P_DISABLE";
 
 /// Whether `RSCCL_P2P_DISABLE` is set to something other than `0` or empty.
 pub fn disabled_by_env() -> bool {
-    std::env::var(P2P_DISABLE_VAR).is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0")
+    super::flag_set(P2P_DISABLE_VAR)
 }
 
 /// The P2P transport for a rank whose kernels run on `backend`.

@@ -20,7 +20,7 @@ pub const SHM_DISABLE_VAR: &str = "RSCCL_SHM_DISABLE";
 
 /// Whether `RSCCL_SHM_DISABLE` is set to something other than `0` or empty.
 pub fn disabled_by_env() -> bool {
-    std::env::var(SHM_DISABLE_VAR).is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0")
+    super::flag_set(SHM_DISABLE_VAR)
 }
 
 /// Every segment's name starts with this (after the `/`), so leftovers are easy to find.
