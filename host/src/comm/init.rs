@@ -296,7 +296,16 @@ fn agree(
         None => super::topo::auto_topology(&**backend, cfg.channels.is_some())?,
     };
     if let Some(topo) = &topo {
-        if let Some(found) = super::topo::channels_at_init(boot, rank, peers, topo, &**backend, nets)? {
+        let found = match super::topo::channels_at_init(boot, rank, peers, topo, &**backend, nets) {
+            // Every rank got past the views' all-gather with the same views, so every rank
+            // fails after it alike: detection's fall-back is the same on all.
+            Err(e) if topo.auto && !matches!(e, Error::Bootstrap(_)) => {
+                tracing::info!(rank, "topology: detection did not apply ({e}): default rings");
+                None
+            }
+            r => r?,
+        };
+        if let Some(found) = found {
             // Searched once: `config()` (and a split given it) sees the result.
             let (ch, nvls) = (found.channels, found.nvls);
             (cfg.nchannels, cfg.channels, cfg.topology, cfg.nvls) = (ch.len(), Some(ch), None, nvls);

@@ -226,27 +226,6 @@ pub(crate) fn channels_at_init(
     backend: &dyn Backend,
     nets: &[NetDevice],
 ) -> Result<Option<Searched>> {
-    // Every rank gets past the views' all-gather with the same views, so every rank that
-    // fails after it fails alike: detection's fall-back is the same on all.
-    match search_at_init(boot, rank, peers, topo, backend, nets) {
-        Err(e @ Error::Bootstrap(_)) => Err(e),
-        Err(e) if topo.auto => {
-            tracing::info!(rank, "topology: detection did not apply ({e}): default rings");
-            Ok(None)
-        }
-        r => r,
-    }
-}
-
-/// [`channels_at_init`], failing on whatever does not apply.
-fn search_at_init(
-    boot: &mut Bootstrap,
-    rank: usize,
-    peers: &[PeerInfo],
-    topo: &TopologyConfig,
-    backend: &dyn Backend,
-    nets: &[NetDevice],
-) -> Result<Option<Searched>> {
     if topo.max_channels == 0 || topo.max_channels > MAX_CHANNELS {
         return Err(Error::InvalidConfig(format!(
             "TopologyConfig::max_channels {} is outside 1..={MAX_CHANNELS}",
@@ -256,7 +235,8 @@ fn search_at_init(
     let hosts = hosts_of(peers);
     let local_index = hosts.iter().find_map(|h| h.iter().position(|&r| r == rank)).unwrap_or(0);
     let view = match my_view(topo, backend, rank, local_index, nets) {
-        // Detected without being asked: this rank brings no view, and every rank falls back.
+        // Detected without being asked: this rank brings no view (the all-gather still runs),
+        // and every rank falls back (the caller's `auto` fall-back on the error below).
         Err(e) if topo.auto => {
             tracing::info!(rank, "topology: cannot detect this rank's host: {e}");
             None
@@ -277,10 +257,6 @@ fn search_at_init(
         return Ok(None);
     }
     if let Some(r) = (0..all.len()).find(|r| all[*r].is_empty()) {
-        if topo.auto {
-            tracing::info!(rank, "topology: rank {r} could not detect its host: default rings");
-            return Ok(None);
-        }
         return Err(Error::InvalidConfig(format!(
             "rank {r} has no topology (RSCCL_TOPO_FILE unset there, no GPU) while rank {} has one: \
              set it for every rank",
