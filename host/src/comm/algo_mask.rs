@@ -21,22 +21,6 @@ pub enum NvlsPolicy {
     Required,
 }
 
-impl NvlsPolicy {
-    /// Whether NVLS that the topology serves but whose multicast memory cannot be set up (or
-    /// that does not come up on every node) fails the init: forced or required.
-    pub fn must_come_up(self) -> bool {
-        matches!(self, NvlsPolicy::Forced | NvlsPolicy::Required)
-    }
-
-    /// The setting that made it so, for messages: `RSCCL_ALGO=nvls` or `RSCCL_NVLS_ENABLE=1`.
-    pub(crate) fn setting(self) -> String {
-        match self {
-            NvlsPolicy::Required => format!("{NVLS_ENABLE_VAR}=1"),
-            _ => format!("{ALGO_VAR}=nvls"),
-        }
-    }
-}
-
 /// Whether communicators set NVLS up (NCCL's `NCCL_NVLS_ENABLE`): `0` never (no multicast
 /// memory at init; NVLS and NVLS_TREE off whatever `RSCCL_ALGO` allows), `1` where the topology
 /// serves it, failing the init when its memory cannot be set up, `2` (the default) where it
@@ -58,6 +42,20 @@ impl NvlsPolicy {
     /// ```
     pub fn parse(value: Option<&str>) -> Result<NvlsPolicy> {
         Ok(AlgoMask::parse(value)?.nvls_policy())
+    }
+
+    /// Whether NVLS that the topology serves but whose multicast memory cannot be set up (or
+    /// that does not come up on every node) fails the init: forced or required.
+    pub fn must_come_up(self) -> bool {
+        matches!(self, NvlsPolicy::Forced | NvlsPolicy::Required)
+    }
+
+    /// The setting that made it so, for messages: `RSCCL_ALGO=nvls` or `RSCCL_NVLS_ENABLE=1`.
+    pub(crate) fn setting(self) -> String {
+        match self {
+            NvlsPolicy::Required => format!("{NVLS_ENABLE_VAR}=1"),
+            _ => format!("{ALGO_VAR}=nvls"),
+        }
     }
 }
 
