@@ -296,12 +296,69 @@ fn a_gpu_rank_detects_its_host_and_falls_back_where_it_cannot() {
     assert!(text.contains("DETECT init: ") && text.contains("RSCCL_TOPO_DETECT=2: give 0 or 1"), "{text}");
 }
 
+/// Ranks that would search their topology differently (`RSCCL_TOPO_FILE` or
+/// `RSCCL_TOPO_DETECT=1` set on one rank only) fail init on every rank naming the setting and
+/// both ranks, instead of misreading each other's bootstrap exchanges.
+#[test]
+fn ranks_searching_their_topology_differently_fail_naming_the_setting() {
+    let run = |extra: [Option<(&str, String)>; 2]| {
+        let port = free_port();
+        let envs = extra.into_iter().enumerate().map(|(r, extra)| {
+            let mut vars: Vec<(String, String)> = [
+                (CHILD_VAR, "mismatch".to_string()),
+                ("RANK", r.to_string()),
+                ("WORLD_SIZE", "2".to_string()),
+                ("LOCAL_RANK", r.to_string()),
+                ("RSCCL_COMM_ID", format!("127.0.0.1:{port}")),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            vars.extend(extra.map(|(k, v)| (k.to_string(), v)));
+            vars
+        });
+        Children::spawn("comm_topo::topo_child", envs).wait(Duration::from_secs(120))
+    };
+    let file = Some(("RSCCL_TOPO_FILE", fixture().display().to_string()));
+    let given = "searches the topology it was given (RSCCL_TOPO_FILE or CommConfig::topology)";
+    let off = "searches no topology (RSCCL_TOPO_FILE unset, RSCCL_TOPO_DETECT off)";
+    let detect = "detects its host (RSCCL_TOPO_DETECT=1)";
+    // Each rank names the other's way and its own.
+    let check = |results: Vec<(bool, String)>, ways: [&str; 2]| {
+        for (r, (ok, text)) in results.iter().enumerate() {
+            let want = format!("rank {} {} while rank {r} {}", 1 - r, ways[1 - r], ways[r]);
+            let line = text.lines().find(|l| l.contains("MISMATCH init: ")).unwrap_or_default();
+            assert!(*ok && line.contains(&want), "rank {r}: want {want:?} in\n{text}");
+        }
+    };
+    check(run([file.clone(), None]), [given, off]);
+    check(run([None, Some((rsccl::comm::TOPO_DETECT_VAR, "1".to_string()))]), [off, detect]);
+    // Both given: they agree, and the search runs.
+    let results = run([file.clone(), file]);
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(*ok && text.contains("MISMATCH ok"), "rank {r}:\n{text}");
+    }
+}
+
 /// The child side: one rank of a multi-process job, from a launcher's variables, with
 /// `RSCCL_TOPO_FILE` set (so `from_env` searches at init); or (`detect`) two ranks of one
 /// process claiming a GPU.
 #[test]
 fn topo_child() {
     let Ok(role) = std::env::var(CHILD_VAR) else { return };
+    if role == "mismatch" {
+        let cfg = CommConfig {
+            nthreads: 128,
+            step_bytes: 4096,
+            bootstrap_timeout: Duration::from_secs(30),
+            ..CommConfig::default()
+        };
+        match Comm::from_env(&backend::cpu(), cfg) {
+            Ok(_) => println!("MISMATCH ok"),
+            Err(e) => println!("MISMATCH init: {e}"),
+        }
+        return;
+    }
     if role == "detect" {
         let gpu: std::sync::Arc<dyn rsccl::Backend> = std::sync::Arc::new(rsccl_suite::hooked::Hooked {
             inner: backend::cpu(),

@@ -293,25 +293,23 @@ fn agree(
     // NCCL detects every GPU rank's host at init; a GPU rank here does with RSCCL_TOPO_DETECT=1.
     let topo = match &cfg.topology {
         Some(t) => Some(t.clone()),
-        None => super::topo::auto_topology(&**backend, cfg.channels.is_some())?,
+        None => super::topo::auto_topology(cfg.channels.is_some())?,
     };
-    if let Some(topo) = &topo {
-        let found = match super::topo::channels_at_init(boot, rank, peers, topo, &**backend, nets) {
-            // Every rank got past the views' all-gather with the same views, so every rank
-            // fails after it alike: detection's fall-back is the same on all.
-            Err(e) if topo.auto && !matches!(e, Error::Bootstrap(_)) => {
-                tracing::info!(rank, "topology: detection did not apply ({e}): default rings");
-                None
-            }
-            r => r?,
-        };
-        if let Some(found) = found {
-            // Searched once: `config()` (and a split given it) sees the result.
-            let (ch, nvls) = (found.channels, found.nvls);
-            (cfg.nchannels, cfg.channels, cfg.topology, cfg.nvls) = (ch.len(), Some(ch), None, nvls);
-            channels = cfg.shape(nranks)?;
-            tuning = Some(found.tuning);
-        }
+    // Every rank takes part, searching or not (the exchange checks that all do alike).
+    let found = super::topo::channels_at_init(
+        boot,
+        rank,
+        peers,
+        (topo.as_ref(), cfg.channels.is_some()),
+        &**backend,
+        nets,
+    )?;
+    if let Some(found) = found {
+        // Searched once: `config()` (and a split given it) sees the result.
+        let (ch, nvls) = (found.channels, found.nvls);
+        (cfg.nchannels, cfg.channels, cfg.topology, cfg.nvls) = (ch.len(), Some(ch), None, nvls);
+        channels = cfg.shape(nranks)?;
+        tuning = Some(found.tuning);
     }
     // The protocols are chosen per call on every rank alike: RSCCL_PROTO must agree too.
     let env_proto = cfg

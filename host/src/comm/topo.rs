@@ -11,7 +11,9 @@ use crate::backend::Backend;
 use crate::bootstrap::{Bootstrap, PeerInfo};
 use crate::channels::{connect_nodes, Channels, RankChannels};
 use crate::error::{Error, Result};
-use crate::topology::detect::{canonical_bus_id, Detector, GpuSource, NetDevice, NvmlSource, TopoEnv};
+use crate::topology::detect::{
+    canonical_bus_id, Detector, GpuSource, NetDevice, NvmlSource, TopoEnv, TOPO_FILE_VAR,
+};
 use crate::topology::fuse::{for_each_gpu_mut, fuse, gpus, keep_ranked_gpus};
 use crate::topology::init::{search_with_files, InitEnv};
 use crate::topology::search::{Graphs, SearchOptions};
@@ -78,13 +80,70 @@ pub fn detect_enabled() -> Result<bool> {
 }
 
 /// The topology a rank searches at init when its configuration names none: detection, where
-/// the rank drives a GPU (its backend has a PCI bus id), detection is on and no channels are
-/// given; `None` otherwise.
-pub(crate) fn auto_topology(backend: &dyn Backend, channels_given: bool) -> Result<Option<TopologyConfig>> {
-    if channels_given || backend.pci_bus_id().is_none() || !detect_enabled()? {
+/// detection is on and no channels are given; `None` otherwise. A rank that drives no GPU
+/// (its backend has no PCI bus id) and has no topology file brings no view, and every rank
+/// falls back to the default rings.
+pub(crate) fn auto_topology(channels_given: bool) -> Result<Option<TopologyConfig>> {
+    if channels_given || !detect_enabled()? {
         return Ok(None);
     }
     Ok(Some(TopologyConfig { auto: true, ..TopologyConfig::from_env()? }))
+}
+
+/// How a rank comes by the topology it searches at init. It travels with the rank's view, so
+/// ranks that disagree (a variable set on some ranks only) fail naming the setting instead of
+/// misreading each other's bootstrap exchanges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TopoSource {
+    /// A topology file or [`TopologyConfig`] given.
+    Given,
+    /// Detected, `RSCCL_TOPO_DETECT=1`.
+    Detected,
+    /// No search: the configuration gives the channels.
+    ChannelsGiven,
+    /// No search: nothing given, detection off.
+    Off,
+}
+
+impl TopoSource {
+    const ALL: [TopoSource; 4] = [Self::Given, Self::Detected, Self::ChannelsGiven, Self::Off];
+
+    /// Where a rank with `topo` to search (or none) and `channels_given` gets its channels.
+    pub(crate) fn of(topo: Option<&TopologyConfig>, channels_given: bool) -> Self {
+        match topo {
+            Some(t) if t.auto => Self::Detected,
+            Some(_) => Self::Given,
+            None if channels_given => Self::ChannelsGiven,
+            None => Self::Off,
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            Self::Given => "given",
+            Self::Detected => "detected",
+            Self::ChannelsGiven => "channels",
+            Self::Off => "off",
+        }
+    }
+
+    /// Ranks that search alike agree; the two ways of not searching agree (the channels
+    /// themselves are compared later, in the configuration's fingerprint).
+    fn agrees(self, other: Self) -> bool {
+        let searches = |s: Self| matches!(s, Self::Given | Self::Detected).then_some(s);
+        searches(self) == searches(other)
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Self::Given => {
+                format!("searches the topology it was given ({TOPO_FILE_VAR} or CommConfig::topology)")
+            }
+            Self::Detected => format!("detects its host ({TOPO_DETECT_VAR}=1)"),
+            Self::ChannelsGiven => "searches no topology (CommConfig::channels given)".to_string(),
+            Self::Off => format!("searches no topology ({TOPO_FILE_VAR} unset, {TOPO_DETECT_VAR} off)"),
+        }
+    }
 }
 
 /// The variable that caps the channels (NCCL's `NCCL_MAX_NCHANNELS`).
@@ -216,34 +275,45 @@ pub(crate) struct Searched {
 }
 
 /// The channels for this communicator from every rank's view of its host, and what else the
-/// search found ([`Searched`]); `None` when no rank has a view (nothing to search: the
-/// caller's channels apply).
+/// search found ([`Searched`]); `None` when this rank searches nothing or no rank has a view
+/// (the caller's channels apply). Every rank calls it, `topo` or not: the views' all-gather
+/// carries each rank's [`TopoSource`], and ranks that disagree fail here naming both. Where
+/// detection applied without being asked (`auto`) and the search cannot go on, every rank
+/// falls back to the default rings alike (it fails after the all-gather, on the same views).
 pub(crate) fn channels_at_init(
     boot: &mut Bootstrap,
     rank: usize,
     peers: &[PeerInfo],
-    topo: &TopologyConfig,
+    (topo, channels_given): (Option<&TopologyConfig>, bool),
     backend: &dyn Backend,
     nets: &[NetDevice],
 ) -> Result<Option<Searched>> {
-    if topo.max_channels == 0 || topo.max_channels > MAX_CHANNELS {
-        return Err(Error::InvalidConfig(format!(
-            "TopologyConfig::max_channels {} is outside 1..={MAX_CHANNELS}",
-            topo.max_channels
-        )));
+    let source = TopoSource::of(topo, channels_given);
+    if let Some(t) = topo {
+        if t.max_channels == 0 || t.max_channels > MAX_CHANNELS {
+            return Err(Error::InvalidConfig(format!(
+                "TopologyConfig::max_channels {} is outside 1..={MAX_CHANNELS}",
+                t.max_channels
+            )));
+        }
     }
     let hosts = hosts_of(peers);
-    let local_index = hosts.iter().find_map(|h| h.iter().position(|&r| r == rank)).unwrap_or(0);
-    let view = match my_view(topo, backend, rank, local_index, nets) {
-        // Detected without being asked: this rank brings no view (the all-gather still runs),
-        // and every rank falls back (the caller's `auto` fall-back on the error below).
-        Err(e) if topo.auto => {
-            tracing::info!(rank, "topology: cannot detect this rank's host: {e}");
-            None
+    let view = match topo {
+        None => None,
+        Some(t) => {
+            let local_index = hosts.iter().find_map(|h| h.iter().position(|&r| r == rank)).unwrap_or(0);
+            match my_view(t, backend, rank, local_index, nets) {
+                // Detected without being asked: this rank brings no view (the all-gather still
+                // runs), and every rank falls back (below).
+                Err(e) if t.auto => {
+                    tracing::info!(rank, "topology: cannot detect this rank's host: {e}");
+                    None
+                }
+                v => v?,
+            }
         }
-        v => v?,
     };
-    let text = view.map(|v| xml::write(&v)).unwrap_or_default();
+    let text = format!("{}\n{}", source.tag(), view.map(|v| xml::write(&v)).unwrap_or_default());
     if text.len() > MAX_VIEW_BYTES {
         return Err(Error::InvalidConfig(format!(
             "rank {rank}: its topology is {} bytes, over the limit of {MAX_VIEW_BYTES}",
@@ -251,6 +321,39 @@ pub(crate) fn channels_at_init(
         )));
     }
     let all = boot.all_gather(text.as_bytes())?;
+    let mut views_text: Vec<&[u8]> = Vec::with_capacity(all.len());
+    for (r, bytes) in all.iter().enumerate() {
+        let (tag, view) = bytes.split_at(bytes.iter().position(|&b| b == b'\n').unwrap_or(bytes.len()));
+        let theirs = TopoSource::ALL.into_iter().find(|s| s.tag().as_bytes() == tag).ok_or_else(|| {
+            Error::InvalidConfig(format!("rank {r}'s topology exchange at init is unreadable"))
+        })?;
+        if !theirs.agrees(source) {
+            return Err(Error::InvalidConfig(format!(
+                "rank {r} {} while rank {rank} {}: every rank must search its topology alike",
+                theirs.describe(),
+                source.describe()
+            )));
+        }
+        views_text.push(view.get(1..).unwrap_or_default());
+    }
+    let Some(topo) = topo else { return Ok(None) };
+    match search_views(rank, peers, &hosts, topo, &views_text) {
+        Err(e) if topo.auto && !matches!(e, Error::Bootstrap(_)) => {
+            tracing::info!(rank, "topology: detection did not apply ({e}): default rings");
+            Ok(None)
+        }
+        r => r,
+    }
+}
+
+/// The search of [`channels_at_init`] on every rank's view (XML text; empty: none).
+fn search_views(
+    rank: usize,
+    peers: &[PeerInfo],
+    hosts: &[Vec<usize>],
+    topo: &TopologyConfig,
+    all: &[&[u8]],
+) -> Result<Option<Searched>> {
     let with: Vec<usize> = (0..all.len()).filter(|&r| !all[r].is_empty()).collect();
     if with.is_empty() {
         tracing::info!(rank, "topology: no rank has one (no GPU, RSCCL_TOPO_FILE unset): default rings");
@@ -353,7 +456,7 @@ pub(crate) fn channels_at_init(
             nvls = false;
         }
     }
-    let channels = derive(&graphs, &hosts, topo.max_channels)?;
+    let channels = derive(&graphs, hosts, topo.max_channels)?;
     let tuning = tuning.expect("the first host was searched");
     Ok(Some(Searched { channels, nvls, tuning }))
 }
