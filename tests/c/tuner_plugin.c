@@ -26,9 +26,11 @@ static long inits;
 static long finals;
 static domains_t seen;
 
-long tuner_calls(void) { return calls; }
-long tuner_inits(void) { return inits; }
-long tuner_finals(void) { return finals; }
+/* Every rank of a process calls in from its own thread: the counters are atomic. */
+#define BUMP(x, n) __atomic_fetch_add(&(x), (n), __ATOMIC_RELAXED)
+long tuner_calls(void) { return __atomic_load_n(&calls, __ATOMIC_RELAXED); }
+long tuner_inits(void) { return __atomic_load_n(&inits, __ATOMIC_RELAXED); }
+long tuner_finals(void) { return __atomic_load_n(&finals, __ATOMIC_RELAXED); }
 int tuner_domains(int i) { return i == 0 ? seen.nNvlDomains : i == 1 ? seen.minRanks : seen.maxRanks; }
 
 static logger_t logfn;
@@ -36,7 +38,7 @@ static logger_t logfn;
 #if VERSION != 2
 static ncclResult_t lower(int coll, float** costTable, int* nChannels) {
   float (*t)[3] = (float (*)[3])costTable;
-  calls++;
+  BUMP(calls, 1);
 #if defined(MODE_FAIL)
   (void)t; (void)coll; (void)nChannels;
   return 3;
@@ -66,7 +68,7 @@ static ncclResult_t lower(int coll, float** costTable, int* nChannels) {
 static ncclResult_t info2(void* ctx, int coll, size_t bytes, int collNet, int nvls, int ops, int* algo, int* proto,
                           int* nChannels) {
   (void)ctx; (void)bytes; (void)collNet; (void)nvls; (void)ops;
-  calls++;
+  BUMP(calls, 1);
 #if defined(MODE_FAIL)
   return 3;
 #else
@@ -89,7 +91,7 @@ static ncclResult_t info4(void* ctx, int coll, size_t bytes, int ops, float** ta
 #endif
 
 static ncclResult_t fini(void* ctx) {
-  finals += ctx == &calls;
+  BUMP(finals, ctx == &calls);
   return 0;
 }
 
@@ -98,7 +100,7 @@ static ncclResult_t init2(size_t nRanks, size_t nNodes, logger_t log, void** ctx
   logfn = log;
   logfn(3, 0, __FILE__, __LINE__, "test tuner: %d ranks on %d nodes", (int)nRanks, (int)nNodes);
   *ctx = &calls;
-  inits++;
+  BUMP(inits, 1);
   return 0;
 }
 #else
@@ -116,7 +118,7 @@ static ncclResult_t init5(void** ctx, uint64_t commId, size_t nRanks, size_t nNo
   (void)k;
 #endif
   *ctx = &calls;
-  inits++;
+  BUMP(inits, 1);
   return 0;
 }
 #endif
