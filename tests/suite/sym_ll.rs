@@ -1,5 +1,6 @@
 //! The symmetric LL all-reduce (NCCL 2.27's `AGxLL_R`) through `Comm` on the CPU emulator:
-//! every element type and op on 2, 3 and 8 ranks of one process equals the rank-order fold,
+//! every element type and op on 2, 3, 8 and 11 ranks of one process (a thread folds its
+//! lines in batches of 8 ranks) equals the rank-order fold,
 //! planned as `sym-ll` up to the threshold and as before above it or where `RSCCL_ALGO` /
 //! `RSCCL_PROTO` leave it out; a rank that never calls is named. Across processes: `comm_procs`.
 use rsccl::backend;
@@ -41,15 +42,15 @@ fn run(comms: &[Comm], case: (DataType, ReduceOp, usize, bool)) -> rsccl::Plan {
 }
 
 #[test]
-fn every_type_and_op_on_2_3_and_8_ranks_equals_the_reference() {
-    for n in [2, 3, 8] {
+fn every_type_and_op_on_2_3_8_and_11_ranks_equals_the_reference() {
+    for n in [2, 3, 8, 11] {
         let comms = Comm::init_all(&backend::cpu(), n, config()).unwrap();
         let mut k = 0;
         for t in DataType::ALL {
             for op in ops_for(t) {
                 // Odd counts, one that is not a whole 8-byte word, and (sums) the threshold
-                // itself; on 8 ranks one odd count of many words (the emulator's time).
-                let mut counts = if n == 8 { vec![1037] } else { vec![1, 7, 1037] };
+                // itself; on 8 and 11 ranks one odd count of many words (the emulator's time).
+                let mut counts = if n >= 8 { vec![1037] } else { vec![1, 7, 1037] };
                 if op == ReduceOp::Sum {
                     counts.push(64 * 1024 / t.size());
                 }
@@ -82,31 +83,36 @@ fn above_the_threshold_or_left_out_the_call_runs_as_before() {
     }
 }
 
+/// Every other rank names the one that never calls, within the timeout: on 3 ranks, and on
+/// 10 where it is in a thread's second batch of lines.
 #[test]
 fn a_rank_that_never_calls_is_named_within_the_timeout() {
-    let cfg = CommConfig { timeout: Duration::from_secs(2), ..config() };
-    let comms = Comm::init_all(&backend::cpu(), 3, cfg).unwrap();
-    let be = backend::cpu();
-    let bufs: Vec<_> = (0..2).map(|_| be.upload(&[1.0f32; 100]).unwrap()).collect();
-    let t = Instant::now();
-    let errs: Vec<String> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2)
-            .map(|r| {
-                let (c, b) = (&comms[r], &bufs[r]);
-                s.spawn(move || {
-                    let b = BufRef::from(b);
-                    let w = c.enqueue().all_reduce(b, b, 100, DataType::F32, ReduceOp::Sum).unwrap();
-                    assert_eq!(w.plan().algorithm, Algorithm::SymLl);
-                    w.wait().unwrap_err().to_string()
+    for n in [3, 10] {
+        let cfg = CommConfig { timeout: Duration::from_secs(2), ..config() };
+        let comms = Comm::init_all(&backend::cpu(), n, cfg).unwrap();
+        let be = backend::cpu();
+        let bufs: Vec<_> = (0..n - 1).map(|_| be.upload(&[1.0f32; 100]).unwrap()).collect();
+        let t = Instant::now();
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n - 1)
+                .map(|r| {
+                    let (c, b) = (&comms[r], &bufs[r]);
+                    s.spawn(move || {
+                        let b = BufRef::from(b);
+                        let w = c.enqueue().all_reduce(b, b, 100, DataType::F32, ReduceOp::Sum).unwrap();
+                        assert_eq!(w.plan().algorithm, Algorithm::SymLl);
+                        w.wait().unwrap_err().to_string()
+                    })
                 })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    assert!(t.elapsed() < Duration::from_secs(15), "took {:?}", t.elapsed());
-    for (r, e) in errs.iter().enumerate() {
-        eprintln!("rank {r}: {e}");
-        assert!(e.contains("rank 2"), "rank {r} does not name rank 2: {e}");
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(t.elapsed() < Duration::from_secs(15), "{n} ranks: took {:?}", t.elapsed());
+        let missing = format!("rank {}", n - 1);
+        for (r, e) in errs.iter().enumerate() {
+            eprintln!("{n} ranks: rank {r}: {e}");
+            assert!(e.contains(&missing), "{n} ranks: rank {r} does not name {missing}: {e}");
+        }
     }
 }
 

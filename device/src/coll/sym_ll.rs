@@ -30,7 +30,9 @@ use crate::prims::lines::{load_word, store_word};
 use crate::prims::ll::{load_line, store_line, LlLine, LL_LINE_BYTES};
 use crate::prims::signature;
 use crate::prims::simple::DataMover;
+use crate::unroll::unrolled;
 use crate::{arch, DevPtr};
+use core::cell::Cell;
 
 /// Lines of one rank's call signature in each half ([`CallSig`]'s four words, one per line).
 pub const SYM_LL_SIG_LINES: u64 = 4;
@@ -291,8 +293,12 @@ fn check(
         }
     }
     let theirs = CallSig { seq: w[0], key: w[1], desc: w[2], count: w[3] };
-    status.call.seq == 0 || signature::matches(status, bid as u32, peer, &theirs)
+    status.call.seq == 0 || signature::matches_concurrent(status, bid as u32, peer, &theirs)
 }
+
+/// Ranks whose lines a thread loads before it looks at any flag (NCCL's `recvReduce` unrolls
+/// 8 too): one round trip to memory per batch of ranks, not one per rank.
+const GATHER_BATCH: usize = 8;
 
 /// Thread `tid`'s word of every rank, folded in rank order; `None` when a wait gave up.
 #[allow(clippy::too_many_arguments)]
@@ -307,10 +313,46 @@ fn gather<M: DataMover>(
     tid: u64,
     epoch: u32,
 ) -> Option<u64> {
-    let mut acc = wait_line(regions.own_line(epoch, tid), status, bid, 0, epoch)?;
-    for r in 1..nranks {
-        let v = wait_line(regions.own_line(epoch, r * nt + tid), status, bid, r, epoch)?;
-        acc = mover.reduce_word(acc, v);
+    let mut acc = 0;
+    let mut base = 0;
+    while base < nranks {
+        let m = (nranks - base).min(GATHER_BATCH as u64) as usize;
+        let mut got = [0u64; GATHER_BATCH];
+        // Bit k: rank base + k's line has arrived.
+        let (mut seen, all) = (0u32, (1u32 << m) - 1);
+        let waiting_for = Cell::new(base);
+        let ready = || {
+            // Every missing line's load is issued before any flag is looked at.
+            let mut lines = [LlLine::default(); GATHER_BATCH];
+            unrolled(GATHER_BATCH, |k| {
+                if k < m && seen & (1 << k) == 0 {
+                    // SAFETY: line (base + k)·nt + tid < half_lines of this rank's own region.
+                    lines[k] = unsafe { load_line(regions.own_line(epoch, (base + k as u64) * nt + tid)) };
+                }
+            });
+            unrolled(GATHER_BATCH, |k| {
+                if k < m && seen & (1 << k) == 0 {
+                    if let Some(d) = lines[k].data(epoch) {
+                        (got[k], seen) = (d, seen | 1 << k);
+                    }
+                }
+            });
+            waiting_for.set(base + u64::from((!seen).trailing_zeros()));
+            seen == all
+        };
+        // SAFETY: the status words as PrimsStatus documents.
+        let ok = unsafe {
+            status.spin_until(ready, bid, || (ErrorCode::RecvTimeout, waiting_for.get(), epoch as u64))
+        };
+        if !ok {
+            return None;
+        }
+        unrolled(GATHER_BATCH, |k| {
+            if k < m {
+                acc = if base == 0 && k == 0 { got[0] } else { mover.reduce_word(acc, got[k]) };
+            }
+        });
+        base += m as u64;
     }
     Some(acc)
 }

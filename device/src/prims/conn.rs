@@ -271,7 +271,9 @@ impl PrimsStatus {
     /// Records `code` with `peer` and `step` in block `block`'s status word unless an error
     /// is there already (the first error wins; nothing without status words), and sets the
     /// abort word's [`ABORT_FAILED_MASK`] byte: the calls the host enqueued behind this one on
-    /// the stream stop at their first wait instead of each waiting out its timeout.
+    /// the stream stop at their first wait instead of each waiting out its timeout. Returns
+    /// whether this error is the one recorded (true without status words), so that only the
+    /// thread that won writes what goes with it (a mismatch's record).
     ///
     /// # Safety
     /// `status` is null or what the struct documents, with a word for `block`; `abort_flag`
@@ -279,16 +281,19 @@ impl PrimsStatus {
     // Out of line: the failure path, kept out of the wait loops' registers.
     #[cold]
     #[inline(never)]
-    pub unsafe fn record(&self, block: u64, code: ErrorCode, peer: u64, step: u64) {
+    pub unsafe fn record(&self, block: u64, code: ErrorCode, peer: u64, step: u64) -> bool {
+        let mut won = true;
         if self.status != DevPtr::NULL {
             let w = self.status.offset(8 * block).as_ptr::<u64>();
             // SAFETY: the caller's promise.
-            unsafe { crate::arch::atomic_cas_acq_rel_sys_u64(w, 0, encode_status(code, peer, step)) };
+            won = unsafe { crate::arch::atomic_cas_acq_rel_sys_u64(w, 0, encode_status(code, peer, step)) }
+                == 0;
         }
         if self.abort_flag != DevPtr::NULL {
             // SAFETY: a valid u32 abort word when the pointer is set (the caller's promise).
             unsafe { crate::arch::st_byte_of_u32(self.abort_flag.as_ptr(), 1, 1) };
         }
+        won
     }
 }
 

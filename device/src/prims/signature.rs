@@ -222,6 +222,33 @@ fn matches_call(
     if theirs.seq == mine.seq && theirs.key == mine.key && count_ok {
         return true;
     }
+    // The record first: `theirs` need not stay in registers across the recording call (the
+    // LL128 kernels have none to spare).
+    write_record(status, bid, theirs);
+    // SAFETY: the host sizes `status` with one word per block.
+    unsafe { status.record(bid as u64, ErrorCode::Mismatch, peer, theirs.seq & 0xFFFF_FFFF) };
+    false
+}
+
+/// [`matches`] for a block whose threads check several peers at once (the symmetric kernel):
+/// only the thread whose mismatch the status word names writes the record, so it never mixes
+/// two peers' calls.
+#[inline(always)]
+pub(crate) fn matches_concurrent(status: &PrimsStatus, bid: u32, peer: u64, theirs: &CallSig) -> bool {
+    let mine = &status.call;
+    if theirs.seq == mine.seq && theirs.key == mine.key {
+        return true;
+    }
+    // SAFETY: the host sizes `status` with one word per block.
+    if unsafe { status.record(bid as u64, ErrorCode::Mismatch, peer, theirs.seq & 0xFFFF_FFFF) } {
+        write_record(status, bid, theirs);
+    }
+    false
+}
+
+/// `theirs` into block `bid`'s mismatch record, where the host gave records.
+#[inline(always)]
+fn write_record(status: &PrimsStatus, bid: u32, theirs: &CallSig) {
     if status.mismatch != DevPtr::NULL {
         let rec = status.mismatch.offset(bid as u64 * CALL_SIG_BYTES).as_ptr::<u64>();
         // SAFETY: the host gives one CallSig record per block when `mismatch` is set.
@@ -232,7 +259,4 @@ fn matches_call(
             arch::st_relaxed_sys_u64(rec.add(3), theirs.count);
         }
     }
-    // SAFETY: the host sizes `status` with one word per block.
-    unsafe { status.record(bid as u64, ErrorCode::Mismatch, peer, theirs.seq & 0xFFFF_FFFF) };
-    false
 }
