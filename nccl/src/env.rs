@@ -10,6 +10,7 @@ use rsccl::comm::{
 use rsccl::debug::{DEBUG_FILE_VAR, DEBUG_SUBSYS_VAR, DEBUG_VAR};
 use rsccl::topology::detect::{TOPO_DUMP_FILE_VAR, TOPO_FILE_VAR};
 use rsccl::topology::init::{GRAPH_DUMP_FILE_VAR, GRAPH_FILE_VAR};
+use rsccl::topology::paths::{NET_GDR_LEVEL_VAR, P2P_LEVEL_VAR};
 use rsccl::transport::net::ofi::NET_VAR;
 use rsccl::transport::net::plugin::NET_PLUGIN_VAR;
 use rsccl::transport::net::socket::{IFNAME_VAR, NSOCKS_VAR, NTHREADS_VAR as SOCKET_NTHREADS_VAR};
@@ -18,7 +19,7 @@ use rsccl::tuning::{PROTO_VAR, TUNER_PLUGIN_VAR};
 
 /// `(NCCL's name, rsccl's twin)`: each twin the constant the library reads, so every entry
 /// names a variable that exists.
-pub const TWINS: [(&str, &str); 24] = [
+pub const TWINS: [(&str, &str); 26] = [
     ("NCCL_DEBUG", DEBUG_VAR),
     ("NCCL_DEBUG_FILE", DEBUG_FILE_VAR),
     ("NCCL_DEBUG_SUBSYS", DEBUG_SUBSYS_VAR),
@@ -36,6 +37,8 @@ pub const TWINS: [(&str, &str); 24] = [
     ("NCCL_NTHREADS", NTHREADS_VAR),
     ("NCCL_MAX_NCHANNELS", MAX_NCHANNELS_VAR),
     ("NCCL_P2P_DISABLE", P2P_DISABLE_VAR),
+    ("NCCL_P2P_LEVEL", P2P_LEVEL_VAR),
+    ("NCCL_NET_GDR_LEVEL", NET_GDR_LEVEL_VAR),
     ("NCCL_SHM_DISABLE", SHM_DISABLE_VAR),
     ("NCCL_NVLS_ENABLE", NVLS_ENABLE_VAR),
     ("NCCL_P2P_LL_THRESHOLD", P2P_LL_THRESHOLD_VAR),

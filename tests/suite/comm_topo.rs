@@ -26,6 +26,10 @@ fn fixture() -> PathBuf {
     rsccl_suite::shared_dir().join(FIXTURE)
 }
 
+fn fixture_named(name: &str) -> String {
+    rsccl_suite::shared_dir().join("fixtures/topology").join(name).display().to_string()
+}
+
 /// What the caller computed by hand before: the fixture's machine trimmed to its first `local`
 /// GPUs, searched for `nodes` nodes; at most `cap` rings and trees, in host-major numbering.
 #[allow(clippy::type_complexity)]
@@ -340,12 +344,81 @@ fn ranks_searching_their_topology_differently_fail_naming_the_setting() {
     }
 }
 
+/// NCCL's P2P level at init: on the Azure NCv4 machine (AMD, four A100s in NVLink pairs, the
+/// pairs on different sockets) three processes of one host play GPUs 0, 1 and 2; by NCCL's
+/// default (PXB) the pairs across the sockets are ruled out for P2P on both ends, with
+/// `RSCCL_P2P_LEVEL=SYS` (or `NCCL_P2P_LEVEL`'s old number 4) none is; the collectives are
+/// exact either way. Levels that differ between ranks, or a bad level, fail init naming them.
+#[test]
+fn the_p2p_level_rules_out_pairs_across_the_sockets() {
+    let run = |levels: [Option<&str>; 3]| {
+        let port = free_port();
+        let envs = levels.into_iter().enumerate().map(|(r, level)| {
+            let mut vars: Vec<(String, String)> = [
+                (CHILD_VAR, "levels".to_string()),
+                ("RANK", r.to_string()),
+                ("WORLD_SIZE", "3".to_string()),
+                ("LOCAL_RANK", r.to_string()),
+                ("RSCCL_COMM_ID", format!("127.0.0.1:{port}")),
+                ("RSCCL_TOPO_FILE", fixture_named("Azure_ncv4-topo.pre2024.xml")),
+                ("RSCCL_DEBUG", "INFO".to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            vars.extend(level.map(|l| (rsccl::topology::paths::P2P_LEVEL_VAR.to_string(), l.to_string())));
+            vars
+        });
+        Children::spawn("comm_topo::topo_child", envs).wait(Duration::from_secs(120))
+    };
+    let beyond = |text: &str| {
+        text.lines().find_map(|l| l.split_once("topology: ranks ").map(|(_, rest)| rest.to_string()))
+    };
+    let results = run([None, None, None]);
+    let want = [Some("[2] are beyond the P2P level PXB"), Some("[2] are beyond"), Some("[0, 1] are beyond")];
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(*ok && text.contains("LEVELS ok"), "rank {r}:\n{text}");
+        let got = beyond(text);
+        assert!(got.as_deref().is_some_and(|g| g.starts_with(want[r].unwrap())), "rank {r}: {got:?}\n{text}");
+    }
+    for level in ["SYS", "4"] {
+        for (r, (ok, text)) in run([Some(level); 3]).iter().enumerate() {
+            assert!(
+                *ok && text.contains("LEVELS ok") && beyond(text).is_none(),
+                "{level}: rank {r}:\n{text}"
+            );
+        }
+    }
+    for (r, (ok, text)) in run([Some("SYS"), None, None]).iter().enumerate() {
+        let line = text.lines().find(|l| l.contains("LEVELS init: ")).unwrap_or_default();
+        assert!(*ok && line.contains("path levels (RSCCL_P2P_LEVEL"), "rank {r}:\n{text}");
+    }
+    for (r, (ok, text)) in run([Some("PCI"); 3]).iter().enumerate() {
+        let line = text.lines().find(|l| l.contains("LEVELS init: ")).unwrap_or_default();
+        assert!(*ok && line.contains("RSCCL_P2P_LEVEL: \"PCI\" is not a level"), "rank {r}:\n{text}");
+    }
+}
+
 /// The child side: one rank of a multi-process job, from a launcher's variables, with
 /// `RSCCL_TOPO_FILE` set (so `from_env` searches at init); or (`detect`) two ranks of one
 /// process claiming a GPU.
 #[test]
 fn topo_child() {
     let Ok(role) = std::env::var(CHILD_VAR) else { return };
+    if role == "levels" {
+        let be = backend::cpu();
+        let cfg = CommConfig { nthreads: 128, step_bytes: 4096, ..CommConfig::default() };
+        let comm = match Comm::from_env(&be, cfg) {
+            Ok(c) => c,
+            Err(e) => return println!("LEVELS init: {e}"),
+        };
+        let (r, n) = (comm.rank(), comm.nranks());
+        let buf = be.upload(&[r as i64 + 1; 1001]).unwrap();
+        comm.all_reduce(BufRef::from(&buf), BufRef::from(&buf), 1001, DataType::I64, ReduceOp::Sum).unwrap();
+        assert_eq!(be.download::<i64>(&buf, 1001).unwrap(), vec![(n * (n + 1) / 2) as i64; 1001]);
+        println!("LEVELS ok");
+        return;
+    }
     if role == "mismatch" {
         let cfg = CommConfig {
             nthreads: 128,

@@ -1,6 +1,7 @@
 //! `rsccl topo` as people and scripts call it.
 use rsccl::topology::cli::{run, write_report};
 use rsccl::topology::init::search_with_files;
+use rsccl::topology::paths::PathOptions;
 use rsccl::topology::search::{search_all, SearchOptions};
 use rsccl::topology::{xml, NodeKind, System};
 use std::path::PathBuf;
@@ -75,7 +76,7 @@ fn report_names_the_pieces() {
         System::from_xml(&xml::read_file(std::path::Path::new(&fixture("aws_g5.48xl-topo.xml"))).unwrap())
             .unwrap();
     let mut out = String::new();
-    write_report(&mut out, &sys, &search_all(&sys, &SearchOptions::default()), 1);
+    write_report(&mut out, &sys, &search_all(&sys, &SearchOptions::default()), 1, &PathOptions::default());
     assert!(out.contains("9 PCI device(s) are listed without a <gpu>/<nic> description"), "{out}");
     assert!(out.contains("filled in at run time"));
 
@@ -85,7 +86,7 @@ fn report_names_the_pieces() {
     )
     .unwrap();
     let mut out = String::new();
-    write_report(&mut out, &sys, &search_all(&sys, &SearchOptions::default()), 1);
+    write_report(&mut out, &sys, &search_all(&sys, &SearchOptions::default()), 1, &PathOptions::default());
     for want in [
         "4 GPU",
         "GPU-GPU paths",
@@ -153,7 +154,7 @@ fn compare_with_nccl_dump() {
 fn report_of(name: &str) -> String {
     let sys = System::from_xml(&xml::read_file(std::path::Path::new(&fixture(name))).unwrap()).unwrap();
     let mut out = String::new();
-    write_report(&mut out, &sys, &search_all(&sys, &SearchOptions::default()), 1);
+    write_report(&mut out, &sys, &search_all(&sys, &SearchOptions::default()), 1, &PathOptions::default());
     out
 }
 
@@ -203,4 +204,29 @@ fn files_without_the_nvlink_their_gpus_have_get_a_note() {
         let out = report_of(name);
         assert!(!out.contains("describes no NVLink"), "{name}:\n{out}");
     }
+}
+
+/// The report names the P2P level and the GPU pairs it sends through host memory: by NCCL's
+/// default (PXB) the NCv4 machine's pairs across its two sockets, at `SYS` none, and on the
+/// HGX H200 (every pair on NVLink) none either.
+#[test]
+fn the_report_names_the_pairs_beyond_the_p2p_level() {
+    use rsccl::topology::paths::PathType;
+    let report = |name: &str, level: Option<PathType>| {
+        let sys = System::from_xml(&xml::read_file(std::path::Path::new(&fixture(name))).unwrap()).unwrap();
+        let paths = PathOptions { p2p_level: level, ..PathOptions::default() };
+        let opts = SearchOptions { paths: paths.clone(), ..SearchOptions::default() };
+        let mut out = String::new();
+        write_report(&mut out, &sys, &search_all(&sys, &opts), 1, &paths);
+        out.lines().find(|l| l.starts_with("P2P level")).unwrap_or_default().to_string()
+    };
+    let ncv4 = "Azure_ncv4-topo.pre2024.xml";
+    assert_eq!(report(ncv4, None), "P2P level PXB (NCCL's default): through host memory: 0-2 0-3 1-2 1-3");
+    assert_eq!(report(ncv4, Some(PathType::Sys)), "P2P level SYS (RSCCL_P2P_LEVEL): every pair P2P");
+    assert_eq!(
+        report(ncv4, Some(PathType::Loc)),
+        "P2P level LOC (RSCCL_P2P_LEVEL): through host memory: 0-1 0-2 0-3 1-2 1-3 2-3"
+    );
+    let h200 = "simllm_vastai_hgx_h200_8x_nccl_topo.xml";
+    assert_eq!(report(h200, None), "P2P level PXB (NCCL's default): every pair P2P");
 }

@@ -90,7 +90,7 @@ impl Comm {
         let nets = net.as_ref().map(|n| n.devices()).unwrap_or_default();
         let comm_id = comm_id(id.secret());
         let agreed = agree(boot, (nranks, rank), &peers, backend, cfg, channels, &nets, comm_id)?;
-        let transports = choose_transports(boot, rank, &peers, &**backend)?;
+        let transports = choose_transports(boot, rank, &peers, &**backend, &agreed.p2p_blocked)?;
         // One host whose processes may not share memory (RSCCL_SHM_DISABLE): the network
         // between them, outside the topology (it has no NICs on one host).
         if net.is_none() && transports.contains(&TransportKind::Net) {
@@ -133,7 +133,7 @@ impl Comm {
                 let _ = a.store_u32(0, 1);
             }
         }));
-        let Agreed { cfg, channels, algos, try_nvls, check_calls, tuner } = agreed;
+        let Agreed { cfg, channels, algos, try_nvls, check_calls, tuner, .. } = agreed;
         let nvls = if try_nvls {
             nvls::setup(boot, rank, &peers, &stream, cfg.nchannels, cfg.step_bytes, algos.nvls_policy())?
         } else {
@@ -267,6 +267,8 @@ struct Agreed {
     try_nvls: bool,
     check_calls: bool,
     tuner: super::tuner::Tuner,
+    /// The ranks of this host the search's paths rule out for P2P (NCCL's P2P level).
+    p2p_blocked: Vec<usize>,
 }
 
 /// The communicator's id a tuner plugin is given: the same on every rank, a hash of its
@@ -289,7 +291,7 @@ fn agree(
     nets: &[NetDevice],
     comm_id: u64,
 ) -> Result<Agreed> {
-    let mut tuning = None;
+    let (mut tuning, mut p2p_blocked) = (None, Vec::new());
     // NCCL detects every GPU rank's host at init; a GPU rank here does with RSCCL_TOPO_DETECT=1.
     let topo = match &cfg.topology {
         Some(t) => Some(t.clone()),
@@ -310,6 +312,7 @@ fn agree(
         (cfg.nchannels, cfg.channels, cfg.topology, cfg.nvls) = (ch.len(), Some(ch), None, nvls);
         channels = cfg.shape(nranks)?;
         tuning = Some(found.tuning);
+        p2p_blocked = found.p2p_blocked;
     }
     // The protocols are chosen per call on every rank alike: RSCCL_PROTO must agree too.
     let env_proto = cfg
@@ -356,17 +359,19 @@ fn agree(
         let hosts: Vec<usize> = super::topo::hosts_of(peers).iter().map(Vec::len).collect();
         tuner.attach_plugin(p, comm_id, &hosts)?;
     }
-    Ok(Agreed { cfg, channels, algos, try_nvls, check_calls, tuner })
+    Ok(Agreed { cfg, channels, algos, try_nvls, check_calls, tuner, p2p_blocked })
 }
 
 /// Phase 2, choose transports: per peer the one NCCL would pick (in-process, P2P to a GPU this
-/// one reaches, SHM on the host unless `RSCCL_SHM_DISABLE`, NET otherwise), checked to be the
-/// same from both ends.
+/// one reaches on a path within the P2P level — `p2p_blocked` lists the ranks the search's
+/// paths rule out —, SHM on the host unless `RSCCL_SHM_DISABLE`, NET otherwise), checked to be
+/// the same from both ends.
 fn choose_transports(
     boot: &mut Bootstrap,
     rank: usize,
     peers: &[PeerInfo],
     backend: &dyn Backend,
+    p2p_blocked: &[usize],
 ) -> Result<Vec<TransportKind>> {
     let me = &peers[rank];
     // P2P to a GPU this rank reaches (write mode: this rank's kernels write into the
@@ -376,6 +381,7 @@ fn choose_transports(
     let shm_off = transport::shm::disabled_by_env();
     let reaches = |p: &PeerInfo| {
         !p2p_off
+            && !p2p_blocked.contains(&p.rank)
             && !me.info.is_empty()
             && std::str::from_utf8(&p.info).is_ok_and(|bus| !bus.is_empty() && backend.can_access_peer(bus))
     };

@@ -16,9 +16,10 @@ use crate::topology::detect::{
 };
 use crate::topology::fuse::{for_each_gpu_mut, fuse, gpus, keep_ranked_gpus};
 use crate::topology::init::{search_with_files, InitEnv};
+use crate::topology::paths::{PathOptions, PathType, Paths, NET_GDR_LEVEL_VAR, P2P_LEVEL_VAR};
 use crate::topology::search::{Graphs, SearchOptions};
 use crate::topology::xml::{self, XmlDoc, XmlNode};
-use crate::topology::{Rank, System};
+use crate::topology::{NodeKind, Rank, System};
 use crate::tuning::TuningInput;
 use std::collections::HashMap;
 
@@ -272,6 +273,8 @@ pub(crate) struct Searched {
     /// The first host's system and graphs as the cost model reads them (path types,
     /// bandwidths, GPU generation), for the communicator's nodes.
     pub(crate) tuning: TuningInput,
+    /// The ranks of this rank's host it may not reach by P2P ([`PathOptions`]' P2P level).
+    pub(crate) p2p_blocked: Vec<usize>,
 }
 
 /// The channels for this communicator from every rank's view of its host, and what else the
@@ -313,7 +316,9 @@ pub(crate) fn channels_at_init(
             }
         }
     };
-    let text = format!("{}\n{}", source.tag(), view.map(|v| xml::write(&v)).unwrap_or_default());
+    let paths = path_options()?;
+    let levels = describe_levels(&paths);
+    let text = format!("{} {levels}\n{}", source.tag(), view.map(|v| xml::write(&v)).unwrap_or_default());
     if text.len() > MAX_VIEW_BYTES {
         return Err(Error::InvalidConfig(format!(
             "rank {rank}: its topology is {} bytes, over the limit of {MAX_VIEW_BYTES}",
@@ -323,10 +328,12 @@ pub(crate) fn channels_at_init(
     let all = boot.all_gather(text.as_bytes())?;
     let mut views_text: Vec<&[u8]> = Vec::with_capacity(all.len());
     for (r, bytes) in all.iter().enumerate() {
-        let (tag, view) = bytes.split_at(bytes.iter().position(|&b| b == b'\n').unwrap_or(bytes.len()));
-        let theirs = TopoSource::ALL.into_iter().find(|s| s.tag().as_bytes() == tag).ok_or_else(|| {
-            Error::InvalidConfig(format!("rank {r}'s topology exchange at init is unreadable"))
-        })?;
+        let (head, view) = bytes.split_at(bytes.iter().position(|&b| b == b'\n').unwrap_or(bytes.len()));
+        let unreadable =
+            || Error::InvalidConfig(format!("rank {r}'s topology exchange at init is unreadable"));
+        let (tag, their_levels) =
+            std::str::from_utf8(head).ok().and_then(|h| h.split_once(' ')).ok_or_else(unreadable)?;
+        let theirs = TopoSource::ALL.into_iter().find(|s| s.tag() == tag).ok_or_else(unreadable)?;
         if !theirs.agrees(source) {
             return Err(Error::InvalidConfig(format!(
                 "rank {r} {} while rank {rank} {}: every rank must search its topology alike",
@@ -334,10 +341,17 @@ pub(crate) fn channels_at_init(
                 source.describe()
             )));
         }
+        if topo.is_some() && their_levels != levels {
+            return Err(Error::InvalidConfig(format!(
+                "rank {r}'s path levels ({P2P_LEVEL_VAR}, {NET_GDR_LEVEL_VAR}, {}) are {their_levels} but rank \
+                 {rank}'s are {levels}: the search needs them alike on every rank",
+                crate::transport::p2p::P2P_DISABLE_VAR
+            )));
+        }
         views_text.push(view.get(1..).unwrap_or_default());
     }
     let Some(topo) = topo else { return Ok(None) };
-    match search_views(rank, peers, &hosts, topo, &views_text) {
+    match search_views(rank, (peers, &hosts), topo, &paths, &views_text) {
         Err(e) if topo.auto && !matches!(e, Error::Bootstrap(_)) => {
             tracing::info!(rank, "topology: detection did not apply ({e}): default rings");
             Ok(None)
@@ -349,9 +363,9 @@ pub(crate) fn channels_at_init(
 /// The search of [`channels_at_init`] on every rank's view (XML text; empty: none).
 fn search_views(
     rank: usize,
-    peers: &[PeerInfo],
-    hosts: &[Vec<usize>],
+    (peers, hosts): (&[PeerInfo], &[Vec<usize>]),
     topo: &TopologyConfig,
+    paths: &PathOptions,
     all: &[&[u8]],
 ) -> Result<Option<Searched>> {
     let with: Vec<usize> = (0..all.len()).filter(|&r| !all[r].is_empty()).collect();
@@ -387,7 +401,8 @@ fn search_views(
             peers[hosts[0][0]].hostname
         )));
     }
-    let opts = SearchOptions { nodes, ..SearchOptions::default() };
+    let opts = SearchOptions { nodes, paths: paths.clone(), ..SearchOptions::default() };
+    let mut p2p_blocked = Vec::new();
     let mut searched: HashMap<String, Graphs> = HashMap::new();
     let mut per_host: Vec<String> = Vec::with_capacity(nodes);
     let mut tuning = None;
@@ -425,9 +440,26 @@ fn search_views(
             }
         }
         let key = xml::write(&root);
-        if !searched.contains_key(&key) {
+        let mine = ranks.contains(&rank);
+        if mine || !searched.contains_key(&key) {
             let doc = XmlDoc { source: format!("the topology of host {host}"), root };
             let system = System::from_xml(&doc)?;
+            if mine {
+                p2p_blocked =
+                    p2p_blocked_on(&system, &opts.paths, ranks, ranks.iter().position(|&r| r == rank));
+                if !p2p_blocked.is_empty() {
+                    let level = Paths::compute(&system, &opts.paths).p2p_level(&system);
+                    tracing::info!(
+                        rank,
+                        "topology: ranks {p2p_blocked:?} are beyond the P2P level {level} ({P2P_LEVEL_VAR}): \
+                         no P2P to them (shared memory)"
+                    );
+                }
+            }
+            if searched.contains_key(&key) {
+                per_host.push(key);
+                continue;
+            }
             let dump = if rank == 0 && h == 0 { topo.env.graph_dump_file.as_deref() } else { None };
             let (_, graphs) = search_with_files(&system, &opts, topo.env.graph_file.as_deref(), dump)?;
             tracing::info!(
@@ -458,7 +490,44 @@ fn search_views(
     }
     let channels = derive(&graphs, hosts, topo.max_channels)?;
     let tuning = tuning.expect("the first host was searched");
-    Ok(Some(Searched { channels, nvls, tuning }))
+    Ok(Some(Searched { channels, nvls, tuning, p2p_blocked }))
+}
+
+/// The ranks of `ranks` (one host's, in local order) that the rank at `me` may not reach by
+/// P2P: the path between their GPUs is worse than the P2P level (NCCL's `ncclTopoCheckP2p`;
+/// they connect through shared memory instead).
+fn p2p_blocked_on(system: &System, opts: &PathOptions, ranks: &[usize], me: Option<usize>) -> Vec<usize> {
+    let Some(me) = me else { return Vec::new() };
+    let paths = Paths::compute(system, opts);
+    let gpu_of = |i: usize| {
+        system
+            .ids(NodeKind::Gpu)
+            .iter()
+            .copied()
+            .find(|&g| system.node(g).gpu().is_some_and(|x| x.rank.0 as usize == i))
+    };
+    let Some(mine) = gpu_of(me) else { return Vec::new() };
+    (0..ranks.len())
+        .filter(|&i| i != me && gpu_of(i).is_some_and(|g| !paths.p2p_allowed(system, mine, g)))
+        .map(|i| ranks[i])
+        .collect()
+}
+
+/// The path options of the search at init: the levels users set
+/// ([`PathOptions::from_env`]), with `RSCCL_P2P_DISABLE` as level `LOC` (as NCCL's
+/// `NCCL_P2P_DISABLE` sets its P2P level).
+pub(crate) fn path_options() -> Result<PathOptions> {
+    let mut opts = PathOptions::from_env()?;
+    if crate::transport::p2p::disabled_by_env() {
+        opts.p2p_level = Some(PathType::Loc);
+    }
+    Ok(opts)
+}
+
+/// `opts`' levels as set (`-`: NCCL's default), for the ranks to compare.
+fn describe_levels(opts: &PathOptions) -> String {
+    let name = |l: Option<PathType>| l.map_or("-", PathType::name);
+    format!("p2p={},gdr={}", name(opts.p2p_level), name(opts.gdr_level))
 }
 
 /// The channels over the communicator's ranks from each host's search: the wiring is built in

@@ -23,7 +23,7 @@ use super::detect::{Detector, GpuSource, NvmlSource};
 use super::dump::graphs_from_xml;
 use super::graph::{LinkKind, NodeKind, System};
 use super::init::{no_gpu_error, search_with_files, InitEnv};
-use super::paths::{PathOptions, Paths};
+use super::paths::{PathOptions, Paths, P2P_LEVEL_VAR};
 use super::search::{Graph, Graphs, Pattern, SearchOptions};
 use super::xml::{self, TopoError, XmlDoc};
 use std::fmt::Write as _;
@@ -141,6 +141,7 @@ fn report(a: &Args, env: &InitEnv) -> Result<(String, bool), TopoError> {
         }
     };
     let sys = System::from_xml(&doc)?;
+    let paths = PathOptions::from_env()?;
     let mut out = String::new();
     // This machine without NVML, or a provider skeleton, still has a PCI tree and NICs worth
     // reporting; a plain file without GPUs, or a search asked for, is an error.
@@ -148,14 +149,14 @@ fn report(a: &Args, env: &InitEnv) -> Result<(String, bool), TopoError> {
     let searchable =
         sys.count(NodeKind::Gpu) > 0 || wants_search || !(a.detect || sys.undescribed_devices > 0);
     if !searchable {
-        write_system(&mut out, &sys);
+        write_system(&mut out, &sys, &paths);
         let _ = writeln!(out, "\nSearch: skipped: {}", no_gpu_error(&sys).message);
         write_dot(&mut out, &sys, a.dot.as_deref())?;
         return Ok((out, true));
     }
-    let opts = SearchOptions { nodes: a.nodes, ..Default::default() };
+    let opts = SearchOptions { nodes: a.nodes, paths: paths.clone(), ..Default::default() };
     let (searched, graphs) = search_with_files(&sys, &opts, a.graph.as_deref(), a.graph_dump.as_deref())?;
-    write_report(&mut out, &sys, &graphs, a.nodes);
+    write_report(&mut out, &sys, &graphs, a.nodes, &paths);
     write_dot(&mut out, &sys, a.dot.as_deref())?;
     if let Some(p) = &a.graph {
         let _ =
@@ -221,9 +222,10 @@ pub fn compare(out: &mut String, ours: &Graphs, theirs: &[Graph], name: &str) ->
     all
 }
 
-/// The text report (also used by tests): the system (see [`write_system`]), then the search.
-pub fn write_report(out: &mut String, sys: &System, graphs: &Graphs, nodes: usize) {
-    write_system(out, sys);
+/// The text report (also used by tests): the system (see [`write_system`]) with the path
+/// levels `paths` (those the search ran with), then the search.
+pub fn write_report(out: &mut String, sys: &System, graphs: &Graphs, nodes: usize, paths: &PathOptions) {
+    write_system(out, sys, paths);
     let _ = writeln!(
         out,
         "\nSearch ({} node{}): {:.1} ms",
@@ -268,8 +270,9 @@ fn missing_nvlink_note(sys: &System) -> Option<String> {
 }
 
 /// The system part of the report: node counts, notes on what the file leaves out, nodes and
-/// links, and the GPU–GPU and GPU–NIC path matrices.
-pub fn write_system(out: &mut String, sys: &System) {
+/// links, the GPU–GPU and GPU–NIC path matrices under the levels `opts`, and the GPU pairs
+/// the P2P level sends through host memory.
+pub fn write_system(out: &mut String, sys: &System, opts: &PathOptions) {
     let c = |k| sys.count(k);
     let _ = writeln!(
         out,
@@ -304,7 +307,7 @@ pub fn write_system(out: &mut String, sys: &System) {
             }
         }
     }
-    let paths = Paths::compute(sys, &PathOptions::default());
+    let paths = Paths::compute(sys, opts);
     let gpus = sys.ids(NodeKind::Gpu);
     if !gpus.is_empty() {
         let _ = writeln!(out, "\nGPU-GPU paths (type/GB/s), rows and columns by rank:");
@@ -322,6 +325,26 @@ pub fn write_system(out: &mut String, sys: &System) {
             }
             let _ = writeln!(out);
         }
+        // NCCL's ncclTopoCheckP2p: pairs beyond the level connect through host memory (SHM).
+        let mut far = Vec::new();
+        for (i, &a) in gpus.iter().enumerate() {
+            for &b in &gpus[i + 1..] {
+                if !paths.p2p_allowed(sys, a, b) {
+                    far.push(format!("{}-{}", rank(a), rank(b)));
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "P2P level {} ({}): {}",
+            paths.p2p_level(sys),
+            if opts.p2p_level.is_some() { P2P_LEVEL_VAR } else { "NCCL's default" },
+            if far.is_empty() {
+                "every pair P2P".to_string()
+            } else {
+                format!("through host memory: {}", far.join(" "))
+            }
+        );
         if c(NodeKind::Net) > 0 {
             let _ = writeln!(out, "\nGPU-NIC paths (type/GB/s; GDR = GPUDirect RDMA allowed):");
             for &a in gpus {

@@ -125,8 +125,8 @@ pub struct Path {
 /// Policy knobs NCCL takes from the environment.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct PathOptions {
-    /// `NCCL_P2P_LEVEL`: the worst path type P2P may use (default: SYS, or PXB through
-    /// Intel, Zhaoxin and ARM CPUs).
+    /// `NCCL_P2P_LEVEL`: the worst path type P2P may use (default: PXB, or SYS between the
+    /// two GPUs of an AMD machine).
     pub p2p_level: Option<PathType>,
     /// `NCCL_NET_GDR_LEVEL`: the worst GPU→NIC path type GPUDirect RDMA may use (default PXB).
     pub gdr_level: Option<PathType>,
@@ -134,6 +134,62 @@ pub struct PathOptions {
     pub pxn_disable: bool,
     /// `NCCL_NVB_DISABLE=1`: no routing through a GPU.
     pub nvb_disable: bool,
+}
+
+/// The variable capping the path type P2P may use (NCCL's `NCCL_P2P_LEVEL`).
+pub const P2P_LEVEL_VAR: &str = "RSCCL_P2P_LEVEL";
+
+/// The variable capping the GPU→NIC path type GPUDirect RDMA may use (NCCL's
+/// `NCCL_NET_GDR_LEVEL`).
+pub const NET_GDR_LEVEL_VAR: &str = "RSCCL_NET_GDR_LEVEL";
+
+/// Old-style levels (`NCCL_P2P_LEVEL=0` … `5`) as NCCL maps them; larger numbers are `SYS`.
+const OLD_LEVELS: [PathType; 6] =
+    [PathType::Loc, PathType::Pix, PathType::Pxb, PathType::Phb, PathType::Sys, PathType::Sys];
+
+/// A path level as NCCL's `ncclGetLevel` reads `var`'s `value`: a type's name up to `SYS`
+/// (`LOC`, `NVL`, `PIX`, `PXB`, `PHB`, `SYS`, …) or an old-style number (0 `LOC`, 1 `PIX`,
+/// 2 `PXB`, 3 `PHB`, 4 and above `SYS`). Anything else is an error naming the variable (NCCL
+/// ignores it silently).
+///
+/// ```
+/// use rsccl::topology::paths::{parse_level, PathType, P2P_LEVEL_VAR};
+/// assert_eq!(parse_level(P2P_LEVEL_VAR, "PHB").unwrap(), PathType::Phb);
+/// assert_eq!(parse_level(P2P_LEVEL_VAR, "1").unwrap(), PathType::Pix);
+/// assert_eq!(parse_level(P2P_LEVEL_VAR, "9").unwrap(), PathType::Sys);
+/// assert!(parse_level(P2P_LEVEL_VAR, "NET").is_err());
+/// ```
+pub fn parse_level(var: &str, value: &str) -> Result<PathType, super::TopoError> {
+    let v = value.trim();
+    if let Some(t) = PathType::from_name(v).filter(|&t| t <= PathType::Sys) {
+        return Ok(t);
+    }
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        let n = v.parse::<usize>().unwrap_or(usize::MAX);
+        return Ok(OLD_LEVELS[n.min(OLD_LEVELS.len() - 1)]);
+    }
+    let names: Vec<&str> = PathType::ALL.iter().filter(|&&t| t <= PathType::Sys).map(|t| t.name()).collect();
+    Err(super::TopoError::at(
+        var,
+        None,
+        format!("{value:?} is not a level: give a path type ({}) or a number 0..5", names.join(", ")),
+    ))
+}
+
+impl PathOptions {
+    /// The levels users set: [`P2P_LEVEL_VAR`] and [`NET_GDR_LEVEL_VAR`] (unset or empty:
+    /// NCCL's defaults); a bad value is an error naming it.
+    pub fn from_env() -> Result<PathOptions, super::TopoError> {
+        let level = |var: &str| match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => parse_level(var, &v).map(Some),
+            _ => Ok(None),
+        };
+        Ok(PathOptions {
+            p2p_level: level(P2P_LEVEL_VAR)?,
+            gdr_level: level(NET_GDR_LEVEL_VAR)?,
+            ..Default::default()
+        })
+    }
 }
 
 /// Paths from every node to every GPU, NET, CPU and NVSwitch node.
@@ -294,15 +350,16 @@ impl Paths {
         best.map(|(_, c)| c)
     }
 
-    /// The worst path type P2P may use on this system.
+    /// The worst path type P2P may use on this system: `NCCL_P2P_LEVEL`'s, else NCCL's
+    /// default (`ncclTopoCheckP2p`): PXB — not across CPU host bridges — except between the
+    /// GPUs of an AMD x86 machine with at most two.
     pub fn p2p_level(&self, sys: &System) -> PathType {
         if let Some(l) = self.options.p2p_level {
             return l;
         }
         match sys.cpu_type() {
-            (CpuArch::Arm, _, _) => PathType::Pxb,
-            (CpuArch::X86, CpuVendor::Intel | CpuVendor::Zhaoxin, _) => PathType::Pxb,
-            _ => PathType::Sys,
+            (CpuArch::X86, CpuVendor::Amd, _) if sys.count(NodeKind::Gpu) <= 2 => PathType::Sys,
+            _ => PathType::Pxb,
         }
     }
 
