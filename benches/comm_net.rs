@@ -114,12 +114,14 @@ fn transport_gbps() -> f64 {
         let layout = ConnLayout::simple(STEP);
         let deadline = Instant::now() + Duration::from_secs(60);
         let net: Arc<dyn Net> = Arc::new(SocketNet::new(SocketConfig::loopback(), [5; 16]));
-        let (a, b) =
-            (NetSetup::new(net.clone(), be.clone(), deadline), NetSetup::new(net, be.clone(), deadline));
-        let (a_rx, ha) = a.to_peer(1, "node1").listen(layout, 0).expect("listen");
-        let (b_rx, hb) = b.to_peer(0, "node0").listen(layout, 0).expect("listen");
-        let a_tx = a.to_peer(1, "node1").connect(layout, &hb).expect("connect");
-        let b_tx = b.to_peer(0, "node0").connect(layout, &ha).expect("connect");
+        let (a, b) = (
+            NetSetup::new(net.clone(), be.clone(), deadline, (0, 1)),
+            NetSetup::new(net, be.clone(), deadline, (0, 1)),
+        );
+        let (a_rx, ha) = a.to_peer(1, "node1", 0).listen(layout, 0).expect("listen");
+        let (b_rx, hb) = b.to_peer(0, "node0", 0).listen(layout, 0).expect("listen");
+        let a_tx = a.to_peer(1, "node1", 0).connect(layout, &hb).expect("connect");
+        let b_tx = b.to_peer(0, "node0", 0).connect(layout, &ha).expect("connect");
         let pa = a.start(0, Arc::new(be.alloc_mapped(4).expect("abort word"))).expect("proxy");
         let pb = b.start(1, Arc::new(be.alloc_mapped(4).expect("abort word"))).expect("proxy");
         let conns: Vec<(ConnInfo, bool)> = vec![

@@ -347,9 +347,10 @@ api! {
         let id = match (rendezvous(), std::env::var("RSCCL_SOCKET_IFNAME")) {
             (Some(addr), _) => UniqueId::from_rendezvous(&addr, 1),
             (None, Ok(spec)) => {
-                let (_, ip) = rsccl::transport::net::socket::pick_interface(Some(&spec), &rsccl::transport::net::socket::interfaces())
+                // The first interface it picks, as NCCL's bootstrap takes one.
+                let picked = rsccl::transport::net::socket::pick_interfaces(Some(&spec), &rsccl::transport::net::socket::interfaces())
                     .map_err(|e| Fail::arg(format!("RSCCL_SOCKET_IFNAME={spec}: {e}")))?;
-                UniqueId::with_addr(std::net::SocketAddr::new(ip, 0))
+                UniqueId::with_addr(std::net::SocketAddr::new(picked[0].1, 0))
             }
             (None, Err(_)) => UniqueId::new(),
         }

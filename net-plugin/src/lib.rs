@@ -164,7 +164,7 @@ unsafe extern "C" fn init(log: Logger) -> NcclResult {
         let cfg = SocketConfig::from_env().map_err(|e| (abi::SYSTEM_ERROR, e.to_string()))?;
         let ofi = std::env::var(NET_VAR).is_ok_and(|v| v.trim().eq_ignore_ascii_case("ofi"));
         if ofi && OFI.get().is_none() {
-            let net = OfiNet::open(None, cfg.ip).map_err(|e| (abi::SYSTEM_ERROR, e.to_string()))?;
+            let net = OfiNet::open(None, cfg.ip()).map_err(|e| (abi::SYSTEM_ERROR, e.to_string()))?;
             let _ =
                 NETWORK.set(std::ffi::CString::new(format!("ofi:{}", net.provider())).unwrap_or_default());
             let _ = OFI.set(net);
@@ -182,12 +182,27 @@ unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
             return Err((abi::INVALID_ARGUMENT, "ndev is NULL".into()));
         }
         // SAFETY: checked non-NULL; NCCL passes an int to fill.
-        unsafe { ndev.write(1) };
+        unsafe { ndev.write(device_count()? as c_int) };
         Ok(())
     })
 }
 
-/// Device 0: the interface the transports use, as sysfs describes it (kept for the process).
+/// Devices: each interface `RSCCL_SOCKET_IFNAME` picks (at most the socket transport's
+/// `MAX_IFS`); one over libfabric.
+fn device_count() -> Result<usize, (NcclResult, String)> {
+    Ok(if OFI.get().is_some() { 1 } else { config()?.devices.len() })
+}
+
+/// Device `dev` checked against [`device_count`].
+fn device(dev: c_int) -> Result<usize, (NcclResult, String)> {
+    let n = device_count()?;
+    usize::try_from(dev)
+        .ok()
+        .filter(|&d| d < n)
+        .ok_or_else(|| (abi::INVALID_ARGUMENT, format!("device {dev}: there are {n}")))
+}
+
+/// A device: its interface, as sysfs describes it (kept for the process).
 struct Nic {
     name: std::ffi::CString,
     /// The PCI function behind it (NULL for a virtual interface such as `lo`).
@@ -199,20 +214,27 @@ struct Nic {
 /// NCCL's socket transport's speed for an interface that reports none (Mb/s).
 const DEFAULT_SPEED: c_int = 10_000;
 
-fn nic(cfg: &SocketConfig) -> &'static Nic {
-    static NIC: OnceLock<Nic> = OnceLock::new();
-    NIC.get_or_init(|| {
-        let dir = std::path::Path::new("/sys/class/net").join(&cfg.ifname);
-        let speed = std::fs::read_to_string(dir.join("speed"))
-            .ok()
-            .and_then(|t| t.trim().parse::<c_int>().ok())
-            .filter(|&s| s > 0)
-            .unwrap_or(DEFAULT_SPEED);
-        let pci_path = std::fs::canonicalize(dir.join("device"))
-            .ok()
-            .and_then(|p| std::ffi::CString::new(p.to_string_lossy().into_owned()).ok());
-        Nic { name: std::ffi::CString::new(cfg.ifname.clone()).unwrap_or_default(), pci_path, speed }
-    })
+/// Device `dev` (checked by [`device`]) of `cfg`.
+fn nic(cfg: &SocketConfig, dev: usize) -> &'static Nic {
+    static NICS: OnceLock<Vec<Nic>> = OnceLock::new();
+    let nics = NICS.get_or_init(|| {
+        cfg.devices
+            .iter()
+            .map(|(ifname, _)| {
+                let dir = std::path::Path::new("/sys/class/net").join(ifname);
+                let speed = std::fs::read_to_string(dir.join("speed"))
+                    .ok()
+                    .and_then(|t| t.trim().parse::<c_int>().ok())
+                    .filter(|&s| s > 0)
+                    .unwrap_or(DEFAULT_SPEED);
+                let pci_path = std::fs::canonicalize(dir.join("device"))
+                    .ok()
+                    .and_then(|p| std::ffi::CString::new(p.to_string_lossy().into_owned()).ok());
+                Nic { name: std::ffi::CString::new(ifname.clone()).unwrap_or_default(), pci_path, speed }
+            })
+            .collect()
+    });
+    &nics[dev]
 }
 
 impl Nic {
@@ -224,15 +246,16 @@ impl Nic {
 unsafe extern "C" fn get_properties(dev: c_int, props: *mut PropertiesV8) -> NcclResult {
     guard("getProperties", || {
         let cfg = config()?;
-        if dev != 0 || props.is_null() {
-            return Err((abi::INVALID_ARGUMENT, format!("device {dev} (there is one) or NULL props")));
+        if props.is_null() {
+            return Err((abi::INVALID_ARGUMENT, "NULL props".into()));
         }
+        let nic = nic(cfg, device(dev)?);
         let p = PropertiesV8 {
-            name: nic(cfg).name.as_ptr() as *mut c_char,
-            pci_path: nic(cfg).pci(),
+            name: nic.name.as_ptr() as *mut c_char,
+            pci_path: nic.pci(),
             ptr_support: abi::PTR_HOST,
             reg_is_global: 1,
-            speed: nic(cfg).speed,
+            speed: nic.speed,
             max_comms: 65_536,
             max_recvs: 1,
             ..PropertiesV8::default()
@@ -246,18 +269,27 @@ unsafe extern "C" fn get_properties(dev: c_int, props: *mut PropertiesV8) -> Ncc
 unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut PropertiesV9) -> NcclResult {
     guard("getProperties", || {
         let cfg = config()?;
-        if dev != 0 || props.is_null() {
-            return Err((abi::INVALID_ARGUMENT, format!("device {dev} (there is one) or NULL props")));
+        if props.is_null() {
+            return Err((abi::INVALID_ARGUMENT, "NULL props".into()));
         }
+        let nic = nic(cfg, device(dev)?);
         let p = PropertiesV9 {
-            name: nic(cfg).name.as_ptr() as *mut c_char,
-            pci_path: nic(cfg).pci(),
+            name: nic.name.as_ptr() as *mut c_char,
+            pci_path: nic.pci(),
             ptr_support: abi::PTR_HOST,
             reg_is_global: 1,
-            speed: nic(cfg).speed,
+            speed: nic.speed,
             max_comms: 65_536,
             max_recvs: 1,
-            v_props: VDevicePropsV9 { ndevs: 1, devs: [0; abi::MAX_DEVS_PER_NIC_V9] },
+            // A physical device: its one member is itself.
+            v_props: VDevicePropsV9 {
+                ndevs: 1,
+                devs: {
+                    let mut d = [0; abi::MAX_DEVS_PER_NIC_V9];
+                    d[0] = dev;
+                    d
+                },
+            },
             max_p2p_bytes: usize::MAX,
             max_coll_bytes: usize::MAX,
             ..PropertiesV9::default()
@@ -277,21 +309,22 @@ enum Listen {
 
 unsafe extern "C" fn listen(dev: c_int, handle: *mut c_void, listen_comm: *mut *mut c_void) -> NcclResult {
     guard("listen", || {
-        if dev != 0 || handle.is_null() || listen_comm.is_null() {
-            return Err((abi::INVALID_ARGUMENT, format!("device {dev} (there is one) or a NULL pointer")));
+        if handle.is_null() || listen_comm.is_null() {
+            return Err((abi::INVALID_ARGUMENT, "a NULL pointer".into()));
         }
+        let dev = device(dev)?;
         // [kind][secret (socket only)][length][the transport's handle].
         let mut head = Vec::with_capacity(1 + SECRET_BYTES);
         let (h, listener) = match OFI.get() {
             Some(ofi) => {
                 head.push(OFI_HANDLE);
-                ofi.listen().map_err(internal)?
+                ofi.listen(dev).map_err(internal)?
             }
             None => {
                 let secret = random_secret().map_err(|e| (abi::SYSTEM_ERROR, e.to_string()))?;
                 head.push(SOCKET_HANDLE);
                 head.extend_from_slice(&secret);
-                SocketNet::new(config()?.clone(), secret).listen().map_err(internal)?
+                SocketNet::new(config()?.clone(), secret).listen(dev).map_err(internal)?
             }
         };
         let n = head.len() + 1 + h.len();
@@ -367,9 +400,10 @@ unsafe extern "C" fn connect(
 ) -> NcclResult {
     static CONNECTING: OnceLock<Mutex<Connecting>> = OnceLock::new();
     guard("connect", || {
-        if dev != 0 || handle.is_null() || send_comm.is_null() {
-            return Err((abi::INVALID_ARGUMENT, format!("device {dev} (there is one) or a NULL pointer")));
+        if handle.is_null() || send_comm.is_null() {
+            return Err((abi::INVALID_ARGUMENT, "a NULL pointer".into()));
         }
+        let dev = device(dev)?;
         let mut h = [0u8; HANDLE_MAXSIZE];
         // SAFETY: NCCL's handle holds NCCL_NET_HANDLE_MAXSIZE bytes; the out pointers are checked
         // non-NULL (dev_comm may be NULL).
@@ -407,7 +441,7 @@ unsafe extern "C" fn connect(
                 };
                 let t = std::thread::Builder::new()
                     .name("rsccl-plugin-connect".into())
-                    .spawn(move || net.connect(&theirs, Instant::now() + SETUP_LIMIT))
+                    .spawn(move || net.connect(dev, &theirs, Instant::now() + SETUP_LIMIT))
                     .map_err(|e| (abi::SYSTEM_ERROR, format!("starting a connect thread: {e}")))?;
                 pending.insert(h, t);
                 Ok(())
@@ -435,13 +469,13 @@ impl Net for OfiRef {
     fn name(&self) -> &'static str {
         "ofi"
     }
-    fn listen(&self) -> rsccl::Result<(Vec<u8>, Box<dyn NetListener>)> {
-        OFI.get().ok_or_else(|| rsccl::Error::Network("libfabric is not open".into()))?.listen()
+    fn listen(&self, dev: usize) -> rsccl::Result<(Vec<u8>, Box<dyn NetListener>)> {
+        OFI.get().ok_or_else(|| rsccl::Error::Network("libfabric is not open".into()))?.listen(dev)
     }
-    fn connect(&self, handle: &[u8], deadline: Instant) -> rsccl::Result<Box<dyn NetSendComm>> {
+    fn connect(&self, dev: usize, handle: &[u8], deadline: Instant) -> rsccl::Result<Box<dyn NetSendComm>> {
         OFI.get()
             .ok_or_else(|| rsccl::Error::Network("libfabric is not open".into()))?
-            .connect(handle, deadline)
+            .connect(dev, handle, deadline)
     }
 }
 

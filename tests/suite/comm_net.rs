@@ -202,6 +202,23 @@ fn net_child() {
             }
             println!("rank {rank}: {} ring cases and {trees} tree cases ok", cs.len());
         }
+        "rails" => {
+            let cfg = CommConfig { nchannels: 2, nthreads: 128, step_bytes: 65536, ..CommConfig::default() };
+            let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
+            let count = RAILS_BYTES as usize / 4;
+            let mine: Vec<f32> = (0..count).map(|i| ((i * 7 + rank * 3) % 1000) as f32).collect();
+            let buf = be.upload(&mine).unwrap();
+            let b = BufRef::from(&buf);
+            comm.run(
+                Call::all_reduce(b, b, count, DataType::F32, ReduceOp::Sum).with_algorithm(Algorithm::Ring),
+            )
+            .unwrap();
+            let got = be.download::<f32>(&buf, count).unwrap();
+            let wrong = (0..count)
+                .filter(|&i| got[i] != (0..n).map(|q| ((i * 7 + q * 3) % 1000) as f32).sum::<f32>())
+                .count();
+            println!("RAILS rank {rank}: {wrong} wrong");
+        }
         "across" => {
             let cfg = CommConfig { nchannels: 2, nthreads: 64, step_bytes: 8192, ..CommConfig::default() };
             let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
@@ -532,32 +549,43 @@ fn collectives_and_sends_over_libfabric_in_one_process() {
     assert_eq!(wrong, vec![0; rsccl_suite::net_check::RANKS], "wrong elements per rank");
 }
 
-/// Two network namespaces joined by a veth pair, created for this test (as root; removed after).
+/// Two network namespaces joined by veth pairs (each its own subnet), created for this test
+/// (as root; removed after).
 struct Namespaces {
     names: [String; 2],
-    ifs: [String; 2],
-    ips: [String; 2],
+    /// Per pair: its end in each namespace.
+    ifs: Vec<[String; 2]>,
+    /// Per pair: the address of each end.
+    ips: Vec<[String; 2]>,
 }
 
 impl Namespaces {
-    /// `None` (said why) where this process cannot make namespaces (they need root; the
-    /// loopback tests run everywhere).
+    /// One veth pair: [`Namespaces::with_pairs`].
     fn new() -> Option<Namespaces> {
+        Self::with_pairs(1)
+    }
+
+    /// `pairs` veth pairs; `None` (said why) where this process cannot make namespaces (they
+    /// need root; the loopback tests run everywhere).
+    fn with_pairs(pairs: usize) -> Option<Namespaces> {
         let k = std::process::id() % 250 + 1;
         let ns = Namespaces {
             names: [format!("rsccl{k}a"), format!("rsccl{k}b")],
-            ifs: [format!("rv{k}a"), format!("rv{k}b")],
-            ips: [format!("10.231.{k}.1"), format!("10.231.{k}.2")],
+            ifs: (0..pairs).map(|i| [format!("rv{k}a{i}"), format!("rv{k}b{i}")]).collect(),
+            ips: (0..pairs)
+                .map(|i| [format!("10.{}.{k}.1", 231 + i), format!("10.{}.{k}.2", 231 + i)])
+                .collect(),
         };
         let ip = |args: &[&str]| {
             std::process::Command::new("ip").args(args).output().map(|o| (o.status.success(), o.stderr))
         };
         let [a, b] = [&ns.names[0], &ns.names[1]];
-        let [va, vb] = [&ns.ifs[0], &ns.ifs[1]];
-        let steps: Vec<Vec<String>> = vec![
+        let mut all: Vec<Vec<String>> = vec![
             vec!["netns".into(), "add".into(), a.clone()],
             vec!["netns".into(), "add".into(), b.clone()],
-            vec![
+        ];
+        for [va, vb] in &ns.ifs {
+            all.push(vec![
                 "link".into(),
                 "add".into(),
                 va.clone(),
@@ -566,23 +594,25 @@ impl Namespaces {
                 "peer".into(),
                 "name".into(),
                 vb.clone(),
-            ],
-            vec!["link".into(), "set".into(), va.clone(), "netns".into(), a.clone()],
-            vec!["link".into(), "set".into(), vb.clone(), "netns".into(), b.clone()],
-        ];
-        let mut all = steps;
-        for i in 0..2 {
-            let (n, v, addr) = (&ns.names[i], &ns.ifs[i], format!("{}/24", ns.ips[i]));
-            all.push(vec![
-                "-n".into(),
-                n.clone(),
-                "addr".into(),
-                "add".into(),
-                addr,
-                "dev".into(),
-                v.clone(),
             ]);
-            all.push(vec!["-n".into(), n.clone(), "link".into(), "set".into(), v.clone(), "up".into()]);
+            all.push(vec!["link".into(), "set".into(), va.clone(), "netns".into(), a.clone()]);
+            all.push(vec!["link".into(), "set".into(), vb.clone(), "netns".into(), b.clone()]);
+        }
+        for i in 0..2 {
+            let n = &ns.names[i];
+            for (ifs, ips) in ns.ifs.iter().zip(&ns.ips) {
+                let (v, addr) = (&ifs[i], format!("{}/24", ips[i]));
+                all.push(vec![
+                    "-n".into(),
+                    n.clone(),
+                    "addr".into(),
+                    "add".into(),
+                    addr,
+                    "dev".into(),
+                    v.clone(),
+                ]);
+                all.push(vec!["-n".into(), n.clone(), "link".into(), "set".into(), v.clone(), "up".into()]);
+            }
             all.push(vec!["-n".into(), n.clone(), "link".into(), "set".into(), "lo".into(), "up".into()]);
         }
         for step in &all {
@@ -604,6 +634,24 @@ impl Namespaces {
             }
         }
         Some(ns)
+    }
+
+    /// Bytes interface `ifname` of namespace `ns` has sent.
+    fn tx_bytes(&self, ns: usize, ifname: &str) -> u64 {
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.names[ns],
+                "cat",
+                &format!("/sys/class/net/{ifname}/statistics/tx_bytes"),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("tx_bytes of {ifname}: {out:?}"))
     }
 }
 
@@ -638,7 +686,7 @@ fn two_network_namespaces_of_two_ranks_over_each_network() {
     }
     for (k, (name, extra)) in networks.into_iter().enumerate() {
         let port = 20_000 + (std::process::id() % 20_000) as u16 + k as u16;
-        let rendezvous = format!("{}:{port}", ns.ips[0]);
+        let rendezvous = format!("{}:{port}", ns.ips[0][0]);
         let (nodes, local) = (2, 2);
         let envs: Vec<Vec<(String, String)>> = (0..nodes * local)
             .map(|r| {
@@ -650,7 +698,7 @@ fn two_network_namespaces_of_two_ranks_over_each_network() {
                     ("RSCCL_TEST_NODES", nodes.to_string()),
                     ("RSCCL_TEST_LOCAL", local.to_string()),
                     ("RSCCL_HOSTID", format!("node{node}")),
-                    ("RSCCL_SOCKET_IFNAME", format!("={}", ns.ifs[node])),
+                    ("RSCCL_SOCKET_IFNAME", format!("={}", ns.ifs[0][node])),
                     ("RSCCL_DEBUG", "INFO".to_string()),
                 ]
                 .into_iter()
@@ -668,7 +716,7 @@ fn two_network_namespaces_of_two_ranks_over_each_network() {
             assert!(*ok && text.contains(&format!("ACROSS rank {r}: 0 wrong")), "{name}: rank {r}:\n{text}");
             // The node's traffic left through its veth end, on the network asked for.
             let want = match name {
-                "socket" => format!("NET/socket: using {}", ns.ifs[r / local]),
+                "socket" => format!("NET/socket: using {}", ns.ifs[0][r / local]),
                 "ofi" => "NET/OFI: using provider tcp".to_string(),
                 _ => "NET/Plugin: using rsccl-socket".to_string(),
             };
@@ -677,6 +725,77 @@ fn two_network_namespaces_of_two_ranks_over_each_network() {
         eprintln!("{name}: 2 namespaces x 2 ranks, 0 wrong");
     }
 }
+
+/// Rails: two namespaces joined by two veth pairs, `RSCCL_SOCKET_IFNAME` picking both ends in
+/// each, so the network has two devices on each node; one rank a node, two channels: channel
+/// `c`'s connections use device `c` (`device_for`), and a 16 MiB ring all-reduce moves at
+/// least a quarter of its bytes through each pair, exact — over rsccl's socket transport and
+/// through the exported NCCL net plugin (which reports the two interfaces as its devices).
+#[test]
+fn two_interfaces_carry_a_channel_each() {
+    let Some(ns) = Namespaces::with_pairs(2) else { return };
+    let plugin = std::env::current_exe().unwrap().parent().unwrap().join("libnccl_net_rsccl.so");
+    let mut networks: Vec<(&str, Vec<(&'static str, String)>)> = vec![("socket", vec![])];
+    if plugin.exists() {
+        networks.push(("plugin", vec![("RSCCL_NET_PLUGIN", plugin.display().to_string())]));
+    } else {
+        eprintln!(
+            "skipped the plugin run: {} is not built (cargo test --workspace builds it)",
+            plugin.display()
+        );
+    }
+    for (k, (name, extra)) in networks.into_iter().enumerate() {
+        let port = 20_000 + (std::process::id() % 20_000) as u16 + 10 + k as u16;
+        let rendezvous = format!("{}:{port}", ns.ips[0][0]);
+        let envs: Vec<Vec<(String, String)>> = (0..2)
+            .map(|r| {
+                [
+                    (CHILD_VAR, "rails".to_string()),
+                    ("RSCCL_TEST_RENDEZVOUS", rendezvous.clone()),
+                    ("RSCCL_TEST_RANK", r.to_string()),
+                    ("RSCCL_TEST_NODES", "2".to_string()),
+                    ("RSCCL_TEST_LOCAL", "1".to_string()),
+                    ("RSCCL_HOSTID", format!("node{r}")),
+                    ("RSCCL_SOCKET_IFNAME", "rv".to_string()),
+                    ("RSCCL_DEBUG", "INFO".to_string()),
+                ]
+                .into_iter()
+                .chain(extra.iter().cloned())
+                .map(|(k, v)| (k.to_string(), v))
+                .collect()
+            })
+            .collect();
+        let before: Vec<u64> = ns.ifs.iter().map(|p| ns.tx_bytes(0, &p[0])).collect();
+        let names = ns.names.clone();
+        let mut ranks = Children::spawn_wrapped("comm_net::net_child", envs, |i| {
+            vec!["ip".into(), "netns".into(), "exec".into(), names[i].clone()]
+        });
+        let results = ranks.wait(Duration::from_secs(240));
+        for (r, (ok, text)) in results.iter().enumerate() {
+            assert!(*ok && text.contains(&format!("RAILS rank {r}: 0 wrong")), "{name}: rank {r}:\n{text}");
+        }
+        if name == "socket" {
+            let text = &results[0].1;
+            let want = format!(
+                "NET/socket: using {} ({}), {} ({})",
+                ns.ifs[0][0], ns.ips[0][0], ns.ifs[1][0], ns.ips[1][0]
+            );
+            assert!(text.contains(&want), "{name}: rank 0 does not log `{want}`:\n{text}");
+        }
+        for (p, pair) in ns.ifs.iter().enumerate() {
+            let sent = ns.tx_bytes(0, &pair[0]) - before[p];
+            eprintln!("{name}: {} sent {sent} bytes", pair[0]);
+            assert!(
+                sent > RAILS_BYTES / 4,
+                "{name}: {} carried {sent} bytes of the {RAILS_BYTES}-byte all-reduce",
+                pair[0]
+            );
+        }
+    }
+}
+
+/// Bytes of the rails test's all-reduce.
+const RAILS_BYTES: u64 = 16 << 20;
 
 /// An unknown network is refused naming the variable.
 #[test]

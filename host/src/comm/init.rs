@@ -533,14 +533,19 @@ fn connect(
     let net = match net {
         Some(plugin) if wires.iter().any(|w| transports[w.peer] == TransportKind::Net) => {
             tracing::info!(rank, "{}", plugin.using());
-            Some(NetSetup::new(plugin, stream.clone(), std::time::Instant::now() + cfg.bootstrap_timeout))
+            let deadline = std::time::Instant::now() + cfg.bootstrap_timeout;
+            Some(NetSetup::new(plugin, stream.clone(), deadline, super::topo::local_of(peers, rank)))
         }
         _ => None,
     };
-    let transport_of = |peer: usize| -> Box<dyn Transport + '_> {
-        match transport::transport(transports[peer], stream) {
+    let transport_of = |w: &Wire| -> Box<dyn Transport + '_> {
+        match transport::transport(transports[w.peer], stream) {
             Some(t) => t,
-            None => Box::new(net.as_ref().expect("made above").to_peer(peer, &peers[peer].hostname)),
+            None => Box::new(net.as_ref().expect("made above").to_peer(
+                w.peer,
+                &peers[w.peer].hostname,
+                w.slot.channel(),
+            )),
         }
     };
     let me = &peers[rank];
@@ -573,7 +578,7 @@ fn connect(
     let mut views: Vec<ConnViews> = Vec::with_capacity(wires.len());
     for w in wires.iter().filter(|w| w.side == Side::Recv) {
         let layout = layout_of(w);
-        let (mem, handle) = transport_of(w.peer).listen(layout, key_base ^ w.tag as u128)?;
+        let (mem, handle) = transport_of(w).listen(layout, key_base ^ w.tag as u128)?;
         boot.send(w.peer, w.tag, &handle.0)?;
         let (base, peer) = (mem.base(), w.peer);
         views.push(ConnViews {
@@ -595,7 +600,7 @@ fn connect(
             )));
         }
         let layout = layout_of(w);
-        let mem = transport_of(w.peer).connect(layout, &ConnHandle(handle)).map_err(|e| Error::Rank {
+        let mem = transport_of(w).connect(layout, &ConnHandle(handle)).map_err(|e| Error::Rank {
             rank,
             source: Box::new(Error::InvalidConfig(format!("connecting to rank {}: {e}", w.peer))),
         })?;

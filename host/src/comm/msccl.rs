@@ -15,8 +15,7 @@ use crate::error::{Error, Result};
 use crate::msccl::ir::{Collective as IrColl, Program};
 use crate::msccl::runtime::Lowered;
 use crate::transport::net::proxy::Proxy;
-use crate::transport::net::socket::{SocketConfig, SocketNet};
-use crate::transport::net::{Net, NetSetup};
+use crate::transport::net::NetSetup;
 use crate::transport::{self, ConnHandle, ConnLayout, Side, Transport, TransportKind, MAX_HANDLE_BYTES};
 use rsccl_device::coll::kernels::handles;
 use rsccl_device::coll::msccl::{pass_geometry, MscclArgs, MscclTb};
@@ -104,10 +103,20 @@ impl Comm {
         let net =
             if sends.iter().chain(&recvs).any(|&(peer, _)| self.links.transports[peer] == TransportKind::Net)
             {
-                let sock = SocketConfig::from_env()?;
-                let plugin: Arc<dyn Net> = Arc::new(SocketNet::new(sock, self.links.conn_key.to_le_bytes()));
+                // The network the communicator's own connections use (a plugin, libfabric or
+                // sockets), as point-to-point connections choose it.
+                let choice = crate::transport::net::NetChoice {
+                    plugin: self.cfg.net_plugin.as_deref(),
+                    net: self.cfg.net.as_deref(),
+                };
+                let plugin = crate::transport::net::choose(choice, self.links.conn_key.to_le_bytes())?;
                 let deadline = std::time::Instant::now() + self.cfg.bootstrap_timeout;
-                Some(NetSetup::new(plugin, self.stream.clone(), deadline))
+                Some(NetSetup::new(
+                    plugin,
+                    self.stream.clone(),
+                    deadline,
+                    super::topo::local_of(&self.peers, rank),
+                ))
             } else {
                 None
             };
@@ -115,10 +124,12 @@ impl Comm {
         let load_no = self.programs.loaded.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
         // Apart from the ring and tree connections' keys and from other loads'.
         let key_base = self.links.conn_key ^ u128::from(load_no + 1) << 64;
-        let transport_of = |peer: usize| -> Result<Box<dyn Transport + '_>> {
+        let transport_of = |peer: usize, chan: u32| -> Result<Box<dyn Transport + '_>> {
             match (transport::transport(self.links.transports[peer], &self.stream), &net) {
                 (Some(t), _) => Ok(t),
-                (None, Some(setup)) => Ok(Box::new(setup.to_peer(peer, &self.peers[peer].hostname))),
+                (None, Some(setup)) => {
+                    Ok(Box::new(setup.to_peer(peer, &self.peers[peer].hostname, chan as usize)))
+                }
                 (None, None) => {
                     Err(bad(format!("rank {rank}: no transport to rank {peer} for an MSCCL connection")))
                 }
@@ -133,7 +144,8 @@ impl Comm {
             for (t, tb) in me.tbs.iter().enumerate() {
                 if let Some(peer) = tb.recv {
                     let tag = conn_tag(Edge::Msccl, tb.chan as usize, peer, rank);
-                    let (mem, handle) = transport_of(peer)?.listen(layout, key_base ^ tag as u128)?;
+                    let (mem, handle) =
+                        transport_of(peer, tb.chan)?.listen(layout, key_base ^ tag as u128)?;
                     boot.send(peer, tag, &handle.0)?;
                     recv_views[t] = layout.view(mem.base(), Side::Recv, peer);
                     conns.push(mem);
@@ -149,12 +161,13 @@ impl Comm {
                             handle.len()
                         )));
                     }
-                    let mem = transport_of(peer)?.connect(layout, &ConnHandle(handle)).map_err(|e| {
-                        Error::Rank {
-                            rank,
-                            source: Box::new(bad(format!("MSCCL: connecting to rank {peer}: {e}"))),
-                        }
-                    })?;
+                    let mem =
+                        transport_of(peer, tb.chan)?.connect(layout, &ConnHandle(handle)).map_err(|e| {
+                            Error::Rank {
+                                rank,
+                                source: Box::new(bad(format!("MSCCL: connecting to rank {peer}: {e}"))),
+                            }
+                        })?;
                     send_views[t] = layout.view(mem.base(), Side::Send, peer);
                     conns.push(mem);
                 }

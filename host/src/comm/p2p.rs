@@ -359,10 +359,17 @@ impl Comm {
                 };
                 let plugin = crate::transport::net::choose(choice, key)?;
                 tracing::info!(rank = self.rank, "{}", plugin.using());
-                NetSetup::new(plugin, self.stream.clone(), Instant::now() + self.cfg.bootstrap_timeout)
+                let deadline = Instant::now() + self.cfg.bootstrap_timeout;
+                NetSetup::new(
+                    plugin,
+                    self.stream.clone(),
+                    deadline,
+                    super::topo::local_of(&self.peers, self.rank),
+                )
             }
         };
-        let t = setup.to_peer(peer, &self.peers[peer].hostname);
+        // Point-to-point connections spread over the devices by peer (they have no channel).
+        let t = setup.to_peer(peer, &self.peers[peer].hostname, peer);
         let res = match handle {
             None => t.listen(layout, key).map(|(m, h)| (m, Some(h))),
             Some(h) => t.connect(layout, h).map(|m| (m, None)),

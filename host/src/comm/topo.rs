@@ -170,6 +170,13 @@ impl TopologyConfig {
     }
 }
 
+/// `rank`'s index among the ranks of its host, and their number.
+pub(crate) fn local_of(peers: &[PeerInfo], rank: usize) -> (usize, usize) {
+    let me = peers[rank].host_hash;
+    let local = peers.iter().filter(|p| p.host_hash == me);
+    (local.clone().take_while(|p| p.rank != rank).count(), local.count())
+}
+
 /// The ranks of each host, hosts in the order of their lowest rank.
 pub(crate) fn hosts_of(peers: &[PeerInfo]) -> Vec<Vec<usize>> {
     let mut order: Vec<u64> = Vec::new();

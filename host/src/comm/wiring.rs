@@ -57,6 +57,14 @@ impl Slot {
     pub(super) fn is_ring(self) -> bool {
         matches!(self, Slot::RingRecv(_) | Slot::RingSend(_))
     }
+
+    /// The channel the connection belongs to.
+    pub(super) fn channel(self) -> usize {
+        match self {
+            Slot::RingRecv(c) | Slot::RingSend(c) | Slot::UpRecv(c) | Slot::UpSend(c) => c,
+            Slot::DownRecv(c, _) | Slot::DownSend(c, _) => c,
+        }
+    }
 }
 
 /// The connections `rank` sets up: per channel its ring's receive (from the previous rank) and

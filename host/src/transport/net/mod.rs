@@ -44,11 +44,17 @@ pub struct NetRequest(pub u64);
 pub trait Net: Send + Sync {
     /// The plugin's name, for logs.
     fn name(&self) -> &'static str;
-    /// Opens a listener for one incoming connection; returns the handle the sender connects
-    /// with (at most [`super::MAX_HANDLE_BYTES`] bytes) and the listener.
-    fn listen(&self) -> Result<(Vec<u8>, Box<dyn NetListener>)>;
-    /// Connects to the listener of `handle`, giving up at `deadline`.
-    fn connect(&self, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>>;
+    /// Devices (NICs, interfaces) the network carries connections over, numbered from 0
+    /// (NCCL's `devices`); at least one.
+    fn ndev(&self) -> usize {
+        1
+    }
+    /// Opens a listener for one incoming connection on device `dev` (< [`Net::ndev`]);
+    /// returns the handle the sender connects with (at most [`super::MAX_HANDLE_BYTES`] bytes)
+    /// and the listener.
+    fn listen(&self, dev: usize) -> Result<(Vec<u8>, Box<dyn NetListener>)>;
+    /// Connects from device `dev` to the listener of `handle`, giving up at `deadline`.
+    fn connect(&self, dev: usize, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>>;
     /// The network's devices as it describes them (an NCCL plugin's `getProperties`), for the
     /// topology's NET nodes; empty (the default): the host's own detection finds the NICs.
     fn devices(&self) -> Vec<NetDevice> {
@@ -138,16 +144,18 @@ pub fn choose(choice: NetChoice, secret: Secret) -> Result<Arc<dyn Net>> {
     match net.trim().to_ascii_lowercase().as_str() {
         "socket" => {}
         // NCCL_NET's names too (its twin): `Socket`, and the OFI plugin's `OFI`/`AWS Libfabric`.
-        "ofi" | "libfabric" | "aws libfabric" => return Ok(Arc::new(ofi::OfiNet::open(None, sock.ip)?.on(&sock.ifname))),
+        "ofi" | "libfabric" | "aws libfabric" => {
+            return Ok(Arc::new(ofi::OfiNet::open(None, sock.ip())?.on(sock.ifname())))
+        }
         "auto" => {
             // libfabric only where it drives an RDMA NIC; its tcp provider is no faster than ours.
-            let offered = ofi::offered_providers(sock.ip);
+            let offered = ofi::offered_providers(sock.ip());
             if let Some(p) = ofi::rdma_provider(&offered) {
-                match ofi::OfiNet::open(Some(&p), sock.ip) {
-                    Ok(n) => return Ok(Arc::new(n.on(&sock.ifname))),
+                match ofi::OfiNet::open(Some(&p), sock.ip()) {
+                    Ok(n) => return Ok(Arc::new(n.on(sock.ifname()))),
                     Err(e) => tracing::warn!(
                         "NET: libfabric offers {p} on {} but it did not open ({e}): using the socket transport",
-                        sock.ip
+                        sock.ip()
                     ),
                 }
             }
@@ -304,23 +312,56 @@ pub(crate) struct NetConn {
     pub pending: Vec<(Region, Pending)>,
 }
 
+/// The device (of `ndev`) a connection of channel `channel` uses on a rank that is number
+/// `local` of the `nlocal` ranks on its host — NCCL's choice of a rank's local NICs
+/// (`ncclTopoGetLocalNet`) without the topology to say which are closest: the host's ranks
+/// share the devices out in order (GPUs and NICs are numbered along the PCIe tree alike, so
+/// consecutive GPUs share the NICs near them), and a rank with more than one spreads its
+/// channels over them.
+///
+/// ```
+/// use rsccl::transport::net::device_for;
+/// // One rank and two NICs: channels alternate.
+/// assert_eq!((0..4).map(|c| device_for(2, (0, 1), c)).collect::<Vec<_>>(), [0, 1, 0, 1]);
+/// // Eight GPUs, eight NICs: GPU i on NIC i, every channel.
+/// assert_eq!(device_for(8, (5, 8), 3), 5);
+/// // Eight GPUs, four NICs: two GPUs a NIC.
+/// assert_eq!((0..8).map(|l| device_for(4, (l, 8), 0)).collect::<Vec<_>>(), [0, 0, 1, 1, 2, 2, 3, 3]);
+/// ```
+pub fn device_for(ndev: usize, (local, nlocal): (usize, usize), channel: usize) -> usize {
+    let (ndev, nlocal) = (ndev.max(1), nlocal.max(1));
+    let share = (ndev / nlocal).max(1);
+    let first = (local % nlocal).saturating_mul(ndev) / nlocal;
+    (first + channel % share) % ndev
+}
+
 /// The network connections a communicator sets up, until its proxy takes them.
 pub struct NetSetup {
     net: Arc<dyn Net>,
     backend: Arc<dyn Backend>,
     deadline: Instant,
+    /// This rank's index among its host's ranks, and their number ([`device_for`]).
+    local: (usize, usize),
     conns: Arc<Mutex<Vec<NetConn>>>,
 }
 
 impl NetSetup {
-    /// Connections over `net`, with memory from `backend`, set up before `deadline`.
-    pub fn new(net: Arc<dyn Net>, backend: Arc<dyn Backend>, deadline: Instant) -> NetSetup {
-        NetSetup { net, backend, deadline, conns: Arc::new(Mutex::new(Vec::new())) }
+    /// Connections over `net`, with memory from `backend`, set up before `deadline`, for a
+    /// rank that is number `local.0` of the `local.1` ranks on its host.
+    pub fn new(
+        net: Arc<dyn Net>,
+        backend: Arc<dyn Backend>,
+        deadline: Instant,
+        local: (usize, usize),
+    ) -> NetSetup {
+        NetSetup { net, backend, deadline, local, conns: Arc::new(Mutex::new(Vec::new())) }
     }
 
-    /// The transport for connections with `peer` (on `host`).
-    pub fn to_peer(&self, peer: usize, host: &str) -> NetPeer<'_> {
-        NetPeer { setup: self, peer, host: host.to_string() }
+    /// The transport for connections of channel `channel` with `peer` (on `host`), on the
+    /// device [`device_for`] picks.
+    pub fn to_peer(&self, peer: usize, host: &str, channel: usize) -> NetPeer<'_> {
+        let dev = device_for(self.net.ndev(), self.local, channel);
+        NetPeer { setup: self, peer, host: host.to_string(), dev }
     }
 
     /// The plugin's name.
@@ -390,6 +431,8 @@ pub struct NetPeer<'a> {
     setup: &'a NetSetup,
     peer: usize,
     host: String,
+    /// The network device this side's connections use.
+    dev: usize,
 }
 
 impl NetPeer<'_> {
@@ -406,7 +449,7 @@ impl Transport for NetPeer<'_> {
         let mem = self.setup.alloc(layout, Side::Recv)?;
         let (mut handles, mut pending) = (Vec::new(), Vec::new());
         for region in Region::of(layout) {
-            let (handle, listener) = self.setup.net.listen()?;
+            let (handle, listener) = self.setup.net.listen(self.dev)?;
             let deadline = self.setup.deadline;
             let acceptor = std::thread::Builder::new()
                 .name("rsccl-net-accept".into())
@@ -424,7 +467,7 @@ impl Transport for NetPeer<'_> {
         let regions = Region::of(layout);
         let mut pending = Vec::with_capacity(regions.len());
         for (region, h) in regions.iter().zip(split_handles(&handle.0, regions.len())?) {
-            pending.push((*region, Pending::Send(self.setup.net.connect(h, self.setup.deadline)?)));
+            pending.push((*region, Pending::Send(self.setup.net.connect(self.dev, h, self.setup.deadline)?)));
         }
         Ok(self.keep(layout, mem, pending))
     }

@@ -885,7 +885,12 @@ impl Net for OfiNet {
         format!("NET/OFI: using provider {} on {}", self.provider(), self.on)
     }
 
-    fn listen(&self) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
+    // One device: the domain opened on the address's interface (several NICs through
+    // libfabric are not set up yet; the trait's default `ndev` says one).
+    fn listen(&self, dev: usize) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
+        if dev != 0 {
+            return Err(ofi_err(format!("device {dev}: this transport opens one")));
+        }
         let ep = Endpoint::open(self.dom.clone(), false)?;
         let secret = random_secret().map_err(|e| ofi_err(e.to_string()))?;
         let mut handle = vec![ep.addr.len() as u8];
@@ -894,7 +899,10 @@ impl Net for OfiNet {
         Ok((handle, Box::new(OfiListener { ep, secret })))
     }
 
-    fn connect(&self, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>> {
+    fn connect(&self, dev: usize, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>> {
+        if dev != 0 {
+            return Err(ofi_err(format!("device {dev}: this transport opens one")));
+        }
         let n = *handle.first().ok_or_else(|| ofi_err("an empty handle"))? as usize;
         if handle.len() != 1 + n + SECRET_BYTES || n > MAX_ADDR_BYTES {
             return Err(ofi_err(format!("a handle of {} bytes is not this transport's", handle.len())));
@@ -1128,7 +1136,7 @@ mod tests {
             Err(e) => panic!("{e}"),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
-        let (handle, listener) = net.listen().unwrap();
+        let (handle, listener) = net.listen(0).unwrap();
         let mut bad = handle.clone();
         let last = bad.len() - 1;
         bad[last] ^= 1;
@@ -1142,8 +1150,8 @@ mod tests {
             let mut garbage = vec![0xA5u8; 300];
             let g = garbage_ep.start(garbage.as_mut_ptr(), garbage.len(), HELLO_TAG).unwrap();
             garbage_ep.wait(g, deadline, "sending garbage").unwrap();
-            let _stranger = net.connect(&bad, deadline).unwrap();
-            let mut tx = net.connect(&handle, deadline).unwrap();
+            let _stranger = net.connect(0, &bad, deadline).unwrap();
+            let mut tx = net.connect(0, &handle, deadline).unwrap();
             let mut rx = acc.join().unwrap().unwrap();
             let sizes = [1usize, 4096, 100_000, 0, 3];
             let msgs: Vec<Vec<u8>> =

@@ -8,7 +8,7 @@
 //! this host runs all of them, takes the newest of those the library exports (or the one
 //! [`NET_PLUGIN_VERSION_VAR`] pins), and names the other versions it finds when it has none. The mandatory entries must be non-NULL (the device-offload
 //! ones may be NULL, as aws-ofi-nccl leaves them); `init` is given a logger, `devices` must
-//! report one at least, and device 0 is used. The first name that loads serves; a plugin is
+//! report one at least, and each is a device connections use ([`super::device_for`]). The first name that loads serves; a plugin is
 //! loaded and initialised once per process, as NCCL does — except that a v11-on plugin's `init`
 //! runs per communicator (its context, given to `listen` and `connect`, and `finalize`d when
 //! the communicator's last connection closes); older versions' one initialisation stands in for
@@ -618,15 +618,20 @@ impl Net for PluginNet {
         format!("NET/Plugin: using {} from {} (v{})", p.name, p.path, p.version)
     }
 
-    fn listen(&self) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
+    fn ndev(&self) -> usize {
+        self.plugin.devices.len()
+    }
+
+    fn listen(&self, dev: usize) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
+        let d = self.device(dev)?;
         let mut handle = [0u8; HANDLE_MAXSIZE];
         let mut comm: *mut c_void = std::ptr::null_mut();
-        // SAFETY: device 0 exists; the handle buffer holds NCCL_NET_HANDLE_MAXSIZE bytes; the
-        // context is this communicator's.
+        // SAFETY: device d exists (checked); the handle buffer holds NCCL_NET_HANDLE_MAXSIZE
+        // bytes; the context is this communicator's.
         let code = unsafe {
             match self.plugin.calls.listen {
-                Listens::Plain(listen) => listen(0, handle.as_mut_ptr().cast(), &mut comm),
-                Listens::Ctx(listen) => listen(self.plugin.ctx, 0, handle.as_mut_ptr().cast(), &mut comm),
+                Listens::Plain(listen) => listen(d, handle.as_mut_ptr().cast(), &mut comm),
+                Listens::Ctx(listen) => listen(self.plugin.ctx, d, handle.as_mut_ptr().cast(), &mut comm),
             }
         };
         if code != abi::SUCCESS || comm.is_null() {
@@ -635,7 +640,8 @@ impl Net for PluginNet {
         Ok((handle.to_vec(), Box::new(PluginListener { plugin: self.plugin.clone(), comm })))
     }
 
-    fn connect(&self, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>> {
+    fn connect(&self, dev: usize, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>> {
+        let d = self.device(dev)?;
         if handle.len() > HANDLE_MAXSIZE {
             return Err(plugin_err(format!(
                 "a handle of {} bytes, more than NCCL's {HANDLE_MAXSIZE}",
@@ -652,13 +658,13 @@ impl Net for PluginNet {
             // a comm.
             let code = unsafe {
                 match self.plugin.calls.connect {
-                    Connects::V6(connect) => connect(0, h.as_mut_ptr().cast(), &mut comm),
-                    Connects::V8(connect) => connect(0, h.as_mut_ptr().cast(), &mut comm, &mut dev),
+                    Connects::V6(connect) => connect(d, h.as_mut_ptr().cast(), &mut comm),
+                    Connects::V8(connect) => connect(d, h.as_mut_ptr().cast(), &mut comm, &mut dev),
                     Connects::V10(connect) => {
-                        connect(0, &mut cfg, h.as_mut_ptr().cast(), &mut comm, &mut dev)
+                        connect(d, &mut cfg, h.as_mut_ptr().cast(), &mut comm, &mut dev)
                     }
                     Connects::V11(connect) => {
-                        connect(self.plugin.ctx, 0, h.as_mut_ptr().cast(), &mut comm, &mut dev)
+                        connect(self.plugin.ctx, d, h.as_mut_ptr().cast(), &mut comm, &mut dev)
                     }
                 }
             };
@@ -676,6 +682,15 @@ impl Net for PluginNet {
             }
             std::thread::sleep(RETRY);
         }
+    }
+}
+
+impl PluginNet {
+    /// Device `dev` as the plugin numbers it, or an error naming how many it has.
+    fn device(&self, dev: usize) -> Result<c_int> {
+        c_int::try_from(dev).ok().filter(|_| dev < self.plugin.devices.len()).ok_or_else(|| {
+            plugin_err(format!("device {dev}: plugin {} has {}", self.plugin.name, self.plugin.devices.len()))
+        })
     }
 }
 

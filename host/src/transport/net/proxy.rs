@@ -881,10 +881,12 @@ mod tests {
 
     fn pair(layout: ConnLayout, net: Arc<dyn Net>, deadline: Instant) -> Pair {
         let be = crate::backend::cpu();
-        let (rx_setup, tx_setup) =
-            (NetSetup::new(net.clone(), be.clone(), deadline), NetSetup::new(net, be.clone(), deadline));
-        let (rx_mem, handle) = rx_setup.to_peer(1, "sender-host").listen(layout, 0).unwrap();
-        let tx_mem = tx_setup.to_peer(0, "receiver-host").connect(layout, &handle).unwrap();
+        let (rx_setup, tx_setup) = (
+            NetSetup::new(net.clone(), be.clone(), deadline, (0, 1)),
+            NetSetup::new(net, be.clone(), deadline, (0, 1)),
+        );
+        let (rx_mem, handle) = rx_setup.to_peer(1, "sender-host", 0).listen(layout, 0).unwrap();
+        let tx_mem = tx_setup.to_peer(0, "receiver-host", 0).connect(layout, &handle).unwrap();
         let rx_proxy = rx_setup.start(0, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();
         let tx_proxy = tx_setup.start(1, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();
         Pair { rx_mem, tx_mem, rx_proxy, tx_proxy }
@@ -1117,10 +1119,12 @@ mod tests {
         let layout = ConnLayout::simple(256);
         let deadline = Instant::now() + Duration::from_secs(30);
         let net: Arc<dyn Net> = Arc::new(SocketNet::new(SocketConfig::loopback(), [1; 16]));
-        let (rx_setup, tx_setup) =
-            (NetSetup::new(net.clone(), be.clone(), deadline), NetSetup::new(net, be.clone(), deadline));
-        let (_rx_mem, handle) = rx_setup.to_peer(5, "far-host").listen(layout, 0).unwrap();
-        let _tx_mem = tx_setup.to_peer(2, "near-host").connect(layout, &handle).unwrap();
+        let (rx_setup, tx_setup) = (
+            NetSetup::new(net.clone(), be.clone(), deadline, (0, 1)),
+            NetSetup::new(net, be.clone(), deadline, (0, 1)),
+        );
+        let (_rx_mem, handle) = rx_setup.to_peer(5, "far-host", 0).listen(layout, 0).unwrap();
+        let _tx_mem = tx_setup.to_peer(2, "near-host", 0).connect(layout, &handle).unwrap();
         let abort = Arc::new(be.alloc_mapped(4).unwrap());
         let rx_proxy = rx_setup.start(2, abort.clone()).unwrap();
         let tx_proxy = tx_setup.start(5, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();

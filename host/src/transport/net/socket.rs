@@ -42,14 +42,16 @@ fn net_err(what: impl Into<String>) -> Error {
     Error::Network(what.into())
 }
 
-/// How the socket plugin connects: the address it listens on and how many sockets and threads
-/// a connection uses.
+/// Most interfaces the socket plugin uses as devices (NCCL's `MAX_IFS`).
+pub const MAX_IFS: usize = 16;
+
+/// How the socket plugin connects: the interfaces it listens on (its devices) and how many
+/// sockets and threads a connection uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SocketConfig {
-    /// The address listeners bind (port chosen by the system).
-    pub ip: IpAddr,
-    /// The interface it belongs to, for messages.
-    pub ifname: String,
+    /// Each device's interface name and the address its listeners bind (port chosen by the
+    /// system): at least one, at most [`MAX_IFS`], in the system's order.
+    pub devices: Vec<(String, IpAddr)>,
     /// Helper threads per connection.
     pub nthreads: usize,
     /// Sockets per helper thread.
@@ -58,8 +60,7 @@ pub struct SocketConfig {
 
 impl SocketConfig {
     /// From `RSCCL_SOCKET_IFNAME`, `RSCCL_SOCKET_NTHREADS` and `RSCCL_NSOCKS_PERTHREAD` (1 and
-    /// 1 when unset). Without an interface name: the first interface that is up, has an IPv4
-    /// address and is not loopback or a container bridge, else loopback.
+    /// 1 when unset): every interface the name picks is a device ([`pick_interfaces`]).
     pub fn from_env() -> Result<SocketConfig> {
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
         let count = |name: &str, max: usize| -> Result<usize> {
@@ -81,18 +82,27 @@ impl SocketConfig {
                 nthreads * nsocks_per_thread
             )));
         }
-        let (ifname, ip) = pick_interface(var(IFNAME_VAR).as_deref(), &interfaces())?;
-        Ok(SocketConfig { ip, ifname, nthreads, nsocks_per_thread })
+        let devices = pick_interfaces(var(IFNAME_VAR).as_deref(), &interfaces())?;
+        Ok(SocketConfig { devices, nthreads, nsocks_per_thread })
     }
 
     /// Loopback with one socket and one thread (tests).
     pub fn loopback() -> SocketConfig {
         SocketConfig {
-            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            ifname: "lo".into(),
+            devices: vec![("lo".into(), IpAddr::V4(Ipv4Addr::LOCALHOST))],
             nthreads: 1,
             nsocks_per_thread: 1,
         }
+    }
+
+    /// The first device's address (where a single-device network listens).
+    pub fn ip(&self) -> IpAddr {
+        self.devices[0].1
+    }
+
+    /// The first device's interface name.
+    pub fn ifname(&self) -> &str {
+        &self.devices[0].0
     }
 
     fn nsocks(&self) -> usize {
@@ -131,44 +141,54 @@ pub fn interfaces() -> Vec<(String, IpAddr)> {
     out
 }
 
-/// The interface `spec` (NCCL's `NCCL_SOCKET_IFNAME` syntax) picks among `ifs`.
+/// The interfaces `spec` (NCCL's `NCCL_SOCKET_IFNAME` syntax: a comma list of name prefixes,
+/// `=` for exact names, `^` to exclude them) picks among `ifs`, at most [`MAX_IFS`], in the
+/// system's order; each is a device of the socket plugin, as NCCL's socket transport makes
+/// one of each. Unset, as NCCL picks: `ib` interfaces (IPoIB), else every one that is not
+/// loopback or a container bridge, else loopback.
 ///
 /// ```
-/// use rsccl::transport::net::socket::pick_interface;
-/// let ifs = vec![("lo".to_string(), "127.0.0.1".parse().unwrap()), ("eth0".into(), "10.0.0.2".parse().unwrap())];
-/// assert_eq!(pick_interface(Some("lo"), &ifs).unwrap().0, "lo");
-/// assert_eq!(pick_interface(None, &ifs).unwrap().0, "eth0");
-/// assert_eq!(pick_interface(Some("^eth"), &ifs).unwrap().0, "lo");
-/// assert!(pick_interface(Some("=eth"), &ifs).is_err());
+/// use rsccl::transport::net::socket::pick_interfaces;
+/// let ifs: Vec<(String, std::net::IpAddr)> = [("lo", "127.0.0.1"), ("eth0", "10.0.0.2"), ("eth1", "10.0.1.2")]
+///     .iter().map(|(n, ip)| (n.to_string(), ip.parse().unwrap())).collect();
+/// let names = |spec| pick_interfaces(spec, &ifs).unwrap().into_iter().map(|d| d.0).collect::<Vec<_>>();
+/// assert_eq!(names(Some("lo")), ["lo"]);
+/// assert_eq!(names(None), ["eth0", "eth1"]);
+/// assert_eq!(names(Some("^eth")), ["lo"]);
+/// assert_eq!(names(Some("=eth1,lo")), ["lo", "eth1"]);
+/// assert!(pick_interfaces(Some("=eth"), &ifs).is_err());
 /// ```
-pub fn pick_interface(spec: Option<&str>, ifs: &[(String, IpAddr)]) -> Result<(String, IpAddr)> {
-    let found = match spec {
-        None => ifs
-            .iter()
-            .find(|(n, _)| !["lo", "docker", "virbr", "veth"].iter().any(|p| n.starts_with(p)))
-            .or_else(|| ifs.iter().find(|(n, _)| n.starts_with("lo"))),
-        Some(spec) => {
-            let (exclude, rest) = match spec.strip_prefix('^') {
-                Some(r) => (true, r),
-                None => (false, spec),
-            };
-            let (exact, rest) = match rest.strip_prefix('=') {
-                Some(r) => (true, r),
-                None => (false, rest),
-            };
-            let names: Vec<&str> = rest.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-            let hit = |n: &str| names.iter().any(|p| if exact { n == *p } else { n.starts_with(p) });
-            ifs.iter().find(|(n, _)| hit(n) != exclude)
-        }
+pub fn pick_interfaces(spec: Option<&str>, ifs: &[(String, IpAddr)]) -> Result<Vec<(String, IpAddr)>> {
+    let matching = |spec: &str| -> Vec<(String, IpAddr)> {
+        let (exclude, rest) = match spec.strip_prefix('^') {
+            Some(r) => (true, r),
+            None => (false, spec),
+        };
+        let (exact, rest) = match rest.strip_prefix('=') {
+            Some(r) => (true, r),
+            None => (false, rest),
+        };
+        let names: Vec<&str> = rest.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        let hit = |n: &str| names.iter().any(|p| if exact { n == *p } else { n.starts_with(p) });
+        ifs.iter().filter(|(n, _)| hit(n) != exclude).take(MAX_IFS).cloned().collect()
     };
-    found.cloned().ok_or_else(|| {
+    let found = match spec {
+        Some(spec) => matching(spec),
+        None => ["ib", "^lo,docker,virbr,veth", "docker", "lo"]
+            .iter()
+            .map(|s| matching(s))
+            .find(|m| !m.is_empty())
+            .unwrap_or_default(),
+    };
+    if found.is_empty() {
         let have: Vec<String> = ifs.iter().map(|(n, ip)| format!("{n} ({ip})")).collect();
-        net_err(format!(
+        return Err(net_err(format!(
             "no network interface matches {IFNAME_VAR}={}; interfaces up with IPv4: {}",
             spec.unwrap_or("(unset)"),
             if have.is_empty() { "none".to_string() } else { have.join(", ") }
-        ))
-    })
+        )));
+    }
+    Ok(found)
 }
 
 /// The socket plugin: connections present `secret` (the communicator's).
@@ -209,17 +229,28 @@ impl Net for SocketNet {
 
     fn using(&self) -> String {
         let c = &self.cfg;
+        // Devices in order: 0, 1, …
+        let devs: Vec<String> = c.devices.iter().map(|(n, ip)| format!("{n} ({ip})")).collect();
         format!(
-            "NET/socket: using {} ({}), {} thread(s) x {} socket(s) per connection",
-            c.ifname, c.ip, c.nthreads, c.nsocks_per_thread
+            "NET/socket: using {}, {} thread(s) x {} socket(s) per connection",
+            devs.join(", "),
+            c.nthreads,
+            c.nsocks_per_thread
         )
     }
 
-    fn listen(&self) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
-        let listener = TcpListener::bind(SocketAddr::new(self.cfg.ip, 0))
-            .map_err(|e| net_err(format!("listening on {} ({}): {e}", self.cfg.ip, self.cfg.ifname)))?;
+    fn ndev(&self) -> usize {
+        self.cfg.devices.len()
+    }
+
+    fn listen(&self, dev: usize) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
+        let (ifname, ip) = self.cfg.devices.get(dev).ok_or_else(|| {
+            net_err(format!("listening on device {dev}: the socket transport has {}", self.cfg.devices.len()))
+        })?;
+        let listener = TcpListener::bind(SocketAddr::new(*ip, 0))
+            .map_err(|e| net_err(format!("listening on {ip} ({ifname}): {e}")))?;
         let addr = listener.local_addr().map_err(|e| net_err(format!("listener address: {e}")))?;
-        tracing::info!("NET/socket: listening on {addr} ({})", self.cfg.ifname);
+        tracing::info!("NET/socket: listening on {addr} ({ifname}, device {dev})");
         let conn_id = fresh_conn_id();
         let handle = Handle { addr, conn_id }.encode().to_vec();
         Ok((
@@ -228,7 +259,9 @@ impl Net for SocketNet {
         ))
     }
 
-    fn connect(&self, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>> {
+    // The receiver's listening address picks the route (NCCL's socket transport does not bind
+    // the sending side either): `dev` is not needed here.
+    fn connect(&self, _dev: usize, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>> {
         let h = Handle::decode(handle).map_err(|e| net_err(e.0))?;
         let nsocks = self.cfg.nsocks();
         let mut socks = Vec::with_capacity(nsocks);
@@ -650,10 +683,10 @@ mod tests {
     fn pair(nthreads: usize, nsocks_per_thread: usize) -> (Box<dyn NetSendComm>, Box<dyn NetRecvComm>) {
         let cfg = SocketConfig { nthreads, nsocks_per_thread, ..SocketConfig::loopback() };
         let net = SocketNet::new(cfg, [3; 16]);
-        let (handle, listener) = net.listen().unwrap();
+        let (handle, listener) = net.listen(0).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         let acceptor = std::thread::spawn(move || listener.accept(deadline));
-        let tx = net.connect(&handle, deadline).unwrap();
+        let tx = net.connect(0, &handle, deadline).unwrap();
         (tx, acceptor.join().unwrap().unwrap())
     }
 
@@ -681,14 +714,14 @@ mod tests {
     fn silent_strangers_do_not_delay_the_real_sender() {
         let cfg = SocketConfig { nthreads: 1, nsocks_per_thread: 2, ..SocketConfig::loopback() };
         let net = SocketNet::new(cfg, [3; 16]);
-        let (handle, listener) = net.listen().unwrap();
+        let (handle, listener) = net.listen(0).unwrap();
         let addr = Handle::decode(&handle).unwrap().addr;
         let strangers: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(addr).unwrap()).collect();
         let deadline = Instant::now() + Duration::from_secs(20);
         let start = Instant::now();
         let acceptor = std::thread::spawn(move || listener.accept(deadline));
         std::thread::sleep(Duration::from_millis(50));
-        let tx = net.connect(&handle, deadline).unwrap();
+        let tx = net.connect(0, &handle, deadline).unwrap();
         let rx = acceptor.join().unwrap().unwrap();
         assert!(start.elapsed() < Duration::from_secs(1), "accepted after {:?}", start.elapsed());
         drop((tx, rx, strangers));
@@ -698,8 +731,8 @@ mod tests {
     #[test]
     fn a_silent_listener_times_out_by_name() {
         let net = SocketNet::new(SocketConfig::loopback(), [3; 16]);
-        let (handle, _listener) = net.listen().unwrap();
-        let e = net.connect(&handle, Instant::now() + Duration::from_millis(300)).map(|_| ()).unwrap_err();
+        let (handle, _listener) = net.listen(0).unwrap();
+        let e = net.connect(0, &handle, Instant::now() + Duration::from_millis(300)).map(|_| ()).unwrap_err();
         let e = e.to_string();
         assert!(e.contains("to accept: timed out") && !e.contains("os error"), "{e}");
     }
@@ -740,7 +773,7 @@ mod tests {
     #[test]
     fn strangers_are_refused_and_the_real_sender_still_connects() {
         let net = SocketNet::new(SocketConfig::loopback(), [3; 16]);
-        let (handle, listener) = net.listen().unwrap();
+        let (handle, listener) = net.listen(0).unwrap();
         let addr = Handle::decode(&handle).unwrap().addr;
         let deadline = Instant::now() + Duration::from_secs(20);
         let acceptor = std::thread::spawn(move || listener.accept(deadline));
@@ -752,7 +785,7 @@ mod tests {
         let mut w = TcpStream::connect(addr).unwrap();
         w.write_all(&wrong.encode()).unwrap();
         drop(TcpStream::connect(addr).unwrap());
-        let mut tx = net.connect(&handle, deadline).unwrap();
+        let mut tx = net.connect(0, &handle, deadline).unwrap();
         let mut rx = acceptor.join().unwrap().unwrap();
         let mut got = [0u8; 4];
         // SAFETY: as above.
@@ -772,7 +805,7 @@ mod tests {
     #[test]
     fn a_listener_nobody_connects_to_times_out_and_a_closed_peer_is_an_error() {
         let net = SocketNet::new(SocketConfig::loopback(), [3; 16]);
-        let (_, listener) = net.listen().unwrap();
+        let (_, listener) = net.listen(0).unwrap();
         let e = listener.accept(Instant::now() + Duration::from_millis(200)).err().unwrap().to_string();
         assert!(e.contains("no sender connected"), "{e}");
         let (tx, mut rx) = pair(1, 1);
@@ -791,11 +824,24 @@ mod tests {
                 .iter()
                 .map(|(n, ip)| (n.to_string(), ip.parse().unwrap()))
                 .collect();
-        assert_eq!(pick_interface(Some("eth1"), &ifs).unwrap().0, "eth1");
-        assert_eq!(pick_interface(Some("=eth0"), &ifs).unwrap().0, "eth0");
-        assert_eq!(pick_interface(Some("^lo,docker,eth0"), &ifs).unwrap().0, "eth1");
-        assert_eq!(pick_interface(None, &ifs[..2]).unwrap().0, "lo");
-        let e = pick_interface(Some("ib"), &ifs).unwrap_err().to_string();
+        let names = |spec: Option<&str>, ifs: &[(String, IpAddr)]| -> Vec<String> {
+            pick_interfaces(spec, ifs).unwrap().into_iter().map(|d| d.0).collect()
+        };
+        assert_eq!(names(Some("eth1"), &ifs), ["eth1"]);
+        assert_eq!(names(Some("eth"), &ifs), ["eth0", "eth1"]);
+        assert_eq!(names(Some("=eth0"), &ifs), ["eth0"]);
+        assert_eq!(names(Some("^lo,docker,eth0"), &ifs), ["eth1"]);
+        // Unset: every interface but loopback and bridges; only those, loopback.
+        assert_eq!(names(None, &ifs), ["eth0", "eth1"]);
+        assert_eq!(names(None, &ifs[..1]), ["lo"]);
+        assert_eq!(names(None, &ifs[..2]), ["docker0"]);
+        let mut ib = ifs.clone();
+        ib.push(("ib0".into(), "10.1.0.2".parse().unwrap()));
+        assert_eq!(names(None, &ib), ["ib0"]);
+        let many: Vec<(String, IpAddr)> =
+            (0..20).map(|i| (format!("eth{i}"), format!("10.0.{i}.2").parse().unwrap())).collect();
+        assert_eq!(names(Some("eth"), &many).len(), MAX_IFS);
+        let e = pick_interfaces(Some("ib"), &ifs).unwrap_err().to_string();
         assert!(e.contains("RSCCL_SOCKET_IFNAME=ib") && e.contains("eth0 (10.0.0.2)"), "{e}");
     }
 }
