@@ -568,12 +568,19 @@ impl Namespaces {
     /// `pairs` veth pairs; `None` (said why) where this process cannot make namespaces (they
     /// need root; the loopback tests run everywhere).
     fn with_pairs(pairs: usize) -> Option<Namespaces> {
+        assert!((1..=4).contains(&pairs), "at most 4 pairs a set (their subnets)");
+        // Tests of one process run at once: each set of namespaces its own names and subnets.
+        static SETS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let set = SETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 4;
         let k = std::process::id() % 250 + 1;
         let ns = Namespaces {
-            names: [format!("rsccl{k}a"), format!("rsccl{k}b")],
-            ifs: (0..pairs).map(|i| [format!("rv{k}a{i}"), format!("rv{k}b{i}")]).collect(),
+            names: [format!("rsccl{k}s{set}a"), format!("rsccl{k}s{set}b")],
+            ifs: (0..pairs).map(|i| [format!("rv{k}s{set}a{i}"), format!("rv{k}s{set}b{i}")]).collect(),
             ips: (0..pairs)
-                .map(|i| [format!("10.{}.{k}.1", 231 + i), format!("10.{}.{k}.2", 231 + i)])
+                .map(|i| {
+                    let net = 231 + 4 * set + i;
+                    [format!("10.{net}.{k}.1"), format!("10.{net}.{k}.2")]
+                })
                 .collect(),
         };
         let ip = |args: &[&str]| {
@@ -636,6 +643,44 @@ impl Namespaces {
         Some(ns)
     }
 
+    /// `nodes × local` ranks of `net_child` in `role`, node `n`'s in namespace `n`, meeting at
+    /// `port` of the first pair's address in namespace 0, on the interfaces `ifname(node)`
+    /// picks, with the variables `extra`; their outputs once all ended (within four minutes).
+    fn run_ranks(
+        &self,
+        role: &str,
+        port: u16,
+        (nodes, local): (usize, usize),
+        ifname: impl Fn(usize) -> String,
+        extra: &[(&'static str, String)],
+    ) -> Vec<(bool, String)> {
+        let rendezvous = format!("{}:{port}", self.ips[0][0]);
+        let envs: Vec<Vec<(String, String)>> = (0..nodes * local)
+            .map(|r| {
+                let node = r / local;
+                [
+                    (CHILD_VAR, role.to_string()),
+                    ("RSCCL_TEST_RENDEZVOUS", rendezvous.clone()),
+                    ("RSCCL_TEST_RANK", r.to_string()),
+                    ("RSCCL_TEST_NODES", nodes.to_string()),
+                    ("RSCCL_TEST_LOCAL", local.to_string()),
+                    ("RSCCL_HOSTID", format!("node{node}")),
+                    ("RSCCL_SOCKET_IFNAME", ifname(node)),
+                    ("RSCCL_DEBUG", "INFO".to_string()),
+                ]
+                .into_iter()
+                .chain(extra.iter().cloned())
+                .map(|(k, v)| (k.to_string(), v))
+                .collect()
+            })
+            .collect();
+        let names = self.names.clone();
+        let mut ranks = Children::spawn_wrapped("comm_net::net_child", envs, |i| {
+            vec!["ip".into(), "netns".into(), "exec".into(), names[i / local].clone()]
+        });
+        ranks.wait(Duration::from_secs(240))
+    }
+
     /// Bytes interface `ifname` of namespace `ns` has sent.
     fn tx_bytes(&self, ns: usize, ifname: &str) -> u64 {
         let out = std::process::Command::new("ip")
@@ -664,16 +709,13 @@ impl Drop for Namespaces {
     }
 }
 
-/// Nodes as network namespaces: two namespaces joined by a veth pair, two rank processes in
-/// each, every byte between the nodes crossing the veth. Ring and tree all-reduce, all-gather,
-/// reduce-scatter and sends between the nodes, 0 wrong, over rsccl's socket transport, over
-/// libfabric's tcp provider, and through the exported NCCL net plugin (where each exists).
-#[test]
-fn two_network_namespaces_of_two_ranks_over_each_network() {
-    let Some(ns) = Namespaces::new() else { return };
+/// The networks a namespace test runs over, each with the variables that choose it: rsccl's
+/// socket transport, libfabric's tcp provider (`ofi`, where asked), and the exported NCCL net
+/// plugin where it is built.
+fn networks(ofi: bool) -> Vec<(&'static str, Vec<(&'static str, String)>)> {
     let plugin = std::env::current_exe().unwrap().parent().unwrap().join("libnccl_net_rsccl.so");
     let mut networks: Vec<(&str, Vec<(&'static str, String)>)> = vec![("socket", vec![])];
-    if libfabric() {
+    if ofi {
         networks.push(("ofi", vec![("RSCCL_NET", "ofi".into()), ("RSCCL_OFI_PROVIDER", "tcp".into())]));
     }
     if plugin.exists() {
@@ -684,34 +726,21 @@ fn two_network_namespaces_of_two_ranks_over_each_network() {
             plugin.display()
         );
     }
-    for (k, (name, extra)) in networks.into_iter().enumerate() {
+    networks
+}
+
+/// Nodes as network namespaces: two namespaces joined by a veth pair, two rank processes in
+/// each, every byte between the nodes crossing the veth. Ring and tree all-reduce, all-gather,
+/// reduce-scatter and sends between the nodes, 0 wrong, over rsccl's socket transport, over
+/// libfabric's tcp provider, and through the exported NCCL net plugin (where each exists).
+#[test]
+fn two_network_namespaces_of_two_ranks_over_each_network() {
+    let Some(ns) = Namespaces::new() else { return };
+    for (k, (name, extra)) in networks(libfabric()).into_iter().enumerate() {
         let port = 20_000 + (std::process::id() % 20_000) as u16 + k as u16;
-        let rendezvous = format!("{}:{port}", ns.ips[0][0]);
         let (nodes, local) = (2, 2);
-        let envs: Vec<Vec<(String, String)>> = (0..nodes * local)
-            .map(|r| {
-                let node = r / local;
-                [
-                    (CHILD_VAR, "across".to_string()),
-                    ("RSCCL_TEST_RENDEZVOUS", rendezvous.clone()),
-                    ("RSCCL_TEST_RANK", r.to_string()),
-                    ("RSCCL_TEST_NODES", nodes.to_string()),
-                    ("RSCCL_TEST_LOCAL", local.to_string()),
-                    ("RSCCL_HOSTID", format!("node{node}")),
-                    ("RSCCL_SOCKET_IFNAME", format!("={}", ns.ifs[0][node])),
-                    ("RSCCL_DEBUG", "INFO".to_string()),
-                ]
-                .into_iter()
-                .chain(extra.iter().cloned())
-                .map(|(k, v)| (k.to_string(), v))
-                .collect()
-            })
-            .collect();
-        let names = ns.names.clone();
-        let mut ranks = Children::spawn_wrapped("comm_net::net_child", envs, |i| {
-            vec!["ip".into(), "netns".into(), "exec".into(), names[i / local].clone()]
-        });
-        let results = ranks.wait(Duration::from_secs(240));
+        let results =
+            ns.run_ranks("across", port, (nodes, local), |node| format!("={}", ns.ifs[0][node]), &extra);
         for (r, (ok, text)) in results.iter().enumerate() {
             assert!(*ok && text.contains(&format!("ACROSS rank {r}: 0 wrong")), "{name}: rank {r}:\n{text}");
             // The node's traffic left through its veth end, on the network asked for.
@@ -734,43 +763,11 @@ fn two_network_namespaces_of_two_ranks_over_each_network() {
 #[test]
 fn two_interfaces_carry_a_channel_each() {
     let Some(ns) = Namespaces::with_pairs(2) else { return };
-    let plugin = std::env::current_exe().unwrap().parent().unwrap().join("libnccl_net_rsccl.so");
-    let mut networks: Vec<(&str, Vec<(&'static str, String)>)> = vec![("socket", vec![])];
-    if plugin.exists() {
-        networks.push(("plugin", vec![("RSCCL_NET_PLUGIN", plugin.display().to_string())]));
-    } else {
-        eprintln!(
-            "skipped the plugin run: {} is not built (cargo test --workspace builds it)",
-            plugin.display()
-        );
-    }
-    for (k, (name, extra)) in networks.into_iter().enumerate() {
+    // libfabric opens one device: not this test's.
+    for (k, (name, extra)) in networks(false).into_iter().enumerate() {
         let port = 20_000 + (std::process::id() % 20_000) as u16 + 10 + k as u16;
-        let rendezvous = format!("{}:{port}", ns.ips[0][0]);
-        let envs: Vec<Vec<(String, String)>> = (0..2)
-            .map(|r| {
-                [
-                    (CHILD_VAR, "rails".to_string()),
-                    ("RSCCL_TEST_RENDEZVOUS", rendezvous.clone()),
-                    ("RSCCL_TEST_RANK", r.to_string()),
-                    ("RSCCL_TEST_NODES", "2".to_string()),
-                    ("RSCCL_TEST_LOCAL", "1".to_string()),
-                    ("RSCCL_HOSTID", format!("node{r}")),
-                    ("RSCCL_SOCKET_IFNAME", "rv".to_string()),
-                    ("RSCCL_DEBUG", "INFO".to_string()),
-                ]
-                .into_iter()
-                .chain(extra.iter().cloned())
-                .map(|(k, v)| (k.to_string(), v))
-                .collect()
-            })
-            .collect();
         let before: Vec<u64> = ns.ifs.iter().map(|p| ns.tx_bytes(0, &p[0])).collect();
-        let names = ns.names.clone();
-        let mut ranks = Children::spawn_wrapped("comm_net::net_child", envs, |i| {
-            vec!["ip".into(), "netns".into(), "exec".into(), names[i].clone()]
-        });
-        let results = ranks.wait(Duration::from_secs(240));
+        let results = ns.run_ranks("rails", port, (2, 1), |_| "rv".to_string(), &extra);
         for (r, (ok, text)) in results.iter().enumerate() {
             assert!(*ok && text.contains(&format!("RAILS rank {r}: 0 wrong")), "{name}: rank {r}:\n{text}");
         }

@@ -300,28 +300,35 @@ fn a_gpu_rank_detects_its_host_and_falls_back_where_it_cannot() {
     assert!(text.contains("DETECT init: ") && text.contains("RSCCL_TOPO_DETECT=2: give 0 or 1"), "{text}");
 }
 
+/// A job of one process per entry of `extra` on this host, as a launcher starts them (rank,
+/// size, local rank, the rendezvous), each `topo_child` in `role` with its own `extra`
+/// variables; their outputs once all ended (within two minutes).
+fn one_host_job<const N: usize>(role: &str, extra: [Vec<(String, String)>; N]) -> Vec<(bool, String)> {
+    let port = free_port();
+    let envs = extra.into_iter().enumerate().map(|(r, extra)| {
+        let mut vars: Vec<(String, String)> = [
+            (CHILD_VAR, role.to_string()),
+            ("RANK", r.to_string()),
+            ("WORLD_SIZE", N.to_string()),
+            ("LOCAL_RANK", r.to_string()),
+            ("RSCCL_COMM_ID", format!("127.0.0.1:{port}")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        vars.extend(extra);
+        vars
+    });
+    Children::spawn("comm_topo::topo_child", envs).wait(Duration::from_secs(120))
+}
+
 /// Ranks that would search their topology differently (`RSCCL_TOPO_FILE` or
 /// `RSCCL_TOPO_DETECT=1` set on one rank only) fail init on every rank naming the setting and
 /// both ranks, instead of misreading each other's bootstrap exchanges.
 #[test]
 fn ranks_searching_their_topology_differently_fail_naming_the_setting() {
     let run = |extra: [Option<(&str, String)>; 2]| {
-        let port = free_port();
-        let envs = extra.into_iter().enumerate().map(|(r, extra)| {
-            let mut vars: Vec<(String, String)> = [
-                (CHILD_VAR, "mismatch".to_string()),
-                ("RANK", r.to_string()),
-                ("WORLD_SIZE", "2".to_string()),
-                ("LOCAL_RANK", r.to_string()),
-                ("RSCCL_COMM_ID", format!("127.0.0.1:{port}")),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-            vars.extend(extra.map(|(k, v)| (k.to_string(), v)));
-            vars
-        });
-        Children::spawn("comm_topo::topo_child", envs).wait(Duration::from_secs(120))
+        one_host_job("mismatch", extra.map(|e| e.into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
     };
     let file = Some(("RSCCL_TOPO_FILE", fixture().display().to_string()));
     let given = "searches the topology it was given (RSCCL_TOPO_FILE or CommConfig::topology)";
@@ -352,24 +359,19 @@ fn ranks_searching_their_topology_differently_fail_naming_the_setting() {
 #[test]
 fn the_p2p_level_rules_out_pairs_across_the_sockets() {
     let run = |levels: [Option<&str>; 3]| {
-        let port = free_port();
-        let envs = levels.into_iter().enumerate().map(|(r, level)| {
-            let mut vars: Vec<(String, String)> = [
-                (CHILD_VAR, "levels".to_string()),
-                ("RANK", r.to_string()),
-                ("WORLD_SIZE", "3".to_string()),
-                ("LOCAL_RANK", r.to_string()),
-                ("RSCCL_COMM_ID", format!("127.0.0.1:{port}")),
-                ("RSCCL_TOPO_FILE", fixture_named("Azure_ncv4-topo.pre2024.xml")),
-                ("RSCCL_DEBUG", "INFO".to_string()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-            vars.extend(level.map(|l| (rsccl::topology::paths::P2P_LEVEL_VAR.to_string(), l.to_string())));
-            vars
-        });
-        Children::spawn("comm_topo::topo_child", envs).wait(Duration::from_secs(120))
+        one_host_job(
+            "levels",
+            levels.map(|level| {
+                let mut vars = vec![
+                    ("RSCCL_TOPO_FILE".to_string(), fixture_named("Azure_ncv4-topo.pre2024.xml")),
+                    ("RSCCL_DEBUG".to_string(), "INFO".to_string()),
+                ];
+                vars.extend(
+                    level.map(|l| (rsccl::topology::paths::P2P_LEVEL_VAR.to_string(), l.to_string())),
+                );
+                vars
+            }),
+        )
     };
     let beyond = |text: &str| {
         text.lines().find_map(|l| l.split_once("topology: ranks ").map(|(_, rest)| rest.to_string()))
