@@ -118,10 +118,10 @@ fn transport_gbps() -> f64 {
             NetSetup::new(net.clone(), be.clone(), deadline, (0, 1)),
             NetSetup::new(net, be.clone(), deadline, (0, 1)),
         );
-        let (a_rx, ha) = a.to_peer(1, "node1", 0).listen(layout, 0).expect("listen");
-        let (b_rx, hb) = b.to_peer(0, "node0", 0).listen(layout, 0).expect("listen");
-        let a_tx = a.to_peer(1, "node1", 0).connect(layout, &hb).expect("connect");
-        let b_tx = b.to_peer(0, "node0", 0).connect(layout, &ha).expect("connect");
+        let (a_rx, ha) = a.to_peer(1, "node1", (0, None)).listen(layout, 0).expect("listen");
+        let (b_rx, hb) = b.to_peer(0, "node0", (0, None)).listen(layout, 0).expect("listen");
+        let a_tx = a.to_peer(1, "node1", (0, None)).connect(layout, &hb).expect("connect");
+        let b_tx = b.to_peer(0, "node0", (0, None)).connect(layout, &ha).expect("connect");
         let pa = a.start(0, Arc::new(be.alloc_mapped(4).expect("abort word"))).expect("proxy");
         let pb = b.start(1, Arc::new(be.alloc_mapped(4).expect("abort word"))).expect("proxy");
         let conns: Vec<(ConnInfo, bool)> = vec![

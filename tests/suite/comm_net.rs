@@ -203,7 +203,12 @@ fn net_child() {
             println!("rank {rank}: {} ring cases and {trees} tree cases ok", cs.len());
         }
         "rails" => {
-            let cfg = CommConfig { nchannels: 2, nthreads: 128, step_bytes: 65536, ..CommConfig::default() };
+            let mut cfg =
+                CommConfig { nchannels: 2, nthreads: 128, step_bytes: 65536, ..CommConfig::default() };
+            if std::env::var_os("RSCCL_TEST_TOPO").is_some() {
+                // Channels searched at init on RSCCL_TOPO_FILE.
+                cfg = CommConfig { nchannels: 1, ..cfg }.with_env().unwrap();
+            }
             let comm = Comm::init_rank(&be, n, rank, &id, cfg).unwrap();
             let count = RAILS_BYTES as usize / 4;
             let mine: Vec<f32> = (0..count).map(|i| ((i * 7 + rank * 3) % 1000) as f32).collect();
@@ -787,6 +792,50 @@ fn two_interfaces_carry_a_channel_each() {
                 "{name}: {} carried {sent} bytes of the {RAILS_BYTES}-byte all-reduce",
                 pair[0]
             );
+        }
+    }
+}
+
+/// Rails by the topology search, as NCCL's `ncclTopoGetNetDev`: the same two namespaces and
+/// two veth pairs, through the exported NCCL net plugin (its two devices become the topology's
+/// NICs), each rank playing GPU 0 of the Perlmutter machine (`RSCCL_TOPO_FILE`): each channel's
+/// connections take the NIC the search's ring graph gives it (`RSCCL_GRAPH_DUMP_FILE`), so a
+/// NIC no channel was given carries nothing of the all-reduce and each given one carries its
+/// share.
+#[test]
+fn each_channel_takes_the_nic_the_search_gives_it() {
+    let Some(ns) = Namespaces::with_pairs(2) else { return };
+    let Some((_, plugin)) = networks(false).into_iter().find(|(n, _)| *n == "plugin") else { return };
+    let dump = std::env::temp_dir().join(format!("rsccl-graph-nics-{}.xml", std::process::id()));
+    let mut extra = plugin;
+    extra.push(("RSCCL_TOPO_FILE", rsccl_suite::shared_dir().join(FIXTURE).display().to_string()));
+    extra.push(("RSCCL_GRAPH_DUMP_FILE", dump.display().to_string()));
+    extra.push(("RSCCL_TEST_TOPO", "1".to_string()));
+    let port = 20_000 + (std::process::id() % 20_000) as u16 + 20;
+    let before: Vec<u64> = ns.ifs.iter().map(|p| ns.tx_bytes(0, &p[0])).collect();
+    let results = ns.run_ranks("rails", port, (2, 1), |_| "rv".to_string(), &extra);
+    for (r, (ok, text)) in results.iter().enumerate() {
+        assert!(*ok && text.contains(&format!("RAILS rank {r}: 0 wrong")), "rank {r}:\n{text}");
+    }
+    // The ring graph's NICs: every channel enters and leaves through one.
+    let doc = xml::read_file(&dump).unwrap();
+    let _ = std::fs::remove_file(&dump);
+    let ring = doc.root.children.iter().find(|g| g.attr("id") == Some("0")).expect("a ring graph");
+    let mut given = [false; 2];
+    for ch in &ring.children {
+        for net in ch.children.iter().filter(|n| n.name == "net") {
+            let d = net.attr("dev").and_then(xml::parse_int).expect("a net dev") as usize;
+            given[d] = true;
+        }
+    }
+    eprintln!("the search's ring graph gives NICs {given:?}");
+    for (p, pair) in ns.ifs.iter().enumerate() {
+        let sent = ns.tx_bytes(0, &pair[0]) - before[p];
+        eprintln!("{} (device {p}) sent {sent} bytes", pair[0]);
+        if given[p] {
+            assert!(sent > RAILS_BYTES / 4, "{} carried {sent} bytes, its channels' share", pair[0]);
+        } else {
+            assert!(sent < 1 << 20, "{} carried {sent} bytes, though no channel was given it", pair[0]);
         }
     }
 }

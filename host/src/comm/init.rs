@@ -269,6 +269,9 @@ struct Agreed {
     tuner: super::tuner::Tuner,
     /// The ranks of this host the search's paths rule out for P2P (NCCL's P2P level).
     p2p_blocked: Vec<usize>,
+    /// Per channel, the network device the search gives the ring's and the tree's
+    /// connections (empty without a search).
+    nics: Vec<[Option<u64>; 2]>,
 }
 
 /// The communicator's id a tuner plugin is given: the same on every rank, a hash of its
@@ -291,7 +294,7 @@ fn agree(
     nets: &[NetDevice],
     comm_id: u64,
 ) -> Result<Agreed> {
-    let (mut tuning, mut p2p_blocked) = (None, Vec::new());
+    let (mut tuning, mut p2p_blocked, mut nics) = (None, Vec::new(), Vec::new());
     // NCCL detects every GPU rank's host at init; a GPU rank here does with RSCCL_TOPO_DETECT=1.
     let topo = match &cfg.topology {
         Some(t) => Some(t.clone()),
@@ -313,6 +316,7 @@ fn agree(
         channels = cfg.shape(nranks)?;
         tuning = Some(found.tuning);
         p2p_blocked = found.p2p_blocked;
+        nics = found.nics;
     }
     // The protocols are chosen per call on every rank alike: RSCCL_PROTO must agree too.
     let env_proto = cfg
@@ -359,7 +363,7 @@ fn agree(
         let hosts: Vec<usize> = super::topo::hosts_of(peers).iter().map(Vec::len).collect();
         tuner.attach_plugin(p, comm_id, &hosts)?;
     }
-    Ok(Agreed { cfg, channels, algos, try_nvls, check_calls, tuner, p2p_blocked })
+    Ok(Agreed { cfg, channels, algos, try_nvls, check_calls, tuner, p2p_blocked, nics })
 }
 
 /// Phase 2, choose transports: per peer the one NCCL would pick (in-process, P2P to a GPU this
@@ -538,13 +542,18 @@ fn connect(
         }
         _ => None,
     };
+    // The search's NIC for a connection (its ring's or tree's graph).
+    let graph_nic = |w: &Wire| {
+        let nic = agreed.nics.get(w.slot.channel()).and_then(|n| n[usize::from(!w.slot.is_ring())]);
+        nic.and_then(|d| usize::try_from(d).ok())
+    };
     let transport_of = |w: &Wire| -> Box<dyn Transport + '_> {
         match transport::transport(transports[w.peer], stream) {
             Some(t) => t,
             None => Box::new(net.as_ref().expect("made above").to_peer(
                 w.peer,
                 &peers[w.peer].hostname,
-                w.slot.channel(),
+                (w.slot.channel(), graph_nic(w)),
             )),
         }
     };

@@ -128,7 +128,7 @@ impl Comm {
             match (transport::transport(self.links.transports[peer], &self.stream), &net) {
                 (Some(t), _) => Ok(t),
                 (None, Some(setup)) => {
-                    Ok(Box::new(setup.to_peer(peer, &self.peers[peer].hostname, chan as usize)))
+                    Ok(Box::new(setup.to_peer(peer, &self.peers[peer].hostname, (chan as usize, None))))
                 }
                 (None, None) => {
                     Err(bad(format!("rank {rank}: no transport to rank {peer} for an MSCCL connection")))

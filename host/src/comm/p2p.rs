@@ -369,7 +369,7 @@ impl Comm {
             }
         };
         // Point-to-point connections spread over the devices by peer (they have no channel).
-        let t = setup.to_peer(peer, &self.peers[peer].hostname, peer);
+        let t = setup.to_peer(peer, &self.peers[peer].hostname, (peer, None));
         let res = match handle {
             None => t.listen(layout, key).map(|(m, h)| (m, Some(h))),
             Some(h) => t.connect(layout, h).map(|m| (m, None)),

@@ -282,6 +282,9 @@ pub(crate) struct Searched {
     pub(crate) tuning: TuningInput,
     /// The ranks of this rank's host it may not reach by P2P ([`PathOptions`]' P2P level).
     pub(crate) p2p_blocked: Vec<usize>,
+    /// Per channel, the network device (`<net dev>`) the search gives this rank's ring and
+    /// tree connections across hosts ([`channel_nics`]).
+    pub(crate) nics: Vec<[Option<u64>; 2]>,
 }
 
 /// The channels for this communicator from every rank's view of its host, and what else the
@@ -497,7 +500,29 @@ fn search_views(
     }
     let channels = derive(&graphs, hosts, topo.max_channels)?;
     let tuning = tuning.expect("the first host was searched");
-    Ok(Some(Searched { channels, nvls, tuning, p2p_blocked }))
+    let nics = hosts
+        .iter()
+        .enumerate()
+        .find_map(|(h, ranks)| Some((h, ranks.iter().position(|&r| r == rank)?)))
+        .map(|(h, me)| channel_nics(&graphs, graphs[h], me, channels.len()))
+        .unwrap_or_default();
+    Ok(Some(Searched { channels, nvls, tuning, p2p_blocked, nics }))
+}
+
+/// The network device (the graph's `<net dev>`) each of `nchannels` channels' ring and tree
+/// connections of the host's GPU `me` go through, as NCCL's `ncclTopoGetNetDev` reads the
+/// graphs: channel `c` is graph channel `c mod n` (the channels repeat the graphs' —
+/// [`crate::channels::connect_nodes`]), the channel's first GPU uses the NIC it enters by,
+/// the others the one it leaves by. `None` where the graph has no NIC (one node).
+fn channel_nics(all: &[&Graphs], mine: &Graphs, me: usize, nchannels: usize) -> Vec<[Option<u64>; 2]> {
+    let n = all.iter().map(|g| g.ring.n_channels.min(g.tree.n_channels)).min().unwrap_or(0);
+    let nic = |g: &crate::topology::search::Graph, c: usize| {
+        let first = g.channel(c).first().is_some_and(|r| r.0 as usize == me);
+        g.inter.get(2 * c + usize::from(!first)).copied()
+    };
+    (0..nchannels)
+        .map(|c| if n == 0 { [None; 2] } else { [nic(&mine.ring, c % n), nic(&mine.tree, c % n)] })
+        .collect()
 }
 
 /// The ranks of `ranks` (one host's, in local order) that the rank at `me` may not reach by

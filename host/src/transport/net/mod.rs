@@ -357,10 +357,15 @@ impl NetSetup {
         NetSetup { net, backend, deadline, local, conns: Arc::new(Mutex::new(Vec::new())) }
     }
 
-    /// The transport for connections of channel `channel` with `peer` (on `host`), on the
-    /// device [`device_for`] picks.
-    pub fn to_peer(&self, peer: usize, host: &str, channel: usize) -> NetPeer<'_> {
-        let dev = device_for(self.net.ndev(), self.local, channel);
+    /// The transport for connections of channel `channel` with `peer` (on `host`): on device
+    /// `nic` where given (the topology search's, as NCCL's `ncclTopoGetNetDev`) and the
+    /// network numbered the topology's NICs ([`Net::devices`]: a plugin does; the socket
+    /// transport's interfaces are not the topology's), else on the one [`device_for`] picks.
+    pub fn to_peer(&self, peer: usize, host: &str, (channel, nic): (usize, Option<usize>)) -> NetPeer<'_> {
+        let ndev = self.net.ndev();
+        let described = self.net.devices().len() == ndev;
+        let dev =
+            nic.filter(|&d| described && d < ndev).unwrap_or_else(|| device_for(ndev, self.local, channel));
         NetPeer { setup: self, peer, host: host.to_string(), dev }
     }
 

@@ -885,8 +885,8 @@ mod tests {
             NetSetup::new(net.clone(), be.clone(), deadline, (0, 1)),
             NetSetup::new(net, be.clone(), deadline, (0, 1)),
         );
-        let (rx_mem, handle) = rx_setup.to_peer(1, "sender-host", 0).listen(layout, 0).unwrap();
-        let tx_mem = tx_setup.to_peer(0, "receiver-host", 0).connect(layout, &handle).unwrap();
+        let (rx_mem, handle) = rx_setup.to_peer(1, "sender-host", (0, None)).listen(layout, 0).unwrap();
+        let tx_mem = tx_setup.to_peer(0, "receiver-host", (0, None)).connect(layout, &handle).unwrap();
         let rx_proxy = rx_setup.start(0, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();
         let tx_proxy = tx_setup.start(1, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();
         Pair { rx_mem, tx_mem, rx_proxy, tx_proxy }
@@ -1123,8 +1123,8 @@ mod tests {
             NetSetup::new(net.clone(), be.clone(), deadline, (0, 1)),
             NetSetup::new(net, be.clone(), deadline, (0, 1)),
         );
-        let (_rx_mem, handle) = rx_setup.to_peer(5, "far-host", 0).listen(layout, 0).unwrap();
-        let _tx_mem = tx_setup.to_peer(2, "near-host", 0).connect(layout, &handle).unwrap();
+        let (_rx_mem, handle) = rx_setup.to_peer(5, "far-host", (0, None)).listen(layout, 0).unwrap();
+        let _tx_mem = tx_setup.to_peer(2, "near-host", (0, None)).connect(layout, &handle).unwrap();
         let abort = Arc::new(be.alloc_mapped(4).unwrap());
         let rx_proxy = rx_setup.start(2, abort.clone()).unwrap();
         let tx_proxy = tx_setup.start(5, Arc::new(be.alloc_mapped(4).unwrap())).unwrap();
