@@ -271,7 +271,7 @@ struct Agreed {
     p2p_blocked: Vec<usize>,
     /// Per channel, the network device the search gives the ring's and the tree's
     /// connections (empty without a search).
-    nics: Vec<[Option<u64>; 2]>,
+    nics: Vec<[Option<usize>; 2]>,
 }
 
 /// The communicator's id a tuner plugin is given: the same on every rank, a hash of its
@@ -543,10 +543,8 @@ fn connect(
         _ => None,
     };
     // The search's NIC for a connection (its ring's or tree's graph).
-    let graph_nic = |w: &Wire| {
-        let nic = agreed.nics.get(w.slot.channel()).and_then(|n| n[usize::from(!w.slot.is_ring())]);
-        nic.and_then(|d| usize::try_from(d).ok())
-    };
+    let graph_nic =
+        |w: &Wire| agreed.nics.get(w.slot.channel()).and_then(|n| n[usize::from(!w.slot.is_ring())]);
     let transport_of = |w: &Wire| -> Box<dyn Transport + '_> {
         match transport::transport(transports[w.peer], stream) {
             Some(t) => t,

@@ -284,7 +284,7 @@ pub(crate) struct Searched {
     pub(crate) p2p_blocked: Vec<usize>,
     /// Per channel, the network device (`<net dev>`) the search gives this rank's ring and
     /// tree connections across hosts ([`channel_nics`]).
-    pub(crate) nics: Vec<[Option<u64>; 2]>,
+    pub(crate) nics: Vec<[Option<usize>; 2]>,
 }
 
 /// The channels for this communicator from every rank's view of its host, and what else the
@@ -314,8 +314,7 @@ pub(crate) fn channels_at_init(
     let view = match topo {
         None => None,
         Some(t) => {
-            let local_index = hosts.iter().find_map(|h| h.iter().position(|&r| r == rank)).unwrap_or(0);
-            match my_view(t, backend, rank, local_index, nets) {
+            match my_view(t, backend, rank, local_of(peers, rank).0, nets) {
                 // Detected without being asked: this rank brings no view (the all-gather still
                 // runs), and every rank falls back (below).
                 Err(e) if t.auto => {
@@ -412,6 +411,12 @@ fn search_views(
         )));
     }
     let opts = SearchOptions { nodes, paths: paths.clone(), ..SearchOptions::default() };
+    // This rank's host (its index in `hosts`) and its index there.
+    let (my_host, me) = hosts
+        .iter()
+        .enumerate()
+        .find_map(|(h, ranks)| Some((h, ranks.iter().position(|&r| r == rank)?)))
+        .ok_or_else(|| Error::InvalidConfig(format!("rank {rank} is on no host of the communicator")))?;
     let mut p2p_blocked = Vec::new();
     let mut searched: HashMap<String, Graphs> = HashMap::new();
     let mut per_host: Vec<String> = Vec::with_capacity(nodes);
@@ -450,15 +455,14 @@ fn search_views(
             }
         }
         let key = xml::write(&root);
-        let mine = ranks.contains(&rank);
-        if mine || !searched.contains_key(&key) {
+        if h == my_host || !searched.contains_key(&key) {
             let doc = XmlDoc { source: format!("the topology of host {host}"), root };
             let system = System::from_xml(&doc)?;
-            if mine {
-                p2p_blocked =
-                    p2p_blocked_on(&system, &opts.paths, ranks, ranks.iter().position(|&r| r == rank));
+            if h == my_host {
+                let paths = Paths::compute(&system, &opts.paths);
+                p2p_blocked = p2p_blocked_on(&system, &paths, ranks, me);
                 if !p2p_blocked.is_empty() {
-                    let level = Paths::compute(&system, &opts.paths).p2p_level(&system);
+                    let level = paths.p2p_level(&system);
                     tracing::info!(
                         rank,
                         "topology: ranks {p2p_blocked:?} are beyond the P2P level {level} ({P2P_LEVEL_VAR}): \
@@ -500,12 +504,7 @@ fn search_views(
     }
     let channels = derive(&graphs, hosts, topo.max_channels)?;
     let tuning = tuning.expect("the first host was searched");
-    let nics = hosts
-        .iter()
-        .enumerate()
-        .find_map(|(h, ranks)| Some((h, ranks.iter().position(|&r| r == rank)?)))
-        .map(|(h, me)| channel_nics(&graphs, graphs[h], me, channels.len()))
-        .unwrap_or_default();
+    let nics = channel_nics(&graphs, graphs[my_host], me, channels.len());
     Ok(Some(Searched { channels, nvls, tuning, p2p_blocked, nics }))
 }
 
@@ -514,11 +513,11 @@ fn search_views(
 /// graphs: channel `c` is graph channel `c mod n` (the channels repeat the graphs' —
 /// [`crate::channels::connect_nodes`]), the channel's first GPU uses the NIC it enters by,
 /// the others the one it leaves by. `None` where the graph has no NIC (one node).
-fn channel_nics(all: &[&Graphs], mine: &Graphs, me: usize, nchannels: usize) -> Vec<[Option<u64>; 2]> {
+fn channel_nics(all: &[&Graphs], mine: &Graphs, me: usize, nchannels: usize) -> Vec<[Option<usize>; 2]> {
     let n = all.iter().map(|g| g.ring.n_channels.min(g.tree.n_channels)).min().unwrap_or(0);
     let nic = |g: &crate::topology::search::Graph, c: usize| {
         let first = g.channel(c).first().is_some_and(|r| r.0 as usize == me);
-        g.inter.get(2 * c + usize::from(!first)).copied()
+        g.inter.get(2 * c + usize::from(!first)).and_then(|&d| usize::try_from(d).ok())
     };
     (0..nchannels)
         .map(|c| if n == 0 { [None; 2] } else { [nic(&mine.ring, c % n), nic(&mine.tree, c % n)] })
@@ -526,11 +525,9 @@ fn channel_nics(all: &[&Graphs], mine: &Graphs, me: usize, nchannels: usize) -> 
 }
 
 /// The ranks of `ranks` (one host's, in local order) that the rank at `me` may not reach by
-/// P2P: the path between their GPUs is worse than the P2P level (NCCL's `ncclTopoCheckP2p`;
-/// they connect through shared memory instead).
-fn p2p_blocked_on(system: &System, opts: &PathOptions, ranks: &[usize], me: Option<usize>) -> Vec<usize> {
-    let Some(me) = me else { return Vec::new() };
-    let paths = Paths::compute(system, opts);
+/// P2P on `paths` (the host's): the path between their GPUs is worse than the P2P level
+/// (NCCL's `ncclTopoCheckP2p`; they connect through shared memory instead).
+fn p2p_blocked_on(system: &System, paths: &Paths, ranks: &[usize], me: usize) -> Vec<usize> {
     let gpu_of = |i: usize| {
         system
             .ids(NodeKind::Gpu)
@@ -548,7 +545,7 @@ fn p2p_blocked_on(system: &System, opts: &PathOptions, ranks: &[usize], me: Opti
 /// The path options of the search at init: the levels users set
 /// ([`PathOptions::from_env`]), with `RSCCL_P2P_DISABLE` as level `LOC` (as NCCL's
 /// `NCCL_P2P_DISABLE` sets its P2P level).
-pub(crate) fn path_options() -> Result<PathOptions> {
+fn path_options() -> Result<PathOptions> {
     let mut opts = PathOptions::from_env()?;
     if crate::transport::p2p::disabled_by_env() {
         opts.p2p_level = Some(PathType::Loc);

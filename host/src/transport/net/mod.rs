@@ -342,6 +342,9 @@ pub struct NetSetup {
     deadline: Instant,
     /// This rank's index among its host's ranks, and their number ([`device_for`]).
     local: (usize, usize),
+    /// Whether the network numbered the topology's NICs ([`Net::devices`]: a plugin does; the
+    /// socket transport's interfaces are not the topology's), so a search's NIC names a device.
+    described: bool,
     conns: Arc<Mutex<Vec<NetConn>>>,
 }
 
@@ -354,18 +357,18 @@ impl NetSetup {
         deadline: Instant,
         local: (usize, usize),
     ) -> NetSetup {
-        NetSetup { net, backend, deadline, local, conns: Arc::new(Mutex::new(Vec::new())) }
+        let described = net.devices().len() == net.ndev();
+        NetSetup { net, backend, deadline, local, described, conns: Arc::new(Mutex::new(Vec::new())) }
     }
 
     /// The transport for connections of channel `channel` with `peer` (on `host`): on device
     /// `nic` where given (the topology search's, as NCCL's `ncclTopoGetNetDev`) and the
-    /// network numbered the topology's NICs ([`Net::devices`]: a plugin does; the socket
-    /// transport's interfaces are not the topology's), else on the one [`device_for`] picks.
+    /// network numbered the topology's NICs and has it, else on the one [`device_for`] picks.
     pub fn to_peer(&self, peer: usize, host: &str, (channel, nic): (usize, Option<usize>)) -> NetPeer<'_> {
         let ndev = self.net.ndev();
-        let described = self.net.devices().len() == ndev;
-        let dev =
-            nic.filter(|&d| described && d < ndev).unwrap_or_else(|| device_for(ndev, self.local, channel));
+        let dev = nic
+            .filter(|&d| self.described && d < ndev)
+            .unwrap_or_else(|| device_for(ndev, self.local, channel));
         NetPeer { setup: self, peer, host: host.to_string(), dev }
     }
 

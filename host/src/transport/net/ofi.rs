@@ -876,6 +876,16 @@ impl OfiNet {
     }
 }
 
+/// Device `dev` is this transport's one: the domain opened on the address's interface
+/// (several NICs through libfabric are not set up yet; the trait's default `ndev` says one).
+fn one_device(dev: usize) -> Result<()> {
+    if dev == 0 {
+        Ok(())
+    } else {
+        Err(ofi_err(format!("device {dev}: this transport opens one")))
+    }
+}
+
 impl Net for OfiNet {
     fn name(&self) -> &'static str {
         "ofi"
@@ -885,12 +895,8 @@ impl Net for OfiNet {
         format!("NET/OFI: using provider {} on {}", self.provider(), self.on)
     }
 
-    // One device: the domain opened on the address's interface (several NICs through
-    // libfabric are not set up yet; the trait's default `ndev` says one).
     fn listen(&self, dev: usize) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
-        if dev != 0 {
-            return Err(ofi_err(format!("device {dev}: this transport opens one")));
-        }
+        one_device(dev)?;
         let ep = Endpoint::open(self.dom.clone(), false)?;
         let secret = random_secret().map_err(|e| ofi_err(e.to_string()))?;
         let mut handle = vec![ep.addr.len() as u8];
@@ -900,9 +906,7 @@ impl Net for OfiNet {
     }
 
     fn connect(&self, dev: usize, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>> {
-        if dev != 0 {
-            return Err(ofi_err(format!("device {dev}: this transport opens one")));
-        }
+        one_device(dev)?;
         let n = *handle.first().ok_or_else(|| ofi_err("an empty handle"))? as usize;
         if handle.len() != 1 + n + SECRET_BYTES || n > MAX_ADDR_BYTES {
             return Err(ofi_err(format!("a handle of {} bytes is not this transport's", handle.len())));
