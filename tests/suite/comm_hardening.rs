@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 const H200: &str = "fixtures/topology/simllm_vastai_hgx_h200_8x_nccl_topo.xml";
 
-/// Ranks of one process on the HGX H200 machine (NVLS heads: NVLS runs), small FIFOs.
+/// Ranks of one process on the HGX H200 machine (NVLS heads), NVLS forced (`RSCCL_ALGO=nvls`:
+/// the cost model would run small calls on the rings), small FIFOs.
 fn nvls_config(timeout: Duration) -> CommConfig {
     let topo = TopologyConfig {
         env: InitEnv {
@@ -18,7 +19,13 @@ fn nvls_config(timeout: Duration) -> CommConfig {
         max_channels: 2,
         ..TopologyConfig::default()
     };
-    CommConfig { step_bytes: 8192, timeout, topology: Some(topo), ..CommConfig::default() }
+    CommConfig {
+        step_bytes: 8192,
+        timeout,
+        topology: Some(topo),
+        algo: Some("nvls".into()),
+        ..CommConfig::default()
+    }
 }
 
 /// `abort()` with nothing in flight used to leave the communicator working over the in-process

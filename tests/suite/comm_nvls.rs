@@ -206,7 +206,8 @@ const TYPES: [DataType; 8] = [
 /// of place, one count over a million; integers and min/max also equal the ring's bits.
 fn sweep(fixture: &str, n: usize) {
     let be = backend::cpu();
-    let comms = Comm::init_all(&be, n, config(fixture, None)).unwrap();
+    // Forced: the cost model would run the small calls on the rings.
+    let comms = Comm::init_all(&be, n, config(fixture, Some("nvls"))).unwrap();
     assert!(comms.iter().all(Comm::uses_nvls), "{fixture}: NVLS not set up for {n} ranks");
     let rings = Comm::init_all(&be, n, config(fixture, Some("^nvls"))).unwrap();
     assert!(!rings[0].uses_nvls());
@@ -265,7 +266,8 @@ fn h100_eight_ranks() {
 fn fifo_form_at_nccls_block_size() {
     let be = backend::cpu();
     for (fixture, n) in [(H200, 4), (H100, 8)] {
-        let comms = Comm::init_all(&be, n, CommConfig { nthreads: 512, ..config(fixture, None) }).unwrap();
+        let comms =
+            Comm::init_all(&be, n, CommConfig { nthreads: 512, ..config(fixture, Some("nvls")) }).unwrap();
         assert!(comms.iter().all(Comm::uses_nvls));
         for (coll, t, op, count) in [
             (Collective::AllReduce, DataType::I32, ReduceOp::Sum, 70_001),
@@ -327,12 +329,101 @@ fn unsupported_cases_fall_back_and_forcing_them_is_an_error() {
     assert!(Comm::init_all(&be, 4, err).unwrap_err().to_string().contains("unknown algorithm \"warp\""));
 }
 
+/// The cost model weighs NVLS against the rings and trees per call, as NCCL's
+/// `topoGetAlgoInfo` does, on the 8 GPUs of the HGX H200 machine: a call runs on NVLS exactly
+/// where its predicted time (`Comm::estimate` of a communicator forced onto NVLS) is below the
+/// rings' and trees' (one allowed only those). All-reduce goes LL → NVLS as the size grows
+/// (NVLS's 25 µs latency against LL's few; NVLS from 4 MiB) and stays on NVLS; reduce-scatter
+/// and all-gather stay on the rings, whose 24 channels NCCL's formula rates above NVLS's.
+/// `RSCCL_ALGO=nvls` runs NVLS at every size; `RSCCL_PROTO=LL` (no Simple, NVLS's only
+/// protocol) never. Both ends of the all-reduce run and equal the reference.
+#[test]
+fn the_cost_model_weighs_nvls_against_the_rings() {
+    use rsccl::comm::{Algorithm, Call, Protocol};
+    let be = backend::cpu();
+    let n = 8;
+    let comms = Comm::init_all(&be, n, config(H200, None)).unwrap();
+    assert!(comms.iter().all(Comm::uses_nvls));
+    let forced = Comm::init_all(&be, n, config(H200, Some("nvls"))).unwrap();
+    let rings = Comm::init_all(&be, n, config(H200, Some("ring,tree"))).unwrap();
+    let ll_only =
+        Comm::init_all(&be, n, CommConfig { proto: Some("LL".into()), ..config(H200, None) }).unwrap();
+    let (send, recv) = (be.alloc(n << 24).unwrap(), be.alloc(n << 24).unwrap());
+    let (b, d) = (BufRef::from(&send), BufRef::from(&recv));
+    // Off NVLS: the rings or trees, or for a small all-reduce the symmetric LL kernel (taken
+    // where the rings would run LL).
+    let off_nvls = |a: Algorithm| matches!(a, Algorithm::Ring | Algorithm::Tree | Algorithm::SymLl);
+    let call = |coll: Collective, bytes: usize| {
+        let count = bytes / 4;
+        match coll {
+            Collective::AllReduce => Call::all_reduce(b, d, count, DataType::F32, ReduceOp::Sum),
+            Collective::ReduceScatter => Call::reduce_scatter(b, d, count / n, DataType::F32, ReduceOp::Sum),
+            _ => Call::all_gather(b, d, count / n, DataType::F32),
+        }
+    };
+    for coll in [Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather] {
+        let mut seen = Vec::new();
+        for shift in (4..=24).step_by(2) {
+            let bytes = 1usize << shift;
+            let c = call(coll, bytes);
+            let plan = comms[0].plan_call(&c).unwrap();
+            // Every rank plans the same.
+            for other in &comms[1..] {
+                assert_eq!(other.plan_call(&c).unwrap(), plan, "{coll:?} {bytes} B");
+            }
+            assert_eq!(forced[0].plan_call(&c).unwrap().algorithm, Algorithm::Nvls);
+            let (on_nvls, off) = (forced[0].estimate(&[c]).unwrap(), rings[0].estimate(&[c]).unwrap());
+            let what = format!("{coll:?} {bytes} B: {plan:?}, NVLS {on_nvls:.1} µs, rings/trees {off:.1} µs");
+            assert_eq!(plan.algorithm == Algorithm::Nvls, on_nvls < off, "{what}");
+            assert!(plan.algorithm == Algorithm::Nvls || off_nvls(plan.algorithm), "{what}");
+            let ll = ll_only[0].plan_call(&c).unwrap();
+            assert!(off_nvls(ll.algorithm) && ll.protocol == Protocol::Ll, "{coll:?} {bytes} B: {ll:?}");
+            seen.push((bytes, plan.algorithm, plan.protocol));
+        }
+        assert!(off_nvls(seen[0].1) && seen[0].2 == Protocol::Ll, "{coll:?}: {seen:?}");
+        let first = seen.iter().position(|s| s.1 == Algorithm::Nvls);
+        assert!(first.is_some() == (coll == Collective::AllReduce), "{coll:?}: {seen:?}");
+        let first = first.unwrap_or(seen.len());
+        assert!(seen[first..].iter().all(|s| s.1 == Algorithm::Nvls), "{coll:?}: {seen:?}");
+        assert!(seen[..first].iter().all(|s| off_nvls(s.1)), "{coll:?}: {seen:?}");
+    }
+    // Both ends run: a small all-reduce off NVLS, a large one on it (integers: the
+    // same bits whichever order folds them).
+    for (count, want) in [(1001usize, "sym-ll"), (1 << 22, "nvls")] {
+        let t = DataType::I32;
+        let bufs: Vec<DeviceBuffer> = (0..n)
+            .map(|r| {
+                be.upload(&to_bytes(t, &(0..count).map(|i| input(t, r, i, 77)).collect::<Vec<_>>())).unwrap()
+            })
+            .collect();
+        let works: Vec<_> = comms
+            .iter()
+            .zip(&bufs)
+            .map(|(c, buf)| {
+                let b = BufRef::from(buf);
+                let w = c.enqueue().all_reduce(b, b, count, t, ReduceOp::Sum).unwrap();
+                assert_eq!(w.algorithm(), want, "{count} elements");
+                w
+            })
+            .collect();
+        for w in works {
+            w.wait().unwrap();
+        }
+        let reference = expected(Collective::AllReduce, t, RedOp::Sum, n, count, 77);
+        for (r, buf) in bufs.iter().enumerate() {
+            let mut out = vec![0u8; count * 4];
+            be.copy_out(buf, 0, &mut out).unwrap();
+            assert!(from_bytes(t, &out) == reference[r], "{count} elements: rank {r} differs");
+        }
+    }
+}
+
 /// A rank that never starts its NVLS all-reduce: the others' barriers time out and the hang
 /// report names it.
 #[test]
 fn a_rank_that_never_comes_is_named() {
     let be = backend::cpu();
-    let cfg = CommConfig { timeout: Duration::from_millis(800), ..config(H200, None) };
+    let cfg = CommConfig { timeout: Duration::from_millis(800), ..config(H200, Some("nvls")) };
     // One-shot (barriers) and the FIFO form (primitives polling multicast credits).
     for count in [1000usize, 100_000] {
         let comms = Comm::init_all(&be, 4, cfg.clone()).unwrap();
@@ -514,7 +605,7 @@ fn nvls_tree_enqueue_returns_before_the_collective_ends() {
 fn symmetric_windows_run_without_scratch() {
     let be = backend::cpu();
     let n = 4;
-    let comms = Comm::init_all(&be, n, config(H200, None)).unwrap();
+    let comms = Comm::init_all(&be, n, config(H200, Some("nvls"))).unwrap();
     let win_bytes = 1 << 20;
     // (type, op, count, byte offset, in place, receive in a window, algorithm expected)
     let cases: Vec<(DataType, ReduceOp, usize, usize, bool, bool)> = vec![
@@ -598,24 +689,26 @@ fn symmetric_windows_run_without_scratch() {
     assert!(err.contains("symmetric windows need NVLS"), "{err}");
 }
 
-/// A group's collectives run on NVLS where the calls alone would — plain, and on symmetric
-/// windows for an all-reduce whose send buffer is one — beside collectives NVLS does not
-/// serve (1-byte types: a small all-reduce the symmetric LL kernel would run alone and an
-/// all-gather, both on the rings), in one group per rank: each plan is the call's alone, and
-/// every output equals the rank-order reference.
+/// A group's collectives run on NVLS where the calls alone would — plain (all-reduces of
+/// 4 MiB and more on the 8 GPUs: the cost model's NVLS), and on symmetric windows for an
+/// all-reduce whose send buffer is one — beside collectives on the rings (1-byte types NVLS
+/// does not serve: a small all-reduce the symmetric LL kernel would run alone and an
+/// all-gather; a reduce-scatter and an all-gather the model runs on the rings), in one group
+/// per rank: each plan is the call's alone, and every output equals the rank-order reference.
 #[test]
 fn a_groups_collectives_run_on_nvls_where_the_calls_alone_would() {
     use rsccl::comm::{Algorithm, Call, Group};
     let be = backend::cpu();
-    let n = 4;
+    let n = 8;
     let comms = Comm::init_all(&be, n, config(H200, None)).unwrap();
     let cases = [
         (Collective::AllReduce, DataType::BF16, ReduceOp::Sum, 100_003usize),
         (Collective::AllReduce, DataType::I8, ReduceOp::Max, 5001),
-        (Collective::ReduceScatter, DataType::F32, ReduceOp::Sum, 30_001),
+        (Collective::ReduceScatter, DataType::I32, ReduceOp::Sum, 30_001),
         (Collective::AllGather, DataType::U8, ReduceOp::Sum, 7777),
-        (Collective::AllReduce, DataType::I64, ReduceOp::Max, 65_537),
+        (Collective::AllReduce, DataType::I64, ReduceOp::Max, 600_001),
         (Collective::AllGather, DataType::U32, ReduceOp::Sum, 4099),
+        (Collective::AllReduce, DataType::F32, ReduceOp::Sum, 1_048_583),
     ];
     let elems = |coll: Collective, count: usize| match coll {
         Collective::ReduceScatter => (count * n, count),
@@ -668,8 +761,8 @@ fn a_groups_collectives_run_on_nvls_where_the_calls_alone_would() {
         }
     }
     assert_eq!(algos[0], Algorithm::NvlsSymmetric, "{algos:?}");
-    assert_eq!(algos.iter().filter(|&&a| a == Algorithm::Nvls).count(), 3, "{algos:?}");
-    assert_eq!((algos[1], algos[3]), (Algorithm::Ring, Algorithm::Ring), "{algos:?}");
+    assert_eq!((algos[4], algos[6]), (Algorithm::Nvls, Algorithm::Nvls), "{algos:?}");
+    assert!([1, 2, 3, 5].iter().all(|&k| algos[k] == Algorithm::Ring), "{algos:?}");
     g.run().unwrap();
     for (k, &(coll, t, op, count)) in cases.iter().enumerate() {
         let want = expected(coll, t, red(op), n, count, 300 + k as u64);
@@ -851,7 +944,8 @@ fn each_ran(texts: &[String], algorithms: &str) {
 /// their own multicast ranges; the collectives are bit-exact and no shared memory is left.
 #[test]
 fn nvls_across_processes() {
-    each_ran(&nvls_processes(1, 4), "NVLS true TREE false");
+    // Forced: the cost model would run these small calls on the rings.
+    each_ran(&nvls_processes_with(1, 4, &[("RSCCL_ALGO", "nvls")]), "NVLS true TREE false");
 }
 
 /// NVLS_TREE with one rank per process: 2 "nodes" of 4 processes, NVLS inside each node
@@ -1061,7 +1155,7 @@ fn nvls_on_multicast_objects() {
             no_multicast: false,
         })
     };
-    let comms: Vec<Comm> = init(None, None).into_iter().collect::<Result<_, _>>().unwrap();
+    let comms: Vec<Comm> = init(None, Some("nvls")).into_iter().collect::<Result<_, _>>().unwrap();
     assert!(comms.iter().all(Comm::uses_nvls));
     for (coll, t, op, count) in [
         (Collective::AllReduce, DataType::I32, ReduceOp::Sum, 1000),
@@ -1142,7 +1236,8 @@ fn nvls_enable_turns_nvls_off_or_requires_it() {
     let off = [("RSCCL_NVLS_ENABLE", "0")];
     each_ran(&nvls_processes_with(1, 4, &off), "NVLS false TREE false");
     each_ran(&nvls_processes_with(2, 4, &off), "NVLS false TREE false");
-    each_ran(&nvls_processes_with(1, 4, &[("RSCCL_NVLS_ENABLE", "1")]), "NVLS true TREE false");
+    let required_up = [("RSCCL_NVLS_ENABLE", "1"), ("RSCCL_ALGO", "nvls")];
+    each_ran(&nvls_processes_with(1, 4, &required_up), "NVLS true TREE false");
     let required = [("RSCCL_TEST_NVLS_FAIL_RANK", "2"), ("RSCCL_NVLS_ENABLE", "1")];
     for (r, text) in nvls_processes_with(1, 4, &required).iter().enumerate() {
         assert!(

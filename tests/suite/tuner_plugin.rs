@@ -197,14 +197,15 @@ fn a_tuner_inside_the_net_plugin_library_is_found() {
 }
 
 /// On a node with NVLS (the HGX H200 fixture, 4 ranks in one process) the plugin is asked
-/// with NVLS's entry beside the rings' and trees', as NCCL asks it: alone, rsccl runs both
-/// collectives on NVLS; a plugin that picks the tree and the ring steers them off NVLS, and
-/// one that lowers NVLS's entry keeps them there — asked once per collective either way.
+/// with NVLS's entry beside the rings' and trees', as NCCL asks it: alone, the cost model runs
+/// both (small) collectives on the rings (NVLS's latency is the higher); a plugin that lowers
+/// NVLS's entry moves them onto NVLS, and one that picks the tree and the ring keeps them off
+/// it — asked once per collective either way.
 #[test]
 fn a_plugin_weighs_nvls_against_the_rings_and_trees() {
     let model = child_as("nvls", &[(rsccl::tuning::TUNER_PLUGIN_VAR, "none")]);
-    let on_nvls = plans(&model);
-    assert!(on_nvls.len() == 2 && on_nvls.iter().all(|p| p.contains(" nvls Simple ")), "{model}");
+    let alone = plans(&model);
+    assert!(alone.len() == 2 && alone.iter().all(|p| p.contains(" ring ")), "{model}");
     let calls = format!("calls={}", NRANKS * CALLS * 2);
     let force = plugin(6, "FORCE");
     let text = child_as("nvls", &[(rsccl::tuning::TUNER_PLUGIN_VAR, force.to_str().unwrap())]);
@@ -212,7 +213,8 @@ fn a_plugin_weighs_nvls_against_the_rings_and_trees() {
     assert!(line(&text, "COUNTS").contains(&calls), "{text}");
     let nvls = plugin(6, "NVLS");
     let text = child_as("nvls", &[(rsccl::tuning::TUNER_PLUGIN_VAR, nvls.to_str().unwrap())]);
-    assert_eq!(plans(&text), on_nvls, "{text}");
+    let on_nvls = plans(&text);
+    assert!(on_nvls.len() == 2 && on_nvls.iter().all(|p| p.contains(" nvls Simple ")), "{text}");
     assert!(line(&text, "COUNTS").contains(&calls), "{text}");
 }
 

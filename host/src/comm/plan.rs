@@ -1,8 +1,8 @@
 //! The one place a call's [`Plan`] is chosen (NCCL's `ncclTopoGetAlgoInfo`): which algorithm,
 //! protocol and launch shape, from the call, what the communicator has (NVLS, NVLS_TREE, MSCCL
 //! programs, symmetric windows) and what `RSCCL_ALGO` allows. Every entry point — `Comm`'s
-//! calls, enqueued or blocking, the cudarc ones, a `LocalGroup`'s — plans here. The cost model
-//! that weighs algorithms and protocols by size goes here too.
+//! calls, enqueued or blocking, the cudarc ones, a `LocalGroup`'s — plans here, asking the
+//! cost model (`tuner.rs`) which algorithm and protocol are fastest for the call's size.
 use super::algo_mask::{NvlsPolicy, ALGO_VAR};
 use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::{Call, DevCall};
@@ -28,7 +28,7 @@ impl Comm {
     /// How `call` (checked: `dev`) runs on this rank. In order: the algorithm the call asks
     /// for; NVLS_TREE for an all-reduce it serves; a registry MSCCL program that serves the
     /// call; NVLS (on symmetric windows when both buffers lie in them) where it applies — either
-    /// NVLS form unless a tuner plugin picks the rings or trees over it; the
+    /// NVLS form unless the cost model or a tuner plugin picks the rings or trees over it; the
     /// rings, or the trees for an all-reduce when `RSCCL_ALGO` leaves out the rings. `Err` when
     /// nothing `RSCCL_ALGO` allows serves the call.
     pub(super) fn plan(&self, call: &Call, dev: &DevCall) -> Result<Plan> {
@@ -55,11 +55,12 @@ impl Comm {
         let nvls_serves = nvls::applies(coll, dtype, red);
         let tree_form = self.nvls_tree.is_some() && coll == Collective::AllReduce && nvls_serves;
         let symmetric = self.nvls.is_some() && nvls_serves && self.symmetric_windows(dev).is_some();
-        // A tuner plugin weighs NVLS (NVLS_TREE) against the rings and trees, as NCCL asks it;
-        // calls on symmetric windows take NCCL's symmetric path, which it is not asked about.
+        // The cost model (or a tuner plugin, as NCCL asks it) weighs NVLS (NVLS_TREE) against
+        // the rings and trees; calls on symmetric windows take NCCL's symmetric path, which
+        // neither is asked about.
         let declined = match (tree_form, self.nvls.is_some() && nvls_serves && !symmetric) {
-            (true, _) => self.plugin_declines(dev, Algo::NvlsTree),
-            (false, true) => self.plugin_declines(dev, Algo::Nvls),
+            (true, _) => self.nvls_declined(dev, Algo::NvlsTree),
+            (false, true) => self.nvls_declined(dev, Algo::Nvls),
             (false, false) => false,
         };
         if tree_form && !declined {
@@ -100,6 +101,31 @@ impl Comm {
             self.algos.describe(),
             dtype.name()
         )))
+    }
+
+    /// Whether `dev` runs on the rings or trees rather than on `nvls` (NVLS or NVLS_TREE,
+    /// which serves it): never where `RSCCL_ALGO` forces NVLS; else as a tuner plugin picks
+    /// ([`Comm::plugin_declines`]), or, without one, where the cost model predicts the rings
+    /// or (all-reduce) the trees `RSCCL_ALGO` allows faster on their best protocol than NVLS
+    /// on Simple, as NCCL's `topoGetAlgoInfo` weighs every algorithm (on the HGX H200
+    /// fixture's 8 GPUs: all-reduce off NVLS below 4 MiB, on it from there). A table without
+    /// NVLS entries (no topology search: NVLS set on by `CommConfig::nvls`) has no time for
+    /// it: NVLS runs where it applies.
+    fn nvls_declined(&self, dev: &DevCall, nvls: Algo) -> bool {
+        if self.algos.nvls_policy() == NvlsPolicy::Forced {
+            return false;
+        }
+        if self.tuner.has_plugin() {
+            return self.plugin_declines(dev, nvls);
+        }
+        let mut others = Vec::with_capacity(2);
+        if self.algos.allows(Algorithm::Ring) {
+            others.push((Algorithm::Ring, self.line_fifos(false)));
+        }
+        if dev.coll == Collective::AllReduce && self.algos.allows(Algorithm::Tree) {
+            others.push((Algorithm::Tree, self.line_fifos(true)));
+        }
+        self.tuner.nvls_loses(nvls, dev.coll, self.nccl_bytes(dev), &others)
     }
 
     /// Whether a tuner plugin, asked with `nvls` (NVLS or NVLS_TREE: Simple alone) beside the

@@ -392,6 +392,25 @@ impl Tuner {
         ring.is_finite() && tree < ring
     }
 
+    /// Whether one of `others` (the rings or the trees, each with its connections' FIFOs) on
+    /// its best protocol is predicted faster for `coll` of `bytes` than `nvls` (NVLS or
+    /// NVLS_TREE) on Simple, the only protocol it has; NVLS counts as infinitely slow where
+    /// `RSCCL_PROTO` leaves Simple out. `false` where the table has no entry for `nvls`.
+    pub(super) fn nvls_loses(
+        &self,
+        nvls: Algo,
+        coll: Collective,
+        bytes: u64,
+        others: &[(Algorithm, LineFifos)],
+    ) -> bool {
+        let c = tuning_coll(coll);
+        let Some(t) = self.table.time_us(c, nvls, Proto::Simple, bytes, 1) else {
+            return false;
+        };
+        let t = if self.table.allows(&self.enabled, c, nvls, Proto::Simple) { t } else { f64::INFINITY };
+        others.iter().any(|&(a, fifos)| self.best(algo_of(a), coll, bytes, fifos).1 < t)
+    }
+
     /// The launch shape of a ring or tree call (`algorithm`) on `protocol` moving `bytes`:
     /// NCCL's channel and thread shrink for small sizes ([`CostTable::launch_shape`]), kept
     /// within the communicator's channels and its block size `max_threads` (whole warps, at
