@@ -164,7 +164,7 @@ unsafe extern "C" fn init(log: Logger) -> NcclResult {
         let cfg = SocketConfig::from_env().map_err(|e| (abi::SYSTEM_ERROR, e.to_string()))?;
         let ofi = std::env::var(NET_VAR).is_ok_and(|v| v.trim().eq_ignore_ascii_case("ofi"));
         if ofi && OFI.get().is_none() {
-            let net = OfiNet::open(None, cfg.ip()).map_err(|e| (abi::SYSTEM_ERROR, e.to_string()))?;
+            let net = OfiNet::open_on(None, &cfg.devices).map_err(|e| (abi::SYSTEM_ERROR, e.to_string()))?;
             let _ =
                 NETWORK.set(std::ffi::CString::new(format!("ofi:{}", net.provider())).unwrap_or_default());
             let _ = OFI.set(net);
@@ -188,9 +188,12 @@ unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
 }
 
 /// Devices: each interface `RSCCL_SOCKET_IFNAME` picks (at most the socket transport's
-/// `MAX_IFS`); one over libfabric.
+/// `MAX_IFS`), over the socket transport or libfabric alike.
 fn device_count() -> Result<usize, (NcclResult, String)> {
-    Ok(if OFI.get().is_some() { 1 } else { config()?.devices.len() })
+    Ok(match OFI.get() {
+        Some(ofi) => ofi.ndev(),
+        None => config()?.devices.len(),
+    })
 }
 
 /// Device `dev` checked against [`device_count`].

@@ -128,8 +128,8 @@ pub struct NetChoice<'a> {
 /// The network a communicator's connections to other hosts use: the NCCL net plugin asked for
 /// (`none` or empty: none), else libfabric when `ofi` is asked for — or, by default (`auto`),
 /// when it offers an RDMA provider ([`ofi::RDMA_PROVIDERS`]) — else rsccl's socket
-/// transport; the socket and libfabric ones on `RSCCL_SOCKET_IFNAME`'s interface, the socket
-/// one's connections proven with `secret`. Nothing is logged until it is used
+/// transport; the socket and libfabric ones with a device per interface `RSCCL_SOCKET_IFNAME`
+/// picks, the socket one's connections proven with `secret`. Nothing is logged until it is used
 /// ([`Net::using`]).
 pub fn choose(choice: NetChoice, secret: Secret) -> Result<Arc<dyn Net>> {
     let var = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
@@ -145,14 +145,14 @@ pub fn choose(choice: NetChoice, secret: Secret) -> Result<Arc<dyn Net>> {
         "socket" => {}
         // NCCL_NET's names too (its twin): `Socket`, and the OFI plugin's `OFI`/`AWS Libfabric`.
         "ofi" | "libfabric" | "aws libfabric" => {
-            return Ok(Arc::new(ofi::OfiNet::open(None, sock.ip())?.on(sock.ifname())))
+            return Ok(Arc::new(ofi::OfiNet::open_on(None, &sock.devices)?))
         }
         "auto" => {
             // libfabric only where it drives an RDMA NIC; its tcp provider is no faster than ours.
             let offered = ofi::offered_providers(sock.ip());
             if let Some(p) = ofi::rdma_provider(&offered) {
-                match ofi::OfiNet::open(Some(&p), sock.ip()) {
-                    Ok(n) => return Ok(Arc::new(n.on(sock.ifname()))),
+                match ofi::OfiNet::open_on(Some(&p), &sock.devices) {
+                    Ok(n) => return Ok(Arc::new(n)),
                     Err(e) => tracing::warn!(
                         "NET: libfabric offers {p} on {} but it did not open ({e}): using the socket transport",
                         sock.ip()

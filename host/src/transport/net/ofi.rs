@@ -11,7 +11,8 @@
 //! `fi_endpoint.h`, `fi_tagged.h`, `fi_eq.h` of libfabric 1.x; a test checks them against
 //! the installed headers where they exist).
 //!
-//! **Connections.** A communicator opens one fabric and domain; every connection side gets an
+//! **Connections.** A communicator opens a fabric and domain per device (one per interface
+//! `RSCCL_SOCKET_IFNAME` picks, for rails); every connection side gets an
 //! endpoint of its own with its own completion queue and address vector. The listener's handle
 //! is its endpoint address and a fresh random secret; the sender inserts the address and sends
 //! a hello (tag [`HELLO_TAG`]) carrying the secret and its own address. The receiver takes only
@@ -849,40 +850,53 @@ impl Drop for Endpoint {
     }
 }
 
-/// libfabric as rsccl's [`Net`].
+/// libfabric as rsccl's [`Net`]: one domain per device, each opened on one interface's
+/// address (rails: NCCL's OFI plugin likewise counts a device per NIC).
 pub struct OfiNet {
-    dom: Arc<Domain>,
-    /// The interface and address it was opened on, for [`Net::using`].
-    on: String,
+    /// Device `d`'s domain and the interface and address it was opened on (`ifname (ip)`,
+    /// for [`Net::using`]).
+    devs: Vec<(Arc<Domain>, String)>,
 }
 
 impl OfiNet {
-    /// Opens `provider` (else `RSCCL_OFI_PROVIDER`, else `tcp`) on `ip`.
+    /// Opens `provider` (else `RSCCL_OFI_PROVIDER`, else `tcp`) on `ip`: one device.
     pub fn open(provider: Option<&str>, ip: std::net::IpAddr) -> Result<OfiNet> {
-        let env = std::env::var(PROVIDER_VAR).ok().filter(|p| !p.trim().is_empty());
-        let p = provider.map(str::to_string).or(env).unwrap_or_else(|| "tcp".into());
-        Ok(OfiNet { dom: Arc::new(Domain::open(&p, ip)?), on: ip.to_string() })
+        OfiNet::open_on(provider, &[(String::new(), ip)])
     }
 
-    /// Names the interface it was opened on (`ifname (ip)`) in [`Net::using`].
-    pub fn on(mut self, ifname: &str) -> OfiNet {
-        self.on = format!("{ifname} ({})", self.on);
-        self
+    /// Opens `provider` (as [`OfiNet::open`]) once on each of `devices` (interface name,
+    /// address; at most [`super::socket::MAX_IFS`]), device `d` on the `d`-th: a device that
+    /// does not open fails the whole, naming its interface.
+    pub fn open_on(provider: Option<&str>, devices: &[(String, std::net::IpAddr)]) -> Result<OfiNet> {
+        if devices.is_empty() || devices.len() > super::socket::MAX_IFS {
+            return Err(ofi_err(format!(
+                "{} devices: libfabric opens 1 to {} (one per interface)",
+                devices.len(),
+                super::socket::MAX_IFS
+            )));
+        }
+        let env = std::env::var(PROVIDER_VAR).ok().filter(|p| !p.trim().is_empty());
+        let p = provider.map(str::to_string).or(env).unwrap_or_else(|| "tcp".into());
+        let mut devs = Vec::with_capacity(devices.len());
+        for (d, (ifname, ip)) in devices.iter().enumerate() {
+            let on = if ifname.is_empty() { ip.to_string() } else { format!("{ifname} ({ip})") };
+            let dom = Domain::open(&p, *ip).map_err(|e| ofi_err(format!("device {d} on {on}: {e}")))?;
+            devs.push((Arc::new(dom), on));
+        }
+        Ok(OfiNet { devs })
     }
 
     /// The provider serving it.
     pub fn provider(&self) -> &str {
-        &self.dom.provider
+        &self.devs[0].0.provider
     }
-}
 
-/// Device `dev` is this transport's one: the domain opened on the address's interface
-/// (several NICs through libfabric are not set up yet; the trait's default `ndev` says one).
-fn one_device(dev: usize) -> Result<()> {
-    if dev == 0 {
-        Ok(())
-    } else {
-        Err(ofi_err(format!("device {dev}: this transport opens one")))
+    /// Device `dev`'s domain; an error naming the devices there are otherwise.
+    fn domain(&self, dev: usize) -> Result<&Arc<Domain>> {
+        self.devs
+            .get(dev)
+            .map(|(d, _)| d)
+            .ok_or_else(|| ofi_err(format!("device {dev}: this transport has {}", self.devs.len())))
     }
 }
 
@@ -892,12 +906,16 @@ impl Net for OfiNet {
     }
 
     fn using(&self) -> String {
-        format!("NET/OFI: using provider {} on {}", self.provider(), self.on)
+        let on: Vec<&str> = self.devs.iter().map(|(_, on)| on.as_str()).collect();
+        format!("NET/OFI: using provider {} on {}", self.provider(), on.join(", "))
+    }
+
+    fn ndev(&self) -> usize {
+        self.devs.len()
     }
 
     fn listen(&self, dev: usize) -> Result<(Vec<u8>, Box<dyn NetListener>)> {
-        one_device(dev)?;
-        let ep = Endpoint::open(self.dom.clone(), false)?;
+        let ep = Endpoint::open(self.domain(dev)?.clone(), false)?;
         let secret = random_secret().map_err(|e| ofi_err(e.to_string()))?;
         let mut handle = vec![ep.addr.len() as u8];
         handle.extend_from_slice(&ep.addr);
@@ -906,13 +924,13 @@ impl Net for OfiNet {
     }
 
     fn connect(&self, dev: usize, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>> {
-        one_device(dev)?;
+        let dom = self.domain(dev)?.clone();
         let n = *handle.first().ok_or_else(|| ofi_err("an empty handle"))? as usize;
         if handle.len() != 1 + n + SECRET_BYTES || n > MAX_ADDR_BYTES {
             return Err(ofi_err(format!("a handle of {} bytes is not this transport's", handle.len())));
         }
         let (addr, secret) = (&handle[1..1 + n], &handle[1 + n..]);
-        let mut ep = Endpoint::open(self.dom.clone(), true)?;
+        let mut ep = Endpoint::open(dom, true)?;
         ep.peer = ep.insert(addr)?;
         // The hello: the secret, then this endpoint's address (for directed receives).
         let mut hello = secret.to_vec();
@@ -1148,7 +1166,7 @@ mod tests {
             let acc = s.spawn(move || listener.accept(deadline));
             // Garbage with the hello's tag (too long for a hello: truncated at the receiver)
             // and a sender with the wrong secret are refused; the right one is taken.
-            let mut garbage_ep = Endpoint::open(net.dom.clone(), true).unwrap();
+            let mut garbage_ep = Endpoint::open(net.devs[0].0.clone(), true).unwrap();
             let n = handle[0] as usize;
             garbage_ep.peer = garbage_ep.insert(&handle[1..1 + n]).unwrap();
             let mut garbage = vec![0xA5u8; 300];
