@@ -326,7 +326,7 @@ fn unsupported_cases_fall_back_and_forcing_them_is_an_error() {
     let got = run(&be, &forced, Collective::AllReduce, DataType::I64, ReduceOp::Sum, 4099, true, 5).unwrap();
     assert_eq!(got, expected(Collective::AllReduce, DataType::I64, RedOp::Sum, 4, 4099, 5));
     let err = CommConfig { algo: Some("warp".into()), ..config(H200, None) };
-    assert!(Comm::init_all(&be, 4, err).unwrap_err().to_string().contains("unknown algorithm \"warp\""));
+    assert!(Comm::init_all(&be, 4, err).unwrap_err().to_string().contains("unknown algorithm `warp`"));
 }
 
 /// The cost model weighs NVLS against the rings and trees per call, as NCCL's

@@ -65,6 +65,72 @@ fn the_mask_chooses_the_algorithm_and_the_plan_says_how_it_runs() {
     assert!(plans.iter().all(|p| p.algorithm == Algorithm::Tree));
 }
 
+/// `RSCCL_ALGO` in NCCL's per-function grammar (2.24 on): a first entry for every collective,
+/// then `func:` entries refining one each. `ring;allreduce:tree` runs all-reduce on the trees
+/// and the all-gather on the rings; `^symll;allreduce:ring,tree` leaves all-reduce the model's
+/// choice of the two; `allreduce:^symll` keeps everything for the others. Broadcast refused
+/// where its entry leaves it nothing names the collective; malformed values name the token
+/// and where it is.
+#[test]
+fn rsccl_algo_takes_nccls_per_function_grammar() {
+    let be = backend::cpu();
+    let all_gather_plans = |c: &[Comm]| -> Vec<rsccl::Plan> {
+        let n = c.len();
+        let sends: Vec<_> = (0..n).map(|r| be.upload(&[r as i32; 100]).unwrap()).collect();
+        let recvs: Vec<_> = (0..n).map(|_| be.alloc(100 * n * 4).unwrap()).collect();
+        let work: Vec<_> = c
+            .iter()
+            .zip(sends.iter().zip(&recvs))
+            .map(|(comm, (s, r))| comm.enqueue().all_gather(s.into(), r.into(), 100, DataType::I32).unwrap())
+            .collect();
+        let plans = work.iter().map(|w| w.plan()).collect();
+        for w in work {
+            w.wait().unwrap();
+        }
+        let want: Vec<i32> = (0..n).flat_map(|q| [q as i32; 100]).collect();
+        for r in &recvs {
+            assert_eq!(be.download::<i32>(r, 100 * n).unwrap(), want);
+        }
+        plans
+    };
+    for (algo, all_reduce_on, all_gather_on) in [
+        ("ring;allreduce:tree", Algorithm::Tree, Algorithm::Ring),
+        ("tree,symll;allgather:ring;allreduce:tree", Algorithm::Tree, Algorithm::Ring),
+        ("^symll;allreduce:ring,tree", Algorithm::Ring, Algorithm::Ring),
+        ("ALLREDUCE:^symll", Algorithm::Ring, Algorithm::Ring),
+        ("ring; allreduce : symll , ring", Algorithm::SymLl, Algorithm::Ring),
+    ] {
+        let c = comms(Some(algo));
+        let plans = all_reduce(&c, sum).unwrap();
+        assert!(plans.iter().all(|p| p.algorithm == all_reduce_on), "{algo}: {plans:?}");
+        let plans = all_gather_plans(&c);
+        assert!(plans.iter().all(|p| p.algorithm == all_gather_on), "{algo}: {plans:?}");
+    }
+    // Broadcast left only the trees: refused naming the collective's own entry.
+    let c = comms(Some("ring;broadcast:tree"));
+    let bufs: Vec<_> = (0..3).map(|_| be.alloc(64).unwrap()).collect();
+    std::thread::scope(|s| {
+        for (comm, b) in c.iter().zip(&bufs) {
+            s.spawn(move || {
+                let e = comm.broadcast(b.into(), b.into(), 16, DataType::F32, 0).unwrap_err().to_string();
+                assert!(e.contains("RSCCL_ALGO=tree (for Broadcast)"), "{e}");
+            });
+        }
+    });
+    // The first entry gives all-reduce the rings alone (no symmetric LL kernel).
+    assert_eq!(all_reduce(&c, sum).unwrap()[0].algorithm, Algorithm::Ring);
+    for (bad, says) in [
+        ("ring;tree", "only the first entry may omit it"),
+        ("ring;allreduce:trea", "unknown algorithm `trea`"),
+        ("ring;allreduc:tree", "unknown collective `allreduc`"),
+        ("ring;allreduce:", "names no algorithm"),
+    ] {
+        let cfg = CommConfig { nthreads: 64, algo: Some(bad.into()), ..CommConfig::default() };
+        let e = Comm::init_all(&be, 3, cfg).unwrap_err().to_string();
+        assert!(e.contains("RSCCL_ALGO") && e.contains(says) && e.contains("character"), "{bad}: {e}");
+    }
+}
+
 #[test]
 fn a_collective_nothing_allowed_serves_is_refused_by_name() {
     let be = backend::cpu();

@@ -2,6 +2,9 @@
 //! once at init; the plan ([`super::Plan`]) chooses among what it allows.
 use super::algorithm::Algorithm;
 use crate::error::{Error, Result};
+use crate::tuning::env::parse_list;
+use crate::tuning::Coll;
+use rsccl_device::coll::Collective;
 
 /// The variable naming the algorithms a communicator may use (NCCL's `NCCL_ALGO`), defined
 /// once with the cost model's grammar.
@@ -59,70 +62,96 @@ impl NvlsPolicy {
     }
 }
 
-/// The algorithms `RSCCL_ALGO` allows (NCCL's `NCCL_ALGO`): a comma-separated list of `ring`,
-/// `tree`, `nvls`, `nvlstree`, `collnet` (both CollNet forms), `collnetdirect`, `collnetchain`,
-/// `pat`, and rsccl's `symll` (the symmetric LL all-reduce) (any case), the ones allowed, or after a `^` the ones excluded; unset or empty: all.
-/// MSCCL programs are outside it (as in MSCCL): a registry program serves the calls it names.
+/// The algorithms `RSCCL_ALGO` allows (NCCL's `NCCL_ALGO`), per collective, in NCCL's
+/// per-function grammar (2.24 on; [`crate::tuning::env`]): entries separated by `;`, the first
+/// for every collective, the others prefixed `func:` for one (`broadcast`, `reduce`,
+/// `allgather`, `reducescatter`, `allreduce`), each a comma-separated list of `ring`, `tree`,
+/// `nvls`, `nvlstree`, `collnet` (both CollNet forms), `collnetdirect`, `collnetchain`, `pat`
+/// and rsccl's `symll` (the symmetric LL all-reduce) — the ones allowed, or after a `^` the
+/// ones excluded — any case; unset or empty: all. MSCCL programs are outside it (as in MSCCL):
+/// a registry program serves the calls it names.
 ///
 /// ```
 /// use rsccl::comm::AlgoMask;
 /// use rsccl::Algorithm;
+/// use rsccl_device::coll::Collective;
 /// let m = AlgoMask::parse(Some("ring,NVLS"))?;
 /// assert!(m.allows(Algorithm::Ring) && m.allows(Algorithm::NvlsSymmetric) && !m.allows(Algorithm::Tree));
 /// assert!(!AlgoMask::parse(Some("^tree"))?.allows(Algorithm::Tree));
 /// assert!(AlgoMask::parse(None)?.allows(Algorithm::Tree));
 /// assert!(AlgoMask::parse(Some("warp")).is_err());
+/// // All-reduce on the trees only, everything else on the rings.
+/// let m = AlgoMask::parse(Some("ring;allreduce:tree"))?;
+/// assert!(m.allows_for(Collective::AllReduce, Algorithm::Tree));
+/// assert!(!m.allows_for(Collective::AllReduce, Algorithm::Ring));
+/// assert!(m.allows_for(Collective::AllGather, Algorithm::Ring));
 /// # Ok::<(), rsccl::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AlgoMask {
-    /// One bit per name of [`ALGO_NAMES`].
-    bits: u16,
+    /// One bit per name of [`ALGO_NAMES`], per collective in [`Coll::ALL`]'s order.
+    bits: [u16; 5],
     /// `RSCCL_NVLS_ENABLE=1`: NVLS must come up where the topology serves it.
     nvls_required: bool,
 }
 
-/// The names `RSCCL_ALGO` knows, in bit order.
-const ALGO_NAMES: [&str; 8] =
-    ["ring", "tree", "nvls", "nvlstree", "collnetdirect", "collnetchain", "pat", "symll"];
+/// The names `RSCCL_ALGO` knows, in bit order; `collnet` (last) names both CollNet forms.
+const ALGO_NAMES: [&str; 9] =
+    ["ring", "tree", "nvls", "nvlstree", "collnetdirect", "collnetchain", "pat", "symll", "collnet"];
+
+/// The collectives NVLS serves (the others never run on it).
+const NVLS_COLLS: [Coll; 3] = [Coll::AllGather, Coll::ReduceScatter, Coll::AllReduce];
 
 impl AlgoMask {
     const RING: u16 = 1 << 0;
     const TREE: u16 = 1 << 1;
     const NVLS: u16 = 1 << 2;
     const NVLS_TREE: u16 = 1 << 3;
+    const COLLNET: u16 = 0b11 << 4;
     const SYM_LL: u16 = 1 << 7;
-    const ALL: u16 = (1 << ALGO_NAMES.len()) - 1;
+    const ALL: u16 = (1 << 8) - 1;
 
-    /// Parses NCCL's syntax (see [`AlgoMask`]); an unknown name is an error naming it.
+    /// Parses NCCL's grammar (see [`AlgoMask`]); an unknown name or collective, or a malformed
+    /// entry, is an error naming the variable, the token and where it is.
     pub fn parse(value: Option<&str>) -> Result<AlgoMask> {
+        let mut bits = [Self::ALL; 5];
         let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
-            return Ok(AlgoMask { bits: Self::ALL, nvls_required: false });
+            return Ok(AlgoMask { bits, nvls_required: false });
         };
-        let (exclude, list) = match v.strip_prefix('^') {
-            Some(rest) => (true, rest),
-            None => (false, v),
-        };
-        let mut named = 0u16;
-        for name in list.split(',').map(|s| s.trim().to_ascii_lowercase()) {
-            named |= match name.as_str() {
-                "collnet" => 0b11 << 4,
-                n => match ALGO_NAMES.iter().position(|&k| k == n) {
-                    Some(b) => 1 << b,
-                    None => {
-                        return Err(Error::InvalidConfig(format!(
-                            "{ALGO_VAR}=\"{v}\": unknown algorithm \"{name}\" (ring, tree, nvls, nvlstree, collnetdirect, collnetchain, pat, symll)"
-                        )))
-                    }
-                },
-            };
+        let collnet = ALGO_NAMES.len() - 1;
+        for entry in parse_list(ALGO_VAR, v, "algorithm", &ALGO_NAMES)? {
+            // An entry sets its collectives' bits; `collnet` names both CollNet forms.
+            let mut bits_of_entry = 0u16;
+            for i in 0..collnet {
+                let named = entry.names(i) || (Self::COLLNET & (1 << i) != 0 && entry.names(collnet));
+                if named != entry.excludes() {
+                    bits_of_entry |= 1 << i;
+                }
+            }
+            for c in entry.colls() {
+                bits[c.index()] = bits_of_entry;
+            }
         }
-        Ok(AlgoMask { bits: if exclude { Self::ALL & !named } else { named }, nvls_required: false })
+        Ok(AlgoMask { bits, nvls_required: false })
     }
 
-    /// Whether `algorithm` may run (the NVLS forms under `nvls`, NVLS_TREE's under either
-    /// `nvls` or `nvlstree`; MSCCL and point-to-point always).
+    /// The bits of `coll`.
+    fn of(&self, coll: Coll) -> u16 {
+        self.bits[coll.index()]
+    }
+
+    /// Whether `coll` may run on `algorithm` (the NVLS forms under `nvls`, NVLS_TREE's under
+    /// either `nvls` or `nvlstree`; MSCCL and point-to-point always).
+    pub fn allows_for(&self, coll: Collective, algorithm: Algorithm) -> bool {
+        Self::bit_allows(self.of(Coll::of(coll)), algorithm)
+    }
+
+    /// Whether every collective may run on `algorithm` (see [`AlgoMask::allows_for`]).
     pub fn allows(&self, algorithm: Algorithm) -> bool {
+        self.bits.iter().all(|&b| Self::bit_allows(b, algorithm))
+    }
+
+    fn bit_allows(bits: u16, algorithm: Algorithm) -> bool {
         let bit = match algorithm {
             Algorithm::Ring => Self::RING,
             Algorithm::Tree => Self::TREE,
@@ -131,23 +160,37 @@ impl AlgoMask {
             Algorithm::SymLl => Self::SYM_LL,
             Algorithm::Msccl(_) | Algorithm::P2p => return true,
         };
-        self.bits & bit != 0
+        bits & bit != 0
     }
 
-    /// What it says about NVLS: only NVLS (forced), NVLS among others (where it applies;
-    /// required to come up under `RSCCL_NVLS_ENABLE=1`), or none.
+    /// Whether `coll` may run on NVLS alone (`RSCCL_ALGO=nvls`, or `allreduce:nvls`): a call
+    /// NVLS cannot serve is an error naming it, and the cost model does not weigh the rings.
+    pub fn forces_nvls(&self, coll: Collective) -> bool {
+        let b = self.of(Coll::of(coll));
+        b & Self::NVLS != 0 && b & !Self::NVLS == 0
+    }
+
+    /// What it says about NVLS for the communicator: none where no collective NVLS serves
+    /// may use it; forced where one may use nothing else (NVLS must come up at init, or init
+    /// fails); else where it applies (required to come up under `RSCCL_NVLS_ENABLE=1`).
     pub fn nvls_policy(&self) -> NvlsPolicy {
-        match (self.bits & Self::NVLS != 0, self.bits & !Self::NVLS != 0) {
-            (false, _) => NvlsPolicy::Off,
-            (true, false) => NvlsPolicy::Forced,
-            (true, true) if self.nvls_required => NvlsPolicy::Required,
-            (true, true) => NvlsPolicy::Auto,
+        let nvls = |c: &Coll| self.of(*c) & Self::NVLS != 0;
+        let only = |c: &Coll| self.of(*c) & Self::NVLS != 0 && self.of(*c) & !Self::NVLS == 0;
+        if !NVLS_COLLS.iter().any(nvls) {
+            NvlsPolicy::Off
+        } else if NVLS_COLLS.iter().any(only) {
+            NvlsPolicy::Forced
+        } else if self.nvls_required {
+            NvlsPolicy::Required
+        } else {
+            NvlsPolicy::Auto
         }
     }
 
     /// This mask under `RSCCL_NVLS_ENABLE` = `level` (`None`: unset, as 2): 0 takes NVLS and
-    /// NVLS_TREE out (an error when nothing is left: `RSCCL_ALGO=nvls`), 1 requires NVLS to
-    /// come up, 2 leaves it as it is; another value is an error naming the variable.
+    /// NVLS_TREE out (an error when it leaves a collective nothing: `RSCCL_ALGO=nvls`), 1
+    /// requires NVLS to come up, 2 leaves it as it is; another value is an error naming the
+    /// variable.
     ///
     /// ```
     /// use rsccl::comm::{AlgoMask, NvlsPolicy};
@@ -159,6 +202,7 @@ impl AlgoMask {
     /// assert_eq!(all.with_nvls_enable(Some(1))?.nvls_policy(), NvlsPolicy::Required);
     /// assert_eq!(all.with_nvls_enable(None)?, all);
     /// assert!(AlgoMask::parse(Some("nvls"))?.with_nvls_enable(Some(0)).is_err());
+    /// assert!(AlgoMask::parse(Some("ring;allreduce:nvls"))?.with_nvls_enable(Some(0)).is_err());
     /// assert!(all.with_nvls_enable(Some(3)).is_err());
     /// # Ok::<(), rsccl::Error>(())
     /// ```
@@ -167,8 +211,12 @@ impl AlgoMask {
             None | Some(2) => Ok(self),
             Some(1) => Ok(AlgoMask { nvls_required: true, ..self }),
             Some(0) => {
-                let bits = self.bits & !(Self::NVLS | Self::NVLS_TREE);
-                if bits & !Self::SYM_LL == 0 && self.bits & !Self::SYM_LL != 0 {
+                let mut bits = self.bits;
+                for b in bits.iter_mut() {
+                    *b &= !(Self::NVLS | Self::NVLS_TREE);
+                }
+                let emptied = |i: usize| bits[i] & !Self::SYM_LL == 0 && self.bits[i] & !Self::SYM_LL != 0;
+                if (0..bits.len()).any(emptied) {
                     return Err(Error::InvalidConfig(format!(
                         "{}, but {NVLS_ENABLE_VAR}=0 turns NVLS off: no algorithm is left",
                         self.describe()
@@ -182,14 +230,38 @@ impl AlgoMask {
         }
     }
 
-    /// The variable's text for messages (`RSCCL_ALGO=...`).
+    /// The variable's text for messages: `RSCCL_ALGO=ring,tree` where every collective allows
+    /// the same, else per collective (`RSCCL_ALGO=Broadcast:ring;…;AllReduce:tree`).
     pub(crate) fn describe(&self) -> String {
-        let names: Vec<&str> = ALGO_NAMES
-            .iter()
-            .enumerate()
-            .filter(|(b, _)| self.bits & (1 << b) != 0)
-            .map(|(_, n)| *n)
-            .collect();
-        format!("{ALGO_VAR}={}", names.join(","))
+        let names = |bits: u16| -> String {
+            let n: Vec<&str> = ALGO_NAMES[..ALGO_NAMES.len() - 1]
+                .iter()
+                .enumerate()
+                .filter(|(b, _)| bits & (1 << b) != 0)
+                .map(|(_, n)| *n)
+                .collect();
+            if n.is_empty() {
+                "none".into()
+            } else {
+                n.join(",")
+            }
+        };
+        if self.bits.iter().all(|&b| b == self.bits[0]) {
+            return format!("{ALGO_VAR}={}", names(self.bits[0]));
+        }
+        let per: Vec<String> =
+            Coll::ALL.iter().map(|c| format!("{}:{}", c.name(), names(self.of(*c)))).collect();
+        format!("{ALGO_VAR}={}", per.join(";"))
+    }
+
+    /// [`AlgoMask::describe`] for `coll` alone: `RSCCL_ALGO=tree (for AllReduce)` where the
+    /// collectives differ.
+    pub(crate) fn describe_for(&self, coll: Collective) -> String {
+        let c = Coll::of(coll);
+        if self.bits.iter().all(|&b| b == self.bits[0]) {
+            return self.describe();
+        }
+        let one = AlgoMask { bits: [self.of(c); 5], nvls_required: false };
+        format!("{} (for {})", one.describe(), c.name())
     }
 }

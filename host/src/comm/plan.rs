@@ -3,7 +3,6 @@
 //! programs, symmetric windows) and what `RSCCL_ALGO` allows. Every entry point — `Comm`'s
 //! calls, enqueued or blocking, the cudarc ones, a `LocalGroup`'s — plans here, asking the
 //! cost model (`tuner.rs`) which algorithm and protocol are fastest for the call's size.
-use super::algo_mask::{NvlsPolicy, ALGO_VAR};
 use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::{Call, DevCall};
 use super::communicator::Comm;
@@ -52,8 +51,13 @@ impl Comm {
                 ))),
             };
         }
-        let nvls_serves = nvls::applies(coll, dtype, red);
-        let tree_form = self.nvls_tree.is_some() && coll == Collective::AllReduce && nvls_serves;
+        // Multimem reduces it and RSCCL_ALGO lets this collective use NVLS (NVLS_TREE).
+        let multimem = nvls::applies(coll, dtype, red);
+        let nvls_serves = multimem && self.algos.allows_for(coll, Algorithm::Nvls);
+        let tree_form = self.nvls_tree.is_some()
+            && coll == Collective::AllReduce
+            && multimem
+            && self.algos.allows_for(coll, Algorithm::NvlsTree);
         let symmetric = self.nvls.is_some() && nvls_serves && self.symmetric_windows(dev).is_some();
         // The cost model (or a tuner plugin, as NCCL asks it) weighs NVLS (NVLS_TREE) against
         // the rings and trees; calls on symmetric windows take NCCL's symmetric path, which
@@ -81,24 +85,25 @@ impl Comm {
         {
             return Ok(Algorithm::SymLl);
         }
-        if self.algos.nvls_policy() == NvlsPolicy::Forced {
+        if self.algos.forces_nvls(coll) {
             return Err(Error::InvalidConfig(format!(
-                "{ALGO_VAR}=nvls, but NVLS has no {coll:?} of {} with {red:?} (it serves all-reduce and reduce-scatter \
+                "{}, but NVLS has no {coll:?} of {} with {red:?} (it serves all-reduce and reduce-scatter \
                  with sum/min/max of the types multimem reduces, and all-gather of those types)",
+                self.algos.describe_for(coll),
                 dtype.name()
             )));
         }
-        if self.algos.allows(Algorithm::Ring) || self.nranks == 1 {
+        if self.algos.allows_for(coll, Algorithm::Ring) || self.nranks == 1 {
             return Ok(self.ring_or_tree(dev));
         }
-        if coll == Collective::AllReduce && self.algos.allows(Algorithm::Tree) {
+        if coll == Collective::AllReduce && self.algos.allows_for(coll, Algorithm::Tree) {
             return Ok(Algorithm::Tree);
         }
         Err(Error::InvalidConfig(format!(
             "rank {}: {} allows no algorithm that runs {coll:?} of {} here (rings run every collective, trees \
              all-reduce, NVLS what multimem serves)",
             self.rank,
-            self.algos.describe(),
+            self.algos.describe_for(coll),
             dtype.name()
         )))
     }
@@ -112,17 +117,17 @@ impl Comm {
     /// NVLS entries (no topology search: NVLS set on by `CommConfig::nvls`) has no time for
     /// it: NVLS runs where it applies.
     fn nvls_declined(&self, dev: &DevCall, nvls: Algo) -> bool {
-        if self.algos.nvls_policy() == NvlsPolicy::Forced {
+        if self.algos.forces_nvls(dev.coll) {
             return false;
         }
         if self.tuner.has_plugin() {
             return self.plugin_declines(dev, nvls);
         }
         let mut others = Vec::with_capacity(2);
-        if self.algos.allows(Algorithm::Ring) {
+        if self.algos.allows_for(dev.coll, Algorithm::Ring) {
             others.push((Algorithm::Ring, self.line_fifos(false)));
         }
-        if dev.coll == Collective::AllReduce && self.algos.allows(Algorithm::Tree) {
+        if dev.coll == Collective::AllReduce && self.algos.allows_for(dev.coll, Algorithm::Tree) {
             others.push((Algorithm::Tree, self.line_fifos(true)));
         }
         self.tuner.nvls_loses(nvls, dev.coll, self.nccl_bytes(dev), &others)
@@ -135,10 +140,10 @@ impl Comm {
             return false;
         }
         let mut candidates = vec![(nvls, LineFifos { ll: false, ll128: false })];
-        if self.algos.allows(Algorithm::Ring) {
+        if self.algos.allows_for(dev.coll, Algorithm::Ring) {
             candidates.push((Algo::Ring, self.line_fifos(false)));
         }
-        if dev.coll == Collective::AllReduce && self.algos.allows(Algorithm::Tree) {
+        if dev.coll == Collective::AllReduce && self.algos.allows_for(dev.coll, Algorithm::Tree) {
             candidates.push((Algo::Tree, self.line_fifos(true)));
         }
         let pick = self.tuner.plugin_algorithm(dev.coll, self.nccl_bytes(dev), &candidates);
@@ -148,8 +153,9 @@ impl Comm {
     /// The ring, or for an all-reduce the tree where the cost model predicts it faster than
     /// the ring's best protocol (across nodes: its log-depth latency) and both are allowed.
     fn ring_or_tree(&self, dev: &DevCall) -> Algorithm {
-        let tree_too =
-            dev.coll == Collective::AllReduce && self.nranks > 1 && self.algos.allows(Algorithm::Tree);
+        let tree_too = dev.coll == Collective::AllReduce
+            && self.nranks > 1
+            && self.algos.allows_for(dev.coll, Algorithm::Tree);
         let (bytes, ring, tree) = (self.nccl_bytes(dev), self.line_fifos(false), self.line_fifos(true));
         if tree_too && self.tuner.tree_beats_ring(bytes, ring, tree) {
             Algorithm::Tree

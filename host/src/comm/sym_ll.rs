@@ -41,7 +41,7 @@ impl Comm {
         if self.nranks < 2 || self.nranks > SYM_LL_MAX_RANKS {
             return Some(format!("{} ranks (2 to {SYM_LL_MAX_RANKS})", self.nranks));
         }
-        if !self.algos.allows(Algorithm::SymLl) {
+        if !self.algos.allows_for(Collective::AllReduce, Algorithm::SymLl) {
             return Some("excluded by RSCCL_ALGO".into());
         }
         if let Some(p) = self.peers.iter().find(|p| p.host_hash != me.host_hash) {

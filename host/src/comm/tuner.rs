@@ -246,7 +246,7 @@ impl Tuner {
         candidates: &[(Algo, LineFifos)],
     ) -> Option<Algo> {
         self.plugin.as_ref()?;
-        let coll = tuning_coll(coll);
+        let coll = Coll::of(coll);
         let asked = self.asked(coll, bytes, candidates);
         self.plugin_answer(coll, bytes, asked)?.pick.map(|(algo, _)| algo)
     }
@@ -301,7 +301,7 @@ impl Tuner {
 
     /// Whether `RSCCL_PROTO` leaves LL on for `coll` (the symmetric LL kernel runs only then).
     pub(super) fn ll_enabled(&self, coll: Collective) -> bool {
-        self.enabled.proto(tuning_coll(coll), Proto::Ll) != ProtoSetting::Off
+        self.enabled.proto(Coll::of(coll), Proto::Ll) != ProtoSetting::Off
     }
 
     /// The protocol `coll` of `bytes` (NCCL's `nBytes`: the larger of the send and receive
@@ -322,7 +322,7 @@ impl Tuner {
     /// [`Tuner::protocol`] on `algo` and its predicted time, µs (infinite when the table has
     /// none).
     fn best(&self, algo: Algo, coll: Collective, bytes: u64, fifos: LineFifos) -> (Protocol, f64) {
-        let coll = tuning_coll(coll);
+        let coll = Coll::of(coll);
         if let Some((p, _)) = self.plugin_pick_on(algo, coll, bytes, fifos) {
             let t = self.table.time_us(coll, algo, p, bytes, 1).unwrap_or(0.0);
             return (protocol_of(p), t);
@@ -403,7 +403,7 @@ impl Tuner {
         bytes: u64,
         others: &[(Algorithm, LineFifos)],
     ) -> bool {
-        let c = tuning_coll(coll);
+        let c = Coll::of(coll);
         let Some(t) = self.table.time_us(c, nvls, Proto::Simple, bytes, 1) else {
             return false;
         };
@@ -429,7 +429,7 @@ impl Tuner {
         // model's shrink).
         let set = self.plugin.as_ref().and_then(|pu| {
             let last = *pu.last.lock().unwrap_or_else(|p| p.into_inner());
-            last.filter(|a| a.coll == tuning_coll(coll) && a.bytes == bytes && a.pick == Some((algo, proto)))
+            last.filter(|a| a.coll == Coll::of(coll) && a.bytes == bytes && a.pick == Some((algo, proto)))
                 .map(|a| a.channels)
                 .filter(|&c| c > 0)
         });
@@ -447,7 +447,7 @@ impl Tuner {
         protocol: Protocol,
         bytes: u64,
     ) -> f64 {
-        let coll = tuning_coll(coll);
+        let coll = Coll::of(coll);
         let proto = proto_of(protocol);
         let algo = algo_of(algorithm);
         self.table
@@ -493,16 +493,6 @@ fn proto_of(protocol: Protocol) -> Proto {
         Protocol::Simple => Proto::Simple,
         Protocol::Ll => Proto::Ll,
         Protocol::Ll128 => Proto::Ll128,
-    }
-}
-
-fn tuning_coll(coll: Collective) -> Coll {
-    match coll {
-        Collective::AllReduce => Coll::AllReduce,
-        Collective::ReduceScatter => Coll::ReduceScatter,
-        Collective::AllGather => Coll::AllGather,
-        Collective::Broadcast => Coll::Broadcast,
-        Collective::Reduce => Coll::Reduce,
     }
 }
 

@@ -222,7 +222,7 @@ impl Enabled {
 }
 
 /// One `[func:][^]names` entry of a list.
-struct ListEntry {
+pub(crate) struct ListEntry {
     /// The collective named by the prefix; `None`: all.
     coll: Option<Coll>,
     /// Whether the names are excluded (`^`).
@@ -232,7 +232,8 @@ struct ListEntry {
 }
 
 impl ListEntry {
-    fn colls(&self) -> Vec<Coll> {
+    /// The collectives the entry sets.
+    pub(crate) fn colls(&self) -> Vec<Coll> {
         match self.coll {
             Some(c) => vec![c],
             None => Coll::ALL.to_vec(),
@@ -240,13 +241,23 @@ impl ListEntry {
     }
 
     /// Whether the element at `i` ends up enabled for this entry's collectives.
-    fn enables(&self, i: usize) -> bool {
+    pub(crate) fn enables(&self, i: usize) -> bool {
         self.named.contains(&i) != self.exclude
+    }
+
+    /// Whether the entry names the element at `i` (allowed or, after `^`, excluded).
+    pub(crate) fn names(&self, i: usize) -> bool {
+        self.named.contains(&i)
+    }
+
+    /// Whether the entry's names are the excluded ones (`^`).
+    pub(crate) fn excludes(&self) -> bool {
+        self.exclude
     }
 }
 
 /// Splits `value` (of variable `var`, a list of `what`s among `names`) into its entries.
-fn parse_list(var: &str, value: &str, what: &str, names: &[&str]) -> Result<Vec<ListEntry>> {
+pub(crate) fn parse_list(var: &str, value: &str, what: &str, names: &[&str]) -> Result<Vec<ListEntry>> {
     let bad = |at: usize, entry: usize, msg: String| {
         let column = value[..at].chars().count() + 1;
         Error::InvalidConfig(format!("{var}=\"{value}\": {msg} at character {column} (entry {entry})"))

@@ -31,6 +31,18 @@ impl Coll {
     pub const ALL: [Coll; 5] =
         [Coll::Broadcast, Coll::Reduce, Coll::AllGather, Coll::ReduceScatter, Coll::AllReduce];
 
+    /// The cost model's name of the device's collective.
+    pub fn of(coll: rsccl_device::coll::Collective) -> Coll {
+        use rsccl_device::coll::Collective;
+        match coll {
+            Collective::AllReduce => Coll::AllReduce,
+            Collective::ReduceScatter => Coll::ReduceScatter,
+            Collective::AllGather => Coll::AllGather,
+            Collective::Broadcast => Coll::Broadcast,
+            Collective::Reduce => Coll::Reduce,
+        }
+    }
+
     /// NCCL's name (`ncclFuncStr`), as `NCCL_ALGO`'s `func:` prefixes spell it.
     ///
     /// ```
