@@ -105,6 +105,9 @@ struct State {
     depth: u32,
     inits: Vec<QueuedInit>,
     calls: Vec<Queued>,
+    /// The first call that failed inside the open group: its end fails with it and runs
+    /// nothing (NCCL's `ncclGroupError`).
+    error: Option<Fail>,
 }
 
 thread_local! {
@@ -140,6 +143,32 @@ pub fn queue_init(init: QueuedInit) -> Res {
     })
 }
 
+/// `r`, a queueable call's result, recorded when it failed inside an open group: that
+/// group's end then fails with it, and none of its calls run (NCCL's `ncclGroupErrCheck`).
+pub fn noted(r: Res) -> Res {
+    if let Err(e) = &r {
+        GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            if g.depth > 0 && g.error.is_none() {
+                g.error = Some(e.clone());
+            }
+        });
+    }
+    r
+}
+
+/// Ends the outermost group that a failed call spoiled: its inits' handles fail with the
+/// call's error (they never ran), its calls are dropped, and the error is returned.
+fn spoiled(error: Fail, inits: Vec<QueuedInit>) -> Res {
+    let msg = format!("a call inside the group failed, so none of it ran: {}", error.msg);
+    for i in inits {
+        // SAFETY: the handle was created by the init that queued it and is not destroyed
+        // before the group ends (NCCL's contract).
+        unsafe { &*i.handle }.set(Err(rsccl::Error::InvalidConfig(msg.clone())));
+    }
+    Err(Fail { code: error.code, msg })
+}
+
 /// Runs `q` now, or queues it when a group is open.
 pub fn submit(q: Queued) -> Res {
     let queued = GROUP.with(|g| {
@@ -167,7 +196,7 @@ pub fn end() -> Res {
             0 => Err(Fail::usage("ncclGroupEnd without ncclGroupStart")),
             1 => {
                 g.depth = 0;
-                Ok(Some((std::mem::take(&mut g.inits), std::mem::take(&mut g.calls))))
+                Ok(Some((std::mem::take(&mut g.inits), std::mem::take(&mut g.calls), g.error.take())))
             }
             _ => {
                 g.depth -= 1;
@@ -175,7 +204,10 @@ pub fn end() -> Res {
             }
         }
     })?;
-    let Some((inits, calls)) = taken else { return Ok(()) };
+    let Some((inits, calls, error)) = taken else { return Ok(()) };
+    if let Some(e) = error {
+        return spoiled(e, inits);
+    }
     run_inits(inits)?;
     run_group(&calls)
 }
@@ -189,13 +221,13 @@ pub const SIM_INFO_MAGIC: u32 = 0x7468_5283;
 /// is the longest communicator's sum (communicators run side by side), in µs. Point-to-point
 /// and rooted calls are not in the cost model and count 0. An inner group's end is refused.
 pub fn simulate_end() -> Res<f32> {
-    let (inits, calls) = GROUP.with(|g| {
+    let (inits, calls, error) = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         match g.depth {
             0 => Err(Fail::usage("ncclGroupSimulateEnd without ncclGroupStart")),
             1 => {
                 g.depth = 0;
-                Ok((std::mem::take(&mut g.inits), std::mem::take(&mut g.calls)))
+                Ok((std::mem::take(&mut g.inits), std::mem::take(&mut g.calls), g.error.take()))
             }
             d => Err(Fail::usage(format!(
                 "ncclGroupSimulateEnd inside {} nested groups: it closes only the outermost",
@@ -203,6 +235,9 @@ pub fn simulate_end() -> Res<f32> {
             ))),
         }
     })?;
+    if let Some(e) = error {
+        return spoiled(e, inits).map(|()| 0.0);
+    }
     run_inits(inits)?;
     let mut per_comm: Vec<(NcclComm, f64)> = Vec::new();
     for q in &calls {
@@ -343,7 +378,16 @@ fn on_streams(calls: &[Queued], body: impl FnOnce() -> Res) -> Res {
         // communicator's device, alive until the call was enqueued.
         unsafe { comm_of(*c)?.wait_for_stream(s.0.cast()) }?;
     }
-    let r = body();
+    // A call refused because an earlier failure left its communicator unusable reports that
+    // failure's code (NCCL's ncclCommEnsureReady returns the stored async error), not the
+    // refusal's.
+    let r = body().map_err(|mut f| {
+        let recorded = pairs.iter().find_map(|(c, _)| comm_of(*c).ok()?.async_error().err());
+        if let Some(e) = recorded {
+            f.code = Fail::from(e).code;
+        }
+        f
+    });
     for (c, s) in &pairs {
         // SAFETY: as above.
         let signalled = unsafe { comm_of(*c)?.signal_stream(s.0.cast()) };

@@ -35,8 +35,11 @@ impl From<Error> for Fail {
     fn from(e: Error) -> Fail {
         let code = match &e {
             Error::InvalidConfig(_) | Error::OutOfRange { .. } => abi::INVALID_ARGUMENT,
-            Error::Hang { .. } | Error::P2pTimeout { .. } => abi::TIMEOUT,
-            Error::PeerLost { .. }
+            // A peer that never came or stopped answering: the remote side (ncclTimeout exists
+            // only from NCCL 2.30; this library reports 2.28).
+            Error::Hang { .. }
+            | Error::P2pTimeout { .. }
+            | Error::PeerLost { .. }
             | Error::PeerDied { .. }
             | Error::PeerLeft { .. }
             | Error::CallMismatch { .. }

@@ -154,24 +154,36 @@ unsafe fn collective(
     op: Option<NcclRedOp>,
     root: c_int,
 ) -> Res {
-    // SAFETY: the caller's contract.
-    let h = unsafe { handle(comm) }?;
-    let t = dtype(datatype)?;
-    let op = match op {
-        Some(o) => h.op(o.0)?,
-        None => rsccl::ReduceOp::Sum,
-    };
-    let root = if matches!(coll, Collective::Broadcast | Collective::Reduce) {
-        rank_in(h, root, "root")?
-    } else {
-        0
-    };
-    let sb = bytes(count, send_times, t, "sendbuff")?;
-    let rb = bytes(count, recv_times, t, "recvbuff")?;
-    // SAFETY: NCCL's contract: the buffers hold these bytes until the call completed, which
-    // is before this returns (or before the group's end returns).
-    let (s, r) = unsafe { (view(send, sb, "sendbuff")?, view(recv, rb, "recvbuff")?) };
-    group::submit(Queued::Coll { comm, stream, coll, send: s, recv: r, count, dtype: t, op, root })
+    // A failure inside a group fails its ncclGroupEnd too (NCCL's ncclGroupErrCheck).
+    group::noted((|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(comm) }?;
+        let t = dtype(datatype)?;
+        let op = match op {
+            Some(o) => h.op(o.0)?,
+            None => rsccl::ReduceOp::Sum,
+        };
+        let root = if matches!(coll, Collective::Broadcast | Collective::Reduce) {
+            rank_in(h, root, "root")?
+        } else {
+            0
+        };
+        // Only the root's send buffer is read by a broadcast and only the root's receive
+        // buffer written by a reduce: elsewhere they may be anything, NULL included (cudarc
+        // passes NULL there), and the call runs in place on the other buffer (the ring's
+        // other ranks of a reduce only send).
+        let (send, recv) = match coll {
+            Collective::Broadcast if root != h.rank => (recv.cast_const(), recv),
+            Collective::Reduce if root != h.rank => (send, send.cast_mut()),
+            _ => (send, recv),
+        };
+        let sb = bytes(count, send_times, t, "sendbuff")?;
+        let rb = bytes(count, recv_times, t, "recvbuff")?;
+        // SAFETY: NCCL's contract: the buffers hold these bytes until the call completed, which
+        // is before this returns (or before the group's end returns).
+        let (s, r) = unsafe { (view(send, sb, "sendbuff")?, view(recv, rb, "recvbuff")?) };
+        group::submit(Queued::Coll { comm, stream, coll, send: s, recv: r, count, dtype: t, op, root })
+    })())
 }
 
 /// An all-to-all, gather or scatter of `count` elements per rank.
@@ -188,25 +200,28 @@ unsafe fn rooted(
     datatype: NcclDataType,
     root: c_int,
 ) -> Res {
-    // SAFETY: the caller's contract.
-    let h = unsafe { handle(comm) }?;
-    let t = dtype(datatype)?;
-    let n = h.nranks;
-    let (root, st, rt) = match kind {
-        RootedKind::AllToAll => (0, n, n),
-        RootedKind::Gather => {
-            let root = rank_in(h, root, "root")?;
-            (root, 1, if h.rank == root { n } else { 0 })
-        }
-        RootedKind::Scatter => {
-            let root = rank_in(h, root, "root")?;
-            (root, if h.rank == root { n } else { 0 }, 1)
-        }
-    };
-    let (sb, rb) = (bytes(count, st, t, "sendbuff")?, bytes(count, rt, t, "recvbuff")?);
-    // SAFETY: as in `collective`.
-    let (s, r) = unsafe { (view(send, sb, "sendbuff")?, view(recv, rb, "recvbuff")?) };
-    group::submit(Queued::Rooted { comm, stream, kind, send: s, recv: r, count, dtype: t, root })
+    // A failure inside a group fails its ncclGroupEnd too (NCCL's ncclGroupErrCheck).
+    group::noted((|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(comm) }?;
+        let t = dtype(datatype)?;
+        let n = h.nranks;
+        let (root, st, rt) = match kind {
+            RootedKind::AllToAll => (0, n, n),
+            RootedKind::Gather => {
+                let root = rank_in(h, root, "root")?;
+                (root, 1, if h.rank == root { n } else { 0 })
+            }
+            RootedKind::Scatter => {
+                let root = rank_in(h, root, "root")?;
+                (root, if h.rank == root { n } else { 0 }, 1)
+            }
+        };
+        let (sb, rb) = (bytes(count, st, t, "sendbuff")?, bytes(count, rt, t, "recvbuff")?);
+        // SAFETY: as in `collective`.
+        let (s, r) = unsafe { (view(send, sb, "sendbuff")?, view(recv, rb, "recvbuff")?) };
+        group::submit(Queued::Rooted { comm, stream, kind, send: s, recv: r, count, dtype: t, root })
+    })())
 }
 
 /// A send (`is_recv` false) or receive.
@@ -222,14 +237,31 @@ unsafe fn p2p(
     datatype: NcclDataType,
     peer: c_int,
 ) -> Res {
-    // SAFETY: the caller's contract.
-    let h = unsafe { handle(comm) }?;
-    let t = dtype(datatype)?;
-    let peer = rank_in(h, peer, "peer")?;
-    let b = bytes(count, 1, t, if is_recv { "recvbuff" } else { "sendbuff" })?;
-    // SAFETY: as in `collective`.
-    let buf = unsafe { view(buf, b, if is_recv { "recvbuff" } else { "sendbuff" })? };
-    group::submit(Queued::P2p { comm, stream, recv: is_recv, buf, count, dtype: t, peer })
+    // A failure inside a group fails its ncclGroupEnd too (NCCL's ncclGroupErrCheck).
+    group::noted((|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(comm) }?;
+        let t = dtype(datatype)?;
+        let peer = rank_in(h, peer, "peer")?;
+        let b = bytes(count, 1, t, if is_recv { "recvbuff" } else { "sendbuff" })?;
+        // SAFETY: as in `collective`.
+        let buf = unsafe { view(buf, b, if is_recv { "recvbuff" } else { "sendbuff" })? };
+        group::submit(Queued::P2p { comm, stream, recv: is_recv, buf, count, dtype: t, peer })
+    })())
+}
+
+/// How long a communicator made through the C API waits for a peer (a collective) or for
+/// every rank (init, the unique id's root) unless `RSCCL_TIMEOUT` says otherwise. NCCL waits
+/// forever; rank skew of minutes is normal in real jobs (rank 0 writing a checkpoint while
+/// the others wait in a barrier), so the C API's default outlasts PyTorch's own watchdog (10
+/// minutes) and still ends a job whose peer is gone. `RSCCL_TIMEOUT=0` waits forever.
+pub const C_API_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
+/// The C API's configuration before an `ncclConfig_t`: rsccl's defaults with
+/// [`C_API_TIMEOUT`], then the variables ([`CommConfig::with_env`], `RSCCL_TIMEOUT` included).
+fn c_defaults() -> rsccl::Result<CommConfig> {
+    CommConfig { timeout: C_API_TIMEOUT, bootstrap_timeout: C_API_TIMEOUT, ..CommConfig::default() }
+        .with_env()
 }
 
 /// The rsccl configuration of an NCCL config (read by the caller's size and version).
@@ -237,7 +269,7 @@ unsafe fn p2p(
 /// # Safety
 /// `config` is NULL or points to at least `config.size` readable bytes.
 unsafe fn read_config(config: *const NcclConfig) -> Res<(CommConfig, bool)> {
-    let mut cfg = CommConfig::default().with_env().map_err(Fail::from)?;
+    let mut cfg = c_defaults().map_err(Fail::from)?;
     if config.is_null() {
         return Ok((cfg, true));
     }
@@ -344,15 +376,23 @@ api! {
         // and rank 0's init starts the root there (NCCL's behaviour); else its root starts now,
         // on the interface RSCCL_SOCKET_IFNAME (NCCL_SOCKET_IFNAME) picks, or on every interface,
         // announced as the default route's.
+        if uniqueId.is_null() {
+            return Err(Fail::arg("uniqueId is NULL"));
+        }
+        // The root waits for the ranks as long as their inits will.
+        let lifetime = c_defaults().map_err(Fail::from)?.bootstrap_timeout;
         let id = match (rendezvous(), std::env::var("RSCCL_SOCKET_IFNAME")) {
             (Some(addr), _) => UniqueId::from_rendezvous(&addr, 1),
             (None, Ok(spec)) => {
                 // The first interface it picks, as NCCL's bootstrap takes one.
                 let picked = rsccl::transport::net::socket::pick_interfaces(Some(&spec), &rsccl::transport::net::socket::interfaces())
                     .map_err(|e| Fail::arg(format!("RSCCL_SOCKET_IFNAME={spec}: {e}")))?;
-                UniqueId::with_addr(std::net::SocketAddr::new(picked[0].1, 0))
+                UniqueId::with_addr_timeout(std::net::SocketAddr::new(picked[0].1, 0), lifetime)
             }
-            (None, Err(_)) => UniqueId::new(),
+            (None, Err(_)) => UniqueId::with_addr_timeout(
+                std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0),
+                lifetime,
+            ),
         }
         .map_err(Fail::from)?;
         let mut out = NcclUniqueId { internal: [0; abi::UNIQUE_ID_BYTES] };
@@ -435,15 +475,20 @@ api! {
 
     /// Waits for the communicator's calls in flight (on a GPU a call returns once enqueued) and
     /// reports its state.
+    /// A NULL communicator (`NCCL_SPLIT_NOCOLOR`'s) has nothing to finalize, as in NCCL.
     fn ncclCommFinalize / pncclCommFinalize(comm: NcclComm) {
+        if comm.is_null() {
+            return Ok(());
+        }
         // SAFETY: the caller's contract.
         Ok(unsafe { handle(comm) }?.comm()?.wait_all()?)
     }
 
-    /// Frees the communicator (waiting for a nonblocking init that still runs).
+    /// Frees the communicator (waiting for a nonblocking init that still runs); NULL (a
+    /// `NCCL_SPLIT_NOCOLOR` child) is nothing to free, as in NCCL.
     fn ncclCommDestroy / pncclCommDestroy(comm: NcclComm) {
         if comm.is_null() {
-            return Err(Fail::arg("comm is NULL"));
+            return Ok(());
         }
         // SAFETY: a handle this library created (the caller's contract); not used after this.
         let h = unsafe { Box::from_raw(comm) };
@@ -452,10 +497,10 @@ api! {
         Ok(())
     }
 
-    /// Stops the communicator's calls in flight and frees it.
+    /// Stops the communicator's calls in flight and frees it (NULL: nothing, as in NCCL).
     fn ncclCommAbort / pncclCommAbort(comm: NcclComm) {
         if comm.is_null() {
-            return Err(Fail::arg("comm is NULL"));
+            return Ok(());
         }
         // SAFETY: a handle this library created (the caller's contract); not used after this.
         let h = unsafe { Box::from_raw(comm) };
@@ -641,12 +686,8 @@ api! {
 
     /// Every rank's `recvbuff` gets `root`'s `sendbuff`.
     fn ncclBroadcast / pncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: NcclDataType, root: c_int, comm: NcclComm, stream: CudaStream) {
-        // Only the root's send buffer is read: elsewhere it may be anything, NULL included.
         // SAFETY: the caller's contract.
-        let h = unsafe { handle(comm) }?;
-        let send = if i64::from(root) == h.rank as i64 { sendbuff } else { recvbuff.cast_const() };
-        // SAFETY: the caller's contract.
-        unsafe { collective(comm, stream, Collective::Broadcast, (send, 1), (recvbuff, 1), count, datatype, None, root) }
+        unsafe { collective(comm, stream, Collective::Broadcast, (sendbuff, 1), (recvbuff, 1), count, datatype, None, root) }
     }
 
     /// [`ncclBroadcast`] in place.

@@ -46,8 +46,14 @@ fn built() -> &'static Path {
 
 /// Runs the program with `args` (bounded in time); (success, stdout + stderr).
 fn run(args: &[&str]) -> (bool, String) {
+    run_with(args, &[])
+}
+
+/// [`run`] with `vars` in the program's environment.
+fn run_with(args: &[&str], vars: &[(&str, &str)]) -> (bool, String) {
     let mut child = Command::new(built().join("nccl_shapes"))
         .args(args)
+        .envs(vars.iter().copied())
         .env("RSCCL_BACKEND", "cpu")
         .env("RSCCL_SOCKET_IFNAME", "lo")
         .stdout(std::process::Stdio::piped())
@@ -164,6 +170,7 @@ fn one_thread_drives_four_communicators_through_every_collective() {
         "gather_scatter",
         "sendrecv",
         "avg_premul_sum",
+        "zero_counts",
     ] {
         assert!(text.contains(&format!("ok {what}\n")), "{what} missing:\n{text}");
     }
@@ -196,9 +203,12 @@ fn an_older_config_and_nonblocking_inits_polled_to_completion() {
 
 #[test]
 fn every_bad_argument_returns_nccls_code_and_names_the_argument() {
-    let (ok, text) = run(&["bad"]);
+    // Collectives give up after 3 s here (the C API's default is 30 minutes).
+    let start = std::time::Instant::now();
+    let (ok, text) = run_with(&["bad"], &[("RSCCL_TIMEOUT", "3")]);
     eprintln!("{text}");
     assert!(ok, "{text}");
+    assert!(start.elapsed() < Duration::from_secs(60), "{:?}", start.elapsed());
     for (case, code, words) in [
         ("null_comm", 4, "ncclAllReduce: comm is NULL"),
         ("bad_dtype", 4, "datatype 99: not an ncclDataType_t"),
@@ -220,6 +230,9 @@ fn every_bad_argument_returns_nccls_code_and_names_the_argument() {
         ("shrink_self", 4, "shrink: entry 0 names this rank"),
         ("shrink_range", 4, "shrink: entry 0 names rank 2, not below 2"),
         ("shrink_count", 4, "excludeRanksCount 3: 0 to 2"),
+        ("group_error", 4, "none of it ran: datatype 99"),
+        ("alone", 6, "rank 1"),
+        ("after_failure", 6, "cannot run collectives any more"),
     ] {
         let line = text
             .lines()
@@ -228,6 +241,8 @@ fn every_bad_argument_returns_nccls_code_and_names_the_argument() {
         assert!(line.starts_with(&format!("case {case}: {code} ")) && line.contains(words), "{line}");
     }
     assert!(text.contains("0 bad cases returned ncclSuccess"), "{text}");
+    assert!(text.contains("null comm: destroy 0 abort 0 finalize 0"), "{text}");
+    assert!(text.contains("in group: 4\n"), "{text}");
     assert!(text.contains("simulated all-reduce:") && text.contains(": ordered"), "{text}");
 }
 

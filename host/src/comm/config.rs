@@ -32,6 +32,12 @@ pub const MAX_STEP_BYTES: u64 = 64 << 20;
 
 /// A whole number from `var` (unset or empty: `None`); anything else is an error naming it.
 /// The value's range is checked where it is used ([`CommConfig`]'s checks at init).
+/// `RSCCL_TIMEOUT`: seconds a collective waits for a peer, and an init for every rank, before
+/// failing with an error naming who it waited for; `0`: collectives wait forever (NCCL's
+/// behaviour) and inits up to [`MAX_TIMEOUT`]. Applied by [`CommConfig::with_env`] (so by
+/// [`Comm::from_env`](super::Comm::from_env), `rsccl perf` and the NCCL C API).
+pub const TIMEOUT_VAR: &str = "RSCCL_TIMEOUT";
+
 pub(super) fn env_number(var: &str) -> Result<Option<u64>> {
     match std::env::var(var) {
         Ok(v) if !v.trim().is_empty() => v
@@ -132,7 +138,7 @@ impl Default for CommConfig {
 impl CommConfig {
     /// This configuration with the variables a job sets applied, as [`Comm::from_env`](super::Comm::from_env) and
     /// `rsccl perf -g N` apply them: `RSCCL_NTHREADS` (threads per block), `RSCCL_BUFFSIZE`
-    /// (a connection's FIFO bytes) and, where no channels are given, the topology search at
+    /// (a connection's FIFO bytes), `RSCCL_TIMEOUT` ([`TIMEOUT_VAR`]) and, where no channels are given, the topology search at
     /// init when `RSCCL_TOPO_FILE` is set. A bad value is an error naming the variable.
     ///
     /// ```
@@ -159,6 +165,17 @@ impl CommConfig {
                 )));
             }
             cfg.step_bytes = step;
+        }
+        if let Some(secs) = env_number(TIMEOUT_VAR)? {
+            let t = Duration::from_secs(secs);
+            if t > MAX_TIMEOUT {
+                return Err(Error::InvalidConfig(format!(
+                    "{TIMEOUT_VAR}={secs}: at most {} seconds (0 waits forever)",
+                    MAX_TIMEOUT.as_secs()
+                )));
+            }
+            cfg.timeout = t;
+            cfg.bootstrap_timeout = if secs == 0 { MAX_TIMEOUT } else { t };
         }
         if cfg.topology.is_none() && cfg.channels.is_none() {
             let topo = TopologyConfig::from_env()?;

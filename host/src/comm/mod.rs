@@ -52,7 +52,7 @@ pub use call::{check_scalar, scalar_bits, BufRef, Call, ReduceOp};
 pub use communicator::{Comm, MAX_IN_FLIGHT};
 pub use config::{
     CommConfig, BUFFSIZE_VAR, CHECK_CALLS_VAR, MAX_CHANNELS, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT,
-    NTHREADS_VAR,
+    NTHREADS_VAR, TIMEOUT_VAR,
 };
 pub use cudarc_interop::{CudaElem, RawStream};
 pub use group::{Group, GroupWork};

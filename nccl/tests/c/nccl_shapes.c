@@ -127,11 +127,32 @@ static void collectives(void) {
   /* reduce (sum) to the last rank */
   root = nranks - 1;
   begin();
-  for (int k = 0; k < nown; k++) CHECK(ncclReduce(send[k], recv[k], N, ncclInt32, ncclSum, root, comms[k], NULL));
+  /* The other ranks pass NULL as their receive buffer, as cudarc does (NCCL reads it only on
+   * the root); their send buffers must come out untouched (the all-to-all below reads them). */
+  for (int k = 0; k < nown; k++) CHECK(ncclReduce(send[k], own[k] == root ? recv[k] : NULL, N, ncclInt32, ncclSum, root, comms[k], NULL));
   end();
   for (size_t i = 0; i < N; i++) { want[i] = 0; for (int r = 0; r < nranks; r++) want[i] += val(r, i); }
   for (int k = 0; k < nown; k++) if (own[k] == root) expect_i("reduce", own[k], recv[k], want, N);
   printf("ok reduce\n");
+
+  /* Zero elements with NULL buffers: every call a no-op that succeeds, as NCCL's. */
+  begin();
+  for (int k = 0; k < nown; k++) {
+    CHECK(ncclAllReduce(NULL, NULL, 0, ncclFloat, ncclSum, comms[k], NULL));
+    CHECK(ncclAllGather(NULL, NULL, 0, ncclFloat, comms[k], NULL));
+    CHECK(ncclReduceScatter(NULL, NULL, 0, ncclFloat, ncclSum, comms[k], NULL));
+    CHECK(ncclBroadcast(NULL, NULL, 0, ncclFloat, 0, comms[k], NULL));
+    CHECK(ncclReduce(NULL, NULL, 0, ncclFloat, ncclSum, 0, comms[k], NULL));
+  }
+  end();
+  CHECK(ncclGroupStart()); /* a send and its receive meet only in a group */
+  for (int k = 0; k < nown; k++) {
+    int r = own[k];
+    CHECK(ncclSend(NULL, 0, ncclFloat, (r + 1) % nranks, comms[k], NULL));
+    CHECK(ncclRecv(NULL, 0, ncclFloat, (r + nranks - 1) % nranks, comms[k], NULL));
+  }
+  CHECK(ncclGroupEnd());
+  printf("ok zero_counts\n");
 
   /* all_to_all: block p of rank r's send goes to rank p */
   begin();
@@ -351,6 +372,20 @@ int main(int argc, char** argv) {
     ok += bad_case("shrink_range", ncclCommShrink(comms[0], &beyond, 1, &sub, NULL, NCCL_SHRINK_DEFAULT));
     ok += bad_case("shrink_count", ncclCommShrink(comms[0], &self, 3, &sub, NULL, NCCL_SHRINK_DEFAULT));
     printf("error string 4: %s\n", ncclGetErrorString(ncclInvalidArgument));
+    /* NULL (a NCCL_SPLIT_NOCOLOR child) is nothing to free, as in NCCL. */
+    printf("null comm: destroy %d abort %d finalize %d\n", (int)ncclCommDestroy(NULL), (int)ncclCommAbort(NULL),
+           (int)ncclCommFinalize(NULL));
+    /* A bad call inside a group fails the group's end, and nothing of the group runs: the
+     * valid all-reduce on rank 0 alone would wait for rank 1 (RSCCL_TIMEOUT) and fail with
+     * another code. */
+    CHECK(ncclGroupStart());
+    CHECK(ncclAllReduce(buf, buf, 4, ncclInt32, ncclSum, comms[0], NULL));
+    printf("in group: %d\n", (int)ncclAllReduce(buf, buf, 4, (ncclDataType_t)99, ncclSum, comms[0], NULL));
+    ok += bad_case("group_error", ncclGroupEnd());
+    /* Rank 0 alone: its all-reduce gives up after RSCCL_TIMEOUT naming rank 1; a later call
+     * reports that failure's code, not the refusal's. */
+    ok += bad_case("alone", ncclAllReduce(buf, buf, 4, ncclInt32, ncclSum, comms[0], NULL));
+    ok += bad_case("after_failure", ncclAllReduce(buf, buf, 4, ncclInt32, ncclSum, comms[0], NULL));
     for (int k = 0; k < 2; k++) CHECK(ncclCommDestroy(comms[k]));
     printf("%d bad cases returned ncclSuccess\n", ok);
     return ok == 0 ? 0 : 1;
