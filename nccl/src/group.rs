@@ -100,10 +100,69 @@ pub struct QueuedInit {
     pub cfg: CommConfig,
 }
 
+/// A split or shrink queued in a group: it runs at the group's end beside the group's other
+/// splits (each needs its parent's other ranks, which one thread may drive through one group,
+/// as NCCL runs a child's init as the group's job).
+pub struct QueuedChild {
+    /// The parent.
+    pub parent: NcclComm,
+    /// Which child.
+    pub kind: ChildKind,
+    /// Its configuration.
+    pub cfg: CommConfig,
+    /// Where the child's handle goes (NULL for a `NCCL_SPLIT_NOCOLOR` split).
+    pub out: *mut NcclComm,
+}
+
+/// What makes a child communicator.
+pub enum ChildKind {
+    /// `ncclCommSplit` by color (`None`: `NCCL_SPLIT_NOCOLOR`) and key.
+    Split {
+        /// The color.
+        color: Option<u32>,
+        /// The key.
+        key: i64,
+    },
+    /// `ncclCommShrink` without these ranks (stopping the parent's call in flight first).
+    Shrink {
+        /// The ranks left out.
+        exclude: Vec<usize>,
+        /// `NCCL_SHRINK_ABORT`.
+        abort: bool,
+    },
+}
+
+impl QueuedChild {
+    /// Makes the child on the calling thread and writes its handle (NULL when it has none).
+    pub fn run(self) -> Res {
+        let parent = comm_of(self.parent)?;
+        // SAFETY: the parent handle is live until the group ends (NCCL's contract).
+        let device = unsafe { handle::handle(self.parent) }?.device;
+        let child = match self.kind {
+            ChildKind::Split { color, key } => parent.split(color, key, self.cfg)?,
+            ChildKind::Shrink { exclude, abort } => Some(parent.shrink(&exclude, abort, self.cfg)?),
+        };
+        let out = match child {
+            None => std::ptr::null_mut(),
+            Some(c) => {
+                let h = handle::CommHandle::new(c.rank(), c.nranks(), device);
+                h.set(Ok(c));
+                Box::into_raw(Box::new(h))
+            }
+        };
+        // SAFETY: checked non-NULL when queued; the caller's pointer stays valid until the
+        // group's end (NCCL's contract: it reads the child only after).
+        unsafe { self.out.write(out) };
+        Ok(())
+    }
+}
+
 #[derive(Default)]
 struct State {
     depth: u32,
     inits: Vec<QueuedInit>,
+    /// Splits and shrinks, run at the end after the inits.
+    children: Vec<QueuedChild>,
     calls: Vec<Queued>,
     /// The first call that failed inside the open group: its end fails with it and runs
     /// nothing (NCCL's `ncclGroupError`).
@@ -143,6 +202,57 @@ pub fn queue_init(init: QueuedInit) -> Res {
     })
 }
 
+/// Runs `child` now, or queues it for the end of the open group.
+pub fn submit_child(child: QueuedChild) -> Res {
+    let queued = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return Ok(Some(child));
+        }
+        if g.children.len() >= MAX_GROUP_CALLS {
+            return Err(Fail::usage(format!("more than {MAX_GROUP_CALLS} splits in one group")));
+        }
+        g.children.push(child);
+        Ok(None)
+    })?;
+    match queued {
+        Some(c) => c.run(),
+        None => Ok(()),
+    }
+}
+
+/// Runs the queued splits and shrinks together, a thread each (each waits for its parent's
+/// other ranks, which this thread may have queued too); the first failure.
+fn run_children(children: Vec<QueuedChild>) -> Res {
+    if children.len() <= 1 {
+        return children.into_iter().try_for_each(QueuedChild::run);
+    }
+    /// A queued child's raw pointers, moved to the thread that makes it.
+    struct Job(QueuedChild);
+    // SAFETY: the pointers are the caller's handles and out-pointer, live until the group's
+    // end returns (after these threads are joined); a communicator is used from any thread.
+    unsafe impl Send for Job {}
+    impl Job {
+        fn run(self) -> Res {
+            self.0.run()
+        }
+    }
+    let results: Vec<Res> = std::thread::scope(|s| {
+        let threads: Vec<_> = children
+            .into_iter()
+            .map(|c| {
+                let job = Job(c);
+                s.spawn(move || job.run())
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|_| Err(Fail::usage("a split's thread panicked"))))
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
 /// `r`, a queueable call's result, recorded when it failed inside an open group: that
 /// group's end then fails with it, and none of its calls run (NCCL's `ncclGroupErrCheck`).
 pub fn noted(r: Res) -> Res {
@@ -159,12 +269,16 @@ pub fn noted(r: Res) -> Res {
 
 /// Ends the outermost group that a failed call spoiled: its inits' handles fail with the
 /// call's error (they never ran), its calls are dropped, and the error is returned.
-fn spoiled(error: Fail, inits: Vec<QueuedInit>) -> Res {
+fn spoiled(error: Fail, inits: Vec<QueuedInit>, children: Vec<QueuedChild>) -> Res {
     let msg = format!("a call inside the group failed, so none of it ran: {}", error.msg);
     for i in inits {
         // SAFETY: the handle was created by the init that queued it and is not destroyed
         // before the group ends (NCCL's contract).
         unsafe { &*i.handle }.set(Err(rsccl::Error::InvalidConfig(msg.clone())));
+    }
+    for c in children {
+        // SAFETY: checked non-NULL when queued and valid until the group's end.
+        unsafe { c.out.write(std::ptr::null_mut()) };
     }
     Err(Fail { code: error.code, msg })
 }
@@ -196,7 +310,13 @@ pub fn end() -> Res {
             0 => Err(Fail::usage("ncclGroupEnd without ncclGroupStart")),
             1 => {
                 g.depth = 0;
-                Ok(Some((std::mem::take(&mut g.inits), std::mem::take(&mut g.calls), g.error.take())))
+                let children = std::mem::take(&mut g.children);
+                Ok(Some((
+                    std::mem::take(&mut g.inits),
+                    children,
+                    std::mem::take(&mut g.calls),
+                    g.error.take(),
+                )))
             }
             _ => {
                 g.depth -= 1;
@@ -204,11 +324,12 @@ pub fn end() -> Res {
             }
         }
     })?;
-    let Some((inits, calls, error)) = taken else { return Ok(()) };
+    let Some((inits, children, calls, error)) = taken else { return Ok(()) };
     if let Some(e) = error {
-        return spoiled(e, inits);
+        return spoiled(e, inits, children);
     }
     run_inits(inits)?;
+    run_children(children)?;
     run_group(&calls)
 }
 
@@ -221,13 +342,14 @@ pub const SIM_INFO_MAGIC: u32 = 0x7468_5283;
 /// is the longest communicator's sum (communicators run side by side), in µs. Point-to-point
 /// and rooted calls are not in the cost model and count 0. An inner group's end is refused.
 pub fn simulate_end() -> Res<f32> {
-    let (inits, calls, error) = GROUP.with(|g| {
+    let (inits, children, calls, error) = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         match g.depth {
             0 => Err(Fail::usage("ncclGroupSimulateEnd without ncclGroupStart")),
             1 => {
                 g.depth = 0;
-                Ok((std::mem::take(&mut g.inits), std::mem::take(&mut g.calls), g.error.take()))
+                let children = std::mem::take(&mut g.children);
+                Ok((std::mem::take(&mut g.inits), children, std::mem::take(&mut g.calls), g.error.take()))
             }
             d => Err(Fail::usage(format!(
                 "ncclGroupSimulateEnd inside {} nested groups: it closes only the outermost",
@@ -236,9 +358,10 @@ pub fn simulate_end() -> Res<f32> {
         }
     })?;
     if let Some(e) = error {
-        return spoiled(e, inits).map(|()| 0.0);
+        return spoiled(e, inits, children).map(|()| 0.0);
     }
     run_inits(inits)?;
+    run_children(children)?;
     let mut per_comm: Vec<(NcclComm, f64)> = Vec::new();
     for q in &calls {
         let Queued::Coll { comm, .. } = q else { continue };

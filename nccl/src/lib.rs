@@ -28,7 +28,7 @@ pub mod header;
 use abi::{
     CudaStream, NcclComm, NcclConfig, NcclDataType, NcclRedOp, NcclResult, NcclScalarResidence, NcclUniqueId,
 };
-use group::{Queued, QueuedInit, RootedKind};
+use group::{ChildKind, Queued, QueuedChild, QueuedInit, RootedKind};
 use handle::{handle, view, CommHandle, Fail, Res};
 use rsccl::{Comm, CommConfig, DataType, UniqueId};
 use rsccl_device::coll::Collective;
@@ -567,17 +567,9 @@ api! {
         };
         // SAFETY: the caller's contract.
         let (cfg, _) = unsafe { read_config(config) }?;
-        let out = match h.comm()?.split(color, i64::from(key), cfg).map_err(Fail::from)? {
-            None => std::ptr::null_mut(),
-            Some(c) => {
-                let nh = CommHandle::new(c.rank(), c.nranks(), h.device);
-                nh.set(Ok(c));
-                Box::into_raw(Box::new(nh))
-            }
-        };
-        // SAFETY: checked non-NULL.
-        unsafe { newcomm.write(out) };
-        Ok(())
+        h.comm()?;
+        // Inside a group it runs at the group's end, with the group's other splits.
+        group::submit_child(QueuedChild { parent: comm, kind: ChildKind::Split { color, key: i64::from(key) }, cfg, out: newcomm })
     }
 
     /// A new communicator of every rank but the `excludeRanksCount` ranks listed (which do not
@@ -613,12 +605,9 @@ api! {
         // SAFETY: the caller's contract.
         let (cfg, _) = unsafe { read_config(config) }?;
         let abort = shrinkFlags & abi::SHRINK_ABORT != 0;
-        let c = h.comm()?.shrink(&exclude, abort, cfg).map_err(Fail::from)?;
-        let nh = CommHandle::new(c.rank(), c.nranks(), h.device);
-        nh.set(Ok(c));
-        // SAFETY: checked non-NULL.
-        unsafe { newcomm.write(Box::into_raw(Box::new(nh))) };
-        Ok(())
+        h.comm()?;
+        // Inside a group it runs at the group's end, with the group's other splits.
+        group::submit_child(QueuedChild { parent: comm, kind: ChildKind::Shrink { exclude, abort }, cfg, out: newcomm })
     }
 
     /// Not implemented yet (symmetric windows go through rsccl's own API so far): returns

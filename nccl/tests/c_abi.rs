@@ -171,6 +171,7 @@ fn one_thread_drives_four_communicators_through_every_collective() {
         "sendrecv",
         "avg_premul_sum",
         "zero_counts",
+        "split_in_group",
     ] {
         assert!(text.contains(&format!("ok {what}\n")), "{what} missing:\n{text}");
     }

@@ -242,6 +242,37 @@ static void shrink_last(void) {
   printf("ok shrink: rank %d of %d without rank %d\n", me, n, last);
 }
 
+/* One thread splits all its communicators inside one group (each split needs the others of its
+ * parent, so they run together at the group's end, as NCCL's): by rank parity, keys reversing
+ * the order; then an all-reduce on each child, summed over its ranks. */
+static void split_in_group(void) {
+  ncclComm_t sub[MAXR];
+  int32_t* b[MAXR];
+  CHECK(ncclGroupStart());
+  for (int k = 0; k < nown; k++) CHECK(ncclCommSplit(comms[k], own[k] % 2, -own[k], &sub[k], NULL));
+  CHECK(ncclGroupEnd());
+  CHECK(ncclGroupStart());
+  for (int k = 0; k < nown; k++) {
+    int r = own[k], count = 0, above = 0, c, me;
+    for (int q = r % 2; q < nranks; q += 2) { count++; if (q > r) above++; }
+    CHECK(ncclCommCount(sub[k], &c));
+    CHECK(ncclCommUserRank(sub[k], &me));
+    if (c != count || me != above) { printf("WRONG split rank %d: %d of %d, want %d of %d\n", r, me, c, above, count); failures++; }
+    b[k] = mem(16 * sizeof(int32_t));
+    for (int i = 0; i < 16; i++) b[k][i] = r + 1;
+    CHECK(ncclAllReduce(b[k], b[k], 16, ncclInt32, ncclSum, sub[k], NULL));
+  }
+  CHECK(ncclGroupEnd());
+  for (int k = 0; k < nown; k++) {
+    int32_t want = 0;
+    for (int q = own[k] % 2; q < nranks; q += 2) want += q + 1;
+    for (int i = 0; i < 16; i++) if (b[k][i] != want) { printf("WRONG split all_reduce rank %d: %d, want %d\n", own[k], b[k][i], want); failures++; break; }
+    CHECK(ncclMemFree(b[k]));
+    CHECK(ncclCommDestroy(sub[k]));
+  }
+  printf("ok split_in_group\n");
+}
+
 static void describe(void) {
   int v = 0, c = 0, r = 0;
   CHECK(ncclGetVersion(&v));
@@ -395,6 +426,7 @@ int main(int argc, char** argv) {
   }
   describe();
   collectives();
+  if (nown == nranks) split_in_group();
   for (int k = 0; k < nown; k++) CHECK(ncclCommDestroy(comms[k]));
   printf("%d wrong\n", failures);
   return failures == 0 ? 0 : 1;
