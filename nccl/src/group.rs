@@ -339,26 +339,34 @@ pub const SIM_INFO_MAGIC: u32 = 0x7468_5283;
 /// Closes the outermost group without running its calls (NCCL's `ncclGroupSimulateEnd`): its
 /// inits run (the handles must come to life), its collectives are checked and planned and
 /// their time predicted by each communicator's cost model ([`Comm::estimate`]); the estimate
-/// is the longest communicator's sum (communicators run side by side), in µs. Point-to-point
-/// and rooted calls are not in the cost model and count 0. An inner group's end is refused.
-pub fn simulate_end() -> Res<f32> {
-    let (inits, children, calls, error) = GROUP.with(|g| {
+/// is the longest communicator's sum (communicators run side by side), in µs (`None` for an
+/// inner group's end, which only closes it). Point-to-point and rooted calls are not in the
+/// cost model and count 0.
+pub fn simulate_end() -> Res<Option<f32>> {
+    let taken = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         match g.depth {
             0 => Err(Fail::usage("ncclGroupSimulateEnd without ncclGroupStart")),
             1 => {
                 g.depth = 0;
                 let children = std::mem::take(&mut g.children);
-                Ok((std::mem::take(&mut g.inits), children, std::mem::take(&mut g.calls), g.error.take()))
+                Ok(Some((
+                    std::mem::take(&mut g.inits),
+                    children,
+                    std::mem::take(&mut g.calls),
+                    g.error.take(),
+                )))
             }
-            d => Err(Fail::usage(format!(
-                "ncclGroupSimulateEnd inside {} nested groups: it closes only the outermost",
-                d - 1
-            ))),
+            _ => {
+                // An inner group's end only closes it, as NCCL's.
+                g.depth -= 1;
+                Ok(None)
+            }
         }
     })?;
+    let Some((inits, children, calls, error)) = taken else { return Ok(None) };
     if let Some(e) = error {
-        return spoiled(e, inits, children).map(|()| 0.0);
+        return spoiled(e, inits, children).map(|()| None);
     }
     run_inits(inits)?;
     run_children(children)?;
@@ -371,7 +379,34 @@ pub fn simulate_end() -> Res<f32> {
             None => per_comm.push((*comm, t)),
         }
     }
-    Ok(per_comm.iter().map(|&(_, t)| t).fold(0.0, f64::max) as f32)
+    Ok(Some(per_comm.iter().map(|&(_, t)| t).fold(0.0, f64::max) as f32))
+}
+
+/// Closes this thread's group (the outermost: dropping everything it queued, its inits failed
+/// and its splits' handles NULL) after a bad `ncclGroupSimulateEnd`, as NCCL's group end
+/// discards the group on failure.
+pub fn discard() -> Res {
+    let taken = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        match g.depth {
+            0 => Err(Fail::usage("ncclGroupSimulateEnd without ncclGroupStart")),
+            1 => {
+                g.depth = 0;
+                g.calls.clear();
+                g.error = None;
+                Ok(Some((std::mem::take(&mut g.inits), std::mem::take(&mut g.children))))
+            }
+            _ => {
+                g.depth -= 1;
+                Ok(None)
+            }
+        }
+    })?;
+    if let Some((inits, children)) = taken {
+        let bad = Fail::arg("ncclGroupSimulateEnd: simInfo was not made by NCCL_SIM_INFO_INITIALIZER");
+        let _ = spoiled(bad, inits, children);
+    }
+    Ok(())
 }
 
 /// Runs the queued inits together (each waits for the others of its communicator).

@@ -2,7 +2,7 @@
 //! how failures become NCCL's result codes and `ncclGetLastError` text.
 use crate::abi::{self, NcclComm, NcclResult};
 use rsccl::backend::{self, Backend, DeviceBuffer, Preference};
-use rsccl::{Comm, Error, ReduceOp};
+use rsccl::{Comm, DataType, Error, ReduceOp};
 use std::cell::RefCell;
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -123,8 +123,9 @@ pub struct CommHandle {
     pending: Mutex<Option<JoinHandle<rsccl::Result<Comm>>>>,
     /// Why the init failed.
     init_failed: Mutex<Option<Fail>>,
-    /// PreMulSum scalars of the dynamic ops, op `NUM_OPS + i` at `i` (`None`: destroyed).
-    ops: Mutex<Vec<Option<f64>>>,
+    /// PreMulSum scalars of the dynamic ops and the type each was made for, op `NUM_OPS + i`
+    /// at `i` (`None`: destroyed).
+    ops: Mutex<Vec<Option<(f64, DataType)>>>,
     /// The rank and size it was created for (known before the init completes).
     pub rank: usize,
     /// The CUDA device it runs on (0 on the CPU emulator).
@@ -210,8 +211,8 @@ impl CommHandle {
         }
     }
 
-    /// A new dynamic op multiplying by `scalar`; its `ncclRedOp_t`.
-    pub fn add_op(&self, scalar: f64) -> Res<std::ffi::c_int> {
+    /// A new dynamic op multiplying by `scalar`, for calls on `dtype`; its `ncclRedOp_t`.
+    pub fn add_op(&self, scalar: f64, dtype: DataType) -> Res<std::ffi::c_int> {
         let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
         let i = match ops.iter().position(Option::is_none) {
             Some(i) => i,
@@ -226,7 +227,7 @@ impl CommHandle {
                 )))
             }
         };
-        ops[i] = Some(scalar);
+        ops[i] = Some((scalar, dtype));
         Ok(abi::NUM_OPS + i as std::ffi::c_int)
     }
 
@@ -245,8 +246,9 @@ impl CommHandle {
         }
     }
 
-    /// The reduction `op` names on this communicator.
-    pub fn op(&self, op: std::ffi::c_int) -> Res<ReduceOp> {
+    /// The reduction `op` names on this communicator for a call on `dtype` (a PreMulSum op
+    /// runs only on the type it was made for, as NCCL checks).
+    pub fn op(&self, op: std::ffi::c_int, dtype: DataType) -> Res<ReduceOp> {
         Ok(match op {
             0 => ReduceOp::Sum,
             1 => ReduceOp::Prod,
@@ -256,11 +258,19 @@ impl CommHandle {
             _ => {
                 let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
                 let s = usize::try_from(op - abi::NUM_OPS).ok().and_then(|i| ops.get(i).copied().flatten());
-                ReduceOp::PreMulSum(s.ok_or_else(|| {
+                let (scalar, made_for) = s.ok_or_else(|| {
                     Fail::arg(format!(
                         "ncclRedOp_t {op}: neither a built-in op (0–4) nor one created on this communicator"
                     ))
-                })?)
+                })?;
+                if made_for != dtype {
+                    return Err(Fail::arg(format!(
+                        "ncclRedOp_t {op} was created for {}, not {}",
+                        made_for.name(),
+                        dtype.name()
+                    )));
+                }
+                ReduceOp::PreMulSum(scalar)
             }
         })
     }

@@ -160,7 +160,7 @@ unsafe fn collective(
         let h = unsafe { handle(comm) }?;
         let t = dtype(datatype)?;
         let op = match op {
-            Some(o) => h.op(o.0)?,
+            Some(o) => h.op(o.0, t)?,
             None => rsccl::ReduceOp::Sum,
         };
         let root = if matches!(coll, Collective::Broadcast | Collective::Reduce) {
@@ -618,6 +618,14 @@ api! {
         Err(Fail::usage("not implemented in rsccl yet"))
     }
 
+    /// Not implemented yet (NCCL 2.28's revocation before a shrink; `ncclCommShrink` with
+    /// `NCCL_SHRINK_ABORT` stops a call in flight instead): returns `ncclInvalidUsage` naming
+    /// it. Exported because programs built against NCCL 2.28 may link it.
+    fn ncclCommRevoke / pncclCommRevoke(comm: NcclComm, revokeFlags: c_int) {
+        let _ = (comm, revokeFlags);
+        Err(Fail::usage("not implemented in rsccl yet (ncclCommShrink with NCCL_SHRINK_ABORT stops a call in flight)"))
+    }
+
     /// Not implemented yet: returns `ncclInvalidUsage` naming it.
     fn ncclCommWindowDeregister / pncclCommWindowDeregister(comm: NcclComm, win: abi::NcclWindow) {
         let _ = (comm, win);
@@ -650,20 +658,26 @@ api! {
 
     /// Closes the group without running its calls; `simInfo` (from `NCCL_SIM_INFO_INITIALIZER`)
     /// gets their predicted time in µs ([`group::simulate_end`]).
+    /// As NCCL's: the group closes either way (an inner one just ends); NULL `simInfo` ends
+    /// the outermost group as [`ncclGroupEnd`] does, running it; a `simInfo` not made by
+    /// `NCCL_SIM_INFO_INITIALIZER` discards the group and fails.
     fn ncclGroupSimulateEnd / pncclGroupSimulateEnd(simInfo: *mut abi::NcclSimInfo) {
         if simInfo.is_null() {
-            return Err(Fail::arg("ncclGroupSimulateEnd: simInfo is NULL"));
+            return group::end();
         }
         // SAFETY: the caller passes a writable ncclSimInfo_t (non-null, checked).
         let info = unsafe { &mut *simInfo };
         if info.magic != group::SIM_INFO_MAGIC {
+            group::discard()?;
             return Err(Fail::arg(format!(
                 "ncclGroupSimulateEnd: simInfo.magic is {:#x}, not {:#x}: initialise it with NCCL_SIM_INFO_INITIALIZER",
                 info.magic,
                 group::SIM_INFO_MAGIC
             )));
         }
-        info.estimated_time = group::simulate_end()?;
+        if let Some(t) = group::simulate_end()? {
+            info.estimated_time = t;
+        }
         Ok(())
     }
 
@@ -763,7 +777,7 @@ api! {
             unsafe { std::ptr::copy_nonoverlapping(scalar.cast::<u8>(), raw.as_mut_ptr(), t.size()) };
         }
         let v = rsccl::perf::data::decode(t, &raw[..t.size()]);
-        let id = h.add_op(v)?;
+        let id = h.add_op(v, t)?;
         // SAFETY: the caller's contract.
         unsafe { put(op, NcclRedOp(id), "op") }
     }
@@ -776,6 +790,9 @@ api! {
 
     /// Memory for buffers on the calling thread's device (host memory on the CPU emulator).
     fn ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) {
+        if ptr.is_null() {
+            return Err(Fail::arg("ptr is NULL"));
+        }
         let p = mem::alloc(size)?;
         // SAFETY: the caller's contract.
         unsafe { put(ptr, p, "ptr") }

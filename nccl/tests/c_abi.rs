@@ -133,6 +133,8 @@ fn exports_only_nccl_calls_with_nccls_soname() {
         "ncclCommWindowDeregister",
         "ncclDevCommCreate",
         "ncclDevCommDestroy",
+        // In NCCL 2.28's header.
+        "ncclCommRevoke",
     ] {
         assert!(names.iter().any(|n| n == must), "{must} is not exported");
     }
@@ -223,8 +225,13 @@ fn every_bad_argument_returns_nccls_code_and_names_the_argument() {
         ("bad_nranks", 4, "nranks 0"),
         ("bad_magic", 4, "not NCCL_API_MAGIC"),
         ("unimplemented", 5, "ncclDevCommDestroy: not implemented in rsccl yet"),
-        ("sim_null", 4, "ncclGroupSimulateEnd: simInfo is NULL"),
+        // NULL: a plain group end (here with no group open).
+        ("sim_null", 5, "without ncclGroupStart"),
         ("sim_magic", 4, "NCCL_SIM_INFO_INITIALIZER"),
+        ("sim_closed", 5, "ncclGroupEnd without ncclGroupStart"),
+        ("premul_type", 4, "was created for f32, not i32"),
+        ("mem_null", 4, "ptr is NULL"),
+        ("revoke", 5, "ncclCommRevoke: not implemented in rsccl yet"),
         ("free_foreign", 4, "was not allocated by ncclMemAlloc"),
         ("window_register", 5, "ncclCommWindowRegister: not implemented in rsccl yet"),
         ("shrink_flags", 4, "shrinkFlags 0x4: NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT"),

@@ -379,7 +379,18 @@ int main(int argc, char** argv) {
     ok += bad_case("sim_null", ncclGroupSimulateEnd(NULL));
     ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
     sim.magic = 1;
+    CHECK(ncclGroupStart());
     ok += bad_case("sim_magic", ncclGroupSimulateEnd(&sim));
+    /* The bad simulated end closed the group anyway, as NCCL's. */
+    ok += bad_case("sim_closed", ncclGroupEnd());
+    /* A PreMulSum op runs only on the type it was made for. */
+    float two = 2.0f;
+    ncclRedOp_t twice;
+    CHECK(ncclRedOpCreatePreMulSum(&twice, &two, ncclFloat, ncclScalarHostImmediate, comms[0]));
+    ok += bad_case("premul_type", ncclAllReduce(buf, buf, 4, ncclInt32, twice, comms[0], NULL));
+    CHECK(ncclRedOpDestroy(twice, comms[0]));
+    ok += bad_case("mem_null", ncclMemAlloc(NULL, 64));
+    ok += bad_case("revoke", ncclCommRevoke(comms[0], 0));
     /* A simulated group runs nothing and predicts its time: more for more bytes. */
     float* big = mem(4 << 20);
     float est[2];
