@@ -3,7 +3,6 @@
 use crate::abi::{self, NcclComm, NcclResult};
 use rsccl::backend::{self, Backend, DeviceBuffer, Preference};
 use rsccl::{Comm, DataType, Error, ReduceOp};
-use std::cell::RefCell;
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -55,20 +54,30 @@ impl From<Error> for Fail {
 /// A call's result before it crosses to C.
 pub type Res<T = ()> = std::result::Result<T, Fail>;
 
-thread_local! {
-    /// The last failure of this thread's calls (`ncclGetLastError(NULL)`).
-    static LAST: RefCell<CString> = RefCell::new(CString::default());
-}
+/// How many of the process's latest error texts stay alive: a pointer `ncclGetLastError`
+/// returned stays valid until this many later failures.
+pub const KEPT_ERRORS: usize = 64;
 
-/// Records `f` as this thread's last error.
+/// The process's latest failures, newest last (`ncclGetLastError`, as NCCL's process-wide
+/// `ncclLastError`: PyTorch's watchdog thread reads the text of a failure another thread's
+/// call or `ncclCommGetAsyncError` met).
+static LAST: Mutex<std::collections::VecDeque<CString>> = Mutex::new(std::collections::VecDeque::new());
+
+/// Records `f` as the process's last error.
 pub fn record(f: &Fail) {
     let text = CString::new(f.msg.replace('\0', " ")).unwrap_or_default();
-    LAST.with(|l| *l.borrow_mut() = text);
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    if last.len() >= KEPT_ERRORS {
+        last.pop_front();
+    }
+    last.push_back(text);
 }
 
-/// This thread's last error text, alive until its next failing call.
+/// The process's last error text ("" before any), alive for [`KEPT_ERRORS`] more failures
+/// (a `CString`'s bytes do not move when the queue does).
 pub fn last_error() -> *const std::ffi::c_char {
-    LAST.with(|l| l.borrow().as_ptr())
+    let last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    last.back().map_or(c"".as_ptr(), |t| t.as_ptr())
 }
 
 /// The process's choice of backend, made at its first communicator: `Some` when it is the

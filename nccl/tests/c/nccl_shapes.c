@@ -17,6 +17,7 @@
 #include <string.h>
 #include <stddef.h>
 #include <unistd.h>
+#include <pthread.h>
 
 #define N 1001
 #define MAXR 8
@@ -284,6 +285,13 @@ static void describe(void) {
   if (v != NCCL_VERSION_CODE || c != nranks || r != own[0]) failures++;
 }
 
+/* Prints the last error as another thread sees it (PyTorch's watchdog reads it there). */
+static void* print_last_error(void* arg) {
+  (void)arg;
+  printf("other thread: %s\n", ncclGetLastError(NULL));
+  return NULL;
+}
+
 static int bad_case(const char* name, ncclResult_t got) {
   printf("case %s: %d %s\n", name, (int)got, ncclGetLastError(NULL));
   return got == ncclSuccess;
@@ -428,6 +436,8 @@ int main(int argc, char** argv) {
      * reports that failure's code, not the refusal's. */
     ok += bad_case("alone", ncclAllReduce(buf, buf, 4, ncclInt32, ncclSum, comms[0], NULL));
     ok += bad_case("after_failure", ncclAllReduce(buf, buf, 4, ncclInt32, ncclSum, comms[0], NULL));
+    pthread_t other;
+    if (pthread_create(&other, NULL, print_last_error, NULL) == 0) pthread_join(other, NULL);
     for (int k = 0; k < 2; k++) CHECK(ncclCommDestroy(comms[k]));
     printf("%d bad cases returned ncclSuccess\n", ok);
     return ok == 0 ? 0 : 1;
