@@ -289,6 +289,20 @@ unsafe fn read_config(config: *const NcclConfig) -> Res<(CommConfig, bool)> {
         std::ptr::copy_nonoverlapping(config.cast::<u8>(), (&mut c as *mut NcclConfig).cast::<u8>(), n)
     };
     let _ = version; // Every field this library reads is older than the oldest config (2.14).
+                     // NCCL's checks of the fields read (parseCommConfig): each set value in its range.
+    let set = |v: c_int| v != abi::CONFIG_UNDEF_INT;
+    if set(c.blocking) && !matches!(c.blocking, 0 | 1) {
+        return Err(Fail::arg(format!("config: blocking {}: 0 or 1", c.blocking)));
+    }
+    if (set(c.min_ctas) && c.min_ctas <= 0)
+        || (set(c.max_ctas) && c.max_ctas <= 0)
+        || (set(c.min_ctas) && set(c.max_ctas) && c.min_ctas > c.max_ctas)
+    {
+        return Err(Fail::arg(format!(
+            "config: minCTAs {} / maxCTAs {}: each at least 1, and minCTAs at most maxCTAs",
+            c.min_ctas, c.max_ctas
+        )));
+    }
     if c.max_ctas != abi::CONFIG_UNDEF_INT && c.max_ctas > 0 {
         cfg.nchannels = cfg.nchannels.min(c.max_ctas as usize).max(1);
     }

@@ -224,6 +224,8 @@ fn every_bad_argument_returns_nccls_code_and_names_the_argument() {
         ("null_version", 4, "version is NULL"),
         ("bad_nranks", 4, "nranks 0"),
         ("bad_magic", 4, "not NCCL_API_MAGIC"),
+        ("bad_blocking", 4, "config: blocking 2: 0 or 1"),
+        ("bad_ctas", 4, "minCTAs 4 / maxCTAs 2"),
         ("unimplemented", 5, "ncclDevCommDestroy: not implemented in rsccl yet"),
         // NULL: a plain group end (here with no group open).
         ("sim_null", 5, "without ncclGroupStart"),

@@ -382,6 +382,13 @@ int main(int argc, char** argv) {
     ok += bad_case("end_without_start", ncclGroupEnd());
     ok += bad_case("null_version", ncclGetVersion(NULL));
     ok += bad_case("bad_nranks", ncclCommInitRank(&comms[2], 0, id, 0));
+    ncclConfig_t badcfg = NCCL_CONFIG_INITIALIZER;
+    badcfg.blocking = 2;
+    ok += bad_case("bad_blocking", ncclCommInitRankConfig(&comms[2], 2, id, 0, &badcfg));
+    badcfg.blocking = 1;
+    badcfg.minCTAs = 4;
+    badcfg.maxCTAs = 2;
+    ok += bad_case("bad_ctas", ncclCommInitRankConfig(&comms[2], 2, id, 0, &badcfg));
     ok += bad_case("bad_magic", ncclCommInitRankConfig(&comms[2], 2, id, 0, &(ncclConfig_t){.size = sizeof(ncclConfig_t), .magic = 1}));
     ok += bad_case("unimplemented", ncclDevCommDestroy(comms[0], NULL));
     ok += bad_case("sim_null", ncclGroupSimulateEnd(NULL));
