@@ -534,6 +534,15 @@ fn on_streams(calls: &[Queued], body: impl FnOnce() -> Res) -> Res {
     for (c, s) in &pairs {
         // SAFETY: NCCL's contract: a call's stream is NULL or a live stream of its
         // communicator's device, alive until the call was enqueued.
+        if unsafe { comm_of(*c)?.stream_is_capturing(s.0.cast()) }? {
+            return Err(Fail::usage(
+                "the call's stream is being captured into a CUDA graph, which rsccl does not support yet \
+                 (run the collective outside the capture)",
+            ));
+        }
+    }
+    for (c, s) in &pairs {
+        // SAFETY: as above.
         unsafe { comm_of(*c)?.wait_for_stream(s.0.cast()) }?;
     }
     // A call refused because an earlier failure left its communicator unusable reports that

@@ -192,6 +192,26 @@ impl Comm {
     }
 }
 
+impl Comm {
+    /// Whether `stream` is being captured into a CUDA graph (`cuStreamIsCapturing`); `false`
+    /// on the CPU emulator. rsccl's calls cannot be captured yet (their completion is tracked
+    /// on the host), so the C API refuses a captured call instead of breaking the capture.
+    ///
+    /// # Safety
+    /// As [`Comm::wait_for_stream`].
+    pub unsafe fn stream_is_capturing(&self, stream: RawStream) -> Result<bool> {
+        let Some((ctx, _)) = self.stream().cuda_stream() else { return Ok(false) };
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the caller's contract for `stream`; `status` is a local the call writes.
+        unsafe {
+            in_context(ctx, || {
+                sys::cuStreamIsCapturing(stream, &mut status).result().map_err(driver("cuStreamIsCapturing"))
+            })
+        }?;
+        Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+}
+
 /// Runs `f` with `ctx` current on this thread, then makes the caller's context current again
 /// (a C caller's thread may have another device's context current).
 ///

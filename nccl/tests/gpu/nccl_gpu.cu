@@ -219,6 +219,24 @@ static int async_error(void) {
   return 0;
 }
 
+// A collective on a stream being captured into a CUDA graph: refused with ncclInvalidUsage
+// naming the capture (rsccl cannot be captured yet), and the capture ends intact.
+static int graph_capture_refused(void) {
+  float* buf;
+  CK(cudaMalloc(&buf, 4096));
+  CK(cudaStreamBeginCapture(streams[0], cudaStreamCaptureModeRelaxed));
+  ncclResult_t r = ncclAllReduce(buf, buf, 1024, ncclFloat, ncclSum, comms[0], streams[0]);
+  const char* msg = ncclGetLastError(NULL);
+  cudaGraph_t graph = NULL;
+  cudaError_t ended = cudaStreamEndCapture(streams[0], &graph);
+  printf("  captured all-reduce: %s (%s); end capture: %s\n", ncclGetErrorString(r), msg, cudaGetErrorString(ended));
+  if (graph) cudaGraphDestroy(graph);
+  cudaFree(buf);
+  EXPECT(r == ncclInvalidUsage && strstr(msg, "CUDA graph"), "a captured call returned %d: %s", (int)r, msg);
+  EXPECT(ended == cudaSuccess, "the capture broke: %s", cudaGetErrorString(ended));
+  return 0;
+}
+
 // One of two processes on this GPU.
 static int proc_rank(ncclUniqueId id, int rank) {
   CK(cudaSetDevice(0));
@@ -298,6 +316,7 @@ int main(void) {
     report("collectives_and_p2p_in_groups", colls());
     report("mem_alloc_and_device_scalar", mem());
     report("async_error_after_mismatched_counts", async_error());
+    report("graph_capture_refused", graph_capture_refused());
     for (int r = 0; r < NR; r++) ncclCommDestroy(comms[r]);
   }
   printf("nccl-gpu: %d passed, %d failed\n", passed_checks, failed_checks);
