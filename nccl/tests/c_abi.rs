@@ -169,6 +169,7 @@ fn one_thread_drives_four_communicators_through_every_collective() {
         "broadcast",
         "reduce",
         "all_to_all",
+        "all_to_all_in_place",
         "gather_scatter",
         "sendrecv",
         "avg_premul_sum",

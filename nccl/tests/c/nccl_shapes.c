@@ -165,6 +165,18 @@ static void collectives(void) {
   }
   printf("ok all_to_all\n");
 
+  /* in place, in the group (nccl-tests' in-place pass under -g) */
+  begin();
+  for (int k = 0; k < nown; k++) CHECK(ncclAlltoAll(recv[k], recv[k], N, ncclInt32, comms[k], NULL));
+  end();
+  for (int k = 0; k < nown; k++) {
+    int r = own[k];
+    for (int p = 0; p < nranks; p++)
+      for (size_t i = 0; i < N; i++) want[(size_t)p * N + i] = val(r, (size_t)p * N + i);
+    expect_i("all_to_all_in_place", r, recv[k], want, N * n);
+  }
+  printf("ok all_to_all_in_place\n");
+
   /* gather to 0 and scatter from 0 */
   begin();
   for (int k = 0; k < nown; k++) CHECK(ncclGather(send[k], recv[k], N, ncclInt32, 0, comms[k], NULL));
