@@ -397,3 +397,32 @@ fn mismatched_nvls_calls_fail_naming_both() {
         assert_refused(&results, what);
     }
 }
+
+/// `Backend::copy_range` waits for the collectives in flight on its buffers, as the other
+/// copies do (a hostile review found it racing them): rank 0 enqueues an all-reduce of `x`
+/// that cannot finish before rank 1 joins 300 ms later, then copies `x` to `y` at once; `y`
+/// holds the sums, not rank 0's input.
+#[test]
+fn copy_range_waits_for_the_collective_on_its_buffer() {
+    let be = backend::cpu();
+    let cfg = CommConfig { timeout: Duration::from_secs(20), ..CommConfig::default() };
+    let comms = Comm::init_all(&be, 2, cfg).unwrap();
+    let n = 1 << 16;
+    let xs: Vec<DeviceBuffer> = (0..2).map(|r| be.upload(&vec![r as u32 + 1; n]).unwrap()).collect();
+    let y = be.alloc(n * 4).unwrap();
+    std::thread::scope(|s| {
+        let (c0, c1, x0, x1, be, y) = (&comms[0], &comms[1], &xs[0], &xs[1], &be, &y);
+        s.spawn(move || {
+            let w = c0.enqueue().all_reduce(x0.into(), x0.into(), n, DataType::U32, ReduceOp::Sum).unwrap();
+            be.copy_range((y, 0), (x0, 0), n * 4).unwrap();
+            w.wait().unwrap();
+        });
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            c1.all_reduce(x1.into(), x1.into(), n, DataType::U32, ReduceOp::Sum).unwrap();
+        });
+    });
+    let got = be.download::<u32>(&y, n).unwrap();
+    let wrong = got.iter().filter(|&&v| v != 3).count();
+    assert_eq!(wrong, 0, "{wrong} of {n} copied elements are not the sums (first {})", got[0]);
+}

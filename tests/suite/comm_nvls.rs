@@ -689,6 +689,56 @@ fn symmetric_windows_run_without_scratch() {
     assert!(err.contains("symmetric windows need NVLS"), "{err}");
 }
 
+/// On symmetric windows the ranks must place a call alike (NCCL's rule: the same offsets
+/// into the same windows, in place or not) — it decides what the kernel reduces and where its
+/// multicast stores land on every rank. Ranks that place it differently (another offset; in
+/// place against out of place, one-shot against two-shot) fail naming the other's call,
+/// instead of reducing the wrong bytes as `Ok` (found by a hostile review).
+#[test]
+fn symmetric_calls_placed_differently_fail_naming_both() {
+    let be = backend::cpu();
+    let n = 4;
+    let count = 1024usize;
+    // (what, rank 3's send offset, rank 3 in place)
+    for (what, off3, in_place3) in [("offset", 4096usize, true), ("in place", 0, false)] {
+        let cfg = CommConfig { timeout: Duration::from_secs(10), ..config(H200, Some("nvls")) };
+        let comms = Comm::init_all(&be, n, cfg).unwrap();
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .enumerate()
+                .map(|(r, comm)| {
+                    let be = &be;
+                    s.spawn(move || {
+                        let (send, ws) = comm.alloc_window(1 << 16).unwrap();
+                        let (recv, wr) = comm.alloc_window(1 << 16).unwrap();
+                        let (off, in_place) = if r == 3 { (off3, in_place3) } else { (0, true) };
+                        let out = if in_place { &send } else { &recv };
+                        let w = comm
+                            .enqueue()
+                            .all_reduce(
+                                BufRef { buf: &send, offset: off },
+                                BufRef { buf: out, offset: off },
+                                count,
+                                DataType::F32,
+                                ReduceOp::Sum,
+                            )
+                            .unwrap();
+                        assert_eq!(w.algorithm(), "nvls-symmetric", "{what}: rank {r}");
+                        let e = w.wait().unwrap_err().to_string();
+                        let _ = (be, ws, wr);
+                        e
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (r, e) in errs.iter().enumerate() {
+            assert!(e.contains("windows placed #") && e.contains("called"), "{what}: rank {r}: {e}");
+        }
+    }
+}
+
 /// A group's collectives run on NVLS where the calls alone would — plain (all-reduces of
 /// 4 MiB and more on the 8 GPUs: the cost model's NVLS), and on symmetric windows for an
 /// all-reduce whose send buffer is one — beside collectives on the rings (1-byte types NVLS

@@ -236,9 +236,11 @@ fn bad_peers_buffers_and_self_sends_are_refused_before_anything_moves() {
     assert!(e.contains("the buffer has 400 bytes after offset 0, needs 404"), "{e}");
     let e = comms[0].p2p(&[P2p::send(BufRef::from(&buf), 10, DataType::U8, 0)]).unwrap_err().to_string();
     assert!(e.contains("1 sends to itself but 0 receives from itself"), "{e}");
+    // (Separate buffers: receiving over the bytes sent is an overlap, refused on its own.)
+    let other = be.alloc(400).unwrap();
     let ops = [
         P2p::send(BufRef::from(&buf), 10, DataType::U8, 0),
-        P2p::recv(BufRef::from(&buf), 12, DataType::U8, 0),
+        P2p::recv(BufRef::from(&other), 12, DataType::U8, 0),
     ];
     let e = comms[0].p2p(&ops).unwrap_err().to_string();
     assert!(
@@ -535,6 +537,59 @@ fn all_to_all_v_with_uneven_counts_zeros_and_one_skewed_pair() {
         }
         assert_eq!(got, want, "rank {b}'s receive buffer");
     }
+}
+
+/// A rank's point-to-point operations whose receive lands on bytes another of them reads or
+/// writes are refused, naming both (their order on the device is not defined: the data would
+/// be wrong with `Ok`): an in-place `all_to_all_v`, receive displacements that collide, a copy
+/// to itself that overlaps. A send to itself received on the very same bytes still runs.
+#[test]
+fn overlapping_receives_are_refused() {
+    let be = backend::cpu();
+    let comms = Comm::init_all(&be, 2, config()).unwrap();
+    let k = 100usize;
+    for (what, rdispl, in_place) in [("in place", [0, k], true), ("colliding", [0, 0], false)] {
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .map(|c| {
+                    let be = &be;
+                    s.spawn(move || {
+                        let send = be.upload(&vec![c.rank() as u32; 2 * k]).unwrap();
+                        let other = be.alloc(2 * k * 4).unwrap();
+                        let recv = if in_place { &send } else { &other };
+                        c.all_to_all_v(
+                            BufRef::from(&send),
+                            &[k, k],
+                            &[0, k],
+                            BufRef::from(recv),
+                            &[k, k],
+                            &rdispl,
+                            DataType::U32,
+                        )
+                        .unwrap_err()
+                        .to_string()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for e in errs {
+            assert!(e.contains("overlap, and one receives into it"), "{what}: {e}");
+        }
+    }
+    let c = &comms[0];
+    let b = be.upload(&(0..64u8).collect::<Vec<_>>()).unwrap();
+    let mut g = Group::new();
+    g.send(c, BufRef { buf: &b, offset: 0 }, 16, DataType::U8, 0);
+    g.recv(c, BufRef { buf: &b, offset: 4 }, 16, DataType::U8, 0);
+    let e = g.run().unwrap_err().to_string();
+    assert!(e.contains("overlap, and one receives into it"), "{e}");
+    let mut g = Group::new();
+    g.send(c, BufRef { buf: &b, offset: 8 }, 16, DataType::U8, 0);
+    g.recv(c, BufRef { buf: &b, offset: 8 }, 16, DataType::U8, 0);
+    g.run().unwrap();
+    assert_eq!(be.download::<u8>(&b, 64).unwrap(), (0..64u8).collect::<Vec<_>>());
 }
 
 const CHILD_VAR: &str = "RSCCL_TEST_P2P_CHILD";

@@ -207,6 +207,53 @@ fn psum_edges() {
     });
 }
 
+/// Misuses a safe caller can write, each refused before any kernel runs (a hostile review
+/// found each reading out of bounds or returning wrong data as `Ok`): symmetric memory used
+/// with another communicator than the one that made it (its kernels take that one's rank
+/// numbers), `psum` with its source or destination in the window it stages through, a
+/// `ppermute` whose source is the window range its neighbour writes; and the window handed
+/// out ends where the data does (the semaphores after it are out of reach).
+#[test]
+fn one_sided_misuse_is_refused() {
+    let be = backend::cpu();
+    let four = Comm::init_all(&be, 4, CommConfig::default()).unwrap();
+    let two = Comm::init_all(&be, 2, CommConfig::default()).unwrap();
+    let mems: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = four.iter().map(|c| s.spawn(move || c.alloc_symmetric(1 << 16).unwrap())).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(mems.iter().all(|m| m.buffer().buf.len() == 1 << 16 && m.bytes() == 1 << 16));
+    let count = 1 << 12;
+    for (r, c) in two.iter().enumerate() {
+        let src = be.alloc(2 * count * 4).unwrap();
+        let dst = be.alloc(count * 4).unwrap();
+        let e = c
+            .psum_scatter(&mems[r], (&src).into(), (&dst).into(), count, DataType::F32, ReduceOp::Sum)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("belongs to another communicator"), "{e}");
+        let e = c.ppermute(&mems[r], (&src).into(), 64, 0, 1).unwrap_err().to_string();
+        assert!(e.contains("belongs to another communicator"), "{e}");
+    }
+    std::thread::scope(|s| {
+        for (r, comm) in four.iter().enumerate() {
+            let mem = &mems[r];
+            s.spawn(move || {
+                let e = comm
+                    .psum(mem, mem.buffer(), mem.buffer(), 1024, DataType::F32, ReduceOp::Sum)
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains("psum") && e.contains("overlaps the symmetric window"), "{e}");
+                let inside = BufRef { buf: mem.buffer().buf, offset: 4096 };
+                let e = comm.ppermute(mem, inside, 1000, 4096, 1).unwrap_err().to_string();
+                assert!(e.contains("ppermute") && e.contains("overlaps the symmetric window"), "{e}");
+                // Outside the range the neighbour writes: allowed.
+                comm.ppermute(mem, inside, 1000, 8192, 1).unwrap();
+            });
+        }
+    });
+}
+
 /// The seed's failure modes as errors within the timeout: a copy started and never waited for
 /// (semaphores left non-zero on both ends), a wait for bytes nobody sends (named semaphore and
 /// rank), two writers into one window in one epoch (a race), a team barrier a member never

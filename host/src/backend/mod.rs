@@ -160,6 +160,11 @@ impl DeviceBuffer {
             users = self.owner.idle.wait(users).unwrap_or_else(|p| p.into_inner());
         }
     }
+    /// The first `len` bytes (at most the buffer's) as a buffer of their own, sharing this
+    /// one's memory and its calls in flight: a view that cannot reach what follows.
+    pub(crate) fn prefix(&self, len: usize) -> DeviceBuffer {
+        DeviceBuffer { ptr: self.ptr, len: len.min(self.len), owner: self.owner.clone() }
+    }
     /// Device address of the first byte (16-byte aligned on both backends).
     pub fn ptr(&self) -> DevPtr {
         self.ptr
@@ -573,6 +578,9 @@ impl dyn Backend + '_ {
                 })
         };
         let (d, s) = (range(dst, "destination")?, range(src, "source")?);
+        // Collectives in flight on either buffer end first, as for the other copies.
+        dst.0.wait_idle();
+        src.0.wait_idle();
         // SAFETY: both ranges lie inside the buffers, checked just above; the borrows keep
         // them alive until the copy has returned.
         unsafe { self.copy_ptrs(d, s, bytes) }

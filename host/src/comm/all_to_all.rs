@@ -58,6 +58,11 @@ impl Comm {
         dtype: DataType,
     ) -> Result<Work<'_>> {
         let bytes = self.all_to_all_bytes(count, dtype)?;
+        // The buffers hold the call before anything is allocated for it (in place, the
+        // staging buffer is as large as the user's).
+        for (b, what) in [(&send, "send"), (&recv, "receive")] {
+            b.buf.check_range(&format!("rank {}: all_to_all's {what} buffer", self.rank), b.offset, bytes)?;
+        }
         let in_place = send.ptr() == recv.ptr();
         // Across hosts the two-step program: one network transfer per pair of hosts.
         let net = self.links.transports.contains(&TransportKind::Net);

@@ -212,11 +212,17 @@ impl<'a> Group<'a> {
     /// use until its kernels end, whatever the caller drops. Its argument tables are staged in
     /// pinned memory and copied on the stream, so starting it does not wait for those calls.
     pub fn start(self) -> Result<GroupWork<'a>> {
-        let prepared: Vec<Prepared> = self
-            .parts
-            .iter()
-            .map(|p| p.comm.group_prepare(&p.ops, &p.calls, p.gate))
-            .collect::<Result<_>>()?;
+        // Each part's preparation holds its communicator's queue until launch: taken in one
+        // order for every group (by address), so two threads starting groups over the same
+        // communicators in other orders cannot wait on each other forever.
+        let mut by_address: Vec<usize> = (0..self.parts.len()).collect();
+        by_address.sort_by_key(|&i| self.parts[i].comm as *const Comm as usize);
+        let mut slots: Vec<Option<Prepared>> = (0..self.parts.len()).map(|_| None).collect();
+        for i in by_address {
+            let p = &self.parts[i];
+            slots[i] = Some(p.comm.group_prepare(&p.ops, &p.calls, p.gate)?);
+        }
+        let prepared: Vec<Prepared> = slots.into_iter().map(|p| p.expect("every part prepared")).collect();
         for p in &self.parts {
             p.comm.p2p_listen(&p.ops)?;
         }

@@ -35,7 +35,14 @@ impl Comm {
         };
         // Number 0: the kernels skip the check. A call that moves nothing is not checked: no
         // FIFO step follows it, so the next call's signature takes the same slot.
-        let sig = signed.sign(seq);
+        let mut sig = signed.sign(seq);
+        // On symmetric windows the ranks' placements must agree too: they decide what the
+        // kernel reads and where its multicast stores land on every rank.
+        if algorithm == Algorithm::NvlsSymmetric {
+            if let Some(place) = self.symmetric_placement(dev) {
+                sig = super::signature::placed(sig, &place);
+            }
+        }
         if self.health.check_calls && dev.count != 0 {
             sig
         } else {

@@ -30,6 +30,16 @@ pub(crate) fn in_window(windows: &[WindowEntry], p: DevPtr, bytes: usize) -> Opt
     })
 }
 
+/// Where `[p, p + bytes)` lies in the windows, if it does: the window's id (the same on every
+/// rank: windows are registered collectively, in order) and the offset in it.
+pub(crate) fn placement(windows: &[WindowEntry], p: DevPtr, bytes: usize) -> Option<(u64, u64)> {
+    windows.iter().find_map(|w| {
+        let off = p.0.checked_sub(w.base.0)?;
+        let end = off.checked_add(bytes as u64)?;
+        (end <= w.len as u64).then_some((w.id, off))
+    })
+}
+
 /// Allocates `bytes` on every rank as one symmetric window (a collective of all ranks; NCCL's
 /// `ncclMemAlloc` + `ncclCommWindowRegister`), bound as NVLS scratch is ([`bind`]): from a
 /// multicast object on a GPU; on the CPU emulator by address, from exportable memory every

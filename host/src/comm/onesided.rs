@@ -44,6 +44,12 @@ const _: () = assert!(GRID <= MAX_GRID);
 /// a collective or a barrier, as NVSHMEM's collective `nvshmem_free`).
 pub struct SymmetricMemory {
     window: DeviceBuffer,
+    /// The window's data bytes (what [`SymmetricMemory::buffer`] hands out: the semaphores
+    /// after them stay the library's).
+    data: DeviceBuffer,
+    /// The communicator that made it (its connections' key, this rank, its ranks): the kernels
+    /// take its rank numbers, so no other communicator may use it.
+    owner: (u128, usize, usize),
     _peers: DeviceBuffer,
     /// Other processes' windows mapped here.
     _mapped: Vec<Box<dyn std::any::Any + Send + Sync>>,
@@ -77,9 +83,10 @@ impl Drop for SymmetricMemory {
 }
 
 impl SymmetricMemory {
-    /// This rank's window (its data bytes; the semaphores after them are the library's).
+    /// This rank's window: its data bytes (the semaphores after them are the library's and
+    /// out of this buffer's reach).
     pub fn buffer(&self) -> BufRef<'_> {
-        BufRef::from(&self.window)
+        BufRef::from(&self.data)
     }
     /// Data bytes of every rank's window.
     pub fn bytes(&self) -> usize {
@@ -96,6 +103,49 @@ impl SymmetricMemory {
     fn next_launch(&self, kind: SemKind) -> u64 {
         self.launches[kind as usize].fetch_add(1, Ordering::SeqCst) + 1
     }
+}
+
+impl Comm {
+    /// `Err` unless `mem` was made by this communicator (its kernels take that one's rank
+    /// numbers: another communicator's calls would read and write the wrong blocks).
+    fn check_owner(&self, mem: &SymmetricMemory, what: &str) -> Result<()> {
+        let (key, rank, nranks) = mem.owner;
+        if key != self.links.conn_key || rank != self.rank() || nranks != self.nranks() {
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: {what}: this symmetric memory belongs to another communicator (rank {rank} of {nranks}); \
+                 use it with the communicator that allocated it",
+                self.rank()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `Err` when `bytes` at `at` (a call's source or destination) share a byte with `mem`'s
+/// window range `[offset, offset + len)`, which the call's kernels write (peers' puts or
+/// staging) while they read or write there.
+fn check_outside(
+    mem: &SymmetricMemory,
+    what: &str,
+    at: DevPtr,
+    bytes: usize,
+    offset: usize,
+    len: usize,
+) -> Result<()> {
+    let start = mem.window.ptr().0.saturating_add(offset as u64);
+    let hit = bytes > 0
+        && len > 0
+        && at.0 < start.saturating_add(len as u64)
+        && start < at.0.saturating_add(bytes as u64);
+    if hit {
+        return Err(Error::InvalidConfig(format!(
+            "{what}: a buffer of {bytes} bytes at {:#x} overlaps the symmetric window's bytes {offset}..{} that the call \
+             writes; use a buffer outside them",
+            at.0,
+            offset.saturating_add(len)
+        )));
+    }
+    Ok(())
 }
 
 /// Which semaphores a launch's check reads: a library kind's set for this launch, or the slots
@@ -222,6 +272,8 @@ impl Comm {
             stream.unpublish_exported(&export);
         }
         Ok(Some(SymmetricMemory {
+            data: window.prefix(bytes),
+            owner: (self.links.conn_key, self.rank(), self.nranks()),
             window,
             _peers: peers,
             _mapped: mapped,
@@ -275,6 +327,7 @@ impl Comm {
         dst_offset: usize,
         shift: usize,
     ) -> Result<()> {
+        self.check_owner(mem, "ppermute")?;
         let in_src = src.offset.checked_add(bytes).is_some_and(|e| e <= src.buf.len());
         let in_dst = dst_offset.checked_add(bytes).is_some_and(|e| e <= mem.bytes());
         if !in_src || !in_dst {
@@ -285,6 +338,8 @@ impl Comm {
                 mem.bytes().saturating_sub(dst_offset)
             )));
         }
+        // The left neighbour writes this window's range while this rank reads its source.
+        check_outside(mem, "ppermute", src.ptr(), bytes, dst_offset, bytes)?;
         // With a new shift each rank signals other ranks than last time, and one already in
         // this launch could reach a rank still in the last one: let every rank finish it first.
         // (With a fixed shift, neighbours never get two launches apart: the semaphore sets of
@@ -330,6 +385,7 @@ impl Comm {
         bytes: usize,
         dst_offset: usize,
     ) -> Result<()> {
+        self.check_owner(mem, "one-sided all-gather")?;
         let total = bytes.checked_mul(self.nranks()).and_then(|t| t.checked_add(dst_offset));
         let in_src = src.offset.checked_add(bytes).is_some_and(|e| e <= src.buf.len());
         if !in_src || total.is_none_or(|t| t > mem.bytes()) {
@@ -341,6 +397,9 @@ impl Comm {
                 src.offset
             )));
         }
+        // Every rank writes its block into this window while this rank reads its source.
+        let written = bytes.saturating_mul(self.nranks());
+        check_outside(mem, "one-sided all-gather", src.ptr(), bytes, dst_offset, written)?;
         let launch = mem.next_launch(SemKind::Gather);
         let args = RingGatherArgs {
             h: mem.handle,
@@ -414,6 +473,7 @@ impl Comm {
             ReduceKind::Psum => (Collective::AllReduce, SemKind::Psum, "psum"),
             ReduceKind::PsumScatter => (Collective::ReduceScatter, SemKind::PsumScatter, "psum_scatter"),
         };
+        self.check_owner(mem, name)?;
         let (red, op_arg) = check_call(
             coll,
             self.rank(),
@@ -438,6 +498,15 @@ impl Comm {
         }
         let share = count.saturating_mul(dtype.size()).div_ceil(GRID as usize).div_ceil(16) * 16;
         let stage = slot.min(share.max(MIN_STAGE as usize));
+        // The window is the kernels' staging: peers write it while this rank reads its source
+        // and writes its result.
+        let (sent, kept) = match kind {
+            ReduceKind::Psum => (count, count),
+            ReduceKind::PsumScatter => (count.saturating_mul(self.nranks()), count),
+        };
+        let whole = mem.window.len();
+        check_outside(mem, name, src.ptr(), sent.saturating_mul(dtype.size()), 0, whole)?;
+        check_outside(mem, name, dst.ptr(), kept.saturating_mul(dtype.size()), 0, whole)?;
         let launch = mem.next_launch(sem);
         let args = OneSidedReduceArgs {
             h: mem.handle,
@@ -533,6 +602,12 @@ impl Comm {
     ) -> Result<()> {
         let stream = self.stream();
         stream.copy_in(&mem.status, 0, &[0u8; 8 * MAX_GRID as usize])?;
+        // Calls of other communicators (streams) still using these buffers end first: this
+        // launch does not queue behind them.
+        let key = self.stream_key();
+        for b in holds.iter().copied().chain([&mem.window]) {
+            b.wait_idle_but(key);
+        }
         let held: Vec<_> = holds.iter().map(|b| b.hold()).chain([mem.window.hold()]).collect();
         // SAFETY: the caller's promise; everything stays alive until the synchronize below.
         unsafe { stream.launch_entry(kernel, cfg, args) }?;

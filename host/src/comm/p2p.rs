@@ -306,7 +306,57 @@ impl Comm {
                 }
                 Ok(need as u64)
             })
-            .collect()
+            .collect::<Result<Vec<u64>>>()
+            .and_then(|bytes| self.check_p2p_overlaps(ops, &bytes).map(|()| bytes))
+    }
+
+    /// `Err` when a receive of `ops` (of `bytes` each) lands on bytes another operation of
+    /// this rank reads or writes (an in-place all-to-all-v, receive displacements that
+    /// collide, a copy to itself that overlaps): their order on the device is not defined, so
+    /// the result would be wrong with `Ok`. A send to itself and the receive of it on the very
+    /// same bytes are allowed (the copy is a no-op). A sweep over the ranges sorted by start.
+    fn check_p2p_overlaps(&self, ops: &[P2p], bytes: &[u64]) -> Result<()> {
+        let range = |i: usize| {
+            let start = ops[i].buf.ptr().0;
+            (start, start.saturating_add(bytes[i]))
+        };
+        let mut order: Vec<usize> = (0..ops.len()).filter(|&i| bytes[i] > 0).collect();
+        order.sort_by_key(|&i| range(i));
+        let self_copy = |a: usize, b: usize| {
+            let (x, y) = (&ops[a], &ops[b]);
+            x.peer == self.rank && y.peer == self.rank && x.dir != y.dir && range(a) == range(b)
+        };
+        let mut reach: Option<usize> = None; // the op reaching furthest so far
+        for &i in &order {
+            if let Some(a) = reach {
+                let overlaps = range(i).0 < range(a).1;
+                let writes = ops[i].dir == Direction::Recv || ops[a].dir == Direction::Recv;
+                if overlaps && writes && !self_copy(i, a) {
+                    let at = |k: usize| {
+                        format!(
+                            "{:?} with rank {}: bytes {:#x}..{:#x}",
+                            ops[k].dir,
+                            ops[k].peer,
+                            range(k).0,
+                            range(k).1
+                        )
+                    };
+                    return Err(Error::InvalidConfig(format!(
+                        "rank {}: point-to-point operations {a} ({}) and {i} ({}) overlap, and one receives into it: \
+                         the result would depend on their order (stage an in-place all-to-all; Comm::all_to_all does)",
+                        self.rank,
+                        at(a),
+                        at(i)
+                    )));
+                }
+                if range(i).1 > range(a).1 {
+                    reach = Some(i);
+                }
+            } else {
+                reach = Some(i);
+            }
+        }
+        Ok(())
     }
 
     /// The connections `ops` need that this rank does not have yet, checked against

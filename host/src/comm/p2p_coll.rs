@@ -75,7 +75,10 @@ impl<'a> Group<'a> {
         };
         if comm.rank() == root {
             for r in 0..comm.nranks() {
-                self.add(comm, op(at_root, at(whole, r * count, dtype, what)?, r));
+                let elems = r.checked_mul(count).ok_or_else(|| {
+                    Error::InvalidConfig(format!("{what}: rank {r}'s {count} elements start past any offset"))
+                })?;
+                self.add(comm, op(at_root, at(whole, elems, dtype, what)?, r));
             }
         }
         let mine = if at_root == Direction::Recv { Direction::Send } else { Direction::Recv };

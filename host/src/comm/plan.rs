@@ -273,6 +273,22 @@ impl Comm {
         self.cfg.nthreads.clamp(NVLS_MIN_THREADS, CollKernel::Nvls(dev.dtype).max_threads())
     }
 
+    /// Where an all-reduce's buffers lie in the symmetric windows, as every rank must give
+    /// them alike (NCCL's rule: the same offsets into the same windows, in place or not): the
+    /// send window and offset, the receive's (`u64::MAX` twice when not in one), and whether
+    /// it runs in place — which decide the kernel's one-shot or two-shot form. `None` when the
+    /// send buffer is in no window.
+    pub(super) fn symmetric_placement(&self, dev: &DevCall) -> Option<[u64; 5]> {
+        if dev.coll != Collective::AllReduce {
+            return None;
+        }
+        let windows = self.windows.list.lock().unwrap_or_else(|p| p.into_inner());
+        let bytes = dev.count as usize * dev.dtype.size();
+        let (sw, so) = nvls_window::placement(&windows, dev.send, bytes)?;
+        let (rw, ro) = nvls_window::placement(&windows, dev.recv, bytes).unwrap_or((u64::MAX, u64::MAX));
+        Some([sw, so, rw, ro, u64::from(dev.send == dev.recv)])
+    }
+
     /// The multicast addresses of an all-reduce's buffers when its send buffer lies in a
     /// symmetric window: `(send's, receive's if it lies in one too)`.
     pub(super) fn symmetric_windows(&self, dev: &DevCall) -> Option<(DevPtr, Option<DevPtr>)> {

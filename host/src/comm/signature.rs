@@ -78,6 +78,20 @@ impl Signed {
     }
 }
 
+/// `sig` of a call on symmetric windows placed as `place` (window ids, offsets, in place:
+/// [`super::Comm::symmetric_placement`]): ranks that place it differently differ in the key,
+/// and the description carries the placement's hash (an all-reduce has no root to say).
+pub(crate) fn placed(sig: CallSig, place: &[u64]) -> CallSig {
+    let mut h = Fnv(sig.key);
+    let mut p = Fnv::default();
+    for &w in place {
+        h.add(w);
+        p.add(w);
+    }
+    let desc = (sig.desc & 0xFFFF_FFFF) | (p.0 & 0xFFFF_FFFF) << 32;
+    CallSig { key: h.0, desc, ..sig }
+}
+
 /// A call as users name it, from a signature's description and count: `all_reduce(2000 × f32,
 /// sum)`, `broadcast(10 × i32, root 1)`; what does not decode is said so.
 pub(crate) fn describe(desc: u64, count: u64) -> String {
@@ -102,6 +116,9 @@ pub(crate) fn describe(desc: u64, count: u64) -> String {
     }
     if c.rooted() {
         args += &format!(", root {}", c.root);
+    }
+    if (desc >> 8) & 0xFF == algo_code(Algorithm::NvlsSymmetric) && desc >> 32 != 0 {
+        args += &format!(", windows placed #{:08x}", desc >> 32);
     }
     format!("{name}({args}){algo}")
 }

@@ -10,6 +10,9 @@ use std::sync::atomic::Ordering;
 #[derive(Debug)]
 pub struct Window {
     id: u64,
+    /// The communicator it was registered on (its connections' key): ids count per
+    /// communicator, so another's window of the same number is not this one.
+    comm: u128,
 }
 
 impl Comm {
@@ -35,7 +38,7 @@ impl Comm {
             nvls_window::register_window(&mut boot, &self.stream, buf, id)?
         };
         self.windows.list.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
-        Ok(Window { id })
+        Ok(Window { id, comm: self.links.conn_key })
     }
 
     /// Allocates `bytes` (rounded up to the device's multicast granularity) on every rank as
@@ -63,7 +66,7 @@ impl Comm {
             nvls_window::alloc_window(&mut boot, self.rank, self.nranks, &self.stream, (bytes, across), id)?
         };
         self.windows.list.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
-        Ok((buf, Window { id }))
+        Ok((buf, Window { id, comm: self.links.conn_key }))
     }
 
     /// Whether this communicator can have symmetric windows (NVLS is on), and whether its
@@ -82,6 +85,12 @@ impl Comm {
     /// before it completed on every rank, the binding goes and the buffer is the caller's
     /// alone again.
     pub fn deregister_window(&self, window: Window) -> Result<()> {
+        if window.comm != self.links.conn_key {
+            return Err(Error::InvalidConfig(format!(
+                "rank {}: window {} was registered on another communicator; deregister it there",
+                self.rank, window.id
+            )));
+        }
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.complete_in_flight(&mut q);
         // No rank still runs a collective on it once all are here.
