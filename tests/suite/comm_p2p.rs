@@ -539,57 +539,75 @@ fn all_to_all_v_with_uneven_counts_zeros_and_one_skewed_pair() {
     }
 }
 
-/// A rank's point-to-point operations whose receive lands on bytes another of them reads or
-/// writes are refused, naming both (their order on the device is not defined: the data would
-/// be wrong with `Ok`): an in-place `all_to_all_v`, receive displacements that collide, a copy
-/// to itself that overlaps. A send to itself received on the very same bytes still runs.
+/// A rank's point-to-point operations that share bytes (a hostile review found them giving
+/// wrong data as `Ok`, their order on the device being undefined): a send whose bytes a
+/// receive overwrites sends what the buffer held before the launch — an in-place
+/// `all_to_all_v` (as nccl-tests' in-place sendrecv) and an overlapping copy to itself give
+/// exactly the out-of-place result; two receives into shared bytes (colliding displacements)
+/// are refused naming both.
 #[test]
-fn overlapping_receives_are_refused() {
+fn overlapping_operations_send_the_bytes_from_before() {
     let be = backend::cpu();
-    let comms = Comm::init_all(&be, 2, config()).unwrap();
-    let k = 100usize;
-    for (what, rdispl, in_place) in [("in place", [0, k], true), ("colliding", [0, 0], false)] {
-        let errs: Vec<String> = std::thread::scope(|s| {
-            let hs: Vec<_> = comms
-                .iter()
-                .map(|c| {
-                    let be = &be;
-                    s.spawn(move || {
-                        let send = be.upload(&vec![c.rank() as u32; 2 * k]).unwrap();
-                        let other = be.alloc(2 * k * 4).unwrap();
-                        let recv = if in_place { &send } else { &other };
-                        c.all_to_all_v(
-                            BufRef::from(&send),
-                            &[k, k],
-                            &[0, k],
-                            BufRef::from(recv),
-                            &[k, k],
-                            &rdispl,
-                            DataType::U32,
-                        )
-                        .unwrap_err()
-                        .to_string()
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        for e in errs {
-            assert!(e.contains("overlap, and one receives into it"), "{what}: {e}");
-        }
+    let n = 3;
+    let comms = Comm::init_all(&be, n, config()).unwrap();
+    let k = 1000usize;
+    let value = |r: usize, p: usize, i: usize| (r * 1_000_000 + p * 10_000 + i) as u32;
+    // In place: rank r's block p goes to rank p, rank q's block r lands in block q.
+    let bufs: Vec<DeviceBuffer> = (0..n)
+        .map(|r| {
+            be.upload(&(0..n).flat_map(|p| (0..k).map(move |i| value(r, p, i))).collect::<Vec<_>>()).unwrap()
+        })
+        .collect();
+    let (counts, displs): (Vec<usize>, Vec<usize>) =
+        ((0..n).map(|_| k).collect(), (0..n).map(|p| p * k).collect());
+    on_ranks(&comms, |c| {
+        let b = BufRef::from(&bufs[c.rank()]);
+        c.all_to_all_v(b, &counts, &displs, b, &counts, &displs, DataType::U32)
+    });
+    for (r, b) in bufs.iter().enumerate() {
+        let want: Vec<u32> = (0..n).flat_map(|q| (0..k).map(move |i| value(q, r, i))).collect();
+        assert!(be.download::<u32>(b, n * k).unwrap() == want, "rank {r}: not the out-of-place result");
     }
+    // Colliding receive displacements: refused on every rank, naming both receives.
+    let errs: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                let be = &be;
+                let (counts, displs) = (&counts, &displs);
+                s.spawn(move || {
+                    let send = be.alloc(n * k * 4).unwrap();
+                    let recv = be.alloc(n * k * 4).unwrap();
+                    let same = vec![0usize; n];
+                    c.all_to_all_v(
+                        (&send).into(),
+                        counts,
+                        displs,
+                        (&recv).into(),
+                        counts,
+                        &same,
+                        DataType::U32,
+                    )
+                    .unwrap_err()
+                    .to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for e in errs {
+        assert!(e.contains("receive into shared bytes"), "{e}");
+    }
+    // A copy to itself over overlapping bytes: memmove's result.
     let c = &comms[0];
     let b = be.upload(&(0..64u8).collect::<Vec<_>>()).unwrap();
     let mut g = Group::new();
     g.send(c, BufRef { buf: &b, offset: 0 }, 16, DataType::U8, 0);
     g.recv(c, BufRef { buf: &b, offset: 4 }, 16, DataType::U8, 0);
-    let e = g.run().unwrap_err().to_string();
-    assert!(e.contains("overlap, and one receives into it"), "{e}");
-    let mut g = Group::new();
-    g.send(c, BufRef { buf: &b, offset: 8 }, 16, DataType::U8, 0);
-    g.recv(c, BufRef { buf: &b, offset: 8 }, 16, DataType::U8, 0);
     g.run().unwrap();
-    assert_eq!(be.download::<u8>(&b, 64).unwrap(), (0..64u8).collect::<Vec<_>>());
+    let mut want: Vec<u8> = (0..64u8).collect();
+    want.copy_within(0..16, 4);
+    assert_eq!(be.download::<u8>(&b, 64).unwrap(), want);
 }
 
 const CHILD_VAR: &str = "RSCCL_TEST_P2P_CHILD";

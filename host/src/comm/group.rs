@@ -27,7 +27,7 @@ use super::hang::{op_code, P2pGuard};
 use super::launch::nvls_kernel;
 use super::p2p::{self_copies, OpNote, P2p};
 use super::pool::{Pooled, Table};
-use crate::backend::LaunchConfig;
+use crate::backend::{DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
 use rsccl_device::coll::group::{GroupArgs, GROUP_SHM_BYTES, GROUP_THREADS};
 use rsccl_device::coll::kernels::{handles, CollKernel};
@@ -39,6 +39,7 @@ use rsccl_device::dtype::DataType;
 use rsccl_device::overlap::gate::TileGate;
 use rsccl_device::prims::conn::{status_bytes, CallSig, PrimsStatus};
 use rsccl_device::prims::simple::shm_bytes;
+use rsccl_device::DevPtr;
 use std::sync::Arc;
 
 /// Point-to-point operations and collectives on one or several communicators, run together
@@ -258,6 +259,7 @@ impl<'a> Group<'a> {
                 .iter()
                 .map(|o| o.buf.buf.hold_on(key))
                 .chain(p.calls.iter().flat_map(|c| [c.send.buf.hold_on(key), c.recv.buf.hold_on(key)]))
+                .chain(prep.staged.iter().map(|(_, b)| b.hold_on(key)))
                 .collect();
             let Prepared { queue: mut q, in_p2p, .. } = prep;
             let number = in_p2p.number();
@@ -392,12 +394,22 @@ struct Prepared<'c> {
     bytes: Vec<u64>,
     /// The self-sends paired with their receives.
     copies: Vec<(usize, usize)>,
+    /// The sends a receive of the group overwrites, each with the copy of its bytes it sends
+    /// from ([`Comm::p2p_overlaps`]); held until the kernels end.
+    staged: Vec<(usize, DeviceBuffer)>,
     /// The collectives, checked.
     devs: Vec<DevCall>,
     /// How each runs ([`Comm::group_plan`]).
     plans: Vec<Plan>,
     /// Their gate, if any (all zero: none).
     gate: TileGate,
+}
+
+impl Prepared<'_> {
+    /// The staged sends' copies by operation.
+    fn staged_ptrs(&self) -> Vec<(usize, DevPtr)> {
+        self.staged.iter().map(|(i, b)| (*i, b.ptr())).collect()
+    }
 }
 
 /// A collective of a launched group kernel: where it reports.
@@ -502,6 +514,18 @@ impl Comm {
         }
         let bytes = self.check_p2p(ops)?;
         let copies = self_copies(self.rank, ops, &bytes)?;
+        // Sends a receive overwrites go from a copy made now, before the launch (the copy
+        // waits for calls still using the buffer).
+        let staged = self
+            .p2p_overlaps(ops, &bytes)?
+            .into_iter()
+            .map(|i| {
+                let n = bytes[i] as usize;
+                let tmp = self.stream.alloc(n)?;
+                self.stream.copy_range((&tmp, 0), (ops[i].buf.buf, ops[i].buf.offset), n)?;
+                Ok((i, tmp))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let devs = self.group_calls(calls)?;
         let plans = devs
             .iter()
@@ -535,6 +559,7 @@ impl Comm {
             in_p2p,
             bytes,
             copies,
+            staged,
             devs,
             plans,
             gate: gate.map(|(g, _)| g).unwrap_or_default(),
@@ -787,7 +812,8 @@ impl Comm {
         };
         tables.push(table);
         let (p2p_ops, copies) = if ops.is_empty() { (&[][..], &[][..]) } else { (ops, &prep.copies[..]) };
-        let (dev, notes) = self.p2p_ops(p2p_ops, &prep.bytes, copies, grid);
+        let staged = prep.staged_ptrs();
+        let (dev, notes) = self.p2p_ops(p2p_ops, &prep.bytes, copies, &staged, grid);
         let p2p = if dev.is_empty() {
             None
         } else {
@@ -804,7 +830,7 @@ impl Comm {
     fn launch_p2p_only(&self, ops: &[P2p], prep: &Prepared) -> Result<Option<Launched>> {
         let plan = self.p2p_plan();
         let nblocks = plan.channels as usize;
-        let (dev, notes) = self.p2p_ops(ops, &prep.bytes, &prep.copies, nblocks);
+        let (dev, notes) = self.p2p_ops(ops, &prep.bytes, &prep.copies, &prep.staged_ptrs(), nblocks);
         if dev.is_empty() {
             return Ok(None);
         }

@@ -182,8 +182,11 @@ impl Comm {
         ops: &[P2p],
         bytes: &[u64],
         copies: &[(usize, usize)],
+        staged: &[(usize, DevPtr)],
         nblocks: usize,
     ) -> (Vec<P2pOp>, Vec<OpNote>) {
+        // A send a receive overwrites reads its staged copy ([`Comm::p2p_overlaps`]).
+        let src_of = |i: usize| staged.iter().find(|(k, _)| *k == i).map_or(ops[i].buf.ptr(), |&(_, p)| p);
         // Each message picks its protocol by its own size, as NCCL does: both sides of a
         // matched pair decide alike however each groups its calls.
         let ll_threshold = p2p_ll_threshold().unwrap_or(P2P_LL_THRESHOLD);
@@ -198,7 +201,7 @@ impl Comm {
             conn.ops += 1;
             let sig = CallSig { seq: conn.ops, key: P2P_KEY, desc: i as u64, count: bytes[i] };
             let (src, dst, kind) = match op.dir {
-                Direction::Send => (op.buf.ptr(), DevPtr::NULL, P2pKind::Send),
+                Direction::Send => (src_of(i), DevPtr::NULL, P2pKind::Send),
                 Direction::Recv => (DevPtr::NULL, op.buf.ptr(), P2pKind::Recv),
             };
             let block = (round % nblocks) as u32;
@@ -233,7 +236,7 @@ impl Comm {
         }
         drop(links);
         for (s, r) in copies {
-            let (src, dst) = (ops[*s].buf.ptr(), ops[*r].buf.ptr());
+            let (src, dst) = (src_of(*s), ops[*r].buf.ptr());
             let wait = ops[*s].gate;
             let op =
                 P2pOp { src, dst, bytes: bytes[*s], kind: P2pKind::Copy as u32, wait, ..Default::default() };
@@ -306,57 +309,57 @@ impl Comm {
                 }
                 Ok(need as u64)
             })
-            .collect::<Result<Vec<u64>>>()
-            .and_then(|bytes| self.check_p2p_overlaps(ops, &bytes).map(|()| bytes))
+            .collect()
     }
 
-    /// `Err` when a receive of `ops` (of `bytes` each) lands on bytes another operation of
-    /// this rank reads or writes (an in-place all-to-all-v, receive displacements that
-    /// collide, a copy to itself that overlaps): their order on the device is not defined, so
-    /// the result would be wrong with `Ok`. A send to itself and the receive of it on the very
-    /// same bytes are allowed (the copy is a no-op). A sweep over the ranges sorted by start.
-    fn check_p2p_overlaps(&self, ops: &[P2p], bytes: &[u64]) -> Result<()> {
+    /// How `ops` (of `bytes` each) overlap on this rank: `Err` when two receives land on
+    /// shared bytes (colliding displacements: one peer's data would be lost, whichever order);
+    /// else the sends whose bytes a receive overwrites (an in-place send/receive, as
+    /// nccl-tests' in-place sendrecv, an in-place all-to-all-v, a copy to itself that
+    /// overlaps), which read a staged copy instead ([`Comm::group_prepare`]), so every send
+    /// sends what the buffer held before the launch, as if sends went first.
+    pub(super) fn p2p_overlaps(&self, ops: &[P2p], bytes: &[u64]) -> Result<Vec<usize>> {
         let range = |i: usize| {
             let start = ops[i].buf.ptr().0;
             (start, start.saturating_add(bytes[i]))
         };
-        let mut order: Vec<usize> = (0..ops.len()).filter(|&i| bytes[i] > 0).collect();
-        order.sort_by_key(|&i| range(i));
-        let self_copy = |a: usize, b: usize| {
-            let (x, y) = (&ops[a], &ops[b]);
-            x.peer == self.rank && y.peer == self.rank && x.dir != y.dir && range(a) == range(b)
+        let mut recvs: Vec<usize> =
+            (0..ops.len()).filter(|&i| ops[i].dir == Direction::Recv && bytes[i] > 0).collect();
+        recvs.sort_by_key(|&i| range(i));
+        let at = |k: usize| {
+            let (a, b) = range(k);
+            format!("receive from rank {}: bytes {a:#x}..{b:#x}", ops[k].peer)
         };
-        let mut reach: Option<usize> = None; // the op reaching furthest so far
-        for &i in &order {
+        // Receives: each against the one reaching furthest before it; and the furthest end of
+        // the receives up to each (for the sends below).
+        let mut reach: Option<usize> = None;
+        let mut max_end = Vec::with_capacity(recvs.len());
+        for &i in &recvs {
             if let Some(a) = reach {
-                let overlaps = range(i).0 < range(a).1;
-                let writes = ops[i].dir == Direction::Recv || ops[a].dir == Direction::Recv;
-                if overlaps && writes && !self_copy(i, a) {
-                    let at = |k: usize| {
-                        format!(
-                            "{:?} with rank {}: bytes {:#x}..{:#x}",
-                            ops[k].dir,
-                            ops[k].peer,
-                            range(k).0,
-                            range(k).1
-                        )
-                    };
+                if range(i).0 < range(a).1 {
                     return Err(Error::InvalidConfig(format!(
-                        "rank {}: point-to-point operations {a} ({}) and {i} ({}) overlap, and one receives into it: \
-                         the result would depend on their order (stage an in-place all-to-all; Comm::all_to_all does)",
+                        "rank {}: point-to-point operations {a} ({}) and {i} ({}) receive into shared bytes: one \
+                         peer's data would be lost",
                         self.rank,
                         at(a),
                         at(i)
                     )));
                 }
-                if range(i).1 > range(a).1 {
-                    reach = Some(i);
-                }
-            } else {
+            }
+            if reach.is_none_or(|a| range(i).1 > range(a).1) {
                 reach = Some(i);
             }
+            max_end.push(reach.map_or(0, |a| range(a).1));
         }
-        Ok(())
+        let overwritten = |i: usize| {
+            let (a, b) = range(i);
+            // The receives starting before this send ends; any of them ending after it starts.
+            let n = recvs.partition_point(|&r| range(r).0 < b);
+            n > 0 && max_end[n - 1] > a
+        };
+        Ok((0..ops.len())
+            .filter(|&i| ops[i].dir == Direction::Send && bytes[i] > 0 && overwritten(i))
+            .collect())
     }
 
     /// The connections `ops` need that this rank does not have yet, checked against
