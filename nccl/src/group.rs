@@ -204,21 +204,27 @@ pub fn queue_init(init: QueuedInit) -> Res {
 
 /// Runs `child` now, or queues it for the end of the open group.
 pub fn submit_child(child: QueuedChild) -> Res {
-    let queued = GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        if g.depth == 0 {
-            return Ok(Some(child));
-        }
-        if g.children.len() >= MAX_GROUP_CALLS {
-            return Err(Fail::usage(format!("more than {MAX_GROUP_CALLS} splits in one group")));
-        }
-        g.children.push(child);
-        Ok(None)
-    })?;
-    match queued {
+    match queued(child, "splits", |g| &mut g.children)? {
         Some(c) => c.run(),
         None => Ok(()),
     }
+}
+
+/// `item` back when no group is open; else queued in the open group's list `list` (at most
+/// [`MAX_GROUP_CALLS`] `what`), and `None`.
+fn queued<T>(item: T, what: &str, list: impl FnOnce(&mut State) -> &mut Vec<T>) -> Res<Option<T>> {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return Ok(Some(item));
+        }
+        let list = list(&mut g);
+        if list.len() >= MAX_GROUP_CALLS {
+            return Err(Fail::usage(format!("more than {MAX_GROUP_CALLS} {what} in one group")));
+        }
+        list.push(item);
+        Ok(None)
+    })
 }
 
 /// Runs the queued splits and shrinks together, a thread each (each waits for its parent's
@@ -285,18 +291,7 @@ fn spoiled(error: Fail, inits: Vec<QueuedInit>, children: Vec<QueuedChild>) -> R
 
 /// Runs `q` now, or queues it when a group is open.
 pub fn submit(q: Queued) -> Res {
-    let queued = GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        if g.depth == 0 {
-            return Ok(Some(q));
-        }
-        if g.calls.len() >= MAX_GROUP_CALLS {
-            return Err(Fail::usage(format!("more than {MAX_GROUP_CALLS} calls in one group")));
-        }
-        g.calls.push(q);
-        Ok(None)
-    })?;
-    match queued {
+    match queued(q, "calls", |g| &mut g.calls)? {
         Some(q) => run_alone(&q),
         None => Ok(()),
     }
@@ -304,33 +299,46 @@ pub fn submit(q: Queued) -> Res {
 
 /// `ncclGroupEnd`: the outermost one runs what the group queued.
 pub fn end() -> Res {
-    let taken = GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        match g.depth {
-            0 => Err(Fail::usage("ncclGroupEnd without ncclGroupStart")),
-            1 => {
-                g.depth = 0;
-                let children = std::mem::take(&mut g.children);
-                Ok(Some((
-                    std::mem::take(&mut g.inits),
-                    children,
-                    std::mem::take(&mut g.calls),
-                    g.error.take(),
-                )))
-            }
-            _ => {
-                g.depth -= 1;
-                Ok(None)
-            }
-        }
-    })?;
-    let Some((inits, children, calls, error)) = taken else { return Ok(()) };
+    let Some(Closed { inits, children, calls, error }) = close("ncclGroupEnd")? else { return Ok(()) };
     if let Some(e) = error {
         return spoiled(e, inits, children);
     }
     run_inits(inits)?;
     run_children(children)?;
     run_group(&calls)
+}
+
+/// What the outermost group queued, taken when it closes.
+struct Closed {
+    inits: Vec<QueuedInit>,
+    children: Vec<QueuedChild>,
+    calls: Vec<Queued>,
+    /// The first call that failed inside it.
+    error: Option<Fail>,
+}
+
+/// Closes this thread's innermost group (`what` names the call, for the error without one):
+/// the outermost's queue, or `None` for an inner group, which only closes (as NCCL's).
+fn close(what: &str) -> Res<Option<Closed>> {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        match g.depth {
+            0 => Err(Fail::usage(format!("{what} without ncclGroupStart"))),
+            1 => {
+                g.depth = 0;
+                Ok(Some(Closed {
+                    inits: std::mem::take(&mut g.inits),
+                    children: std::mem::take(&mut g.children),
+                    calls: std::mem::take(&mut g.calls),
+                    error: g.error.take(),
+                }))
+            }
+            _ => {
+                g.depth -= 1;
+                Ok(None)
+            }
+        }
+    })
 }
 
 /// `ncclSimInfo_t::magic` of an initialised record (`NCCL_SIM_INFO_INITIALIZER`).
@@ -343,28 +351,9 @@ pub const SIM_INFO_MAGIC: u32 = 0x7468_5283;
 /// inner group's end, which only closes it). Point-to-point and rooted calls are not in the
 /// cost model and count 0.
 pub fn simulate_end() -> Res<Option<f32>> {
-    let taken = GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        match g.depth {
-            0 => Err(Fail::usage("ncclGroupSimulateEnd without ncclGroupStart")),
-            1 => {
-                g.depth = 0;
-                let children = std::mem::take(&mut g.children);
-                Ok(Some((
-                    std::mem::take(&mut g.inits),
-                    children,
-                    std::mem::take(&mut g.calls),
-                    g.error.take(),
-                )))
-            }
-            _ => {
-                // An inner group's end only closes it, as NCCL's.
-                g.depth -= 1;
-                Ok(None)
-            }
-        }
-    })?;
-    let Some((inits, children, calls, error)) = taken else { return Ok(None) };
+    let Some(Closed { inits, children, calls, error }) = close("ncclGroupSimulateEnd")? else {
+        return Ok(None);
+    };
     if let Some(e) = error {
         return spoiled(e, inits, children).map(|()| None);
     }
@@ -386,23 +375,7 @@ pub fn simulate_end() -> Res<Option<f32>> {
 /// and its splits' handles NULL) after a bad `ncclGroupSimulateEnd`, as NCCL's group end
 /// discards the group on failure.
 pub fn discard() -> Res {
-    let taken = GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        match g.depth {
-            0 => Err(Fail::usage("ncclGroupSimulateEnd without ncclGroupStart")),
-            1 => {
-                g.depth = 0;
-                g.calls.clear();
-                g.error = None;
-                Ok(Some((std::mem::take(&mut g.inits), std::mem::take(&mut g.children))))
-            }
-            _ => {
-                g.depth -= 1;
-                Ok(None)
-            }
-        }
-    })?;
-    if let Some((inits, children)) = taken {
+    if let Some(Closed { inits, children, .. }) = close("ncclGroupSimulateEnd")? {
         let bad = Fail::arg("ncclGroupSimulateEnd: simInfo was not made by NCCL_SIM_INFO_INITIALIZER");
         let _ = spoiled(bad, inits, children);
     }

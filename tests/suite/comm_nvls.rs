@@ -703,35 +703,23 @@ fn symmetric_calls_placed_differently_fail_naming_both() {
     for (what, off3, in_place3) in [("offset", 4096usize, true), ("in place", 0, false)] {
         let cfg = CommConfig { timeout: Duration::from_secs(10), ..config(H200, Some("nvls")) };
         let comms = Comm::init_all(&be, n, cfg).unwrap();
-        let errs: Vec<String> = std::thread::scope(|s| {
-            let hs: Vec<_> = comms
-                .iter()
-                .enumerate()
-                .map(|(r, comm)| {
-                    let be = &be;
-                    s.spawn(move || {
-                        let (send, ws) = comm.alloc_window(1 << 16).unwrap();
-                        let (recv, wr) = comm.alloc_window(1 << 16).unwrap();
-                        let (off, in_place) = if r == 3 { (off3, in_place3) } else { (0, true) };
-                        let out = if in_place { &send } else { &recv };
-                        let w = comm
-                            .enqueue()
-                            .all_reduce(
-                                BufRef { buf: &send, offset: off },
-                                BufRef { buf: out, offset: off },
-                                count,
-                                DataType::F32,
-                                ReduceOp::Sum,
-                            )
-                            .unwrap();
-                        assert_eq!(w.algorithm(), "nvls-symmetric", "{what}: rank {r}");
-                        let e = w.wait().unwrap_err().to_string();
-                        let _ = (be, ws, wr);
-                        e
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        let errs = rsccl_suite::on_each_rank(&comms, |r, comm| {
+            let (send, _) = comm.alloc_window(1 << 16).unwrap();
+            let (recv, _) = comm.alloc_window(1 << 16).unwrap();
+            let (off, in_place) = if r == 3 { (off3, in_place3) } else { (0, true) };
+            let out = if in_place { &send } else { &recv };
+            let w = comm
+                .enqueue()
+                .all_reduce(
+                    BufRef { buf: &send, offset: off },
+                    BufRef { buf: out, offset: off },
+                    count,
+                    DataType::F32,
+                    ReduceOp::Sum,
+                )
+                .unwrap();
+            assert_eq!(w.algorithm(), "nvls-symmetric", "{what}: rank {r}");
+            w.wait().unwrap_err().to_string()
         });
         for (r, e) in errs.iter().enumerate() {
             assert!(e.contains("windows placed #") && e.contains("called"), "{what}: rank {r}: {e}");

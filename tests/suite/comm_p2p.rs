@@ -569,31 +569,13 @@ fn overlapping_operations_send_the_bytes_from_before() {
         assert!(be.download::<u32>(b, n * k).unwrap() == want, "rank {r}: not the out-of-place result");
     }
     // Colliding receive displacements: refused on every rank, naming both receives.
-    let errs: Vec<String> = std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .map(|c| {
-                let be = &be;
-                let (counts, displs) = (&counts, &displs);
-                s.spawn(move || {
-                    let send = be.alloc(n * k * 4).unwrap();
-                    let recv = be.alloc(n * k * 4).unwrap();
-                    let same = vec![0usize; n];
-                    c.all_to_all_v(
-                        (&send).into(),
-                        counts,
-                        displs,
-                        (&recv).into(),
-                        counts,
-                        &same,
-                        DataType::U32,
-                    )
-                    .unwrap_err()
-                    .to_string()
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    let errs = rsccl_suite::on_each_rank(&comms, |_, c| {
+        let send = be.alloc(n * k * 4).unwrap();
+        let recv = be.alloc(n * k * 4).unwrap();
+        let same = vec![0usize; n];
+        c.all_to_all_v((&send).into(), &counts, &displs, (&recv).into(), &counts, &same, DataType::U32)
+            .unwrap_err()
+            .to_string()
     });
     for e in errs {
         assert!(e.contains("receive into shared bytes"), "{e}");

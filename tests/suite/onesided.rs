@@ -218,10 +218,7 @@ fn one_sided_misuse_is_refused() {
     let be = backend::cpu();
     let four = Comm::init_all(&be, 4, CommConfig::default()).unwrap();
     let two = Comm::init_all(&be, 2, CommConfig::default()).unwrap();
-    let mems: Vec<_> = std::thread::scope(|s| {
-        let hs: Vec<_> = four.iter().map(|c| s.spawn(move || c.alloc_symmetric(1 << 16).unwrap())).collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let mems = rsccl_suite::on_each_rank(&four, |_, c| c.alloc_symmetric(1 << 16).unwrap());
     assert!(mems.iter().all(|m| m.buffer().buf.len() == 1 << 16 && m.bytes() == 1 << 16));
     let count = 1 << 12;
     for (r, c) in two.iter().enumerate() {
@@ -235,22 +232,18 @@ fn one_sided_misuse_is_refused() {
         let e = c.ppermute(&mems[r], (&src).into(), 64, 0, 1).unwrap_err().to_string();
         assert!(e.contains("belongs to another communicator"), "{e}");
     }
-    std::thread::scope(|s| {
-        for (r, comm) in four.iter().enumerate() {
-            let mem = &mems[r];
-            s.spawn(move || {
-                let e = comm
-                    .psum(mem, mem.buffer(), mem.buffer(), 1024, DataType::F32, ReduceOp::Sum)
-                    .unwrap_err()
-                    .to_string();
-                assert!(e.contains("psum") && e.contains("overlaps the symmetric window"), "{e}");
-                let inside = BufRef { buf: mem.buffer().buf, offset: 4096 };
-                let e = comm.ppermute(mem, inside, 1000, 4096, 1).unwrap_err().to_string();
-                assert!(e.contains("ppermute") && e.contains("overlaps the symmetric window"), "{e}");
-                // Outside the range the neighbour writes: allowed.
-                comm.ppermute(mem, inside, 1000, 8192, 1).unwrap();
-            });
-        }
+    rsccl_suite::on_each_rank(&four, |r, comm| {
+        let mem = &mems[r];
+        let e = comm
+            .psum(mem, mem.buffer(), mem.buffer(), 1024, DataType::F32, ReduceOp::Sum)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("psum") && e.contains("overlaps the symmetric window"), "{e}");
+        let inside = BufRef { buf: mem.buffer().buf, offset: 4096 };
+        let e = comm.ppermute(mem, inside, 1000, 4096, 1).unwrap_err().to_string();
+        assert!(e.contains("ppermute") && e.contains("overlaps the symmetric window"), "{e}");
+        // Outside the range the neighbour writes: allowed.
+        comm.ppermute(mem, inside, 1000, 8192, 1).unwrap();
     });
 }
 
