@@ -546,20 +546,11 @@ fn run_group(calls: &[Queued]) -> Res {
     on_streams(calls, || group_of(calls))
 }
 
-/// Runs the calls as one rsccl group. An in-place all-to-all (every block read before any
-/// arrives, through the communicator's staging buffer) starts on its own beside it, as NCCL
-/// accepts it in a group (nccl-tests' in-place pass under `-g`).
+/// Runs the calls as one rsccl group (an in-place all-to-all included, as NCCL accepts it in a
+/// group: nccl-tests' in-place pass under `-g`; its sends go from a copy made at launch).
 fn group_of(calls: &[Queued]) -> Res {
     let mut g = Group::new();
-    let mut alone = Vec::new();
     for q in calls {
-        if let Queued::Rooted { comm, kind: RootedKind::AllToAll, send, recv, count, dtype, .. } = q {
-            if send.ptr() == recv.ptr() {
-                let (s, r) = (BufRef::from(send), BufRef::from(recv));
-                alone.push(comm_of(*comm)?.enqueue().all_to_all(s, r, *count, *dtype)?);
-                continue;
-            }
-        }
         match q {
             Queued::Coll { comm, .. } => {
                 g.call(comm_of(*comm)?, call_of(q).expect("a collective"));
@@ -585,13 +576,8 @@ fn group_of(calls: &[Queued]) -> Res {
     }
     if handle::on_gpu() {
         g.start()?.detach();
-        alone.into_iter().for_each(|w| w.detach());
         Ok(())
     } else {
-        let ran = g.run();
-        for w in alone {
-            w.wait()?;
-        }
-        Ok(ran?)
+        Ok(g.run()?)
     }
 }

@@ -568,6 +568,16 @@ fn overlapping_operations_send_the_bytes_from_before() {
         let want: Vec<u32> = (0..n).flat_map(|q| (0..k).map(move |i| value(q, r, i))).collect();
         assert!(be.download::<u32>(b, n * k).unwrap() == want, "rank {r}: not the out-of-place result");
     }
+    // The same in place through a group's all_to_all (it used to refuse in place): back again.
+    let mut g = Group::new();
+    for (c, b) in comms.iter().zip(&bufs) {
+        g.all_to_all(c, BufRef::from(b), BufRef::from(b), k, DataType::U32).unwrap();
+    }
+    g.run().unwrap();
+    for (r, b) in bufs.iter().enumerate() {
+        let want: Vec<u32> = (0..n).flat_map(|p| (0..k).map(move |i| value(r, p, i))).collect();
+        assert!(be.download::<u32>(b, n * k).unwrap() == want, "rank {r}: a group's in-place all_to_all");
+    }
     // Colliding receive displacements: refused on every rank, naming both receives.
     let errs = rsccl_suite::on_each_rank(&comms, |_, c| {
         let send = be.alloc(n * k * 4).unwrap();

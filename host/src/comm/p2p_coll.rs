@@ -131,7 +131,8 @@ impl<'a> Group<'a> {
 impl<'a> Group<'a> {
     /// Queues `comm`'s part of an all-to-all (NCCL's `ncclAlltoAll`): block `p` of `send`
     /// (`count` elements) goes to rank `p`, and rank `p`'s block for this rank lands in block
-    /// `p` of `recv`. Out of place only: [`Comm::all_to_all`] also runs in place.
+    /// `p` of `recv`. In place too (`send` and `recv` the same bytes): every block goes from a
+    /// copy of the buffer made before the launch ([`Comm::p2p_overlaps`](super::Comm)).
     pub fn all_to_all(
         &mut self,
         comm: &'a Comm,
@@ -140,13 +141,6 @@ impl<'a> Group<'a> {
         count: usize,
         dtype: DataType,
     ) -> Result<&mut Self> {
-        if std::ptr::eq(send.buf, recv.buf) || send.ptr() == recv.ptr() {
-            return Err(Error::InvalidConfig(format!(
-                "rank {}: all_to_all in a group must be out of place (send and receive in different buffers); \
-                 Comm::all_to_all runs in place",
-                comm.rank()
-            )));
-        }
         let n = comm.nranks();
         let counts = vec![count; n];
         let displs: Vec<usize> = (0..n).map(|p| p.saturating_mul(count)).collect();
