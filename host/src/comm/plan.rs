@@ -123,14 +123,21 @@ impl Comm {
         if self.tuner.has_plugin() {
             return self.plugin_declines(dev, nvls);
         }
-        let mut others = Vec::with_capacity(2);
-        if self.algos.allows_for(dev.coll, Algorithm::Ring) {
-            others.push((Algorithm::Ring, self.line_fifos(false)));
-        }
-        if dev.coll == Collective::AllReduce && self.algos.allows_for(dev.coll, Algorithm::Tree) {
-            others.push((Algorithm::Tree, self.line_fifos(true)));
-        }
+        let others = self.rings_and_trees(dev.coll);
         self.tuner.nvls_loses(nvls, dev.coll, self.nccl_bytes(dev), &others)
+    }
+
+    /// The rings and (all-reduce) the trees `RSCCL_ALGO` allows `coll`, each with its
+    /// connections' line FIFOs: what NVLS is weighed against, by the model or a plugin.
+    fn rings_and_trees(&self, coll: Collective) -> Vec<(Algo, LineFifos)> {
+        let mut others = Vec::with_capacity(2);
+        if self.algos.allows_for(coll, Algorithm::Ring) {
+            others.push((Algo::Ring, self.line_fifos(false)));
+        }
+        if coll == Collective::AllReduce && self.algos.allows_for(coll, Algorithm::Tree) {
+            others.push((Algo::Tree, self.line_fifos(true)));
+        }
+        others
     }
 
     /// Whether a tuner plugin, asked with `nvls` (NVLS or NVLS_TREE: Simple alone) beside the
@@ -140,12 +147,7 @@ impl Comm {
             return false;
         }
         let mut candidates = vec![(nvls, LineFifos { ll: false, ll128: false })];
-        if self.algos.allows_for(dev.coll, Algorithm::Ring) {
-            candidates.push((Algo::Ring, self.line_fifos(false)));
-        }
-        if dev.coll == Collective::AllReduce && self.algos.allows_for(dev.coll, Algorithm::Tree) {
-            candidates.push((Algo::Tree, self.line_fifos(true)));
-        }
+        candidates.extend(self.rings_and_trees(dev.coll));
         let pick = self.tuner.plugin_algorithm(dev.coll, self.nccl_bytes(dev), &candidates);
         matches!(pick, Some(Algo::Ring | Algo::Tree))
     }

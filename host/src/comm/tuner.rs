@@ -401,14 +401,14 @@ impl Tuner {
         nvls: Algo,
         coll: Collective,
         bytes: u64,
-        others: &[(Algorithm, LineFifos)],
+        others: &[(Algo, LineFifos)],
     ) -> bool {
         let c = Coll::of(coll);
         let Some(t) = self.table.time_us(c, nvls, Proto::Simple, bytes, 1) else {
             return false;
         };
         let t = if self.table.allows(&self.enabled, c, nvls, Proto::Simple) { t } else { f64::INFINITY };
-        others.iter().any(|&(a, fifos)| self.best(algo_of(a), coll, bytes, fifos).1 < t)
+        others.iter().any(|&(a, fifos)| self.best(a, coll, bytes, fifos).1 < t)
     }
 
     /// The launch shape of a ring or tree call (`algorithm`) on `protocol` moving `bytes`:
