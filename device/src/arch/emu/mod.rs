@@ -28,7 +28,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use sync::{NamedBarrier, WarpRendezvous};
 use thread::{Aborted, BlockSched, LaunchShared, ThreadCtx};
 
@@ -293,9 +293,11 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
     }
     let mut live = coros.len();
     let mut idle_rounds = 0u32;
+    // Idle rounds left that sleep instead of yielding (see COSTLY_YIELD).
+    let mut crowded = 0u32;
     let mut rounds = 0u64;
     while live > 0 {
-        let before = sched.progress.get();
+        let before = (sched.progress.get(), sched.warp_progress.get(), sched.spins.get());
         for (i, slot) in coros.iter_mut().enumerate() {
             let Some(co) = slot else { continue };
             if sched.is_parked(i) {
@@ -319,13 +321,23 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
             // Parked threads unwind on an abort, and check their deadlock timeout on a sweep.
             sched.resume_all_parked();
         }
-        // Every thread is waiting on another block or launch: let those run.
-        if sched.progress.get() == before {
+        // Every thread is waiting on another block or launch: let those run. A warp that
+        // votes while it polls (LL128) completes collectives without doing anything; counted
+        // as progress, its block would never give up the core its producers need.
+        let warp_busy = sched.warp_progress.get() != before.1 && sched.spins.get() == before.2;
+        if sched.progress.get() == before.0 && !warp_busy {
             idle_rounds = idle_rounds.saturating_add(1);
             if let Some(d) = jitter_sleep() {
                 std::thread::sleep(d);
-            } else if idle_rounds < 16 {
+            } else if idle_rounds < 16 && crowded == 0 {
+                let t = Instant::now();
                 std::thread::yield_now();
+                if t.elapsed() > COSTLY_YIELD {
+                    crowded = CROWDED_ROUNDS;
+                }
+            } else if idle_rounds < 16 {
+                crowded -= 1;
+                std::thread::sleep(Duration::from_micros(1));
             } else {
                 std::thread::sleep(Duration::from_micros(20 + (idle_rounds as u64).min(4096) / 16));
             }
@@ -337,6 +349,14 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
     drop(coros);
     stack::give(slab);
 }
+
+/// A yield that took longer than this handed the core to a thread that does not sleep (another
+/// test's, another process's): Linux's scheduler then runs it for a whole time slice, so the
+/// block's next [`CROWDED_ROUNDS`] idle rounds sleep a microsecond instead, which wakes it as
+/// soon as its producers have written (a yield per poll made LL128 runs 25× slower there).
+const COSTLY_YIELD: Duration = Duration::from_micros(200);
+/// Idle rounds a block sleeps instead of yielding after a [`COSTLY_YIELD`].
+const CROWDED_ROUNDS: u32 = 1024;
 
 fn record_error(launch: &LaunchShared, e: EmuError) {
     let mut first = launch.first_error.lock().unwrap_or_else(|p| p.into_inner());

@@ -170,7 +170,7 @@ impl WarpRendezvous {
             self.readers_left.set(mask.count_ones());
             self.generation.set(generation + 1);
             self.waiters.wake(ctx);
-            ctx.progress();
+            ctx.warp_progress();
         }
         wait_until(ctx, &self.waiters, &what, || self.generation.get() != generation);
         let out = self.values.get();

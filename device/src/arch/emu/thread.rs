@@ -25,6 +25,11 @@ pub(crate) struct BlockSched {
     /// Bumped whenever a barrier or warp collective completes or a thread ends: a scheduler
     /// round without progress means every thread waits on something outside the block.
     pub(super) progress: Cell<u64>,
+    /// Bumped whenever a warp collective completes: progress unless a thread of the block
+    /// also spun on memory that round (then it is a warp's poll, as LL128's re-poll vote).
+    pub(super) warp_progress: Cell<u64>,
+    /// Bumped by every spin-wait hint: a thread polls memory another block or launch writes.
+    pub(super) spins: Cell<u64>,
     /// Per thread: [`PARKED`] (not to be resumed until woken) and [`LISTED`] (in a waiter list).
     state: Box<[Cell<u8>]>,
     pub(super) parked: Cell<u32>,
@@ -40,6 +45,8 @@ impl BlockSched {
     pub(super) fn new(nthreads: u32) -> Self {
         BlockSched {
             progress: Cell::new(0),
+            warp_progress: Cell::new(0),
+            spins: Cell::new(0),
             state: (0..nthreads).map(|_| Cell::new(0)).collect(),
             parked: Cell::new(0),
             deadlocked: Cell::new(false),
@@ -135,7 +142,10 @@ impl ThreadCtx {
         std::panic::panic_any(message)
     }
     /// Gives the block's other threads a turn (this thread waits for something).
-    pub(crate) fn suspend(&self, _spinning: bool) {
+    pub(crate) fn suspend(&self, spinning: bool) {
+        if spinning {
+            self.sched.spins.set(self.sched.spins.get() + 1);
+        }
         let y = self.yielder.get();
         // SAFETY: set by the coroutine body before any device code runs, valid while it runs.
         unsafe { (*y).suspend(()) };
@@ -143,6 +153,10 @@ impl ThreadCtx {
     /// Records that the block made progress (a barrier released, a thread finished).
     pub(crate) fn progress(&self) {
         self.sched.progress.set(self.sched.progress.get() + 1);
+    }
+    /// Records that one of the block's warp collectives completed.
+    pub(crate) fn warp_progress(&self) {
+        self.sched.warp_progress.set(self.sched.warp_progress.get() + 1);
     }
     pub(crate) fn linear_tid(&self) -> u32 {
         self.thread.x + self.block_dim.x * (self.thread.y + self.block_dim.y * self.thread.z)
