@@ -848,3 +848,153 @@ fn line_trees_reduce_several_children_and_ll_crosses_the_flag_wrap() {
         }
     }
 }
+
+/// NCCL's `runTreeSplit`: below the root a tree block reduces up and broadcasts down at once,
+/// so a rank passes chunk 0's result down to its child before that child has sent chunk 1
+/// up. Chain 0 ← 1 ← 2, the test playing leaf 2 on its FIFOs (Simple: data then tail word;
+/// LL: lines with the step's flag): it sends chunk 0, must get chunk 0's sum back, then
+/// sends the rest and gets the rest. A block that runs the phases in turn never answers.
+#[test]
+fn a_tree_rank_passes_results_down_while_its_children_still_send() {
+    use rsccl_device::coll::tree::{tree_kernel, TREE_GROUPS};
+    use rsccl_device::prims::ll::{ll_flag, ll_step_elems, LL_LINE_BYTES};
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+    let parent = [None, Some(0), Some(1)];
+    let (step_bytes, threads) = (1024u64, 64u32);
+    for proto in [Protocol::Simple, Protocol::Ll] {
+        let chunk = match proto {
+            Protocol::Simple => step_bytes / 8,
+            _ => ll_step_elems(step_bytes, 8),
+        } as usize;
+        let count = 3 * chunk + 5; // four steps: no credit is ever needed
+        let mut mem = Vec::new();
+        let wiring = build_tree(&mut mem, &parent, step_bytes);
+        let (up, down) = (wiring[2].up_send, wiring[2].up_recv);
+        let want = |i: usize| (0..3).fold(0u64, |a, r| a.wrapping_add(input(r, i)));
+        // The leaf's step `s`: its elements `first..end` into the parent's FIFO.
+        let leaf_send = |s: u64| {
+            let (first, end) = (s as usize * chunk, ((s as usize + 1) * chunk).min(count));
+            let slot = up.buff.offset(s * step_bytes);
+            for (k, i) in (first..end).enumerate() {
+                let v = input(2, i);
+                match proto {
+                    // SAFETY: inside this test's FIFO, alive in `mem`.
+                    Protocol::Simple => unsafe { *(slot.offset(8 * k as u64).0 as *mut u64) = v },
+                    _ => {
+                        let line = slot.offset(k as u64 * LL_LINE_BYTES).0 as *mut u32;
+                        // SAFETY: inside this test's FIFO; data before the flags (x86 keeps
+                        // store order; the release orders them for the compiler).
+                        unsafe {
+                            line.write_volatile(v as u32);
+                            line.add(2).write_volatile((v >> 32) as u32);
+                            (*(line.add(1) as *const AtomicU32)).store(ll_flag(s), Ordering::Release);
+                            (*(line.add(3) as *const AtomicU32)).store(ll_flag(s), Ordering::Release);
+                        }
+                    }
+                }
+            }
+            if proto == Protocol::Simple {
+                // SAFETY: the connection's tail word, alive in `mem`.
+                unsafe { (*(up.tail.0 as *const AtomicU64)).store(s + 1, Ordering::Release) };
+            }
+        };
+        // The leaf's receive of step `s` from its parent within `wait`: its elements, if they came.
+        let leaf_recv = |s: u64, wait: Duration| -> Option<Vec<u64>> {
+            let (first, end) = (s as usize * chunk, ((s as usize + 1) * chunk).min(count));
+            let slot = down.buff.offset(s * step_bytes);
+            let t0 = Instant::now();
+            let ready = || match proto {
+                // SAFETY: the connection's words and FIFO, alive in `mem`.
+                Protocol::Simple => unsafe {
+                    (*(down.tail.0 as *const AtomicU64)).load(Ordering::Acquire) > s
+                },
+                _ => (0..end - first).all(|k| {
+                    let line = slot.offset(k as u64 * LL_LINE_BYTES).0 as *const AtomicU32;
+                    // SAFETY: as above.
+                    unsafe {
+                        (*line.add(1)).load(Ordering::Acquire) == ll_flag(s)
+                            && (*line.add(3)).load(Ordering::Acquire) == ll_flag(s)
+                    }
+                }),
+            };
+            while !ready() {
+                if t0.elapsed() > wait {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Some(
+                (0..end - first)
+                    .map(|k| match proto {
+                        // SAFETY: as above.
+                        Protocol::Simple => unsafe { *(slot.offset(8 * k as u64).0 as *const u64) },
+                        _ => unsafe {
+                            let l = slot.offset(k as u64 * LL_LINE_BYTES).0 as *const u32;
+                            (*l as u64) | ((*l.add(2) as u64) << 32)
+                        },
+                    })
+                    .collect(),
+            )
+        };
+        let mut sends: Vec<Vec<u64>> = (0..2).map(|r| (0..count).map(|i| input(r, i)).collect()).collect();
+        let mut recvs: Vec<Vec<u64>> = (0..2).map(|_| vec![0; count]).collect();
+        let mut status = vec![vec![0u64; 1]; 2];
+        let args: Vec<RingArgs> = (0..2)
+            .map(|r| RingArgs {
+                sendbuff: vec_ptr(&mut sends[r]),
+                recvbuff: vec_ptr(&mut recvs[r]),
+                count: count as u64,
+                channels: DevPtr(wiring[r..].as_ptr() as u64),
+                status: PrimsStatus {
+                    status: vec_ptr(&mut status[r]),
+                    timeout_ns: 20_000_000_000,
+                    ..Default::default()
+                },
+                step_bytes,
+                rank: r as u64,
+                nranks: 3,
+                coll: Collective::AllReduce as u32,
+                proto: proto as u32,
+                ..Default::default()
+            })
+            .collect();
+        std::thread::scope(|s| {
+            for a in &args {
+                s.spawn(move || {
+                    let dims = LaunchDims {
+                        grid: Dim3::x(1),
+                        block: Dim3::x(threads),
+                        smem_bytes: shm_bytes(TREE_GROUPS),
+                    };
+                    let run = || match proto {
+                        Protocol::Simple => tree_kernel::<{ Protocol::Simple as u32 }, _>(a, &U64Sum),
+                        _ => tree_kernel::<{ Protocol::Ll as u32 }, _>(a, &U64Sum),
+                    };
+                    emu::launch(dims, &run).unwrap();
+                });
+            }
+            leaf_send(0);
+            let first = leaf_recv(0, Duration::from_secs(10));
+            // Finish the run whatever came, so the kernels end.
+            (1..4).for_each(leaf_send);
+            let got =
+                first.unwrap_or_else(|| panic!("{proto:?}: rank 1 sent nothing down before chunk 1 came up"));
+            assert_eq!(got, (0..chunk).map(want).collect::<Vec<_>>(), "{proto:?} chunk 0");
+            for st in 1..4 {
+                let got =
+                    leaf_recv(st, Duration::from_secs(10)).unwrap_or_else(|| panic!("{proto:?} step {st}"));
+                let from = st as usize * chunk;
+                assert_eq!(
+                    got,
+                    (from..from + got.len()).map(want).collect::<Vec<_>>(),
+                    "{proto:?} step {st}"
+                );
+            }
+        });
+        for (r, out) in recvs.iter().enumerate() {
+            assert!(out.iter().enumerate().all(|(i, &v)| v == want(i)), "{proto:?} rank {r}");
+        }
+        assert!(status.iter().flatten().all(|&w| w == 0), "{proto:?}: {status:?}");
+    }
+}

@@ -35,6 +35,10 @@ pub const LL128_THREADS: u32 = SIMPLE_THREADS;
 /// thread then moves more lines per step).
 pub const TREE_LINE_THREADS: u32 = 256;
 
+/// Dynamic shared memory of a ring or tree kernel's launch: a tree block below the root runs
+/// two Simple primitives groups at once ([`tree::TREE_GROUPS`]), a ring block one.
+pub const COLL_SHM_BYTES: u32 = crate::prims::simple::shm_bytes(tree::TREE_GROUPS);
+
 /// Which collective a kernel runs.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,20 +1,63 @@
-//! Tree all-reduce (NCCL's `runTreeUpDown` for the Simple protocol), one channel per block:
-//! the data is reduced up the tree — leaves send their input, inner ranks add their children's
-//! partial sums to their input and pass them up, the root adds the last and keeps the result —
-//! then the result is broadcast down the same tree.
+//! Tree all-reduce (NCCL's `runTreeSplit`), one channel per block: the data is reduced up the
+//! tree — leaves send their input, inner ranks add their children's partial sums to their input
+//! and pass them up — and the root adds the last, keeps the result and sends it straight back
+//! down, where inner ranks pass it on and leaves keep it.
 //!
-//! Each tree edge carries two connections: child → parent for the reduction and parent → child
-//! for the broadcast, so the two phases never wait on each other's FIFO slots.
+//! Below the root the block's threads split in two primitives groups running at once: the
+//! first ([`tree_split`] threads) reduces up, the rest broadcast down, so a chunk's result goes
+//! down while later chunks still go up (NCCL runs the phases one after the other only on old
+//! CUDA; a block too small to split does so here). Each tree edge carries two connections:
+//! child → parent for the reduction and parent → child for the broadcast, so the two phases
+//! never wait on each other's FIFO slots.
 use super::ring::{channel_chunks, RingArgs};
 use super::Collective;
 use crate::arch;
 use crate::prims::lines::LineFifo;
 use crate::prims::ll::ll_step_elems;
 use crate::prims::ll128::ll128_step_elems;
+use crate::prims::simple::shm_bytes;
 use crate::prims::{ConnInfo, DataMover, Ll128Primitives, LlPrimitives, Op, Primitives, Prims, Protocol};
 
 /// Most children of a tree rank (NCCL's `NCCL_MAX_TREE_ARITY`).
 pub const TREE_ARITY: usize = 3;
+
+/// Primitives groups of a tree block below the root (reduce up, broadcast down): the dynamic
+/// shared memory a tree launch needs is `shm_bytes(TREE_GROUPS)`.
+pub const TREE_GROUPS: u32 = 2;
+
+/// Threads of a tree block of `nthreads` on `proto` that reduce up (the rest broadcast down),
+/// as NCCL's `runTreeSplit`: half for Simple (64 more from 512 threads on), 70 % for LL and
+/// LL128, where receiving from up to three children costs more than sending to them; whole
+/// warps. 0 when either part would have no warp: the block then runs the phases in turn.
+///
+/// ```
+/// use rsccl_device::coll::tree::tree_split;
+/// use rsccl_device::prims::Protocol;
+/// assert_eq!(tree_split(Protocol::Simple, 512), 320);
+/// assert_eq!(tree_split(Protocol::Ll, 512), 352);
+/// assert_eq!(tree_split(Protocol::Ll128, 640), 448);
+/// assert_eq!(tree_split(Protocol::Ll, 64), 32);
+/// assert_eq!(tree_split(Protocol::Simple, 32), 0);
+/// ```
+pub const fn tree_split(proto: Protocol, nthreads: u32) -> u32 {
+    let w = crate::arch::WARP_SIZE;
+    let up = match proto {
+        Protocol::Simple => {
+            let half = nthreads / (2 * w) * w;
+            if half >= 256 {
+                half + 64
+            } else {
+                half
+            }
+        }
+        Protocol::Ll | Protocol::Ll128 => nthreads * 7 / (10 * w) * w,
+    };
+    if up < w || nthreads < up + w {
+        0
+    } else {
+        up
+    }
+}
 
 /// Per-channel tree wiring, built by the host. Unconnected slots are all-zero; children fill
 /// the first slots.
@@ -75,30 +118,30 @@ pub fn tree_kernel<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
         return;
     }
     let (input, output) = (args.sendbuff, args.recvbuff);
-    // One protocol per kernel (`PROTO` is a constant). Up: at most three children in, the
-    // parent out; down: the parent in, at most three children out.
+    let (up_send, up_recv) = (core::slice::from_ref(&ch.up_send), core::slice::from_ref(&ch.up_recv));
+    let split = if tree.root { 0 } else { tree_split(proto, nthreads) };
+    // Simple's groups talk through dynamic shared memory, one block each.
+    if split > 0 && proto == Protocol::Simple && arch::dynamic_smem_bytes() < shm_bytes(TREE_GROUPS) {
+        arch::trap();
+    }
+    // (tid, threads, group) of this thread's part: the whole block at the root and in a block
+    // too small to split, else the up or the down group.
+    let (up_part, down_part) = if split == 0 {
+        ((tid, nthreads, 0), (tid, nthreads, 0))
+    } else {
+        ((tid, split, 0), (tid.wrapping_sub(split), nthreads - split, 1))
+    };
+    let in_up = split == 0 || tid < split;
+    // One protocol per kernel (`PROTO` is a constant). Root: its children in and out; up: at
+    // most three children in, the parent out; down: the parent in, at most three children out.
     if PROTO == Protocol::Simple as u32 {
         let (status, step_bytes) = (args.status, args.step_bytes);
-        let (up_send, up_recv) = (core::slice::from_ref(&ch.up_send), core::slice::from_ref(&ch.up_recv));
-        let up = Primitives::<M, TREE_ARITY, 1, 1, 1>::new(
-            mover,
-            tid,
-            nthreads,
-            &ch.down_recv,
-            up_send,
-            input,
-            output,
-            step_bytes,
-            0,
-            status,
-            bid,
-        );
-        if tree.up(up) {
-            let down = Primitives::<M, 1, TREE_ARITY, 1, 1>::new(
+        if tree.root {
+            let p = Primitives::<M, TREE_ARITY, TREE_ARITY, 1, 1>::new(
                 mover,
                 tid,
                 nthreads,
-                up_recv,
+                &ch.down_recv,
                 &ch.down_send,
                 input,
                 output,
@@ -107,19 +150,80 @@ pub fn tree_kernel<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
                 status,
                 bid,
             );
-            tree.down(down);
+            tree.root(p);
+            return;
+        }
+        let up = |(t, n, g)| {
+            Primitives::<M, TREE_ARITY, 1, 1, 1>::new(
+                mover,
+                t,
+                n,
+                &ch.down_recv,
+                up_send,
+                input,
+                output,
+                step_bytes,
+                g,
+                status,
+                bid,
+            )
+        };
+        let down = |(t, n, g)| {
+            Primitives::<M, 1, TREE_ARITY, 1, 1>::new(
+                mover,
+                t,
+                n,
+                up_recv,
+                &ch.down_send,
+                input,
+                output,
+                step_bytes,
+                g,
+                status,
+                bid,
+            )
+        };
+        if split == 0 {
+            if tree.up(up(up_part)) {
+                tree.down(down(down_part));
+            }
+        } else if in_up {
+            tree.up_only(up(up_part));
+        } else {
+            tree.down(down(down_part));
         }
         return;
     }
-    let (up_send, up_recv) = (core::slice::from_ref(&ch.up_send), core::slice::from_ref(&ch.up_recv));
-    let up = LineFifo::new(tid, nthreads, &ch.down_recv, up_send, 0, &args.status, bid);
-    let down = || LineFifo::new(tid, nthreads, up_recv, &ch.down_send, 0, &args.status, bid);
-    if PROTO == Protocol::Ll as u32 {
-        if tree.up(LlPrimitives::new(mover, up, input, output)) {
-            tree.down(LlPrimitives::new(mover, down(), input, output));
+    let status = &args.status;
+    if tree.root {
+        let fifo = LineFifo::new(tid, nthreads, &ch.down_recv, &ch.down_send, 0, status, bid);
+        if PROTO == Protocol::Ll as u32 {
+            tree.root(LlPrimitives::new(mover, fifo, input, output));
+        } else {
+            tree.root(Ll128Primitives::new(mover, fifo, input, output));
         }
-    } else if tree.up(Ll128Primitives::new(mover, up, input, output)) {
-        tree.down(Ll128Primitives::new(mover, down(), input, output));
+        return;
+    }
+    let up = |(t, n, g)| LineFifo::new(t, n, &ch.down_recv, up_send, g, status, bid);
+    let down = |(t, n, g)| LineFifo::new(t, n, up_recv, &ch.down_send, g, status, bid);
+    if PROTO == Protocol::Ll as u32 {
+        if split == 0 {
+            if tree.up(LlPrimitives::new(mover, up(up_part), input, output)) {
+                tree.down(LlPrimitives::new(mover, down(down_part), input, output));
+            }
+        } else if in_up {
+            tree.up_only(LlPrimitives::new(mover, up(up_part), input, output));
+        } else {
+            tree.down(LlPrimitives::new(mover, down(down_part), input, output));
+        }
+    } else if split == 0 {
+        if tree.up(Ll128Primitives::new(mover, up(up_part), input, output)) {
+            tree.down(Ll128Primitives::new(mover, down(down_part), input, output));
+        }
+    } else if in_up {
+        tree.up_only(Ll128Primitives::new(mover, up(up_part), input, output));
+    } else {
+        tree.down(Ll128Primitives::new(mover, down(down_part), input, output));
     }
 }
 
@@ -143,21 +247,35 @@ impl Tree<'_> {
         channel_chunks(self.args.count, self.chunk, self.nchannels, self.bid, self.round)
     }
 
-    /// Reduces up the tree: leaves send their input, inner ranks add their children's partial
-    /// sums and pass them on, the root adds the last and keeps the result. False when a wait
-    /// gave up (every thread then leaves). (Each phase has its own `run` call site: one shared
+    /// The root's part: receives its children's partial sums, adds its input, keeps the result
+    /// and sends it to its children in the same pass (every thread of the block).
+    #[inline(always)]
+    fn root(&self, mut p: impl Prims) {
+        for (off, n) in self.chunks() {
+            p.run(Op::RECV_REDUCE_COPY_SEND, off, off, n, true);
+        }
+        p.finish();
+    }
+
+    /// Reduces up the tree below the root: leaves send their input, inner ranks add their
+    /// children's partial sums and pass them on.
+    #[inline(always)]
+    fn up_only(&self, mut p: impl Prims) {
+        let op = if self.leaf { Op::SEND } else { Op::RECV_REDUCE_SEND };
+        for (off, n) in self.chunks() {
+            p.run(op, off, off, n, false);
+        }
+        p.finish();
+    }
+
+    /// [`Tree::up_only`] with every thread of the block, before it broadcasts: true when the
+    /// block goes on (no wait gave up). (Each phase has its own `run` call site: one shared
     /// call site in a loop over the phases needs more registers than a 512-thread block has.)
     #[inline(always)]
     fn up(&self, mut p: impl Prims) -> bool {
-        let op = if self.root {
-            Op::RECV_REDUCE_COPY
-        } else if self.leaf {
-            Op::SEND
-        } else {
-            Op::RECV_REDUCE_SEND
-        };
+        let op = if self.leaf { Op::SEND } else { Op::RECV_REDUCE_SEND };
         for (off, n) in self.chunks() {
-            p.run(op, off, off, n, self.root);
+            p.run(op, off, off, n, false);
         }
         // Every thread is done with the first group's shared state before the second resets
         // it; after this barrier no wait can still set the abort flag, so all threads read the
@@ -168,17 +286,11 @@ impl Tree<'_> {
         !aborted
     }
 
-    /// Broadcasts the result down the tree: the root sends its output, inner ranks pass on
-    /// what they receive, leaves keep it.
+    /// Broadcasts the result down the tree below the root: inner ranks pass on what they
+    /// receive, leaves keep it.
     #[inline(always)]
     fn down(&self, mut p: impl Prims) {
-        let op = if self.root {
-            Op::SEND_FROM_OUTPUT
-        } else if self.leaf {
-            Op::RECV
-        } else {
-            Op::RECV_COPY_SEND
-        };
+        let op = if self.leaf { Op::RECV } else { Op::RECV_COPY_SEND };
         for (off, n) in self.chunks() {
             p.run(op, off, off, n, false);
         }

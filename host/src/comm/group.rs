@@ -34,11 +34,10 @@ use rsccl_device::coll::kernels::{handles, CollKernel};
 use rsccl_device::coll::nvls::NvlsArgs;
 use rsccl_device::coll::p2p::{P2pArgs, P2pOp, P2P_SHM_BYTES};
 use rsccl_device::coll::ring::RingArgs;
-use rsccl_device::coll::Collective;
+use rsccl_device::coll::{Collective, COLL_SHM_BYTES};
 use rsccl_device::dtype::DataType;
 use rsccl_device::overlap::gate::TileGate;
 use rsccl_device::prims::conn::{status_bytes, CallSig, PrimsStatus};
-use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::DevPtr;
 use std::sync::Arc;
 
@@ -719,7 +718,7 @@ impl Comm {
                         self.stream.launch_kernel(handle, group_cfg, &args)
                     }
                     Staged::Tree(t, plan, args) => {
-                        let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(1));
+                        let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(COLL_SHM_BYTES);
                         self.stream.launch_kernel(handles::tree(t, plan.protocol.device()), cfg, &args)
                     }
                     Staged::Nvls(t, cfg, args) => match nvls_kernel(t) {

@@ -12,7 +12,7 @@ use rsccl_device::coll::nvls::{NvlsArgs, NVLS_FIFO, NVLS_ONE_SHOT, NVLS_SYM_ONE_
 use rsccl_device::coll::nvls_fifo::NVLS_GROUPS;
 use rsccl_device::coll::one_rank::OneRankArgs;
 use rsccl_device::coll::ring::RingArgs;
-use rsccl_device::coll::Collective;
+use rsccl_device::coll::{Collective, COLL_SHM_BYTES};
 use rsccl_device::dtype::DataType;
 use rsccl_device::kernels::Kernel;
 use rsccl_device::prims::conn::{mismatch_offset, CallSig, PrimsStatus};
@@ -190,7 +190,7 @@ impl Comm {
         let prims = self.prims_status(status, dev, plan.algorithm, seq);
         let sig = prims.call;
         let args = self.ring_args(dev, tree, plan.protocol, prims)?;
-        let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(1));
+        let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(COLL_SHM_BYTES);
         // SAFETY: the user buffers are the caller's promise; the channel tables, status words and
         // connections are this Comm's own, alive as long as it is, and sized for its channels.
         unsafe { self.stream.launch_kernel(handle, cfg, &args) }.map(|()| sig)

@@ -7,10 +7,9 @@ use crate::backend::{Backend, LaunchConfig};
 use crate::channels::Channels;
 use crate::error::{Error, Result};
 use rsccl_device::coll::kernels::SIMPLE_THREADS;
-use rsccl_device::coll::Collective;
+use rsccl_device::coll::{Collective, COLL_SHM_BYTES};
 use rsccl_device::dtype::DataType;
 use rsccl_device::prims::conn::CallSig;
-use rsccl_device::prims::simple::shm_bytes;
 use rsccl_device::redop::RedOp;
 use rsccl_device::DevPtr;
 use std::sync::{Arc, Mutex};
@@ -366,7 +365,7 @@ impl LocalGroup {
         let plan = self.comms[0].plan_for(algorithm, &devs[0]);
         if n > 1 {
             // Every rank's launch must be able to start, or those that did would wait on the others.
-            let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(shm_bytes(1));
+            let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(COLL_SHM_BYTES);
             self.comms[0].stream_reserve(cfg, n)?;
         }
         let mut launch_errors = Vec::new();
