@@ -139,13 +139,13 @@ impl QueuedChild {
         // SAFETY: the parent handle is live until the group ends (NCCL's contract).
         let device = unsafe { handle::handle(self.parent) }?.device;
         let child = match self.kind {
-            ChildKind::Split { color, key } => parent.split(color, key, self.cfg)?,
-            ChildKind::Shrink { exclude, abort } => Some(parent.shrink(&exclude, abort, self.cfg)?),
+            ChildKind::Split { color, key } => parent.split(color, key, self.cfg.clone())?,
+            ChildKind::Shrink { exclude, abort } => Some(parent.shrink(&exclude, abort, self.cfg.clone())?),
         };
         let out = match child {
             None => std::ptr::null_mut(),
             Some(c) => {
-                let h = handle::CommHandle::new(c.rank(), c.nranks(), device);
+                let h = handle::CommHandle::new(c.rank(), c.nranks(), device, self.cfg);
                 h.set(Ok(c));
                 Box::into_raw(Box::new(h))
             }

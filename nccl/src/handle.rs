@@ -2,7 +2,7 @@
 //! how failures become NCCL's result codes and `ncclGetLastError` text.
 use crate::abi::{self, NcclComm, NcclResult};
 use rsccl::backend::{self, Backend, DeviceBuffer, Preference};
-use rsccl::{Comm, DataType, Error, ReduceOp};
+use rsccl::{Comm, CommConfig, DataType, Error, ReduceOp};
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -141,11 +141,14 @@ pub struct CommHandle {
     pub device: usize,
     /// See `rank`.
     pub nranks: usize,
+    /// The configuration its init was asked for (the C API's defaults and its `ncclConfig_t`):
+    /// a split or shrink given no config inherits it, as NCCL's `copyCommConfig`.
+    pub cfg: CommConfig,
 }
 
 impl CommHandle {
-    /// A handle for rank `rank` of `nranks` whose init has not completed.
-    pub fn new(rank: usize, nranks: usize, device: usize) -> CommHandle {
+    /// A handle for rank `rank` of `nranks`, configured as `cfg`, whose init has not completed.
+    pub fn new(rank: usize, nranks: usize, device: usize, cfg: CommConfig) -> CommHandle {
         CommHandle {
             comm: OnceLock::new(),
             pending: Mutex::new(None),
@@ -154,6 +157,7 @@ impl CommHandle {
             rank,
             device,
             nranks,
+            cfg,
         }
     }
 

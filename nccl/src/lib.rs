@@ -312,6 +312,19 @@ unsafe fn read_config(config: *const NcclConfig) -> Res<(CommConfig, bool)> {
     Ok((cfg, c.blocking != 0))
 }
 
+/// The configuration of a split or shrink of `parent` given `config`: the parent's when NULL
+/// (NCCL copies the parent's config), else `config` over the C API's defaults.
+///
+/// # Safety
+/// As [`read_config`].
+unsafe fn child_config(parent: &CommHandle, config: *const NcclConfig) -> Res<CommConfig> {
+    if config.is_null() {
+        return Ok(parent.cfg.clone());
+    }
+    // SAFETY: the caller's promise.
+    Ok(unsafe { read_config(config) }?.0)
+}
+
 /// The rsccl unique id of an NCCL one.
 fn unique_id(id: &NcclUniqueId) -> Res<UniqueId> {
     // SAFETY: c_char and u8 have the same size and alignment.
@@ -361,7 +374,7 @@ unsafe fn init_rank(
     // SAFETY: the caller's contract.
     let (cfg, blocking) = unsafe { read_config(config) }?;
     let (be, device) = handle::backend()?;
-    let h = Box::into_raw(Box::new(CommHandle::new(r, n, device)));
+    let h = Box::into_raw(Box::new(CommHandle::new(r, n, device, cfg.clone())));
     // SAFETY: checked non-NULL above.
     unsafe { newcomm.write(h) };
     // SAFETY: just created.
@@ -464,9 +477,9 @@ api! {
             };
             placed.push(handle::backend_on(Some(d))?);
         }
-        let cfg = CommConfig::default().with_env().map_err(Fail::from)?;
+        let cfg = c_defaults().map_err(Fail::from)?;
         let comms = if placed.iter().all(|(be, _)| Arc::ptr_eq(be, &placed[0].0)) {
-            Comm::init_all(&placed[0].0, n, cfg).map_err(Fail::from)?
+            Comm::init_all(&placed[0].0, n, cfg.clone()).map_err(Fail::from)?
         } else {
             // Ranks on several devices: an init each, on its device, joined through a root on
             // this host.
@@ -479,7 +492,7 @@ api! {
             group::init_together(jobs).into_iter().collect::<rsccl::Result<Vec<Comm>>>().map_err(Fail::from)?
         };
         for (i, c) in comms.into_iter().enumerate() {
-            let h = CommHandle::new(i, n, placed[i].1);
+            let h = CommHandle::new(i, n, placed[i].1, cfg.clone());
             h.set(Ok(c));
             // SAFETY: the caller's array has ndev entries.
             unsafe { comm.add(i).write(Box::into_raw(Box::new(h))) };
@@ -568,7 +581,7 @@ api! {
     }
 
     /// A new communicator of the ranks that pass the same `color` (NCCL_SPLIT_NOCOLOR: none,
-    /// `*newcomm` NULL), ordered by `key`.
+    /// `*newcomm` NULL), ordered by `key`; a NULL `config` takes the parent's.
     fn ncclCommSplit / pncclCommSplit(comm: NcclComm, color: c_int, key: c_int, newcomm: *mut NcclComm, config: *mut NcclConfig) {
         // SAFETY: the caller's contract.
         let h = unsafe { handle(comm) }?;
@@ -580,7 +593,7 @@ api! {
             c => Some(u32::try_from(c).map_err(|_| Fail::arg(format!("color {c}: NCCL_SPLIT_NOCOLOR or ≥ 0")))?),
         };
         // SAFETY: the caller's contract.
-        let (cfg, _) = unsafe { read_config(config) }?;
+        let cfg = unsafe { child_config(h, config) }?;
         h.comm()?;
         // Inside a group it runs at the group's end, with the group's other splits.
         group::submit_child(QueuedChild { parent: comm, kind: ChildKind::Split { color, key: i64::from(key) }, cfg, out: newcomm })
@@ -588,7 +601,7 @@ api! {
 
     /// A new communicator of every rank but the `excludeRanksCount` ranks listed (which do not
     /// call it), numbered in the parent's order; `NCCL_SHRINK_ABORT` first stops a call of the
-    /// parent still in flight (one stuck on a dead rank).
+    /// parent still in flight (one stuck on a dead rank). A NULL `config` takes the parent's.
     fn ncclCommShrink / pncclCommShrink(comm: NcclComm, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut NcclComm, config: *mut NcclConfig, shrinkFlags: c_int) {
         // SAFETY: the caller's contract.
         let h = unsafe { handle(comm) }?;
@@ -617,7 +630,7 @@ api! {
             .map(|(i, &r)| usize::try_from(r).map_err(|_| Fail::arg(format!("excludeRanksList[{i}] is {r}"))))
             .collect::<Res<Vec<usize>>>()?;
         // SAFETY: the caller's contract.
-        let (cfg, _) = unsafe { read_config(config) }?;
+        let cfg = unsafe { child_config(h, config) }?;
         let abort = shrinkFlags & abi::SHRINK_ABORT != 0;
         h.comm()?;
         // Inside a group it runs at the group's end, with the group's other splits.
