@@ -6,7 +6,7 @@
 //! Below the root the block's threads split in two primitives groups running at once: the
 //! first ([`tree_split`] threads) reduces up, the rest broadcast down, so a chunk's result goes
 //! down while later chunks still go up (NCCL runs the phases one after the other only on old
-//! CUDA; a block too small to split does so here). Each tree edge carries two connections:
+//! CUDA). A tree block has at least two warps. Each tree edge carries two connections:
 //! child → parent for the reduction and parent → child for the broadcast, so the two phases
 //! never wait on each other's FIFO slots.
 use super::ring::{channel_chunks, RingArgs};
@@ -28,7 +28,7 @@ pub const TREE_GROUPS: u32 = 2;
 /// Threads of a tree block of `nthreads` on `proto` that reduce up (the rest broadcast down),
 /// as NCCL's `runTreeSplit`: half for Simple (64 more from 512 threads on), 70 % for LL and
 /// LL128, where receiving from up to three children costs more than sending to them; whole
-/// warps. 0 when either part would have no warp: the block then runs the phases in turn.
+/// warps. 0 when either part would have no warp (fewer than 64 threads: the kernel traps).
 ///
 /// ```
 /// use rsccl_device::coll::tree::tree_split;
@@ -119,111 +119,80 @@ pub fn tree_kernel<const PROTO: u32, M: DataMover>(args: &RingArgs, mover: &M) {
     }
     let (input, output) = (args.sendbuff, args.recvbuff);
     let (up_send, up_recv) = (core::slice::from_ref(&ch.up_send), core::slice::from_ref(&ch.up_recv));
-    let split = if tree.root { 0 } else { tree_split(proto, nthreads) };
-    // Simple's groups talk through dynamic shared memory, one block each.
-    if split > 0 && proto == Protocol::Simple && arch::dynamic_smem_bytes() < shm_bytes(TREE_GROUPS) {
+    // The root's whole block reduces its children's sums and sends the result back; below it
+    // the up group (the first `split` threads) reduces and the down group broadcasts.
+    let split = tree_split(proto, nthreads);
+    if !tree.root && split == 0 {
+        // The host launches trees with at least 64 threads (two warps).
         arch::trap();
     }
-    // (tid, threads, group) of this thread's part: the whole block at the root and in a block
-    // too small to split, else the up or the down group.
-    let (up_part, down_part) = if split == 0 {
-        ((tid, nthreads, 0), (tid, nthreads, 0))
-    } else {
-        ((tid, split, 0), (tid.wrapping_sub(split), nthreads - split, 1))
-    };
-    let in_up = split == 0 || tid < split;
-    // One protocol per kernel (`PROTO` is a constant). Root: its children in and out; up: at
-    // most three children in, the parent out; down: the parent in, at most three children out.
+    let in_up = tid < split;
+    // One protocol per kernel (`PROTO` is a constant).
     if PROTO == Protocol::Simple as u32 {
-        let (status, step_bytes) = (args.status, args.step_bytes);
+        // Simple's groups talk through dynamic shared memory, a block each.
+        if arch::dynamic_smem_bytes() < shm_bytes(TREE_GROUPS) {
+            arch::trap();
+        }
+        // Simple's primitives are typed by their most peers in and out, and its `run` is
+        // specialised to what a call site passes: one call site for all three parts spills
+        // the kernels at 512 threads, so each part has its own.
+        let (status, step) = (args.status, args.step_bytes);
         if tree.root {
+            let (recv, send) = (&ch.down_recv, &ch.down_send);
             let p = Primitives::<M, TREE_ARITY, TREE_ARITY, 1, 1>::new(
+                mover, tid, nthreads, recv, send, input, output, step, 0, status, bid,
+            );
+            tree.run(p, Op::RECV_REDUCE_COPY_SEND, true);
+        } else if in_up {
+            let p = Primitives::<M, TREE_ARITY, 1, 1, 1>::new(
                 mover,
                 tid,
-                nthreads,
-                &ch.down_recv,
-                &ch.down_send,
-                input,
-                output,
-                step_bytes,
-                0,
-                status,
-                bid,
-            );
-            tree.root(p);
-            return;
-        }
-        let up = |(t, n, g)| {
-            Primitives::<M, TREE_ARITY, 1, 1, 1>::new(
-                mover,
-                t,
-                n,
+                split,
                 &ch.down_recv,
                 up_send,
                 input,
                 output,
-                step_bytes,
-                g,
+                step,
+                0,
                 status,
                 bid,
-            )
-        };
-        let down = |(t, n, g)| {
-            Primitives::<M, 1, TREE_ARITY, 1, 1>::new(
+            );
+            tree.run(p, if tree.leaf { Op::SEND } else { Op::RECV_REDUCE_SEND }, false);
+        } else {
+            let n = nthreads - split;
+            let p = Primitives::<M, 1, TREE_ARITY, 1, 1>::new(
                 mover,
-                t,
+                tid - split,
                 n,
                 up_recv,
                 &ch.down_send,
                 input,
                 output,
-                step_bytes,
-                g,
+                step,
+                1,
                 status,
                 bid,
-            )
-        };
-        if split == 0 {
-            if tree.up(up(up_part)) {
-                tree.down(down(down_part));
-            }
-        } else if in_up {
-            tree.up_only(up(up_part));
-        } else {
-            tree.down(down(down_part));
+            );
+            tree.run(p, if tree.leaf { Op::RECV } else { Op::RECV_COPY_SEND }, false);
         }
         return;
     }
-    let status = &args.status;
-    if tree.root {
-        let fifo = LineFifo::new(tid, nthreads, &ch.down_recv, &ch.down_send, 0, status, bid);
-        if PROTO == Protocol::Ll as u32 {
-            tree.root(LlPrimitives::new(mover, fifo, input, output));
-        } else {
-            tree.root(Ll128Primitives::new(mover, fifo, input, output));
-        }
-        return;
-    }
-    let up = |(t, n, g)| LineFifo::new(t, n, &ch.down_recv, up_send, g, status, bid);
-    let down = |(t, n, g)| LineFifo::new(t, n, up_recv, &ch.down_send, g, status, bid);
-    if PROTO == Protocol::Ll as u32 {
-        if split == 0 {
-            if tree.up(LlPrimitives::new(mover, up(up_part), input, output)) {
-                tree.down(LlPrimitives::new(mover, down(down_part), input, output));
-            }
-        } else if in_up {
-            tree.up_only(LlPrimitives::new(mover, up(up_part), input, output));
-        } else {
-            tree.down(LlPrimitives::new(mover, down(down_part), input, output));
-        }
-    } else if split == 0 {
-        if tree.up(Ll128Primitives::new(mover, up(up_part), input, output)) {
-            tree.down(Ll128Primitives::new(mover, down(down_part), input, output));
-        }
+    // The line protocols: one primitives type and one `run` call site for every part (a call
+    // site per part triples their code). (connections in and out, op, index, threads, group)
+    let (recv, send, op, (t, n, group)): (&[ConnInfo], &[ConnInfo], Op, (u32, u32, u32)) = if tree.root {
+        (&ch.down_recv, &ch.down_send, Op::RECV_REDUCE_COPY_SEND, (tid, nthreads, 0))
     } else if in_up {
-        tree.up_only(Ll128Primitives::new(mover, up(up_part), input, output));
+        let op = if tree.leaf { Op::SEND } else { Op::RECV_REDUCE_SEND };
+        (&ch.down_recv, up_send, op, (tid, split, 0))
     } else {
-        tree.down(Ll128Primitives::new(mover, down(down_part), input, output));
+        let op = if tree.leaf { Op::RECV } else { Op::RECV_COPY_SEND };
+        (up_recv, &ch.down_send, op, (tid - split, nthreads - split, 1))
+    };
+    let fifo = LineFifo::new(t, n, recv, send, group, &args.status, bid);
+    if PROTO == Protocol::Ll as u32 {
+        tree.run(LlPrimitives::new(mover, fifo, input, output), op, tree.root);
+    } else {
+        tree.run(Ll128Primitives::new(mover, fifo, input, output), op, tree.root);
     }
 }
 
@@ -247,52 +216,12 @@ impl Tree<'_> {
         channel_chunks(self.args.count, self.chunk, self.nchannels, self.bid, self.round)
     }
 
-    /// The root's part: receives its children's partial sums, adds its input, keeps the result
-    /// and sends it to its children in the same pass (every thread of the block).
+    /// Runs `op` on every chunk of this channel (`post_op` at the root: the result gets the
+    /// op's post-op), then saves the steps for the next kernel.
     #[inline(always)]
-    fn root(&self, mut p: impl Prims) {
+    fn run(&self, mut p: impl Prims, op: Op, post_op: bool) {
         for (off, n) in self.chunks() {
-            p.run(Op::RECV_REDUCE_COPY_SEND, off, off, n, true);
-        }
-        p.finish();
-    }
-
-    /// Reduces up the tree below the root: leaves send their input, inner ranks add their
-    /// children's partial sums and pass them on.
-    #[inline(always)]
-    fn up_only(&self, mut p: impl Prims) {
-        let op = if self.leaf { Op::SEND } else { Op::RECV_REDUCE_SEND };
-        for (off, n) in self.chunks() {
-            p.run(op, off, off, n, false);
-        }
-        p.finish();
-    }
-
-    /// [`Tree::up_only`] with every thread of the block, before it broadcasts: true when the
-    /// block goes on (no wait gave up). (Each phase has its own `run` call site: one shared
-    /// call site in a loop over the phases needs more registers than a 512-thread block has.)
-    #[inline(always)]
-    fn up(&self, mut p: impl Prims) -> bool {
-        let op = if self.leaf { Op::SEND } else { Op::RECV_REDUCE_SEND };
-        for (off, n) in self.chunks() {
-            p.run(op, off, off, n, false);
-        }
-        // Every thread is done with the first group's shared state before the second resets
-        // it; after this barrier no wait can still set the abort flag, so all threads read the
-        // same value and leave (or go on) together.
-        arch::sync_threads();
-        let aborted = p.aborted();
-        p.finish();
-        !aborted
-    }
-
-    /// Broadcasts the result down the tree below the root: inner ranks pass on what they
-    /// receive, leaves keep it.
-    #[inline(always)]
-    fn down(&self, mut p: impl Prims) {
-        let op = if self.leaf { Op::RECV } else { Op::RECV_COPY_SEND };
-        for (off, n) in self.chunks() {
-            p.run(op, off, off, n, false);
+            p.run(op, off, off, n, post_op);
         }
         p.finish();
     }
