@@ -90,6 +90,46 @@ impl RedOp {
     }
 }
 
+/// A kernel's `op` code for PreMulSum whose scalar — one element of the call's type — lies in
+/// device memory at the op's argument and is read when the kernel runs (NCCL's
+/// `ncclScalarDevice`). The codes below it are [`RedOp`] discriminants.
+pub const PRE_MUL_SUM_AT: u32 = RedOp::ALL.len() as u32;
+
+/// The op and argument of a kernel's `op` code and argument for elements `T`: a [`RedOp`] with
+/// the argument as given or, for [`PRE_MUL_SUM_AT`], PreMulSum with the scalar read from the
+/// address `arg` now (as [`Elem::scalar_arg`] takes it). `None` for any other code.
+///
+/// ```
+/// use rsccl_device::redop::{decode_op, RedOp, PRE_MUL_SUM_AT};
+/// assert_eq!(unsafe { decode_op::<f32>(RedOp::Max as u32, 7) }, Some((RedOp::Max, 7)));
+/// let scalar = 0.5f32;
+/// let at = &scalar as *const f32 as u64;
+/// // SAFETY: `at` is one f32 (the emulator's device memory is the host's).
+/// let got = unsafe { decode_op::<f32>(PRE_MUL_SUM_AT, at) };
+/// assert_eq!(got, Some((RedOp::PreMulSum, 0.5f32.to_bits() as u64)));
+/// assert_eq!(unsafe { decode_op::<f32>(PRE_MUL_SUM_AT + 1, 0) }, None);
+/// ```
+///
+/// # Safety
+/// For [`PRE_MUL_SUM_AT`], `arg` is the address of one `T`, aligned, that the kernel may read.
+#[inline(always)]
+pub unsafe fn decode_op<T: Elem>(code: u32, arg: u64) -> Option<(RedOp, u64)> {
+    if code != PRE_MUL_SUM_AT {
+        return RedOp::ALL.get(code as usize).map(|&op| (op, arg));
+    }
+    let p = arg as usize;
+    // SAFETY: one aligned `T` at `arg` (the caller's promise), read with its width.
+    let bits = unsafe {
+        match T::BYTES {
+            1 => crate::arch::ld_volatile_u8(p as *const u8) as u64,
+            2 => crate::arch::ld_volatile_u16(p as *const u16) as u64,
+            4 => crate::arch::ld_volatile_u32(p as *const u32) as u64,
+            _ => crate::arch::ld_volatile_u64(p as *const u64),
+        }
+    };
+    Some((RedOp::PreMulSum, T::scalar_arg(bits)))
+}
+
 /// IEEE binary16, as stored.
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -139,6 +179,12 @@ pub trait Elem: Copy + Send + Sync + 'static {
     }
     /// SumPostDiv's post-op: a / n truncating toward zero (integers; floats return `a`).
     fn div(a: Self, n: u64) -> Self;
+    /// PreMulSum's argument for a scalar element with these bits: the bits (f16 bits for
+    /// FP8, which multiplies in f16).
+    #[inline(always)]
+    fn scalar_arg(bits: u64) -> u64 {
+        bits
+    }
 
     /// `op` lane by lane over two packs (the pack holds whole elements).
     #[inline(always)]
@@ -495,6 +541,10 @@ macro_rules! fp8_elem {
             #[inline(always)]
             fn premul(a: Self, scalar: u64) -> Self {
                 Self::from_f16_satfinite(F16::mul(a.to_f16(), F16(scalar as u16)))
+            }
+            #[inline(always)]
+            fn scalar_arg(bits: u64) -> u64 {
+                Self::from_bits(bits).to_f16().0 as u64
             }
             #[inline(always)]
             fn div(a: Self, _n: u64) -> Self {

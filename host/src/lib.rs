@@ -38,7 +38,7 @@ pub use backend::{Backend, BackendKind, DeviceBuffer, LaunchConfig, Preference};
 pub use bootstrap::UniqueId;
 pub use comm::{
     Algorithm, BufRef, Call, Comm, CommConfig, Group, GroupConfig, GroupWork, LocalGroup, MscclId, P2p, Plan,
-    ReduceOp, Work, MAX_IN_FLIGHT,
+    ReduceOp, ScalarAt, Work, MAX_IN_FLIGHT,
 };
 /// The cudarc this crate is built with (its `CudaSlice`/`CudaStream` go into `Comm::*_on`).
 pub use cudarc;

@@ -132,9 +132,9 @@ pub struct CommHandle {
     pending: Mutex<Option<JoinHandle<rsccl::Result<Comm>>>>,
     /// Why the init failed.
     init_failed: Mutex<Option<Fail>>,
-    /// PreMulSum scalars of the dynamic ops and the type each was made for, op `NUM_OPS + i`
-    /// at `i` (`None`: destroyed).
-    ops: Mutex<Vec<Option<(f64, DataType)>>>,
+    /// The dynamic ops (PreMulSum, its scalar's value or address) and the type each was made
+    /// for, op `NUM_OPS + i` at `i` (`None`: destroyed).
+    ops: Mutex<Vec<Option<(ReduceOp, DataType)>>>,
     /// The rank and size it was created for (known before the init completes).
     pub rank: usize,
     /// The CUDA device it runs on (0 on the CPU emulator).
@@ -224,8 +224,8 @@ impl CommHandle {
         }
     }
 
-    /// A new dynamic op multiplying by `scalar`, for calls on `dtype`; its `ncclRedOp_t`.
-    pub fn add_op(&self, scalar: f64, dtype: DataType) -> Res<std::ffi::c_int> {
+    /// A new dynamic op `op` (a PreMulSum) for calls on `dtype`; its `ncclRedOp_t`.
+    pub fn add_op(&self, op: ReduceOp, dtype: DataType) -> Res<std::ffi::c_int> {
         let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
         let i = match ops.iter().position(Option::is_none) {
             Some(i) => i,
@@ -240,7 +240,7 @@ impl CommHandle {
                 )))
             }
         };
-        ops[i] = Some((scalar, dtype));
+        ops[i] = Some((op, dtype));
         Ok(abi::NUM_OPS + i as std::ffi::c_int)
     }
 
@@ -271,7 +271,7 @@ impl CommHandle {
             _ => {
                 let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
                 let s = usize::try_from(op - abi::NUM_OPS).ok().and_then(|i| ops.get(i).copied().flatten());
-                let (scalar, made_for) = s.ok_or_else(|| {
+                let (dynamic, made_for) = s.ok_or_else(|| {
                     Fail::arg(format!(
                         "ncclRedOp_t {op}: neither a built-in op (0–4) nor one created on this communicator"
                     ))
@@ -283,7 +283,7 @@ impl CommHandle {
                         dtype.name()
                     )));
                 }
-                ReduceOp::PreMulSum(scalar)
+                dynamic
             }
         })
     }

@@ -30,8 +30,9 @@ use abi::{
 };
 use group::{ChildKind, Queued, QueuedChild, QueuedInit, RootedKind};
 use handle::{handle, view, CommHandle, Fail, Res};
-use rsccl::{Comm, CommConfig, DataType, UniqueId};
+use rsccl::{Comm, CommConfig, DataType, ReduceOp, ScalarAt, UniqueId};
 use rsccl_device::coll::Collective;
+use rsccl_device::DevPtr;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -789,22 +790,20 @@ api! {
         if !matches!(residence.0, 0 | 1) {
             return Err(Fail::arg(format!("residence {}: not an ncclScalarResidence_t (0–1)", residence.0)));
         }
-        // The scalar is read now (NCCL reads a device scalar when each call runs): from the GPU
-        // for ncclScalarDevice (0), once the device's streams are idle (the caller's stream may
-        // still be writing it), else from host memory (the CPU emulator's device memory).
-        let mut raw = [0u8; 8];
-        let (be, _) = handle::backend_on(Some(h.device))?;
-        if residence.0 == 0 && be.cuda_stream().is_some() {
-            // SAFETY: a device scalar of one element (the caller's contract), read before this returns.
-            let v = unsafe { view(scalar, t.size(), "scalar") }?;
-            be.synchronize_all().map_err(Fail::from)?;
-            be.copy_out(&v, 0, &mut raw[..t.size()]).map_err(Fail::from)?;
+        let made = if residence.0 == 0 {
+            // ncclScalarDevice: the kernels read it when each call runs, as NCCL's do (a stream
+            // may write it between calls). On the CPU emulator device memory is host memory.
+            // SAFETY: one element of `datatype` in device memory, readable while calls use the
+            // op (the caller's contract); calls check its alignment.
+            ReduceOp::PreMulSumAt(unsafe { ScalarAt::new(DevPtr(scalar as u64)) })
         } else {
+            // ncclScalarHostImmediate: read before this returns.
+            let mut raw = [0u8; 8];
             // SAFETY: the scalar holds one element of `datatype` in host memory (the caller's contract).
             unsafe { std::ptr::copy_nonoverlapping(scalar.cast::<u8>(), raw.as_mut_ptr(), t.size()) };
-        }
-        let v = rsccl::perf::data::decode(t, &raw[..t.size()]);
-        let id = h.add_op(v, t)?;
+            ReduceOp::PreMulSum(rsccl::perf::data::decode(t, &raw[..t.size()]))
+        };
+        let id = h.add_op(made, t)?;
         // SAFETY: the caller's contract.
         unsafe { put(op, NcclRedOp(id), "op") }
     }

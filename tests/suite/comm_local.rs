@@ -251,3 +251,107 @@ fn racing_buffers_are_refused_and_in_place_layouts_run() {
     let e = LocalGroup::new(&be, cfg).err().expect("refused").to_string();
     assert!(e.contains("fault names rank 2"), "{e}");
 }
+
+/// `ReduceOp::PreMulSumAt` (NCCL's `ncclScalarDevice`): the kernels read the scalar when each
+/// call runs, so writing it between calls changes the next call's result, on the ring (Simple,
+/// LL, LL128), the tree, reduce-scatter and one rank, in f32, i32 and FP8 (which multiplies
+/// in f16). Exact: inputs in -1..=1, scalars 2 and 4 (and -3 for the integers).
+#[test]
+fn premul_sum_reads_a_device_scalar_when_each_call_runs() {
+    use rsccl::comm::{Algorithm, BufRef, Call, ReduceOp, ScalarAt};
+    use rsccl_device::dtype::DataType;
+    use rsccl_suite::tree_check::bits;
+    let be = backend::cpu();
+    let count = 1003usize;
+    let v = |r: usize, i: usize| ((i + r * r) % 3) as i64 - 1; // sums over 3 ranks: -1, 2, -1
+    for (t, scalars) in [(DataType::F32, [2i64, 4]), (DataType::I32, [2, -3]), (DataType::Fp8E4M3, [4, 2])] {
+        for (n, proto, algo) in [
+            (3, None, Algorithm::Ring),
+            (3, Some("LL"), Algorithm::Ring),
+            (3, Some("LL128"), Algorithm::Ring),
+            (3, None, Algorithm::Tree),
+            (1, None, Algorithm::Ring),
+        ] {
+            let mut cfg = GroupConfig::new(n, 2);
+            (cfg.nthreads, cfg.step_bytes, cfg.proto) = (64, 1024, proto.map(str::to_string));
+            let group = LocalGroup::new(&be, cfg).unwrap();
+            let eb = t.size();
+            let put = |b: &rsccl::DeviceBuffer, vals: &[i64]| {
+                let bytes: Vec<u8> =
+                    vals.iter().flat_map(|&x| bits(t, x).to_le_bytes()[..eb].to_vec()).collect();
+                be.copy_in(b, 0, &bytes).unwrap();
+            };
+            let sends: Vec<_> = (0..n).map(|_| be.alloc(eb * count).unwrap()).collect();
+            let recvs: Vec<_> = (0..n).map(|_| be.alloc(eb * count).unwrap()).collect();
+            for (r, s) in sends.iter().enumerate() {
+                put(s, &(0..count).map(|i| v(r, i)).collect::<Vec<_>>());
+            }
+            let scalar = be.alloc(8).unwrap();
+            // SAFETY: `scalar` holds one element of `t`, aligned, and outlives every call below.
+            let op = ReduceOp::PreMulSumAt(unsafe { ScalarAt::new(scalar.ptr()) });
+            for s in scalars {
+                put(&scalar, &[s]);
+                let calls: Vec<Call> = (0..n)
+                    .map(|r| {
+                        Call::all_reduce(BufRef::from(&sends[r]), BufRef::from(&recvs[r]), count, t, op)
+                            .with_algorithm(algo)
+                    })
+                    .collect();
+                group.run(&calls).unwrap_or_else(|e| panic!("{t:?} {n} ranks {proto:?} {algo:?}: {e}"));
+                for (r, out) in recvs.iter().enumerate() {
+                    let mut got = vec![0u8; eb * count];
+                    be.copy_out(out, 0, &mut got).unwrap();
+                    for i in 0..count {
+                        let want = bits(t, s * (0..n).map(|q| v(q, i)).sum::<i64>());
+                        let mut b = [0u8; 8];
+                        b[..eb].copy_from_slice(&got[i * eb..(i + 1) * eb]);
+                        assert_eq!(
+                            u64::from_le_bytes(b),
+                            want,
+                            "{t:?} {n} ranks {proto:?} {algo:?} scalar {s}: rank {r} element {i}"
+                        );
+                    }
+                }
+                if n > 1 && algo == Algorithm::Ring {
+                    // Reduce-scatter: rank r's block of the scaled sum.
+                    let per = count / n;
+                    let calls: Vec<Call> = (0..n)
+                        .map(|r| {
+                            Call::reduce_scatter(BufRef::from(&sends[r]), BufRef::from(&recvs[r]), per, t, op)
+                        })
+                        .collect();
+                    group.run(&calls).unwrap();
+                    for (r, out) in recvs.iter().enumerate() {
+                        let mut got = vec![0u8; eb * per];
+                        be.copy_out(out, 0, &mut got).unwrap();
+                        for i in 0..per {
+                            let want = bits(t, s * (0..n).map(|q| v(q, r * per + i)).sum::<i64>());
+                            let mut b = [0u8; 8];
+                            b[..eb].copy_from_slice(&got[i * eb..(i + 1) * eb]);
+                            assert_eq!(
+                                u64::from_le_bytes(b),
+                                want,
+                                "{t:?} reduce-scatter scalar {s}: rank {r} element {i}"
+                            );
+                        }
+                    }
+                }
+            }
+            // A scalar address not aligned to the type, or null, is refused before any kernel.
+            if eb > 1 {
+                // SAFETY: refused before anything reads it.
+                let odd = ReduceOp::PreMulSumAt(unsafe { ScalarAt::new(scalar.ptr().offset(1)) });
+                let calls: Vec<Call> = (0..n)
+                    .map(|r| {
+                        Call::all_reduce(BufRef::from(&sends[r]), BufRef::from(&recvs[r]), count, t, odd)
+                    })
+                    .collect();
+                let e = group.run(&calls).unwrap_err().to_string();
+                assert!(
+                    e.contains("PreMulSum scalar at") && e.contains(&format!("aligned {}", t.name())),
+                    "{e}"
+                );
+            }
+        }
+    }
+}

@@ -239,6 +239,13 @@ fn one_sided_misuse_is_refused() {
             .unwrap_err()
             .to_string();
         assert!(e.contains("psum") && e.contains("overlaps the symmetric window"), "{e}");
+        // A scalar in device memory: refused (the one-sided kernels take its value).
+        let (src, dst, scalar) = (be.alloc(4096).unwrap(), be.alloc(4096).unwrap(), be.alloc(4).unwrap());
+        // SAFETY: one f32, alive past the call (which refuses it anyway).
+        let at = rsccl::ReduceOp::PreMulSumAt(unsafe { rsccl::ScalarAt::new(scalar.ptr()) });
+        let e =
+            comm.psum(mem, (&src).into(), (&dst).into(), 1024, DataType::F32, at).unwrap_err().to_string();
+        assert!(e.contains("psum: PreMulSum with a scalar in device memory is not supported"), "{e}");
         let inside = BufRef { buf: mem.buffer().buf, offset: 4096 };
         let e = comm.ppermute(mem, inside, 1000, 4096, 1).unwrap_err().to_string();
         assert!(e.contains("ppermute") && e.contains("overlaps the symmetric window"), "{e}");

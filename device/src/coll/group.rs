@@ -27,7 +27,7 @@ use super::ring::{self, RingArgs};
 use super::Collective;
 use crate::overlap::gate::TileGate;
 use crate::prims::Protocol;
-use crate::redop::{Elem, RedOp};
+use crate::redop::{decode_op, Elem, RedOp};
 use crate::{arch, DevPtr};
 
 /// Arguments of the `rsccl_group_<type>` kernels.
@@ -84,12 +84,12 @@ fn failed(w: &RingArgs, bid: u32) -> bool {
 /// each protocol's bodies' registers apart: inlined into one kernel they spill at sm_90
 /// (255 registers, up to 40 bytes of spill stores).
 #[inline(never)]
-fn ring_on<const P: u32, T: Elem>(w: &RingArgs, coll: Collective, op: RedOp) {
+fn ring_on<const P: u32, T: Elem>(w: &RingArgs, coll: Collective, (op, arg): (RedOp, u64)) {
     let bytes = RedMover::<u8>::new(RedOp::Sum, 0);
     match coll {
-        Collective::AllReduce => ring::all_reduce::<P, _>(w, &RedMover::<T>::new(op, w.red_op_arg)),
-        Collective::ReduceScatter => ring::reduce_scatter::<P, _>(w, &RedMover::<T>::new(op, w.red_op_arg)),
-        Collective::Reduce => ring::reduce::<P, _>(w, &RedMover::<T>::new(op, w.red_op_arg)),
+        Collective::AllReduce => ring::all_reduce::<P, _>(w, &RedMover::<T>::new(op, arg)),
+        Collective::ReduceScatter => ring::reduce_scatter::<P, _>(w, &RedMover::<T>::new(op, arg)),
+        Collective::Reduce => ring::reduce::<P, _>(w, &RedMover::<T>::new(op, arg)),
         Collective::AllGather => ring::all_gather::<P, _>(w, &bytes),
         Collective::Broadcast => ring::broadcast::<P, _>(w, &bytes),
     }
@@ -99,19 +99,19 @@ fn ring_on<const P: u32, T: Elem>(w: &RingArgs, coll: Collective, op: RedOp) {
 /// PTX, so ptxas allocates each one's registers apart — the five in one function spill at
 /// sm_90 even at 255 registers (up to 848 bytes of spill stores).
 #[inline(always)]
-fn ring_ll128<T: Elem>(w: &RingArgs, coll: Collective, op: RedOp) {
+fn ring_ll128<T: Elem>(w: &RingArgs, coll: Collective, op: (RedOp, u64)) {
     const LL128: u32 = Protocol::Ll128 as u32;
     #[inline(never)]
-    fn all_reduce<T: Elem>(w: &RingArgs, op: RedOp) {
-        ring::all_reduce::<LL128, _>(w, &RedMover::<T>::new(op, w.red_op_arg))
+    fn all_reduce<T: Elem>(w: &RingArgs, (op, arg): (RedOp, u64)) {
+        ring::all_reduce::<LL128, _>(w, &RedMover::<T>::new(op, arg))
     }
     #[inline(never)]
-    fn reduce_scatter<T: Elem>(w: &RingArgs, op: RedOp) {
-        ring::reduce_scatter::<LL128, _>(w, &RedMover::<T>::new(op, w.red_op_arg))
+    fn reduce_scatter<T: Elem>(w: &RingArgs, (op, arg): (RedOp, u64)) {
+        ring::reduce_scatter::<LL128, _>(w, &RedMover::<T>::new(op, arg))
     }
     #[inline(never)]
-    fn reduce<T: Elem>(w: &RingArgs, op: RedOp) {
-        ring::reduce::<LL128, _>(w, &RedMover::<T>::new(op, w.red_op_arg))
+    fn reduce<T: Elem>(w: &RingArgs, (op, arg): (RedOp, u64)) {
+        ring::reduce::<LL128, _>(w, &RedMover::<T>::new(op, arg))
     }
     #[inline(never)]
     fn all_gather(w: &RingArgs) {
@@ -146,7 +146,8 @@ pub fn group_ll128_kernel<T: Elem>(a: &GroupArgs) {
     let bid = arch::block_idx().x;
     for i in 0..a.nworks {
         let w = work_at(a, i);
-        let Some(&op) = RedOp::ALL.get(w.op as usize) else { arch::trap() };
+        // SAFETY: a PRE_MUL_SUM_AT argument is the address of the call's scalar (the host's).
+        let Some(op) = (unsafe { decode_op::<T>(w.op, w.red_op_arg) }) else { arch::trap() };
         let Some(coll) = Collective::from_u32(w.coll) else { arch::trap() };
         if w.proto != LL128 {
             arch::trap();
@@ -177,7 +178,8 @@ pub fn group_kernel<T: Elem>(a: &GroupArgs) {
         if a.gate.is_active() && !unsafe { a.gate.wait(i, &w.status) } {
             return;
         }
-        let Some(&op) = RedOp::ALL.get(w.op as usize) else { arch::trap() };
+        // SAFETY: a PRE_MUL_SUM_AT argument is the address of the call's scalar (the host's).
+        let Some(op) = (unsafe { decode_op::<T>(w.op, w.red_op_arg) }) else { arch::trap() };
         let Some(coll) = Collective::from_u32(w.coll) else { arch::trap() };
         match w.proto {
             SIMPLE => ring_on::<SIMPLE, T>(w, coll, op),

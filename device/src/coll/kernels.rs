@@ -17,7 +17,7 @@ use super::Collective;
 use crate::arch;
 use crate::dtype::DataType;
 use crate::prims::Protocol;
-use crate::redop::{Elem, RedOp};
+use crate::redop::{decode_op, Elem, RedOp};
 
 // Named here by the host and tests, beside the kernels it sizes; defined in `coll` below the
 // algorithms, which size themselves by it.
@@ -173,9 +173,9 @@ impl CollKernel {
 /// The data mover for `T` with the op the host passed.
 #[inline(always)]
 fn mover<T: Elem>(a: &RingArgs) -> RedMover<T> {
-    // RedOp::ALL is in discriminant order.
-    let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
-    RedMover::new(op, a.red_op_arg)
+    // SAFETY: a PRE_MUL_SUM_AT argument is the address of the call's scalar (the host's).
+    let Some((op, arg)) = (unsafe { decode_op::<T>(a.op, a.red_op_arg) }) else { arch::trap() };
+    RedMover::new(op, arg)
 }
 
 /// Declares the kernels of element type `$t`: each exported entry (`rsccl_…_<type>`) and the
@@ -523,8 +523,9 @@ fn ring_lines<T: Elem, const COLL: u32, const PROTO: u32>(a: &RingArgs) {
 /// The symmetric LL all-reduce kernel on `T`.
 #[inline(always)]
 fn sym_ll<T: Elem>(a: &SymLlArgs) {
-    let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
-    sym_ll_all_reduce(a, &RedMover::<T>::new(op, a.red_op_arg))
+    // SAFETY: a PRE_MUL_SUM_AT argument is the address of the call's scalar (the host's).
+    let Some((op, arg)) = (unsafe { decode_op::<T>(a.op, a.red_op_arg) }) else { arch::trap() };
+    sym_ll_all_reduce(a, &RedMover::<T>::new(op, arg))
 }
 
 /// The tree all-reduce kernel on `T` on protocol `PROTO`.

@@ -1,7 +1,7 @@
 //! A one-rank communicator has nothing to exchange: each collective is the input through the
 //! op's pre- and post-operation (or a plain copy), one reduce-copy over the grid, as NCCL
 //! launches for `nranks == 1`.
-use crate::redop::{Elem, RedOp, Reducer};
+use crate::redop::{decode_op, Elem, RedOp, Reducer};
 use crate::reduce_copy::{reduce_copy, ReduceCopy, DEFAULT_UNROLL};
 use crate::{arch, DevPtr};
 
@@ -32,7 +32,8 @@ const SLICE_GRAIN_ELEMS: u64 = 1024;
 /// Kernel body: this block's slice of the elements, with all of its threads.
 #[inline(always)]
 pub fn one_rank_kernel<T: Elem>(a: &OneRankArgs) {
-    let Some(&op) = RedOp::ALL.get(a.op as usize) else { arch::trap() };
+    // SAFETY: a PRE_MUL_SUM_AT argument is the address of the call's scalar (the host's).
+    let Some((op, arg)) = (unsafe { decode_op::<T>(a.op, a.red_op_arg) }) else { arch::trap() };
     let (b, g) = (arch::block_idx().x as u64, arch::grid_dim().x as u64);
     let per = a.count.div_ceil(g).div_ceil(SLICE_GRAIN_ELEMS) * SLICE_GRAIN_ELEMS;
     let start = (b * per).min(a.count);
@@ -48,6 +49,6 @@ pub fn one_rank_kernel<T: Elem>(a: &OneRankArgs) {
         pre_op_srcs: apply as usize,
         post_op: apply,
     };
-    let red = Reducer::<T>::new(if apply { op } else { RedOp::Sum }, a.red_op_arg);
+    let red = Reducer::<T>::new(if apply { op } else { RedOp::Sum }, arg);
     reduce_copy::<T, DEFAULT_UNROLL, 1, 1>(arch::thread_idx().x, arch::block_dim().x, &red, &rc, n);
 }

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
 use rsccl_device::redop::soft::{encode, BFLOAT, HALF};
-use rsccl_device::redop::RedOp;
+use rsccl_device::redop::{RedOp, PRE_MUL_SUM_AT};
 use rsccl_device::DevPtr;
 
 /// A reduction as users ask for it (NCCL's `ncclRedOp_t` plus `ncclRedOpCreatePreMulSum`).
@@ -26,6 +26,45 @@ pub enum ReduceOp {
     Avg,
     /// Multiply every rank's input by the scalar, then sum.
     PreMulSum(f64),
+    /// Multiply every rank's input by the scalar in device memory, read when each call runs
+    /// (NCCL's `ncclScalarDevice`), then sum.
+    PreMulSumAt(ScalarAt),
+}
+
+/// PreMulSum's scalar in device memory ([`ReduceOp::PreMulSumAt`]): one element of the call's
+/// type, which the kernels read when the call runs, so a stream may write it between calls.
+///
+/// ```
+/// use rsccl::{backend, BufRef, Comm, CommConfig, DataType, ReduceOp, ScalarAt};
+///
+/// let be = backend::cpu();
+/// let comms = Comm::init_all(&be, 1, CommConfig::default())?;
+/// let data = be.upload(&[2.0f32; 4])?;
+/// let scalar = be.upload(&[0.5f32])?;
+/// // SAFETY: `scalar` holds one f32 and outlives the call below.
+/// let half = ReduceOp::PreMulSumAt(unsafe { ScalarAt::new(scalar.ptr()) });
+/// comms[0].all_reduce((&data).into(), (&data).into(), 4, DataType::F32, half)?;
+/// assert_eq!(be.download::<f32>(&data, 4)?, [1.0; 4]);
+/// # Ok::<(), rsccl::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScalarAt(DevPtr);
+
+impl ScalarAt {
+    /// The scalar at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` is memory of the communicator's device (host memory on the CPU emulator) holding
+    /// one element of the type of each call given the op, aligned to it, readable until each
+    /// such call has completed.
+    pub unsafe fn new(ptr: DevPtr) -> ScalarAt {
+        ScalarAt(ptr)
+    }
+
+    /// Its address.
+    pub fn ptr(self) -> DevPtr {
+        self.0
+    }
 }
 
 impl ReduceOp {
@@ -54,6 +93,8 @@ impl ReduceOp {
             ReduceOp::Max => (RedOp::Max, 0),
             ReduceOp::Avg => RedOp::avg(dtype, nranks as u32),
             ReduceOp::PreMulSum(s) => (RedOp::PreMulSum, scalar_bits(dtype, s)),
+            // The kernels read the scalar at this address (see `DevCall::op_code`).
+            ReduceOp::PreMulSumAt(at) => (RedOp::PreMulSum, at.ptr().0),
         }
     }
 }
@@ -213,8 +254,11 @@ pub(crate) struct DevCall {
     pub coll: Collective,
     pub dtype: DataType,
     pub op: RedOp,
-    /// The operator's argument (PreMulSum's scalar bits, SumPostDiv's divisor).
+    /// The operator's argument (PreMulSum's scalar bits or, with `scalar_at`, its address;
+    /// SumPostDiv's divisor).
     pub arg: u64,
+    /// PreMulSum's scalar is read by the kernels at the address `arg`.
+    pub scalar_at: bool,
     pub send: DevPtr,
     pub recv: DevPtr,
     /// Elements (of `dtype`).
@@ -230,10 +274,21 @@ impl DevCall {
             dtype: call.dtype,
             op,
             arg,
+            scalar_at: matches!(call.op, ReduceOp::PreMulSumAt(_)),
             send: call.send.ptr(),
             recv: call.recv.ptr(),
             count: call.count as u64,
             root: call.root,
+        }
+    }
+
+    /// The kernels' `op` code: [`PRE_MUL_SUM_AT`] for a reduction whose scalar they read at
+    /// `arg`, else the operator's.
+    pub(crate) fn op_code(&self) -> u32 {
+        if self.scalar_at && self.reduces() {
+            PRE_MUL_SUM_AT
+        } else {
+            self.op as u32
         }
     }
 
@@ -435,8 +490,18 @@ pub(crate) fn check_call(
     }
     let (send_bytes, recv_bytes, block) = sizes;
     check_overlaps(coll, first_rank, send, recv, send_bytes, recv_bytes, block, root)?;
-    if let ReduceOp::PreMulSum(s) = op {
-        check_scalar(dtype, s)?;
+    match op {
+        ReduceOp::PreMulSum(s) => check_scalar(dtype, s)?,
+        ReduceOp::PreMulSumAt(at) => {
+            let p = at.ptr().0;
+            if p == 0 || !p.is_multiple_of(dtype.size() as u64) {
+                return Err(bad(format!(
+                    "PreMulSum scalar at {p:#x}: not the address of an aligned {}",
+                    dtype.name()
+                )));
+            }
+        }
+        _ => {}
     }
     Ok(op.resolve(dtype, n))
 }

@@ -143,7 +143,7 @@ impl Comm {
             rank: self.rank as u64,
             nranks: self.nranks as u64,
             coll: dev.coll as u32,
-            op: dev.op as u32,
+            op: dev.op_code(),
             red_op_arg: dev.arg,
             proto: protocol.device() as u32,
             pad: 0,
@@ -172,7 +172,7 @@ impl Comm {
                 dst: dev.recv,
                 count: dev.count,
                 red_op_arg: if reduces { dev.arg } else { 0 },
-                op: dev.op as u32,
+                op: dev.op_code(),
                 apply_op: reduces as u32,
             };
             let kernel = handles::one_rank(dev.dtype);

@@ -337,7 +337,7 @@ impl LocalGroup {
     ) -> Result<()> {
         let devs: Vec<DevCall> = bufs
             .iter()
-            .map(|&(send, recv)| DevCall { coll, dtype, op, arg, send, recv, count, root })
+            .map(|&(send, recv)| DevCall { coll, dtype, op, arg, scalar_at: false, send, recv, count, root })
             .collect();
         // SAFETY: the caller's promise.
         unsafe { self.run_kernels(algorithm, &devs) }

@@ -48,7 +48,7 @@ mod work;
 pub use crate::error::RankFailure;
 pub use algo_mask::{AlgoMask, NvlsPolicy, ALGO_VAR, NVLS_ENABLE_VAR};
 pub use algorithm::{Algorithm, MscclId, Plan, Protocol};
-pub use call::{check_scalar, scalar_bits, BufRef, Call, ReduceOp};
+pub use call::{check_scalar, scalar_bits, BufRef, Call, ReduceOp, ScalarAt};
 pub use communicator::{Comm, MAX_IN_FLIGHT};
 pub use config::{
     CommConfig, BUFFSIZE_VAR, CHECK_CALLS_VAR, MAX_CHANNELS, MAX_LOCAL_RANKS, MAX_STEP_BYTES, MAX_TIMEOUT,

@@ -521,6 +521,7 @@ impl Comm {
             dtype,
             op: red,
             arg: 0,
+            scalar_at: false,
             send: send.ptr(),
             recv: recv.ptr(),
             count: count as u64,

@@ -474,6 +474,12 @@ impl Comm {
             ReduceKind::PsumScatter => (Collective::ReduceScatter, SemKind::PsumScatter, "psum_scatter"),
         };
         self.check_owner(mem, name)?;
+        if matches!(op, ReduceOp::PreMulSumAt(_)) {
+            return Err(Error::InvalidConfig(format!(
+                "{name}: PreMulSum with a scalar in device memory is not supported here; give its value \
+                 (ReduceOp::PreMulSum)"
+            )));
+        }
         let (red, op_arg) = check_call(
             coll,
             self.rank(),

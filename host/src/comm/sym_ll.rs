@@ -131,7 +131,7 @@ impl Comm {
             red_op_arg: dev.arg,
             rank: self.rank as u32,
             nranks: self.nranks as u32,
-            op: dev.op as u32,
+            op: dev.op_code(),
             pad: 0,
         };
         let cfg = LaunchConfig::linear(s.blocks, s.threads);

@@ -225,6 +225,23 @@ static void collectives(void) {
   for (size_t i = 0; i < N; i++) { float s = 0; for (int r = 0; r < nranks; r++) s += 2.0f * fval(r, i); fwant[i] = s; }
   for (int k = 0; k < nown; k++) expect_f("premul_sum", own[k], fr[k], fwant, N, 0.0f);
   for (int k = 0; k < nown; k++) CHECK(ncclRedOpDestroy(ops[k], comms[k]));
+  /* A device scalar (ncclScalarDevice) is read when each call runs: writing it between calls
+   * changes the next result (the CPU emulator's device memory is the host's). */
+  float *at;
+  CHECK(ncclMemAlloc((void **)&at, sizeof(float)));
+  *at = 8.0f;
+  for (int k = 0; k < nown; k++) CHECK(ncclRedOpCreatePreMulSum(&ops[k], at, ncclFloat32, ncclScalarDevice, comms[k]));
+  for (int round = 0; round < 2; round++) {
+    float scale = round == 0 ? 2.0f : 4.0f;
+    *at = scale;
+    begin();
+    for (int k = 0; k < nown; k++) CHECK(ncclAllReduce(fs[k], fr[k], N, ncclFloat32, ops[k], comms[k], NULL));
+    end();
+    for (size_t i = 0; i < N; i++) { float s = 0; for (int r = 0; r < nranks; r++) s += scale * fval(r, i); fwant[i] = s; }
+    for (int k = 0; k < nown; k++) expect_f("premul_sum_device", own[k], fr[k], fwant, N, 0.0f);
+  }
+  for (int k = 0; k < nown; k++) CHECK(ncclRedOpDestroy(ops[k], comms[k]));
+  CHECK(ncclMemFree(at));
   printf("ok avg_premul_sum\n");
 
   for (int k = 0; k < nown; k++) {
