@@ -754,6 +754,35 @@ fn build_tree(mem: &mut Vec<Vec<u64>>, parent: &[Option<usize>], step_bytes: u64
     wiring
 }
 
+/// Rank `r` of `n`'s tree all-reduce arguments on `wiring`: its input, output and status word
+/// (the buffers' lengths are the count), waits giving up after `timeout_s` seconds.
+fn tree_args(
+    wiring: &[TreeChannel],
+    (r, n): (usize, usize),
+    (send, recv, status): (&mut [u64], &mut [u64], &mut [u64]),
+    step_bytes: u64,
+    proto: Protocol,
+    timeout_s: u64,
+) -> RingArgs {
+    RingArgs {
+        sendbuff: vec_ptr(send),
+        recvbuff: vec_ptr(recv),
+        count: recv.len() as u64,
+        channels: DevPtr(wiring[r..].as_ptr() as u64),
+        status: PrimsStatus {
+            status: vec_ptr(status),
+            timeout_ns: timeout_s * 1_000_000_000,
+            ..Default::default()
+        },
+        step_bytes,
+        rank: r as u64,
+        nranks: n as u64,
+        coll: Collective::AllReduce as u32,
+        proto: proto as u32,
+        ..Default::default()
+    }
+}
+
 /// The LL and LL128 trees: the root reduces three children's lines per step and every inner
 /// rank sends to several children; on LL the step words start just below the clean mask and
 /// the runs cross every clean step, after which no line of any FIFO still holds an older
@@ -789,22 +818,15 @@ fn line_trees_reduce_several_children_and_ll_crosses_the_flag_wrap() {
                 (0..n).map(|r| (0..count).map(|i| input(r, i) ^ round).collect()).collect();
             let mut recvs: Vec<Vec<u64>> = (0..n).map(|_| vec![0; count]).collect();
             let args: Vec<RingArgs> = (0..n)
-                .map(|r| RingArgs {
-                    sendbuff: vec_ptr(&mut sends[r]),
-                    recvbuff: vec_ptr(&mut recvs[r]),
-                    count: count as u64,
-                    channels: DevPtr(wiring[r..].as_ptr() as u64),
-                    status: PrimsStatus {
-                        status: vec_ptr(&mut status[r]),
-                        timeout_ns: 5_000_000_000,
-                        ..Default::default()
-                    },
-                    step_bytes,
-                    rank: r as u64,
-                    nranks: n as u64,
-                    coll: Collective::AllReduce as u32,
-                    proto: proto as u32,
-                    ..Default::default()
+                .map(|r| {
+                    tree_args(
+                        &wiring,
+                        (r, n),
+                        (&mut sends[r], &mut recvs[r], &mut status[r]),
+                        step_bytes,
+                        proto,
+                        5,
+                    )
                 })
                 .collect();
             std::thread::scope(|s| {
@@ -940,23 +962,17 @@ fn a_tree_rank_passes_results_down_while_its_children_still_send() {
         let mut sends: Vec<Vec<u64>> = (0..2).map(|r| (0..count).map(|i| input(r, i)).collect()).collect();
         let mut recvs: Vec<Vec<u64>> = (0..2).map(|_| vec![0; count]).collect();
         let mut status = vec![vec![0u64; 1]; 2];
+        // Ranks 0 and 1 of the three (the test plays rank 2).
         let args: Vec<RingArgs> = (0..2)
-            .map(|r| RingArgs {
-                sendbuff: vec_ptr(&mut sends[r]),
-                recvbuff: vec_ptr(&mut recvs[r]),
-                count: count as u64,
-                channels: DevPtr(wiring[r..].as_ptr() as u64),
-                status: PrimsStatus {
-                    status: vec_ptr(&mut status[r]),
-                    timeout_ns: 20_000_000_000,
-                    ..Default::default()
-                },
-                step_bytes,
-                rank: r as u64,
-                nranks: 3,
-                coll: Collective::AllReduce as u32,
-                proto: proto as u32,
-                ..Default::default()
+            .map(|r| {
+                tree_args(
+                    &wiring,
+                    (r, 3),
+                    (&mut sends[r], &mut recvs[r], &mut status[r]),
+                    step_bytes,
+                    proto,
+                    20,
+                )
             })
             .collect();
         std::thread::scope(|s| {

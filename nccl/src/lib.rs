@@ -314,7 +314,9 @@ unsafe fn read_config(config: *const NcclConfig) -> Res<(CommConfig, bool)> {
 }
 
 /// The configuration of a split or shrink of `parent` given `config`: the parent's when NULL
-/// (NCCL copies the parent's config), else `config` over the C API's defaults.
+/// (NCCL copies the parent's config; the variables as they were at the parent's init, where
+/// NCCL reads them again), else `config` over the C API's defaults. Splits always complete
+/// before returning, whatever the config's `blocking`.
 ///
 /// # Safety
 /// As [`read_config`].

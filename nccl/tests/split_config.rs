@@ -18,6 +18,9 @@ fn config(c: NcclComm) -> CommConfig {
 #[test]
 fn splits_without_a_config_inherit_the_parents() {
     std::env::set_var("RSCCL_BACKEND", "cpu");
+    // The timeouts compared are the C API's default.
+    std::env::remove_var("RSCCL_TIMEOUT");
+    std::env::remove_var("NCCL_TIMEOUT");
     std::env::set_var("RSCCL_SOCKET_IFNAME", "lo");
     let mut id = NcclUniqueId { internal: [0; nccl::abi::UNIQUE_ID_BYTES] };
     // SAFETY: valid out-pointers and configs of this test throughout.
@@ -28,12 +31,13 @@ fn splits_without_a_config_inherit_the_parents() {
         let mut parent: NcclComm = null_mut();
         assert_eq!(ncclCommInitRankConfig(&mut parent, 1, id, 0, &mut one), SUCCESS);
         assert_eq!(config(parent).nchannels, 1);
-        assert_eq!(config(parent).timeout, C_API_TIMEOUT);
+        let c_api = config(parent).timeout;
+        assert_eq!(c_api, C_API_TIMEOUT);
 
         let mut split: NcclComm = null_mut();
         assert_eq!(ncclCommSplit(parent, 0, 0, &mut split, null_mut()), SUCCESS);
         assert_eq!(config(split).nchannels, 1, "a split without a config has the parent's");
-        assert_eq!(config(split).timeout, C_API_TIMEOUT);
+        assert_eq!(config(split).timeout, c_api);
         let mut three = NcclConfig { min_ctas: 3, ..NcclConfig::default() };
         let mut given: NcclComm = null_mut();
         assert_eq!(ncclCommSplit(parent, 0, 0, &mut given, &mut three), SUCCESS);
@@ -49,11 +53,11 @@ fn splits_without_a_config_inherit_the_parents() {
             assert_eq!(ncclCommDestroy(c), SUCCESS);
         }
 
-        // ncclCommInitAll: the C API's timeouts, not the Rust API's 30 s.
+        // ncclCommInitAll: the C API's timeouts, as every other init, not the Rust API's 30 s.
         let mut all: [NcclComm; 2] = [null_mut(); 2];
         assert_eq!(ncclCommInitAll(all.as_mut_ptr(), 2, null()), SUCCESS);
         for c in all {
-            assert_eq!((config(c).timeout, config(c).bootstrap_timeout), (C_API_TIMEOUT, C_API_TIMEOUT));
+            assert_eq!((config(c).timeout, config(c).bootstrap_timeout), (c_api, c_api));
         }
         for c in all {
             assert_eq!(ncclCommDestroy(c), SUCCESS);

@@ -253,9 +253,9 @@ fn racing_buffers_are_refused_and_in_place_layouts_run() {
 }
 
 /// `ReduceOp::PreMulSumAt` (NCCL's `ncclScalarDevice`): the kernels read the scalar when each
-/// call runs, so writing it between calls changes the next call's result, on the ring (Simple,
-/// LL, LL128), the tree, reduce-scatter and one rank, in f32, i32 and FP8 (which multiplies
-/// in f16). Exact: inputs in -1..=1, scalars 2 and 4 (and -3 for the integers).
+/// call runs, so writing it between calls changes the next call's result, on the ring and the
+/// tree (Simple, LL, LL128), reduce-scatter and one rank, in f32, i32 and FP8 (which
+/// multiplies in f16). Exact: inputs in -1..=1, scalars 2 and 4 (and -3 for the integers).
 #[test]
 fn premul_sum_reads_a_device_scalar_when_each_call_runs() {
     use rsccl::comm::{Algorithm, BufRef, Call, ReduceOp, ScalarAt};
@@ -269,7 +269,9 @@ fn premul_sum_reads_a_device_scalar_when_each_call_runs() {
             (3, None, Algorithm::Ring),
             (3, Some("LL"), Algorithm::Ring),
             (3, Some("LL128"), Algorithm::Ring),
-            (3, None, Algorithm::Tree),
+            (3, Some("Simple"), Algorithm::Tree),
+            (3, Some("LL"), Algorithm::Tree),
+            (3, Some("LL128"), Algorithm::Tree),
             (1, None, Algorithm::Ring),
         ] {
             let mut cfg = GroupConfig::new(n, 2);
@@ -286,6 +288,17 @@ fn premul_sum_reads_a_device_scalar_when_each_call_runs() {
             for (r, s) in sends.iter().enumerate() {
                 put(s, &(0..count).map(|i| v(r, i)).collect::<Vec<_>>());
             }
+            // `len` elements of `out` against the sum scaled by `s` of elements `first..`.
+            let check = |out: &rsccl::DeviceBuffer, s: i64, first: usize, len: usize, what: &str| {
+                let mut got = vec![0u8; eb * len];
+                be.copy_out(out, 0, &mut got).unwrap();
+                for i in 0..len {
+                    let want = bits(t, s * (0..n).map(|q| v(q, first + i)).sum::<i64>());
+                    let mut b = [0u8; 8];
+                    b[..eb].copy_from_slice(&got[i * eb..(i + 1) * eb]);
+                    assert_eq!(u64::from_le_bytes(b), want, "{what} scalar {s}: element {}", first + i);
+                }
+            };
             let scalar = be.alloc(8).unwrap();
             // SAFETY: `scalar` holds one element of `t`, aligned, and outlives every call below.
             let op = ReduceOp::PreMulSumAt(unsafe { ScalarAt::new(scalar.ptr()) });
@@ -299,18 +312,7 @@ fn premul_sum_reads_a_device_scalar_when_each_call_runs() {
                     .collect();
                 group.run(&calls).unwrap_or_else(|e| panic!("{t:?} {n} ranks {proto:?} {algo:?}: {e}"));
                 for (r, out) in recvs.iter().enumerate() {
-                    let mut got = vec![0u8; eb * count];
-                    be.copy_out(out, 0, &mut got).unwrap();
-                    for i in 0..count {
-                        let want = bits(t, s * (0..n).map(|q| v(q, i)).sum::<i64>());
-                        let mut b = [0u8; 8];
-                        b[..eb].copy_from_slice(&got[i * eb..(i + 1) * eb]);
-                        assert_eq!(
-                            u64::from_le_bytes(b),
-                            want,
-                            "{t:?} {n} ranks {proto:?} {algo:?} scalar {s}: rank {r} element {i}"
-                        );
-                    }
+                    check(out, s, 0, count, &format!("{t:?} {n} ranks {proto:?} {algo:?} rank {r}"));
                 }
                 if n > 1 && algo == Algorithm::Ring {
                     // Reduce-scatter: rank r's block of the scaled sum.
@@ -322,35 +324,24 @@ fn premul_sum_reads_a_device_scalar_when_each_call_runs() {
                         .collect();
                     group.run(&calls).unwrap();
                     for (r, out) in recvs.iter().enumerate() {
-                        let mut got = vec![0u8; eb * per];
-                        be.copy_out(out, 0, &mut got).unwrap();
-                        for i in 0..per {
-                            let want = bits(t, s * (0..n).map(|q| v(q, r * per + i)).sum::<i64>());
-                            let mut b = [0u8; 8];
-                            b[..eb].copy_from_slice(&got[i * eb..(i + 1) * eb]);
-                            assert_eq!(
-                                u64::from_le_bytes(b),
-                                want,
-                                "{t:?} reduce-scatter scalar {s}: rank {r} element {i}"
-                            );
-                        }
+                        check(out, s, r * per, per, &format!("{t:?} reduce-scatter rank {r}"));
                     }
                 }
             }
             // A scalar address not aligned to the type, or null, is refused before any kernel.
-            if eb > 1 {
+            let misplaced = [(eb > 1).then(|| scalar.ptr().offset(1)), Some(rsccl_device::DevPtr(0))];
+            for at in misplaced.into_iter().flatten() {
                 // SAFETY: refused before anything reads it.
-                let odd = ReduceOp::PreMulSumAt(unsafe { ScalarAt::new(scalar.ptr().offset(1)) });
+                let bad = ReduceOp::PreMulSumAt(unsafe { ScalarAt::new(at) });
                 let calls: Vec<Call> = (0..n)
                     .map(|r| {
-                        Call::all_reduce(BufRef::from(&sends[r]), BufRef::from(&recvs[r]), count, t, odd)
+                        Call::all_reduce(BufRef::from(&sends[r]), BufRef::from(&recvs[r]), count, t, bad)
                     })
                     .collect();
                 let e = group.run(&calls).unwrap_err().to_string();
-                assert!(
-                    e.contains("PreMulSum scalar at") && e.contains(&format!("aligned {}", t.name())),
-                    "{e}"
-                );
+                let want =
+                    format!("PreMulSum scalar at {:#x}: not the address of an aligned {}", at.0, t.name());
+                assert!(e.contains(&want), "{e}");
             }
         }
     }

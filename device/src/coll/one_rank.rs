@@ -15,9 +15,10 @@ pub struct OneRankArgs {
     pub dst: DevPtr,
     /// Elements.
     pub count: u64,
-    /// PreMulSum's scalar bits (f16 bits for FP8) or SumPostDiv's divisor.
+    /// PreMulSum's scalar bits (f16 bits for FP8), or its address with `PRE_MUL_SUM_AT`; or
+    /// SumPostDiv's divisor.
     pub red_op_arg: u64,
-    /// The op (`RedOp` as u32).
+    /// The op (`RedOp` as u32, or `redop::PRE_MUL_SUM_AT`).
     pub op: u32,
     /// Nonzero: apply the op's pre- and post-operation (reducing collectives); zero: copy.
     pub apply_op: u32,

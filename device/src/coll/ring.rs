@@ -54,12 +54,13 @@ pub struct RingArgs {
     pub nranks: u64,
     /// [`Collective`] as u32.
     pub coll: u32,
-    /// The reduction operator (`reduce::RedOp` as u32).
+    /// The reduction operator (`RedOp` as u32, or `redop::PRE_MUL_SUM_AT`).
     pub op: u32,
-    /// The op's scalar argument (PreMulSum's factor bits, SumPostDiv's divisor).
+    /// The op's argument (PreMulSum's factor bits, or its address with `PRE_MUL_SUM_AT`;
+    /// SumPostDiv's divisor).
     pub red_op_arg: u64,
     /// The [`Protocol`] as u32: `channels` then holds that protocol's connections and
-    /// `step_bytes` is their FIFO slot size (rings run Simple, LL and LL128; trees Simple).
+    /// `step_bytes` is their FIFO slot size (rings and trees run Simple, LL and LL128).
     pub proto: u32,
     /// Zero (keeps the struct free of padding).
     pub pad: u32,

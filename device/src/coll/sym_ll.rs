@@ -103,13 +103,14 @@ pub struct SymLlArgs {
     pub regions: u64,
     /// Error reporting, abort, and the call's signature.
     pub status: PrimsStatus,
-    /// The op's scalar argument (PreMulSum's factor bits, SumPostDiv's divisor).
+    /// The op's argument (PreMulSum's factor bits, or its address with `PRE_MUL_SUM_AT`;
+    /// SumPostDiv's divisor).
     pub red_op_arg: u64,
     /// This rank.
     pub rank: u32,
     /// Ranks.
     pub nranks: u32,
-    /// The reduction operator (`reduce::RedOp` as u32).
+    /// The reduction operator (`RedOp` as u32, or `redop::PRE_MUL_SUM_AT`).
     pub op: u32,
     /// Zero (keeps the struct free of padding).
     pub pad: u32,

@@ -81,7 +81,7 @@ pub struct Op {
 impl Op {
     /// Sends input.
     pub const SEND: Op = Op { recv: false, send: true, src: Buf::Input, dst: Buf::None };
-    /// Sends output, with no pre-op: it is already a result (the tree root's broadcast).
+    /// Sends output, with no pre-op: it is already a result.
     pub const SEND_FROM_OUTPUT: Op = Op { recv: false, send: true, src: Buf::Output, dst: Buf::None };
     /// Receives into the output.
     pub const RECV: Op = Op { recv: true, send: false, src: Buf::None, dst: Buf::Output };
@@ -538,7 +538,7 @@ impl<'a, M: DataMover, const MAX_RECV: usize, const MAX_SEND: usize, const SPC: 
         self.run(Op::SEND, inp_ix, 0, n, false)
     }
     /// Sends `n` elements of the output at `out_ix`, with no pre-op: it is already a result
-    /// (NCCL's `directSendFromOutput`, the tree root's broadcast).
+    /// (NCCL's `directSendFromOutput`).
     #[inline(always)]
     pub fn send_from_output(&mut self, out_ix: u64, n: i64) {
         self.run(Op::SEND_FROM_OUTPUT, out_ix, 0, n, false)

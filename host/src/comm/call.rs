@@ -77,7 +77,10 @@ impl ReduceOp {
         }
     }
 
-    /// The device operator and its argument for `dtype` over `nranks` ranks.
+    /// The device operator and its argument for `dtype` over `nranks` ranks. For
+    /// [`ReduceOp::PreMulSumAt`] the argument is the scalar's address, which kernels read only
+    /// under the op code `rsccl_device::redop::PRE_MUL_SUM_AT` (a launch with the operator's
+    /// own code would take the address as the scalar).
     ///
     /// ```
     /// use rsccl::comm::ReduceOp;

@@ -208,6 +208,13 @@ impl Comm {
         status: &DeviceBuffer,
     ) -> Result<CallSig> {
         self.check_usable()?;
+        // Multimem has no PreMulSum, so the plan never picks NVLS for one; its kernels take no
+        // op argument, and would drop a scalar.
+        if dev.scalar_at {
+            return Err(Error::InvalidConfig(
+                "NVLS cannot apply PreMulSum (its scalar in device memory)".into(),
+            ));
+        }
         let seq = self.health.progress.enter(dev.coll, false);
         let prims = self.prims_status(status, dev, plan.algorithm, seq);
         let sig = prims.call;

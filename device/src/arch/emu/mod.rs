@@ -352,8 +352,9 @@ fn run_block(b: u64, dims: LaunchDims, launch: Arc<LaunchShared>, stack: usize, 
 
 /// A yield that took longer than this handed the core to a thread that does not sleep (another
 /// test's, another process's): Linux's scheduler then runs it for a whole time slice, so the
-/// block's next [`CROWDED_ROUNDS`] idle rounds sleep a microsecond instead, which wakes it as
-/// soon as its producers have written (a yield per poll made LL128 runs 25× slower there).
+/// block's next [`CROWDED_ROUNDS`] idle rounds sleep briefly instead (a timed sleep, the
+/// timer's slack included: tens of µs, far less than a slice). A yield per idle round made
+/// LL128 runs 25× slower beside busy threads.
 const COSTLY_YIELD: Duration = Duration::from_micros(200);
 /// Idle rounds a block sleeps instead of yielding after a [`COSTLY_YIELD`].
 const CROWDED_ROUNDS: u32 = 1024;

@@ -22,11 +22,13 @@ pub(crate) struct LaunchShared {
 /// The scheduling state of one block's threads (all on the block's OS thread): which are
 /// parked, and whether the block made progress.
 pub(crate) struct BlockSched {
-    /// Bumped whenever a barrier or warp collective completes or a thread ends: a scheduler
-    /// round without progress means every thread waits on something outside the block.
+    /// Bumped whenever a barrier completes or a thread ends: a scheduler round without
+    /// progress (nor a warp's, below) means every thread waits on something outside the block.
     pub(super) progress: Cell<u64>,
     /// Bumped whenever a warp collective completes: progress unless a thread of the block
-    /// also spun on memory that round (then it is a warp's poll, as LL128's re-poll vote).
+    /// also spun on memory that round (then it is most likely a warp's poll, as LL128's
+    /// re-poll vote; judged per block, which measured faster than per warp: a block that waits
+    /// anywhere gives up its core sooner).
     pub(super) warp_progress: Cell<u64>,
     /// Bumped by every spin-wait hint: a thread polls memory another block or launch writes.
     pub(super) spins: Cell<u64>,
