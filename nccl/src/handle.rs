@@ -2,6 +2,7 @@
 //! how failures become NCCL's result codes and `ncclGetLastError` text.
 use crate::abi::{self, NcclComm, NcclResult};
 use rsccl::backend::{self, Backend, DeviceBuffer, Preference};
+use rsccl::bootstrap::Cancel;
 use rsccl::{Comm, CommConfig, DataType, Error, ReduceOp};
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -130,6 +131,8 @@ pub struct CommHandle {
     comm: OnceLock<Comm>,
     /// A nonblocking init still running.
     pending: Mutex<Option<JoinHandle<rsccl::Result<Comm>>>>,
+    /// Stops that init's waits on other ranks (`ncclCommAbort`).
+    pub cancel: Cancel,
     /// Why the init failed.
     init_failed: Mutex<Option<Fail>>,
     /// The dynamic ops (PreMulSum, its scalar's value or address) and the type each was made
@@ -152,6 +155,7 @@ impl CommHandle {
         CommHandle {
             comm: OnceLock::new(),
             pending: Mutex::new(None),
+            cancel: Cancel::new(),
             init_failed: Mutex::new(None),
             ops: Mutex::new(Vec::new()),
             rank,
@@ -179,6 +183,16 @@ impl CommHandle {
             .map_err(|e| Fail { code: abi::SYSTEM_ERROR, msg: format!("starting the init thread: {e}") })?;
         *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
         Ok(())
+    }
+
+    /// Waits for a nonblocking init still running to end and takes its result (NCCL joins the
+    /// init thread before it destroys or aborts a communicator; an abort first cancels it).
+    pub fn finish_init(&self) {
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = pending {
+            let r = h.join().unwrap_or_else(|_| Err(Error::InvalidConfig("the init thread panicked".into())));
+            self.set(r);
+        }
     }
 
     /// `ncclSuccess` when the communicator is ready, `ncclInProgress` while its init runs, or

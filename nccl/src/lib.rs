@@ -386,7 +386,8 @@ unsafe fn init_rank(
         return group::queue_init(QueuedInit { handle: h, be, id, cfg });
     }
     if !blocking {
-        hr.spawn_init(move || Comm::init_rank(&be, n, r, &id, cfg))?;
+        let cancel = hr.cancel.clone();
+        hr.spawn_init(move || Comm::init_rank_cancellable(&be, n, r, &id, cfg, &cancel))?;
         return Err(Fail { code: abi::IN_PROGRESS, msg: String::new() });
     }
     hr.set(Comm::init_rank(&be, n, r, &id, cfg));
@@ -522,18 +523,22 @@ api! {
         }
         // SAFETY: a handle this library created (the caller's contract); not used after this.
         let h = unsafe { Box::from_raw(comm) };
-        let _ = h.state();
+        h.finish_init();
         drop(h);
         Ok(())
     }
 
-    /// Stops the communicator's calls in flight and frees it (NULL: nothing, as in NCCL).
+    /// Stops the communicator's calls in flight and frees it (NULL: nothing, as in NCCL). A
+    /// nonblocking init still running is stopped first: its waits on other ranks end within
+    /// about [`rsccl::bootstrap::CANCEL_POLL`], and its thread is gone when this returns.
     fn ncclCommAbort / pncclCommAbort(comm: NcclComm) {
         if comm.is_null() {
             return Ok(());
         }
         // SAFETY: a handle this library created (the caller's contract); not used after this.
         let h = unsafe { Box::from_raw(comm) };
+        h.cancel.cancel();
+        h.finish_init();
         if let Ok(c) = h.comm() {
             let _ = c.abort();
         }

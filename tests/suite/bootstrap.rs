@@ -168,6 +168,61 @@ fn a_root_nobody_answers_for_times_out() {
     assert!(e.to_string().contains("could not connect"), "{e}");
 }
 
+/// A [`bootstrap::Cancel`] ends each kind of wait long before the timeout, naming what it
+/// waited for: the root's table (a rank never came), a root nobody listens at, a collective
+/// whose peer never calls it.
+#[test]
+fn a_cancel_ends_every_wait_of_a_bootstrap() {
+    let cancel_after = |c: &bootstrap::Cancel, d: Duration| {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(d);
+            c.cancel();
+        })
+    };
+    let quick = |took: Duration| assert!(took < Duration::from_secs(3), "ended {took:?} after the cancel");
+    // Rank 1 of 2 never comes: rank 0 waits for the root's table.
+    let id = loopback_id();
+    let c = bootstrap::Cancel::new();
+    let t = cancel_after(&c, Duration::from_millis(200));
+    let start = Instant::now();
+    let e = Bootstrap::init_cancellable(&id, 0, 2, &[], T, None, &c).unwrap_err();
+    quick(start.elapsed());
+    t.join().unwrap();
+    let want =
+        BootstrapError::Aborted { rank: 0, during: format!("waiting for the root at {}", id.root_addr()) };
+    assert_eq!(bootstrap_err(e), want);
+    // Nobody listens at the root's address: rank 0 keeps trying to connect.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = l.local_addr().unwrap();
+    drop(l);
+    let id: UniqueId = format!("{closed}#00112233445566778899aabbccddeeff").parse().unwrap();
+    let c = bootstrap::Cancel::new();
+    let t = cancel_after(&c, Duration::from_millis(200));
+    let start = Instant::now();
+    let e = Bootstrap::init_cancellable(&id, 0, 2, &[], T, None, &c).unwrap_err();
+    quick(start.elapsed());
+    t.join().unwrap();
+    assert_eq!(e.to_string(), format!("bootstrap: rank 0: aborted while connecting to the root at {closed}"));
+    // Both ranks came; rank 0's all_gather waits for rank 1, which never calls it.
+    let id = loopback_id();
+    let c = bootstrap::Cancel::new();
+    let c0 = c.clone();
+    let r0 = std::thread::spawn(move || Bootstrap::init_cancellable(&id, 0, 2, &[], T, None, &c0));
+    let r1 = Bootstrap::init(&id, 1, 2, &[], T).unwrap();
+    let mut r0 = r0.join().unwrap().unwrap();
+    let t = cancel_after(r0.cancel(), Duration::from_millis(200));
+    let start = Instant::now();
+    let e = r0.all_gather(b"x").unwrap_err();
+    quick(start.elapsed());
+    t.join().unwrap();
+    assert!(c.is_cancelled(), "the bootstrap keeps the caller's flag");
+    assert!(e.to_string().ends_with("rank 0: aborted while all_gather: waiting for rank 1"), "{e}");
+    // Later waits end at once too.
+    assert!(r0.barrier().unwrap_err().to_string().contains("aborted while"));
+    drop(r1);
+}
+
 /// Every log line of the bootstrap from now on (the hook is process-wide: callers filter by
 /// address), still written to stderr.
 fn capture_log() -> &'static Mutex<Vec<String>> {

@@ -50,6 +50,25 @@ fn abort_leaves_the_communicator_refused() {
     assert!(comms[0].enqueue().all_reduce(b, b, 1024, DataType::F32, ReduceOp::Sum).is_err());
 }
 
+/// `abort()` ends a bootstrap wait of another thread's call: a split whose other rank never
+/// splits used to wait out the whole bootstrap timeout after the abort.
+#[test]
+fn abort_ends_a_split_waiting_on_another_thread() {
+    let be = backend::cpu();
+    let cfg = CommConfig { bootstrap_timeout: Duration::from_secs(60), ..CommConfig::default() };
+    let comms = Comm::init_all(&be, 2, cfg.clone()).unwrap();
+    let c0 = &comms[0];
+    let (e, took) = std::thread::scope(|s| {
+        let split = s.spawn(|| c0.split(Some(0), 0, cfg.clone()).map(|_| ()));
+        std::thread::sleep(Duration::from_millis(300));
+        let asked = Instant::now();
+        c0.abort().unwrap();
+        (split.join().unwrap().unwrap_err(), asked.elapsed())
+    });
+    assert!(took < Duration::from_secs(5), "the split ended {took:?} after the abort: {e}");
+    assert!(e.to_string().contains("rank 0: aborted while"), "{e}");
+}
+
 /// `init_all(2000)` started 2000 threads and 1.7 GB before failing after 16 s; the 1024-rank
 /// limit of one process (`LocalGroup`'s) is now checked first.
 #[test]

@@ -56,6 +56,13 @@ pub enum BootstrapError {
         /// What was being done and what went wrong.
         what: String,
     },
+    /// The bootstrap's [`Cancel`](super::Cancel) was cancelled (an abort) while the rank waited.
+    Aborted {
+        /// The rank reporting.
+        rank: usize,
+        /// What it was waiting for.
+        during: String,
+    },
     /// This process could not set itself up (listener, random secret, thread).
     Local {
         /// The rank, where there is one.
@@ -117,6 +124,7 @@ impl std::fmt::Display for BootstrapError {
             BootstrapError::Link { rank, peer: None, addr, what } => {
                 write!(f, "rank {rank}: {what} (root at {addr})")
             }
+            BootstrapError::Aborted { rank, during } => write!(f, "rank {rank}: aborted while {during}"),
             BootstrapError::Local { rank: Some(r), what } => write!(f, "rank {r}: {what}"),
             BootstrapError::Local { rank: None, what } => write!(f, "{what}"),
         }

@@ -1,5 +1,6 @@
 //! What every bootstrap connection uses, below the rest of the bootstrap: a rank's entry in
 //! the table, connecting to a listener, the handshake timeout and the log.
+use super::cancel::Cancel;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -59,15 +60,28 @@ pub(crate) fn connect_once(addr: SocketAddr, deadline: Instant) -> std::result::
     Ok(s)
 }
 
-/// Connects to `addr`, retrying (the listener may not be up yet) until `deadline`.
-pub(crate) fn connect(addr: SocketAddr, deadline: Instant) -> std::result::Result<TcpStream, String> {
+/// Longest single connect attempt of [`connect`]: an address that never answers is tried
+/// again after it (and a [`Cancel`] looked at).
+pub(crate) const CONNECT_SLICE: Duration = Duration::from_secs(2);
+
+/// Connects to `addr`, retrying (the listener may not be up yet) until `deadline`, or until
+/// `cancel` (where given) is cancelled: `Err(None)` then, else `Err(Some(why))`.
+pub(crate) fn connect(
+    addr: SocketAddr,
+    deadline: Instant,
+    cancel: Option<&Cancel>,
+) -> std::result::Result<TcpStream, Option<String>> {
+    let cancelled = || cancel.is_some_and(Cancel::is_cancelled);
     let mut pause = Duration::from_millis(2);
     loop {
+        if cancelled() {
+            return Err(None);
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err("could not connect in time".into());
+            return Err(Some("could not connect in time".into()));
         }
-        let err = match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(2))) {
+        let err = match TcpStream::connect_timeout(&addr, left.min(CONNECT_SLICE)) {
             Ok(s) => {
                 let _ = s.set_nodelay(true);
                 return Ok(s);
@@ -76,7 +90,7 @@ pub(crate) fn connect(addr: SocketAddr, deadline: Instant) -> std::result::Resul
         };
         let left = deadline.saturating_duration_since(Instant::now());
         if left <= pause {
-            return Err(format!("could not connect: {err}"));
+            return Err(Some(format!("could not connect: {err}")));
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(100));

@@ -132,7 +132,7 @@ impl Mailbox {
         deadline: Instant,
     ) -> Result<&mut TcpStream, String> {
         if !self.out.contains_key(&peer) {
-            let mut s = connect(addr, deadline)?;
+            let mut s = connect(addr, deadline, None).map_err(Option::unwrap_or_default)?;
             let hello = PeerHello { from: self.rank, to: peer, nranks: self.nranks }.encode();
             write_frame(&mut s, &self.secret, Kind::Hello, &hello, deadline)
                 .map_err(|e| format!("introducing this rank failed: {e}"))?;

@@ -24,7 +24,9 @@
 //! goes on: a port scanner cannot stall or crash the root or a rank. Every wait of a call — each
 //! socket read and write, each receive — has a deadline derived from the timeout given to
 //! [`Bootstrap::init`]; nothing blocks forever. (A rank's background readers wait on idle peer
-//! connections for as long as the [`Bootstrap`] lives; dropping it shuts them down.)
+//! connections for as long as the [`Bootstrap`] lives; dropping it shuts them down.) A
+//! [`Cancel`] given to [`Bootstrap::init_cancellable`] ends every wait early, from any thread
+//! (an abort).
 //!
 //! ```
 //! use rsccl::bootstrap::Bootstrap;
@@ -47,6 +49,7 @@
 //! }
 //! # Ok::<(), rsccl::Error>(())
 //! ```
+mod cancel;
 pub mod depart;
 mod error;
 pub(crate) mod host;
@@ -63,6 +66,7 @@ mod status;
 mod unique_id;
 pub mod wire;
 
+pub use cancel::{Cancel, CANCEL_POLL};
 pub use depart::{Departure, DepartureHook, Notifier};
 pub use error::BootstrapError;
 pub use host::HOSTID_VAR;
@@ -91,11 +95,13 @@ fn join_root(
     secret: &Secret,
     me: &PeerInfo,
     nranks: usize,
-    deadline: Instant,
-    timeout: Duration,
+    (deadline, timeout): (Instant, Duration),
+    cancel: &Cancel,
 ) -> std::result::Result<Vec<PeerInfo>, BootstrapError> {
     let rank = me.rank;
     let link = |what: String| BootstrapError::Link { rank, peer: None, addr: root, what };
+    let aborted = || BootstrapError::Aborted { rank, during: format!("waiting for the root at {root}") };
+    let until = Wait::UntilCancelled(deadline, cancel);
     // A root that closes the connection before it answers anything never took this rank in (it
     // was swamped, or this rank was too slow to speak): connect again.
     let mut peers = Vec::with_capacity(nranks);
@@ -105,9 +111,9 @@ fn join_root(
             let wait = deadline.saturating_duration_since(Instant::now());
             let hello = RankHello { nranks, wait, info: me.clone() }.encode();
             write_frame(&mut rs, secret, Kind::RankInfo, &hello, deadline)
-                .and_then(|()| read_frame(&mut rs, secret, Wait::Until(deadline), MAX_CONTROL_LEN))
+                .and_then(|()| read_frame(&mut rs, secret, until, MAX_CONTROL_LEN))
         } else {
-            read_frame(&mut rs, secret, Wait::Until(deadline), MAX_CONTROL_LEN)
+            read_frame(&mut rs, secret, until, MAX_CONTROL_LEN)
         };
         let (kind, payload) = match got {
             Ok(x) => x,
@@ -117,9 +123,13 @@ fn join_root(
                 log(format_args!("rank {rank}: the root at {root} dropped this rank's connection; retrying"));
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(200));
-                rs = connect(root, deadline).map_err(|e| link(format!("reconnecting: {e}")))?;
+                rs = connect(root, deadline, Some(cancel)).map_err(|e| match e {
+                    Some(e) => link(format!("reconnecting: {e}")),
+                    None => aborted(),
+                })?;
                 continue;
             }
+            Err(FrameError::Cancelled) => return Err(aborted()),
             Err(FrameError::TimedOut) => {
                 return Err(link(format!(
                     "the root did not answer within {} (it says which ranks are missing before a \
@@ -189,6 +199,8 @@ pub struct Bootstrap {
     cause: Option<String>,
     /// The hooks for other ranks' notices, shared with the listener's threads.
     notices: Arc<notice::NoticeBoard>,
+    /// Ends this rank's waits early (an abort).
+    cancel: Cancel,
 }
 
 /// How often a receive that waits looks whether a peer process of this host still lives.
@@ -224,18 +236,21 @@ impl Bootstrap {
         local_info: &[u8],
         timeout: Duration,
     ) -> Result<Bootstrap> {
-        Self::init_on_host(id, rank, nranks, local_info, timeout, None)
+        Self::init_cancellable(id, rank, nranks, local_info, timeout, None, &Cancel::new())
     }
 
     /// [`Bootstrap::init`] for a rank that says which host it is on (`host_id`, as
-    /// `RSCCL_HOSTID` says for a whole process): ranks of one process can play several nodes.
-    pub fn init_on_host(
+    /// `RSCCL_HOSTID` says for a whole process: ranks of one process can play several nodes),
+    /// and whose waits — now and in every later call — end when `cancel` is cancelled, failing
+    /// with [`BootstrapError::Aborted`].
+    pub fn init_cancellable(
         id: &UniqueId,
         rank: usize,
         nranks: usize,
         local_info: &[u8],
         timeout: Duration,
         host_id: Option<&str>,
+        cancel: &Cancel,
     ) -> Result<Bootstrap> {
         let invalid = |why: String| BootstrapError::InvalidArgument(why).into();
         if nranks == 0 || nranks > MAX_RANKS {
@@ -259,8 +274,10 @@ impl Bootstrap {
         let local = |what: String| BootstrapError::Local { rank: Some(rank), what };
         let host = host::identity_as(host_id);
 
-        let rs = connect(root, deadline)
-            .map_err(|e| link(format!("{e}; gave up after {}", fmt_duration(timeout))))?;
+        let rs = connect(root, deadline, Some(cancel)).map_err(|e| match e {
+            Some(e) => link(format!("{e}; gave up after {}", fmt_duration(timeout))),
+            None => BootstrapError::Aborted { rank, during: format!("connecting to the root at {root}") },
+        })?;
         // Listen where the root's connection leaves this host: peers reach us the same way.
         let ip = rs.local_addr().map_err(|e| local(format!("bootstrap socket: {e}")))?.ip();
         let listener =
@@ -281,7 +298,7 @@ impl Bootstrap {
             pid: std::process::id(),
             info: local_info.to_vec(),
         };
-        let peers = join_root(rs, root, &secret, &me, nranks, deadline, timeout)?;
+        let peers = join_root(rs, root, &secret, &me, nranks, (deadline, timeout), cancel)?;
 
         let local_ranks = peers.iter().filter(|p| p.host_hash == host.hash).map(|p| p.rank).collect();
         let mut b = Bootstrap {
@@ -298,6 +315,7 @@ impl Bootstrap {
             intra_seq: 0,
             cause: None,
             notices,
+            cancel: cancel.clone(),
         };
         if nranks > 1 {
             let (next, prev) = (b.next(), b.prev());
@@ -305,7 +323,7 @@ impl Bootstrap {
             if let Err(e) = b.mailbox.connection(next, next_addr, deadline) {
                 return Err(b.link_err(next, format!("connecting to the ring successor failed: {e}")));
             }
-            b.mailbox.wait_hello(prev, deadline).map_err(|e| b.recv_err("forming the ring", prev, e))?;
+            b.wait_hello(prev, deadline)?;
         }
         Ok(b)
     }
@@ -580,6 +598,9 @@ impl Bootstrap {
             match self.mailbox.recv(lane, peer, tag, slice) {
                 Ok(d) => return Ok(d),
                 Err(RecvError::TimedOut) if slice < deadline => {
+                    if self.cancel.is_cancelled() {
+                        return Err(self.aborted(format!("{op}: waiting for rank {peer}")));
+                    }
                     // link_err names the death (and keeps it as the cause).
                     if self.died(peer).is_some() {
                         return Err(self.link_err(peer, format!("{op}: waiting for rank {peer}")));
@@ -588,6 +609,32 @@ impl Bootstrap {
                 Err(e) => return Err(self.recv_err(op, peer, e)),
             }
         }
+    }
+
+    /// Waits until ring predecessor `prev` has connected, looking at the cancel meanwhile.
+    fn wait_hello(&mut self, prev: usize, deadline: Instant) -> Result<()> {
+        loop {
+            let slice = (Instant::now() + CANCEL_POLL).min(deadline);
+            match self.mailbox.wait_hello(prev, slice) {
+                Ok(()) => return Ok(()),
+                Err(RecvError::TimedOut) if slice < deadline => {
+                    if self.cancel.is_cancelled() {
+                        return Err(self.aborted(format!("forming the ring: waiting for rank {prev}")));
+                    }
+                }
+                Err(e) => return Err(self.recv_err("forming the ring", prev, e)),
+            }
+        }
+    }
+
+    /// This rank's waits were cancelled during `during`.
+    fn aborted(&self, during: String) -> crate::Error {
+        BootstrapError::Aborted { rank: self.rank, during }.into()
+    }
+
+    /// The flag that stops this bootstrap's waits (shared with whoever made it).
+    pub fn cancel(&self) -> &Cancel {
+        &self.cancel
     }
 
     /// Sends `data` (at most [`MAX_BOOTSTRAP_MSG`] bytes) to `peer` with `tag`, as NCCL's

@@ -14,6 +14,7 @@
 //! A reader checks magic, version, secret, kind and then the length against the bound of what it
 //! expects, all before it allocates anything for the payload; a connection that fails any check
 //! is dropped. Payload integers are little-endian; strings and byte strings carry their length.
+use super::cancel::{Cancel, CANCEL_POLL};
 use super::secret::Secret;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
@@ -143,6 +144,8 @@ pub(crate) enum FrameError {
     },
     /// The deadline passed.
     TimedOut,
+    /// The wait's [`Cancel`] was cancelled.
+    Cancelled,
     /// The peer reset the connection.
     Reset,
     BadMagic,
@@ -166,6 +169,7 @@ impl std::fmt::Display for FrameError {
             FrameError::Eof { got: 0 } => write!(f, "connection closed"),
             FrameError::Eof { got } => write!(f, "connection closed after {got} bytes of a frame"),
             FrameError::TimedOut => write!(f, "timed out"),
+            FrameError::Cancelled => write!(f, "aborted"),
             FrameError::Reset => write!(f, "connection reset"),
             FrameError::BadMagic => write!(f, "wrong magic (not an rsccl bootstrap peer)"),
             FrameError::BadVersion(v) => write!(f, "protocol version {v}, expected {VERSION}"),
@@ -192,9 +196,11 @@ fn io_err(e: io::Error) -> FrameError {
 
 /// How long a reader waits for a frame.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Wait {
+pub(crate) enum Wait<'a> {
     /// The whole frame by this instant.
     Until(Instant),
+    /// As `Until`, or until the [`Cancel`] is cancelled (looked at every [`CANCEL_POLL`]).
+    UntilCancelled(Instant, &'a Cancel),
     /// The first byte whenever it comes (an idle connection), then the rest within this time.
     Idle(Duration),
 }
@@ -209,24 +215,34 @@ fn left(deadline: Instant) -> Result<Duration, FrameError> {
     }
 }
 
-/// Fills `buf`, each read bounded by `deadline` (none: block until data or close). `done` counts
-/// bytes of the frame before `buf`, for the report of a close in the middle.
+/// Fills `buf`, each read bounded by `deadline` (none: block until data or close) and, where
+/// `cancel` is given, ended by it within [`CANCEL_POLL`]. `done` counts bytes of the frame
+/// before `buf`, for the report of a close in the middle.
 fn read_full(
     s: &mut TcpStream,
     buf: &mut [u8],
     deadline: Option<Instant>,
+    cancel: Option<&Cancel>,
     done: usize,
 ) -> Result<(), FrameError> {
     let mut got = 0;
     while got < buf.len() {
-        s.set_read_timeout(deadline.map(left).transpose()?).map_err(io_err)?;
+        if cancel.is_some_and(Cancel::is_cancelled) {
+            return Err(FrameError::Cancelled);
+        }
+        let mut wait = deadline.map(left).transpose()?;
+        if cancel.is_some() {
+            wait = Some(wait.map_or(CANCEL_POLL, |w| w.min(CANCEL_POLL)));
+        }
+        s.set_read_timeout(wait).map_err(io_err)?;
         match s.read(&mut buf[got..]) {
             Ok(0) => return Err(FrameError::Eof { got: done + got }),
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // A spurious wake-up before the deadline reads again; `left` ends it at the deadline.
+            // A spurious wake-up (or a cancel's slice) before the deadline reads again; `left`
+            // ends it at the deadline.
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                if deadline.is_none() {
+                if deadline.is_none() && cancel.is_none() {
                     return Err(FrameError::TimedOut);
                 }
             }
@@ -260,21 +276,25 @@ pub(crate) fn read_frame(
     max_len: usize,
 ) -> Result<(Kind, Vec<u8>), FrameError> {
     let mut hb = [0u8; HEADER_LEN];
-    let deadline = match wait {
+    let (deadline, cancel) = match wait {
         Wait::Until(d) => {
-            read_full(s, &mut hb, Some(d), 0)?;
-            d
+            read_full(s, &mut hb, Some(d), None, 0)?;
+            (d, None)
+        }
+        Wait::UntilCancelled(d, c) => {
+            read_full(s, &mut hb, Some(d), Some(c), 0)?;
+            (d, Some(c))
         }
         Wait::Idle(t) => {
-            read_full(s, &mut hb[..1], None, 0)?;
+            read_full(s, &mut hb[..1], None, None, 0)?;
             let d = Instant::now() + t;
-            read_full(s, &mut hb[1..], Some(d), 1)?;
-            d
+            read_full(s, &mut hb[1..], Some(d), None, 1)?;
+            (d, None)
         }
     };
     let h = Header::check(&hb, secret, max_len)?;
     let mut payload = vec![0u8; h.len as usize];
-    read_full(s, &mut payload, Some(deadline), HEADER_LEN)?;
+    read_full(s, &mut payload, Some(deadline), cancel, HEADER_LEN)?;
     Ok((h.kind, payload))
 }
 
@@ -471,6 +491,40 @@ mod tests {
         assert_eq!(r, Err(FrameError::TimedOut));
         drop(a);
         assert!(matches!(read_frame(&mut b, &s, Wait::Until(soon()), 16), Err(FrameError::Eof { .. })));
+    }
+
+    #[test]
+    fn a_cancellable_read_keeps_a_slow_frame_whole_and_ends_when_cancelled() {
+        let (mut a, mut b) = pair();
+        let s = [1u8; 16];
+        let cancel = Cancel::new();
+        let soon = Instant::now() + Duration::from_secs(10);
+        // A frame cut in two, its halves further apart than the cancel's poll: read whole.
+        let f = frame(Kind::Hello, &s, b"abcdef");
+        let (head, tail) = f.split_at(HEADER_LEN + 2);
+        let (head, tail) = (head.to_vec(), tail.to_vec());
+        let w = std::thread::spawn(move || {
+            a.write_all(&head).unwrap();
+            std::thread::sleep(CANCEL_POLL * 3);
+            a.write_all(&tail).unwrap();
+            a
+        });
+        let got = read_frame(&mut b, &s, Wait::UntilCancelled(soon, &cancel), 16).unwrap();
+        assert_eq!(got, (Kind::Hello, b"abcdef".to_vec()));
+        let _a = w.join().unwrap();
+        // Nothing more comes: a cancel from another thread ends the wait long before its deadline.
+        let c = cancel.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            c.cancel();
+        });
+        let asked = Instant::now();
+        assert_eq!(
+            read_frame(&mut b, &s, Wait::UntilCancelled(soon, &cancel), 16),
+            Err(FrameError::Cancelled)
+        );
+        assert!(asked.elapsed() < Duration::from_secs(3), "{:?}", asked.elapsed());
+        t.join().unwrap();
     }
 
     #[test]

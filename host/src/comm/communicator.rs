@@ -271,6 +271,9 @@ pub(super) struct Health {
     pub(super) leaving: super::departure::Leaving,
     /// Passes departures of other ranks on around the ring.
     pub(super) relay: Arc<super::departure::Relay>,
+    /// Ends the bootstrap's waits (the init's, and later a split's on another thread):
+    /// cancelled by `abort`.
+    pub(super) cancel: crate::bootstrap::Cancel,
 }
 
 /// Symmetric windows registered so far, and the ids handed out.
@@ -383,6 +386,8 @@ impl Comm {
             // The connections cannot be trusted after an aborted collective: close them.
             p.shutdown();
         }
+        // A bootstrap wait of another thread (a split waiting for ranks) ends too.
+        self.health.cancel.cancel();
         self.health.abort.store_u32(0, 1)
     }
 

@@ -8,7 +8,7 @@ use super::hang::Progress;
 use super::nvls;
 use super::wiring::*;
 use crate::backend::{Backend, DeviceBuffer, HostMapped};
-use crate::bootstrap::{Bootstrap, PeerInfo, UniqueId};
+use crate::bootstrap::{Bootstrap, Cancel, PeerInfo, UniqueId};
 use crate::channels::Channels;
 use crate::error::{Error, Result};
 use crate::topology::detect::NetDevice;
@@ -43,19 +43,59 @@ impl Comm {
         id: &UniqueId,
         cfg: CommConfig,
     ) -> Result<Comm> {
+        Self::init_rank_cancellable(backend, nranks, rank, id, cfg, &Cancel::new())
+    }
+
+    /// [`Comm::init_rank`] that another thread can stop (NCCL's `ncclCommAbort` of a
+    /// nonblocking init): once `cancel` is cancelled, the init's waits on other ranks — for the
+    /// root, for connections, for every exchange over the bootstrap — end within about
+    /// [`CANCEL_POLL`](crate::bootstrap::CANCEL_POLL) and it fails with an error saying it was
+    /// aborted and what it waited for. A network plugin's own connection waits end at their
+    /// deadline instead. The communicator keeps `cancel`: [`Comm::abort`] cancels it, ending
+    /// a bootstrap wait of another thread's call (a split's).
+    ///
+    /// ```
+    /// use rsccl::bootstrap::Cancel;
+    /// use rsccl::{backend, Comm, CommConfig, UniqueId};
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let be = backend::cpu();
+    /// let id = UniqueId::with_addr("127.0.0.1:0".parse().unwrap())?;
+    /// let cfg = CommConfig { bootstrap_timeout: Duration::from_secs(60), ..CommConfig::default() };
+    /// let cancel = Cancel::new();
+    /// let c = cancel.clone();
+    /// // Rank 1 of 2 never comes.
+    /// let t = std::thread::spawn(move || Comm::init_rank_cancellable(&be, 2, 0, &id, cfg, &c));
+    /// std::thread::sleep(Duration::from_millis(100));
+    /// let asked = Instant::now();
+    /// cancel.cancel();
+    /// let e = t.join().unwrap().unwrap_err();
+    /// assert!(asked.elapsed() < Duration::from_secs(5), "{e}");
+    /// assert!(e.to_string().contains("aborted while"), "{e}");
+    /// # Ok::<(), rsccl::Error>(())
+    /// ```
+    pub fn init_rank_cancellable(
+        backend: &Arc<dyn Backend>,
+        nranks: usize,
+        rank: usize,
+        id: &UniqueId,
+        cfg: CommConfig,
+        cancel: &Cancel,
+    ) -> Result<Comm> {
         crate::debug::init();
         let mut cfg = cfg;
         if cfg.nthreads == 0 {
             cfg.nthreads = backend.collective_threads();
         }
         let channels = cfg.shape(nranks)?;
-        let mut slot = Some(Bootstrap::init_on_host(
+        let mut slot = Some(Bootstrap::init_cancellable(
             id,
             rank,
             nranks,
             &local_info(&**backend),
             cfg.bootstrap_timeout,
             cfg.host_id.as_deref(),
+            cancel,
         )?);
         let r = Self::init_connected(backend, (nranks, rank), id, cfg, channels, &mut slot);
         // The ranks waiting on this one name the cause, not its closed connections.
@@ -78,6 +118,7 @@ impl Comm {
     ) -> Result<Comm> {
         let boot = slot.as_mut().expect("init_rank passes its bootstrap");
         let peers = boot.peers().to_vec();
+        let cancel = boot.cancel().clone();
         // Chosen once, before the topology: its devices are the hosts' NET nodes.
         let choose_net = |cfg: &CommConfig| {
             let choice = crate::transport::net::NetChoice {
@@ -180,6 +221,7 @@ impl Comm {
                 check_calls,
                 leaving: Default::default(),
                 relay,
+                cancel,
             },
             bootstrap: Mutex::new(slot.take().expect("still here")),
             queue: Mutex::new(Queue::default()),

@@ -1,0 +1,57 @@
+//! [`Cancel`]: stops a bootstrap's waits from another thread, as NCCL's abort flag stops its
+//! bootstrap's socket loops (`ncclCommAbort` of a nonblocking init still running).
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often a wait that can be cancelled looks at its [`Cancel`]: the longest an abort waits
+/// for a bootstrap wait to end (a connect to an address that never answers: at most
+/// [`CONNECT_SLICE`](super::link::CONNECT_SLICE)).
+pub const CANCEL_POLL: Duration = Duration::from_millis(100);
+
+/// A flag shared by a [`Bootstrap`](super::Bootstrap) (and the init that makes it) and whoever
+/// may stop it: once [`cancel`](Cancel::cancel)led, every wait of the bootstrap — for the root,
+/// for a peer's connection, for a message — ends within about [`CANCEL_POLL`] with
+/// [`BootstrapError::Aborted`](super::BootstrapError::Aborted), and so does every later one.
+/// Sends are not stopped (each is bounded by its deadline): a rank that gives up still tells
+/// its peers why.
+///
+/// ```
+/// use rsccl::bootstrap::{Bootstrap, Cancel};
+/// use rsccl::UniqueId;
+/// use std::time::{Duration, Instant};
+///
+/// // Rank 1 of 2 never comes: without the cancel this init would wait its whole minute.
+/// let id = UniqueId::with_addr("127.0.0.1:0".parse().unwrap())?;
+/// let cancel = Cancel::default();
+/// let c = cancel.clone();
+/// let t = std::thread::spawn(move || {
+///     Bootstrap::init_cancellable(&id, 0, 2, b"", Duration::from_secs(60), None, &c)
+/// });
+/// std::thread::sleep(Duration::from_millis(100));
+/// let asked = Instant::now();
+/// cancel.cancel();
+/// let e = t.join().unwrap().unwrap_err();
+/// assert!(asked.elapsed() < Duration::from_secs(5));
+/// assert!(e.to_string().contains("aborted"), "{e}");
+/// # Ok::<(), rsccl::Error>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    /// A flag not yet cancelled.
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    /// Stops the waits of every bootstrap sharing this flag, now and from now on.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether [`cancel`](Cancel::cancel) was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
