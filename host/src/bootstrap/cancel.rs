@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How often a wait that can be cancelled looks at its [`Cancel`]: the longest an abort waits
-/// for a bootstrap wait to end (a connect to an address that never answers: at most
-/// [`CONNECT_SLICE`](super::link::CONNECT_SLICE)).
+/// for a bootstrap wait to end (a connect to an address that never answers: at most its
+/// 2-second attempt).
 pub const CANCEL_POLL: Duration = Duration::from_millis(100);
 
 /// A flag shared by a [`Bootstrap`](super::Bootstrap) (and the init that makes it) and whoever
