@@ -346,3 +346,103 @@ fn premul_sum_reads_a_device_scalar_when_each_call_runs() {
         }
     }
 }
+
+/// The group kernel (collectives of a group on the rings, each protocol) and the symmetric LL
+/// kernel read a device-resident PreMulSum scalar when each call runs too, rewritten between
+/// calls. Exact: inputs in -1..=1 and scalars 2 and -4 in f32.
+#[test]
+fn premul_sum_at_in_group_kernels_and_the_symmetric_ll_kernel() {
+    use rsccl::comm::{Algorithm, BufRef, Call, Comm, CommConfig, Group, Protocol, ReduceOp, ScalarAt};
+    use rsccl_device::dtype::DataType;
+    use std::time::Duration;
+    let be = backend::cpu();
+    let (n, count) = (3usize, 1001usize);
+    let v = |r: usize, i: usize| ((i + r * r) % 3) as f32 - 1.0;
+    let sends: Vec<_> =
+        (0..n).map(|r| be.upload(&(0..count).map(|i| v(r, i)).collect::<Vec<f32>>()).unwrap()).collect();
+    let outs: Vec<_> = (0..2 * n).map(|_| be.alloc(4 * count).unwrap()).collect();
+    // `len` elements of `out` against the sum of elements `first..` scaled by `s`.
+    let check = |out: &rsccl::DeviceBuffer, s: f32, first: usize, len: usize, what: &str| {
+        let got: Vec<f32> = be.download(out, len).unwrap();
+        for (i, g) in got.iter().enumerate() {
+            let want = s * (0..n).map(|q| v(q, first + i)).sum::<f32>();
+            assert_eq!(*g, want, "{what} scalar {s}: element {}", first + i);
+        }
+    };
+    let scalar = be.alloc(8).unwrap();
+    // SAFETY: `scalar` holds one aligned f32 and outlives every call below.
+    let op = ReduceOp::PreMulSumAt(unsafe { ScalarAt::new(scalar.ptr()) });
+    for proto in ["Simple", "LL", "LL128"] {
+        let cfg = CommConfig {
+            nchannels: 2,
+            nthreads: 64,
+            step_bytes: 4096,
+            timeout: Duration::from_secs(20),
+            bootstrap_timeout: Duration::from_secs(20),
+            proto: Some(proto.into()),
+            ..CommConfig::default()
+        };
+        let comms = Comm::init_all(&be, n, cfg).unwrap();
+        for s in [2.0f32, -4.0] {
+            be.copy_in(&scalar, 0, &s.to_le_bytes()).unwrap();
+            // An all-reduce and a reduce-scatter per rank in one group kernel on the rings.
+            let mut g = Group::new();
+            for (r, c) in comms.iter().enumerate() {
+                let send = BufRef::from(&sends[r]);
+                let ar = Call::all_reduce(send, BufRef::from(&outs[2 * r]), count, DataType::F32, op);
+                g.call(c, ar.with_algorithm(Algorithm::Ring));
+                g.call(
+                    c,
+                    Call::reduce_scatter(send, BufRef::from(&outs[2 * r + 1]), count / n, DataType::F32, op),
+                );
+            }
+            let plans = g.plan(&comms[0]).unwrap();
+            assert!(plans.iter().all(|p| p.algorithm == Algorithm::Ring), "{proto}: {plans:?}");
+            g.run().unwrap_or_else(|e| panic!("{proto} group: {e}"));
+            for r in 0..n {
+                check(&outs[2 * r], s, 0, count, &format!("{proto} group all-reduce rank {r}"));
+                let per = count / n;
+                check(&outs[2 * r + 1], s, r * per, per, &format!("{proto} group reduce-scatter rank {r}"));
+            }
+        }
+    }
+    // The symmetric LL kernel: a small all-reduce per rank, each on a thread of its own.
+    let cfg = CommConfig {
+        nchannels: 2,
+        nthreads: 64,
+        timeout: Duration::from_secs(20),
+        bootstrap_timeout: Duration::from_secs(20),
+        ..CommConfig::default()
+    };
+    let comms = Comm::init_all(&be, n, cfg).unwrap();
+    for s in [2.0f32, -4.0] {
+        be.copy_in(&scalar, 0, &s.to_le_bytes()).unwrap();
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = comms
+                .iter()
+                .enumerate()
+                .map(|(r, c)| {
+                    let call = Call::all_reduce(
+                        BufRef::from(&sends[r]),
+                        BufRef::from(&outs[2 * r]),
+                        count,
+                        DataType::F32,
+                        op,
+                    );
+                    sc.spawn(move || {
+                        let w = c.enqueue().run(call)?;
+                        let plan = w.plan();
+                        w.wait().map(|()| plan)
+                    })
+                })
+                .collect();
+            for h in hs {
+                let plan = h.join().unwrap().unwrap();
+                assert_eq!((plan.algorithm, plan.protocol), (Algorithm::SymLl, Protocol::Ll));
+            }
+        });
+        for r in 0..n {
+            check(&outs[2 * r], s, 0, count, &format!("symmetric LL rank {r}"));
+        }
+    }
+}
