@@ -548,3 +548,37 @@ fn all_to_all_missing_signal_is_a_timeout_and_routes_are_checked() {
     let e = Routes::new(2, 2, vec![0, 1, 2, 0]).unwrap_err().to_string();
     assert!(e.contains("rank 1 sends row 0 to rank 2"), "{e}");
 }
+
+/// Every output element has its own place in the reordered buffer, inside it; an element
+/// outside the output (or the rows routed) has none, where it used to panic.
+#[test]
+fn offsets_are_distinct_inside_the_buffer_and_none_outside_the_output() {
+    use rsccl::overlap::routes::SendTables;
+    let s = shape(OverlapColl::AllReduce, 2, DataType::F16, 300, 200, 64);
+    let plan = OverlapPlan::by_waves(s, 2, &[1, 3]).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for row in 0..s.m {
+        for col in 0..s.n {
+            let o = plan.offset(row, col).unwrap();
+            assert!(o < plan.elems(), "({row}, {col}) at {o}");
+            assert!(seen.insert(o), "({row}, {col}) shares {o}");
+        }
+    }
+    for (row, col) in [(s.m, 0), (0, s.n), (usize::MAX, usize::MAX)] {
+        assert_eq!(plan.offset(row, col), None, "({row}, {col})");
+    }
+    // An all-to-all's send tables: each routed row's elements in distinct places; none past.
+    let a2a = shape(OverlapColl::AllToAll, 2, DataType::F16, 300, 200, 64);
+    let plan = OverlapPlan::by_waves(a2a, 2, &[1, 3]).unwrap();
+    let dest: Vec<u32> = (0..a2a.m as u32).map(|r| r % 2).collect();
+    let t = SendTables::new(&plan, &dest).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for row in 0..a2a.m {
+        for col in 0..a2a.n {
+            assert!(seen.insert(t.offset(&plan, row, col).unwrap()), "({row}, {col})");
+        }
+    }
+    assert_eq!(t.offset(&plan, 0, a2a.n), None);
+    assert_eq!(t.offset(&plan, a2a.m, 0), None);
+    assert_eq!(t.offset(&plan, usize::MAX, 0), None);
+}

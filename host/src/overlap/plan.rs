@@ -304,11 +304,15 @@ impl OverlapPlan {
 
     /// Where output element (`row`, `col`) lies in the reordered buffer (elements) of an
     /// all-reduce or reduce-scatter plan (an all-to-all's rows go where its
-    /// [`SendTables`](super::routes::SendTables) say).
-    pub fn offset(&self, row: usize, col: usize) -> usize {
+    /// [`SendTables`](super::routes::SendTables) say); `None` outside the `m × n` output.
+    pub fn offset(&self, row: usize, col: usize) -> Option<usize> {
+        if row >= self.shape.m || col >= self.shape.n {
+            return None;
+        }
         let l = self.layout(Default::default(), Default::default(), Default::default());
         let place = self.places[l.tile_of(row as u32, col as u32) as usize];
         let g = place.group as usize;
-        l.offset(place, self.first[g], self.first[g + 1] - self.first[g], row as u32, col as u32) as usize
+        Some(l.offset(place, self.first[g], self.first[g + 1] - self.first[g], row as u32, col as u32)
+            as usize)
     }
 }

@@ -186,11 +186,16 @@ impl SendTables {
         self.chunks[g * ranks + q]
     }
 
-    /// Where output element (`row`, `col`) lies in the reordered buffer (elements).
-    pub fn offset(&self, plan: &OverlapPlan, row: usize, col: usize) -> usize {
+    /// Where output element (`row`, `col`) lies in the reordered buffer (elements); `None`
+    /// outside the plan's `m × n` output.
+    pub fn offset(&self, plan: &OverlapPlan, row: usize, col: usize) -> Option<usize> {
+        if row >= plan.shape().m || col >= plan.shape().n {
+            return None;
+        }
         let (_, tiles_n) = plan.shape().tile_grid();
         let n = GEMM_TILE_N as usize;
-        self.pieces[row * tiles_n as usize + col / n] as usize * n + col % n
+        let piece = *self.pieces.get(row.checked_mul(tiles_n as usize)?.checked_add(col / n)?)?;
+        Some(piece as usize * n + col % n)
     }
 }
 
