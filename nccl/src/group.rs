@@ -135,9 +135,8 @@ pub enum ChildKind {
 impl QueuedChild {
     /// Makes the child on the calling thread and writes its handle (NULL when it has none).
     pub fn run(self) -> Res {
-        let parent = comm_of(self.parent)?;
-        // SAFETY: the parent handle is live until the group ends (NCCL's contract).
-        let device = unsafe { handle::handle(self.parent) }?.device;
+        let held = handle::handle(self.parent)?;
+        let (parent, device) = (held.comm()?, held.device);
         let child = match self.kind {
             ChildKind::Split { color, key } => parent.split(color, key, self.cfg.clone())?,
             ChildKind::Shrink { exclude, abort } => Some(parent.shrink(&exclude, abort, self.cfg.clone())?),
@@ -147,7 +146,7 @@ impl QueuedChild {
             Some(c) => {
                 let h = handle::CommHandle::new(c.rank(), c.nranks(), device, self.cfg);
                 h.set(Ok(c));
-                Box::into_raw(Box::new(h))
+                handle::publish(h)
             }
         };
         // SAFETY: checked non-NULL when queued; the caller's pointer stays valid until the
@@ -278,9 +277,10 @@ pub fn noted(r: Res) -> Res {
 fn spoiled(error: Fail, inits: Vec<QueuedInit>, children: Vec<QueuedChild>) -> Res {
     let msg = format!("a call inside the group failed, so none of it ran: {}", error.msg);
     for i in inits {
-        // SAFETY: the handle was created by the init that queued it and is not destroyed
-        // before the group ends (NCCL's contract).
-        unsafe { &*i.handle }.set(Err(rsccl::Error::InvalidConfig(msg.clone())));
+        // A handle destroyed since has nobody to tell.
+        if let Ok(h) = handle::handle(i.handle) {
+            h.set(Err(rsccl::Error::InvalidConfig(msg.clone())));
+        }
     }
     for c in children {
         // SAFETY: checked non-NULL when queued and valid until the group's end.
@@ -362,7 +362,7 @@ pub fn simulate_end() -> Res<Option<f32>> {
     let mut per_comm: Vec<(NcclComm, f64)> = Vec::new();
     for q in &calls {
         let Queued::Coll { comm, .. } = q else { continue };
-        let t = comm_of(*comm)?.estimate(&[call_of(q).expect("a collective")])?;
+        let t = handle::handle(*comm)?.comm()?.estimate(&[call_of(q).expect("a collective")])?;
         match per_comm.iter_mut().find(|(c, _)| *c == *comm) {
             Some((_, sum)) => *sum += t,
             None => per_comm.push((*comm, t)),
@@ -387,22 +387,25 @@ fn run_inits(inits: Vec<QueuedInit>) -> Res {
     if inits.is_empty() {
         return Ok(());
     }
+    // Each handle was returned by the init that queued it (destroyed since: refused here).
+    let held = inits.iter().map(|i| handle::handle(i.handle)).collect::<Res<Vec<_>>>()?;
     let jobs = inits
         .iter()
-        .map(|i| {
-            // SAFETY: the handle was created by the init that queued it and is not destroyed
-            // before the group ends (NCCL's contract).
-            let h = unsafe { &*i.handle };
-            InitJob { be: i.be.clone(), nranks: h.nranks, rank: h.rank, id: i.id, cfg: i.cfg.clone() }
+        .zip(&held)
+        .map(|(i, h)| InitJob {
+            be: i.be.clone(),
+            nranks: h.nranks,
+            rank: h.rank,
+            id: i.id,
+            cfg: i.cfg.clone(),
         })
         .collect();
     let mut first = None;
-    for (i, r) in inits.iter().zip(init_together(jobs)) {
+    for (h, r) in held.iter().zip(init_together(jobs)) {
         if let Err(e) = &r {
             first.get_or_insert_with(|| Fail::from(e.clone()));
         }
-        // SAFETY: as above.
-        unsafe { &*i.handle }.set(r);
+        h.set(r);
     }
     first.map_or(Ok(()), Err)
 }
@@ -438,11 +441,19 @@ pub fn init_together(jobs: Vec<InitJob>) -> Vec<rsccl::Result<Comm>> {
     })
 }
 
-/// The communicator of `comm`, for a queued call.
-fn comm_of<'a>(comm: NcclComm) -> Res<&'a Comm> {
-    // SAFETY: the caller passed a live handle when it queued the call and keeps it alive until
-    // the group ends (NCCL's contract).
-    unsafe { handle::handle(comm) }?.comm()
+/// The handles of `comms`, held while their calls run (a handle destroyed since its call was
+/// queued: refused).
+fn held(comms: impl IntoIterator<Item = NcclComm>) -> Res<Vec<(NcclComm, handle::Held)>> {
+    comms.into_iter().map(|c| Ok((c, handle::handle(c)?))).collect()
+}
+
+/// The communicator of `comm` among the handles `held`.
+fn comm_in(held: &[(NcclComm, handle::Held)], comm: NcclComm) -> Res<&Comm> {
+    held.iter()
+        .find(|(c, _)| *c == comm)
+        .ok_or_else(|| Fail::arg(format!("comm {comm:?} is not held")))?
+        .1
+        .comm()
 }
 
 /// The rsccl call of a queued collective (`None` for the others).
@@ -464,9 +475,9 @@ fn call_of(q: &Queued) -> Option<Call<'_>> {
 
 /// One call outside a group: the communicator's own path (its planner picks the algorithm).
 fn run_alone(q: &Queued) -> Res {
-    on_streams(std::slice::from_ref(q), || match q {
+    on_streams(std::slice::from_ref(q), |held| match q {
         Queued::Coll { comm, .. } => {
-            let (c, call) = (comm_of(*comm)?, call_of(q).expect("a collective"));
+            let (c, call) = (comm_in(held, *comm)?, call_of(q).expect("a collective"));
             if handle::on_gpu() {
                 c.enqueue().run(call)?.detach();
                 Ok(())
@@ -475,7 +486,7 @@ fn run_alone(q: &Queued) -> Res {
             }
         }
         Queued::Rooted { comm, kind: RootedKind::AllToAll, send, recv, count, dtype, .. } => {
-            let (c, s, r) = (comm_of(*comm)?, BufRef::from(send), BufRef::from(recv));
+            let (c, s, r) = (comm_in(held, *comm)?, BufRef::from(send), BufRef::from(recv));
             if handle::on_gpu() {
                 // Enqueued and returned, as the collectives are (NCCL's stream semantics).
                 c.enqueue().all_to_all(s, r, *count, *dtype)?.detach();
@@ -484,7 +495,7 @@ fn run_alone(q: &Queued) -> Res {
                 Ok(c.all_to_all(s, r, *count, *dtype)?)
             }
         }
-        _ => group_of(std::slice::from_ref(q)),
+        _ => group_of(std::slice::from_ref(q), held),
     })
 }
 
@@ -500,14 +511,19 @@ fn target(q: &Queued) -> (NcclComm, CudaStream) {
 /// Runs `body` (which completes `calls`) in the order of the callers' streams: each
 /// communicator's stream first waits for the work on the streams its calls were given, and
 /// each of those streams then waits for the communicator's calls.
-fn on_streams(calls: &[Queued], body: impl FnOnce() -> Res) -> Res {
+fn on_streams(calls: &[Queued], body: impl FnOnce(&[(NcclComm, handle::Held)]) -> Res) -> Res {
     let mut pairs: Vec<(NcclComm, CudaStream)> = calls.iter().map(target).collect();
     pairs.sort_by_key(|(c, s)| (*c as usize, s.0 as usize));
     pairs.dedup_by_key(|(c, s)| (*c as usize, s.0 as usize));
+    // Every communicator held until its calls were enqueued (or ran): one destroyed or aborted
+    // by another thread meanwhile is freed only after.
+    let mut comms: Vec<NcclComm> = pairs.iter().map(|(c, _)| *c).collect();
+    comms.dedup();
+    let held = held(comms)?;
     for (c, s) in &pairs {
         // SAFETY: NCCL's contract: a call's stream is NULL or a live stream of its
         // communicator's device, alive until the call was enqueued.
-        if unsafe { comm_of(*c)?.stream_is_capturing(s.0.cast()) }? {
+        if unsafe { comm_in(&held, *c)?.stream_is_capturing(s.0.cast()) }? {
             return Err(Fail::usage(
                 "the call's stream is being captured into a CUDA graph, which rsccl does not support yet \
                  (run the collective outside the capture)",
@@ -516,13 +532,13 @@ fn on_streams(calls: &[Queued], body: impl FnOnce() -> Res) -> Res {
     }
     for (c, s) in &pairs {
         // SAFETY: as above.
-        unsafe { comm_of(*c)?.wait_for_stream(s.0.cast()) }?;
+        unsafe { comm_in(&held, *c)?.wait_for_stream(s.0.cast()) }?;
     }
     // A call refused because an earlier failure left its communicator unusable reports that
     // failure's code (NCCL's ncclCommEnsureReady returns the stored async error), not the
     // refusal's.
-    let r = body().map_err(|mut f| {
-        let recorded = pairs.iter().find_map(|(c, _)| comm_of(*c).ok()?.async_error().err());
+    let r = body(&held).map_err(|mut f| {
+        let recorded = pairs.iter().find_map(|(c, _)| comm_in(&held, *c).ok()?.async_error().err());
         if let Some(e) = recorded {
             f.code = Fail::from(e).code;
         }
@@ -530,7 +546,7 @@ fn on_streams(calls: &[Queued], body: impl FnOnce() -> Res) -> Res {
     });
     for (c, s) in &pairs {
         // SAFETY: as above.
-        let signalled = unsafe { comm_of(*c)?.signal_stream(s.0.cast()) };
+        let signalled = unsafe { comm_in(&held, *c)?.signal_stream(s.0.cast()) };
         if r.is_ok() {
             signalled?;
         }
@@ -543,20 +559,20 @@ fn run_group(calls: &[Queued]) -> Res {
     if calls.is_empty() {
         return Ok(());
     }
-    on_streams(calls, || group_of(calls))
+    on_streams(calls, |held| group_of(calls, held))
 }
 
 /// Runs the calls as one rsccl group (an in-place all-to-all included, as NCCL accepts it in a
 /// group: nccl-tests' in-place pass under `-g`; its sends go from a copy made at launch).
-fn group_of(calls: &[Queued]) -> Res {
+fn group_of(calls: &[Queued], held: &[(NcclComm, handle::Held)]) -> Res {
     let mut g = Group::new();
     for q in calls {
         match q {
             Queued::Coll { comm, .. } => {
-                g.call(comm_of(*comm)?, call_of(q).expect("a collective"));
+                g.call(comm_in(held, *comm)?, call_of(q).expect("a collective"));
             }
             Queued::P2p { comm, recv, buf, count, dtype, peer, .. } => {
-                let c = comm_of(*comm)?;
+                let c = comm_in(held, *comm)?;
                 if *recv {
                     g.recv(c, BufRef::from(buf), *count, *dtype, *peer);
                 } else {
@@ -564,7 +580,7 @@ fn group_of(calls: &[Queued]) -> Res {
                 }
             }
             Queued::Rooted { comm, kind, send, recv, count, dtype, root, .. } => {
-                let c = comm_of(*comm)?;
+                let c = comm_in(held, *comm)?;
                 let (s, r) = (BufRef::from(send), BufRef::from(recv));
                 match kind {
                     RootedKind::AllToAll => g.all_to_all(c, s, r, *count, *dtype)?,

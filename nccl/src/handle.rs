@@ -303,13 +303,109 @@ impl CommHandle {
     }
 }
 
-/// The handle behind `comm`, or why there is none.
-///
-/// # Safety
-/// `comm` is NULL or a handle this library returned and that was not destroyed.
-pub unsafe fn handle<'a>(comm: NcclComm) -> Res<&'a CommHandle> {
-    // SAFETY: the caller's contract.
-    unsafe { comm.as_ref() }.ok_or_else(|| Fail::arg("comm is NULL"))
+/// The handles alive (by address), each with the calls using it now and whether it is being
+/// freed. A call holds its handle ([`Held`]) for as long as it runs, and `ncclCommDestroy` /
+/// `ncclCommAbort` free a handle only once no call holds it: a thread blocked in a call (a
+/// receive from a dead peer) while another aborts the communicator (PyTorch's watchdog) gets
+/// an error back, not freed memory. A call on a handle being freed, or already freed, is
+/// refused naming it (NCCL's "comm has already been destroyed").
+static LIVE: Mutex<Option<std::collections::HashMap<usize, Live>>> = Mutex::new(None);
+/// Signalled when a call lets go of a handle being freed.
+static LET_GO: std::sync::Condvar = std::sync::Condvar::new();
+
+/// A live handle's use.
+#[derive(Default)]
+struct Live {
+    calls: usize,
+    retiring: bool,
+}
+
+fn live() -> std::sync::MutexGuard<'static, Option<std::collections::HashMap<usize, Live>>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Makes `h` an `ncclComm_t` calls may use; freed by [`retire`].
+pub fn publish(h: CommHandle) -> NcclComm {
+    let comm = Box::into_raw(Box::new(h));
+    live().get_or_insert_with(Default::default).insert(comm as usize, Live::default());
+    comm
+}
+
+/// A handle a call is using: it stays allocated until the call lets go of it.
+pub struct Held {
+    comm: NcclComm,
+}
+
+impl std::ops::Deref for Held {
+    type Target = CommHandle;
+    fn deref(&self) -> &CommHandle {
+        // SAFETY: published, and not freed while held (`retire` waits for every holder).
+        unsafe { &*self.comm }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut l = live();
+        if let Some(e) = l.as_mut().and_then(|m| m.get_mut(&(self.comm as usize))) {
+            e.calls -= 1;
+            if e.retiring {
+                LET_GO.notify_all();
+            }
+        }
+    }
+}
+
+/// The handle behind `comm`, held for the caller's call, or why there is none: NULL, a handle
+/// being destroyed or aborted, or an address that is not a live handle of this library (any
+/// value is checked against the handles alive; a freed handle's address reused by a later one
+/// names that one, as in NCCL).
+pub fn handle(comm: NcclComm) -> Res<Held> {
+    if comm.is_null() {
+        return Err(Fail::arg("comm is NULL"));
+    }
+    let mut l = live();
+    match l.as_mut().and_then(|m| m.get_mut(&(comm as usize))) {
+        Some(e) if !e.retiring => {
+            e.calls += 1;
+            Ok(Held { comm })
+        }
+        Some(_) => Err(Fail::arg(format!("comm {comm:?} is being destroyed or aborted"))),
+        None => Err(Fail::arg(format!(
+            "comm {comm:?} is not a communicator of this library (destroyed or aborted already?)"
+        ))),
+    }
+}
+
+/// Frees handle `comm` for `ncclCommDestroy` / `ncclCommAbort`: refuses new calls on it, runs
+/// `stop` on it (an abort's: ending what other threads' calls wait for), waits until no call
+/// holds it, then frees it. Any value is checked as [`handle`] checks it.
+// `comm` is dereferenced only once found among the handles `publish` made and not yet freed.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn retire(comm: NcclComm, stop: impl FnOnce(&CommHandle)) -> Res {
+    {
+        let mut l = live();
+        match l.as_mut().and_then(|m| m.get_mut(&(comm as usize))) {
+            Some(e) if !e.retiring => e.retiring = true,
+            Some(_) => return Err(Fail::arg(format!("comm {comm:?} is already being destroyed or aborted"))),
+            None => {
+                return Err(Fail::arg(format!(
+                    "comm {comm:?} is not a communicator of this library (destroyed or aborted already?)"
+                )))
+            }
+        }
+    }
+    // SAFETY: published and not freed: only this call frees it, once no call holds it.
+    stop(unsafe { &*comm });
+    let mut l = live();
+    while l.as_ref().and_then(|m| m.get(&(comm as usize))).is_some_and(|e| e.calls > 0) {
+        l = LET_GO.wait(l).unwrap_or_else(|p| p.into_inner());
+    }
+    l.as_mut().and_then(|m| m.remove(&(comm as usize)));
+    drop(l);
+    // SAFETY: made by `publish`, no call holds it, and it is no longer published.
+    drop(unsafe { Box::from_raw(comm) });
+    Ok(())
 }
 
 /// A buffer over `bytes` of the caller's memory at `ptr`, for one call.

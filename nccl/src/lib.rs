@@ -157,15 +157,14 @@ unsafe fn collective(
 ) -> Res {
     // A failure inside a group fails its ncclGroupEnd too (NCCL's ncclGroupErrCheck).
     group::noted((|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { handle(comm) }?;
+        let h = handle(comm)?;
         let t = dtype(datatype)?;
         let op = match op {
             Some(o) => h.op(o.0, t)?,
             None => rsccl::ReduceOp::Sum,
         };
         let root = if matches!(coll, Collective::Broadcast | Collective::Reduce) {
-            rank_in(h, root, "root")?
+            rank_in(&h, root, "root")?
         } else {
             0
         };
@@ -203,18 +202,17 @@ unsafe fn rooted(
 ) -> Res {
     // A failure inside a group fails its ncclGroupEnd too (NCCL's ncclGroupErrCheck).
     group::noted((|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { handle(comm) }?;
+        let h = handle(comm)?;
         let t = dtype(datatype)?;
         let n = h.nranks;
         let (root, st, rt) = match kind {
             RootedKind::AllToAll => (0, n, n),
             RootedKind::Gather => {
-                let root = rank_in(h, root, "root")?;
+                let root = rank_in(&h, root, "root")?;
                 (root, 1, if h.rank == root { n } else { 0 })
             }
             RootedKind::Scatter => {
-                let root = rank_in(h, root, "root")?;
+                let root = rank_in(&h, root, "root")?;
                 (root, if h.rank == root { n } else { 0 }, 1)
             }
         };
@@ -240,10 +238,9 @@ unsafe fn p2p(
 ) -> Res {
     // A failure inside a group fails its ncclGroupEnd too (NCCL's ncclGroupErrCheck).
     group::noted((|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { handle(comm) }?;
+        let h = handle(comm)?;
         let t = dtype(datatype)?;
-        let peer = rank_in(h, peer, "peer")?;
+        let peer = rank_in(&h, peer, "peer")?;
         let b = bytes(count, 1, t, if is_recv { "recvbuff" } else { "sendbuff" })?;
         // SAFETY: as in `collective`.
         let buf = unsafe { view(buf, b, if is_recv { "recvbuff" } else { "sendbuff" })? };
@@ -377,11 +374,10 @@ unsafe fn init_rank(
     // SAFETY: the caller's contract.
     let (cfg, blocking) = unsafe { read_config(config) }?;
     let (be, device) = handle::backend()?;
-    let h = Box::into_raw(Box::new(CommHandle::new(r, n, device, cfg.clone())));
+    let h = handle::publish(CommHandle::new(r, n, device, cfg.clone()));
     // SAFETY: checked non-NULL above.
     unsafe { newcomm.write(h) };
-    // SAFETY: just created.
-    let hr = unsafe { &*h };
+    let hr = handle(h)?;
     if group::open() {
         return group::queue_init(QueuedInit { handle: h, be, id, cfg });
     }
@@ -499,7 +495,7 @@ api! {
             let h = CommHandle::new(i, n, placed[i].1, cfg.clone());
             h.set(Ok(c));
             // SAFETY: the caller's array has ndev entries.
-            unsafe { comm.add(i).write(Box::into_raw(Box::new(h))) };
+            unsafe { comm.add(i).write(handle::publish(h)) };
         }
         Ok(())
     }
@@ -511,8 +507,7 @@ api! {
         if comm.is_null() {
             return Ok(());
         }
-        // SAFETY: the caller's contract.
-        Ok(unsafe { handle(comm) }?.comm()?.wait_all()?)
+        Ok(handle(comm)?.comm()?.wait_all()?)
     }
 
     /// Frees the communicator (waiting for a nonblocking init that still runs); NULL (a
@@ -521,36 +516,32 @@ api! {
         if comm.is_null() {
             return Ok(());
         }
-        // SAFETY: a handle this library created (the caller's contract); not used after this.
-        let h = unsafe { Box::from_raw(comm) };
-        h.finish_init();
-        drop(h);
-        Ok(())
+        // Freed once no other thread's call holds it.
+        handle::retire(comm, CommHandle::finish_init)
     }
 
     /// Stops the communicator's calls in flight and frees it (NULL: nothing, as in NCCL). A
     /// nonblocking init still running is stopped first: its waits on other ranks end within
-    /// about [`rsccl::bootstrap::CANCEL_POLL`], and its thread is gone when this returns.
+    /// about [`rsccl::bootstrap::CANCEL_POLL`], and its thread is gone when this returns. A
+    /// call of another thread on it (blocked on a dead peer) ends with an error before the
+    /// communicator is freed.
     fn ncclCommAbort / pncclCommAbort(comm: NcclComm) {
         if comm.is_null() {
             return Ok(());
         }
-        // SAFETY: a handle this library created (the caller's contract); not used after this.
-        let h = unsafe { Box::from_raw(comm) };
-        h.cancel.cancel();
-        h.finish_init();
-        if let Ok(c) = h.comm() {
-            let _ = c.abort();
-        }
-        drop(h);
-        Ok(())
+        handle::retire(comm, |h| {
+            h.cancel.cancel();
+            h.finish_init();
+            if let Ok(c) = h.comm() {
+                let _ = c.abort();
+            }
+        })
     }
 
     /// The communicator's state: `ncclInProgress` while a nonblocking init runs, its init's or
     /// its calls' failure, else `ncclSuccess`.
     fn ncclCommGetAsyncError / pncclCommGetAsyncError(comm: NcclComm, asyncError: *mut abi::ResultOut) {
-        // SAFETY: the caller's contract.
-        let h = unsafe { handle(comm) }?;
+        let h = handle(comm)?;
         let code = match h.state() {
             Ok(()) => abi::SUCCESS,
             Err(f) => {
@@ -566,24 +557,21 @@ api! {
 
     /// Ranks in the communicator.
     fn ncclCommCount / pncclCommCount(comm: NcclComm, count: *mut c_int) {
-        // SAFETY: the caller's contract.
-        let h = unsafe { handle(comm) }?;
+        let h = handle(comm)?;
         // SAFETY: the caller's contract.
         unsafe { put(count, h.nranks as c_int, "count") }
     }
 
     /// The CUDA device of the communicator (0 on the CPU emulator).
     fn ncclCommCuDevice / pncclCommCuDevice(comm: NcclComm, device: *mut c_int) {
-        // SAFETY: the caller's contract.
-        let h = unsafe { handle(comm) }?;
+        let h = handle(comm)?;
         // SAFETY: the caller's contract.
         unsafe { put(device, h.device as c_int, "device") }
     }
 
     /// This rank's number.
     fn ncclCommUserRank / pncclCommUserRank(comm: NcclComm, rank: *mut c_int) {
-        // SAFETY: the caller's contract.
-        let h = unsafe { handle(comm) }?;
+        let h = handle(comm)?;
         // SAFETY: the caller's contract.
         unsafe { put(rank, h.rank as c_int, "rank") }
     }
@@ -591,8 +579,7 @@ api! {
     /// A new communicator of the ranks that pass the same `color` (NCCL_SPLIT_NOCOLOR: none,
     /// `*newcomm` NULL), ordered by `key`; a NULL `config` takes the parent's.
     fn ncclCommSplit / pncclCommSplit(comm: NcclComm, color: c_int, key: c_int, newcomm: *mut NcclComm, config: *mut NcclConfig) {
-        // SAFETY: the caller's contract.
-        let h = unsafe { handle(comm) }?;
+        let h = handle(comm)?;
         if newcomm.is_null() {
             return Err(Fail::arg("newcomm is NULL"));
         }
@@ -601,7 +588,7 @@ api! {
             c => Some(u32::try_from(c).map_err(|_| Fail::arg(format!("color {c}: NCCL_SPLIT_NOCOLOR or ≥ 0")))?),
         };
         // SAFETY: the caller's contract.
-        let cfg = unsafe { child_config(h, config) }?;
+        let cfg = unsafe { child_config(&h, config) }?;
         h.comm()?;
         // Inside a group it runs at the group's end, with the group's other splits.
         group::submit_child(QueuedChild { parent: comm, kind: ChildKind::Split { color, key: i64::from(key) }, cfg, out: newcomm })
@@ -611,8 +598,7 @@ api! {
     /// call it), numbered in the parent's order; `NCCL_SHRINK_ABORT` first stops a call of the
     /// parent still in flight (one stuck on a dead rank). A NULL `config` takes the parent's.
     fn ncclCommShrink / pncclCommShrink(comm: NcclComm, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut NcclComm, config: *mut NcclConfig, shrinkFlags: c_int) {
-        // SAFETY: the caller's contract.
-        let h = unsafe { handle(comm) }?;
+        let h = handle(comm)?;
         if newcomm.is_null() {
             return Err(Fail::arg("newcomm is NULL"));
         }
@@ -638,7 +624,7 @@ api! {
             .map(|(i, &r)| usize::try_from(r).map_err(|_| Fail::arg(format!("excludeRanksList[{i}] is {r}"))))
             .collect::<Res<Vec<usize>>>()?;
         // SAFETY: the caller's contract.
-        let cfg = unsafe { child_config(h, config) }?;
+        let cfg = unsafe { child_config(&h, config) }?;
         let abort = shrinkFlags & abi::SHRINK_ABORT != 0;
         h.comm()?;
         // Inside a group it runs at the group's end, with the group's other splits.
@@ -742,16 +728,14 @@ api! {
 
     /// Every rank's `recvbuff` (`nranks × sendcount` elements) gets every `sendbuff`, in rank order.
     fn ncclAllGather / pncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: NcclDataType, comm: NcclComm, stream: CudaStream) {
-        // SAFETY: the caller's contract.
-        let n = unsafe { handle(comm) }?.nranks;
+        let n = handle(comm)?.nranks;
         // SAFETY: the caller's contract.
         unsafe { collective(comm, stream, Collective::AllGather, (sendbuff, 1), (recvbuff, n), sendcount, datatype, None, 0) }
     }
 
     /// Rank r's `recvbuff` (`recvcount` elements) gets block r of the reduction of all `sendbuff`s.
     fn ncclReduceScatter / pncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: NcclDataType, op: NcclRedOp, comm: NcclComm, stream: CudaStream) {
-        // SAFETY: the caller's contract.
-        let n = unsafe { handle(comm) }?.nranks;
+        let n = handle(comm)?.nranks;
         // SAFETY: the caller's contract.
         unsafe { collective(comm, stream, Collective::ReduceScatter, (sendbuff, n), (recvbuff, 1), recvcount, datatype, Some(op), 0) }
     }
@@ -788,8 +772,7 @@ api! {
 
     /// A reduction op of `comm` that multiplies every input by `*scalar` (of `datatype`) and sums.
     fn ncclRedOpCreatePreMulSum / pncclRedOpCreatePreMulSum(op: *mut NcclRedOp, scalar: *mut c_void, datatype: NcclDataType, residence: NcclScalarResidence, comm: NcclComm) {
-        // SAFETY: the caller's contract.
-        let h = unsafe { handle(comm) }?;
+        let h = handle(comm)?;
         let t = dtype(datatype)?;
         if scalar.is_null() {
             return Err(Fail::arg("scalar is NULL"));
@@ -817,8 +800,7 @@ api! {
 
     /// Destroys a reduction op made by [`ncclRedOpCreatePreMulSum`].
     fn ncclRedOpDestroy / pncclRedOpDestroy(op: NcclRedOp, comm: NcclComm) {
-        // SAFETY: the caller's contract.
-        unsafe { handle(comm) }?.remove_op(op.0)
+        handle(comm)?.remove_op(op.0)
     }
 
     /// Memory for buffers on the calling thread's device (host memory on the CPU emulator).
@@ -840,8 +822,7 @@ api! {
     /// no-op: rsccl's calls take any buffer); `*handle` is for `ncclCommDeregister`.
     fn ncclCommRegister / pncclCommRegister(comm: NcclComm, buff: *mut c_void, size: usize, handle: *mut *mut c_void) {
         let _ = size;
-        // SAFETY: the caller's contract.
-        unsafe { self::handle(comm) }?;
+        self::handle(comm)?;
         // SAFETY: the caller's contract.
         unsafe { put(handle, buff, "handle") }
     }
@@ -849,8 +830,7 @@ api! {
     /// Deregisters a buffer of [`ncclCommRegister`].
     fn ncclCommDeregister / pncclCommDeregister(comm: NcclComm, handle: *mut c_void) {
         let _ = handle;
-        // SAFETY: the caller's contract.
-        unsafe { self::handle(comm) }.map(|_| ())
+        self::handle(comm).map(|_| ())
     }
 }
 

@@ -75,3 +75,43 @@ fn abort_stops_a_nonblocking_init_and_destroy_waits_for_one() {
     // SAFETY: rank 1's live handle.
     assert_eq!(unsafe { ncclCommDestroy(c1) }, SUCCESS);
 }
+
+/// PyTorch's watchdog aborts a communicator from its own thread while the main thread is
+/// blocked in a call on it (a send whose receiver never comes): the call ends with an error and
+/// the communicator is freed only after it, not under it; a later call on the freed handle is
+/// refused, naming it, as is a second destroy.
+#[test]
+fn abort_from_another_thread_ends_a_blocked_call_before_freeing_the_communicator() {
+    use nccl::abi::{CudaStream, NcclDataType, INVALID_ARGUMENT};
+    use nccl::{ncclCommCount, ncclCommInitAll, ncclSend};
+    std::env::set_var("RSCCL_BACKEND", "cpu");
+    let mut comms: [NcclComm; 2] = [null_mut(); 2];
+    // SAFETY: an array of two handles.
+    assert_eq!(unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, std::ptr::null()) }, SUCCESS);
+    // More than the connection's buffers hold: the send waits for a receiver that never comes
+    // (a call completes before it returns on the CPU emulator).
+    let count = 8 << 20;
+    let buf = vec![1.0f32; count];
+    let c0 = comms[0] as usize;
+    let sender = std::thread::spawn(move || {
+        let float = NcclDataType(7);
+        // SAFETY: `buf` holds `count` floats and outlives the call; a live handle.
+        unsafe { ncclSend(buf.as_ptr().cast(), count, float, 1, c0 as NcclComm, CudaStream(null_mut())) }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!sender.is_finished(), "the send should wait for its receiver");
+    let asked = Instant::now();
+    // SAFETY: a live handle; not used after (but for the refusals checked below).
+    assert_eq!(unsafe { ncclCommAbort(comms[0]) }, SUCCESS);
+    let took = asked.elapsed();
+    let sent = sender.join().unwrap();
+    assert_ne!(sent, SUCCESS, "the aborted send reported success");
+    assert!(took < Duration::from_secs(10), "the abort took {took:?}");
+    let mut n = 0;
+    // SAFETY: a valid out-pointer; the handle is checked against the live ones.
+    assert_eq!(unsafe { ncclCommCount(comms[0], &mut n) }, INVALID_ARGUMENT);
+    // SAFETY: as above.
+    assert_eq!(unsafe { ncclCommDestroy(comms[0]) }, INVALID_ARGUMENT);
+    // SAFETY: rank 1's live handle.
+    assert_eq!(unsafe { ncclCommDestroy(comms[1]) }, SUCCESS);
+}

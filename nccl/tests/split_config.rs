@@ -11,8 +11,7 @@ use std::ptr::{null, null_mut};
 
 /// The configuration communicator `c` runs with.
 fn config(c: NcclComm) -> CommConfig {
-    // SAFETY: a live communicator of this test.
-    unsafe { handle::handle(c) }.unwrap().comm().unwrap().config().clone()
+    handle::handle(c).unwrap().comm().unwrap().config().clone()
 }
 
 #[test]
