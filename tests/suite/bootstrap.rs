@@ -181,28 +181,27 @@ fn a_cancel_ends_every_wait_of_a_bootstrap() {
         })
     };
     let quick = |took: Duration| assert!(took < Duration::from_secs(3), "ended {took:?} after the cancel");
+    // Rank 0 of 2 on `id`, cancelled after 200 ms: its error.
+    let init_cancelled = |id: &UniqueId| {
+        let c = bootstrap::Cancel::new();
+        let t = cancel_after(&c, Duration::from_millis(200));
+        let start = Instant::now();
+        let e = Bootstrap::init_cancellable(id, 0, 2, &[], T, None, &c).unwrap_err();
+        quick(start.elapsed());
+        t.join().unwrap();
+        e
+    };
     // Rank 1 of 2 never comes: rank 0 waits for the root's table.
     let id = loopback_id();
-    let c = bootstrap::Cancel::new();
-    let t = cancel_after(&c, Duration::from_millis(200));
-    let start = Instant::now();
-    let e = Bootstrap::init_cancellable(&id, 0, 2, &[], T, None, &c).unwrap_err();
-    quick(start.elapsed());
-    t.join().unwrap();
     let want =
         BootstrapError::Aborted { rank: 0, during: format!("waiting for the root at {}", id.root_addr()) };
-    assert_eq!(bootstrap_err(e), want);
+    assert_eq!(bootstrap_err(init_cancelled(&id)), want);
     // Nobody listens at the root's address: rank 0 keeps trying to connect.
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let closed = l.local_addr().unwrap();
     drop(l);
     let id: UniqueId = format!("{closed}#00112233445566778899aabbccddeeff").parse().unwrap();
-    let c = bootstrap::Cancel::new();
-    let t = cancel_after(&c, Duration::from_millis(200));
-    let start = Instant::now();
-    let e = Bootstrap::init_cancellable(&id, 0, 2, &[], T, None, &c).unwrap_err();
-    quick(start.elapsed());
-    t.join().unwrap();
+    let e = init_cancelled(&id);
     assert_eq!(e.to_string(), format!("bootstrap: rank 0: aborted while connecting to the root at {closed}"));
     // Both ranks came; rank 0's all_gather waits for rank 1, which never calls it.
     let id = loopback_id();

@@ -51,7 +51,8 @@ fn abort_leaves_the_communicator_refused() {
 }
 
 /// `abort()` ends a bootstrap wait of another thread's call: a split whose other rank never
-/// splits used to wait out the whole bootstrap timeout after the abort.
+/// splits, or a shrink whose other member never joins the new communicator, used to wait out
+/// the whole bootstrap timeout after the abort.
 #[test]
 fn abort_ends_a_split_waiting_on_another_thread() {
     let be = backend::cpu();
@@ -66,6 +67,19 @@ fn abort_ends_a_split_waiting_on_another_thread() {
         (split.join().unwrap().unwrap_err(), asked.elapsed())
     });
     assert!(took < Duration::from_secs(5), "the split ended {took:?} after the abort: {e}");
+    assert!(e.to_string().contains("rank 0: aborted while"), "{e}");
+    // A shrink whose other member never comes waits in the new communicator's init, past this
+    // one's bootstrap: aborting this one stops it too (NCCL's childAbortFlag).
+    let comms = Comm::init_all(&be, 3, cfg.clone()).unwrap();
+    let c0 = &comms[0];
+    let (e, took) = std::thread::scope(|s| {
+        let shrink = s.spawn(|| c0.shrink(&[2], false, cfg.clone()).map(|_| ()));
+        std::thread::sleep(Duration::from_millis(300));
+        let asked = Instant::now();
+        c0.abort().unwrap();
+        (shrink.join().unwrap().unwrap_err(), asked.elapsed())
+    });
+    assert!(took < Duration::from_secs(5), "the shrink ended {took:?} after the abort: {e}");
     assert!(e.to_string().contains("rank 0: aborted while"), "{e}");
 }
 

@@ -372,17 +372,16 @@ fn premul_sum_at_in_group_kernels_and_the_symmetric_ll_kernel() {
     let scalar = be.alloc(8).unwrap();
     // SAFETY: `scalar` holds one aligned f32 and outlives every call below.
     let op = ReduceOp::PreMulSumAt(unsafe { ScalarAt::new(scalar.ptr()) });
+    let cfg = |proto: Option<&str>| CommConfig {
+        nchannels: 2,
+        nthreads: 64,
+        timeout: Duration::from_secs(20),
+        bootstrap_timeout: Duration::from_secs(20),
+        proto: proto.map(Into::into),
+        ..CommConfig::default()
+    };
     for proto in ["Simple", "LL", "LL128"] {
-        let cfg = CommConfig {
-            nchannels: 2,
-            nthreads: 64,
-            step_bytes: 4096,
-            timeout: Duration::from_secs(20),
-            bootstrap_timeout: Duration::from_secs(20),
-            proto: Some(proto.into()),
-            ..CommConfig::default()
-        };
-        let comms = Comm::init_all(&be, n, cfg).unwrap();
+        let comms = Comm::init_all(&be, n, CommConfig { step_bytes: 4096, ..cfg(Some(proto)) }).unwrap();
         for s in [2.0f32, -4.0] {
             be.copy_in(&scalar, 0, &s.to_le_bytes()).unwrap();
             // An all-reduce and a reduce-scatter per rank in one group kernel on the rings.
@@ -407,14 +406,7 @@ fn premul_sum_at_in_group_kernels_and_the_symmetric_ll_kernel() {
         }
     }
     // The symmetric LL kernel: a small all-reduce per rank, each on a thread of its own.
-    let cfg = CommConfig {
-        nchannels: 2,
-        nthreads: 64,
-        timeout: Duration::from_secs(20),
-        bootstrap_timeout: Duration::from_secs(20),
-        ..CommConfig::default()
-    };
-    let comms = Comm::init_all(&be, n, cfg).unwrap();
+    let comms = Comm::init_all(&be, n, cfg(None)).unwrap();
     for s in [2.0f32, -4.0] {
         be.copy_in(&scalar, 0, &s.to_le_bytes()).unwrap();
         std::thread::scope(|sc| {

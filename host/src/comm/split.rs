@@ -5,7 +5,7 @@
 //! communicator hosts its bootstrap root and sends the id to the others.
 use super::communicator::Comm;
 use super::config::CommConfig;
-use crate::bootstrap::UniqueId;
+use crate::bootstrap::{Cancel, UniqueId};
 use crate::error::{Error, Result};
 use std::sync::atomic::Ordering;
 
@@ -46,7 +46,7 @@ impl Comm {
         let new_rank = members.iter().position(|&r| r == self.rank).expect("this rank has its color");
         let (id, _) = self.hand_out_id(&mut boot, &members, tag(seq, color), &[])?;
         drop(boot);
-        Comm::init_rank(&self.backend, members.len(), new_rank, &id, cfg).map(Some)
+        self.init_child(members.len(), new_rank, &id, cfg).map(Some)
     }
 
     /// Drops the ranks in `exclude` (NCCL's `ncclCommShrink`): every other rank calls it with
@@ -109,7 +109,17 @@ impl Comm {
         }
         drop(boot);
         tracing::info!(rank = self.rank, "shrink: ranks {members:?} stay, as ranks 0..{}", members.len());
-        Comm::init_rank(&self.backend, members.len(), new_rank, &id, cfg)
+        self.init_child(members.len(), new_rank, &id, cfg)
+    }
+
+    /// The new communicator's init, stopped by an abort of this one while it runs (NCCL's
+    /// `childAbortFlag`): a member that never comes no longer holds the caller for the whole
+    /// bootstrap timeout after the parent was aborted.
+    fn init_child(&self, nranks: usize, rank: usize, id: &UniqueId, cfg: CommConfig) -> Result<Comm> {
+        let cancel = Cancel::linked_to(&self.health.cancel);
+        let child = Comm::init_rank_cancellable(&self.backend, nranks, rank, id, cfg, &cancel);
+        cancel.unlink();
+        child
     }
 
     /// The id of a new communicator of `members` (this rank among them), under bootstrap tag
