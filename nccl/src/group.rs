@@ -7,6 +7,7 @@
 use crate::abi::{CudaStream, NcclComm};
 use crate::handle::{self, Fail, Res};
 use rsccl::backend::{Backend, DeviceBuffer};
+use rsccl::bootstrap::Cancel;
 use rsccl::{BufRef, Call, Comm, CommConfig, DataType, Group, ReduceOp, UniqueId};
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -133,26 +134,39 @@ pub enum ChildKind {
 }
 
 impl QueuedChild {
-    /// Makes the child on the calling thread and writes its handle (NULL when it has none).
+    /// Makes the child on the calling thread and writes its handle (NULL when it has none, or
+    /// when it failed).
     pub fn run(self) -> Res {
+        let out = self.out;
+        let made = self.make();
+        // SAFETY: checked non-NULL when queued; the caller's pointer stays valid until the
+        // group's end (NCCL's contract: it reads the child only after).
+        unsafe { out.write(*made.as_ref().unwrap_or(&std::ptr::null_mut())) };
+        made.map(|_| ())
+    }
+
+    /// The child's handle (NULL: none).
+    fn make(self) -> Res<NcclComm> {
         let held = handle::handle(self.parent)?;
         let (parent, device) = (held.comm()?, held.device);
         let child = match self.kind {
             ChildKind::Split { color, key } => parent.split(color, key, self.cfg.clone())?,
             ChildKind::Shrink { exclude, abort } => Some(parent.shrink(&exclude, abort, self.cfg.clone())?),
         };
-        let out = match child {
+        Ok(match child {
             None => std::ptr::null_mut(),
             Some(c) => {
                 let h = handle::CommHandle::new(c.rank(), c.nranks(), device, self.cfg);
                 h.set(Ok(c));
                 handle::publish(h)
             }
-        };
-        // SAFETY: checked non-NULL when queued; the caller's pointer stays valid until the
-        // group's end (NCCL's contract: it reads the child only after).
-        unsafe { self.out.write(out) };
-        Ok(())
+        })
+    }
+
+    /// Writes NULL for a child that will not be made (its group failed).
+    fn skip(self) {
+        // SAFETY: as in `run`.
+        unsafe { self.out.write(std::ptr::null_mut()) };
     }
 }
 
@@ -282,10 +296,7 @@ fn spoiled(error: Fail, inits: Vec<QueuedInit>, children: Vec<QueuedChild>) -> R
             h.set(Err(rsccl::Error::InvalidConfig(msg.clone())));
         }
     }
-    for c in children {
-        // SAFETY: checked non-NULL when queued and valid until the group's end.
-        unsafe { c.out.write(std::ptr::null_mut()) };
-    }
+    children.into_iter().for_each(QueuedChild::skip);
     Err(Fail { code: error.code, msg })
 }
 
@@ -303,7 +314,10 @@ pub fn end() -> Res {
     if let Some(e) = error {
         return spoiled(e, inits, children);
     }
-    run_inits(inits)?;
+    if let Err(e) = run_inits(inits) {
+        children.into_iter().for_each(QueuedChild::skip);
+        return Err(e);
+    }
     run_children(children)?;
     run_group(&calls)
 }
@@ -357,7 +371,10 @@ pub fn simulate_end() -> Res<Option<f32>> {
     if let Some(e) = error {
         return spoiled(e, inits, children).map(|()| None);
     }
-    run_inits(inits)?;
+    if let Err(e) = run_inits(inits) {
+        children.into_iter().for_each(QueuedChild::skip);
+        return Err(e);
+    }
     run_children(children)?;
     let mut per_comm: Vec<(NcclComm, f64)> = Vec::new();
     for q in &calls {
@@ -387,21 +404,30 @@ fn run_inits(inits: Vec<QueuedInit>) -> Res {
     if inits.is_empty() {
         return Ok(());
     }
-    // Each handle was returned by the init that queued it (destroyed since: refused here).
-    let held = inits.iter().map(|i| handle::handle(i.handle)).collect::<Res<Vec<_>>>()?;
-    let jobs = inits
+    // Each handle was returned by the init that queued it; one destroyed since is skipped (its
+    // init never runs) and named in the group's result.
+    let mut first = None;
+    let mut held = Vec::with_capacity(inits.len());
+    for i in &inits {
+        match handle::handle(i.handle) {
+            Ok(h) => held.push((i, h)),
+            Err(f) => {
+                first.get_or_insert(f);
+            }
+        }
+    }
+    let jobs = held
         .iter()
-        .zip(&held)
         .map(|(i, h)| InitJob {
             be: i.be.clone(),
             nranks: h.nranks,
             rank: h.rank,
             id: i.id,
             cfg: i.cfg.clone(),
+            cancel: h.cancel.clone(),
         })
         .collect();
-    let mut first = None;
-    for (h, r) in held.iter().zip(init_together(jobs)) {
+    for ((_, h), r) in held.iter().zip(init_together(jobs)) {
         if let Err(e) = &r {
             first.get_or_insert_with(|| Fail::from(e.clone()));
         }
@@ -422,6 +448,8 @@ pub struct InitJob {
     pub id: UniqueId,
     /// Its configuration.
     pub cfg: CommConfig,
+    /// Stops it (its handle's: an abort from another thread).
+    pub cancel: Cancel,
 }
 
 /// Runs the inits on a thread each (each waits for the others of its communicator); their
@@ -430,7 +458,9 @@ pub fn init_together(jobs: Vec<InitJob>) -> Vec<rsccl::Result<Comm>> {
     std::thread::scope(|s| {
         let hs: Vec<_> = jobs
             .into_iter()
-            .map(|j| s.spawn(move || Comm::init_rank(&j.be, j.nranks, j.rank, &j.id, j.cfg)))
+            .map(|j| {
+                s.spawn(move || Comm::init_rank_cancellable(&j.be, j.nranks, j.rank, &j.id, j.cfg, &j.cancel))
+            })
             .collect();
         hs.into_iter()
             .map(|h| {

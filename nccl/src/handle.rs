@@ -188,11 +188,16 @@ impl CommHandle {
     /// Waits for a nonblocking init still running to end and takes its result (NCCL joins the
     /// init thread before it destroys or aborts a communicator; an abort first cancels it).
     pub fn finish_init(&self) {
-        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(h) = pending {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = pending.take() {
             let r = h.join().unwrap_or_else(|_| Err(Error::InvalidConfig("the init thread panicked".into())));
             self.set(r);
         }
+    }
+
+    /// Whether a nonblocking init still runs.
+    pub fn init_running(&self) -> bool {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|h| !h.is_finished())
     }
 
     /// `ncclSuccess` when the communicator is ready, `ncclInProgress` while its init runs, or
@@ -207,7 +212,7 @@ impl CommHandle {
                 }
                 let r =
                     h.join().unwrap_or_else(|_| Err(Error::InvalidConfig("the init thread panicked".into())));
-                drop(p);
+                // Set before the lock goes: an abort meanwhile finds the communicator to stop.
                 self.set(r);
             }
         }
@@ -304,30 +309,46 @@ impl CommHandle {
 }
 
 /// The handles alive (by address), each with the calls using it now and whether it is being
-/// freed. A call holds its handle ([`Held`]) for as long as it runs, and `ncclCommDestroy` /
-/// `ncclCommAbort` free a handle only once no call holds it: a thread blocked in a call (a
-/// receive from a dead peer) while another aborts the communicator (PyTorch's watchdog) gets
-/// an error back, not freed memory. A call on a handle being freed, or already freed, is
-/// refused naming it (NCCL's "comm has already been destroyed").
-static LIVE: Mutex<Option<std::collections::HashMap<usize, Live>>> = Mutex::new(None);
+/// freed, and the last [`KEPT_TOMBSTONES`] freed ones. A call holds its handle ([`Held`]) for
+/// as long as it runs, and `ncclCommDestroy` / `ncclCommAbort` free a handle only once no call
+/// holds it: a thread blocked in a call (a receive from a dead peer) while another aborts the
+/// communicator (PyTorch's watchdog) gets an error back, not freed memory. A call on a handle
+/// being freed, or freed, is refused naming it (NCCL's "comm has already been destroyed").
+static HANDLES: Mutex<Option<Handles>> = Mutex::new(None);
 /// Signalled when a call lets go of a handle being freed.
 static LET_GO: std::sync::Condvar = std::sync::Condvar::new();
 
-/// A live handle's use.
+/// Freed handles whose memory is kept (its contents dropped) so that their addresses are not
+/// reused: a stale `ncclComm_t` is refused instead of naming a newer communicator. The oldest
+/// is released beyond this many (a few hundred KiB at most).
+pub const KEPT_TOMBSTONES: usize = 1024;
+
 #[derive(Default)]
-struct Live {
-    calls: usize,
-    retiring: bool,
+struct Handles {
+    live: std::collections::HashMap<usize, Live>,
+    /// Freed handles, oldest first (their `live` entries say `Gone`).
+    tombstones: std::collections::VecDeque<usize>,
 }
 
-fn live() -> std::sync::MutexGuard<'static, Option<std::collections::HashMap<usize, Live>>> {
-    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+/// A handle's use.
+enum Live {
+    /// Calls using it now; whether it is being freed.
+    In { calls: usize, retiring: bool },
+    /// Freed: its memory kept as a tombstone.
+    Gone,
+}
+
+fn handles() -> std::sync::MutexGuard<'static, Option<Handles>> {
+    HANDLES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Makes `h` an `ncclComm_t` calls may use; freed by [`retire`].
 pub fn publish(h: CommHandle) -> NcclComm {
     let comm = Box::into_raw(Box::new(h));
-    live().get_or_insert_with(Default::default).insert(comm as usize, Live::default());
+    handles()
+        .get_or_insert_with(Default::default)
+        .live
+        .insert(comm as usize, Live::In { calls: 0, retiring: false });
     comm
 }
 
@@ -346,65 +367,119 @@ impl std::ops::Deref for Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let mut l = live();
-        if let Some(e) = l.as_mut().and_then(|m| m.get_mut(&(self.comm as usize))) {
-            e.calls -= 1;
-            if e.retiring {
+        let mut l = handles();
+        if let Some(Live::In { calls, retiring }) =
+            l.as_mut().and_then(|m| m.live.get_mut(&(self.comm as usize)))
+        {
+            *calls -= 1;
+            if *retiring {
                 LET_GO.notify_all();
             }
         }
     }
 }
 
+/// Why `comm` cannot be used, when its entry is `e`.
+fn unusable(comm: NcclComm, e: Option<&Live>) -> Fail {
+    Fail::arg(match e {
+        Some(Live::In { .. }) => format!("comm {comm:?} is being destroyed or aborted"),
+        Some(Live::Gone) => format!("comm {comm:?} was destroyed or aborted already"),
+        None => format!("comm {comm:?} is not a communicator of this library"),
+    })
+}
+
 /// The handle behind `comm`, held for the caller's call, or why there is none: NULL, a handle
-/// being destroyed or aborted, or an address that is not a live handle of this library (any
-/// value is checked against the handles alive; a freed handle's address reused by a later one
-/// names that one, as in NCCL).
+/// being destroyed or aborted or freed, or an address that is not a handle of this library
+/// (any value is checked against the handles made).
 pub fn handle(comm: NcclComm) -> Res<Held> {
     if comm.is_null() {
         return Err(Fail::arg("comm is NULL"));
     }
-    let mut l = live();
-    match l.as_mut().and_then(|m| m.get_mut(&(comm as usize))) {
-        Some(e) if !e.retiring => {
-            e.calls += 1;
+    let mut l = handles();
+    match l.as_mut().and_then(|m| m.live.get_mut(&(comm as usize))) {
+        Some(Live::In { calls, retiring: false }) => {
+            *calls += 1;
             Ok(Held { comm })
         }
-        Some(_) => Err(Fail::arg(format!("comm {comm:?} is being destroyed or aborted"))),
-        None => Err(Fail::arg(format!(
-            "comm {comm:?} is not a communicator of this library (destroyed or aborted already?)"
-        ))),
+        e => Err(unusable(comm, e.map(|e| &*e))),
     }
 }
 
-/// Frees handle `comm` for `ncclCommDestroy` / `ncclCommAbort`: refuses new calls on it, runs
-/// `stop` on it (an abort's: ending what other threads' calls wait for), waits until no call
-/// holds it, then frees it. Any value is checked as [`handle`] checks it.
+/// How [`retire`] ends a handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retire {
+    /// `ncclCommDestroy`: refused while a nonblocking init still runs (NCCL's
+    /// `ncclCommEnsureReady`: poll it, or abort it); else waits for the calls holding it.
+    Destroy,
+    /// `ncclCommAbort`: stops a nonblocking init still running and the communicator's calls in
+    /// flight (other threads' calls on it then end with an error), then waits for them.
+    Abort,
+}
+
+/// Frees handle `comm` for `ncclCommDestroy` / `ncclCommAbort` (see [`Retire`]): refuses new
+/// calls on it, stops what an abort stops, waits until no call holds it, then drops it,
+/// keeping its memory as a tombstone. Any value is checked as [`handle`] checks it.
 // `comm` is dereferenced only once found among the handles `publish` made and not yet freed.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
-pub fn retire(comm: NcclComm, stop: impl FnOnce(&CommHandle)) -> Res {
+pub fn retire(comm: NcclComm, how: Retire) -> Res {
     {
-        let mut l = live();
-        match l.as_mut().and_then(|m| m.get_mut(&(comm as usize))) {
-            Some(e) if !e.retiring => e.retiring = true,
-            Some(_) => return Err(Fail::arg(format!("comm {comm:?} is already being destroyed or aborted"))),
-            None => {
-                return Err(Fail::arg(format!(
-                    "comm {comm:?} is not a communicator of this library (destroyed or aborted already?)"
-                )))
+        let mut l = handles();
+        match l.as_mut().and_then(|m| m.live.get_mut(&(comm as usize))) {
+            Some(Live::In { retiring, .. }) if !*retiring => {
+                // SAFETY: published and not freed (only a retire frees it, and none runs).
+                if how == Retire::Destroy && unsafe { &*comm }.init_running() {
+                    return Err(Fail::arg(format!(
+                        "comm {comm:?}: its nonblocking init has not completed (poll ncclCommGetAsyncError, \
+                         or ncclCommAbort it)"
+                    )));
+                }
+                *retiring = true;
             }
+            e => return Err(unusable(comm, e.map(|e| &*e))),
         }
     }
     // SAFETY: published and not freed: only this call frees it, once no call holds it.
-    stop(unsafe { &*comm });
-    let mut l = live();
-    while l.as_ref().and_then(|m| m.get(&(comm as usize))).is_some_and(|e| e.calls > 0) {
+    let h = unsafe { &*comm };
+    let stop = || {
+        if let Some(c) = h.comm.get() {
+            let _ = c.abort();
+        }
+    };
+    if how == Retire::Abort {
+        h.cancel.cancel();
+        h.finish_init();
+        stop();
+    }
+    let mut l = handles();
+    while matches!(l.as_ref().and_then(|m| m.live.get(&(comm as usize))), Some(Live::In { calls, .. }) if *calls > 0)
+    {
         l = LET_GO.wait(l).unwrap_or_else(|p| p.into_inner());
     }
-    l.as_mut().and_then(|m| m.remove(&(comm as usize)));
     drop(l);
-    // SAFETY: made by `publish`, no call holds it, and it is no longer published.
-    drop(unsafe { Box::from_raw(comm) });
+    // A holder may have completed an init meanwhile (a group's end): stopped too.
+    if how == Retire::Abort {
+        stop();
+    }
+    h.finish_init();
+    // SAFETY: made by `publish` (a Box), no call holds it and none can take it (retiring);
+    // its contents are dropped once, here, and its memory kept as a tombstone.
+    unsafe { std::ptr::drop_in_place(comm) };
+    let released = {
+        let mut l = handles();
+        let m = l.get_or_insert_with(Default::default);
+        m.live.insert(comm as usize, Live::Gone);
+        m.tombstones.push_back(comm as usize);
+        let old = if m.tombstones.len() > KEPT_TOMBSTONES { m.tombstones.pop_front() } else { None };
+        if let Some(o) = old {
+            m.live.remove(&o);
+        }
+        old
+    };
+    if let Some(o) = released {
+        // SAFETY: a tombstone's allocation, made by `publish`'s Box, its contents dropped
+        // already; no longer in the table, so nothing reaches it.
+        unsafe { std::alloc::dealloc(o as *mut u8, std::alloc::Layout::new::<CommHandle>()) };
+    }
     Ok(())
 }
 

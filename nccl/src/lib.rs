@@ -30,6 +30,7 @@ use abi::{
 };
 use group::{ChildKind, Queued, QueuedChild, QueuedInit, RootedKind};
 use handle::{handle, view, CommHandle, Fail, Res};
+use rsccl::bootstrap::Cancel;
 use rsccl::{Comm, CommConfig, DataType, ReduceOp, ScalarAt, UniqueId};
 use rsccl_device::coll::Collective;
 use rsccl_device::DevPtr;
@@ -386,7 +387,8 @@ unsafe fn init_rank(
         hr.spawn_init(move || Comm::init_rank_cancellable(&be, n, r, &id, cfg, &cancel))?;
         return Err(Fail { code: abi::IN_PROGRESS, msg: String::new() });
     }
-    hr.set(Comm::init_rank(&be, n, r, &id, cfg));
+    // Cancellable too: the handle is the caller's already, and another thread may abort it.
+    hr.set(Comm::init_rank_cancellable(&be, n, r, &id, cfg, &hr.cancel));
     hr.state()
 }
 
@@ -487,7 +489,14 @@ api! {
             let jobs = placed
                 .iter()
                 .enumerate()
-                .map(|(rank, (be, _))| group::InitJob { be: be.clone(), nranks: n, rank, id, cfg: cfg.clone() })
+                .map(|(rank, (be, _))| group::InitJob {
+                    be: be.clone(),
+                    nranks: n,
+                    rank,
+                    id,
+                    cfg: cfg.clone(),
+                    cancel: Cancel::new(),
+                })
                 .collect();
             group::init_together(jobs).into_iter().collect::<rsccl::Result<Vec<Comm>>>().map_err(Fail::from)?
         };
@@ -510,32 +519,27 @@ api! {
         Ok(handle(comm)?.comm()?.wait_all()?)
     }
 
-    /// Frees the communicator (waiting for a nonblocking init that still runs); NULL (a
+    /// Frees the communicator once other threads' calls on it returned; refused while its
+    /// nonblocking init still runs (as NCCL: poll it or abort it). NULL (a
     /// `NCCL_SPLIT_NOCOLOR` child) is nothing to free, as in NCCL.
     fn ncclCommDestroy / pncclCommDestroy(comm: NcclComm) {
         if comm.is_null() {
             return Ok(());
         }
         // Freed once no other thread's call holds it.
-        handle::retire(comm, CommHandle::finish_init)
+        handle::retire(comm, handle::Retire::Destroy)
     }
 
     /// Stops the communicator's calls in flight and frees it (NULL: nothing, as in NCCL). A
-    /// nonblocking init still running is stopped first: its waits on other ranks end within
-    /// about [`rsccl::bootstrap::CANCEL_POLL`], and its thread is gone when this returns. A
-    /// call of another thread on it (blocked on a dead peer) ends with an error before the
-    /// communicator is freed.
+    /// nonblocking init still running is stopped first (its waits on other ranks end, within
+    /// about [`rsccl::bootstrap::CANCEL_POLL`] where it waits for a message) and its thread is
+    /// gone when this returns. A call of another thread on it (blocked on a dead peer) ends
+    /// with an error before the communicator is freed.
     fn ncclCommAbort / pncclCommAbort(comm: NcclComm) {
         if comm.is_null() {
             return Ok(());
         }
-        handle::retire(comm, |h| {
-            h.cancel.cancel();
-            h.finish_init();
-            if let Ok(c) = h.comm() {
-                let _ = c.abort();
-            }
-        })
+        handle::retire(comm, handle::Retire::Abort)
     }
 
     /// The communicator's state: `ncclInProgress` while a nonblocking init runs, its init's or

@@ -1,8 +1,9 @@
 //! `ncclCommAbort` of a nonblocking init still running stops it (NCCL sets the abort flag its
-//! bootstrap checks, then joins the init thread), and `ncclCommDestroy` of one waits for it: no
-//! init thread outlives the handle, and an init waiting for a rank that never comes does not
-//! hold its sockets and thread until its 30-minute timeout.
-use nccl::abi::{NcclComm, NcclConfig, NcclUniqueId, ResultOut, IN_PROGRESS, SUCCESS};
+//! bootstrap checks, then joins the init thread), and `ncclCommDestroy` of one is refused (as
+//! NCCL's): no init thread outlives its handle, and an init waiting for a rank that never comes
+//! does not hold its sockets and thread until its 30-minute timeout. An abort from another
+//! thread ends a call blocked on the communicator before it is freed.
+use nccl::abi::{NcclComm, NcclConfig, NcclUniqueId, ResultOut, INVALID_ARGUMENT, IN_PROGRESS, SUCCESS};
 use nccl::{ncclCommAbort, ncclCommDestroy, ncclCommGetAsyncError, ncclCommInitRankConfig, ncclGetUniqueId};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
@@ -41,7 +42,7 @@ fn state(c: NcclComm) -> i32 {
 }
 
 #[test]
-fn abort_stops_a_nonblocking_init_and_destroy_waits_for_one() {
+fn abort_stops_a_nonblocking_init_and_destroy_refuses_one() {
     std::env::set_var("RSCCL_BACKEND", "cpu");
     std::env::set_var("RSCCL_SOCKET_IFNAME", "lo");
     // The C API's inits wait 30 minutes for every rank; rank 1 never comes here.
@@ -58,31 +59,37 @@ fn abort_stops_a_nonblocking_init_and_destroy_waits_for_one() {
     assert!(took < Duration::from_secs(5), "the abort took {took:?}");
     assert_eq!(init_threads(), 0, "the init thread outlived its aborted communicator");
 
-    // Destroy waits for a nonblocking init to end: here rank 1 comes late and both complete.
+    // Destroy of a nonblocking init still running is refused, as NCCL's (poll it, or abort
+    // it); the communicator stays usable, and once rank 1 came and the init completed, destroy
+    // frees it.
     let id = new_id();
     let c = start_rank0(id);
+    // SAFETY: a live handle.
+    assert_eq!(unsafe { ncclCommDestroy(c) }, INVALID_ARGUMENT);
+    assert_eq!(state(c), IN_PROGRESS);
     let late = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
         let mut c1: NcclComm = null_mut();
         // SAFETY: valid out-pointer; the default (blocking) config.
         assert_eq!(unsafe { ncclCommInitRankConfig(&mut c1, 2, id, 1, null_mut()) }, SUCCESS);
         c1 as usize
     });
+    let start = Instant::now();
+    while state(c) == IN_PROGRESS {
+        assert!(start.elapsed() < Duration::from_secs(30), "the init never completed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(state(c), SUCCESS);
     // SAFETY: a live handle, not used after.
     assert_eq!(unsafe { ncclCommDestroy(c) }, SUCCESS);
-    assert_eq!(init_threads(), 0, "destroy returned while the init still ran");
+    assert_eq!(init_threads(), 0);
     let c1 = late.join().unwrap() as NcclComm;
     // SAFETY: rank 1's live handle.
     assert_eq!(unsafe { ncclCommDestroy(c1) }, SUCCESS);
 }
 
-/// PyTorch's watchdog aborts a communicator from its own thread while the main thread is
-/// blocked in a call on it (a send whose receiver never comes): the call ends with an error and
-/// the communicator is freed only after it, not under it; a later call on the freed handle is
-/// refused, naming it, as is a second destroy.
 #[test]
 fn abort_from_another_thread_ends_a_blocked_call_before_freeing_the_communicator() {
-    use nccl::abi::{CudaStream, NcclDataType, INVALID_ARGUMENT};
+    use nccl::abi::{CudaStream, NcclDataType};
     use nccl::{ncclCommCount, ncclCommInitAll, ncclSend};
     std::env::set_var("RSCCL_BACKEND", "cpu");
     let mut comms: [NcclComm; 2] = [null_mut(); 2];
@@ -114,4 +121,35 @@ fn abort_from_another_thread_ends_a_blocked_call_before_freeing_the_communicator
     assert_eq!(unsafe { ncclCommDestroy(comms[0]) }, INVALID_ARGUMENT);
     // SAFETY: rank 1's live handle.
     assert_eq!(unsafe { ncclCommDestroy(comms[1]) }, SUCCESS);
+}
+
+/// A handle destroyed between its queuing in a group and the group's end: the group's other
+/// inits still run, the end names the destroyed one, and a split of a destroyed parent writes
+/// NULL for its child instead of leaving the caller's pointer as it was.
+#[test]
+fn a_handle_destroyed_inside_a_group_is_named_at_its_end() {
+    use nccl::{ncclCommSplit, ncclGroupEnd, ncclGroupStart};
+    std::env::set_var("RSCCL_BACKEND", "cpu");
+    std::env::set_var("RSCCL_SOCKET_IFNAME", "lo");
+    let (mut kept, mut gone): (NcclComm, NcclComm) = (null_mut(), null_mut());
+    // SAFETY: valid out-pointers and handles of this test throughout.
+    unsafe {
+        assert_eq!(ncclGroupStart(), SUCCESS);
+        assert_eq!(ncclCommInitRankConfig(&mut kept, 1, new_id(), 0, null_mut()), SUCCESS);
+        assert_eq!(ncclCommInitRankConfig(&mut gone, 1, new_id(), 0, null_mut()), SUCCESS);
+        assert_eq!(ncclCommDestroy(gone), SUCCESS);
+        assert_eq!(ncclGroupEnd(), INVALID_ARGUMENT);
+        let last =
+            std::ffi::CStr::from_ptr(nccl::ncclGetLastError(null_mut())).to_string_lossy().into_owned();
+        assert!(last.contains(&format!("comm {gone:?} was destroyed")), "{last}");
+        assert_eq!(state(kept), SUCCESS, "the group's other init ran");
+
+        // A split queued on a parent destroyed before the group's end.
+        let mut child: NcclComm = std::ptr::dangling_mut();
+        assert_eq!(ncclGroupStart(), SUCCESS);
+        assert_eq!(ncclCommSplit(kept, 0, 0, &mut child, null_mut()), SUCCESS);
+        assert_eq!(ncclCommDestroy(kept), SUCCESS);
+        assert_eq!(ncclGroupEnd(), INVALID_ARGUMENT);
+        assert!(child.is_null(), "the failed split's child is NULL");
+    }
 }

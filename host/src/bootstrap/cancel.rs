@@ -4,17 +4,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How often a wait that can be cancelled looks at its [`Cancel`]: the longest an abort waits
-/// for a bootstrap wait to end (a connect to an address that never answers: at most its
-/// 2-second attempt).
+/// How often a wait that can be cancelled looks at its [`Cancel`]: how long an abort waits
+/// for a bootstrap wait to end, except for a connection attempt in progress to an address
+/// that does not answer (at most its 2-second attempt).
 pub const CANCEL_POLL: Duration = Duration::from_millis(100);
 
 /// A flag shared by a [`Bootstrap`](super::Bootstrap) (and the init that makes it) and whoever
 /// may stop it: once [`cancel`](Cancel::cancel)led, every wait of the bootstrap — for the root,
 /// for a peer's connection, for a message — ends within about [`CANCEL_POLL`] with
-/// [`BootstrapError::Aborted`](super::BootstrapError::Aborted), and so does every later one.
-/// Sends are not stopped (each is bounded by its deadline): a rank that gives up still tells
-/// its peers why.
+/// [`BootstrapError::Aborted`](super::BootstrapError::Aborted), and so does every later one,
+/// and no new connection is tried. A send over a connection made already is not stopped (it is
+/// bounded by its deadline).
 ///
 /// ```
 /// use rsccl::bootstrap::{Bootstrap, Cancel};

@@ -4,6 +4,7 @@
 //! for, kept by (lane, peer, tag) as NCCL's unexpected-connection list. A connection whose first
 //! frame is a `StatusQuery` instead of a `Hello` is answered by [`status`](super::status) and
 //! never reaches the mailbox.
+use super::cancel::Cancel;
 use super::depart::Departure;
 use super::link::{connect, log, HANDSHAKE_TIMEOUT};
 use super::listen::{Acceptor, Handler, PendingSlot};
@@ -60,19 +61,22 @@ pub(crate) struct Mailbox {
     out: HashMap<usize, TcpStream>,
     incoming: Incoming,
     acceptor: Acceptor,
+    /// Ends connection attempts (an abort).
+    cancel: Cancel,
 }
 
 impl Mailbox {
     /// Serves `listener` (announced as `addr`) for `rank` of `nranks`; a frame, once started,
     /// must arrive whole within `frame_timeout`. Status queries are answered from `status`.
+    /// New connections stop being tried once `cancel` is cancelled.
     pub fn new(
         listener: TcpListener,
         addr: SocketAddr,
-        rank: usize,
-        nranks: usize,
+        (rank, nranks): (usize, usize),
         secret: Secret,
         frame_timeout: Duration,
         (status, notices): (Arc<StatusBoard>, Arc<NoticeBoard>),
+        cancel: Cancel,
     ) -> std::io::Result<Mailbox> {
         let (tx, rx) = mpsc::channel();
         let incoming: Incoming = Arc::new(Mutex::new(Some(Vec::new())));
@@ -95,6 +99,7 @@ impl Mailbox {
             out: HashMap::new(),
             incoming,
             acceptor,
+            cancel,
         })
     }
 
@@ -132,7 +137,8 @@ impl Mailbox {
         deadline: Instant,
     ) -> Result<&mut TcpStream, String> {
         if !self.out.contains_key(&peer) {
-            let mut s = connect(addr, deadline, None).map_err(Option::unwrap_or_default)?;
+            let mut s = connect(addr, deadline, Some(&self.cancel))
+                .map_err(|e| e.unwrap_or_else(|| "aborted".into()))?;
             let hello = PeerHello { from: self.rank, to: peer, nranks: self.nranks }.encode();
             write_frame(&mut s, &self.secret, Kind::Hello, &hello, deadline)
                 .map_err(|e| format!("introducing this rank failed: {e}"))?;

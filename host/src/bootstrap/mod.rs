@@ -287,7 +287,7 @@ impl Bootstrap {
         let status = Arc::new(StatusBoard::default());
         let notices = Arc::new(notice::NoticeBoard::default());
         let boards = (status.clone(), notices.clone());
-        let mailbox = Mailbox::new(listener, addr, rank, nranks, secret, timeout, boards)
+        let mailbox = Mailbox::new(listener, addr, (rank, nranks), secret, timeout, boards, cancel.clone())
             .map_err(|e| local(format!("cannot start the bootstrap listener: {e}")))?;
 
         let me = PeerInfo {
@@ -321,6 +321,9 @@ impl Bootstrap {
             let (next, prev) = (b.next(), b.prev());
             let next_addr = b.peers[next].addr;
             if let Err(e) = b.mailbox.connection(next, next_addr, deadline) {
+                if b.cancel.is_cancelled() {
+                    return Err(b.aborted(format!("forming the ring: connecting to rank {next}")));
+                }
                 return Err(b.link_err(next, format!("connecting to the ring successor failed: {e}")));
             }
             b.wait_hello(prev, deadline)?;
@@ -582,6 +585,9 @@ impl Bootstrap {
         let addr = self.peers[peer].addr;
         match self.mailbox.send(lane, peer, addr, tag, data, deadline) {
             Ok(()) => Ok(()),
+            Err(_) if self.cancel.is_cancelled() => {
+                Err(self.aborted(format!("{op}: connecting to rank {peer}")))
+            }
             Err(e) => match self.mailbox.gave_up_by(Instant::now() + GAVE_UP_GRACE) {
                 Some((from, why)) => Err(self.gave_up_err(op, from, why)),
                 None => Err(self.link_err(peer, format!("{op}: {e}"))),
