@@ -8,6 +8,8 @@
 //   colls   the other collectives and point-to-point calls in one group, every result checked.
 //   mem     ncclMemAlloc'd buffers, ncclCommCuDevice/Count/UserRank, a PreMulSum op whose
 //           scalar is in device memory.
+//   scalar  that scalar rewritten late by a kernel on the caller's stream before each of two
+//           calls: each call multiplies by the value stream order gives it.
 //   async   grouped all-reduces of different counts: ncclCommGetAsyncError reports the
 //           mismatch after the group end returned.
 //   procs   two processes on this GPU (fork, the id from ncclGetUniqueId), an all-reduce and a
@@ -48,6 +50,13 @@ __global__ void late_fill(float* buf, size_t n, float base, long long cycles) {
 __global__ void copy_f32(float* dst, const float* src, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     dst[i] = src[i];
+}
+
+// Spins `cycles` clock ticks, then writes v to *p.
+__global__ void late_set(double* p, double v, long long cycles) {
+  long long t0 = clock64();
+  while (clock64() - t0 < cycles) {}
+  *p = v;
 }
 
 static ncclComm_t comms[NR];
@@ -194,6 +203,48 @@ static int mem(void) {
   return 0;
 }
 
+// A PreMulSum op whose device scalar a kernel on each rank's stream rewrites after spinning
+// ~100 ms, right before each of two grouped all-reduces: every call must multiply by the value
+// its stream order gives it (NCCL's kernels read an ncclScalarDevice scalar when they run), not
+// the one the op was made with nor the previous call's.
+static int device_scalar_stream_order(void) {
+  const size_t n = 1000;
+  double *in[NR], *out[NR], *scalar[NR];
+  ncclRedOp_t op[NR];
+  double* h = (double*)malloc(n * 8);
+  for (int r = 0; r < NR; r++) {
+    CK(cudaMalloc(&in[r], n * 8)); CK(cudaMalloc(&out[r], n * 8)); CK(cudaMalloc(&scalar[r], 8));
+    for (size_t i = 0; i < n; i++) h[i] = (double)(i % 11 + r);
+    CK(cudaMemcpy(in[r], h, n * 8, cudaMemcpyHostToDevice));
+    double made = 100.0;
+    CK(cudaMemcpy(scalar[r], &made, 8, cudaMemcpyHostToDevice));
+    NK(ncclRedOpCreatePreMulSum(&op[r], scalar[r], ncclFloat64, ncclScalarDevice, comms[r]));
+  }
+  CK(cudaDeviceSynchronize());
+  for (int round = 0; round < 2; round++) {
+    for (int r = 0; r < NR; r++) late_set<<<1, 1, 0, streams[r]>>>(scalar[r], 0.5 * (r + 1) + round, 200000000LL);
+    CK(cudaGetLastError());
+    NK(ncclGroupStart());
+    for (int r = 0; r < NR; r++) NK(ncclAllReduce(in[r], out[r], n, ncclFloat64, op[r], comms[r], streams[r]));
+    NK(ncclGroupEnd());
+    for (int r = 0; r < NR; r++) {
+      CK(cudaStreamSynchronize(streams[r]));
+      CK(cudaMemcpy(h, out[r], n * 8, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < n; i++) {
+        double want = 0;
+        for (int q = 0; q < NR; q++) want += (0.5 * (q + 1) + round) * (double)(i % 11 + q);
+        EXPECT(h[i] == want, "round %d rank %d element %zu: %g, want %g (the scalar read before its stream's write?)", round, r, i, h[i], want);
+      }
+    }
+  }
+  for (int r = 0; r < NR; r++) {
+    NK(ncclRedOpDestroy(op[r], comms[r]));
+    cudaFree(in[r]); cudaFree(out[r]); cudaFree(scalar[r]);
+  }
+  free(h);
+  return 0;
+}
+
 // Two ranks whose grouped all-reduces differ in count (1000 and 500 elements): the group end
 // returns once enqueued; the kernels find the mismatch, and ncclCommGetAsyncError, polled,
 // reports it on both ranks within a few seconds, naming both calls.
@@ -315,6 +366,7 @@ int main(void) {
     report("order_on_the_callers_streams", order());
     report("collectives_and_p2p_in_groups", colls());
     report("mem_alloc_and_device_scalar", mem());
+    report("device_scalar_read_in_stream_order", device_scalar_stream_order());
     report("async_error_after_mismatched_counts", async_error());
     report("graph_capture_refused", graph_capture_refused());
     for (int r = 0; r < NR; r++) ncclCommDestroy(comms[r]);
