@@ -288,6 +288,36 @@ fn fifo_form_at_nccls_block_size() {
     }
 }
 
+/// With NCCL's 128 KiB NVLS slots a call's steps shrink to 64, 32 or 16 KiB by its size (NCCL's
+/// per-call chunk), one call after another on the same FIFOs, and every result stays exact.
+#[test]
+fn nvls_steps_shrink_by_call_size_on_full_slots() {
+    let be = backend::cpu();
+    let cfg = CommConfig { step_bytes: 128 << 10, ..config(H200, Some("nvls")) };
+    let comms = Comm::init_all(&be, 4, cfg).unwrap();
+    assert!(comms.iter().all(Comm::uses_nvls));
+    // 4 heads on 2 channels: bytes per channel under 256 KiB → 16 KiB steps, under 2 MiB → 32
+    // KiB, under 32 MiB → 64 KiB.
+    for (coll, t, count) in [
+        (Collective::AllReduce, DataType::F32, 100_003),
+        (Collective::AllReduce, DataType::F32, 1_100_009),
+        (Collective::AllReduce, DataType::I32, 300_007),
+        (Collective::ReduceScatter, DataType::F16, 70_001),
+        (Collective::AllGather, DataType::I32, 20_011),
+        (Collective::AllReduce, DataType::F32, 100_003),
+    ] {
+        let what = format!("{coll:?} {t:?} count={count}");
+        let got = run(&be, &comms, coll, t, ReduceOp::Sum, count, false, 5)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let want = expected(coll, t, RedOp::Sum, 4, count, 5);
+        for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+            if let Some(i) = (0..w.len()).find(|&i| !reference::same(t, g[i], w[i])) {
+                panic!("{what}: rank {r} element {i}: got {:#x}, want {:#x}", g[i], w[i]);
+            }
+        }
+    }
+}
+
 /// What NVLS does not serve runs on the ring, and forcing NVLS there is an error.
 #[test]
 fn unsupported_cases_fall_back_and_forcing_them_is_an_error() {

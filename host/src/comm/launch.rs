@@ -4,6 +4,7 @@ use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::DevCall;
 use super::communicator::Comm;
 use super::nvls;
+use super::nvls_layout::call_chunk_bytes;
 use super::signature::Signed;
 use crate::backend::{DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
@@ -255,12 +256,17 @@ impl Comm {
             Some((ms, _)) => (NVLS_SYM_ONE_SHOT, ms, DevPtr::NULL),
             None => (if one_shot { NVLS_ONE_SHOT } else { NVLS_FIFO }, n.mc_scratch, DevPtr::NULL),
         };
+        // All ranks' bytes (NCCL's global bytes: a reduce-scatter's or all-gather's count is
+        // one rank's), for NCCL's per-call chunk; the FIFO slots keep their stride.
+        let ranks = if coll == Collective::AllReduce { 1 } else { self.nranks as u64 };
+        let call_bytes = count.saturating_mul(eb).saturating_mul(ranks);
+        let chunk = call_chunk_bytes(n.step_bytes, call_bytes, plan.channels as u64, self.nranks as u64);
         let args = NvlsArgs {
             sendbuff: send,
             recvbuff: recv,
             count,
             channels: n.channels.ptr(),
-            step_bytes: n.step_bytes,
+            step_bytes: chunk,
             uc_scratch: n.scratch.ptr(),
             mc_scratch: mc_send,
             uc_flags: n.flags.ptr(),
