@@ -57,30 +57,25 @@ fn abort_leaves_the_communicator_refused() {
 fn abort_ends_a_split_waiting_on_another_thread() {
     let be = backend::cpu();
     let cfg = CommConfig { bootstrap_timeout: Duration::from_secs(60), ..CommConfig::default() };
-    let comms = Comm::init_all(&be, 2, cfg.clone()).unwrap();
-    let c0 = &comms[0];
-    let (e, took) = std::thread::scope(|s| {
-        let split = s.spawn(|| c0.split(Some(0), 0, cfg.clone()).map(|_| ()));
-        std::thread::sleep(Duration::from_millis(300));
-        let asked = Instant::now();
-        c0.abort().unwrap();
-        (split.join().unwrap().unwrap_err(), asked.elapsed())
-    });
-    assert!(took < Duration::from_secs(5), "the split ended {took:?} after the abort: {e}");
-    assert!(e.to_string().contains("rank 0: aborted while"), "{e}");
+    // Runs `call` on rank 0 of `n` on a thread of its own, aborts rank 0 after 300 ms, and
+    // checks the call ended within 5 s of it, saying it was aborted.
+    let aborted = |n: usize, what: &str, call: &(dyn Fn(&Comm) -> rsccl::Result<()> + Sync)| {
+        let comms = Comm::init_all(&be, n, cfg.clone()).unwrap();
+        let c0 = &comms[0];
+        let (e, took) = std::thread::scope(|s| {
+            let t = s.spawn(|| call(c0));
+            std::thread::sleep(Duration::from_millis(300));
+            let asked = Instant::now();
+            c0.abort().unwrap();
+            (t.join().unwrap().unwrap_err(), asked.elapsed())
+        });
+        assert!(took < Duration::from_secs(5), "the {what} ended {took:?} after the abort: {e}");
+        assert!(e.to_string().contains("rank 0: aborted while"), "{what}: {e}");
+    };
+    aborted(2, "split", &|c| c.split(Some(0), 0, cfg.clone()).map(|_| ()));
     // A shrink whose other member never comes waits in the new communicator's init, past this
     // one's bootstrap: aborting this one stops it too (NCCL's childAbortFlag).
-    let comms = Comm::init_all(&be, 3, cfg.clone()).unwrap();
-    let c0 = &comms[0];
-    let (e, took) = std::thread::scope(|s| {
-        let shrink = s.spawn(|| c0.shrink(&[2], false, cfg.clone()).map(|_| ()));
-        std::thread::sleep(Duration::from_millis(300));
-        let asked = Instant::now();
-        c0.abort().unwrap();
-        (shrink.join().unwrap().unwrap_err(), asked.elapsed())
-    });
-    assert!(took < Duration::from_secs(5), "the shrink ended {took:?} after the abort: {e}");
-    assert!(e.to_string().contains("rank 0: aborted while"), "{e}");
+    aborted(3, "shrink", &|c| c.shrink(&[2], false, cfg.clone()).map(|_| ()));
 }
 
 /// `init_all(2000)` started 2000 threads and 1.7 GB before failing after 16 s; the 1024-rank
