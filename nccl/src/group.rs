@@ -314,11 +314,7 @@ pub fn end() -> Res {
     if let Some(e) = error {
         return spoiled(e, inits, children);
     }
-    if let Err(e) = run_inits(inits) {
-        children.into_iter().for_each(QueuedChild::skip);
-        return Err(e);
-    }
-    run_children(children)?;
+    make_comms(inits, children)?;
     run_group(&calls)
 }
 
@@ -371,11 +367,7 @@ pub fn simulate_end() -> Res<Option<f32>> {
     if let Some(e) = error {
         return spoiled(e, inits, children).map(|()| None);
     }
-    if let Err(e) = run_inits(inits) {
-        children.into_iter().for_each(QueuedChild::skip);
-        return Err(e);
-    }
-    run_children(children)?;
+    make_comms(inits, children)?;
     let mut per_comm: Vec<(NcclComm, f64)> = Vec::new();
     for q in &calls {
         let Queued::Coll { comm, .. } = q else { continue };
@@ -397,6 +389,16 @@ pub fn discard() -> Res {
         let _ = spoiled(bad, inits, children);
     }
     Ok(())
+}
+
+/// Makes the communicators a group queued: its inits, then its splits and shrinks (NULL for
+/// each child when an init failed).
+fn make_comms(inits: Vec<QueuedInit>, children: Vec<QueuedChild>) -> Res {
+    if let Err(e) = run_inits(inits) {
+        children.into_iter().for_each(QueuedChild::skip);
+        return Err(e);
+    }
+    run_children(children)
 }
 
 /// Runs the queued inits together (each waits for the others of its communicator).

@@ -124,6 +124,11 @@ pub fn backend() -> Res<(Arc<dyn Backend>, usize)> {
     backend_on(None)
 }
 
+/// The result of a nonblocking init's thread, which has ended or is waited for.
+fn joined(h: JoinHandle<rsccl::Result<Comm>>) -> rsccl::Result<Comm> {
+    h.join().unwrap_or_else(|_| Err(Error::InvalidConfig("the init thread panicked".into())))
+}
+
 /// An `ncclComm_t`: the communicator once its init completed, and what C asks of it.
 pub struct CommHandle {
     /// The communicator; set by its init (at once, at the end of the group it was called in,
@@ -190,8 +195,7 @@ impl CommHandle {
     pub fn finish_init(&self) {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(h) = pending.take() {
-            let r = h.join().unwrap_or_else(|_| Err(Error::InvalidConfig("the init thread panicked".into())));
-            self.set(r);
+            self.set(joined(h));
         }
     }
 
@@ -210,10 +214,8 @@ impl CommHandle {
                     *p = Some(h);
                     return Err(Fail { code: abi::IN_PROGRESS, msg: String::new() });
                 }
-                let r =
-                    h.join().unwrap_or_else(|_| Err(Error::InvalidConfig("the init thread panicked".into())));
                 // Set before the lock goes: an abort meanwhile finds the communicator to stop.
-                self.set(r);
+                self.set(joined(h));
             }
         }
         if let Some(f) = self.init_failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
