@@ -557,3 +557,39 @@ fn the_call_past_the_bound_and_a_wait_complete_only_the_calls_before_them() {
     comms[1].wait_all().unwrap();
     expect_sums(&be, &bufs, count);
 }
+
+/// Two threads start calls of two communicators on one buffer at the same moment, round after
+/// round: one call waits for the other (finding the buffer free and holding it is one step), so
+/// the buffer ends with both ranks' contributions of both calls — never one update lost to the
+/// other's concurrent write.
+#[test]
+fn calls_starting_at_once_on_one_buffer_take_turns() {
+    let be = backend::cpu();
+    let a = Comm::init_all(&be, 2, cfg(Duration::from_secs(60))).unwrap();
+    let b = Comm::init_all(&be, 2, cfg(Duration::from_secs(60))).unwrap();
+    let count = 20_000;
+    for round in 0..50 {
+        let shared = be.upload(&(0..count).map(|i| input(0, round, i)).collect::<Vec<_>>()).unwrap();
+        let others: Vec<DeviceBuffer> = (0..2)
+            .map(|k| be.upload(&(0..count).map(|i| input(1, round + k, i)).collect::<Vec<_>>()).unwrap())
+            .collect();
+        let start = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            for (comms, other) in [(&a, &others[0]), (&b, &others[1])] {
+                let start = &start;
+                let sb = BufRef::from(&shared);
+                s.spawn(move || {
+                    start.wait();
+                    comms[0].all_reduce(sb, sb, count, DataType::I32, ReduceOp::Sum).unwrap();
+                });
+                s.spawn(move || {
+                    let o = BufRef::from(other);
+                    comms[1].all_reduce(o, o, count, DataType::I32, ReduceOp::Sum).unwrap();
+                });
+            }
+        });
+        let want: Vec<i32> =
+            (0..count).map(|i| input(0, round, i) + input(1, round, i) + input(1, round + 1, i)).collect();
+        assert_eq!(be.download::<i32>(&shared, count).unwrap(), want, "round {round}");
+    }
+}

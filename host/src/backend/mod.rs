@@ -100,6 +100,34 @@ impl StreamKey {
 /// until dropped (by the stream, once the kernel completed).
 pub(crate) struct Hold(Arc<Owner>, StreamKey);
 
+impl Owner {
+    /// Whether no work of another stream than `key`'s uses the memory (any work: [`StreamKey::ANY`]).
+    fn free_but(&self, key: StreamKey) -> bool {
+        let users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        !users.iter().any(|(k, _)| *k != key || key == StreamKey::ANY)
+    }
+    /// Marks the memory in use by work of `key`'s stream until the hold drops.
+    fn hold(self: &Arc<Self>, key: StreamKey) -> Hold {
+        let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        match users.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => users.push((key, 1)),
+        }
+        Hold(self.clone(), key)
+    }
+}
+
+impl Hold {
+    /// The same use, as work no later call may queue behind (an MSCCL program's, NVLS_TREE's
+    /// worker's): the new hold is taken before this one ends, so the buffer is never free between.
+    pub(crate) fn unordered(self) -> Hold {
+        if self.1 == StreamKey::ANY {
+            return self;
+        }
+        self.0.hold(StreamKey::ANY)
+    }
+}
+
 impl Drop for Hold {
     fn drop(&mut self) {
         let mut users = self.0.users.lock().unwrap_or_else(|p| p.into_inner());
@@ -110,6 +138,39 @@ impl Drop for Hold {
             }
         }
         self.0.idle.notify_all();
+        drop(users);
+        // Taking the lock orders this end after any claim's check that saw the hold: that
+        // claim is waiting by now and gets the notification.
+        drop(CLAIMS.lock().unwrap_or_else(|p| p.into_inner()));
+        RELEASED.notify_all();
+    }
+}
+
+/// Serialises [`claim`]s: each finds its buffers free and holds them under this lock, so two
+/// calls of different streams cannot both find a buffer free before either holds it.
+static CLAIMS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Notified whenever a [`Hold`] ends, for the claims waiting on [`CLAIMS`].
+static RELEASED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Waits until no work of another stream than each use's own (`StreamKey::ANY`: of any
+/// stream) uses its buffer, then holds every buffer for its use's stream — one step for them
+/// all, so no other call takes a buffer in between, and all or nothing, so a waiting call holds
+/// nothing another may wait for. Uses of one claim on one buffer do not wait for each other
+/// (the parts of one group). The holds come back in the order of `uses`.
+pub(crate) fn claim(uses: &[(&DeviceBuffer, StreamKey)]) -> Vec<Hold> {
+    let mut guard = CLAIMS.lock().unwrap_or_else(|p| p.into_inner());
+    while !uses.iter().all(|(b, key)| b.owner.free_but(*key)) {
+        guard = RELEASED.wait(guard).unwrap_or_else(|p| p.into_inner());
+    }
+    uses.iter().map(|(b, key)| b.owner.hold(*key)).collect()
+}
+
+/// [`claim`] of a call's two buffers (send and receive) for the stream of `key`.
+pub(crate) fn claim_pair(a: &DeviceBuffer, b: &DeviceBuffer, key: StreamKey) -> [Hold; 2] {
+    let mut holds = claim(&[(a, key), (b, key)]).into_iter();
+    match (holds.next(), holds.next()) {
+        (Some(a), Some(b)) => [a, b],
+        _ => unreachable!("a claim holds every use it was given"),
     }
 }
 
@@ -129,19 +190,11 @@ impl DeviceBuffer {
         DeviceBuffer::new(ptr, len, Box::new(()))
     }
 
-    /// Marks the buffer in use by enqueued work until the returned hold is dropped (work no
-    /// later call may queue behind: see [`DeviceBuffer::hold_on`]).
-    pub(crate) fn hold(&self) -> Hold {
-        self.hold_on(StreamKey::ANY)
-    }
-    /// [`DeviceBuffer::hold`] for work enqueued on the stream of `key`.
+    /// Marks the buffer in use by work enqueued on the stream of `key` until the returned hold
+    /// is dropped, without waiting for other uses: for buffers no other call can reach (a
+    /// call's own staging); a user's buffers are [`claim`]ed.
     pub(crate) fn hold_on(&self, key: StreamKey) -> Hold {
-        let mut users = self.owner.users.lock().unwrap_or_else(|p| p.into_inner());
-        match users.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, n)) => *n += 1,
-            None => users.push((key, 1)),
-        }
-        Hold(self.owner.clone(), key)
+        self.owner.hold(key)
     }
     /// Keeps the buffer's memory alive (without marking it in use) as long as the returned
     /// value lives: for registrations such as symmetric windows, which outlive any one call.
@@ -150,13 +203,8 @@ impl DeviceBuffer {
     }
     /// Waits until no enqueued collective uses the buffer.
     pub(crate) fn wait_idle(&self) {
-        self.wait_idle_but(StreamKey::ANY)
-    }
-    /// Waits until no collective enqueued on another stream than `key`'s uses the buffer (the
-    /// uses on that stream end before work enqueued there after them starts).
-    pub(crate) fn wait_idle_but(&self, key: StreamKey) {
         let mut users = self.owner.users.lock().unwrap_or_else(|p| p.into_inner());
-        while users.iter().any(|(k, _)| *k != key || key == StreamKey::ANY) {
+        while !users.is_empty() {
             users = self.owner.idle.wait(users).unwrap_or_else(|p| p.into_inner());
         }
     }
@@ -768,6 +816,60 @@ pub(crate) fn validate_launch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    fn buffer() -> DeviceBuffer {
+        DeviceBuffer::new(DevPtr(0x1000), 64, Box::new(()))
+    }
+
+    /// Threads of four streams claim one buffer over and over: never two at once (a check and
+    /// a hold made apart would let two pass together).
+    #[test]
+    fn claims_of_other_streams_take_turns() {
+        let buf = buffer();
+        let inside = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for t in 1..=4 {
+                let (buf, inside) = (&buf, &inside);
+                s.spawn(move || {
+                    for _ in 0..300 {
+                        let held = claim(&[(buf, StreamKey(t))]);
+                        assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two streams held one buffer");
+                        std::thread::yield_now();
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        drop(held);
+                    }
+                });
+            }
+        });
+    }
+
+    /// A claim that waits holds nothing meanwhile (all or nothing), uses of one stream do not
+    /// wait for each other, and the uses of one claim on one buffer by two streams both hold it.
+    #[test]
+    fn a_waiting_claim_holds_nothing() {
+        let (x, y) = (buffer(), buffer());
+        let (one, two) = (StreamKey(1), StreamKey(2));
+        let y_held = claim(&[(&y, one)]);
+        let _again = claim(&[(&y, one)]);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| claim(&[(&x, two), (&y, two)]));
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!waiter.is_finished(), "a claim went on while another stream held one of its buffers");
+            assert!(x.owner.free_but(one), "the waiting claim holds x");
+            drop((y_held, _again));
+            let held = waiter.join().unwrap();
+            assert_eq!(held.len(), 2);
+            assert!(!x.owner.free_but(one) && !y.owner.free_but(one));
+        });
+        let both = claim(&[(&x, one), (&x, two)]);
+        assert_eq!(both.len(), 2);
+        let unordered = both.into_iter().map(Hold::unordered).collect::<Vec<_>>();
+        assert!(!x.owner.free_but(one) && !x.owner.free_but(two), "an unordered hold blocks every stream");
+        drop(unordered);
+        assert!(x.owner.free_but(StreamKey::ANY));
+    }
 
     #[test]
     fn preference_parses_any_case_and_rejects_unknown_names() {

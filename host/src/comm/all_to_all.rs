@@ -6,6 +6,7 @@
 use super::algorithm::MscclId;
 use super::communicator::Comm;
 use super::group::Group;
+use crate::backend::claim_pair;
 use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
@@ -102,10 +103,10 @@ impl Comm {
     ) -> Result<Work<'_>> {
         let (id, builtin) = self.all_to_all_program(send.ptr() == recv.ptr(), bytes)?;
         let l = self.loaded(id)?;
-        let mut q = self.ready_for(send, recv, false)?;
+        let (mut q, holds) = self.ready_for(send, recv, false)?;
         // A registry program serves only calls of its layout; the built-in one is out of place.
         if !builtin || send.ptr() != recv.ptr() || count == 0 {
-            return self.enqueue_msccl(&mut q, l, send, recv, count, dtype, ReduceOp::Sum);
+            return self.enqueue_msccl(&mut q, l, holds, send, recv, count, dtype, ReduceOp::Sum);
         }
         // In place on an out-of-place program: the input goes to a staging buffer first (every
         // block is read before any arrives), kept for later calls. Nothing is in flight now,
@@ -113,10 +114,15 @@ impl Comm {
         let mut staging = self.programs.all_to_all_staging.lock().unwrap_or_else(|e| e.into_inner());
         // The user's buffer bounds the size; growth may double it.
         let tmp = staging.at_least(&*self.stream, bytes, bytes.saturating_mul(2))?;
+        // The copy waits for every use of its buffers, this call's holds too: they end, and
+        // the kernel's buffers (the staging one in the send buffer's place) are claimed after.
+        drop(holds);
         self.stream.copy_range((tmp, 0), (send.buf, send.offset), bytes).map_err(|e| {
             Error::InvalidConfig(format!("rank {}: all_to_all in place: the buffer: {e}", self.rank))
         })?;
-        self.enqueue_msccl(&mut q, l, BufRef::from(tmp), recv, count, dtype, ReduceOp::Sum)
+        let key = self.stream_key();
+        let holds = claim_pair(tmp, recv.buf, key);
+        self.enqueue_msccl(&mut q, l, holds, BufRef::from(tmp), recv, count, dtype, ReduceOp::Sum)
     }
 
     /// Bytes of one rank's all-to-all buffer: `count` elements to each rank.

@@ -7,9 +7,13 @@ use super::communicator::{Comm, FlightId, InFlight, KernelFlight, Queue, MAX_IN_
 use super::done::DoneFlag;
 use super::work::{Enqueue, Work};
 use super::BufRef;
+use crate::backend::{claim_pair, Hold};
 use crate::error::{Error, Result};
 
 use std::sync::Arc;
+
+/// A call's holds on its send and receive buffers ([`Comm::ready_for`]).
+pub(super) type Holds = [Hold; 2];
 
 impl Comm {
     /// Runs `call` on this rank and waits for this rank's part (every rank makes the same
@@ -28,23 +32,22 @@ impl Comm {
     /// collective call comes here.
     pub(super) fn start(&self, call: Call) -> Result<Work<'_>> {
         let dev = call.check(self.rank, self.nranks, self.stream.compute_capability())?;
-        let mut q = self.ready_for(call.send, call.recv, true)?;
+        let (mut q, holds) = self.ready_for(call.send, call.recv, true)?;
         let plan = self.plan(&call, &dev)?;
         match plan.algorithm {
             Algorithm::NvlsTree => {
                 self.settle(&mut q)?;
-                return self.start_nvls_tree(&mut q, &call, plan);
+                return self.start_nvls_tree(&mut q, &call, plan, holds);
             }
             Algorithm::Msccl(id) => {
                 let l = self.loaded(id)?;
                 self.settle(&mut q)?;
-                return self.enqueue_msccl(&mut q, l, call.send, call.recv, call.count, call.dtype, call.op);
+                let (send, recv) = (call.send, call.recv);
+                return self.enqueue_msccl(&mut q, l, holds, send, recv, call.count, call.dtype, call.op);
             }
             _ => {}
         }
         let status = self.tables.status_pool.take(&*self.stream, self.tables.status.len())?;
-        let key = self.stream_key();
-        let holds = [call.send.buf.hold_on(key), call.recv.buf.hold_on(key)];
         // SAFETY: the check showed both buffers hold what this rank reads and writes; the
         // holds keep their memory alive, and their copies waiting, until the kernel completed;
         // the status area (zeroed, of the size of the communicator's own) lives in its flight.
@@ -75,10 +78,17 @@ impl Comm {
 
     /// Starts an NVLS_TREE all-reduce: three collectives of the sub-communicators and two
     /// copies, in order, on a worker thread, so the call returns at once like a kernel launch.
-    fn start_nvls_tree(&self, q: &mut Queue, call: &Call, plan: super::Plan) -> Result<Work<'_>> {
+    fn start_nvls_tree(
+        &self,
+        q: &mut Queue,
+        call: &Call,
+        plan: super::Plan,
+        holds: Holds,
+    ) -> Result<Work<'_>> {
         let t = self.nvls_tree.clone().expect("planned NVLS_TREE on a communicator with one");
         let seq = self.health.progress.enter(call.coll, false);
-        let holds = [call.send.buf.hold(), call.recv.buf.hold()];
+        // Its sub-communicators' kernels do not run in this stream's order.
+        let holds = holds.map(Hold::unordered);
         let done = Arc::new(DoneFlag::default());
         let (stream, flag) = (self.stream.clone(), done.clone());
         let (sp, rp, count, dtype, op) = (call.send.ptr(), call.recv.ptr(), call.count, call.dtype, call.op);
@@ -163,25 +173,25 @@ impl Comm {
 
     /// This communicator's queue, once the calls in flight completed (their results kept for
     /// their works) — or, with `pipelined`, only where the next kernel cannot queue behind
-    /// them — no collective of another stream (another communicator's, an MSCCL program's or
-    /// NVLS_TREE's) still uses `send` or `recv`, and the abort word is armed for the next
-    /// kernel.
+    /// them — and the abort word is armed for the next kernel; with `send` and `recv` held for
+    /// this stream's next call, claimed once no collective of another stream (another
+    /// communicator's, an MSCCL program's or NVLS_TREE's) still used them.
     pub(super) fn ready_for(
         &self,
         send: BufRef,
         recv: BufRef,
         pipelined: bool,
-    ) -> Result<std::sync::MutexGuard<'_, Queue>> {
+    ) -> Result<(std::sync::MutexGuard<'_, Queue>, Holds)> {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         self.make_room(&mut q, pipelined);
         // Uses of this stream's calls in flight end before its next kernel starts.
-        send.buf.wait_idle_but(self.stream_key());
-        recv.buf.wait_idle_but(self.stream_key());
+        let key = self.stream_key();
+        let holds = claim_pair(send.buf, recv.buf, key);
         self.arm_behind(!q.flights.is_empty())?;
         // After arming: a rank that leaves or dies from now on stops the kernel through the
         // armed word. The call is the next to enter (behind calls in flight, not theirs).
         self.check_peers_at(&[], self.health.progress.next())?;
-        Ok(q)
+        Ok((q, holds))
     }
 
     /// Whether a kernel may be enqueued behind the calls in flight without completing them

@@ -27,7 +27,7 @@ use super::hang::{op_code, P2pGuard};
 use super::launch::nvls_kernel;
 use super::p2p::{self_copies, OpNote, P2p};
 use super::pool::{Pooled, Table};
-use crate::backend::{DeviceBuffer, LaunchConfig};
+use crate::backend::{claim, DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
 use rsccl_device::coll::group::{GroupArgs, GROUP_SHM_BYTES, GROUP_THREADS};
 use rsccl_device::coll::kernels::{handles, CollKernel};
@@ -223,6 +223,18 @@ impl<'a> Group<'a> {
             slots[i] = Some(p.comm.group_prepare(&p.ops, &p.calls, p.gate)?);
         }
         let prepared: Vec<Prepared> = slots.into_iter().map(|p| p.expect("every part prepared")).collect();
+        // Every part's buffers, claimed in one step once no call of another stream uses them
+        // (the parts' own calls in flight end before their kernels start).
+        let uses: Vec<_> = self
+            .parts
+            .iter()
+            .flat_map(|p| {
+                let key = p.comm.stream_key();
+                let ops = p.ops.iter().map(move |o| (o.buf.buf, key));
+                ops.chain(p.calls.iter().flat_map(move |c| [(c.send.buf, key), (c.recv.buf, key)]))
+            })
+            .collect();
+        let mut claimed = claim(&uses).into_iter();
         for p in &self.parts {
             p.comm.p2p_listen(&p.ops)?;
         }
@@ -253,11 +265,9 @@ impl<'a> Group<'a> {
         let mut work = GroupWork { parts: Vec::with_capacity(self.parts.len()), claimed: false };
         for ((p, prep), l) in self.parts.iter().zip(prepared).zip(launched) {
             let key = p.comm.stream_key();
-            let holds: Vec<_> = p
-                .ops
-                .iter()
-                .map(|o| o.buf.buf.hold_on(key))
-                .chain(p.calls.iter().flat_map(|c| [c.send.buf.hold_on(key), c.recv.buf.hold_on(key)]))
+            let holds: Vec<_> = claimed
+                .by_ref()
+                .take(p.ops.len() + 2 * p.calls.len())
                 .chain(prep.staged.iter().map(|(_, b)| b.hold_on(key)))
                 .collect();
             let Prepared { queue: mut q, in_p2p, .. } = prep;
@@ -485,8 +495,9 @@ impl Comm {
     }
 
     /// Phase 1 of a group on this communicator: checks `ops` and `calls`, pairs the
-    /// self-sends, completes the calls in flight where the group cannot queue behind them and
-    /// waits until no call uses the buffers; holds the queue until the group is in flight.
+    /// self-sends, completes the calls in flight where the group cannot queue behind them;
+    /// holds the queue until the group is in flight (its buffers are claimed after every
+    /// part's preparation: [`Group::start`]).
     fn group_prepare<'c>(
         &'c self,
         ops: &[P2p],
@@ -536,15 +547,6 @@ impl Comm {
         // (its sends wait for another stream's GEMM) first completes them.
         self.make_room(&mut queue, gate.is_none());
         let in_p2p = self.health.progress.enter_p2p(devs.len() as u64);
-        // Uses of this stream's calls in flight end before the group's kernels start.
-        let key = self.stream_key();
-        for op in ops {
-            op.buf.buf.wait_idle_but(key);
-        }
-        for c in calls {
-            c.send.buf.wait_idle_but(key);
-            c.recv.buf.wait_idle_but(key);
-        }
         self.arm_behind(!queue.flights.is_empty())?;
         // The departure check of a collective's only where the group holds collectives: ranks
         // that left may have been no peer of its sends and receives, or done their part of

@@ -5,9 +5,10 @@
 use super::algorithm::{Algorithm, MscclId, Plan, Protocol};
 use super::call::{Call, DevCall};
 use super::communicator::{Comm, FlightId, InFlight, Queue};
+use super::dispatch::Holds;
 use super::msccl_loaded::{Loaded, MAX_MSCCL_PROGRAMS, MAX_MSCCL_SCRATCH_BYTES};
 use super::wiring::{conn_tag, Edge};
-use crate::backend::LaunchConfig;
+use crate::backend::{Hold, LaunchConfig};
 use crate::comm::call::check_call;
 use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
@@ -249,7 +250,8 @@ impl Comm {
         op: ReduceOp,
     ) -> Result<()> {
         let l = self.loaded(id)?;
-        let _q = self.ready_for(send, recv, false)?;
+        // Held until this call returns: it waits for the kernel.
+        let (_q, _holds) = self.ready_for(send, recv, false)?;
         // SAFETY: checked in launch_msccl against the buffers, which the borrows keep alive
         // until finish_with returns (it waits for the kernel).
         match unsafe { self.launch_msccl(&l, send, recv, count, dtype, op) }? {
@@ -265,13 +267,15 @@ impl Comm {
         &self,
         q: &mut Queue,
         l: Arc<Loaded>,
+        holds: Holds,
         send: BufRef,
         recv: BufRef,
         count: usize,
         dtype: DataType,
         op: ReduceOp,
     ) -> Result<Work<'_>> {
-        let holds = [send.buf.hold(), recv.buf.hold()];
+        // The program's kernels are not ordered on this stream.
+        let holds = holds.map(Hold::unordered);
         // SAFETY: launch_msccl checks both buffers against what this rank reads and writes;
         // the holds keep their memory alive, and their copies waiting, until the kernel
         // completed.

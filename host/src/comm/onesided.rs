@@ -12,7 +12,7 @@
 use super::call::check_call;
 use super::communicator::Comm;
 use super::{BufRef, ReduceOp};
-use crate::backend::{BackendKind, DeviceBuffer, LaunchConfig};
+use crate::backend::{claim, BackendKind, DeviceBuffer, Hold, LaunchConfig};
 use crate::error::{Error, Result};
 use rsccl_device::coll::Collective;
 use rsccl_device::dtype::DataType;
@@ -611,10 +611,9 @@ impl Comm {
         // Calls of other communicators (streams) still using these buffers end first: this
         // launch does not queue behind them.
         let key = self.stream_key();
-        for b in holds.iter().copied().chain([&mem.window]) {
-            b.wait_idle_but(key);
-        }
-        let held: Vec<_> = holds.iter().map(|b| b.hold()).chain([mem.window.hold()]).collect();
+        let uses: Vec<_> = holds.iter().copied().chain([&mem.window]).map(|b| (b, key)).collect();
+        // Held as work no call queues behind: the launch is synchronous.
+        let held: Vec<_> = claim(&uses).into_iter().map(Hold::unordered).collect();
         // SAFETY: the caller's promise; everything stays alive until the synchronize below.
         unsafe { stream.launch_entry(kernel, cfg, args) }?;
         stream.synchronize()?;
