@@ -115,8 +115,8 @@ fn transport_gbps() -> f64 {
         let deadline = Instant::now() + Duration::from_secs(60);
         let net: Arc<dyn Net> = Arc::new(SocketNet::new(SocketConfig::loopback(), [5; 16]));
         let (a, b) = (
-            NetSetup::new(net.clone(), be.clone(), deadline, (0, 1)),
-            NetSetup::new(net, be.clone(), deadline, (0, 1)),
+            NetSetup::new(net.clone(), be.clone(), deadline.into(), (0, 1)),
+            NetSetup::new(net, be.clone(), deadline.into(), (0, 1)),
         );
         let (a_rx, ha) = a.to_peer(1, "node1", (0, None)).listen(layout, 0).expect("listen");
         let (b_rx, hb) = b.to_peer(0, "node0", (0, None)).listen(layout, 0).expect("listen");

@@ -22,7 +22,7 @@ use rsccl::transport::net::plugin_abi::{
     self as abi, Logger, NcclResult, NetV8, NetV9, PropertiesV8, PropertiesV9, VDevicePropsV9, HANDLE_MAXSIZE,
 };
 use rsccl::transport::net::socket::{SocketConfig, SocketNet};
-use rsccl::transport::net::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
+use rsccl::transport::net::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm, Until};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -370,7 +370,7 @@ unsafe extern "C" fn accept(
             Listen::Ready(listener) => {
                 let t = std::thread::Builder::new()
                     .name("rsccl-plugin-accept".into())
-                    .spawn(move || listener.accept(Instant::now() + SETUP_LIMIT))
+                    .spawn(move || listener.accept((Instant::now() + SETUP_LIMIT).into()))
                     .map_err(|e| (abi::SYSTEM_ERROR, format!("starting an accept thread: {e}")))?;
                 *l = Listen::Accepting(t);
                 Ok(())
@@ -444,7 +444,7 @@ unsafe extern "C" fn connect(
                 };
                 let t = std::thread::Builder::new()
                     .name("rsccl-plugin-connect".into())
-                    .spawn(move || net.connect(dev, &theirs, Instant::now() + SETUP_LIMIT))
+                    .spawn(move || net.connect(dev, &theirs, &(Instant::now() + SETUP_LIMIT).into()))
                     .map_err(|e| (abi::SYSTEM_ERROR, format!("starting a connect thread: {e}")))?;
                 pending.insert(h, t);
                 Ok(())
@@ -475,10 +475,10 @@ impl Net for OfiRef {
     fn listen(&self, dev: usize) -> rsccl::Result<(Vec<u8>, Box<dyn NetListener>)> {
         OFI.get().ok_or_else(|| rsccl::Error::Network("libfabric is not open".into()))?.listen(dev)
     }
-    fn connect(&self, dev: usize, handle: &[u8], deadline: Instant) -> rsccl::Result<Box<dyn NetSendComm>> {
+    fn connect(&self, dev: usize, handle: &[u8], until: &Until) -> rsccl::Result<Box<dyn NetSendComm>> {
         OFI.get()
             .ok_or_else(|| rsccl::Error::Network("libfabric is not open".into()))?
-            .connect(dev, handle, deadline)
+            .connect(dev, handle, until)
     }
 }
 

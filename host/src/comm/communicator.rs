@@ -391,6 +391,13 @@ impl Comm {
         self.health.abort.store_u32(0, 1)
     }
 
+    /// How long a network connection made after init (a first send to a peer, an MSCCL
+    /// program's) may wait for its peer: the bootstrap timeout, or until [`Comm::abort`].
+    pub(super) fn setup_until(&self) -> crate::transport::net::Until {
+        let deadline = std::time::Instant::now() + self.cfg.bootstrap_timeout;
+        crate::transport::net::Until::new(deadline, Some(self.health.cancel.clone()))
+    }
+
     /// Waits until every rank has called `barrier` (over the bootstrap network).
     pub fn barrier(&self) -> Result<()> {
         self.bootstrap.lock().unwrap_or_else(|e| e.into_inner()).barrier()

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::topology::detect::NetDevice;
 use crate::topology::Rank;
 use crate::transport::net::proxy::Proxy;
-use crate::transport::net::{Net, NetSetup};
+use crate::transport::net::{Net, NetSetup, Until};
 use crate::transport::ConnMem;
 use crate::transport::{self, ConnHandle, ConnLayout, Side, Transport, TransportKind, MAX_HANDLE_BYTES};
 use rsccl_device::coll::ring::RingChannel;
@@ -579,8 +579,10 @@ fn connect(
     let net = match net {
         Some(plugin) if wires.iter().any(|w| transports[w.peer] == TransportKind::Net) => {
             tracing::info!(rank, "{}", plugin.using());
-            let deadline = std::time::Instant::now() + cfg.bootstrap_timeout;
-            Some(NetSetup::new(plugin, stream.clone(), deadline, super::topo::local_of(peers, rank)))
+            // An abort of the init ends the waits for connections, as it ends the bootstrap's.
+            let until =
+                Until::new(std::time::Instant::now() + cfg.bootstrap_timeout, Some(boot.cancel().clone()));
+            Some(NetSetup::new(plugin, stream.clone(), until, super::topo::local_of(peers, rank)))
         }
         _ => None,
     };

@@ -101,26 +101,23 @@ impl Comm {
         let me = &plan.ranks[rank];
         let (sends, recvs) = plan.connections(rank);
         // Connections to other hosts go through the network with a proxy thread of their own.
-        let net =
-            if sends.iter().chain(&recvs).any(|&(peer, _)| self.links.transports[peer] == TransportKind::Net)
-            {
-                // The network the communicator's own connections use (a plugin, libfabric or
-                // sockets), as point-to-point connections choose it.
-                let choice = crate::transport::net::NetChoice {
-                    plugin: self.cfg.net_plugin.as_deref(),
-                    net: self.cfg.net.as_deref(),
-                };
-                let plugin = crate::transport::net::choose(choice, self.links.conn_key.to_le_bytes())?;
-                let deadline = std::time::Instant::now() + self.cfg.bootstrap_timeout;
-                Some(NetSetup::new(
-                    plugin,
-                    self.stream.clone(),
-                    deadline,
-                    super::topo::local_of(&self.peers, rank),
-                ))
-            } else {
-                None
+        let net = if sends
+            .iter()
+            .chain(&recvs)
+            .any(|&(peer, _)| self.links.transports[peer] == TransportKind::Net)
+        {
+            // The network the communicator's own connections use (a plugin, libfabric or
+            // sockets), as point-to-point connections choose it.
+            let choice = crate::transport::net::NetChoice {
+                plugin: self.cfg.net_plugin.as_deref(),
+                net: self.cfg.net.as_deref(),
             };
+            let plugin = crate::transport::net::choose(choice, self.links.conn_key.to_le_bytes())?;
+            let until = self.setup_until();
+            Some(NetSetup::new(plugin, self.stream.clone(), until, super::topo::local_of(&self.peers, rank)))
+        } else {
+            None
+        };
         let layout = ConnLayout::simple(self.cfg.step_bytes);
         let load_no = self.programs.loaded.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
         // Apart from the ring and tree connections' keys and from other loads'.

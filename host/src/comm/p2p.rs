@@ -41,7 +41,6 @@ use rsccl_device::prims::conn::{
 use rsccl_device::prims::ll::ll_step_bytes;
 use rsccl_device::prims::Protocol as DevProtocol;
 use rsccl_device::DevPtr;
-use std::time::Instant;
 
 /// Most point-to-point connections (each direction to each peer counts once) one rank keeps:
 /// each holds a FIFO of `NCCL_STEPS` slots, so memory stays bounded however many peers a job
@@ -412,11 +411,10 @@ impl Comm {
                 };
                 let plugin = crate::transport::net::choose(choice, key)?;
                 tracing::info!(rank = self.rank, "{}", plugin.using());
-                let deadline = Instant::now() + self.cfg.bootstrap_timeout;
                 NetSetup::new(
                     plugin,
                     self.stream.clone(),
-                    deadline,
+                    self.setup_until(),
                     super::topo::local_of(&self.peers, self.rank),
                 )
             }

@@ -21,7 +21,10 @@ pub mod plugin_abi;
 pub mod plugin_log;
 pub mod proxy;
 pub mod socket;
+mod until;
 pub mod wire;
+
+pub use until::Until;
 
 use super::{ConnHandle, ConnLayout, ConnMem, Side, Transport, MAX_HANDLE_BYTES};
 use crate::backend::{Backend, HostMapped};
@@ -34,7 +37,6 @@ use rsccl_device::prims::ll128::LL128_LINE_BYTES;
 use rsccl_device::DevPtr;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 /// A request a plugin returned from `isend`/`irecv`, for `test`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -53,8 +55,8 @@ pub trait Net: Send + Sync {
     /// returns the handle the sender connects with (at most [`super::MAX_HANDLE_BYTES`] bytes)
     /// and the listener.
     fn listen(&self, dev: usize) -> Result<(Vec<u8>, Box<dyn NetListener>)>;
-    /// Connects from device `dev` to the listener of `handle`, giving up at `deadline`.
-    fn connect(&self, dev: usize, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>>;
+    /// Connects from device `dev` to the listener of `handle`, giving up once `until` is over.
+    fn connect(&self, dev: usize, handle: &[u8], until: &Until) -> Result<Box<dyn NetSendComm>>;
     /// The network's devices as it describes them (an NCCL plugin's `getProperties`), for the
     /// topology's NET nodes; empty (the default): the host's own detection finds the NICs.
     fn devices(&self) -> Vec<NetDevice> {
@@ -69,8 +71,8 @@ pub trait Net: Send + Sync {
 
 /// A listener waiting for its one connection.
 pub trait NetListener: Send {
-    /// Waits for the sender (refusing and logging strangers), giving up at `deadline`.
-    fn accept(self: Box<Self>, deadline: Instant) -> Result<Box<dyn NetRecvComm>>;
+    /// Waits for the sender (refusing and logging strangers), giving up once `until` is over.
+    fn accept(self: Box<Self>, until: Until) -> Result<Box<dyn NetRecvComm>>;
 }
 
 /// The sending side of a connection. Messages are delivered in the order they are posted.
@@ -339,7 +341,7 @@ pub fn device_for(ndev: usize, (local, nlocal): (usize, usize), channel: usize) 
 pub struct NetSetup {
     net: Arc<dyn Net>,
     backend: Arc<dyn Backend>,
-    deadline: Instant,
+    until: Until,
     /// This rank's index among its host's ranks, and their number ([`device_for`]).
     local: (usize, usize),
     /// Whether the network numbered the topology's NICs ([`Net::devices`]: a plugin does; the
@@ -349,16 +351,17 @@ pub struct NetSetup {
 }
 
 impl NetSetup {
-    /// Connections over `net`, with memory from `backend`, set up before `deadline`, for a
-    /// rank that is number `local.0` of the `local.1` ranks on its host.
+    /// Connections over `net`, with memory from `backend`, set up before `until` is over (its
+    /// deadline, or the abort of the communicator making them), for a rank that is number
+    /// `local.0` of the `local.1` ranks on its host.
     pub fn new(
         net: Arc<dyn Net>,
         backend: Arc<dyn Backend>,
-        deadline: Instant,
+        until: Until,
         local: (usize, usize),
     ) -> NetSetup {
         let described = net.devices().len() == net.ndev();
-        NetSetup { net, backend, deadline, local, described, conns: Arc::new(Mutex::new(Vec::new())) }
+        NetSetup { net, backend, until, local, described, conns: Arc::new(Mutex::new(Vec::new())) }
     }
 
     /// The transport for connections of channel `channel` with `peer` (on `host`): on device
@@ -377,7 +380,7 @@ impl NetSetup {
         self.net.name()
     }
 
-    /// Waits for every receiving connection's sender (until the deadline) and starts the proxy
+    /// Waits for every receiving connection's sender (until the deadline or an abort) and starts the proxy
     /// thread that serves them all for rank `rank`; `abort` is the word its kernels watch,
     /// which the proxy sets when a connection breaks.
     pub fn start(self, rank: usize, abort: Arc<HostMapped>) -> Result<proxy::Proxy> {
@@ -458,10 +461,10 @@ impl Transport for NetPeer<'_> {
         let (mut handles, mut pending) = (Vec::new(), Vec::new());
         for region in Region::of(layout) {
             let (handle, listener) = self.setup.net.listen(self.dev)?;
-            let deadline = self.setup.deadline;
+            let until = self.setup.until.clone();
             let acceptor = std::thread::Builder::new()
                 .name("rsccl-net-accept".into())
-                .spawn(move || listener.accept(deadline))
+                .spawn(move || listener.accept(until))
                 .map_err(|e| Error::Network(format!("starting an accept thread: {e}")))?;
             handles.push(handle);
             pending.push((region, Pending::Accept(acceptor)));
@@ -475,7 +478,7 @@ impl Transport for NetPeer<'_> {
         let regions = Region::of(layout);
         let mut pending = Vec::with_capacity(regions.len());
         for (region, h) in regions.iter().zip(split_handles(&handle.0, regions.len())?) {
-            pending.push((*region, Pending::Send(self.setup.net.connect(self.dev, h, self.setup.deadline)?)));
+            pending.push((*region, Pending::Send(self.setup.net.connect(self.dev, h, &self.setup.until)?)));
         }
         Ok(self.keep(layout, mem, pending))
     }

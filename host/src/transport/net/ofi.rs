@@ -20,13 +20,13 @@
 //! that sender (directed receives, where the provider has them). Messages are tagged with
 //! their sequence number on the connection, so they match in order whatever the provider's
 //! ordering. Progress is the proxy's: completions are read when it tests a request.
-use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
+use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm, Until};
 use crate::bootstrap::{random_secret, SECRET_BYTES};
 use crate::error::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `RSCCL_NET`: which network carries bytes between hosts: `socket`, `ofi`, or `auto` (the
 /// default: libfabric when it offers an [`RDMA_PROVIDERS`] provider, else `socket`).
@@ -812,15 +812,13 @@ impl Endpoint {
         }
     }
 
-    /// Waits (polling) until `req` completes or `deadline` passes.
-    fn wait(&mut self, req: NetRequest, deadline: Instant, what: &str) -> Result<usize> {
+    /// Waits (polling) until `req` completes or `until` is over.
+    fn wait(&mut self, req: NetRequest, until: &Until, what: &str) -> Result<usize> {
         loop {
             if let Some(n) = self.test_req(req)? {
                 return Ok(n);
             }
-            if Instant::now() >= deadline {
-                return Err(ofi_err(format!("{what}: timed out")));
-            }
+            until.check(&format!("libfabric: {what}"))?;
             std::thread::sleep(Duration::from_micros(200));
         }
     }
@@ -923,7 +921,7 @@ impl Net for OfiNet {
         Ok((handle, Box::new(OfiListener { ep, secret })))
     }
 
-    fn connect(&self, dev: usize, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>> {
+    fn connect(&self, dev: usize, handle: &[u8], until: &Until) -> Result<Box<dyn NetSendComm>> {
         let dom = self.domain(dev)?.clone();
         let n = *handle.first().ok_or_else(|| ofi_err("an empty handle"))? as usize;
         if handle.len() != 1 + n + SECRET_BYTES || n > MAX_ADDR_BYTES {
@@ -937,7 +935,7 @@ impl Net for OfiNet {
         hello.push(ep.addr.len() as u8);
         hello.extend_from_slice(&ep.addr.clone());
         let req = ep.start(hello.as_mut_ptr(), hello.len(), HELLO_TAG)?;
-        if let Err(e) = ep.wait(req, deadline, "sending the hello") {
+        if let Err(e) = ep.wait(req, until, "sending the hello") {
             // The send may still be posted: the endpoint goes before the hello's buffer.
             ep.close_ep();
             return Err(e);
@@ -952,15 +950,15 @@ struct OfiListener {
 }
 
 impl NetListener for OfiListener {
-    fn accept(self: Box<Self>, deadline: Instant) -> Result<Box<dyn NetRecvComm>> {
+    fn accept(self: Box<Self>, until: Until) -> Result<Box<dyn NetRecvComm>> {
         let OfiListener { mut ep, secret } = *self;
         loop {
             let mut buf = vec![0u8; SECRET_BYTES + 1 + MAX_ADDR_BYTES];
             let req = ep.start(buf.as_mut_ptr(), buf.len(), HELLO_TAG)?;
             // A hello that does not fit fails its receive (truncated): refused like a wrong one.
-            let n = match ep.wait(req, deadline, "waiting for the sender's hello") {
+            let n = match ep.wait(req, &until, "waiting for the sender's hello") {
                 Ok(n) => n,
-                Err(e) if e.to_string().contains("timed out") => {
+                Err(e) if until.over() => {
                     // The receive is still posted: the endpoint goes before its buffer.
                     ep.close_ep();
                     return Err(e);
@@ -1033,6 +1031,7 @@ impl NetRecvComm for OfiComm {
 mod tests {
     use super::*;
     use std::mem::offset_of;
+    use std::time::Instant;
 
     /// `auto` takes libfabric only for an RDMA-class provider, the first libfabric lists.
     #[test]
@@ -1163,7 +1162,7 @@ mod tests {
         let last = bad.len() - 1;
         bad[last] ^= 1;
         std::thread::scope(|s| {
-            let acc = s.spawn(move || listener.accept(deadline));
+            let acc = s.spawn(move || listener.accept(deadline.into()));
             // Garbage with the hello's tag (too long for a hello: truncated at the receiver)
             // and a sender with the wrong secret are refused; the right one is taken.
             let mut garbage_ep = Endpoint::open(net.devs[0].0.clone(), true).unwrap();
@@ -1171,9 +1170,9 @@ mod tests {
             garbage_ep.peer = garbage_ep.insert(&handle[1..1 + n]).unwrap();
             let mut garbage = vec![0xA5u8; 300];
             let g = garbage_ep.start(garbage.as_mut_ptr(), garbage.len(), HELLO_TAG).unwrap();
-            garbage_ep.wait(g, deadline, "sending garbage").unwrap();
-            let _stranger = net.connect(0, &bad, deadline).unwrap();
-            let mut tx = net.connect(0, &handle, deadline).unwrap();
+            garbage_ep.wait(g, &deadline.into(), "sending garbage").unwrap();
+            let _stranger = net.connect(0, &bad, &deadline.into()).unwrap();
+            let mut tx = net.connect(0, &handle, &deadline.into()).unwrap();
             let mut rx = acc.join().unwrap().unwrap();
             let sizes = [1usize, 4096, 100_000, 0, 3];
             let msgs: Vec<Vec<u8>> =

@@ -22,13 +22,13 @@
 //! region the proxy hands over and deregistered when the comm closes.
 use super::plugin_abi::{self as abi, NetV8, NetV9, PropertiesV8, PropertiesV9, HANDLE_MAXSIZE};
 use super::plugin_log::{last_warning, logger};
-use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
+use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm, Until};
 use crate::error::{Error, Result};
 use crate::topology::detect::NetDevice;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `RSCCL_NET_PLUGIN`: the NCCL net plugins to try (NCCL's `NCCL_NET_PLUGIN`); unset, empty or
 /// `none`: rsccl's socket transport.
@@ -640,7 +640,7 @@ impl Net for PluginNet {
         Ok((handle.to_vec(), Box::new(PluginListener { plugin: self.plugin.clone(), comm })))
     }
 
-    fn connect(&self, dev: usize, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>> {
+    fn connect(&self, dev: usize, handle: &[u8], until: &Until) -> Result<Box<dyn NetSendComm>> {
         let d = self.device(dev)?;
         if handle.len() > HANDLE_MAXSIZE {
             return Err(plugin_err(format!(
@@ -674,9 +674,10 @@ impl Net for PluginNet {
             if !comm.is_null() {
                 return Ok(Box::new(PluginComm::new(self.plugin.clone(), comm, Dir::Send)));
             }
-            if Instant::now() >= deadline {
+            if until.over() {
+                let why = if until.cancelled() { "before the abort" } else { "in time" };
                 return Err(Error::Network(format!(
-                    "net plugin {}: connect gave no comm in time",
+                    "net plugin {}: connect gave no comm {why}",
                     self.plugin.name
                 )));
             }
@@ -703,7 +704,7 @@ struct PluginListener {
 unsafe impl Send for PluginListener {}
 
 impl NetListener for PluginListener {
-    fn accept(self: Box<Self>, deadline: Instant) -> Result<Box<dyn NetRecvComm>> {
+    fn accept(self: Box<Self>, until: Until) -> Result<Box<dyn NetRecvComm>> {
         let (accept, close) = (self.plugin.calls.accept, self.plugin.calls.close_listen);
         let res = loop {
             let (mut comm, mut dev): (*mut c_void, *mut c_void) =
@@ -721,9 +722,10 @@ impl NetListener for PluginListener {
             if !comm.is_null() {
                 break Ok(comm);
             }
-            if Instant::now() >= deadline {
+            if until.over() {
+                let why = if until.cancelled() { "before the abort" } else { "in time" };
                 break Err(Error::Network(format!(
-                    "net plugin {}: no sender connected in time",
+                    "net plugin {}: no sender connected {why}",
                     self.plugin.name
                 )));
             }

@@ -882,8 +882,8 @@ mod tests {
     fn pair(layout: ConnLayout, net: Arc<dyn Net>, deadline: Instant) -> Pair {
         let be = crate::backend::cpu();
         let (rx_setup, tx_setup) = (
-            NetSetup::new(net.clone(), be.clone(), deadline, (0, 1)),
-            NetSetup::new(net, be.clone(), deadline, (0, 1)),
+            NetSetup::new(net.clone(), be.clone(), deadline.into(), (0, 1)),
+            NetSetup::new(net, be.clone(), deadline.into(), (0, 1)),
         );
         let (rx_mem, handle) = rx_setup.to_peer(1, "sender-host", (0, None)).listen(layout, 0).unwrap();
         let tx_mem = tx_setup.to_peer(0, "receiver-host", (0, None)).connect(layout, &handle).unwrap();
@@ -1120,8 +1120,8 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(30);
         let net: Arc<dyn Net> = Arc::new(SocketNet::new(SocketConfig::loopback(), [1; 16]));
         let (rx_setup, tx_setup) = (
-            NetSetup::new(net.clone(), be.clone(), deadline, (0, 1)),
-            NetSetup::new(net, be.clone(), deadline, (0, 1)),
+            NetSetup::new(net.clone(), be.clone(), deadline.into(), (0, 1)),
+            NetSetup::new(net, be.clone(), deadline.into(), (0, 1)),
         );
         let (_rx_mem, handle) = rx_setup.to_peer(5, "far-host", (0, None)).listen(layout, 0).unwrap();
         let _tx_mem = tx_setup.to_peer(2, "near-host", (0, None)).connect(layout, &handle).unwrap();

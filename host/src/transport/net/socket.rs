@@ -10,7 +10,7 @@
 use super::wire::{
     self, part_range, Handle, Hello, PartHeader, ACK_BYTES, HELLO_BYTES, MAX_SOCKETS, MAX_THREADS, PART_BYTES,
 };
-use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm};
+use super::{Net, NetListener, NetRecvComm, NetRequest, NetSendComm, Until};
 use crate::bootstrap::Secret;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
@@ -215,13 +215,6 @@ fn fresh_conn_id() -> u64 {
     )
 }
 
-fn remaining(deadline: Instant, what: &str) -> Result<Duration> {
-    deadline
-        .checked_duration_since(Instant::now())
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| net_err(format!("{what}: timed out")))
-}
-
 impl Net for SocketNet {
     fn name(&self) -> &'static str {
         "socket"
@@ -261,14 +254,20 @@ impl Net for SocketNet {
 
     // The receiver's listening address picks the route (NCCL's socket transport does not bind
     // the sending side either): `dev` is not needed here.
-    fn connect(&self, _dev: usize, handle: &[u8], deadline: Instant) -> Result<Box<dyn NetSendComm>> {
+    fn connect(&self, _dev: usize, handle: &[u8], until: &Until) -> Result<Box<dyn NetSendComm>> {
         let h = Handle::decode(handle).map_err(|e| net_err(e.0))?;
         let nsocks = self.cfg.nsocks();
         let mut socks = Vec::with_capacity(nsocks);
         for index in 0..nsocks {
             let what = format!("connecting to {}", h.addr);
-            let s = TcpStream::connect_timeout(&h.addr, remaining(deadline, &what)?)
-                .map_err(|e| net_err(format!("{what}: {e}")))?;
+            // Attempts of one slice each, so an abort ends the wait for a silent address.
+            let s = loop {
+                match TcpStream::connect_timeout(&h.addr, until.slice(&what)?) {
+                    Ok(s) => break s,
+                    Err(e) if e.kind() == ErrorKind::TimedOut || e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(net_err(format!("{what}: {e}"))),
+                }
+            };
             s.set_nodelay(true).map_err(|e| net_err(format!("{what}: TCP_NODELAY: {e}")))?;
             let hello =
                 Hello { secret: self.secret, conn_id: h.conn_id, index: index as u16, nsocks: nsocks as u16 };
@@ -276,13 +275,22 @@ impl Net for SocketNet {
             socks.push(s);
         }
         let what = format!("waiting for {} to accept", h.addr);
-        socks[0].set_read_timeout(Some(remaining(deadline, &what)?)).map_err(|e| net_err(e.to_string()))?;
         let mut ack = [0u8; ACK_BYTES];
-        (&socks[0]).read_exact(&mut ack).map_err(|e| match e.kind() {
-            // A read timeout is EAGAIN on Linux: say what it is.
-            ErrorKind::WouldBlock | ErrorKind::TimedOut => net_err(format!("{what}: timed out")),
-            _ => net_err(format!("{what}: {e}")),
-        })?;
+        let mut got = 0;
+        while got < ACK_BYTES {
+            socks[0].set_read_timeout(Some(until.slice(&what)?)).map_err(|e| net_err(e.to_string()))?;
+            match (&socks[0]).read(&mut ack[got..]) {
+                Ok(0) => return Err(net_err(format!("{what}: the listener closed the connection"))),
+                Ok(n) => got += n,
+                // A read timeout is EAGAIN on Linux: the next slice looks at the deadline.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(net_err(format!("{what}: {e}"))),
+            }
+        }
         wire::decode_ack(&ack).map_err(|e| net_err(format!("{what}: {e}")))?;
         socks[0].set_read_timeout(None).map_err(|e| net_err(e.to_string()))?;
         Ok(Box::new(SocketComm::start(socks, self.cfg.nthreads, "send")?))
@@ -336,7 +344,7 @@ impl NetListener for SocketListener {
     /// Greets every connection at once (nonblocking, at most [`MAX_GREETING`] pending, the
     /// oldest dropped first): silent or slow strangers do not delay the real sender beyond its
     /// own hello.
-    fn accept(self: Box<Self>, deadline: Instant) -> Result<Box<dyn NetRecvComm>> {
+    fn accept(self: Box<Self>, until: Until) -> Result<Box<dyn NetRecvComm>> {
         self.listener.set_nonblocking(true).map_err(|e| net_err(e.to_string()))?;
         let mut socks: Vec<Option<TcpStream>> = Vec::new();
         let mut expected = 0usize;
@@ -403,10 +411,11 @@ impl NetListener for SocketListener {
                 }
             }
             if idle {
-                if Instant::now() >= deadline {
+                if until.over() {
                     return Err(net_err(format!(
-                        "no sender connected to {} within the timeout ({} of {} sockets came)",
+                        "no sender connected to {} {} ({} of {} sockets came)",
                         self.listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+                        if until.cancelled() { "before the abort" } else { "within the timeout" },
                         socks.iter().filter(|s| s.is_some()).count(),
                         expected.max(1)
                     )));
@@ -685,8 +694,8 @@ mod tests {
         let net = SocketNet::new(cfg, [3; 16]);
         let (handle, listener) = net.listen(0).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
-        let acceptor = std::thread::spawn(move || listener.accept(deadline));
-        let tx = net.connect(0, &handle, deadline).unwrap();
+        let acceptor = std::thread::spawn(move || listener.accept(deadline.into()));
+        let tx = net.connect(0, &handle, &deadline.into()).unwrap();
         (tx, acceptor.join().unwrap().unwrap())
     }
 
@@ -719,9 +728,9 @@ mod tests {
         let strangers: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(addr).unwrap()).collect();
         let deadline = Instant::now() + Duration::from_secs(20);
         let start = Instant::now();
-        let acceptor = std::thread::spawn(move || listener.accept(deadline));
+        let acceptor = std::thread::spawn(move || listener.accept(deadline.into()));
         std::thread::sleep(Duration::from_millis(50));
-        let tx = net.connect(0, &handle, deadline).unwrap();
+        let tx = net.connect(0, &handle, &deadline.into()).unwrap();
         let rx = acceptor.join().unwrap().unwrap();
         assert!(start.elapsed() < Duration::from_secs(1), "accepted after {:?}", start.elapsed());
         drop((tx, rx, strangers));
@@ -732,9 +741,40 @@ mod tests {
     fn a_silent_listener_times_out_by_name() {
         let net = SocketNet::new(SocketConfig::loopback(), [3; 16]);
         let (handle, _listener) = net.listen(0).unwrap();
-        let e = net.connect(0, &handle, Instant::now() + Duration::from_millis(300)).map(|_| ()).unwrap_err();
+        let e = net
+            .connect(0, &handle, &(Instant::now() + Duration::from_millis(300)).into())
+            .map(|_| ())
+            .unwrap_err();
         let e = e.to_string();
         assert!(e.contains("to accept: timed out") && !e.contains("os error"), "{e}");
+    }
+
+    /// An abort (the cancel of the communicator's init) ends both sides' waits long before
+    /// their deadline: a sender waiting for a listener that never accepts, and a listener
+    /// nobody connects to.
+    #[test]
+    fn a_cancel_ends_a_connect_and_an_accept() {
+        let net = SocketNet::new(SocketConfig::loopback(), [3; 16]);
+        let (handle, silent) = net.listen(0).unwrap();
+        let (_, lonely) = net.listen(0).unwrap();
+        let cancel = crate::bootstrap::Cancel::new();
+        let until = Until::new(Instant::now() + Duration::from_secs(60), Some(cancel.clone()));
+        let (u1, u2) = (until.clone(), until);
+        let sender = std::thread::spawn(move || net.connect(0, &handle, &u1).map(|_| ()));
+        let acceptor = std::thread::spawn(move || lonely.accept(u2).map(|_| ()));
+        std::thread::sleep(Duration::from_millis(300));
+        let asked = Instant::now();
+        cancel.cancel();
+        let e = sender.join().unwrap().unwrap_err().to_string();
+        assert!(e.contains("to accept: aborted"), "{e}");
+        let e = acceptor.join().unwrap().unwrap_err().to_string();
+        assert!(e.contains("no sender connected") && e.contains("before the abort"), "{e}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "the waits ended {:?} after the cancel",
+            asked.elapsed()
+        );
+        drop(silent);
     }
 
     #[test]
@@ -776,7 +816,7 @@ mod tests {
         let (handle, listener) = net.listen(0).unwrap();
         let addr = Handle::decode(&handle).unwrap().addr;
         let deadline = Instant::now() + Duration::from_secs(20);
-        let acceptor = std::thread::spawn(move || listener.accept(deadline));
+        let acceptor = std::thread::spawn(move || listener.accept(deadline.into()));
         // Garbage, a wrong secret, and one that says nothing and hangs up.
         let mut g = TcpStream::connect(addr).unwrap();
         g.write_all(&[0xAB; HELLO_BYTES]).unwrap();
@@ -785,7 +825,7 @@ mod tests {
         let mut w = TcpStream::connect(addr).unwrap();
         w.write_all(&wrong.encode()).unwrap();
         drop(TcpStream::connect(addr).unwrap());
-        let mut tx = net.connect(0, &handle, deadline).unwrap();
+        let mut tx = net.connect(0, &handle, &deadline.into()).unwrap();
         let mut rx = acceptor.join().unwrap().unwrap();
         let mut got = [0u8; 4];
         // SAFETY: as above.
@@ -806,7 +846,8 @@ mod tests {
     fn a_listener_nobody_connects_to_times_out_and_a_closed_peer_is_an_error() {
         let net = SocketNet::new(SocketConfig::loopback(), [3; 16]);
         let (_, listener) = net.listen(0).unwrap();
-        let e = listener.accept(Instant::now() + Duration::from_millis(200)).err().unwrap().to_string();
+        let e =
+            listener.accept((Instant::now() + Duration::from_millis(200)).into()).err().unwrap().to_string();
         assert!(e.contains("no sender connected"), "{e}");
         let (tx, mut rx) = pair(1, 1);
         drop(tx);
