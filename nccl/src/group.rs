@@ -111,6 +111,8 @@ pub struct QueuedChild {
     pub kind: ChildKind,
     /// Its configuration.
     pub cfg: CommConfig,
+    /// Whether the child is blocking (its config's, else its parent's).
+    pub blocking: bool,
     /// Where the child's handle goes (NULL for a `NCCL_SPLIT_NOCOLOR` split).
     pub out: *mut NcclComm,
 }
@@ -148,7 +150,8 @@ impl QueuedChild {
     /// The child's handle (NULL: none).
     fn make(self) -> Res<NcclComm> {
         let held = handle::handle(self.parent)?;
-        let (parent, device) = (held.comm()?, held.device);
+        // A nonblocking split runs while its parent's state says so: not `comm()`, which refuses.
+        let (parent, device) = (held.made()?, held.device);
         let child = match self.kind {
             ChildKind::Split { color, key } => parent.split(color, key, self.cfg.clone())?,
             ChildKind::Shrink { exclude, abort } => Some(parent.shrink(&exclude, abort, self.cfg.clone())?),
@@ -156,7 +159,7 @@ impl QueuedChild {
         Ok(match child {
             None => std::ptr::null_mut(),
             Some(c) => {
-                let h = handle::CommHandle::new(c.rank(), c.nranks(), device, self.cfg);
+                let h = handle::CommHandle::new(c.rank(), c.nranks(), device, (self.cfg, self.blocking));
                 h.set(Ok(c));
                 handle::publish(h)
             }

@@ -152,12 +152,24 @@ pub struct CommHandle {
     /// The configuration its init was asked for (the C API's defaults and its `ncclConfig_t`):
     /// a split or shrink given no config inherits it, as NCCL's `copyCommConfig`.
     pub cfg: CommConfig,
+    /// Whether it is blocking (its config's `blocking`): a split or shrink of a nonblocking
+    /// communicator runs on a thread of its own and returns `ncclInProgress`, as NCCL's.
+    pub blocking: bool,
+    /// A split or shrink of this communicator still running (nonblocking), until polled.
+    child: Mutex<Option<JoinHandle<Res>>>,
+    /// Why its last nonblocking split or shrink failed: its state from then on, as NCCL sets
+    /// the parent's asynchronous error.
+    child_failed: Mutex<Option<Fail>>,
 }
 
 impl CommHandle {
-    /// A handle for rank `rank` of `nranks`, configured as `cfg`, whose init has not completed.
-    pub fn new(rank: usize, nranks: usize, device: usize, cfg: CommConfig) -> CommHandle {
+    /// A handle for rank `rank` of `nranks`, configured as `cfg` (`blocking` or not), whose
+    /// init has not completed.
+    pub fn new(rank: usize, nranks: usize, device: usize, (cfg, blocking): (CommConfig, bool)) -> CommHandle {
         CommHandle {
+            blocking,
+            child: Mutex::new(None),
+            child_failed: Mutex::new(None),
             comm: OnceLock::new(),
             pending: Mutex::new(None),
             cancel: Cancel::new(),
@@ -204,9 +216,62 @@ impl CommHandle {
         self.pending.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|h| !h.is_finished())
     }
 
-    /// `ncclSuccess` when the communicator is ready, `ncclInProgress` while its init runs, or
-    /// the init's failure, or the communicator's asynchronous error.
+    /// Runs a split or shrink of this (nonblocking) communicator on a thread of its own;
+    /// [`CommHandle::state`] says `ncclInProgress` until it ended, then its failure if any.
+    /// One at a time, as NCCL refuses a call on a communicator whose last one is in progress.
+    pub fn spawn_child(&self, make: impl FnOnce() -> Res + Send + 'static) -> Res {
+        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        if child.as_ref().is_some_and(|h| !h.is_finished()) {
+            return Err(Fail::arg(format!(
+                "rank {}: a split or shrink of this communicator is in progress (poll ncclCommGetAsyncError)",
+                self.rank
+            )));
+        }
+        if let Some(h) = child.take() {
+            self.child_ended(h);
+        }
+        let h = std::thread::Builder::new()
+            .name(format!("rsccl-nccl-split-{}", self.rank))
+            .spawn(make)
+            .map_err(|e| Fail { code: abi::SYSTEM_ERROR, msg: format!("starting the split thread: {e}") })?;
+        *child = Some(h);
+        Ok(())
+    }
+
+    /// Records the end of a split or shrink thread.
+    fn child_ended(&self, h: JoinHandle<Res>) {
+        let r = h.join().unwrap_or_else(|_| {
+            Err(Fail { code: abi::INTERNAL_ERROR, msg: "a split thread panicked".into() })
+        });
+        if let Err(f) = r {
+            *self.child_failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+        }
+    }
+
+    /// `Err(ncclInProgress)` while a nonblocking split or shrink of this communicator runs;
+    /// once it ended, its failure (from then on).
+    fn child_state(&self) -> Res {
+        {
+            let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(h) = child.take() {
+                if !h.is_finished() {
+                    *child = Some(h);
+                    return Err(Fail { code: abi::IN_PROGRESS, msg: String::new() });
+                }
+                self.child_ended(h);
+            }
+        }
+        match self.child_failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            Some(f) => Err(f),
+            None => Ok(()),
+        }
+    }
+
+    /// `ncclSuccess` when the communicator is ready, `ncclInProgress` while its init (or a
+    /// nonblocking split of it) runs, or the init's failure (or the split's), or the
+    /// communicator's asynchronous error.
     pub fn state(&self) -> Res {
+        self.child_state()?;
         {
             let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(h) = p.take() {
@@ -227,8 +292,28 @@ impl CommHandle {
         }
     }
 
-    /// The communicator, or why a call cannot use it now.
+    /// The communicator, or why a call cannot use it now (NCCL's `ncclCommEnsureReady`: its
+    /// init, or a nonblocking split of it, in progress or failed).
     pub fn comm(&self) -> Res<&Comm> {
+        match self.child_state() {
+            Err(f) if f.code == abi::IN_PROGRESS => return Err(Fail::arg(format!(
+                "rank {}: a split or shrink of this communicator is in progress (poll ncclCommGetAsyncError)",
+                self.rank
+            ))),
+            Err(f) => {
+                return Err(Fail {
+                    code: f.code,
+                    msg: format!("rank {}: its split or shrink failed: {}", self.rank, f.msg),
+                })
+            }
+            Ok(()) => {}
+        }
+        self.made()
+    }
+
+    /// The communicator once its init completed, whatever a split of it does meanwhile (for
+    /// that split's own thread).
+    pub fn made(&self) -> Res<&Comm> {
         if let Some(c) = self.comm.get() {
             return Ok(c);
         }

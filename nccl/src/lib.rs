@@ -318,12 +318,38 @@ unsafe fn read_config(config: *const NcclConfig) -> Res<(CommConfig, bool)> {
 ///
 /// # Safety
 /// As [`read_config`].
-unsafe fn child_config(parent: &CommHandle, config: *const NcclConfig) -> Res<CommConfig> {
+unsafe fn child_config(parent: &CommHandle, config: *const NcclConfig) -> Res<(CommConfig, bool)> {
     if config.is_null() {
-        return Ok(parent.cfg.clone());
+        return Ok((parent.cfg.clone(), parent.blocking));
     }
     // SAFETY: the caller's promise.
-    Ok(unsafe { read_config(config) }?.0)
+    unsafe { read_config(config) }
+}
+
+/// Makes `child` of `parent`: at the end of the open group, if one is; on a
+/// thread of its own returning `ncclInProgress` where the parent is nonblocking (NCCL decides
+/// by the parent's config), `*out` NULL until it completes; else now.
+fn make_child(parent: &CommHandle, child: QueuedChild) -> Res {
+    if parent.blocking || group::open() {
+        // Inside a group it runs at the group's end, with the group's other splits.
+        return group::submit_child(child);
+    }
+    /// The child's raw pointers, moved to the thread that makes it.
+    struct Job(QueuedChild);
+    // SAFETY: the parent handle stays live while the thread holds it (its destroy waits for
+    // the calls holding it), and the caller keeps `out` valid until the split completed
+    // (NCCL's contract for a nonblocking split: it writes the child from its own thread).
+    unsafe impl Send for Job {}
+    impl Job {
+        fn run(self) -> Res {
+            self.0.run()
+        }
+    }
+    // SAFETY: checked non-NULL by the caller; NULL until the child is made, as NCCL's.
+    unsafe { child.out.write(std::ptr::null_mut()) };
+    let job = Job(child);
+    parent.spawn_child(move || job.run())?;
+    Err(Fail { code: abi::IN_PROGRESS, msg: String::new() })
 }
 
 /// The rsccl unique id of an NCCL one.
@@ -375,7 +401,7 @@ unsafe fn init_rank(
     // SAFETY: the caller's contract.
     let (cfg, blocking) = unsafe { read_config(config) }?;
     let (be, device) = handle::backend()?;
-    let h = handle::publish(CommHandle::new(r, n, device, cfg.clone()));
+    let h = handle::publish(CommHandle::new(r, n, device, (cfg.clone(), blocking)));
     // SAFETY: checked non-NULL above.
     unsafe { newcomm.write(h) };
     let hr = handle(h)?;
@@ -501,7 +527,7 @@ api! {
             group::init_together(jobs).into_iter().collect::<rsccl::Result<Vec<Comm>>>().map_err(Fail::from)?
         };
         for (i, c) in comms.into_iter().enumerate() {
-            let h = CommHandle::new(i, n, placed[i].1, cfg.clone());
+            let h = CommHandle::new(i, n, placed[i].1, (cfg.clone(), true));
             h.set(Ok(c));
             // SAFETY: the caller's array has ndev entries.
             unsafe { comm.add(i).write(handle::publish(h)) };
@@ -592,10 +618,9 @@ api! {
             c => Some(u32::try_from(c).map_err(|_| Fail::arg(format!("color {c}: NCCL_SPLIT_NOCOLOR or ≥ 0")))?),
         };
         // SAFETY: the caller's contract.
-        let cfg = unsafe { child_config(&h, config) }?;
+        let (cfg, blocking) = unsafe { child_config(&h, config) }?;
         h.comm()?;
-        // Inside a group it runs at the group's end, with the group's other splits.
-        group::submit_child(QueuedChild { parent: comm, kind: ChildKind::Split { color, key: i64::from(key) }, cfg, out: newcomm })
+        make_child(&h, QueuedChild { parent: comm, kind: ChildKind::Split { color, key: i64::from(key) }, cfg, blocking, out: newcomm })
     }
 
     /// A new communicator of every rank but the `excludeRanksCount` ranks listed (which do not
@@ -628,11 +653,10 @@ api! {
             .map(|(i, &r)| usize::try_from(r).map_err(|_| Fail::arg(format!("excludeRanksList[{i}] is {r}"))))
             .collect::<Res<Vec<usize>>>()?;
         // SAFETY: the caller's contract.
-        let cfg = unsafe { child_config(&h, config) }?;
+        let (cfg, blocking) = unsafe { child_config(&h, config) }?;
         let abort = shrinkFlags & abi::SHRINK_ABORT != 0;
         h.comm()?;
-        // Inside a group it runs at the group's end, with the group's other splits.
-        group::submit_child(QueuedChild { parent: comm, kind: ChildKind::Shrink { exclude, abort }, cfg, out: newcomm })
+        make_child(&h, QueuedChild { parent: comm, kind: ChildKind::Shrink { exclude, abort }, cfg, blocking, out: newcomm })
     }
 
     /// Not implemented yet (symmetric windows go through rsccl's own API so far): returns
