@@ -296,10 +296,12 @@ impl CommHandle {
     /// init, or a nonblocking split of it, in progress or failed).
     pub fn comm(&self) -> Res<&Comm> {
         match self.child_state() {
-            Err(f) if f.code == abi::IN_PROGRESS => return Err(Fail::arg(format!(
+            Err(f) if f.code == abi::IN_PROGRESS => {
+                return Err(Fail::arg(format!(
                 "rank {}: a split or shrink of this communicator is in progress (poll ncclCommGetAsyncError)",
                 self.rank
-            ))),
+            )))
+            }
             Err(f) => {
                 return Err(Fail {
                     code: f.code,

@@ -124,6 +124,12 @@ fn trees_on_ll_and_ll128_every_type_and_op() {
         run(double.clone(), DataType::F32, ReduceOp::Avg, 12_345, false);
         run(double, DataType::BF16, ReduceOp::Sum, 0, true);
     }
+    // NCCL's per-call LL128 chunk: 64 threads' slots carry 57,600 bytes of data; 100 KB per
+    // channel on a 4-rank node is below 5.6 of them, so each step moves 28,800 (half a slot's
+    // lines): several shrunk steps per channel, exact.
+    for (t, in_place) in [(DataType::F32, false), (DataType::I32, true)] {
+        run(on(small(4, 2), "LL128"), t, ReduceOp::Sum, 50_000, in_place);
+    }
 }
 
 #[test]

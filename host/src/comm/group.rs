@@ -748,9 +748,7 @@ impl Comm {
         let (prims, work) = self.group_work(dev, plan.algorithm, self.cfg.nchannels)?;
         let seq = work.seq;
         let staged = match plan.algorithm {
-            Algorithm::Tree => {
-                Staged::Tree(dev.dtype, plan, self.ring_args(dev, true, plan.protocol, prims)?)
-            }
+            Algorithm::Tree => Staged::Tree(dev.dtype, plan, self.ring_args(dev, true, &plan, prims)?),
             Algorithm::Nvls | Algorithm::NvlsSymmetric => {
                 let (args, cfg) = self.nvls_args(dev, &plan, seq, prims)?;
                 Staged::Nvls(dev.dtype, cfg, args)
@@ -800,7 +798,7 @@ impl Comm {
         for &i in picked {
             let dev = &prep.devs[i];
             let (prims, work) = self.group_work(dev, Algorithm::Ring, grid)?;
-            args.push(self.ring_args(dev, false, prep.plans[i].protocol, prims)?);
+            args.push(self.ring_args(dev, false, &prep.plans[i], prims)?);
             works.push(work);
         }
         let table = self.tables.pool.stage(&*self.stream, bytemuck::cast_slice(&args))?;

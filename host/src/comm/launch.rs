@@ -2,9 +2,9 @@
 //! signature and buffers), built here and only here.
 use super::algorithm::{Algorithm, Plan, Protocol};
 use super::call::DevCall;
+use super::chunking::{nvls_chunk_bytes, tree_ll128_chunk_bytes};
 use super::communicator::Comm;
 use super::nvls;
-use super::nvls_layout::call_chunk_bytes;
 use super::signature::Signed;
 use crate::backend::{DeviceBuffer, LaunchConfig};
 use crate::error::{Error, Result};
@@ -89,15 +89,17 @@ impl Comm {
         }
     }
 
-    /// The ring (or, `tree`, tree) kernel arguments of `dev` reporting in `status`: byte
-    /// kernels (all-gather, broadcast) count bytes, whatever the type.
+    /// The ring (or, `tree`, tree) kernel arguments of `dev`, run as `plan` says (its protocol;
+    /// a tree's channels), reporting in `status`: byte kernels (all-gather, broadcast) count
+    /// bytes, whatever the type.
     pub(super) fn ring_args(
         &self,
         dev: &DevCall,
         tree: bool,
-        protocol: Protocol,
+        plan: &Plan,
         status: PrimsStatus,
     ) -> Result<RingArgs> {
+        let protocol = plan.protocol;
         let kernel = if tree {
             CollKernel::TreeAllReduce(dev.dtype, protocol.device())
         } else {
@@ -118,7 +120,19 @@ impl Comm {
         let (table, step_bytes) = match (tree, protocol) {
             (true, Protocol::Simple) => (Some(&t.tree), self.cfg.step_bytes),
             (true, Protocol::Ll) => (t.tree_ll.as_ref(), ll_step_bytes(nthreads)),
-            (true, Protocol::Ll128) => (t.tree_ll128.as_ref(), ll128_step_bytes(nthreads)),
+            // NCCL's per-call chunk (the FIFO slots keep their stride, the connections').
+            (true, Protocol::Ll128) => {
+                let call_bytes = dev.count.saturating_mul(dev.dtype.size() as u64);
+                let (ch, nodes) = (u64::from(plan.channels), self.tuner.nnodes() as u64);
+                let chunk = tree_ll128_chunk_bytes(
+                    ll128_step_bytes(nthreads),
+                    call_bytes,
+                    ch,
+                    nodes,
+                    self.nranks as u64,
+                );
+                (t.tree_ll128.as_ref(), chunk)
+            }
             (false, Protocol::Simple) => (Some(&t.ring), self.cfg.step_bytes),
             (false, Protocol::Ll) => (t.ring_ll.as_ref(), ll_step_bytes(nthreads)),
             (false, Protocol::Ll128) => (t.ring_ll128.as_ref(), ll128_step_bytes(nthreads)),
@@ -190,7 +204,7 @@ impl Comm {
         };
         let prims = self.prims_status(status, dev, plan.algorithm, seq);
         let sig = prims.call;
-        let args = self.ring_args(dev, tree, plan.protocol, prims)?;
+        let args = self.ring_args(dev, tree, plan, prims)?;
         let cfg = LaunchConfig::linear(plan.channels, plan.threads).with_smem(COLL_SHM_BYTES);
         // SAFETY: the user buffers are the caller's promise; the channel tables, status words and
         // connections are this Comm's own, alive as long as it is, and sized for its channels.
@@ -260,7 +274,7 @@ impl Comm {
         // one rank's), for NCCL's per-call chunk; the FIFO slots keep their stride.
         let ranks = if coll == Collective::AllReduce { 1 } else { self.nranks as u64 };
         let call_bytes = count.saturating_mul(eb).saturating_mul(ranks);
-        let chunk = call_chunk_bytes(n.step_bytes, call_bytes, plan.channels as u64, self.nranks as u64);
+        let chunk = nvls_chunk_bytes(n.step_bytes, call_bytes, plan.channels as u64, self.nranks as u64);
         let args = NvlsArgs {
             sendbuff: send,
             recvbuff: recv,

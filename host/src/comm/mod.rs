@@ -7,6 +7,7 @@ mod algorithm;
 mod all_to_all;
 mod api;
 mod call;
+mod chunking;
 mod communicator;
 mod completion;
 mod config;

@@ -13,24 +13,6 @@ pub const NVLS_SLICE_BYTES: u64 = 32 << 10;
 /// uses its own step size.
 pub const NVLS_STEP_BYTES: u64 = 128 << 10;
 
-/// NCCL's NVLS chunk for one call (`calcCollChunking`'s NVLS branch): the bytes each FIFO step
-/// of the call moves, at most the `slot`. A call of `call_bytes` (all ranks' bytes of a
-/// reduce-scatter or all-gather) over `nchannels` blocks of `nheads` heads halves it to 64 KiB,
-/// 32 KiB and 16 KiB as the bytes per channel fall below 64, 8 and 2 rounds of every head's
-/// chunk, so that a small call still spreads over every block and pipelines its steps
-/// (a 1 MiB all-reduce on 16 channels of 8 heads: 16 KiB steps, not one 128 KiB step on a
-/// single block). Every rank computes the same chunk; the FIFO slots keep their stride.
-pub(super) fn call_chunk_bytes(slot: u64, call_bytes: u64, nchannels: u64, nheads: u64) -> u64 {
-    let per_channel = call_bytes / nchannels.max(1);
-    let mut chunk = slot;
-    for (rounds, to) in [(64u64, 64u64 << 10), (8, 32 << 10), (2, 16 << 10)] {
-        if per_channel < rounds.saturating_mul(nheads).saturating_mul(chunk) && chunk > to {
-            chunk = to;
-        }
-    }
-    chunk
-}
-
 /// Bytes of one FIFO's credit words (NCCL's `memSize`): the head at 0, the tail at half.
 const NVLS_CREDIT_BYTES: u64 = 64;
 
@@ -159,27 +141,6 @@ impl FifoLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// NCCL's chunk sizes, worked by hand from its thresholds (bytes per channel against 64, 8
-    /// and 2 rounds of the heads' chunks).
-    #[test]
-    fn call_chunks_shrink_as_nccls_do() {
-        let k = 1u64 << 10;
-        // 8 heads, 16 channels: 1 MiB (64 KiB per channel) is below 2 × 8 × 32 KiB: 16 KiB.
-        assert_eq!(call_chunk_bytes(128 * k, 1 << 20, 16, 8), 16 * k);
-        // 64 MiB: 4 MiB per channel, below 64 × 8 × 128 KiB (64 MiB) but not 8 × 8 × 64 KiB (4 MiB).
-        assert_eq!(call_chunk_bytes(128 * k, 64 << 20, 16, 8), 64 * k);
-        // 1 GiB: 64 MiB per channel, not below 64 MiB: NCCL's full 128 KiB.
-        assert_eq!(call_chunk_bytes(128 * k, 1 << 30, 16, 8), 128 * k);
-        // 4 heads, 2 channels: 8 MiB (4 MiB per channel) → 64 KiB; 2 MiB (1 MiB) → 32 KiB;
-        // 400 KiB (200 KiB) → 16 KiB.
-        assert_eq!(call_chunk_bytes(128 * k, 8 << 20, 2, 4), 64 * k);
-        assert_eq!(call_chunk_bytes(128 * k, 2 << 20, 2, 4), 32 * k);
-        assert_eq!(call_chunk_bytes(128 * k, 400 * k, 2, 4), 16 * k);
-        // A slot at or below 16 KiB is never shrunk; nothing overflows.
-        assert_eq!(call_chunk_bytes(8 * k, 1, 2, 4), 8 * k);
-        assert_eq!(call_chunk_bytes(128 * k, u64::MAX, 0, u64::MAX), 128 * k);
-    }
 
     /// Every FIFO, credit pair and saved step of every rank's channels lies inside its buffer,
     /// clear of the one-shot windows, barrier words and signatures and of each other; the head's two

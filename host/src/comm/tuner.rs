@@ -178,6 +178,11 @@ impl Tuner {
         Ok(())
     }
 
+    /// The hosts the communicator's ranks are on (NCCL's `nNodes`).
+    pub(super) fn nnodes(&self) -> usize {
+        self.input.nnodes
+    }
+
     /// Whether a tuner plugin is attached.
     pub(super) fn has_plugin(&self) -> bool {
         self.plugin.is_some()
