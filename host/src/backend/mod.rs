@@ -80,7 +80,7 @@ struct Owner {
     idle: std::sync::Condvar,
 }
 
-/// Which stream enqueued a use of a buffer ([`DeviceBuffer::hold_on`]): work of one stream
+/// Which stream enqueued a use of a buffer ([`claim`]): work of one stream
 /// runs in the order enqueued, so a call on that stream need not wait for the uses before it.
 /// [`StreamKey::ANY`]: work that does not run on one stream in order (every call waits for it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,12 +190,6 @@ impl DeviceBuffer {
         DeviceBuffer::new(ptr, len, Box::new(()))
     }
 
-    /// Marks the buffer in use by work enqueued on the stream of `key` until the returned hold
-    /// is dropped, without waiting for other uses: for buffers no other call can reach (a
-    /// call's own staging); a user's buffers are [`claim`]ed.
-    pub(crate) fn hold_on(&self, key: StreamKey) -> Hold {
-        self.owner.hold(key)
-    }
     /// Keeps the buffer's memory alive (without marking it in use) as long as the returned
     /// value lives: for registrations such as symmetric windows, which outlive any one call.
     pub(crate) fn keep_alive(&self) -> Arc<dyn Any + Send + Sync> {

@@ -247,6 +247,10 @@ pub(super) struct Tables {
     pub(super) _user_ranks: DeviceBuffer,
     /// Group kernels' argument tables, reused from call to call.
     pub(super) pool: super::pool::TablePool,
+    /// The copies groups' overlapped sends go from ([`Comm::group_prepare`]), reused: an
+    /// allocation per launch would free device memory as its kernels end, which on a GPU
+    /// waits for the whole device (see [`super::scratch`]).
+    pub(super) staging_pool: super::pool::BufferPool,
 }
 
 /// What a rank knows and does about failures: its abort word, the failure that made it

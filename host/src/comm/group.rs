@@ -27,7 +27,7 @@ use super::hang::{op_code, P2pGuard};
 use super::launch::nvls_kernel;
 use super::p2p::{self_copies, OpNote, P2p};
 use super::pool::{Pooled, Table};
-use crate::backend::{claim, DeviceBuffer, LaunchConfig};
+use crate::backend::{claim, LaunchConfig};
 use crate::error::{Error, Result};
 use rsccl_device::coll::group::{GroupArgs, GROUP_SHM_BYTES, GROUP_THREADS};
 use rsccl_device::coll::kernels::{handles, CollKernel};
@@ -264,13 +264,10 @@ impl<'a> Group<'a> {
         }
         let mut work = GroupWork { parts: Vec::with_capacity(self.parts.len()), claimed: false };
         for ((p, prep), l) in self.parts.iter().zip(prepared).zip(launched) {
-            let key = p.comm.stream_key();
-            let holds: Vec<_> = claimed
-                .by_ref()
-                .take(p.ops.len() + 2 * p.calls.len())
-                .chain(prep.staged.iter().map(|(_, b)| b.hold_on(key)))
-                .collect();
-            let Prepared { queue: mut q, in_p2p, .. } = prep;
+            let holds: Vec<_> = claimed.by_ref().take(p.ops.len() + 2 * p.calls.len()).collect();
+            let Prepared { queue: mut q, in_p2p, staging, .. } = prep;
+            // The staging buffer goes back to the pool once the kernels ended.
+            let holds = (holds, staging);
             let number = in_p2p.number();
             // A departure's stop held back for this group is made as its kernels end.
             let progress = p.comm.health.progress.clone();
@@ -288,6 +285,9 @@ impl<'a> Group<'a> {
         Ok(work)
     }
 }
+
+/// Alignment of each staged send's copy in the group's staging buffer (a GPU allocation's).
+const STAGED_ALIGN: usize = 256;
 
 /// A started group ([`Group::start`]), or nonblocking sends and receives
 /// ([`Enqueue::send`](super::Enqueue::send), [`Enqueue::p2p`](super::Enqueue::p2p)):
@@ -403,9 +403,11 @@ struct Prepared<'c> {
     bytes: Vec<u64>,
     /// The self-sends paired with their receives.
     copies: Vec<(usize, usize)>,
-    /// The sends a receive of the group overwrites, each with the copy of its bytes it sends
-    /// from ([`Comm::p2p_overlaps`]); held until the kernels end.
-    staged: Vec<(usize, DeviceBuffer)>,
+    /// The sends a receive of the group overwrites, each with where the copy of its bytes it
+    /// sends from lies ([`Comm::p2p_overlaps`]) in `staging`.
+    staged: Vec<(usize, DevPtr)>,
+    /// The buffer of those copies, from the communicator's pool; held until the kernels end.
+    staging: Option<Pooled>,
     /// The collectives, checked.
     devs: Vec<DevCall>,
     /// How each runs ([`Comm::group_plan`]).
@@ -417,7 +419,7 @@ struct Prepared<'c> {
 impl Prepared<'_> {
     /// The staged sends' copies by operation.
     fn staged_ptrs(&self) -> Vec<(usize, DevPtr)> {
-        self.staged.iter().map(|(i, b)| (*i, b.ptr())).collect()
+        self.staged.clone()
     }
 }
 
@@ -525,17 +527,29 @@ impl Comm {
         let bytes = self.check_p2p(ops)?;
         let copies = self_copies(self.rank, ops, &bytes)?;
         // Sends a receive overwrites go from a copy made now, before the launch (the copy
-        // waits for calls still using the buffer).
-        let staged = self
-            .p2p_overlaps(ops, &bytes)?
-            .into_iter()
-            .map(|i| {
-                let n = bytes[i] as usize;
-                let tmp = self.stream.alloc(n)?;
-                self.stream.copy_range((&tmp, 0), (ops[i].buf.buf, ops[i].buf.offset), n)?;
-                Ok((i, tmp))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        // waits for calls still using the buffer), each at its offset of one pooled buffer.
+        let overlaps = self.p2p_overlaps(ops, &bytes)?;
+        let mut at = Vec::with_capacity(overlaps.len());
+        let mut total = 0usize;
+        for &i in &overlaps {
+            at.push(total);
+            total = (total.checked_add(bytes[i] as usize))
+                .and_then(|t| t.checked_next_multiple_of(STAGED_ALIGN))
+                .ok_or_else(|| {
+                    Error::InvalidConfig(format!("rank {}: the group's staged sends overflow", self.rank))
+                })?;
+        }
+        let staging = match total {
+            0 => None,
+            n => Some(self.tables.staging_pool.take(&*self.stream, n)?),
+        };
+        let mut staged = Vec::with_capacity(overlaps.len());
+        if let Some(tmp) = &staging {
+            for (&i, &off) in overlaps.iter().zip(&at) {
+                self.stream.copy_range((tmp, off), (ops[i].buf.buf, ops[i].buf.offset), bytes[i] as usize)?;
+                staged.push((i, tmp.ptr().offset(off as u64)));
+            }
+        }
         let devs = self.group_calls(calls)?;
         let plans = devs
             .iter()
@@ -561,6 +575,7 @@ impl Comm {
             bytes,
             copies,
             staged,
+            staging,
             devs,
             plans,
             gate: gate.map(|(g, _)| g).unwrap_or_default(),
@@ -933,5 +948,61 @@ impl Comm {
             out
         };
         self.finish_inner(Awaiting::P2p { group, stuck: &stuck }, &p.status, p.nblocks, ended)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{backend, BufRef, Comm, CommConfig, DataType, Group};
+
+    /// In-place all-to-alls through groups: every rank's sends go from copies in one buffer of
+    /// its communicator's staging pool, back in the pool once the kernels end and reused by
+    /// the next group (no allocation, and so no free, per launch), results exact.
+    #[test]
+    fn staged_sends_reuse_one_pooled_buffer() {
+        let be = backend::cpu();
+        let n = 2;
+        let cfg = CommConfig { nthreads: 128, step_bytes: 4096, ..CommConfig::default() };
+        let comms = Comm::init_all(&be, n, cfg).unwrap();
+        let k = 300usize;
+        let bufs: Vec<_> = (0..n)
+            .map(|r| be.upload(&(0..n * k).map(|i| (r * 100_000 + i) as u32).collect::<Vec<_>>()).unwrap())
+            .collect();
+        let mut first = Vec::new();
+        for round in 0..3 {
+            let mut g = Group::new();
+            for (c, b) in comms.iter().zip(&bufs) {
+                g.all_to_all(c, BufRef::from(b), BufRef::from(b), k, DataType::U32).unwrap();
+            }
+            g.run().unwrap();
+            for (r, c) in comms.iter().enumerate() {
+                assert_eq!(
+                    c.tables.staging_pool.len(),
+                    1,
+                    "round {round}, rank {r}: one staging buffer, back"
+                );
+                let b = c.tables.staging_pool.take(&*c.stream, 1).unwrap();
+                // Two sends of 1,200 bytes, each at a 256-byte boundary.
+                assert!(b.len() >= 1280 + 1200, "{}", b.len());
+                if round == 0 {
+                    first.push(b.ptr());
+                } else {
+                    assert_eq!(b.ptr(), first[r], "round {round}, rank {r}: a new staging buffer");
+                }
+            }
+            // Two in-place all-to-alls undo each other.
+            let back = round % 2 == 1;
+            for (r, b) in bufs.iter().enumerate() {
+                let want: Vec<u32> = (0..n)
+                    .flat_map(|p| {
+                        (0..k).map(
+                            move |i| if back { r * 100_000 + p * k + i } else { p * 100_000 + r * k + i },
+                        )
+                    })
+                    .map(|v| v as u32)
+                    .collect();
+                assert_eq!(be.download::<u32>(b, n * k).unwrap(), want, "round {round}, rank {r}");
+            }
+        }
     }
 }

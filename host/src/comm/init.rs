@@ -746,6 +746,7 @@ fn upload_tables(
         _user_ranks: user_ranks,
         pool: Default::default(),
         status_pool: Default::default(),
+        staging_pool: Default::default(),
     })
 }
 
