@@ -238,6 +238,20 @@ impl CommHandle {
         Ok(())
     }
 
+    /// Whether a nonblocking split or shrink of this communicator still runs.
+    pub fn child_running(&self) -> bool {
+        self.child.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|h| !h.is_finished())
+    }
+
+    /// Waits for a nonblocking split or shrink thread to end (an abort stopped it) and records
+    /// its result.
+    fn finish_child(&self) {
+        let h = self.child.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = h {
+            self.child_ended(h);
+        }
+    }
+
     /// Records the end of a split or shrink thread.
     fn child_ended(&self, h: JoinHandle<Res>) {
         let r = h.join().unwrap_or_else(|_| {
@@ -522,6 +536,13 @@ pub fn retire(comm: NcclComm, how: Retire) -> Res {
                          or ncclCommAbort it)"
                     )));
                 }
+                // SAFETY: as above.
+                if how == Retire::Destroy && unsafe { &*comm }.child_running() {
+                    return Err(Fail::arg(format!(
+                        "comm {comm:?}: a nonblocking split or shrink of it has not completed (poll \
+                         ncclCommGetAsyncError, or ncclCommAbort it)"
+                    )));
+                }
                 *retiring = true;
             }
             e => return Err(unusable(comm, e.map(|e| &*e))),
@@ -550,6 +571,8 @@ pub fn retire(comm: NcclComm, how: Retire) -> Res {
         stop();
     }
     h.finish_init();
+    // A split thread let go of it after its last write: it has ended or is ending.
+    h.finish_child();
     // SAFETY: made by `publish` (a Box), no call holds it and none can take it (retiring);
     // its contents are dropped once, here, and its memory kept as a tombstone.
     unsafe { std::ptr::drop_in_place(comm) };

@@ -334,20 +334,26 @@ fn make_child(parent: &CommHandle, child: QueuedChild) -> Res {
         // Inside a group it runs at the group's end, with the group's other splits.
         return group::submit_child(child);
     }
-    /// The child's raw pointers, moved to the thread that makes it.
-    struct Job(QueuedChild);
-    // SAFETY: the parent handle stays live while the thread holds it (its destroy waits for
+    /// The child's raw pointers, moved to the thread that makes it, with a hold on the parent
+    /// taken before the thread starts and let go after its last write: an abort of the parent
+    /// returns only then, and a destroy is refused meanwhile.
+    struct Job(QueuedChild, handle::Held);
+    // SAFETY: the parent handle stays live while the thread holds it (its retire waits for
     // the calls holding it), and the caller keeps `out` valid until the split completed
     // (NCCL's contract for a nonblocking split: it writes the child from its own thread).
     unsafe impl Send for Job {}
     impl Job {
         fn run(self) -> Res {
-            self.0.run()
+            let Job(child, held) = self;
+            let r = child.run();
+            drop(held);
+            r
         }
     }
+    let held = handle::handle(child.parent)?;
     // SAFETY: checked non-NULL by the caller; NULL until the child is made, as NCCL's.
     unsafe { child.out.write(std::ptr::null_mut()) };
-    let job = Job(child);
+    let job = Job(child, held);
     parent.spawn_child(move || job.run())?;
     Err(Fail { code: abi::IN_PROGRESS, msg: String::new() })
 }

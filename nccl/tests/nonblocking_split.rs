@@ -135,11 +135,17 @@ fn one_thread_drives_every_ranks_nonblocking_split_and_shrink() {
 fn an_abort_ends_a_nonblocking_split_waiting_for_a_rank() {
     setup();
     let parents = nonblocking(2);
-    let mut kid: Box<NcclComm> = Box::new(null_mut());
-    // SAFETY: a live parent; the out-pointer outlives the split (the abort joins it).
+    // Garbage first: the split writes NULL at once, and nothing after the abort.
+    let mut kid: Box<NcclComm> = Box::new(1 as NcclComm);
+    // SAFETY: a live parent; the out-pointer outlives the split (the abort returns only once
+    // the split's thread let go of the parent, after its last write).
     assert_eq!(unsafe { ncclCommSplit(parents[0], 0, 0, &mut *kid, null_mut()) }, IN_PROGRESS);
+    assert!(kid.is_null(), "newcomm is NULL until the split completes");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(state(parents[0]), IN_PROGRESS, "rank 1 never split");
+    // A destroy is refused meanwhile (NCCL's ncclCommEnsureReady), as for a nonblocking init.
+    // SAFETY: a live handle.
+    assert_eq!(unsafe { ncclCommDestroy(parents[0]) }, INVALID_ARGUMENT);
     let asked = Instant::now();
     // SAFETY: a live handle, not used after.
     assert_eq!(unsafe { ncclCommAbort(parents[0]) }, SUCCESS);
