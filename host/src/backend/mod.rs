@@ -607,6 +607,17 @@ impl dyn Backend + '_ {
         src: (&DeviceBuffer, usize),
         bytes: usize,
     ) -> Result<()> {
+        self.copy_checked(dst, src, bytes, true)
+    }
+
+    /// [`copy_range`](Self::copy_range), waiting for the buffers' uses first where `wait`.
+    fn copy_checked(
+        &self,
+        dst: (&DeviceBuffer, usize),
+        src: (&DeviceBuffer, usize),
+        bytes: usize,
+        wait: bool,
+    ) -> Result<()> {
         let range = |(buf, off): (&DeviceBuffer, usize), what: &str| {
             off.checked_add(bytes)
                 .filter(|&end| end <= buf.len())
@@ -621,11 +632,24 @@ impl dyn Backend + '_ {
         };
         let (d, s) = (range(dst, "destination")?, range(src, "source")?);
         // Collectives in flight on either buffer end first, as for the other copies.
-        dst.0.wait_idle();
-        src.0.wait_idle();
+        if wait {
+            dst.0.wait_idle();
+            src.0.wait_idle();
+        }
         // SAFETY: both ranges lie inside the buffers, checked just above; the borrows keep
         // them alive until the copy has returned.
         unsafe { self.copy_ptrs(d, s, bytes) }
+    }
+
+    /// [`copy_range`](Self::copy_range) for a call that has [`claim`]ed both buffers for
+    /// this stream: no other stream's work uses them, and it does not wait for its own holds.
+    pub(crate) fn copy_range_claimed(
+        &self,
+        dst: (&DeviceBuffer, usize),
+        src: (&DeviceBuffer, usize),
+        bytes: usize,
+    ) -> Result<()> {
+        self.copy_checked(dst, src, bytes, false)
     }
 
     /// [`copy_range`](Self::copy_range) between device addresses: copies `bytes` from `src`

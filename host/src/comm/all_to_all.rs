@@ -6,7 +6,7 @@
 use super::algorithm::MscclId;
 use super::communicator::Comm;
 use super::group::Group;
-use crate::backend::claim_pair;
+use crate::backend::{claim, claim_pair};
 use crate::comm::work::Work;
 use crate::comm::{BufRef, ReduceOp};
 use crate::error::{Error, Result};
@@ -82,13 +82,17 @@ impl Comm {
         self.complete_in_flight(&mut self.queue.lock().unwrap_or_else(|p| p.into_inner()));
         // The user's buffer bounds the size; growth may double it.
         let tmp = staging.at_least(&*self.stream, bytes, bytes.saturating_mul(2))?;
-        send.buf.wait_idle();
-        self.stream.copy_range((tmp, 0), (send.buf, send.offset), bytes).map_err(|e| {
+        // Held from before the copy until the group holds its buffers (its claim, for this
+        // stream, passes this one): no other stream's call writes the buffer in between.
+        let key = self.stream_key();
+        let held = claim(&[(send.buf, key), (tmp, key)]);
+        self.stream.copy_range_claimed((tmp, 0), (send.buf, send.offset), bytes).map_err(|e| {
             Error::InvalidConfig(format!("rank {}: all_to_all in place: the buffer: {e}", self.rank))
         })?;
         let mut group = Group::new();
         group.all_to_all(self, BufRef::from(tmp), recv, count, dtype)?;
         let started = group.start()?;
+        drop(held);
         Ok(Work::of_group(self, started, self.p2p_plan()))
     }
 
@@ -114,14 +118,16 @@ impl Comm {
         let mut staging = self.programs.all_to_all_staging.lock().unwrap_or_else(|e| e.into_inner());
         // The user's buffer bounds the size; growth may double it.
         let tmp = staging.at_least(&*self.stream, bytes, bytes.saturating_mul(2))?;
-        // The copy waits for every use of its buffers, this call's holds too: they end, and
-        // the kernel's buffers (the staging one in the send buffer's place) are claimed after.
-        drop(holds);
-        self.stream.copy_range((tmp, 0), (send.buf, send.offset), bytes).map_err(|e| {
+        // The buffer stays held through the copy; the staging one takes the send buffer's
+        // place (claimed for this stream: only this communicator uses it).
+        let key = self.stream_key();
+        let [send_hold, recv_hold] = holds;
+        let [tmp_hold, _] = claim_pair(tmp, recv.buf, key);
+        self.stream.copy_range_claimed((tmp, 0), (send.buf, send.offset), bytes).map_err(|e| {
             Error::InvalidConfig(format!("rank {}: all_to_all in place: the buffer: {e}", self.rank))
         })?;
-        let key = self.stream_key();
-        let holds = claim_pair(tmp, recv.buf, key);
+        drop(send_hold);
+        let holds = [tmp_hold, recv_hold];
         self.enqueue_msccl(&mut q, l, holds, BufRef::from(tmp), recv, count, dtype, ReduceOp::Sum)
     }
 

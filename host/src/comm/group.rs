@@ -224,7 +224,8 @@ impl<'a> Group<'a> {
         }
         let prepared: Vec<Prepared> = slots.into_iter().map(|p| p.expect("every part prepared")).collect();
         // Every part's buffers, claimed in one step once no call of another stream uses them
-        // (the parts' own calls in flight end before their kernels start).
+        // (the parts' own calls in flight end before their kernels start). Each part armed its
+        // abort word already: a rank that leaves while the claim waits stops the kernels.
         let uses: Vec<_> = self
             .parts
             .iter()
@@ -235,6 +236,9 @@ impl<'a> Group<'a> {
             })
             .collect();
         let mut claimed = claim(&uses).into_iter();
+        for (p, prep) in self.parts.iter().zip(&prepared) {
+            p.comm.stage_sends(&p.ops, prep)?;
+        }
         for p in &self.parts {
             p.comm.p2p_listen(&p.ops)?;
         }
@@ -404,8 +408,8 @@ struct Prepared<'c> {
     /// The self-sends paired with their receives.
     copies: Vec<(usize, usize)>,
     /// The sends a receive of the group overwrites, each with where the copy of its bytes it
-    /// sends from lies ([`Comm::p2p_overlaps`]) in `staging`.
-    staged: Vec<(usize, DevPtr)>,
+    /// sends from lies ([`Comm::p2p_overlaps`]) in `staging` (its offset, its address).
+    staged: Vec<(usize, usize, DevPtr)>,
     /// The buffer of those copies, from the communicator's pool; held until the kernels end.
     staging: Option<Pooled>,
     /// The collectives, checked.
@@ -419,7 +423,7 @@ struct Prepared<'c> {
 impl Prepared<'_> {
     /// The staged sends' copies by operation.
     fn staged_ptrs(&self) -> Vec<(usize, DevPtr)> {
-        self.staged.clone()
+        self.staged.iter().map(|&(i, _, p)| (i, p)).collect()
     }
 }
 
@@ -526,8 +530,8 @@ impl Comm {
         }
         let bytes = self.check_p2p(ops)?;
         let copies = self_copies(self.rank, ops, &bytes)?;
-        // Sends a receive overwrites go from a copy made now, before the launch (the copy
-        // waits for calls still using the buffer), each at its offset of one pooled buffer.
+        // Sends a receive overwrites go from a copy made before the launch, once the group
+        // holds its buffers ([`Comm::stage_sends`]), each at its offset of one pooled buffer.
         let overlaps = self.p2p_overlaps(ops, &bytes)?;
         let mut at = Vec::with_capacity(overlaps.len());
         let mut total = 0usize;
@@ -543,13 +547,12 @@ impl Comm {
             0 => None,
             n => Some(self.tables.staging_pool.take(&*self.stream, n)?),
         };
-        let mut staged = Vec::with_capacity(overlaps.len());
-        if let Some(tmp) = &staging {
-            for (&i, &off) in overlaps.iter().zip(&at) {
-                self.stream.copy_range((tmp, off), (ops[i].buf.buf, ops[i].buf.offset), bytes[i] as usize)?;
-                staged.push((i, tmp.ptr().offset(off as u64)));
+        let staged = match &staging {
+            Some(tmp) => {
+                overlaps.iter().zip(&at).map(|(&i, &off)| (i, off, tmp.ptr().offset(off as u64))).collect()
             }
-        }
+            None => Vec::new(),
+        };
         let devs = self.group_calls(calls)?;
         let plans = devs
             .iter()
@@ -580,6 +583,19 @@ impl Comm {
             plans,
             gate: gate.map(|(g, _)| g).unwrap_or_default(),
         })
+    }
+
+    /// Copies the sends of `ops` that a receive of the group overwrites into their places in
+    /// `prep`'s staging buffer: after the group claimed its buffers (no other stream's call
+    /// writes them from then on) and before its launch, so each sends what its buffer held
+    /// then. The copy runs on this stream behind its calls in flight.
+    fn stage_sends(&self, ops: &[P2p], prep: &Prepared) -> Result<()> {
+        let Some(tmp) = &prep.staging else { return Ok(()) };
+        for &(i, off, _) in &prep.staged {
+            let src = (ops[i].buf.buf, ops[i].buf.offset);
+            self.stream.copy_range_claimed((tmp, off), src, prep.bytes[i] as usize)?;
+        }
+        Ok(())
     }
 
     /// A group's collectives `calls`, checked: each on the rings, or an all-reduce on the
