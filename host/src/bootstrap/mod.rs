@@ -70,7 +70,7 @@ pub use cancel::{Cancel, CANCEL_POLL};
 pub use depart::{Departure, DepartureHook, Notifier};
 pub use error::BootstrapError;
 pub use host::HOSTID_VAR;
-pub(crate) use link::{connect, describe, log};
+pub(crate) use link::{connect, describe, log, CONNECT_SLICE};
 pub use link::{set_log_hook, LogHook, PeerInfo, HANDSHAKE_TIMEOUT};
 pub use refusal::{Refusal, RefusalHook, MAX_RECEIVE_TEXT_BYTES};
 pub use secret::{random_secret, Secret, SECRET_BYTES};

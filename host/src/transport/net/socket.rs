@@ -260,9 +260,9 @@ impl Net for SocketNet {
         let mut socks = Vec::with_capacity(nsocks);
         for index in 0..nsocks {
             let what = format!("connecting to {}", h.addr);
-            // Attempts of one slice each, so an abort ends the wait for a silent address.
+            // Attempts of up to 2 s each, so an abort ends the wait for a silent address.
             let s = loop {
-                match TcpStream::connect_timeout(&h.addr, until.slice(&what)?) {
+                match TcpStream::connect_timeout(&h.addr, until.attempt(&what)?) {
                     Ok(s) => break s,
                     Err(e) if e.kind() == ErrorKind::TimedOut || e.kind() == ErrorKind::WouldBlock => {}
                     Err(e) => return Err(net_err(format!("{what}: {e}"))),

@@ -70,9 +70,21 @@ impl Until {
     /// How long a blocking step of the wait may last before it looks again: the time left, at
     /// most [`CANCEL_POLL`] where a cancel may come; `Err` as [`Until::check`].
     pub fn slice(&self, what: &str) -> Result<Duration> {
+        Ok(self.left(what)?.min(if self.cancel.is_some() { CANCEL_POLL } else { Duration::MAX }))
+    }
+
+    /// How long one connection attempt may take: the time left, at most the bootstrap's
+    /// 2-second attempt where a cancel may come (a new attempt restarts the handshake, so it
+    /// is not sliced as finely as a read); `Err` as [`Until::check`].
+    pub fn attempt(&self, what: &str) -> Result<Duration> {
+        let most = if self.cancel.is_some() { crate::bootstrap::CONNECT_SLICE } else { Duration::MAX };
+        Ok(self.left(what)?.min(most))
+    }
+
+    /// The time left (at least a millisecond), `Err` as [`Until::check`].
+    fn left(&self, what: &str) -> Result<Duration> {
         self.check(what)?;
-        let left = self.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-        Ok(if self.cancel.is_some() { left.min(CANCEL_POLL) } else { left })
+        Ok(self.deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
     }
 }
 
@@ -91,6 +103,11 @@ mod tests {
         c.cancel();
         assert!(u.over() && u.cancelled());
         assert!(u.slice("x").unwrap_err().to_string().contains("x: aborted"));
+        assert_eq!(
+            Until::new(far, Some(Cancel::new())).attempt("x").unwrap(),
+            crate::bootstrap::CONNECT_SLICE
+        );
+        assert!(Until::from(far).attempt("x").unwrap() > Duration::from_secs(50));
         let past = Until::from(Instant::now() - Duration::from_millis(1));
         assert!(past.over() && !past.cancelled());
         assert!(past.check("y").unwrap_err().to_string().contains("y: timed out"));
