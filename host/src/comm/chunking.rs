@@ -23,12 +23,18 @@ pub(super) fn nvls_chunk_bytes(slot: u64, call_bytes: u64, nchannels: u64, nhead
     chunk
 }
 
+/// NCCL's LL128 grain (`ncclProtoGrainSize`): the data of the lines one warp moves per pass
+/// in its kernels (32 lanes × 8 words, 15 of every 16 data, 8 bytes each); a chunk is a
+/// whole number of them.
+const NCCL_LL128_GRAIN_BYTES: u64 = 32 * 8 / 16 * 15 * 8;
+
 /// NCCL's chunk for a tree all-reduce on LL128 (`calcCollChunking`'s TREE && LL128 branch), in
 /// FIFO bytes (whole 128-byte lines), at most the `slot`. A call of `call_bytes` over
 /// `nchannels` blocks on `nnodes` hosts of `nranks` ranks halves the data chunk (120 bytes a
 /// line) while the bytes per channel are below `(1 + log2 nnodes + 0.1 ppn) × 64 / ppn` chunks
 /// and it is above 128 KiB, then below that `× 16 / ppn` and above 32 KiB (`ppn` ranks per
-/// node): the tree's depth needs that many steps in flight to pipeline.
+/// node): the tree's depth needs that many steps in flight to pipeline; then rounded down to
+/// NCCL's grain ([`NCCL_LL128_GRAIN_BYTES`], at least one).
 pub(super) fn tree_ll128_chunk_bytes(
     slot: u64,
     call_bytes: u64,
@@ -39,6 +45,8 @@ pub(super) fn tree_ll128_chunk_bytes(
     let nnodes = nnodes.clamp(1, nranks.max(1));
     let ppn = nranks.max(1) as f64 / nnodes as f64;
     let steps = 1.0 + nnodes.ilog2() as f64 + 0.1 * ppn;
+    // NCCL runs this per channel (nChannels 1, that channel's bytes): the call's bytes spread
+    // evenly over the channels here.
     let per_channel = |chunk: u64| call_bytes / nchannels.max(1).saturating_mul(chunk.max(1));
     let mut chunk = slot / LL128_LINE_BYTES * LL128_LINE_DATA_BYTES;
     // NCCL compares an integer quotient with a float bound, as here.
@@ -48,6 +56,9 @@ pub(super) fn tree_ll128_chunk_bytes(
     while (per_channel(chunk) as f64) < steps * 16.0 / ppn && chunk > 32 << 10 {
         chunk /= 2;
     }
+    // Whole grains, as NCCL aligns every chunk.
+    let chunk =
+        (chunk / NCCL_LL128_GRAIN_BYTES * NCCL_LL128_GRAIN_BYTES).max(NCCL_LL128_GRAIN_BYTES.min(chunk));
     (chunk / LL128_LINE_DATA_BYTES).max(1) * LL128_LINE_BYTES
 }
 
@@ -81,10 +92,12 @@ mod tests {
     #[test]
     fn tree_ll128_chunks_shrink_as_nccls_do() {
         let slot = 614_400;
-        let lines = |data: u64| data / 120 * 128;
+        // NCCL's grain is 1,920 data bytes (16 lines).
+        let lines = |data: u64| data / 1920 * 1920 / 120 * 128;
         // 1 node × 8: steps 1.8, bounds 14.4 and 3.6 chunks. 4 MiB on 16 channels (262,144
         // bytes each): 0 chunks of 576,000 → 288,000 → 144,000 → 72,000 (≤ 128 KiB: stop);
-        // then 3 chunks < 3.6 → 36,000: 7 chunks, stop.
+        // then 3 chunks < 3.6 → 36,000: 7 chunks, stop; 18 grains: 34,560 bytes, 288 lines.
+        assert_eq!(lines(36_000), 288 * 128);
         assert_eq!(tree_ll128_chunk_bytes(slot, 4 << 20, 16, 1, 8), lines(36_000));
         // 1 GiB on 16 channels: 67,108,864 / 576,000 = 116 chunks per channel, above both: the slot.
         assert_eq!(tree_ll128_chunk_bytes(slot, 1 << 30, 16, 1, 8), slot);
@@ -93,7 +106,8 @@ mod tests {
         // 144,000 (58: stop); 58 ≥ 7.6: stays.
         assert_eq!(tree_ll128_chunk_bytes(slot, 64 << 20, 8, 4, 32), lines(144_000));
         // 2 nodes × 1 (ppn 1): steps 2.1, bounds 134.4 and 33.6: 1 MiB on 2 channels halves to
-        // 72,000 (≤ 128 KiB), then 7 chunks < 33.6 → 36,000, 14 < 33.6 → 18,000 (≤ 32 KiB).
+        // 72,000 (≤ 128 KiB), then 7 chunks < 33.6 → 36,000, 14 < 33.6 → 18,000 (≤ 32 KiB):
+        // 9 grains, 17,280 bytes.
         assert_eq!(tree_ll128_chunk_bytes(slot, 1 << 20, 2, 2, 2), lines(18_000));
         // Nothing shrinks a slot at or below 32 KiB of data; nothing overflows or divides by 0.
         assert_eq!(tree_ll128_chunk_bytes(128 * 32, 1, 1, 1, 1), 128 * 32);
