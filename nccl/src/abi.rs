@@ -110,6 +110,11 @@ pub const SPLIT_NOCOLOR: c_int = -1;
 pub const SHRINK_DEFAULT: c_int = 0;
 /// `NCCL_SHRINK_ABORT`: stop the parent's call in flight first.
 pub const SHRINK_ABORT: c_int = 1;
+/// `NCCL_WIN_DEFAULT`: a window registration without symmetric collectives.
+pub const WIN_DEFAULT: c_int = 0;
+/// `NCCL_WIN_COLL_SYMMETRIC`: a window collectives may run on symmetrically (every rank's
+/// buffer of one size, the same offsets).
+pub const WIN_COLL_SYMMETRIC: c_int = 1;
 
 /// `ncclUniqueId`: 128 opaque bytes, passed by value.
 #[repr(C)]
@@ -127,8 +132,7 @@ pub type NcclComm = *mut crate::handle::CommHandle;
 #[derive(Clone, Copy, Debug)]
 pub struct CudaStream(pub *mut c_void);
 
-/// `ncclWindow_t`: a registered symmetric window (none are made yet: the calls that would are
-/// refused).
+/// `ncclWindow_t`: a registered window ([`crate::ncclCommWindowRegister`]), opaque to C.
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug)]
 pub struct NcclWindow(pub *mut c_void);

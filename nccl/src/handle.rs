@@ -160,7 +160,13 @@ pub struct CommHandle {
     /// Why its last nonblocking split or shrink failed: its state from then on, as NCCL sets
     /// the parent's asynchronous error.
     child_failed: Mutex<Option<Fail>>,
+    /// Its registered windows by the `ncclWindow_t` handed out: the symmetric window where
+    /// collectives run on it, or `None` (a registration that changes nothing).
+    windows: Mutex<Vec<(usize, Option<rsccl::comm::Window>)>>,
 }
+
+/// The next `ncclWindow_t` value (process-wide, so another communicator's is not found here).
+static NEXT_WINDOW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
 
 impl CommHandle {
     /// A handle for rank `rank` of `nranks`, configured as `cfg` (`blocking` or not), whose
@@ -170,6 +176,7 @@ impl CommHandle {
             blocking,
             child: Mutex::new(None),
             child_failed: Mutex::new(None),
+            windows: Mutex::new(Vec::new()),
             comm: OnceLock::new(),
             pending: Mutex::new(None),
             cancel: Cancel::new(),
@@ -236,6 +243,33 @@ impl CommHandle {
             .map_err(|e| Fail { code: abi::SYSTEM_ERROR, msg: format!("starting the split thread: {e}") })?;
         *child = Some(h);
         Ok(())
+    }
+
+    /// Records a registered window (`None`: registered without symmetric collectives); the
+    /// `ncclWindow_t` that names it.
+    pub fn add_window(&self, w: Option<rsccl::comm::Window>) -> abi::NcclWindow {
+        let n = NEXT_WINDOW.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.windows.lock().unwrap_or_else(|p| p.into_inner()).push((n, w));
+        abi::NcclWindow(n as *mut c_void)
+    }
+
+    /// Removes window `win` (registered on this communicator) and returns it.
+    pub fn take_window(&self, win: abi::NcclWindow) -> Res<Option<rsccl::comm::Window>> {
+        let mut ws = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        match ws.iter().position(|(n, _)| *n == win.0 as usize) {
+            Some(i) => Ok(ws.swap_remove(i).1),
+            None => Err(Fail::arg(format!(
+                "window {:?} is not registered on rank {}'s communicator",
+                win.0, self.rank
+            ))),
+        }
+    }
+
+    /// Whether window `win` of this communicator runs collectives symmetrically (`None`: no
+    /// such window).
+    pub fn window_is_symmetric(&self, win: abi::NcclWindow) -> Option<bool> {
+        let ws = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        ws.iter().find(|(n, _)| *n == win.0 as usize).map(|(_, w)| w.is_some())
     }
 
     /// Whether a nonblocking split or shrink of this communicator still runs.

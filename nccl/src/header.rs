@@ -30,9 +30,8 @@ pub fn render() -> String {
          /* The CUDA runtime's stream type (the same definition as cuda_runtime.h). */\n\
          typedef struct CUstream_st* cudaStream_t;\n\n\
          typedef struct ncclComm* ncclComm_t;\n#define NCCL_COMM_NULL NULL\n\n\
-         /* Symmetric windows and the device communicator (declared; rsccl refuses the calls). */\n\
+         /* Windows, and the device communicator (declared; rsccl refuses its calls). */\n\
          typedef struct ncclWindow_vidmem* ncclWindow_t;\n\
-         #define NCCL_WIN_DEFAULT 0x00\n#define NCCL_WIN_COLL_SYMMETRIC 0x01\n\
          typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;\n\
          typedef struct ncclDevComm ncclDevComm_t;\n\n",
     );
@@ -44,6 +43,8 @@ pub fn render() -> String {
     let _ = writeln!(w, "#define NCCL_SPLIT_NOCOLOR {}", abi::SPLIT_NOCOLOR);
     let _ = writeln!(w, "#define NCCL_SHRINK_DEFAULT {:#04x}", abi::SHRINK_DEFAULT);
     let _ = writeln!(w, "#define NCCL_SHRINK_ABORT {:#04x}", abi::SHRINK_ABORT);
+    let _ = writeln!(w, "#define NCCL_WIN_DEFAULT {:#04x}", abi::WIN_DEFAULT);
+    let _ = writeln!(w, "#define NCCL_WIN_COLL_SYMMETRIC {:#04x}", abi::WIN_COLL_SYMMETRIC);
     let _ = writeln!(w, "#define NCCL_API_MAGIC {:#x}\n", abi::API_MAGIC);
     w.push_str("typedef struct ncclConfig_v22800 {\n");
     for f in abi::CONFIG_FIELDS {

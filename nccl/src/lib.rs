@@ -665,12 +665,48 @@ api! {
         make_child(&h, QueuedChild { parent: comm, kind: ChildKind::Shrink { exclude, abort }, cfg, blocking, out: newcomm })
     }
 
-    /// Not implemented yet (symmetric windows go through rsccl's own API so far): returns
-    /// `ncclInvalidUsage` naming it. Exported because programs built against NCCL 2.28 link it
-    /// (PyTorch does), and the preloaded `libnccl.so.2` is the only one they load.
+    /// Registers `size` bytes at `buff` as this rank's part of a window (NCCL 2.27; every rank
+    /// calls it, in the same order, with buffers of one size): with `NCCL_WIN_COLL_SYMMETRIC`
+    /// on a communicator running NVLS on the CPU emulator, all-reduces on buffers inside
+    /// windows run NVLS straight on them (`Comm::register_window`). Elsewhere — no NVLS, the
+    /// emulator's separate processes, memory that does not bind on some rank, and on a GPU,
+    /// where rsccl's `ncclMemAlloc` is not multicast memory yet — the registration succeeds
+    /// and changes nothing, as NCCL falls back to its other kernels. `*win` is for
+    /// [`ncclCommWindowDeregister`]; the memory stays valid until then.
     fn ncclCommWindowRegister / pncclCommWindowRegister(comm: NcclComm, buff: *mut c_void, size: usize, win: *mut abi::NcclWindow, winFlags: c_int) {
-        let _ = (comm, buff, size, win, winFlags);
-        Err(Fail::usage("not implemented in rsccl yet"))
+        let h = handle(comm)?;
+        if win.is_null() {
+            return Err(Fail::arg("win is NULL"));
+        }
+        if winFlags & !abi::WIN_COLL_SYMMETRIC != 0 {
+            return Err(Fail::arg(format!("winFlags {winFlags:#x}: NCCL_WIN_DEFAULT or NCCL_WIN_COLL_SYMMETRIC")));
+        }
+        if buff.is_null() || size == 0 {
+            return Err(Fail::arg(format!("buff {buff:?} of {size} bytes: a window is a buffer")));
+        }
+        let c = h.comm()?;
+        // Every rank decides alike: whether NVLS runs is the communicator's, and a binding
+        // that fails anywhere fails on every rank (register_window agrees on it).
+        // On a GPU a window binds only memory of a multicast allocation, which ncclMemAlloc's
+        // cuMemAlloc memory is not.
+        let window = if winFlags & abi::WIN_COLL_SYMMETRIC != 0 && c.uses_nvls() && !handle::on_gpu() {
+            // SAFETY: the caller's contract: `size` bytes of device memory at `buff`, valid
+            // until deregistered.
+            let view = unsafe { handle::view(buff, size, "buff") }?;
+            match c.register_window(&view) {
+                Ok(w) => Some(w),
+                Err(e @ (rsccl::Error::InvalidConfig(_) | rsccl::Error::Driver { .. })) => {
+                    tracing::info!(rank = h.rank, "ncclCommWindowRegister: {e}: registered without symmetric collectives");
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            None
+        };
+        let w = h.add_window(window);
+        // SAFETY: the caller's contract (checked non-NULL).
+        unsafe { put(win, w, "win") }
     }
 
     /// Not implemented yet (NCCL 2.28's revocation before a shrink; `ncclCommShrink` with
@@ -681,10 +717,15 @@ api! {
         Err(Fail::usage("not implemented in rsccl yet (ncclCommShrink with NCCL_SHRINK_ABORT stops a call in flight)"))
     }
 
-    /// Not implemented yet: returns `ncclInvalidUsage` naming it.
+    /// Deregisters a window of [`ncclCommWindowRegister`] (every rank calls it, in the same
+    /// order, once their collectives on it were enqueued): a symmetric one waits for the
+    /// communicator's calls in flight and for every rank.
     fn ncclCommWindowDeregister / pncclCommWindowDeregister(comm: NcclComm, win: abi::NcclWindow) {
-        let _ = (comm, win);
-        Err(Fail::usage("not implemented in rsccl yet"))
+        let h = handle(comm)?;
+        match h.take_window(win)? {
+            Some(w) => Ok(h.comm()?.deregister_window(w)?),
+            None => Ok(()),
+        }
     }
 
     /// Not implemented yet (NCCL's device API; rsccl's is `rsccl_device`): returns

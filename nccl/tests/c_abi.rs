@@ -236,7 +236,7 @@ fn every_bad_argument_returns_nccls_code_and_names_the_argument() {
         ("mem_null", 4, "ptr is NULL"),
         ("revoke", 5, "ncclCommRevoke: not implemented in rsccl yet"),
         ("free_foreign", 4, "was not allocated by ncclMemAlloc"),
-        ("window_register", 5, "ncclCommWindowRegister: not implemented in rsccl yet"),
+        ("window_flags", 4, "winFlags 0x80: NCCL_WIN_DEFAULT or NCCL_WIN_COLL_SYMMETRIC"),
         ("shrink_flags", 4, "shrinkFlags 0x4: NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT"),
         ("shrink_self", 4, "shrink: entry 0 names this rank"),
         ("shrink_range", 4, "shrink: entry 0 names rank 2, not below 2"),

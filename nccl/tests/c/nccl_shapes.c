@@ -450,7 +450,7 @@ int main(int argc, char** argv) {
     CHECK(ncclMemFree(big));
     ok += bad_case("free_foreign", ncclMemFree(buf));
     ncclWindow_t win;
-    ok += bad_case("window_register", ncclCommWindowRegister(comms[0], buf, 16, &win, NCCL_WIN_COLL_SYMMETRIC));
+    ok += bad_case("window_flags", ncclCommWindowRegister(comms[0], buf, 16, &win, 0x80));
     ncclComm_t sub;
     int self = 0, beyond = 2;
     ok += bad_case("shrink_flags", ncclCommShrink(comms[0], NULL, 0, &sub, NULL, 4));
