@@ -111,7 +111,15 @@ pub fn backend_on(device: Option<usize>) -> Res<(Arc<dyn Backend>, usize)> {
     let emulator = EMULATOR.get_or_init(|| match Preference::from_env().map_err(|e| e.to_string())? {
         Preference::Cpu => Ok(Some(backend::cpu())),
         Preference::Gpu => Ok(None),
-        Preference::Auto => Ok(gpu(ordinal).err().map(|_| backend::cpu())),
+        // Only where there is no GPU: a GPU rsccl cannot use (below sm_80, a failing driver)
+        // would have the emulator read the caller's device pointers as host memory.
+        Preference::Auto => match gpu(ordinal) {
+            Ok(_) => Ok(None),
+            Err(e) if backend::falls_back_to_cpu(&e) => Ok(Some(backend::cpu())),
+            Err(e) => Err(format!(
+                "device {ordinal}: {e} (RSCCL_BACKEND=cpu runs the CPU emulator, on host memory)"
+            )),
+        },
     });
     match emulator.as_ref().map_err(|m| Fail::usage(m.clone()))? {
         Some(cpu) => Ok((cpu.clone(), 0)),

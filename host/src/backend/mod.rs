@@ -781,13 +781,32 @@ pub fn gpu_on(ctx: Arc<cudarc::driver::CudaContext>) -> Result<Arc<dyn Backend>>
 }
 
 /// Picks a backend at run time: `pref` (see [`Preference::from_env`]), defaulting to the GPU
-/// when a CUDA driver and device are present.
+/// when a CUDA driver and device are present. Under `auto` only a missing driver or device
+/// ([`falls_back_to_cpu`]) means the emulator: a GPU rsccl cannot use (an architecture below
+/// sm_80, a failing driver call) is an error naming why, not a silent switch to host memory.
 pub fn default_backend(pref: Preference) -> Result<Arc<dyn Backend>> {
     match pref {
         Preference::Cpu => Ok(cpu()),
         Preference::Gpu => gpu(),
-        Preference::Auto => gpu().or_else(|_| Ok(cpu())),
+        Preference::Auto => match gpu() {
+            Err(e) if falls_back_to_cpu(&e) => Ok(cpu()),
+            r => r,
+        },
     }
+}
+
+/// Whether opening the GPU failed because there is none (no driver, no device), where
+/// `auto` runs the CPU emulator instead; any other failure (a GPU that is there but unusable)
+/// is reported. A C caller's device pointers read as host memory would crash, or worse.
+///
+/// ```
+/// use rsccl::backend::falls_back_to_cpu;
+/// use rsccl::Error;
+/// assert!(falls_back_to_cpu(&Error::NoGpu("no driver".into())));
+/// assert!(!falls_back_to_cpu(&Error::UnsupportedArch { major: 7, minor: 0 }));
+/// ```
+pub fn falls_back_to_cpu(e: &Error) -> bool {
+    matches!(e, Error::NoGpu(_))
 }
 
 /// Checks the launch shape and argument size common to both backends, against the kernel's
