@@ -185,6 +185,15 @@ impl Comm {
     /// As [`Comm::wait_for_stream`].
     pub unsafe fn signal_stream(&self, stream: RawStream) -> Result<()> {
         let Some((ctx, mine)) = self.stream().cuda_stream() else { return Ok(()) };
+        // NVLS_TREE's worker launches its steps on this stream after its call returned, so an
+        // event recorded now would not cover them: it ends first (its result stays for its
+        // work), and the caller's stream then follows all of it.
+        {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if q.flights.iter().any(|f| matches!(f, super::communicator::InFlight::NvlsTree(..))) {
+                self.complete_in_flight(&mut q);
+            }
+        }
         // A wait no launch took (a call that moved nothing) still orders this stream first.
         self.stream().flush_deferred()?;
         // SAFETY: as above, in the other direction.
