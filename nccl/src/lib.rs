@@ -621,7 +621,10 @@ api! {
         }
         let color = match color {
             abi::SPLIT_NOCOLOR => None,
-            c => Some(u32::try_from(c).map_err(|_| Fail::arg(format!("color {c}: NCCL_SPLIT_NOCOLOR or ≥ 0")))?),
+            // Any other value is a color, negative ones too, as in NCCL (refusing one on this
+            // rank alone would leave the others waiting in the split): colors only group ranks,
+            // so the bits serve.
+            c => Some(c as u32),
         };
         // SAFETY: the caller's contract.
         let (cfg, blocking) = unsafe { child_config(&h, config) }?;

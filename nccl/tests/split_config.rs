@@ -41,6 +41,11 @@ fn splits_without_a_config_inherit_the_parents() {
         let mut given: NcclComm = null_mut();
         assert_eq!(ncclCommSplit(parent, 0, 0, &mut given, &mut three), SUCCESS);
         assert_eq!(config(given).nchannels, 3, "a split with a config has its own");
+        // A negative color other than NCCL_SPLIT_NOCOLOR is a color, as in NCCL.
+        let mut negative: NcclComm = null_mut();
+        assert_eq!(ncclCommSplit(parent, -5, 0, &mut negative, null_mut()), SUCCESS);
+        assert!(!negative.is_null(), "color -5 made no child");
+        assert_eq!(ncclCommDestroy(negative), SUCCESS);
         let mut shrunk: NcclComm = null_mut();
         assert_eq!(ncclCommShrink(parent, null_mut(), 0, &mut shrunk, null_mut(), 0), SUCCESS);
         assert_eq!(config(shrunk).nchannels, 1, "a shrink without a config has the parent's");
