@@ -246,7 +246,13 @@ impl<'a> Call<'a> {
             self.root,
             cc,
         )?;
-        Ok(DevCall::new(self, op, arg))
+        let mut dev = DevCall::new(self, op, arg);
+        // FP8 elements are bytes: a collective that only moves them runs the byte kernels
+        // below sm_90, whose module has no FP8 kernels (NCCL refuses only FP8 reductions there).
+        if self.dtype.requires_sm90() && !dev.reduces() && cc.is_some_and(|(major, _)| major < 9) {
+            dev.dtype = DataType::U8;
+        }
+        Ok(dev)
     }
 }
 
@@ -482,9 +488,13 @@ pub(crate) fn check_call(
     if matches!(coll, Collective::Broadcast | Collective::Reduce) && root >= n {
         return Err(bad(format!("{coll:?}: root {root} is not a rank of this {n}-rank communicator")));
     }
-    if let (true, Some((major, minor))) = (dtype.requires_sm90(), cc) {
+    let reduces = matches!(coll, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce);
+    if let (true, Some((major, minor))) = (dtype.requires_sm90() && reduces, cc) {
         if major < 9 {
-            return Err(bad(format!("{} needs sm_90 or newer; this GPU is sm_{major}{minor}", dtype.name())));
+            return Err(bad(format!(
+                "{coll:?} of {} needs sm_90 or newer (FP8 arithmetic); this GPU is sm_{major}{minor}",
+                dtype.name()
+            )));
         }
     }
     let mut sizes = (0, 0, 0);
@@ -507,4 +517,31 @@ pub(crate) fn check_call(
         _ => {}
     }
     Ok(op.resolve(dtype, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Below sm_90 FP8 moves as bytes (all-gather, broadcast: the byte kernels) and only FP8
+    /// reductions are refused, as NCCL does; from sm_90, and on the emulator, FP8 stays FP8.
+    #[test]
+    fn fp8_moves_as_bytes_below_sm90_and_only_its_reductions_are_refused() {
+        let be = crate::backend::cpu();
+        let (send, recv) = (be.alloc(64).unwrap(), be.alloc(64 * 4).unwrap());
+        let (s, r) = (BufRef::from(&send), BufRef::from(&recv));
+        for t in [DataType::Fp8E4M3, DataType::Fp8E5M2] {
+            let gather = Call::all_gather(s, r, 64, t);
+            assert_eq!(gather.check(0, 4, Some((8, 0))).unwrap().dtype, DataType::U8);
+            assert_eq!(gather.check(0, 4, Some((8, 9))).unwrap().dtype, DataType::U8);
+            assert_eq!(gather.check(0, 4, Some((9, 0))).unwrap().dtype, t);
+            assert_eq!(gather.check(0, 4, None).unwrap().dtype, t);
+            let e = Call::all_reduce(s, s, 64, t, ReduceOp::Sum)
+                .check(0, 4, Some((8, 0)))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("AllReduce of") && e.contains("needs sm_90") && e.contains("sm_80"), "{e}");
+            assert!(Call::all_reduce(s, s, 64, t, ReduceOp::Sum).check(0, 4, Some((9, 0))).is_ok());
+        }
+    }
 }
