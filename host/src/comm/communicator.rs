@@ -395,11 +395,20 @@ impl Comm {
         self.health.abort.store_u32(0, 1)
     }
 
-    /// How long a network connection made after init (a first send to a peer, an MSCCL
-    /// program's) may wait for its peer: the bootstrap timeout, or until [`Comm::abort`].
-    pub(super) fn setup_until(&self) -> crate::transport::net::Until {
+    /// The setup of network connections made after init (a first send to a peer, an MSCCL
+    /// program's): over the network the communicator's own connections use (a plugin,
+    /// libfabric or sockets), each waiting for its peer up to the bootstrap timeout, or until
+    /// [`Comm::abort`].
+    pub(super) fn late_net_setup(&self) -> Result<crate::transport::net::NetSetup> {
+        let choice = crate::transport::net::NetChoice {
+            plugin: self.cfg.net_plugin.as_deref(),
+            net: self.cfg.net.as_deref(),
+        };
+        let plugin = crate::transport::net::choose(choice, self.links.conn_key.to_le_bytes())?;
         let deadline = std::time::Instant::now() + self.cfg.bootstrap_timeout;
-        crate::transport::net::Until::new(deadline, Some(self.health.cancel.clone()))
+        let until = crate::transport::net::Until::new(deadline, Some(self.health.cancel.clone()));
+        let local = super::topo::local_of(&self.peers, self.rank);
+        Ok(crate::transport::net::NetSetup::new(plugin, self.stream.clone(), until, local))
     }
 
     /// Waits until every rank has called `barrier` (over the bootstrap network).

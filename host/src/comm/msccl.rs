@@ -16,7 +16,6 @@ use crate::error::{Error, Result};
 use crate::msccl::ir::{Collective as IrColl, Program};
 use crate::msccl::runtime::Lowered;
 use crate::transport::net::proxy::Proxy;
-use crate::transport::net::NetSetup;
 use crate::transport::{self, ConnHandle, ConnLayout, Side, Transport, TransportKind, MAX_HANDLE_BYTES};
 use rsccl_device::coll::kernels::handles;
 use rsccl_device::coll::msccl::{pass_geometry, MscclArgs, MscclTb};
@@ -101,23 +100,15 @@ impl Comm {
         let me = &plan.ranks[rank];
         let (sends, recvs) = plan.connections(rank);
         // Connections to other hosts go through the network with a proxy thread of their own.
-        let net = if sends
-            .iter()
-            .chain(&recvs)
-            .any(|&(peer, _)| self.links.transports[peer] == TransportKind::Net)
-        {
-            // The network the communicator's own connections use (a plugin, libfabric or
-            // sockets), as point-to-point connections choose it.
-            let choice = crate::transport::net::NetChoice {
-                plugin: self.cfg.net_plugin.as_deref(),
-                net: self.cfg.net.as_deref(),
+        let net =
+            if sends.iter().chain(&recvs).any(|&(peer, _)| self.links.transports[peer] == TransportKind::Net)
+            {
+                // The network the communicator's own connections use, as point-to-point
+                // connections choose it.
+                Some(self.late_net_setup()?)
+            } else {
+                None
             };
-            let plugin = crate::transport::net::choose(choice, self.links.conn_key.to_le_bytes())?;
-            let until = self.setup_until();
-            Some(NetSetup::new(plugin, self.stream.clone(), until, super::topo::local_of(&self.peers, rank)))
-        } else {
-            None
-        };
         let layout = ConnLayout::simple(self.cfg.step_bytes);
         let load_no = self.programs.loaded.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
         // Apart from the ring and tree connections' keys and from other loads'.

@@ -27,7 +27,6 @@ use super::pool::{Pooled, Table};
 use super::wiring::{conn_tag, Edge};
 use crate::bootstrap::Refusal;
 use crate::error::{Error, Result};
-use crate::transport::net::NetSetup;
 use crate::transport::{
     self, ConnHandle, ConnLayout, ConnMem, Side, Transport, TransportKind, MAX_HANDLE_BYTES,
 };
@@ -404,19 +403,9 @@ impl Comm {
         let setup = match links.net.take() {
             Some(s) => s,
             None => {
-                let key = self.links.conn_key.to_le_bytes();
-                let choice = crate::transport::net::NetChoice {
-                    plugin: self.cfg.net_plugin.as_deref(),
-                    net: self.cfg.net.as_deref(),
-                };
-                let plugin = crate::transport::net::choose(choice, key)?;
-                tracing::info!(rank = self.rank, "{}", plugin.using());
-                NetSetup::new(
-                    plugin,
-                    self.stream.clone(),
-                    self.setup_until(),
-                    super::topo::local_of(&self.peers, self.rank),
-                )
+                let setup = self.late_net_setup()?;
+                tracing::info!(rank = self.rank, "{}", setup.using());
+                setup
             }
         };
         // Point-to-point connections spread over the devices by peer (they have no channel).

@@ -375,6 +375,12 @@ impl NetSetup {
         NetPeer { setup: self, peer, host: host.to_string(), dev }
     }
 
+    /// The line a rank logs when its first connection goes over this network
+    /// ([`Net::using`]).
+    pub fn using(&self) -> String {
+        self.net.using()
+    }
+
     /// The plugin's name.
     pub fn plugin(&self) -> &'static str {
         self.net.name()
